@@ -1,0 +1,45 @@
+//! Fault injection for tests and chaos drills. A persona's [`FaultBook`] is owned by the
+//! fleet supervisor, so planned faults survive the restarts they cause.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use mindfleet_runtime::messages::FaultTarget;
+
+#[derive(Debug, Default)]
+pub struct FaultBook {
+    on_start: [AtomicU32; 4],
+    on_text: Mutex<Option<String>>,
+}
+
+fn index(t: FaultTarget) -> usize {
+    match t {
+        FaultTarget::Persona => 0,
+        FaultTarget::Inbox => 1,
+        FaultTarget::SelfState => 2,
+        FaultTarget::WorkingMemory => 3,
+    }
+}
+
+impl FaultBook {
+    /// Makes the next `n` starts of `target` panic.
+    pub fn plan_start_failures(&self, target: FaultTarget, n: u32) {
+        self.on_start[index(target)].store(n, Ordering::SeqCst);
+    }
+
+    /// True (and one fewer planned) when this start of `target` must panic.
+    pub fn take_start(&self, target: FaultTarget) -> bool {
+        self.on_start[index(target)]
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    pub fn set_text_trigger(&self, text: Option<String>) {
+        *self.on_text.lock().unwrap_or_else(|e| e.into_inner()) = text;
+    }
+
+    /// True when handling an event with this text must panic.
+    pub fn text_triggers(&self, text: &str) -> bool {
+        self.on_text.lock().unwrap_or_else(|e| e.into_inner()).as_deref().is_some_and(|t| text.contains(t))
+    }
+}

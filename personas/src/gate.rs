@@ -1,0 +1,233 @@
+//! Pure decision functions: inbox priority and the fast-path engagement gate.
+//!
+//! Both are deterministic and allocation-free on the hot path, so the gate can decide
+//! millions of events per second on one core (`mindfleet bench gate`).
+
+use mindfleet_runtime::event::{Event, SenderKind};
+use mindfleet_runtime::model::{Mood, Verdict};
+
+/// How long a persona message counts as "recent" for the echo-storm guard.
+pub const ECHO_WINDOW_US: i64 = 30_000_000;
+/// How long after posting a persona counts as having "spoken recently" in a room.
+pub const SPOKE_WINDOW_US: i64 = 300_000_000;
+
+/// What the priority of an event is computed from.
+pub struct PriorityInput<'a> {
+    pub event: &'a Event,
+    pub persona: &'a str,
+    pub expertise: &'a [String],
+    pub now_us: i64,
+    /// The persona posted in the event's room within [`SPOKE_WINDOW_US`].
+    pub spoke_recently: bool,
+}
+
+/// Whether `event` is addressed to `persona` (a mention, or sent to it alone).
+pub fn addressed(event: &Event, persona: &str) -> bool {
+    event.persona.as_deref() == Some(persona) || event.mentions.iter().any(|m| m == persona)
+}
+
+/// Inbox priority: base 0.2, +0.4 addressed, +0.2 under 1 min old (+0.1 under 5 min),
+/// +0.1 spoke recently in the room, +0.1 per expertise keyword hit (at most +0.3),
+/// capped at 1.0. An explicit priority in the event overrides.
+pub fn priority(i: &PriorityInput) -> f64 {
+    if let Some(p) = i.event.priority {
+        return p;
+    }
+    let mut p = 0.2;
+    if addressed(i.event, i.persona) {
+        p += 0.4;
+    }
+    let age = i.now_us - i.event.ts_us;
+    if age < 60_000_000 {
+        p += 0.2;
+    } else if age < 300_000_000 {
+        p += 0.1;
+    }
+    if i.spoke_recently {
+        p += 0.1;
+    }
+    let hits = keyword_hits(&i.event.text, i.expertise);
+    p += (0.1 * hits as f64).min(0.3);
+    p.min(1.0)
+}
+
+/// Expertise keywords found in `text` as whole words, case-insensitively.
+pub fn keyword_hits(text: &str, expertise: &[String]) -> usize {
+    if expertise.is_empty() {
+        return 0;
+    }
+    let mut hits = 0;
+    for kw in expertise {
+        let found = text
+            .split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_')
+            .any(|w| w.eq_ignore_ascii_case(kw));
+        if found {
+            hits += 1;
+        }
+    }
+    hits
+}
+
+/// The persona's side of the gate's inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct GateState {
+    pub mood: Mood,
+    pub dormant: bool,
+    pub load: f64,
+    /// Persona messages seen in the event's room within [`ECHO_WINDOW_US`], own posts included.
+    pub recent_persona_msgs: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateDecision {
+    pub verdict: Verdict,
+    /// Which rule decided (`own_message`, `mention`, `high_priority`, `dormant`, `echo_storm`, `threshold`).
+    pub rule: &'static str,
+    pub threshold: f64,
+}
+
+/// Threshold an event's priority must exceed, by mood.
+pub fn mood_threshold(mood: Mood) -> f64 {
+    match mood {
+        Mood::Overwhelmed => 0.9,
+        Mood::Tired => 0.5,
+        Mood::Active => 0.3,
+        Mood::Idle => 0.1,
+    }
+}
+
+/// The fast path: deterministic, no model.
+pub fn fast_gate(event: &Event, persona: &str, priority: f64, s: &GateState) -> GateDecision {
+    let threshold = mood_threshold(s.mood);
+    let d = |verdict, rule| GateDecision { verdict, rule, threshold };
+    if event.sender_kind == SenderKind::Persona && event.from == persona {
+        return d(Verdict::Ignore, "own_message");
+    }
+    if event.mentions.iter().any(|m| m == persona) || event.persona.as_deref() == Some(persona) {
+        return d(Verdict::Engage, "mention");
+    }
+    if priority > 0.8 {
+        return d(Verdict::Engage, "high_priority");
+    }
+    if s.dormant {
+        return d(Verdict::Ignore, "dormant");
+    }
+    if event.sender_kind == SenderKind::Persona && s.recent_persona_msgs >= 2 {
+        return d(Verdict::Ignore, "echo_storm");
+    }
+    if priority > threshold {
+        d(Verdict::Engage, "threshold")
+    } else if priority > threshold * 0.5 && event.sender_kind == SenderKind::Human {
+        // Close to the bar: keep it in mind rather than drop it.
+        d(Verdict::Defer, "threshold")
+    } else {
+        d(Verdict::Ignore, "threshold")
+    }
+}
+
+/// The reason a person reads in the decision journal.
+pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
+    match g.rule {
+        "own_message" => "my own message".into(),
+        "mention" => "I was mentioned or addressed: always engage".into(),
+        "high_priority" => format!("priority {priority:.2} > 0.80: always engage"),
+        "dormant" => "dormant: only mentions wake me".into(),
+        "echo_storm" => format!(
+            "echo-storm guard: {} persona messages in this room within 30 s, not adding to undirected persona chatter",
+            s.recent_persona_msgs
+        ),
+        _ => {
+            let cmp = match g.verdict {
+                Verdict::Engage => ">",
+                _ => "<=",
+            };
+            let tail = if g.verdict == Verdict::Defer { "; deferred as a preoccupation" } else { "" };
+            format!(
+                "priority {priority:.2} {cmp} threshold {:.2} for mood {}{tail}",
+                g.threshold,
+                s.mood.as_str()
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mindfleet_runtime::event::EventInput;
+
+    fn ev(text: &str, kind: SenderKind, from: &str) -> Event {
+        EventInput {
+            domain: "chat".into(),
+            room: "general".into(),
+            from: from.into(),
+            sender_kind: kind,
+            text: text.into(),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    fn state(mood: Mood) -> GateState {
+        GateState { mood, dormant: false, load: 0.0, recent_persona_msgs: 0 }
+    }
+
+    #[test]
+    fn priority_adds_up_and_caps() {
+        let e = ev("@helper the deploy of auth broke latency", SenderKind::Human, "alice");
+        let kw = vec!["deploy".to_string(), "auth".to_string(), "latency".to_string(), "broke".to_string()];
+        let i = PriorityInput { event: &e, persona: "helper", expertise: &kw, now_us: e.ts_us, spoke_recently: true };
+        // 0.2 + 0.4 + 0.2 + 0.1 + min(0.4, 0.3) = 1.2 -> 1.0
+        assert_eq!(priority(&i), 1.0);
+        let old = PriorityInput { now_us: e.ts_us + 120_000_000, spoke_recently: false, expertise: &[], ..i };
+        assert!((priority(&old) - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn own_messages_are_ignored_even_when_mentioning_self() {
+        let e = ev("@helper note to self", SenderKind::Persona, "helper");
+        assert_eq!(fast_gate(&e, "helper", 1.0, &state(Mood::Idle)).rule, "own_message");
+    }
+
+    #[test]
+    fn mention_beats_overwhelmed_and_dormant() {
+        let e = ev("@helper help", SenderKind::Human, "alice");
+        let s = GateState { mood: Mood::Overwhelmed, dormant: true, load: 1.0, recent_persona_msgs: 9 };
+        assert_eq!(fast_gate(&e, "helper", 0.1, &s).verdict, Verdict::Engage);
+    }
+
+    #[test]
+    fn dormant_ignores_undirected() {
+        let e = ev("anyone around?", SenderKind::Human, "alice");
+        let s = GateState { dormant: true, ..state(Mood::Idle) };
+        assert_eq!(fast_gate(&e, "scribe", 0.5, &s).rule, "dormant");
+    }
+
+    #[test]
+    fn thresholds_follow_mood() {
+        let e = ev("hello", SenderKind::Human, "alice");
+        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Active)).verdict, Verdict::Engage);
+        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Tired)).verdict, Verdict::Defer);
+        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Overwhelmed)).verdict, Verdict::Ignore);
+        assert_eq!(fast_gate(&e, "p", 0.15, &state(Mood::Idle)).verdict, Verdict::Engage);
+    }
+
+    #[test]
+    fn echo_storm_blocks_undirected_persona_chatter_only() {
+        let e = ev("I agree", SenderKind::Persona, "ops");
+        let s = GateState { recent_persona_msgs: 2, ..state(Mood::Idle) };
+        assert_eq!(fast_gate(&e, "helper", 0.5, &s).rule, "echo_storm");
+        let human = ev("I agree", SenderKind::Human, "alice");
+        assert_eq!(fast_gate(&human, "helper", 0.5, &s).verdict, Verdict::Engage);
+        let one = GateState { recent_persona_msgs: 1, ..s };
+        assert_eq!(fast_gate(&e, "helper", 0.5, &one).verdict, Verdict::Engage);
+    }
+
+    #[test]
+    fn keywords_match_whole_words_only() {
+        let kw = vec!["auth".to_string()];
+        assert_eq!(keyword_hits("review AUTH.rs please", &kw), 1);
+        assert_eq!(keyword_hits("the author wrote", &kw), 0);
+    }
+}

@@ -1,0 +1,197 @@
+//! The `Inbox` actor: a persona's bounded priority queue of stored deliveries.
+//!
+//! Pushes come from the persona; the persona pulls one event at a time (`Pull`), and the
+//! inbox answers with `PersonaMsg::Next` as soon as it has one. When full, the lowest
+//! priority event (the newest among equals) is shed; repeats (the same delivery, or the same
+//! room+sender+text within 3 s) are dropped. Both are journaled as decisions through the
+//! admin, which finishes their delivery in storage: nothing is dropped silently. On (re)start
+//! it restores every unfinished delivery of its persona from storage.
+//!
+//! Messages: [`InboxMsg`].
+
+use std::cmp::Reverse;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use mindfleet_runtime::config::PersonaConfig;
+use mindfleet_runtime::dump::InboxDump;
+use mindfleet_runtime::messages::{AdminMsg, Delivery, FaultTarget, PersonaCommit, PersonaMsg};
+use mindfleet_runtime::model::{Decision, Verdict};
+use mindfleet_runtime::storage::Storage;
+use mindfleet_runtime::time::now_us;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor_cluster_derive::RactorMessage;
+
+use crate::faults::FaultBook;
+use crate::gate::{PriorityInput, priority};
+
+/// Repeats of the same room+sender+text within this window are dropped.
+pub const DUPLICATE_WINDOW_US: i64 = 3_000_000;
+
+#[derive(Debug, RactorMessage)]
+pub enum InboxMsg {
+    /// A stored delivery, and whether the persona spoke recently in its room.
+    Push(Delivery, bool),
+    /// The persona is ready for its next event.
+    Pull,
+    Stats(RpcReplyPort<InboxDump>),
+    /// Injected fault: panic now.
+    Panic,
+}
+
+pub struct Inbox;
+
+pub struct InboxArgs {
+    pub config: Arc<PersonaConfig>,
+    pub name: Arc<str>,
+    pub storage: Storage,
+    pub admin: ActorRef<AdminMsg>,
+    pub parent: ActorRef<PersonaMsg>,
+    pub faults: Arc<FaultBook>,
+}
+
+/// Highest priority last; among equal priorities the oldest (lowest seq) last.
+type Key = (u64, Reverse<u64>);
+
+pub struct InboxState {
+    args: InboxArgs,
+    queue: BTreeMap<Key, (Delivery, f64)>,
+    keys: HashMap<u64, Key>,
+    /// Content hash -> time of the last event with that room+sender+text.
+    recent: HashMap<u64, i64>,
+    wanted: bool,
+    shed: u64,
+    duplicates: u64,
+}
+
+fn content_hash(d: &Delivery) -> u64 {
+    let mut h = DefaultHasher::new();
+    (&d.event.room, &d.event.from, &d.event.text).hash(&mut h);
+    h.finish()
+}
+
+impl InboxState {
+    fn drop_event(&mut self, d: &Delivery, verdict: Verdict, p: f64, reason: String) {
+        match verdict {
+            Verdict::Shed => self.shed += 1,
+            _ => self.duplicates += 1,
+        }
+        let decision = Decision {
+            event_id: d.event.id.clone(),
+            verdict,
+            reason,
+            by: "inbox".into(),
+            priority: p,
+            numbers: vec![("priority".into(), p), ("capacity".into(), self.args.config.inbox_capacity as f64)],
+            at_us: now_us(),
+        };
+        let _ = self.args.admin.cast(AdminMsg::Commit(PersonaCommit {
+            persona: self.args.name.clone(),
+            seq: d.seq,
+            accepted_us: d.event.accepted_us,
+            decision,
+            reply: None,
+        }));
+    }
+
+    fn push(&mut self, d: Delivery, spoke_recently: bool) {
+        if self.keys.contains_key(&d.seq) {
+            return; // the same stored delivery again (a restore raced a delivery): not an event
+        }
+        let p = priority(&PriorityInput {
+            event: &d.event,
+            persona: &self.args.name,
+            expertise: &self.args.config.expertise,
+            now_us: now_us(),
+            spoke_recently,
+        });
+        let h = content_hash(&d);
+        if let Some(prev) = self.recent.get(&h) {
+            if (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US {
+                let reason = "duplicate: same room, sender and text within 3 s".to_string();
+                self.drop_event(&d, Verdict::Duplicate, p, reason);
+                return;
+            }
+        }
+        if self.recent.len() > 4096 {
+            let cutoff = d.event.ts_us - DUPLICATE_WINDOW_US;
+            self.recent.retain(|_, t| *t >= cutoff);
+        }
+        self.recent.insert(h, d.event.ts_us);
+        let key = ((p * 1e9) as u64, Reverse(d.seq));
+        self.keys.insert(d.seq, key);
+        self.queue.insert(key, (d, p));
+        if self.queue.len() > self.args.config.inbox_capacity {
+            let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
+            self.keys.remove(&k.1.0);
+            let reason = format!(
+                "inbox full ({} events): shed the lowest priority ({vp:.2})",
+                self.args.config.inbox_capacity
+            );
+            self.drop_event(&victim, Verdict::Shed, vp, reason);
+        }
+    }
+
+    fn hand_over(&mut self) {
+        if !self.wanted {
+            return;
+        }
+        if let Some((k, (d, _))) = self.queue.pop_last() {
+            self.keys.remove(&k.1.0);
+            self.wanted = false;
+            let _ = self.args.parent.cast(PersonaMsg::Next(d, self.queue.len()));
+        }
+    }
+}
+
+impl Actor for Inbox {
+    type Msg = InboxMsg;
+    type State = InboxState;
+    type Arguments = InboxArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<InboxMsg>, args: InboxArgs) -> Result<InboxState, ActorProcessingErr> {
+        if args.faults.take_start(FaultTarget::Inbox) {
+            panic!("injected fault: inbox of {} panics in pre_start", args.name);
+        }
+        let restored = args.storage.load_inbox(args.name.clone()).await?;
+        let mut st = InboxState {
+            args,
+            queue: BTreeMap::new(),
+            keys: HashMap::new(),
+            recent: HashMap::new(),
+            wanted: false,
+            shed: restored.shed,
+            duplicates: restored.duplicates,
+        };
+        for d in restored.deliveries {
+            st.push(d, false);
+        }
+        Ok(st)
+    }
+
+    async fn handle(&self, _myself: ActorRef<InboxMsg>, msg: InboxMsg, st: &mut InboxState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            InboxMsg::Push(d, spoke) => {
+                st.push(d, spoke);
+                st.hand_over();
+            }
+            InboxMsg::Pull => {
+                st.wanted = true;
+                st.hand_over();
+            }
+            InboxMsg::Stats(reply) => {
+                let _ = reply.send(InboxDump {
+                    len: st.queue.len(),
+                    capacity: st.args.config.inbox_capacity,
+                    shed: st.shed,
+                    duplicates: st.duplicates,
+                    top: st.queue.values().rev().take(5).map(|(d, p)| (d.event.id.clone(), *p)).collect(),
+                });
+            }
+            InboxMsg::Panic => panic!("injected fault: inbox of {} panics", st.args.name),
+        }
+        Ok(())
+    }
+}

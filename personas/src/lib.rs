@@ -1,0 +1,23 @@
+//! Personas: the persona actor, its three children, and the cognition they run.
+//!
+//! ```text
+//! Persona(name)                  gate inline; work after the gate goes to the Scheduler
+//! ├── Inbox                      bounded priority queue, restored from storage
+//! ├── SelfState                  focus, load, capacity, mood, energy; pushes snapshots up
+//! └── WorkingMemory              thoughts per domain, retention-score eviction
+//! ```
+//!
+//! The decision logic is plain data and functions ([`gate`], [`memory`], [`mind`]) so it is
+//! tested and benchmarked without actors; the actors own state and persist it.
+
+pub mod faults;
+pub mod gate;
+pub mod inbox;
+pub mod memory;
+pub mod mind;
+pub mod persona;
+pub mod self_state;
+pub mod working_memory;
+
+pub use faults::FaultBook;
+pub use persona::{Persona, PersonaArgs};

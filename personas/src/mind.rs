@@ -1,0 +1,200 @@
+//! Self-state as plain data: how one activity changes focus, load, energy and mood, and the
+//! deterministic `rules` brain. The `SelfState` actor owns the state and applies updates.
+
+use mindfleet_runtime::event::{Event, SenderKind};
+use mindfleet_runtime::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
+
+const KEEP_THOUGHTS: usize = 20;
+const KEEP_DECISIONS: usize = 20;
+const KEEP_PREOCCUPATIONS: usize = 10;
+const KEEP_ROOMS: usize = 64;
+
+/// What one handled event did to the persona.
+#[derive(Debug, Clone, Default)]
+pub struct Activity {
+    pub event_id: String,
+    pub verdict: String,
+    pub reason: String,
+    /// Set when the persona engaged: (domain, objective, intensity).
+    pub engaged: Option<(String, String, f64)>,
+    pub thought: Option<String>,
+    pub preoccupation: Option<Preoccupation>,
+    /// The room the persona posted in.
+    pub spoke_in: Option<String>,
+    /// Events still waiting in the inbox.
+    pub backlog: usize,
+    pub failed: bool,
+}
+
+/// An update the `SelfState` actor applies.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Activity(Box<Activity>),
+    SetDormant(bool),
+}
+
+fn unit(x: f64) -> f64 {
+    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
+/// Applies an update at `now_us` and recomputes load, capacity and mood.
+pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
+    // Energy comes back while nothing happens: +0.05 a minute.
+    if s.updated_us > 0 {
+        let idle_min = (now_us - s.updated_us).max(0) as f64 / 60e6;
+        s.energy = unit(s.energy + 0.05 * idle_min);
+    }
+    let mut backlog = None;
+    match u {
+        Update::SetDormant(d) => s.dormant = d,
+        Update::Activity(a) => {
+            let a = *a;
+            backlog = Some(a.backlog);
+            if let Some((domain, objective, intensity)) = a.engaged {
+                s.focus = Focus { activity: "responding".into(), domain, objective, intensity: unit(intensity), since_us: now_us };
+                s.energy = unit(s.energy - 0.02);
+                s.activities += 1;
+                // The reply is out: the focus relaxes.
+                s.focus.intensity = unit(s.focus.intensity * 0.5);
+                if a.backlog == 0 {
+                    s.focus.activity = "idle".into();
+                }
+            }
+            if a.failed {
+                s.cognitive_load = unit(s.cognitive_load + 0.1);
+            }
+            push_capped(&mut s.recent_decisions, RecentDecision { decision: a.verdict, reason: a.reason, at_us: now_us }, KEEP_DECISIONS);
+            if let Some(t) = a.thought {
+                push_capped(&mut s.recent_thoughts, Thought { text: t, at_us: now_us }, KEEP_THOUGHTS);
+            }
+            if let Some(p) = a.preoccupation {
+                s.preoccupations.push(p);
+                if s.preoccupations.len() > KEEP_PREOCCUPATIONS {
+                    let low = s
+                        .preoccupations
+                        .iter()
+                        .enumerate()
+                        .min_by(|a, b| a.1.priority.total_cmp(&b.1.priority))
+                        .map(|(i, _)| i)
+                        .expect("not empty");
+                    s.preoccupations.remove(low);
+                }
+            }
+            if let Some(room) = a.spoke_in {
+                s.spoke_in.insert(room, now_us);
+                while s.spoke_in.len() > KEEP_ROOMS {
+                    let oldest = s.spoke_in.iter().min_by_key(|(_, t)| **t).map(|(r, _)| r.clone()).expect("not empty");
+                    s.spoke_in.remove(&oldest);
+                }
+            }
+        }
+    }
+    let backlog_part = backlog.map_or(s.cognitive_load, |b| (b as f64 / 50.0).min(1.0));
+    s.cognitive_load = unit(0.5 * backlog_part + 0.3 * s.focus.intensity + 0.2 * (1.0 - s.energy));
+    s.available_capacity = unit(1.0 - s.cognitive_load);
+    s.mood = if s.cognitive_load > 0.8 {
+        Mood::Overwhelmed
+    } else if s.energy < 0.3 {
+        Mood::Tired
+    } else if s.activities > 0 && now_us - s.focus.since_us < 60_000_000 {
+        Mood::Active
+    } else {
+        Mood::Idle
+    };
+    s.focus.intensity = unit(s.focus.intensity);
+    s.energy = unit(s.energy);
+    s.updated_us = now_us;
+}
+
+fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
+    v.push(x);
+    if v.len() > cap {
+        v.drain(..v.len() - cap);
+    }
+}
+
+/// The deterministic `rules` brain: fills the role's template with what the persona recalls.
+/// Persona senders are named without `@` and quotes lose their `@`, so a reply never
+/// mentions (and so never forces an answer from) a persona.
+pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry]) -> String {
+    let to = match event.sender_kind {
+        SenderKind::Human => format!("@{}", event.from),
+        _ => event.from.clone(),
+    };
+    // Quoted text loses its `@`: a quote must not mention anyone again.
+    let about: String = event.text.chars().take(80).filter(|c| *c != '@').collect();
+    let ellipsis = if event.text.chars().count() > 80 { "…" } else { "" };
+    let recall = match recalled.first() {
+        Some(e) => {
+            let t: String = e.text.chars().take(120).filter(|c| *c != '@').collect();
+            format!(" I recall: {t}.")
+        }
+        None => String::new(),
+    };
+    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall} I'll take it from here.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engaged(backlog: usize) -> Update {
+        Update::Activity(Box::new(Activity {
+            verdict: "engage".into(),
+            engaged: Some(("chat".into(), "reply".into(), 0.8)),
+            backlog,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn engaging_makes_active_and_backlog_loads() {
+        let mut s = SelfStateData::default();
+        apply(&mut s, engaged(0), 1_000_000);
+        assert_eq!(s.mood, Mood::Active);
+        assert_eq!(s.activities, 1);
+        let light = s.cognitive_load;
+        apply(&mut s, engaged(100), 2_000_000);
+        assert!(s.cognitive_load > light);
+        assert!((s.cognitive_load + s.available_capacity - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_large_backlog_overwhelms_and_values_stay_in_unit_range() {
+        let mut s = SelfStateData { energy: 0.0, ..Default::default() };
+        for i in 0..50 {
+            apply(&mut s, engaged(10_000), i);
+        }
+        assert_eq!(s.mood, Mood::Overwhelmed);
+        for v in [s.cognitive_load, s.available_capacity, s.energy, s.focus.intensity] {
+            assert!((0.0..=1.0).contains(&v));
+        }
+        assert_eq!(s.recent_decisions.len(), KEEP_DECISIONS);
+    }
+
+    #[test]
+    fn replies_mention_only_the_human_they_answer() {
+        let e = mindfleet_runtime::event::EventInput {
+            domain: "chat".into(),
+            room: "general".into(),
+            from: "alice".into(),
+            text: "@helper ask @ops".into(),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let r = rules_reply("helper", "assistant", &e, &[]);
+        let m: Vec<_> = mindfleet_runtime::event::text_mentions(&r).collect();
+        assert_eq!(m, ["alice"], "{r}");
+        let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
+        let r = rules_reply("helper", "assistant", &from_persona, &[]);
+        assert_eq!(mindfleet_runtime::event::text_mentions(&r).count(), 0, "{r}");
+    }
+
+    #[test]
+    fn idle_time_restores_energy() {
+        let mut s = SelfStateData { energy: 0.2, updated_us: 1, ..Default::default() };
+        apply(&mut s, Update::SetDormant(false), 1 + 10 * 60_000_000);
+        assert!((s.energy - 0.7).abs() < 1e-9);
+    }
+}

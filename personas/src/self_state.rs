@@ -1,0 +1,76 @@
+//! The `SelfState` actor: the only writer of a persona's self-state.
+//!
+//! Applies updates (see [`crate::mind`]), persists every new state through the storage
+//! writer, and pushes the snapshot to its persona, which reads it for the gate. On
+//! (re)start it restores the stored state.
+//!
+//! Messages: [`SelfStateMsg`].
+
+use std::sync::Arc;
+
+use mindfleet_runtime::messages::{FaultTarget, PersonaMsg};
+use mindfleet_runtime::model::SelfStateData;
+use mindfleet_runtime::storage::Storage;
+use mindfleet_runtime::time::now_us;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor_cluster_derive::RactorMessage;
+
+use crate::faults::FaultBook;
+use crate::mind::{Update, apply};
+
+#[derive(Debug, RactorMessage)]
+pub enum SelfStateMsg {
+    Apply(Update),
+    Get(RpcReplyPort<SelfStateData>),
+    /// Injected fault: panic now.
+    Panic,
+}
+
+pub struct SelfState;
+
+pub struct SelfStateArgs {
+    pub name: Arc<str>,
+    /// Dormancy for a persona that has no stored state yet.
+    pub dormant: bool,
+    pub storage: Storage,
+    pub parent: ActorRef<PersonaMsg>,
+    pub faults: Arc<FaultBook>,
+}
+
+pub struct SelfStateState {
+    args: SelfStateArgs,
+    data: SelfStateData,
+}
+
+impl Actor for SelfState {
+    type Msg = SelfStateMsg;
+    type State = SelfStateState;
+    type Arguments = SelfStateArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<SelfStateMsg>, args: SelfStateArgs) -> Result<SelfStateState, ActorProcessingErr> {
+        if args.faults.take_start(FaultTarget::SelfState) {
+            panic!("injected fault: self-state of {} panics in pre_start", args.name);
+        }
+        let data = match args.storage.load_self_state(args.name.clone()).await? {
+            Some(d) => d,
+            None => SelfStateData { dormant: args.dormant, ..SelfStateData::default() },
+        };
+        let _ = args.parent.cast(PersonaMsg::SelfState(Box::new(data.clone())));
+        Ok(SelfStateState { args, data })
+    }
+
+    async fn handle(&self, _myself: ActorRef<SelfStateMsg>, msg: SelfStateMsg, st: &mut SelfStateState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SelfStateMsg::Apply(u) => {
+                apply(&mut st.data, u, now_us());
+                st.args.storage.put_self_state(st.args.name.clone(), st.data.clone());
+                let _ = st.args.parent.cast(PersonaMsg::SelfState(Box::new(st.data.clone())));
+            }
+            SelfStateMsg::Get(reply) => {
+                let _ = reply.send(st.data.clone());
+            }
+            SelfStateMsg::Panic => panic!("injected fault: self-state of {} panics", st.args.name),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,274 @@
+//! The `Admin` actor: the one door for injection and introspection.
+//!
+//! It owns the routing table (which personas are in which room), validates where an
+//! event goes, hands it to the storage writer (which acknowledges after the fsync and
+//! then delivers), routes personas' finished events to storage with the room's reply
+//! targets, and assembles dumps. HTTP handlers (see [`crate::http`]) only authenticate,
+//! size-check and parse, then call this actor.
+//!
+//! Messages: [`AdminMsg`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
+
+use crate::config::FleetConfig;
+use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
+use crate::event::Event;
+use crate::messages::{AdminMsg, InjectError, PersonaMsg, PersonaStatus};
+use crate::sched::{SchedulerHandle, SchedulerMsg};
+use crate::storage::{Storage, Target};
+use crate::time::{now_us, rfc3339};
+
+/// How long a dump waits for one persona before showing it as unresponsive.
+const DUMP_CALL_MS: u64 = 2000;
+
+pub struct Admin;
+
+pub struct AdminArgs {
+    pub config: Arc<FleetConfig>,
+    pub storage: Storage,
+    pub scheduler: SchedulerHandle,
+    /// The address the HTTP API is bound to, once known.
+    pub addr: String,
+}
+
+struct PersonaEntry {
+    name: Arc<str>,
+    actor: Option<ActorRef<PersonaMsg>>,
+    status: PersonaStatus,
+    restarts: u32,
+    error: Option<String>,
+}
+
+pub struct AdminState {
+    config: Arc<FleetConfig>,
+    storage: Storage,
+    scheduler: SchedulerHandle,
+    addr: String,
+    personas: BTreeMap<Arc<str>, PersonaEntry>,
+    rooms: BTreeMap<String, Vec<Arc<str>>>,
+    rejected: u64,
+    closed: bool,
+}
+
+impl AdminState {
+    fn target(&self, name: &Arc<str>) -> Target {
+        (name.clone(), self.personas.get(name).and_then(|p| p.actor.clone()))
+    }
+
+    /// Personas an event goes to: the addressed one, else the room's members and anyone
+    /// mentioned. The addressed persona joins a room it was not in.
+    fn route(&mut self, event: &Event) -> Result<Vec<Target>, InjectError> {
+        if let Some(p) = &event.persona {
+            let Some((name, _)) = self.personas.get_key_value(p.as_str()) else {
+                return Err(InjectError::NotFound(format!("unknown persona {p:?}")));
+            };
+            let name = name.clone();
+            let members = self.rooms.entry(event.room.clone()).or_default();
+            if !members.contains(&name) {
+                members.push(name.clone());
+            }
+            return Ok(vec![self.target(&name)]);
+        }
+        let Some(members) = self.rooms.get(&event.room) else {
+            return Err(InjectError::NotFound(format!("no persona is in room {:?}", event.room)));
+        };
+        let mut names: Vec<Arc<str>> = members.clone();
+        for m in &event.mentions {
+            if let Some((name, _)) = self.personas.get_key_value(m.as_str()) {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+        }
+        Ok(names.iter().map(|n| self.target(n)).collect())
+    }
+}
+
+impl Actor for Admin {
+    type Msg = AdminMsg;
+    type State = AdminState;
+    type Arguments = AdminArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<AdminMsg>, args: AdminArgs) -> Result<AdminState, ActorProcessingErr> {
+        let mut personas = BTreeMap::new();
+        let mut rooms: BTreeMap<String, Vec<Arc<str>>> = BTreeMap::new();
+        for p in &args.config.personas {
+            let name: Arc<str> = p.name.as_str().into();
+            for r in &p.rooms {
+                rooms.entry(r.clone()).or_default().push(name.clone());
+            }
+            personas.insert(
+                name.clone(),
+                PersonaEntry { name, actor: None, status: PersonaStatus::Starting, restarts: 0, error: None },
+            );
+        }
+        Ok(AdminState {
+            config: args.config,
+            storage: args.storage,
+            scheduler: args.scheduler,
+            addr: args.addr,
+            personas,
+            rooms,
+            rejected: 0,
+            closed: false,
+        })
+    }
+
+    async fn handle(&self, _myself: ActorRef<AdminMsg>, msg: AdminMsg, st: &mut AdminState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            AdminMsg::Inject(event, reply) => {
+                if st.closed {
+                    let _ = reply.send(Err(InjectError::ShuttingDown));
+                    return Ok(());
+                }
+                match st.route(&event) {
+                    Ok(targets) => st.storage.inject(event, targets, reply),
+                    Err(e) => {
+                        st.rejected += 1;
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            AdminMsg::Commit(commit) => {
+                let targets = match &commit.reply {
+                    Some((entry, _)) => st
+                        .rooms
+                        .get(&entry.room)
+                        .map(|m| m.iter().filter(|n| ***n != *commit.persona).map(|n| st.target(n)).collect())
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                st.storage.commit(commit, targets);
+            }
+            AdminMsg::PersonaUp { name, actor } => {
+                if let Some(p) = st.personas.get_mut(name.as_str()) {
+                    p.actor = Some(actor);
+                    p.status = PersonaStatus::Running;
+                }
+            }
+            AdminMsg::PersonaStatus { name, status, restarts, error } => {
+                if let Some(p) = st.personas.get_mut(name.as_str()) {
+                    if status != PersonaStatus::Running {
+                        p.actor = None;
+                    }
+                    p.status = status;
+                    p.restarts = restarts;
+                    if error.is_some() {
+                        p.error = error;
+                    }
+                }
+            }
+            AdminMsg::Dump { persona, reply } => {
+                let selected: Vec<_> = match &persona {
+                    Some(name) => match st.personas.get(name.as_str()) {
+                        Some(p) => vec![p],
+                        None => {
+                            let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {name:?}"))));
+                            return Ok(());
+                        }
+                    },
+                    None => st.personas.values().collect(),
+                };
+                let work: Vec<_> = selected
+                    .into_iter()
+                    .map(|p| (p.name.clone(), p.actor.clone(), p.status, p.restarts, p.error.clone()))
+                    .collect();
+                let base = DumpBase {
+                    fleet: st.config.name.clone(),
+                    storage: st.storage.clone(),
+                    scheduler: st.scheduler.actor().clone(),
+                    admin: AdminDump {
+                        addr: st.addr.clone(),
+                        rooms: st.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
+                        rejected: st.rejected,
+                        ..Default::default()
+                    },
+                };
+                // Gathering waits on every persona: do it off the admin's loop.
+                tokio::spawn(async move {
+                    let _ = reply.send(base.gather(work).await);
+                });
+            }
+            AdminMsg::Fault { persona, fault, reply } => {
+                let r = if !st.config.admin.faults {
+                    Err(InjectError::Invalid("fault injection is disabled (set `[admin] faults = true`)".into()))
+                } else {
+                    match st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) {
+                        Some(a) => a.cast(PersonaMsg::Fault(fault)).map_err(|_| InjectError::NotFound(format!("persona {persona:?} is down"))),
+                        None => Err(InjectError::NotFound(format!("unknown or stopped persona {persona:?}"))),
+                    }
+                };
+                let _ = reply.send(r);
+            }
+            AdminMsg::Close(reply) => {
+                st.closed = true;
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+}
+
+struct DumpBase {
+    fleet: String,
+    storage: Storage,
+    scheduler: ActorRef<SchedulerMsg>,
+    admin: AdminDump,
+}
+
+type DumpWork = Vec<(Arc<str>, Option<ActorRef<PersonaMsg>>, PersonaStatus, u32, Option<String>)>;
+
+impl DumpBase {
+    async fn gather(self, work: DumpWork) -> Result<FleetDump, InjectError> {
+        let calls = work.into_iter().map(|(name, actor, status, restarts, error)| async move {
+            let live = match (&actor, status) {
+                (Some(a), PersonaStatus::Running) => call_t!(a, PersonaMsg::Dump, DUMP_CALL_MS).ok(),
+                _ => None,
+            };
+            let mut d = live.unwrap_or_else(|| {
+                let status = if status == PersonaStatus::Running { PersonaStatus::Restarting } else { status };
+                PersonaDump::placeholder(&name, status, restarts, error.clone())
+            });
+            d.actors.persona.restarts = restarts;
+            if d.actors.persona.last_error.is_none() {
+                d.actors.persona.last_error = error;
+            }
+            d
+        });
+        let mut personas = futures::future::join_all(calls).await;
+        let storage = self.storage.clone();
+        let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
+        let (journals, outbox, dead_letters) = tokio::task::spawn_blocking(move || {
+            let journals: Result<Vec<_>, _> = names
+                .iter()
+                .map(|n| Ok::<_, crate::storage::StorageError>((storage.recent_decisions(n, 50)?, storage.recent_evictions(n, 20)?)))
+                .collect();
+            Ok::<_, crate::storage::StorageError>((journals?, storage.recent_outbox(100)?, storage.dead_letters()?))
+        })
+        .await
+        .map_err(|e| InjectError::Storage(e.to_string()))?
+        .map_err(|e| InjectError::Storage(e.to_string()))?;
+        for (p, (decisions, evictions)) in personas.iter_mut().zip(journals) {
+            p.decisions = decisions;
+            p.working_memory.evictions = evictions;
+        }
+        let storage_stats = self.storage.stats().await.map_err(|e| InjectError::Storage(e.to_string()))?;
+        let scheduler = call_t!(self.scheduler, SchedulerMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
+        let mut admin = self.admin;
+        admin.accepted = storage_stats.accepted;
+        admin.duplicates = storage_stats.duplicates;
+        Ok(FleetDump {
+            fleet: self.fleet,
+            generated_at: rfc3339(now_us()),
+            supervisor: ChildDump::running(0),
+            admin,
+            scheduler,
+            storage: storage_stats,
+            personas,
+            outbox,
+            dead_letters,
+        })
+    }
+}

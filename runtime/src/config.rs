@@ -1,0 +1,559 @@
+//! Fleet configuration: TOML in, validated runtime types out.
+//!
+//! Parsing happens in two steps (as ripgrep's `LowArgs` -> `HiArgs`): serde reads the
+//! file into `Raw*` structs with `deny_unknown_fields`, keeping the byte span of every
+//! value that later needs checking; [`FleetConfig::from_toml`] then validates ranges,
+//! duplicates and cross references, and every error names `path:line:column` and the key.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The fleet file used when `mindfleet run` is given none and `config/fleet.toml` is absent.
+pub const EMBEDDED_DEFAULT_FLEET: &str = include_str!("../../config/fleet.toml");
+
+/// A configuration error with the place it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// File the error is in (`<embedded>` for the built-in default).
+    pub path: PathBuf,
+    /// 1-based line and column, when the error has a place in the file.
+    pub line: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some((line, col)) => write!(f, "{}:{line}:{col}: {}", self.path.display(), self.message),
+            None => write!(f, "{}: {}", self.path.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleetFile {
+    fleet: Option<RawFleet>,
+    admin: Option<RawAdmin>,
+    storage: Option<RawStorage>,
+    supervision: Option<RawSupervision>,
+    scheduler: Option<RawScheduler>,
+    defaults: Option<RawPersonaTuning>,
+    #[serde(default)]
+    persona: Vec<Spanned<RawPersona>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    name: Option<String>,
+    brain: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    addr: Option<Spanned<String>>,
+    token: Option<String>,
+    max_body_bytes: Option<Spanned<i64>>,
+    faults: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStorage {
+    data_dir: Option<String>,
+    max_pending: Option<Spanned<i64>>,
+    decisions_per_persona: Option<Spanned<i64>>,
+    outbox_limit: Option<Spanned<i64>>,
+    events_retained: Option<Spanned<i64>>,
+    max_batch: Option<Spanned<i64>>,
+    max_crashes_per_event: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSupervision {
+    max_restarts: Option<Spanned<i64>>,
+    within_secs: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduler {
+    inference_slots: Option<Spanned<i64>>,
+    cheap_slots: Option<Spanned<i64>>,
+    aging_per_30s: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPersonaTuning {
+    inbox_capacity: Option<Spanned<i64>>,
+    wm_capacity: Option<Spanned<i64>>,
+    wm_ttl_secs: Option<Spanned<f64>>,
+    inferences_per_hour: Option<Spanned<i64>>,
+    tokens_per_hour: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPersona {
+    name: Spanned<String>,
+    role: String,
+    #[serde(default)]
+    domains: Vec<Spanned<String>>,
+    #[serde(default)]
+    expertise: Vec<String>,
+    #[serde(default)]
+    rooms: Vec<Spanned<String>>,
+    #[serde(default)]
+    dormant: bool,
+    brain: Option<Spanned<String>>,
+    // The tuning keys of `[defaults]`, repeated: `serde(flatten)` would lose their spans.
+    inbox_capacity: Option<Spanned<i64>>,
+    wm_capacity: Option<Spanned<i64>>,
+    wm_ttl_secs: Option<Spanned<f64>>,
+    inferences_per_hour: Option<Spanned<i64>>,
+    tokens_per_hour: Option<Spanned<i64>>,
+}
+
+/// The validated fleet.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Where the fleet was read from (for messages).
+    pub source: PathBuf,
+    pub name: String,
+    pub admin: AdminConfig,
+    pub storage: StorageConfig,
+    pub supervision: SupervisionConfig,
+    pub scheduler: SchedulerConfig,
+    pub personas: Vec<PersonaConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub addr: SocketAddr,
+    /// Bearer token; required when `addr` is not loopback.
+    pub token: Option<String>,
+    pub max_body_bytes: usize,
+    /// Allow fault injection through the admin (tests, chaos drills).
+    pub faults: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub data_dir: PathBuf,
+    /// Accepted-but-unfinished deliveries above which injection answers 429.
+    pub max_pending: u64,
+    pub decisions_per_persona: u64,
+    pub outbox_limit: u64,
+    /// Finished events remembered for de-duplication by id.
+    pub events_retained: u64,
+    /// Most requests folded into one group commit.
+    pub max_batch: usize,
+    /// Crashes of its persona after which an event goes to the dead letters.
+    pub max_crashes_per_event: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SupervisionConfig {
+    pub max_restarts: u32,
+    pub within: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerConfig {
+    pub inference_slots: usize,
+    pub cheap_slots: usize,
+    /// Priority gained by waiting 30 s.
+    pub aging_per_30s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BrainKind {
+    Rules,
+}
+
+#[derive(Debug, Clone)]
+pub struct PersonaConfig {
+    pub name: String,
+    pub role: String,
+    pub domains: Vec<String>,
+    pub expertise: Vec<String>,
+    pub rooms: Vec<String>,
+    pub dormant: bool,
+    pub brain: BrainKind,
+    pub inbox_capacity: usize,
+    pub wm_capacity: usize,
+    pub wm_ttl: Duration,
+    pub inferences_per_hour: u64,
+    pub tokens_per_hour: u64,
+}
+
+/// The domains a persona may name.
+pub const DOMAINS: &[&str] = &["chat", "code", "voice", "tasks", "docs"];
+
+struct Ctx<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err_at(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.path.to_path_buf(),
+            line: Some(line_col(self.text, span.start)),
+            message: message.into(),
+        }
+    }
+
+    fn int(
+        &self,
+        v: &Option<Spanned<i64>>,
+        key: &str,
+        range: std::ops::RangeInclusive<i64>,
+        default: i64,
+    ) -> Result<i64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) if range.contains(s.get_ref()) => Ok(*s.get_ref()),
+            Some(s) => Err(self.err_at(
+                s.span(),
+                format!(
+                    "`{key}` = {} is out of range ({}..={})",
+                    s.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    fn float(
+        &self,
+        v: &Option<Spanned<f64>>,
+        key: &str,
+        range: std::ops::RangeInclusive<f64>,
+        default: f64,
+    ) -> Result<f64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) if range.contains(s.get_ref()) => Ok(*s.get_ref()),
+            Some(s) => Err(self.err_at(
+                s.span(),
+                format!(
+                    "`{key}` = {} is out of range ({}..={})",
+                    s.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    fn brain(&self, v: &Spanned<String>) -> Result<BrainKind, ConfigError> {
+        match v.get_ref().as_str() {
+            "rules" => Ok(BrainKind::Rules),
+            other => Err(self.err_at(
+                v.span(),
+                format!("`brain` = {other:?} is not available (known: \"rules\")"),
+            )),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[derive(Clone, Copy)]
+struct Tuning {
+    inbox_capacity: i64,
+    wm_capacity: i64,
+    wm_ttl_secs: f64,
+    inferences_per_hour: i64,
+    tokens_per_hour: i64,
+}
+
+impl FleetConfig {
+    /// Reads and validates a fleet file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            message: format!("cannot read fleet file: {e}"),
+        })?;
+        Self::from_toml(path, &text)
+    }
+
+    /// The built-in default fleet.
+    pub fn embedded_default() -> Self {
+        Self::from_toml(Path::new("<embedded>/config/fleet.toml"), EMBEDDED_DEFAULT_FLEET)
+            .expect("the embedded default fleet is valid (tested)")
+    }
+
+    /// Validates fleet TOML text; `path` is used in messages only.
+    pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let cx = Ctx { path, text };
+        let raw: RawFleetFile = toml::from_str(text).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            line: e.span().map(|s| line_col(text, s.start)),
+            message: e.message().trim_end_matches('\n').to_string(),
+        })?;
+
+        let fleet = raw.fleet.unwrap_or(RawFleet { name: None, brain: None });
+        let default_brain = match &fleet.brain {
+            Some(b) => cx.brain(b)?,
+            None => BrainKind::Rules,
+        };
+
+        let admin = match raw.admin {
+            None => AdminConfig {
+                addr: "127.0.0.1:7878".parse().expect("literal address"),
+                token: None,
+                max_body_bytes: 64 * 1024,
+                faults: false,
+            },
+            Some(a) => {
+                let addr = match &a.addr {
+                    None => "127.0.0.1:7878".parse().expect("literal address"),
+                    Some(s) => s.get_ref().parse::<SocketAddr>().map_err(|e| {
+                        cx.err_at(s.span(), format!("`addr` = {:?}: {e}", s.get_ref()))
+                    })?,
+                };
+                AdminConfig {
+                    addr,
+                    token: a.token.filter(|t| !t.is_empty()),
+                    max_body_bytes: cx.int(&a.max_body_bytes, "max_body_bytes", 256..=(64 << 20), 64 * 1024)?
+                        as usize,
+                    faults: a.faults.unwrap_or(false),
+                }
+            }
+        };
+
+        let storage = {
+            let s = raw.storage.unwrap_or(RawStorage {
+                data_dir: None,
+                max_pending: None,
+                decisions_per_persona: None,
+                outbox_limit: None,
+                events_retained: None,
+                max_batch: None,
+                max_crashes_per_event: None,
+            });
+            StorageConfig {
+                data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
+                max_pending: cx.int(&s.max_pending, "max_pending", 1..=100_000_000, 1_000_000)? as u64,
+                decisions_per_persona: cx.int(&s.decisions_per_persona, "decisions_per_persona", 1..=10_000_000, 1000)?
+                    as u64,
+                outbox_limit: cx.int(&s.outbox_limit, "outbox_limit", 1..=100_000_000, 10_000)? as u64,
+                events_retained: cx.int(&s.events_retained, "events_retained", 1..=100_000_000, 100_000)? as u64,
+                max_batch: cx.int(&s.max_batch, "max_batch", 1..=100_000, 4096)? as usize,
+                max_crashes_per_event: cx.int(&s.max_crashes_per_event, "max_crashes_per_event", 1..=100, 3)? as u32,
+            }
+        };
+
+        let supervision = {
+            let (r, w) = raw.supervision.map_or((None, None), |s| (s.max_restarts, s.within_secs));
+            SupervisionConfig {
+                max_restarts: cx.int(&r, "max_restarts", 0..=1000, 3)? as u32,
+                within: Duration::from_secs_f64(cx.float(&w, "within_secs", 0.001..=86_400.0, 5.0)?),
+            }
+        };
+
+        let scheduler = {
+            let s = raw.scheduler.unwrap_or(RawScheduler {
+                inference_slots: None,
+                cheap_slots: None,
+                aging_per_30s: None,
+            });
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+            SchedulerConfig {
+                inference_slots: cx.int(&s.inference_slots, "inference_slots", 1..=1024, (cores - 1).max(1))? as usize,
+                cheap_slots: cx.int(&s.cheap_slots, "cheap_slots", 1..=100_000, 256)? as usize,
+                aging_per_30s: cx.float(&s.aging_per_30s, "aging_per_30s", 0.0..=10.0, 0.5)?,
+            }
+        };
+
+        let d = raw.defaults.unwrap_or_default();
+        let base = Tuning {
+            inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
+            wm_capacity: cx.int(&d.wm_capacity, "wm_capacity", 1..=1_000_000, 100)?,
+            wm_ttl_secs: cx.float(&d.wm_ttl_secs, "wm_ttl_secs", 1.0..=3.2e7, 7.0 * 86_400.0)?,
+            inferences_per_hour: cx.int(&d.inferences_per_hour, "inferences_per_hour", 0..=i64::MAX, 600)?,
+            tokens_per_hour: cx.int(&d.tokens_per_hour, "tokens_per_hour", 0..=i64::MAX, 200_000)?,
+        };
+
+        if raw.persona.is_empty() {
+            return Err(ConfigError {
+                path: path.to_path_buf(),
+                line: None,
+                message: "the fleet has no `[[persona]]`: at least one is needed".into(),
+            });
+        }
+        let mut names = BTreeSet::new();
+        let mut personas = Vec::with_capacity(raw.persona.len());
+        for sp in &raw.persona {
+            let p = sp.get_ref();
+            let name = p.name.get_ref();
+            if !valid_name(name) {
+                return Err(cx.err_at(
+                    p.name.span(),
+                    format!("persona `name` = {name:?} must be 1-64 characters of a-z, 0-9, '-' or '_'"),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err(cx.err_at(p.name.span(), format!("duplicate persona name {name:?}")));
+            }
+            for dmn in &p.domains {
+                if !DOMAINS.contains(&dmn.get_ref().as_str()) {
+                    return Err(cx.err_at(
+                        dmn.span(),
+                        format!("persona {name:?}: unknown domain {:?} (known: {})", dmn.get_ref(), DOMAINS.join(", ")),
+                    ));
+                }
+            }
+            for room in &p.rooms {
+                if !valid_name(room.get_ref()) {
+                    return Err(cx.err_at(
+                        room.span(),
+                        format!("persona {name:?}: room {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'", room.get_ref()),
+                    ));
+                }
+            }
+            let t = p;
+            let tuning = Tuning {
+                inbox_capacity: cx.int(&t.inbox_capacity, "inbox_capacity", 1..=10_000_000, base.inbox_capacity)?,
+                wm_capacity: cx.int(&t.wm_capacity, "wm_capacity", 1..=1_000_000, base.wm_capacity)?,
+                wm_ttl_secs: cx.float(&t.wm_ttl_secs, "wm_ttl_secs", 1.0..=3.2e7, base.wm_ttl_secs)?,
+                inferences_per_hour: cx.int(&t.inferences_per_hour, "inferences_per_hour", 0..=i64::MAX, base.inferences_per_hour)?,
+                tokens_per_hour: cx.int(&t.tokens_per_hour, "tokens_per_hour", 0..=i64::MAX, base.tokens_per_hour)?,
+            };
+            personas.push(PersonaConfig {
+                name: name.clone(),
+                role: p.role.clone(),
+                domains: if p.domains.is_empty() {
+                    vec!["chat".to_string()]
+                } else {
+                    p.domains.iter().map(|d| d.get_ref().clone()).collect()
+                },
+                expertise: p.expertise.iter().map(|e| e.to_lowercase()).collect(),
+                rooms: p.rooms.iter().map(|r| r.get_ref().clone()).collect(),
+                dormant: p.dormant,
+                brain: match &p.brain {
+                    Some(b) => cx.brain(b)?,
+                    None => default_brain,
+                },
+                inbox_capacity: tuning.inbox_capacity as usize,
+                wm_capacity: tuning.wm_capacity as usize,
+                wm_ttl: Duration::from_secs_f64(tuning.wm_ttl_secs),
+                inferences_per_hour: tuning.inferences_per_hour as u64,
+                tokens_per_hour: tuning.tokens_per_hour as u64,
+            });
+        }
+
+        Ok(FleetConfig {
+            source: path.to_path_buf(),
+            name: fleet.name.unwrap_or_else(|| "fleet".into()),
+            admin,
+            storage,
+            supervision,
+            scheduler,
+            personas,
+        })
+    }
+
+    /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin.
+    pub fn synthetic(n: usize, data_dir: PathBuf) -> Self {
+        let mut cfg = Self::embedded_default();
+        cfg.name = format!("synthetic-{n}");
+        cfg.storage.data_dir = data_dir;
+        cfg.admin.addr = "127.0.0.1:0".parse().expect("literal address");
+        let template = cfg.personas[0].clone();
+        cfg.personas = (0..n)
+            .map(|i| PersonaConfig {
+                name: format!("p{i}"),
+                rooms: vec![format!("room{}", i % 8)],
+                dormant: false,
+                ..template.clone()
+            })
+            .collect();
+        cfg
+    }
+}
+
+/// Persona and room names: what is safe in URLs, keys and `@mentions`.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<FleetConfig, ConfigError> {
+        FleetConfig::from_toml(Path::new("fleet.toml"), text)
+    }
+
+    const ONE: &str = "[[persona]]\nname = \"a\"\nrole = \"helper\"\n";
+
+    #[test]
+    fn embedded_default_is_valid_and_has_four_distinct_personas() {
+        let cfg = FleetConfig::embedded_default();
+        assert!(cfg.personas.len() >= 4);
+        let roles: BTreeSet<_> = cfg.personas.iter().map(|p| p.role.clone()).collect();
+        assert_eq!(roles.len(), cfg.personas.len());
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let err = parse(&format!("{ONE}colour = \"red\"\n")).unwrap_err();
+        let s = err.to_string();
+        assert!(s.starts_with("fleet.toml:4:1:"), "{s}");
+        assert!(s.contains("colour"), "{s}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_place() {
+        let err = parse("[[persona]]\nname = \"a\"\nrole = \"r\"\ninbox_capacity = \"big\"\n").unwrap_err();
+        assert_eq!(err.line.unwrap().0, 4, "{err}");
+    }
+
+    #[test]
+    fn out_of_range_names_key_and_range() {
+        let err = parse("[[persona]]\nname = \"a\"\nrole = \"r\"\ninbox_capacity = 0\n").unwrap_err();
+        let s = err.to_string();
+        assert!(s.starts_with("fleet.toml:4:18:"), "{s}");
+        assert!(s.contains("inbox_capacity"), "{s}");
+    }
+
+    #[test]
+    fn duplicate_persona_is_refused_at_second_name() {
+        let err = parse(&format!("{ONE}{ONE}")).unwrap_err();
+        assert_eq!(err.line, Some((5, 8)), "{err}");
+        assert!(err.message.contains("duplicate persona name \"a\""));
+    }
+
+    #[test]
+    fn line_col_counts_characters() {
+        assert_eq!(line_col("ab\ncé\nx", 7), (3, 1));
+        assert_eq!(line_col("ab\ncé", 3), (2, 1));
+    }
+}

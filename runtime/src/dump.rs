@@ -1,0 +1,241 @@
+//! The shape of `mindfleet dump`: the supervision tree and every persona's state, as JSON,
+//! and its rendering as a tree for people (`--format tree`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::messages::PersonaStatus;
+use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, SelfStateData, WmEntry};
+use crate::sched::SchedulerStats;
+use crate::storage::StorageStats;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FleetDump {
+    pub fleet: String,
+    pub generated_at: String,
+    pub supervisor: ChildDump,
+    pub admin: AdminDump,
+    pub scheduler: SchedulerStats,
+    pub storage: StorageStats,
+    pub personas: Vec<PersonaDump>,
+    pub outbox: Vec<OutboxEntry>,
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct AdminDump {
+    pub addr: String,
+    pub accepted: u64,
+    pub duplicates: u64,
+    pub rejected: u64,
+    pub rooms: BTreeMap<String, Vec<String>>,
+}
+
+/// One actor of the tree.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChildDump {
+    /// `running`, `restarting`, `failed`, `stopped`, ...
+    pub status: String,
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl ChildDump {
+    pub fn running(restarts: u32) -> Self {
+        ChildDump { status: "running".into(), restarts, last_error: None }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ActorsDump {
+    pub persona: ChildDump,
+    pub inbox: ChildDump,
+    pub self_state: ChildDump,
+    pub working_memory: ChildDump,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct InboxDump {
+    pub len: usize,
+    pub capacity: usize,
+    pub shed: u64,
+    pub duplicates: u64,
+    /// Highest-priority pending events: (event id, priority).
+    pub top: Vec<(String, f64)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct WorkingMemoryDump {
+    pub len: usize,
+    pub capacity_per_domain: usize,
+    pub per_domain: BTreeMap<String, usize>,
+    pub recent: Vec<WmEntry>,
+    pub evictions: Vec<Eviction>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PersonaDump {
+    pub name: String,
+    pub role: String,
+    pub status: PersonaStatus,
+    pub brain: String,
+    pub rooms: Vec<String>,
+    pub domains: Vec<String>,
+    pub actors: ActorsDump,
+    pub self_state: Option<SelfStateData>,
+    pub inbox: InboxDump,
+    pub working_memory: WorkingMemoryDump,
+    /// Newest first.
+    pub decisions: Vec<Decision>,
+    /// Event being worked on, if any.
+    pub in_flight: Option<String>,
+}
+
+impl PersonaDump {
+    /// What is known of a persona whose actor is not running.
+    pub fn placeholder(name: &str, status: PersonaStatus, restarts: u32, error: Option<String>) -> Self {
+        let down = ChildDump { status: "stopped".into(), restarts: 0, last_error: None };
+        PersonaDump {
+            name: name.to_string(),
+            role: String::new(),
+            status,
+            brain: String::new(),
+            rooms: Vec::new(),
+            domains: Vec::new(),
+            actors: ActorsDump {
+                persona: ChildDump {
+                    status: status_str(status).into(),
+                    restarts,
+                    last_error: error,
+                },
+                inbox: down.clone(),
+                self_state: down.clone(),
+                working_memory: down,
+            },
+            self_state: None,
+            inbox: InboxDump::default(),
+            working_memory: WorkingMemoryDump::default(),
+            decisions: Vec::new(),
+            in_flight: None,
+        }
+    }
+}
+
+pub fn status_str(s: PersonaStatus) -> &'static str {
+    match s {
+        PersonaStatus::Starting => "starting",
+        PersonaStatus::Running => "running",
+        PersonaStatus::Restarting => "restarting",
+        PersonaStatus::Failed => "failed",
+        PersonaStatus::Stopped => "stopped",
+    }
+}
+
+fn child_line(out: &mut String, prefix: &str, last: bool, label: &str, c: &ChildDump, extra: &str) {
+    let branch = if last { "└─" } else { "├─" };
+    let _ = write!(out, "{prefix}{branch} {label} [{}", c.status);
+    if c.restarts > 0 {
+        let _ = write!(out, ", {} restarts", c.restarts);
+    }
+    let _ = write!(out, "]");
+    if !extra.is_empty() {
+        let _ = write!(out, "  {extra}");
+    }
+    if let Some(e) = &c.last_error {
+        let _ = write!(out, "  last error: {e}");
+    }
+    out.push('\n');
+}
+
+impl FleetDump {
+    /// The supervision tree with each persona's state, for people.
+    pub fn render_tree(&self) -> String {
+        let mut out = String::new();
+        let s = &self.scheduler;
+        let _ = writeln!(out, "FleetSupervisor({}) [{}]", self.fleet, self.supervisor.status);
+        let _ = writeln!(
+            out,
+            "├─ Admin [running]  {}  accepted {}, duplicates {}, rejected {}",
+            self.admin.addr, self.admin.accepted, self.admin.duplicates, self.admin.rejected
+        );
+        let _ = writeln!(
+            out,
+            "├─ Scheduler [running]  queued u/i/w/b {}/{}/{}/{}, running {}+{}, done {}",
+            s.urgent.queued,
+            s.interactive.queued,
+            s.work.queued,
+            s.background.queued,
+            s.running_inference,
+            s.running_cheap,
+            s.done
+        );
+        let _ = writeln!(
+            out,
+            "├─ StorageWriter [thread]  pending {}, commits {}, mean batch {:.1}, p99 commit {:.2} ms",
+            self.storage.pending, self.storage.commits, self.storage.mean_batch, self.storage.commit_p99_ms
+        );
+        let n = self.personas.len();
+        for (i, p) in self.personas.iter().enumerate() {
+            let last = i + 1 == n;
+            let (branch, prefix) = if last { ("└─", "   ") } else { ("├─", "│  ") };
+            let _ = write!(out, "{branch} Persona({}) [{}", p.name, status_str(p.status));
+            if p.actors.persona.restarts > 0 {
+                let _ = write!(out, ", {} restarts", p.actors.persona.restarts);
+            }
+            let _ = write!(out, "]");
+            if !p.role.is_empty() {
+                let _ = write!(out, "  {} · brain {}", p.role, p.brain);
+            }
+            if let Some(e) = &p.actors.persona.last_error {
+                let _ = write!(out, "  last error: {e}");
+            }
+            out.push('\n');
+            if let Some(st) = &p.self_state {
+                let _ = writeln!(
+                    out,
+                    "{prefix}│  mood {}{}, load {:.2}, capacity {:.2}, energy {:.2}, focus {} ({:.2}) {}",
+                    st.mood.as_str(),
+                    if st.dormant { " (dormant)" } else { "" },
+                    st.cognitive_load,
+                    st.available_capacity,
+                    st.energy,
+                    st.focus.activity,
+                    st.focus.intensity,
+                    st.focus.objective
+                );
+            }
+            let inbox = format!(
+                "{} of {} queued, {} shed, {} duplicates",
+                p.inbox.len, p.inbox.capacity, p.inbox.shed, p.inbox.duplicates
+            );
+            let wm = format!(
+                "{} entries {:?}, {} evictions",
+                p.working_memory.len,
+                p.working_memory.per_domain,
+                p.working_memory.evictions.len()
+            );
+            child_line(&mut out, prefix, false, "Inbox", &p.actors.inbox, &inbox);
+            child_line(&mut out, prefix, false, "SelfState", &p.actors.self_state, "");
+            child_line(&mut out, prefix, true, "WorkingMemory", &p.actors.working_memory, &wm);
+            for d in p.decisions.iter().take(5) {
+                let _ = writeln!(out, "{prefix}   · {} {}: {}", d.verdict.as_str(), d.event_id, d.reason);
+            }
+        }
+        if !self.outbox.is_empty() {
+            let _ = writeln!(out, "outbox (newest first):");
+            for o in self.outbox.iter().take(10) {
+                let _ = writeln!(out, "  #{} {} -> {}: {}", o.room, o.persona, o.in_reply_to, o.text);
+            }
+        }
+        if !self.dead_letters.is_empty() {
+            let _ = writeln!(out, "dead letters:");
+            for d in &self.dead_letters {
+                let _ = writeln!(out, "  {} for {} after {} crashes: {}", d.event_id, d.persona, d.crashes, d.reason);
+            }
+        }
+        out
+    }
+}

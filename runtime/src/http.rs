@@ -1,0 +1,237 @@
+//! The admin API over HTTP/JSON. Handlers authenticate, check `Host`/`Origin`, size-check
+//! and parse; everything else is the [`Admin`](crate::admin::Admin) actor's.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 503 with `{"error", "field"?}` |
+//! | `GET /dump[?persona=P]` | the fleet dump |
+//! | `GET /personas/{name}` | one persona's dump |
+//! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
+//! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ractor::{ActorRef, call_t};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::event::EventInput;
+use crate::messages::{AdminMsg, Fault, InjectError};
+
+/// How long a handler waits for the admin actor.
+const ADMIN_CALL_MS: u64 = 10_000;
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub admin: ActorRef<AdminMsg>,
+    pub token: Option<Arc<str>>,
+    pub max_body: usize,
+    /// Set once stored state is restored and events are accepted.
+    pub ready: Arc<AtomicBool>,
+    /// The bound address (for the `Host`/`Origin` check).
+    pub local: SocketAddr,
+}
+
+fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
+    let mut body = json!({ "error": message.into() });
+    if let Some(f) = field {
+        body["field"] = json!(f);
+    }
+    (status, axum::Json(body)).into_response()
+}
+
+fn inject_error(e: InjectError) -> Response {
+    let status = match &e {
+        InjectError::Invalid(_) => StatusCode::BAD_REQUEST,
+        InjectError::NotFound(_) => StatusCode::NOT_FOUND,
+        InjectError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+        InjectError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        InjectError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, e.to_string(), None)
+}
+
+/// Builds the router for a bound address.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/events", post(post_event))
+        .route("/dump", get(get_dump))
+        .route("/personas/{name}", get(get_persona))
+        .route("/health", get(health))
+        .route("/faults", post(post_fault))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Serves the API until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: HttpState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+fn host_is_loopback(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.starts_with("127.")
+}
+
+/// DNS-rebinding and cross-site guard, then the bearer token.
+async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    if st.local.ip().is_loopback() {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !host_is_loopback(host) {
+            return error(StatusCode::FORBIDDEN, format!("Host {host:?} is not this loopback admin API"), None);
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
+        let ok = origin
+            .strip_prefix("http://")
+            .is_some_and(|rest| if st.local.ip().is_loopback() { host_is_loopback(rest) } else { rest == headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("-") });
+        if !ok {
+            return error(StatusCode::FORBIDDEN, format!("Origin {origin:?} may not drive this admin API"), None);
+        }
+    }
+    if let Some(token) = &st.token {
+        if req.uri().path() != "/health" && !bearer_matches(headers, token) {
+            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer ...)", None);
+        }
+    }
+    next.run(req).await
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Constant-time in the token's length.
+    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+async fn read_body(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<String, Response> {
+    let too_big = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than the limit of {} bytes", st.max_body), None);
+    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()) {
+        if len > st.max_body {
+            return Err(too_big());
+        }
+    }
+    let bytes = to_bytes(body, st.max_body).await.map_err(|_| too_big())?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8", None))
+}
+
+async fn post_event(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let input = match EventInput::from_json(&text) {
+        Ok(i) => i,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid event JSON: {e}"), None),
+    };
+    let event = match input.validate() {
+        Ok(e) => e,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string(), Some(e.field)),
+    };
+    match call_t!(st.admin, AdminMsg::Inject, ADMIN_CALL_MS, event) {
+        Ok(Ok(ack)) => (StatusCode::OK, axum::Json(ack)).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize)]
+struct DumpQuery {
+    persona: Option<String>,
+}
+
+async fn dump(st: &HttpState, persona: Option<String>) -> Response {
+    match call_t!(st.admin, |reply| AdminMsg::Dump { persona, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(d)) => (StatusCode::OK, axum::Json(d)).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+async fn get_dump(State(st): State<HttpState>, Query(q): Query<DumpQuery>) -> Response {
+    dump(&st, q.persona).await
+}
+
+async fn get_persona(State(st): State<HttpState>, Path(name): Path<String>) -> Response {
+    match call_t!(st.admin, |reply| AdminMsg::Dump { persona: Some(name), reply }, ADMIN_CALL_MS) {
+        Ok(Ok(mut d)) if !d.personas.is_empty() => (StatusCode::OK, axum::Json(d.personas.remove(0))).into_response(),
+        Ok(Ok(_)) => error(StatusCode::NOT_FOUND, "no such persona", None),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+async fn health(State(st): State<HttpState>) -> Response {
+    if st.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "restoring stored state", None)
+    }
+}
+
+#[derive(Deserialize)]
+struct FaultBody {
+    persona: String,
+    #[serde(flatten)]
+    fault: Fault,
+}
+
+async fn post_fault(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let FaultBody { persona, fault } = match serde_json::from_str(&text) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid fault JSON: {e}"), None),
+    };
+    match call_t!(st.admin, |reply| AdminMsg::Fault { persona, fault, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in ["localhost", "localhost:7878", "127.0.0.1:7878", "[::1]:7878", "127.0.0.2"] {
+            assert!(host_is_loopback(h), "{h}");
+        }
+        for h in ["evil.example:7878", "localhost.evil.example", "10.0.0.1:7878", ""] {
+            assert!(!host_is_loopback(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn bearer_must_match_exactly() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
+        assert!(bearer_matches(&h, "s3cret"));
+        assert!(!bearer_matches(&h, "s3cre"));
+        assert!(!bearer_matches(&HeaderMap::new(), "s3cret"));
+    }
+}

@@ -1,0 +1,31 @@
+//! The mindfleet runtime: what every other crate builds on.
+//!
+//! Messages that cross crates, the fleet configuration, events, the durable store and
+//! its writer thread, the scheduler's submit / grant / done interface, and the `Admin`
+//! actor with its HTTP API. The fleet's supervision tree:
+//!
+//! ```text
+//! FleetSupervisor                      (crate `mindfleet`)
+//! ├── Admin                            (this crate: routing, injection, dumps)
+//! │     └── HTTP API (axum)            handlers call the Admin, nothing else
+//! ├── Scheduler                        (crate `mindfleet-actors`; interface in `sched`)
+//! ├── [EmbeddingWorker, Index]         (later: shared service actors)
+//! └── Persona(name) x N                (crate `mindfleet-personas`)
+//!     ├── Inbox
+//!     ├── SelfState
+//!     └── WorkingMemory
+//!
+//! storage-writer thread                (this crate: group commit into redb)
+//! ```
+
+pub mod admin;
+pub mod config;
+pub mod dump;
+pub mod event;
+pub mod http;
+pub mod messages;
+pub mod model;
+pub mod restart;
+pub mod sched;
+pub mod storage;
+pub mod time;

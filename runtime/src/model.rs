@@ -1,0 +1,207 @@
+//! The data a persona keeps and journals: self-state, working memory entries,
+//! decisions, outbox entries. Stored with bincode (no `skip_serializing_if`), shown as JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What the engagement gate (or the runtime on its behalf) decided about an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Engage,
+    Ignore,
+    Defer,
+    /// Dropped by a full inbox (the lowest priority goes first).
+    Shed,
+    /// Dropped as a repeat (same id, or same room+sender+text within 3 s).
+    Duplicate,
+    /// Refused at injection because the durable queue was full (HTTP 429).
+    Skipped,
+    /// Crashed its persona too often; kept in the dead letters.
+    DeadLetter,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Engage => "engage",
+            Verdict::Ignore => "ignore",
+            Verdict::Defer => "defer",
+            Verdict::Shed => "shed",
+            Verdict::Duplicate => "duplicate",
+            Verdict::Skipped => "skipped",
+            Verdict::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+/// One journaled decision with its reason and the numbers that led to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub event_id: String,
+    pub verdict: Verdict,
+    pub reason: String,
+    /// Who decided: `fast_path`, `inbox`, `admin`, `supervisor`.
+    pub by: String,
+    pub priority: f64,
+    /// Named inputs of the decision (priority, threshold, load, ...).
+    pub numbers: Vec<(String, f64)>,
+    pub at_us: i64,
+}
+
+/// A reply a persona posted into a room.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    pub persona: String,
+    pub room: String,
+    pub in_reply_to: String,
+    /// The id the reply carries as an event in the room.
+    pub event_id: String,
+    pub text: String,
+    /// Which brain wrote it (`rules` until the model brains land).
+    pub brain: String,
+    pub at_us: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mood {
+    #[default]
+    Idle,
+    Active,
+    Tired,
+    Overwhelmed,
+}
+
+impl Mood {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mood::Idle => "idle",
+            Mood::Active => "active",
+            Mood::Tired => "tired",
+            Mood::Overwhelmed => "overwhelmed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Focus {
+    /// What the persona is doing: `idle`, `responding`, ...
+    pub activity: String,
+    pub domain: String,
+    pub objective: String,
+    /// 0..=1.
+    pub intensity: f64,
+    pub since_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preoccupation {
+    pub concern: String,
+    pub priority: f64,
+    pub domain: String,
+    pub event_id: String,
+    pub created_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thought {
+    pub text: String,
+    pub at_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentDecision {
+    pub decision: String,
+    pub reason: String,
+    pub at_us: i64,
+}
+
+/// A persona's picture of itself. Every fraction is kept in 0..=1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelfStateData {
+    pub focus: Focus,
+    pub preoccupations: Vec<Preoccupation>,
+    pub recent_thoughts: Vec<Thought>,
+    pub recent_decisions: Vec<RecentDecision>,
+    pub cognitive_load: f64,
+    pub available_capacity: f64,
+    pub mood: Mood,
+    pub energy: f64,
+    pub dormant: bool,
+    /// Activities completed since creation.
+    pub activities: u64,
+    pub updated_us: i64,
+    /// Last time this persona posted, per room (for inbox priority).
+    pub spoke_in: BTreeMap<String, i64>,
+}
+
+impl Default for SelfStateData {
+    fn default() -> Self {
+        SelfStateData {
+            focus: Focus { activity: "idle".into(), ..Focus::default() },
+            preoccupations: Vec::new(),
+            recent_thoughts: Vec::new(),
+            recent_decisions: Vec::new(),
+            cognitive_load: 0.0,
+            available_capacity: 1.0,
+            mood: Mood::Idle,
+            energy: 1.0,
+            dormant: false,
+            activities: 0,
+            updated_us: 0,
+            spoke_in: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Observation,
+    Question,
+    Decision,
+    ResponseDraft,
+    Reflection,
+}
+
+/// One thought in working memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WmEntry {
+    pub id: u64,
+    pub domain: String,
+    pub kind: EntryKind,
+    pub text: String,
+    /// 0..=1.
+    pub importance: f64,
+    pub event_id: Option<String>,
+    /// Relevance to the focus at the time it was stored, 0..=1.
+    pub relevance: f64,
+    pub created_us: i64,
+    pub last_access_us: i64,
+    pub access_count: u32,
+    pub expires_us: i64,
+}
+
+/// Why a working-memory entry left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Eviction {
+    pub entry_id: u64,
+    pub domain: String,
+    pub text: String,
+    /// `capacity` (lowest retention score) or `expired`.
+    pub reason: String,
+    pub retention: f64,
+    pub at_us: i64,
+}
+
+/// An event that crashed its persona too often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub persona: String,
+    pub event_id: String,
+    pub crashes: u32,
+    pub reason: String,
+    pub at_us: i64,
+}

@@ -1,0 +1,879 @@
+//! Durable state in one redb database, written by one dedicated thread.
+//!
+//! Every write goes through [`Storage`]'s channel to the writer thread, which folds all
+//! requests waiting in the channel into one write transaction and one fsync (group
+//! commit), then answers the requests that wait for durability and hands the committed
+//! events to their personas. Reads that restore an actor's state go through the same
+//! channel, so they see every write sent before them (a restarted child never reads a
+//! state older than the one it last persisted). Read-only views for dumps use their own
+//! read transactions. The on-disk layout is in `docs/STORAGE.md`.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use ractor::{ActorRef, RpcReplyPort};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::config::StorageConfig;
+use crate::event::Event;
+use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
+use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, SelfStateData, Verdict, WmEntry};
+use crate::time::now_us;
+
+/// Version of the layout below. Older files are migrated on open, newer ones refused.
+pub const SCHEMA_VERSION: u64 = 1;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+const EVENT_IDS: TableDefinition<&str, u64> = TableDefinition::new("event_ids");
+const DELIVERIES: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
+const PENDING_BY_SEQ: TableDefinition<u64, u32> = TableDefinition::new("pending_by_seq");
+const DECISIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("decisions");
+const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+const SELF_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("self_state");
+const MEMORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("memory");
+const EVICTIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evictions");
+const DEAD_LETTERS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("dead_letters");
+const COUNTERS: TableDefinition<(&str, &str), u64> = TableDefinition::new("counters");
+
+/// Upgrades from each older schema version to the next; index 0 upgrades version 1.
+/// Version 1 is the first layout, so the list is empty; a layout change appends here.
+type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
+const MIGRATIONS: &[Migration] = &[];
+
+/// Evictions kept per persona.
+const EVICTIONS_KEPT: u64 = 1000;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error("data dir {path} in use by pid {pid}")]
+    InUse { path: PathBuf, pid: String },
+    #[error("{path}: schema version {found} is newer than this mindfleet supports ({supported}); use a newer mindfleet")]
+    NewerSchema { path: PathBuf, found: u64, supported: u64 },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Db { path: PathBuf, message: String },
+    #[error("storage writer has stopped")]
+    Closed,
+}
+
+/// A persona and how to reach it.
+/// A persona and how to reach it (`None` while it is down: the delivery waits in storage).
+pub type Target = (Arc<str>, Option<ActorRef<PersonaMsg>>);
+
+/// What the inbox restores from storage.
+#[derive(Debug, Default)]
+pub struct InboxRestore {
+    pub deliveries: Vec<Delivery>,
+    pub shed: u64,
+    pub duplicates: u64,
+}
+
+/// Figures of the writer, shown in the dump.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StorageStats {
+    pub path: String,
+    pub schema_version: u64,
+    /// Deliveries accepted and not finished yet.
+    pub pending: u64,
+    pub accepted: u64,
+    /// Injections answered `duplicate` (an id already stored).
+    pub duplicates: u64,
+    pub commits: u64,
+    pub requests: u64,
+    pub mean_batch: f64,
+    pub commit_p50_ms: f64,
+    pub commit_p99_ms: f64,
+    /// From acceptance to the commit of the decision.
+    pub decision_p50_ms: f64,
+    pub decision_p99_ms: f64,
+    pub decisions: u64,
+    pub dead_letters: u64,
+    pub stale_finishes: u64,
+    pub errors: u64,
+}
+
+enum Op {
+    Inject {
+        event: Event,
+        targets: Vec<Target>,
+        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
+    },
+    Commit {
+        commit: PersonaCommit,
+        reply_targets: Vec<Target>,
+    },
+    PutSelfState(Arc<str>, Box<SelfStateData>),
+    PutMemory(Arc<str>, Box<WmEntry>),
+    DeleteMemory(Arc<str>, u64, Option<Eviction>),
+    Crash {
+        persona: Arc<str>,
+        seq: u64,
+        reason: String,
+    },
+    LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
+    LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
+    LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
+    Stats(oneshot::Sender<StorageStats>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Handle to the database and its writer thread. Cloning is cheap.
+#[derive(Clone)]
+pub struct Storage {
+    tx: Sender<Op>,
+    db: Arc<Database>,
+    path: Arc<Path>,
+}
+
+/// Keeps the data dir locked to this process; dropping it (or exiting) releases the lock.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+}
+
+/// Locks `dir` for this process (creating it), or names the process holding it.
+pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, StorageError> {
+    std::fs::create_dir_all(dir).map_err(|source| StorageError::Io { path: dir.to_path_buf(), source })?;
+    let path = dir.join("mindfleet.lock");
+    let io = |source| StorageError::Io { path: path.clone(), source };
+    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(StorageError::InUse {
+                path: dir.to_path_buf(),
+                pid: if pid.is_empty() { "unknown".into() } else { pid.to_string() },
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    write!(file, "{}", std::process::id()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    Ok(DataDirLock { _file: file })
+}
+
+fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(v, bincode::config::standard()).expect("in-memory encoding cannot fail")
+}
+
+fn dec<T: DeserializeOwned>(b: &[u8]) -> Result<T, redb::Error> {
+    bincode::serde::decode_from_slice(b, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|e| redb::Error::Corrupted(format!("undecodable record: {e}")))
+}
+
+impl Storage {
+    /// Opens (or creates) `data_dir/fleet.redb`, checks its schema and starts the writer.
+    /// The caller holds the [`DataDirLock`] first.
+    pub fn open(cfg: &StorageConfig) -> Result<Storage, StorageError> {
+        let path: Arc<Path> = cfg.data_dir.join("fleet.redb").into();
+        let dberr = |e: &dyn std::fmt::Display| StorageError::Db { path: path.to_path_buf(), message: e.to_string() };
+        let db = Database::create(&*path).map_err(|e| dberr(&e))?;
+        let txn = db.begin_write().map_err(|e| dberr(&e))?;
+        let mut found = {
+            let mut meta = txn.open_table(META).map_err(|e| dberr(&e))?;
+            let v = meta.get("schema_version").map_err(|e| dberr(&e))?.map(|g| g.value());
+            if v.is_none() {
+                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(&e))?;
+            }
+            v.unwrap_or(SCHEMA_VERSION)
+        };
+        if found > SCHEMA_VERSION {
+            return Err(StorageError::NewerSchema { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
+        }
+        while found < SCHEMA_VERSION {
+            MIGRATIONS[(found - 1) as usize](&txn).map_err(|e| dberr(&e))?;
+            found += 1;
+            tracing::info!(path = %path.display(), version = found, "migrated storage schema");
+        }
+        {
+            let mut meta = txn.open_table(META).map_err(|e| dberr(&e))?;
+            meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(&e))?;
+        }
+        open_all(&txn).map_err(|e| dberr(&e))?;
+        txn.commit().map_err(|e| dberr(&e))?;
+
+        let db = Arc::new(db);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let writer = Writer::new(db.clone(), cfg.clone(), path.to_path_buf()).map_err(|e| dberr(&e))?;
+        std::thread::Builder::new()
+            .name("storage-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|source| StorageError::Io { path: path.to_path_buf(), source })?;
+        Ok(Storage { tx, db, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn send(&self, op: Op) {
+        // The writer only stops when every handle is dropped.
+        let _ = self.tx.send(op);
+    }
+
+    /// Stores an event for `targets`; `reply` is answered after the fsync, then the event
+    /// is delivered to each target.
+    pub fn inject(&self, event: Event, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>>) {
+        self.send(Op::Inject { event, targets, reply });
+    }
+
+    /// Finishes a delivery: decision, optional reply (outbox + room event) in one transaction.
+    pub fn commit(&self, commit: PersonaCommit, reply_targets: Vec<Target>) {
+        self.send(Op::Commit { commit, reply_targets });
+    }
+
+    pub fn put_self_state(&self, persona: Arc<str>, s: SelfStateData) {
+        self.send(Op::PutSelfState(persona, Box::new(s)));
+    }
+
+    pub fn put_memory(&self, persona: Arc<str>, e: WmEntry) {
+        self.send(Op::PutMemory(persona, Box::new(e)));
+    }
+
+    pub fn delete_memory(&self, persona: Arc<str>, id: u64, eviction: Option<Eviction>) {
+        self.send(Op::DeleteMemory(persona, id, eviction));
+    }
+
+    /// Counts a crash of `persona` while it handled delivery `seq`; dead-letters it at the limit.
+    pub fn crash(&self, persona: Arc<str>, seq: u64, reason: String) {
+        self.send(Op::Crash { persona, seq, reason });
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, StorageError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).map_err(|_| StorageError::Closed)?;
+        rx.await.map_err(|_| StorageError::Closed)
+    }
+
+    pub async fn load_self_state(&self, persona: Arc<str>) -> Result<Option<SelfStateData>, StorageError> {
+        self.ask(|tx| Op::LoadSelfState(persona, tx)).await
+    }
+
+    pub async fn load_memory(&self, persona: Arc<str>) -> Result<Vec<WmEntry>, StorageError> {
+        self.ask(|tx| Op::LoadMemory(persona, tx)).await
+    }
+
+    pub async fn load_inbox(&self, persona: Arc<str>) -> Result<InboxRestore, StorageError> {
+        self.ask(|tx| Op::LoadInbox(persona, tx)).await
+    }
+
+    pub async fn stats(&self) -> Result<StorageStats, StorageError> {
+        self.ask(Op::Stats).await
+    }
+
+    /// Waits until everything sent before is committed.
+    pub async fn flush(&self) -> Result<(), StorageError> {
+        self.ask(Op::Flush).await
+    }
+
+    /// Blocking variant of [`Storage::flush`] for non-async contexts.
+    pub fn flush_blocking(&self) -> Result<(), StorageError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Op::Flush(tx)).map_err(|_| StorageError::Closed)?;
+        rx.blocking_recv().map_err(|_| StorageError::Closed)
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T, StorageError> {
+        let txn = self.db.begin_read().map_err(|e| self.db_err(e))?;
+        f(&txn).map_err(|e| self.db_err(e))
+    }
+
+    fn db_err(&self, e: impl std::fmt::Display) -> StorageError {
+        StorageError::Db { path: self.path.to_path_buf(), message: e.to_string() }
+    }
+
+    /// Newest decisions of a persona, newest first (blocking read).
+    pub fn recent_decisions(&self, persona: &str, n: usize) -> Result<Vec<Decision>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(DECISIONS)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?
+                .rev()
+                .take(n)
+                .map(|r| dec(r?.1.value()))
+                .collect()
+        })
+    }
+
+    /// Newest evictions of a persona, newest first (blocking read).
+    pub fn recent_evictions(&self, persona: &str, n: usize) -> Result<Vec<Eviction>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(EVICTIONS)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?
+                .rev()
+                .take(n)
+                .map(|r| dec(r?.1.value()))
+                .collect()
+        })
+    }
+
+    /// Newest outbox entries, newest first (blocking read).
+    pub fn recent_outbox(&self, n: usize) -> Result<Vec<OutboxEntry>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(OUTBOX)?;
+            t.iter()?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(DEAD_LETTERS)?;
+            t.iter()?.map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// Deliveries not finished yet, per persona (blocking read).
+    pub fn pending_by_persona(&self) -> Result<BTreeMap<String, Vec<String>>, StorageError> {
+        self.read(|txn| {
+            let d = txn.open_table(DELIVERIES)?;
+            let ev = txn.open_table(EVENTS)?;
+            let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for r in d.iter()? {
+                let (k, _) = r?;
+                let (persona, seq) = k.value();
+                let id = match ev.get(seq)? {
+                    Some(b) => dec::<Event>(b.value())?.id,
+                    None => format!("seq {seq}"),
+                };
+                out.entry(persona.to_string()).or_default().push(id);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every decision of every persona, oldest first (blocking read; tests and exports).
+    pub fn all_decisions(&self) -> Result<Vec<(String, Decision)>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(DECISIONS)?;
+            t.iter()?
+                .map(|r| {
+                    let (k, v) = r?;
+                    Ok((k.value().0.to_string(), dec(v.value())?))
+                })
+                .collect()
+        })
+    }
+}
+
+fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    txn.open_table(META)?;
+    txn.open_table(EVENTS)?;
+    txn.open_table(EVENT_IDS)?;
+    txn.open_table(DELIVERIES)?;
+    txn.open_table(PENDING_BY_SEQ)?;
+    txn.open_table(DECISIONS)?;
+    txn.open_table(OUTBOX)?;
+    txn.open_table(SELF_STATE)?;
+    txn.open_table(MEMORY)?;
+    txn.open_table(EVICTIONS)?;
+    txn.open_table(DEAD_LETTERS)?;
+    txn.open_table(COUNTERS)?;
+    Ok(())
+}
+
+/// Counters kept in `meta`, cached by the writer.
+#[derive(Debug, Clone, Default)]
+struct Meta {
+    next_seq: u64,
+    next_decision: u64,
+    next_outbox: u64,
+    next_eviction: u64,
+    next_dead: u64,
+    pending: u64,
+    outbox_count: u64,
+    events_count: u64,
+}
+
+const META_KEYS: [&str; 8] = [
+    "next_seq",
+    "next_decision",
+    "next_outbox",
+    "next_eviction",
+    "next_dead",
+    "pending",
+    "outbox_count",
+    "events_count",
+];
+
+impl Meta {
+    fn fields(&mut self) -> [&mut u64; 8] {
+        [
+            &mut self.next_seq,
+            &mut self.next_decision,
+            &mut self.next_outbox,
+            &mut self.next_eviction,
+            &mut self.next_dead,
+            &mut self.pending,
+            &mut self.outbox_count,
+            &mut self.events_count,
+        ]
+    }
+
+    fn load(db: &Database) -> Result<Meta, redb::Error> {
+        let txn = db.begin_read()?;
+        let t = txn.open_table(META)?;
+        let mut m = Meta::default();
+        for (k, f) in META_KEYS.iter().zip(m.fields()) {
+            *f = t.get(*k)?.map_or(0, |g| g.value());
+        }
+        m.next_seq = m.next_seq.max(1);
+        Ok(m)
+    }
+
+    fn save(&mut self, txn: &WriteTransaction) -> Result<(), redb::Error> {
+        let mut t = txn.open_table(META)?;
+        for (k, f) in META_KEYS.iter().zip(self.fields()) {
+            t.insert(*k, *f)?;
+        }
+        Ok(())
+    }
+}
+
+/// A bounded window of recent samples for percentiles.
+#[derive(Debug, Default)]
+struct Samples {
+    buf: Vec<f64>,
+    next: usize,
+}
+
+impl Samples {
+    const CAP: usize = 8192;
+
+    fn push(&mut self, v: f64) {
+        if self.buf.len() < Self::CAP {
+            self.buf.push(v);
+        } else {
+            self.buf[self.next] = v;
+        }
+        self.next = (self.next + 1) % Self::CAP;
+    }
+
+    fn percentile(&self, p: f64) -> f64 {
+        if self.buf.is_empty() {
+            return 0.0;
+        }
+        let mut v = self.buf.clone();
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    }
+}
+
+type AfterCommit = Box<dyn FnOnce(Result<(), &str>) + Send>;
+
+struct Writer {
+    db: Arc<Database>,
+    cfg: StorageConfig,
+    path: PathBuf,
+    meta: Meta,
+    stats: StorageStats,
+    commit_ms: Samples,
+    decision_ms: Samples,
+}
+
+impl Writer {
+    fn new(db: Arc<Database>, cfg: StorageConfig, path: PathBuf) -> Result<Writer, redb::Error> {
+        let meta = Meta::load(&db)?;
+        let stats = StorageStats {
+            path: path.display().to_string(),
+            schema_version: SCHEMA_VERSION,
+            pending: meta.pending,
+            ..Default::default()
+        };
+        Ok(Writer { db, cfg, path, meta, stats, commit_ms: Samples::default(), decision_ms: Samples::default() })
+    }
+
+    fn run(mut self, rx: Receiver<Op>) {
+        let mut batch = Vec::with_capacity(self.cfg.max_batch);
+        while let Ok(op) = rx.recv() {
+            batch.push(op);
+            while batch.len() < self.cfg.max_batch {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.apply_batch(&mut batch);
+        }
+        tracing::debug!(path = %self.path.display(), "storage writer stopped");
+    }
+
+    fn apply_batch(&mut self, batch: &mut Vec<Op>) {
+        let started = Instant::now();
+        let n = batch.len();
+        let mut after: Vec<AfterCommit> = Vec::with_capacity(n);
+        let result = (|| -> Result<bool, redb::Error> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
+            let mut dirty = false;
+            for op in batch.drain(..) {
+                dirty |= self.apply(&txn, op, &mut after)?;
+            }
+            if dirty {
+                self.trim_events(&txn)?;
+                self.meta.save(&txn)?;
+                txn.commit()?;
+            } else {
+                txn.abort()?;
+            }
+            Ok(dirty)
+        })();
+        batch.clear();
+        self.stats.requests += n as u64;
+        match result {
+            Ok(dirty) => {
+                if dirty {
+                    self.stats.commits += 1;
+                    self.commit_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                }
+                self.stats.pending = self.meta.pending;
+                for a in after {
+                    a(Ok(()));
+                }
+            }
+            Err(e) => {
+                self.stats.errors += 1;
+                tracing::error!(path = %self.path.display(), error = %e, "storage commit failed");
+                // The transaction is gone: reload the counters it may have advanced.
+                if let Ok(m) = Meta::load(&self.db) {
+                    self.meta = m;
+                }
+                let msg = e.to_string();
+                for a in after {
+                    a(Err(&msg));
+                }
+            }
+        }
+    }
+
+    /// Applies one request inside the batch's transaction; true when it wrote anything.
+    fn apply(&mut self, txn: &WriteTransaction, op: Op, after: &mut Vec<AfterCommit>) -> Result<bool, redb::Error> {
+        match op {
+            Op::Inject { event, targets, reply } => {
+                if txn.open_table(EVENT_IDS)?.get(event.id.as_str())?.is_some() {
+                    self.stats.duplicates += 1;
+                    let ack = InjectAck { event_id: event.id, accepted: true, duplicate: true, personas: Vec::new() };
+                    after.push(Box::new(move |r| {
+                        let _ = reply.send(r.map(|_| ack).map_err(|e| InjectError::Storage(e.to_string())));
+                    }));
+                    return Ok(false);
+                }
+                if self.meta.pending + targets.len() as u64 > self.cfg.max_pending {
+                    let pending = self.meta.pending;
+                    let reason = format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
+                    for (persona, _) in &targets {
+                        self.put_decision(txn, persona, &skipped(&event, &reason))?;
+                    }
+                    after.push(Box::new(move |_| {
+                        let _ = reply.send(Err(InjectError::QueueFull { pending }));
+                    }));
+                    return Ok(true);
+                }
+                let (seq, event) = self.put_event(txn, event, &targets)?;
+                self.stats.accepted += 1;
+                let ack = InjectAck {
+                    event_id: event.id.clone(),
+                    accepted: true,
+                    duplicate: false,
+                    personas: targets.iter().map(|(p, _)| p.to_string()).collect(),
+                };
+                after.push(Box::new(move |r| match r {
+                    Ok(()) => {
+                        let _ = reply.send(Ok(ack));
+                        deliver(&targets, seq, &event);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(InjectError::Storage(e.to_string())));
+                    }
+                }));
+                Ok(true)
+            }
+            Op::Commit { commit, reply_targets } => {
+                let PersonaCommit { persona, seq, accepted_us, decision, reply } = commit;
+                if !self.finish_delivery(txn, &persona, seq)? {
+                    self.stats.stale_finishes += 1;
+                    return Ok(false);
+                }
+                if matches!(decision.verdict, Verdict::Shed | Verdict::Duplicate) {
+                    let mut c = txn.open_table(COUNTERS)?;
+                    let name = decision.verdict.as_str();
+                    let n = c.get((&*persona, name))?.map_or(0, |g| g.value());
+                    c.insert((&*persona, name), n + 1)?;
+                }
+                self.put_decision(txn, &persona, &decision)?;
+                self.stats.decisions += 1;
+                let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
+                self.decision_ms.push(latency_ms);
+                if let Some((entry, event)) = reply {
+                    self.put_outbox(txn, &entry)?;
+                    let (rseq, event) = self.put_event(txn, event, &reply_targets)?;
+                    after.push(Box::new(move |r| {
+                        if r.is_ok() {
+                            deliver(&reply_targets, rseq, &event);
+                        }
+                    }));
+                }
+                Ok(true)
+            }
+            Op::PutSelfState(persona, state) => {
+                txn.open_table(SELF_STATE)?.insert(&*persona, enc(&*state).as_slice())?;
+                Ok(true)
+            }
+            Op::PutMemory(persona, entry) => {
+                txn.open_table(MEMORY)?.insert((&*persona, entry.id), enc(&*entry).as_slice())?;
+                Ok(true)
+            }
+            Op::DeleteMemory(persona, id, eviction) => {
+                txn.open_table(MEMORY)?.remove((&*persona, id))?;
+                if let Some(ev) = eviction {
+                    let key = self.meta.next_eviction;
+                    self.meta.next_eviction += 1;
+                    let mut t = txn.open_table(EVICTIONS)?;
+                    t.insert((&*persona, key), enc(&ev).as_slice())?;
+                    bounded(&mut t, &mut txn.open_table(COUNTERS)?, &persona, "evictions", EVICTIONS_KEPT)?;
+                }
+                Ok(true)
+            }
+            Op::Crash { persona, seq, reason } => {
+                let mut d = txn.open_table(DELIVERIES)?;
+                let Some(crashes) = d.get((&*persona, seq))?.map(|g| g.value() + 1) else {
+                    return Ok(false);
+                };
+                if crashes < self.cfg.max_crashes_per_event {
+                    d.insert((&*persona, seq), crashes)?;
+                    return Ok(true);
+                }
+                drop(d);
+                let event: Option<Event> = match txn.open_table(EVENTS)?.get(seq)? {
+                    Some(b) => Some(dec(b.value())?),
+                    None => None,
+                };
+                let event_id = event.map_or_else(|| format!("seq {seq}"), |e| e.id);
+                self.finish_delivery(txn, &persona, seq)?;
+                let now = now_us();
+                let dl = DeadLetter { persona: persona.to_string(), event_id: event_id.clone(), crashes, reason: reason.clone(), at_us: now };
+                let key = self.meta.next_dead;
+                self.meta.next_dead += 1;
+                txn.open_table(DEAD_LETTERS)?.insert((&*persona, key), enc(&dl).as_slice())?;
+                let decision = Decision {
+                    event_id,
+                    verdict: Verdict::DeadLetter,
+                    reason: format!("crashed the persona {crashes} times (last: {reason}); moved to the dead letters"),
+                    by: "supervisor".into(),
+                    priority: 0.0,
+                    numbers: vec![("crashes".into(), crashes as f64)],
+                    at_us: now,
+                };
+                self.put_decision(txn, &persona, &decision)?;
+                self.stats.dead_letters += 1;
+                Ok(true)
+            }
+            Op::LoadSelfState(persona, tx) => {
+                let v = match txn.open_table(SELF_STATE)?.get(&*persona)? {
+                    Some(b) => Some(dec(b.value())?),
+                    None => None,
+                };
+                after.push(Box::new(move |_| {
+                    let _ = tx.send(v);
+                }));
+                Ok(false)
+            }
+            Op::LoadMemory(persona, tx) => {
+                let t = txn.open_table(MEMORY)?;
+                let v = t
+                    .range((&*persona, 0)..=(&*persona, u64::MAX))?
+                    .map(|r| dec(r?.1.value()))
+                    .collect::<Result<Vec<WmEntry>, _>>()?;
+                after.push(Box::new(move |_| {
+                    let _ = tx.send(v);
+                }));
+                Ok(false)
+            }
+            Op::LoadInbox(persona, tx) => {
+                let d = txn.open_table(DELIVERIES)?;
+                let ev = txn.open_table(EVENTS)?;
+                let mut out = InboxRestore::default();
+                for r in d.range((&*persona, 0)..=(&*persona, u64::MAX))? {
+                    let (k, crashes) = r?;
+                    let seq = k.value().1;
+                    if let Some(b) = ev.get(seq)? {
+                        out.deliveries.push(Delivery { seq, event: Arc::new(dec(b.value())?), crashes: crashes.value() });
+                    }
+                }
+                let c = txn.open_table(COUNTERS)?;
+                out.shed = c.get((&*persona, Verdict::Shed.as_str()))?.map_or(0, |g| g.value());
+                out.duplicates = c.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
+                after.push(Box::new(move |_| {
+                    let _ = tx.send(out);
+                }));
+                Ok(false)
+            }
+            Op::Stats(tx) => {
+                let mut s = self.stats.clone();
+                s.pending = self.meta.pending;
+                s.mean_batch = if s.commits == 0 { 0.0 } else { s.requests as f64 / s.commits as f64 };
+                s.commit_p50_ms = self.commit_ms.percentile(0.5);
+                s.commit_p99_ms = self.commit_ms.percentile(0.99);
+                s.decision_p50_ms = self.decision_ms.percentile(0.5);
+                s.decision_p99_ms = self.decision_ms.percentile(0.99);
+                let _ = tx.send(s);
+                Ok(false)
+            }
+            Op::Flush(tx) => {
+                after.push(Box::new(move |_| {
+                    let _ = tx.send(());
+                }));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Stores a new event and one delivery per target; returns its sequence number.
+    fn put_event(&mut self, txn: &WriteTransaction, event: Event, targets: &[Target]) -> Result<(u64, Arc<Event>), redb::Error> {
+        let seq = self.meta.next_seq;
+        self.meta.next_seq += 1;
+        txn.open_table(EVENTS)?.insert(seq, enc(&event).as_slice())?;
+        txn.open_table(EVENT_IDS)?.insert(event.id.as_str(), seq)?;
+        self.meta.events_count += 1;
+        if !targets.is_empty() {
+            let mut d = txn.open_table(DELIVERIES)?;
+            for (persona, _) in targets {
+                d.insert((&**persona, seq), 0u32)?;
+            }
+            txn.open_table(PENDING_BY_SEQ)?.insert(seq, targets.len() as u32)?;
+            self.meta.pending += targets.len() as u64;
+        }
+        Ok((seq, Arc::new(event)))
+    }
+
+    /// Removes a delivery; false when it was not pending (already finished).
+    fn finish_delivery(&mut self, txn: &WriteTransaction, persona: &str, seq: u64) -> Result<bool, redb::Error> {
+        if txn.open_table(DELIVERIES)?.remove((persona, seq))?.is_none() {
+            return Ok(false);
+        }
+        self.meta.pending = self.meta.pending.saturating_sub(1);
+        let mut p = txn.open_table(PENDING_BY_SEQ)?;
+        let left = p.get(seq)?.map_or(0, |g| g.value()).saturating_sub(1);
+        if left == 0 {
+            p.remove(seq)?;
+        } else {
+            p.insert(seq, left)?;
+        }
+        Ok(true)
+    }
+
+    fn put_decision(&mut self, txn: &WriteTransaction, persona: &str, d: &Decision) -> Result<(), redb::Error> {
+        let key = self.meta.next_decision;
+        self.meta.next_decision += 1;
+        let mut t = txn.open_table(DECISIONS)?;
+        t.insert((persona, key), enc(d).as_slice())?;
+        bounded(&mut t, &mut txn.open_table(COUNTERS)?, persona, "decisions", self.cfg.decisions_per_persona)
+    }
+
+    fn put_outbox(&mut self, txn: &WriteTransaction, e: &OutboxEntry) -> Result<(), redb::Error> {
+        let key = self.meta.next_outbox;
+        self.meta.next_outbox += 1;
+        let mut t = txn.open_table(OUTBOX)?;
+        t.insert(key, enc(e).as_slice())?;
+        self.meta.outbox_count += 1;
+        while self.meta.outbox_count > self.cfg.outbox_limit {
+            if t.pop_first()?.is_none() {
+                break;
+            }
+            self.meta.outbox_count -= 1;
+        }
+        Ok(())
+    }
+
+    /// Forgets the oldest finished events beyond the retention limit (a bounded amount per
+    /// commit, so one commit never stalls on a large backlog).
+    fn trim_events(&mut self, txn: &WriteTransaction) -> Result<(), redb::Error> {
+        if self.meta.events_count <= self.cfg.events_retained {
+            return Ok(());
+        }
+        let excess = (self.meta.events_count - self.cfg.events_retained).min(1024) as usize;
+        let pending = txn.open_table(PENDING_BY_SEQ)?;
+        let mut events = txn.open_table(EVENTS)?;
+        let mut victims = Vec::with_capacity(excess);
+        for r in events.iter()? {
+            if victims.len() == excess {
+                break;
+            }
+            let (k, v) = r?;
+            let seq = k.value();
+            if pending.get(seq)?.is_none() {
+                victims.push((seq, dec::<Event>(v.value())?.id));
+            }
+        }
+        let mut ids = txn.open_table(EVENT_IDS)?;
+        for (seq, id) in victims {
+            events.remove(seq)?;
+            ids.remove(id.as_str())?;
+            self.meta.events_count -= 1;
+        }
+        Ok(())
+    }
+}
+
+/// Keeps at most `limit` rows of `persona` in a journal table keyed by (persona, n).
+fn bounded(
+    t: &mut redb::Table<(&str, u64), &[u8]>,
+    counters: &mut redb::Table<(&str, &str), u64>,
+    persona: &str,
+    name: &str,
+    limit: u64,
+) -> Result<(), redb::Error> {
+    let mut n = counters.get((persona, name))?.map_or(0, |g| g.value()) + 1;
+    while n > limit {
+        let first = t.range((persona, 0)..=(persona, u64::MAX))?.next().transpose()?.map(|(k, _)| k.value().1);
+        match first {
+            Some(k) => {
+                t.remove((persona, k))?;
+                n -= 1;
+            }
+            None => break,
+        }
+    }
+    counters.insert((persona, name), n)?;
+    Ok(())
+}
+
+fn skipped(event: &Event, reason: &str) -> Decision {
+    Decision {
+        event_id: event.id.clone(),
+        verdict: Verdict::Skipped,
+        reason: reason.to_string(),
+        by: "admin".into(),
+        priority: event.priority.unwrap_or(0.0),
+        numbers: Vec::new(),
+        at_us: now_us(),
+    }
+}
+
+fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
+    for (persona, actor) in targets {
+        let sent = actor
+            .as_ref()
+            .is_some_and(|a| a.cast(PersonaMsg::Deliver(Delivery { seq, event: event.clone(), crashes: 0 })).is_ok());
+        if !sent {
+            // Stored: the persona's inbox restores it when the persona comes back.
+            tracing::debug!(%persona, seq, "persona down; delivery stays queued in storage");
+        }
+    }
+}

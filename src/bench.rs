@@ -1,0 +1,199 @@
+//! `mindfleet bench NAME --json`: each benchmark prints one JSON object of its figures.
+//! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mindfleet_personas::gate::{GateState, PriorityInput, fast_gate, priority};
+use mindfleet_runtime::config::FleetConfig;
+use mindfleet_runtime::event::{Event, EventInput, SenderKind};
+use mindfleet_runtime::model::Mood;
+use serde_json::{Value, json};
+
+use crate::fleet::Fleet;
+
+/// Resident set size of this process, in KiB (Linux).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m
+}
+
+/// Launch time and idle RSS of a fleet of `n` personas (each with its three children).
+pub async fn launch(n: usize) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let cfg = FleetConfig::synthetic(n, dir.path().to_path_buf());
+    let rss_before = rss_kib();
+    let t = Instant::now();
+    let fleet = Fleet::start(cfg).await?;
+    let launch_s = t.elapsed().as_secs_f64();
+    anyhow::ensure!(fleet.wait_idle(Duration::from_secs(30)).await, "fleet did not settle");
+    let dump = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let running = dump.personas.iter().filter(|p| p.actors.inbox.status == "running").count();
+    anyhow::ensure!(running == n, "only {running} of {n} personas running");
+    let rss = rss_kib();
+    let t = Instant::now();
+    fleet.shutdown(Duration::from_secs(5)).await;
+    Ok(json!({
+        "bench": "launch",
+        "personas": n,
+        "actors": 4 * n + 3,
+        "launch_s": round(launch_s, 3),
+        "rss_mb": round(rss as f64 / 1024.0, 1),
+        "rss_growth_mb": round(rss.saturating_sub(rss_before) as f64 / 1024.0, 1),
+        "kib_per_persona": round(rss.saturating_sub(rss_before) as f64 / n as f64, 2),
+        "shutdown_s": round(t.elapsed().as_secs_f64(), 3),
+    }))
+}
+
+fn sample_events() -> Vec<Event> {
+    let texts = [
+        "@helper can you review auth.rs?",
+        "the deploy is failing again, latency is up",
+        "happy birthday!",
+        "anyone seen the incident report?",
+        "I agree with that",
+        "please summarise the standup",
+        "refactor the database layer",
+        "lunch?",
+    ];
+    let kinds = [SenderKind::Human, SenderKind::Persona, SenderKind::Human, SenderKind::System];
+    (0..64)
+        .map(|i| {
+            EventInput {
+                domain: "chat".into(),
+                room: "general".into(),
+                from: if i % 5 == 0 { "helper".into() } else { format!("user{i}") },
+                sender_kind: kinds[i % kinds.len()],
+                text: texts[i % texts.len()].into(),
+                priority: (i % 7 == 0).then_some(0.9),
+                ..Default::default()
+            }
+            .validate()
+            .expect("valid sample")
+        })
+        .collect()
+}
+
+/// Decisions per second of the pure fast-path gate on one core (and with the priority).
+pub fn gate(seconds: f64) -> Value {
+    let events = sample_events();
+    let expertise: Vec<String> = ["review", "auth", "deploy", "latency"].iter().map(|s| s.to_string()).collect();
+    let moods = [Mood::Idle, Mood::Active, Mood::Tired, Mood::Overwhelmed];
+    let states: Vec<GateState> = (0..16)
+        .map(|i| GateState { mood: moods[i % 4], dormant: i % 7 == 0, load: 0.1 * (i % 10) as f64, recent_persona_msgs: i % 3 })
+        .collect();
+    let now = events[0].ts_us;
+    let run = |with_priority: bool| {
+        let budget = Duration::from_secs_f64(seconds);
+        let t = Instant::now();
+        let mut n: u64 = 0;
+        while t.elapsed() < budget {
+            for _ in 0..1024 {
+                let e = &events[(n % 64) as usize];
+                let s = &states[(n % 16) as usize];
+                let p = if with_priority {
+                    priority(&PriorityInput { event: e, persona: "helper", expertise: &expertise, now_us: now, spoke_recently: n % 2 == 0 })
+                } else {
+                    0.05 * (n % 20) as f64
+                };
+                black_box(fast_gate(black_box(e), "helper", p, s));
+                n += 1;
+            }
+        }
+        n as f64 / t.elapsed().as_secs_f64()
+    };
+    let gate_only = run(false);
+    let with_priority = run(true);
+    json!({
+        "bench": "gate",
+        "decisions_per_s": gate_only.round(),
+        "ns_per_decision": round(1e9 / gate_only, 1),
+        "with_priority_per_s": with_priority.round(),
+        "threads": 1,
+    })
+}
+
+/// Durable injection over HTTP with `clients` concurrent keep-alive clients.
+pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    for (i, p) in cfg.personas.iter_mut().enumerate() {
+        p.rooms = vec![format!("room{i}")];
+    }
+    let fleet = Fleet::start(cfg).await?;
+    let url = format!("http://{}/events", fleet.addr);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let url = url.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder().pool_max_idle_per_host(1).build().expect("client");
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= events {
+                        break;
+                    }
+                    let body = json!({
+                        "id": format!("bench-{i}"),
+                        "domain": "chat",
+                        "room": format!("room{}", i % personas),
+                        "from": "bench",
+                        "text": format!("load test message {i}"),
+                    });
+                    let s = Instant::now();
+                    let r = http.post(&url).json(&body).send().await;
+                    match r {
+                        Ok(r) if r.status().is_success() => lat.push(s.elapsed().as_secs_f64() * 1e3),
+                        Ok(r) => anyhow::bail!("event {i} refused: {}", r.status()),
+                        Err(e) => anyhow::bail!("event {i}: {e}"),
+                    }
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(events);
+    for task in tasks {
+        lat.extend(task.await??);
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    anyhow::ensure!(fleet.wait_idle(Duration::from_secs(120)).await, "fleet did not finish the events");
+    let stats = fleet.storage.stats().await?;
+    fleet.shutdown(Duration::from_secs(5)).await;
+    lat.sort_by(f64::total_cmp);
+    let per_s = lat.len() as f64 / elapsed;
+    let ceiling = clients as f64 / (stats.commit_p50_ms / 1e3);
+    Ok(json!({
+        "bench": "inject",
+        "clients": clients,
+        "events": lat.len(),
+        "personas": personas,
+        "acked_per_s": per_s.round(),
+        "ack_p50_ms": round(percentile(&lat, 0.5), 2),
+        "ack_p99_ms": round(percentile(&lat, 0.99), 2),
+        "commit_p50_ms": round(stats.commit_p50_ms, 3),
+        "mean_batch": round(stats.mean_batch, 1),
+        "ceiling_per_s": ceiling.round(),
+        "fraction_of_ceiling": round(per_s / ceiling, 3),
+        "decision_p50_ms": round(stats.decision_p50_ms, 2),
+        "decision_p99_ms": round(stats.decision_p99_ms, 2),
+    }))
+}

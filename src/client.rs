@@ -1,0 +1,74 @@
+//! A client of the admin API, used by `mindfleet inject` and `mindfleet dump`.
+
+use mindfleet_runtime::dump::FleetDump;
+use mindfleet_runtime::event::EventInput;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the admin API at {addr}: {message} (is `mindfleet run` running?)")]
+    Unreachable { addr: String, message: String },
+    #[error("admin API answered {status}: {message}")]
+    Status { status: u16, message: String },
+}
+
+impl ClientError {
+    /// 2 for a request the fleet refused as bad input (4xx), 3 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ClientError::Status { status, .. } if (400..500).contains(status) && *status != 429 => 2,
+            _ => 3,
+        }
+    }
+}
+
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `addr` is `host:port` or a full `http://` URL.
+    pub fn new(addr: &str, token: Option<String>) -> Self {
+        let base = if addr.starts_with("http://") { addr.trim_end_matches('/').to_string() } else { format!("http://{addr}") };
+        Client { base, token, http: reqwest::Client::new() }
+    }
+
+    fn req(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    async fn send(&self, r: reqwest::RequestBuilder) -> Result<Value, ClientError> {
+        let resp = self.req(r).send().await.map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if status == 200 {
+            Ok(body)
+        } else {
+            let message = body.get("error").and_then(Value::as_str).unwrap_or("no error message").to_string();
+            Err(ClientError::Status { status, message })
+        }
+    }
+
+    pub async fn inject(&self, input: &EventInput) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/events", self.base)).json(input)).await
+    }
+
+    pub async fn dump(&self, persona: Option<&str>) -> Result<FleetDump, ClientError> {
+        // Persona names are URL-safe (a-z, 0-9, '-', '_'), checked by the server.
+        let url = match persona {
+            Some(p) => format!("{}/dump?persona={p}", self.base),
+            None => format!("{}/dump", self.base),
+        };
+        let v = self.send(self.http.get(url)).await?;
+        serde_json::from_value(v).map_err(|e| ClientError::Status { status: 200, message: format!("unexpected dump shape: {e}") })
+    }
+
+    pub async fn health(&self) -> bool {
+        self.send(self.http.get(format!("{}/health", self.base))).await.is_ok()
+    }
+}

@@ -1,0 +1,370 @@
+//! The `FleetSupervisor` actor and [`Fleet`], the handle that starts, drives and stops a
+//! fleet in this process.
+//!
+//! The supervisor spawns the scheduler, the admin and one persona per configured persona.
+//! A persona that fails is restarted (its state comes back from storage); the delivery it
+//! was handling is charged a crash and dead-lettered after `max_crashes_per_event`. More
+//! than `max_restarts` failures within `within_secs` stop the persona for good: it is
+//! reported `failed` in dumps and the rest of the fleet runs on.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
+use mindfleet_runtime::admin::{Admin, AdminArgs};
+use mindfleet_runtime::config::{FleetConfig, PersonaConfig};
+use mindfleet_runtime::dump::FleetDump;
+use mindfleet_runtime::event::EventInput;
+use mindfleet_runtime::http::{self, HttpState};
+use mindfleet_runtime::messages::{AdminMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
+use mindfleet_runtime::restart::RestartWindow;
+use mindfleet_runtime::sched::SchedulerHandle;
+use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
+use ractor_cluster_derive::RactorMessage;
+
+/// Why a fleet could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("admin API on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("admin API on {addr} is not loopback: set `[admin] token` or MINDFLEET_ADMIN_TOKEN")]
+    TokenRequired { addr: SocketAddr },
+    #[error("fleet supervisor failed to start: {0}")]
+    Spawn(String),
+}
+
+#[derive(Debug, RactorMessage)]
+pub enum FleetMsg {
+    /// The admin actor (for the HTTP API and in-process callers).
+    Admin(ractor::RpcReplyPort<ActorRef<AdminMsg>>),
+}
+
+pub struct FleetSupervisor;
+
+pub struct FleetArgs {
+    pub config: Arc<FleetConfig>,
+    pub storage: Storage,
+    pub admin_addr: String,
+}
+
+struct Slot {
+    config: Arc<PersonaConfig>,
+    marker: Arc<AtomicU64>,
+    faults: Arc<FaultBook>,
+    window: RestartWindow,
+    actor: Option<ActorRef<PersonaMsg>>,
+}
+
+pub struct FleetState {
+    config: Arc<FleetConfig>,
+    storage: Storage,
+    admin: ActorRef<AdminMsg>,
+    scheduler: SchedulerHandle,
+    slots: Vec<Slot>,
+    by_id: HashMap<ActorId, usize>,
+}
+
+impl FleetState {
+    fn persona_args(&self, i: usize) -> PersonaArgs {
+        let s = &self.slots[i];
+        PersonaArgs {
+            config: s.config.clone(),
+            storage: self.storage.clone(),
+            admin: self.admin.clone(),
+            scheduler: self.scheduler.clone(),
+            supervision: self.config.supervision,
+            marker: s.marker.clone(),
+            faults: s.faults.clone(),
+        }
+    }
+
+    /// Starts persona `i`, retrying failed starts within its restart window; reports the
+    /// outcome to the admin.
+    async fn start_persona(&mut self, i: usize, me: &ActorCell, mut error: Option<String>, restart: bool) {
+        let name = self.slots[i].config.name.clone();
+        loop {
+            if restart || error.is_some() {
+                let allowed = self.slots[i].window.allow(Instant::now());
+                if !allowed {
+                    let error = error.unwrap_or_default();
+                    tracing::error!(persona = %name, %error, "persona failed too often; stopped");
+                    let _ = self.admin.cast(AdminMsg::PersonaStatus {
+                        name,
+                        status: PersonaStatus::Failed,
+                        restarts: self.slots[i].window.total,
+                        error: Some(error),
+                    });
+                    return;
+                }
+                let _ = self.admin.cast(AdminMsg::PersonaStatus {
+                    name: name.clone(),
+                    status: PersonaStatus::Restarting,
+                    restarts: self.slots[i].window.total,
+                    error: error.clone(),
+                });
+            }
+            match Actor::spawn_linked(None, Persona, self.persona_args(i), me.clone()).await {
+                Ok((actor, _)) => {
+                    self.by_id.insert(actor.get_id(), i);
+                    self.slots[i].actor = Some(actor.clone());
+                    let _ = self.admin.cast(AdminMsg::PersonaUp { name: name.clone(), actor });
+                    if self.slots[i].window.total > 0 {
+                        let _ = self.admin.cast(AdminMsg::PersonaStatus {
+                            name,
+                            status: PersonaStatus::Running,
+                            restarts: self.slots[i].window.total,
+                            error: None,
+                        });
+                    }
+                    return;
+                }
+                Err(e) => error = Some(format!("start failed: {e}")),
+            }
+        }
+    }
+}
+
+impl Actor for FleetSupervisor {
+    type Msg = FleetMsg;
+    type State = FleetState;
+    type Arguments = FleetArgs;
+
+    async fn pre_start(&self, myself: ActorRef<FleetMsg>, args: FleetArgs) -> Result<FleetState, ActorProcessingErr> {
+        let me = myself.get_cell();
+        let scheduler = mindfleet_actors::scheduler::spawn(args.config.scheduler, Some(me.clone())).await?;
+        let admin_args = AdminArgs {
+            config: args.config.clone(),
+            storage: args.storage.clone(),
+            scheduler: scheduler.clone(),
+            addr: args.admin_addr,
+        };
+        let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
+        let slots = args
+            .config
+            .personas
+            .iter()
+            .map(|p| Slot {
+                config: Arc::new(p.clone()),
+                marker: Arc::new(AtomicU64::new(0)),
+                faults: Arc::new(FaultBook::default()),
+                window: RestartWindow::new(args.config.supervision),
+                actor: None,
+            })
+            .collect();
+        let mut st = FleetState {
+            config: args.config,
+            storage: args.storage,
+            admin,
+            scheduler,
+            slots,
+            by_id: HashMap::new(),
+        };
+        // Launch in waves so the storage writer folds the personas' restores into few batches.
+        const WAVE: usize = 256;
+        let n = st.slots.len();
+        for start in (0..n).step_by(WAVE) {
+            let end = (start + WAVE).min(n);
+            let spawns = (start..end).map(|i| Actor::spawn_linked(None, Persona, st.persona_args(i), me.clone()));
+            let results = futures::future::join_all(spawns).await;
+            for (i, r) in (start..end).zip(results) {
+                match r {
+                    Ok((actor, _)) => {
+                        st.by_id.insert(actor.get_id(), i);
+                        st.slots[i].actor = Some(actor.clone());
+                        let _ = st.admin.cast(AdminMsg::PersonaUp { name: st.slots[i].config.name.clone(), actor });
+                    }
+                    Err(e) => st.start_persona(i, &me, Some(format!("start failed: {e}")), false).await,
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    async fn handle(&self, _myself: ActorRef<FleetMsg>, msg: FleetMsg, st: &mut FleetState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            FleetMsg::Admin(reply) => {
+                let _ = reply.send(st.admin.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, myself: ActorRef<FleetMsg>, evt: SupervisionEvent, st: &mut FleetState) -> Result<(), ActorProcessingErr> {
+        let (cell, error) = match evt {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, format!("stopped unexpectedly: {}", reason.unwrap_or_else(|| "no reason".into())))
+            }
+            _ => return Ok(()),
+        };
+        let Some(i) = st.by_id.remove(&cell.get_id()) else {
+            if cell.get_id() == st.admin.get_id() || cell.get_id() == st.scheduler.actor().get_id() {
+                // Not restarted yet: every persona holds these. Fail the fleet loudly.
+                return Err(format!("core actor failed: {error}").into());
+            }
+            return Ok(());
+        };
+        let slot = &mut st.slots[i];
+        slot.actor = None;
+        let name = slot.config.name.clone();
+        tracing::warn!(persona = %name, %error, "persona failed");
+        st.scheduler.release(name.as_str().into());
+        let seq = slot.marker.swap(0, Ordering::SeqCst);
+        if seq != 0 {
+            st.storage.crash(name.as_str().into(), seq, error.clone());
+        }
+        st.start_persona(i, &myself.get_cell(), Some(error), true).await;
+        Ok(())
+    }
+}
+
+/// A running fleet in this process.
+pub struct Fleet {
+    pub config: Arc<FleetConfig>,
+    pub admin: ActorRef<AdminMsg>,
+    pub supervisor: ActorRef<FleetMsg>,
+    pub storage: Storage,
+    /// Where the admin API listens.
+    pub addr: SocketAddr,
+    ready: Arc<AtomicBool>,
+    http_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    http_task: Option<tokio::task::JoinHandle<()>>,
+    supervisor_task: tokio::task::JoinHandle<()>,
+    _lock: DataDirLock,
+}
+
+impl Fleet {
+    /// Locks the data dir, opens storage, starts the tree and the admin API, restores
+    /// every persona, and only then reports healthy.
+    pub async fn start(config: FleetConfig) -> Result<Fleet, FleetError> {
+        crate::panic_hook::install(false);
+        let addr = config.admin.addr;
+        if !addr.ip().is_loopback() && config.admin.token.is_none() {
+            return Err(FleetError::TokenRequired { addr });
+        }
+        let lock = lock_data_dir(&config.storage.data_dir)?;
+        let storage = Storage::open(&config.storage)?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| FleetError::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(|source| FleetError::Bind { addr, source })?;
+        let config = Arc::new(config);
+        let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
+        let (supervisor, supervisor_task) =
+            Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
+        let admin = call_t!(supervisor, FleetMsg::Admin, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
+        let ready = Arc::new(AtomicBool::new(false));
+        let state = HttpState {
+            admin: admin.clone(),
+            token: config.admin.token.as_deref().map(Arc::from),
+            max_body: config.admin.max_body_bytes,
+            ready: ready.clone(),
+            local,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let http_task = tokio::spawn(async move {
+            if let Err(e) = http::serve(listener, state, async {
+                let _ = rx.await;
+            })
+            .await
+            {
+                tracing::error!(error = %e, "admin API stopped");
+            }
+        });
+        // Every persona restored its state in `pre_start`: the fleet is ready.
+        ready.store(true, Ordering::Release);
+        tracing::info!(fleet = %config.name, personas = config.personas.len(), admin = %local, "fleet ready");
+        Ok(Fleet {
+            config,
+            admin,
+            supervisor,
+            storage,
+            addr: local,
+            ready,
+            http_stop: Some(tx),
+            http_task: Some(http_task),
+            supervisor_task,
+            _lock: lock,
+        })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Validates and injects one event, as `POST /events` does.
+    pub async fn inject(&self, input: EventInput) -> Result<InjectAck, InjectError> {
+        let event = input.validate().map_err(|e| InjectError::Invalid(e.to_string()))?;
+        call_t!(self.admin, AdminMsg::Inject, 10_000, event).map_err(|e| InjectError::Storage(format!("admin: {e}")))?
+    }
+
+    pub async fn dump(&self, persona: Option<String>) -> Result<FleetDump, InjectError> {
+        call_t!(self.admin, |reply| AdminMsg::Dump { persona, reply }, 10_000)
+            .map_err(|e| InjectError::Storage(format!("admin: {e}")))?
+    }
+
+    pub async fn fault(&self, persona: &str, fault: Fault) -> Result<(), InjectError> {
+        let persona = persona.to_string();
+        call_t!(self.admin, |reply| AdminMsg::Fault { persona, fault, reply }, 10_000)
+            .map_err(|e| InjectError::Storage(format!("admin: {e}")))?
+    }
+
+    /// Waits until every delivery to a running persona is finished, or `timeout` passes.
+    /// Returns whether the fleet became idle.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.is_idle().await {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn is_idle(&self) -> bool {
+        let Ok(stats) = self.storage.stats().await else { return true };
+        if stats.pending == 0 {
+            return true;
+        }
+        // Deliveries waiting for a persona that failed for good do not keep the fleet busy.
+        let Ok(dump) = self.dump(None).await else { return false };
+        let failed: Vec<&str> =
+            dump.personas.iter().filter(|p| p.status == PersonaStatus::Failed).map(|p| p.name.as_str()).collect();
+        if failed.is_empty() {
+            return false;
+        }
+        let storage = self.storage.clone();
+        let pending = tokio::task::spawn_blocking(move || storage.pending_by_persona()).await;
+        matches!(pending, Ok(Ok(p)) if p.keys().all(|k| failed.contains(&k.as_str())))
+    }
+
+    /// Stops accepting events, lets in-flight work finish (up to `drain`), flushes storage
+    /// and stops every actor.
+    pub async fn shutdown(mut self, drain: Duration) {
+        let _ = call_t!(self.admin, AdminMsg::Close, 1000);
+        self.ready.store(false, Ordering::Release);
+        let idle = self.wait_idle(drain).await;
+        if !idle {
+            tracing::warn!("shutting down with work pending; it is stored and resumes on the next start");
+        }
+        if let Some(tx) = self.http_stop.take() {
+            let _ = tx.send(());
+        }
+        self.supervisor.stop(Some("shutdown".into()));
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.supervisor_task).await;
+        if let Err(e) = self.storage.flush().await {
+            tracing::error!(error = %e, "final flush failed");
+        }
+        if let Some(t) = self.http_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The `mindfleet` command line.
+//!
+//! Exit codes: 0 success; 1 runtime failure; 2 bad input (fleet file, arguments, an event
+//! the fleet refused); 3 the admin API is unreachable or failed; 4 the data dir is in use
+//! by another process.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use mindfleet::client::Client;
+use mindfleet::fleet::{Fleet, FleetError};
+use mindfleet::{bench, panic_hook};
+use mindfleet_runtime::config::{ConfigError, FleetConfig};
+use mindfleet_runtime::event::{EventInput, SenderKind};
+use mindfleet_runtime::storage::StorageError;
+
+const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
+
+#[derive(Parser)]
+#[command(name = "mindfleet", version, about = "A runtime for fleets of self-aware AI personas")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a fleet (default: config/fleet.toml, else the embedded default fleet).
+    Run(RunArgs),
+    /// Validate a fleet file without starting it.
+    Check { fleet: PathBuf },
+    /// Inject an event into a running fleet.
+    Inject(InjectArgs),
+    /// Print the supervision tree and every persona's state.
+    Dump(DumpArgs),
+    /// Run a benchmark and print its figures.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Fleet file.
+    fleet: Option<PathBuf>,
+    /// Data dir (overrides `[storage] data_dir`).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Admin API address (overrides `[admin] addr`).
+    #[arg(long)]
+    admin: Option<String>,
+    /// Admin API token (overrides MINDFLEET_ADMIN_TOKEN and `[admin] token`).
+    #[arg(long)]
+    token: Option<String>,
+    /// JSONL file of events to inject once the fleet is ready.
+    #[arg(long)]
+    events: Option<PathBuf>,
+    /// Stop once no event is pending.
+    #[arg(long)]
+    until_idle: bool,
+    /// Write the final dump (JSON) here before stopping.
+    #[arg(long)]
+    dump_out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct Remote {
+    /// Admin API address of the running fleet.
+    #[arg(long, default_value = DEFAULT_ADMIN)]
+    admin: String,
+    /// Bearer token (default: MINDFLEET_ADMIN_TOKEN).
+    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct InjectArgs {
+    #[command(flatten)]
+    remote: Remote,
+    /// Address the event to one persona (else the room's personas).
+    #[arg(long)]
+    persona: Option<String>,
+    #[arg(long, default_value = "chat")]
+    domain: String,
+    #[arg(long)]
+    room: String,
+    #[arg(long)]
+    from: String,
+    #[arg(long)]
+    text: String,
+    #[arg(long)]
+    id: Option<String>,
+    /// RFC 3339 time of the event (default: now).
+    #[arg(long)]
+    ts: Option<String>,
+    #[arg(long, value_enum, default_value = "human")]
+    sender_kind: Kind,
+    /// A persona mentioned (repeatable); `@name` in the text counts too.
+    #[arg(long = "mention")]
+    mentions: Vec<String>,
+    #[arg(long)]
+    priority: Option<f64>,
+    #[arg(long)]
+    urgent: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kind {
+    Human,
+    Persona,
+    System,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Format {
+    Json,
+    Tree,
+}
+
+#[derive(clap::Args)]
+struct DumpArgs {
+    #[command(flatten)]
+    remote: Remote,
+    #[arg(long)]
+    persona: Option<String>,
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Launch time and idle RSS of an N-persona fleet.
+    Launch {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fast-path gate decisions per second on one core.
+    Gate {
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Durable injection throughput and latency over HTTP.
+    Inject {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        #[arg(long, default_value_t = 8)]
+        personas: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG").unwrap_or_else(|_| "warn,mindfleet=info".into()),
+        )
+        .init();
+    panic_hook::install(true);
+    if let Command::Check { fleet } = &cli.command {
+        return match FleetConfig::load(fleet) {
+            Ok(cfg) => {
+                println!("{}: ok: fleet {:?} with {} personas", fleet.display(), cfg.name, cfg.personas.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(2, e),
+        };
+    }
+    if let Command::Bench { which: BenchCmd::Gate { seconds, json } } = &cli.command {
+        return print_figures(Ok(bench::gate(*seconds)), *json);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, format!("cannot start the async runtime: {e}")),
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run(args).await,
+            Command::Inject(args) => inject(args).await,
+            Command::Dump(args) => dump(args).await,
+            Command::Bench { which: BenchCmd::Launch { personas, json } } => print_figures(bench::launch(personas).await, json),
+            Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
+                print_figures(bench::inject(clients, events, personas).await, json)
+            }
+            Command::Check { .. } | Command::Bench { which: BenchCmd::Gate { .. } } => unreachable!("handled above"),
+        }
+    })
+}
+
+fn fail(code: u8, e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("mindfleet: {e:#}");
+    ExitCode::from(code)
+}
+
+fn print_figures(r: anyhow::Result<serde_json::Value>, json: bool) -> ExitCode {
+    match r {
+        Ok(v) if json => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(1, format!("{e:#}")),
+    }
+}
+
+/// The fleet file, then the environment, then the command line.
+fn load_config(args: &RunArgs) -> Result<FleetConfig, ConfigError> {
+    let default = Path::new("config/fleet.toml");
+    let mut cfg = match &args.fleet {
+        Some(p) => FleetConfig::load(p)?,
+        None if default.exists() => FleetConfig::load(default)?,
+        None => FleetConfig::embedded_default(),
+    };
+    if let Ok(t) = std::env::var("MINDFLEET_ADMIN_TOKEN") {
+        if !t.is_empty() {
+            cfg.admin.token = Some(t);
+        }
+    }
+    if let Some(t) = &args.token {
+        cfg.admin.token = Some(t.clone());
+    }
+    if let Some(d) = &args.data {
+        cfg.storage.data_dir = d.clone();
+    }
+    if let Some(a) = &args.admin {
+        cfg.admin.addr = a.parse().map_err(|e| ConfigError {
+            path: "--admin".into(),
+            line: None,
+            message: format!("{a:?} is not a socket address: {e}"),
+        })?;
+    }
+    Ok(cfg)
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let cfg = match load_config(&args) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e),
+    };
+    let fleet = match Fleet::start(cfg).await {
+        Ok(f) => f,
+        Err(e @ FleetError::Storage(StorageError::InUse { .. })) => return fail(4, e),
+        Err(e @ FleetError::TokenRequired { .. }) => return fail(2, e),
+        Err(e) => return fail(1, e),
+    };
+    eprintln!(
+        "mindfleet: fleet {:?} ready: {} personas, data in {}, admin API on http://{}",
+        fleet.config.name,
+        fleet.config.personas.len(),
+        fleet.config.storage.data_dir.display(),
+        fleet.addr
+    );
+    let mut code = ExitCode::SUCCESS;
+    if let Some(path) = &args.events {
+        if let Err(e) = inject_file(&fleet, path).await {
+            code = fail(2, e);
+        }
+    }
+    let idle = async {
+        while args.until_idle && !fleet.wait_idle(Duration::from_secs(3600)).await {}
+        if !args.until_idle {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = idle => {}
+        _ = wait_for_signal() => eprintln!("mindfleet: stopping: draining in-flight work"),
+    }
+    if let Some(out) = &args.dump_out {
+        match fleet.dump(None).await {
+            Ok(d) => {
+                let text = serde_json::to_string_pretty(&d).unwrap_or_default();
+                if let Err(e) = std::fs::write(out, text) {
+                    code = fail(1, format!("{}: {e}", out.display()));
+                }
+            }
+            Err(e) => code = fail(1, format!("dump: {e}")),
+        }
+    }
+    fleet.shutdown(Duration::from_secs(4)).await;
+    code
+}
+
+/// Injects a JSONL file through the admin, as `POST /events` would; a bad line is
+/// reported with its number and skipped.
+async fn inject_file(fleet: &Fleet, path: &Path) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (mut ok, mut bad) = (0, 0);
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
+        if line.trim().is_empty() || line.trim_start().starts_with("//") {
+            continue;
+        }
+        let r = match EventInput::from_json(&line) {
+            Ok(input) => fleet.inject(input).await.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("invalid event JSON: {e}")),
+        };
+        match r {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                bad += 1;
+                eprintln!("mindfleet: {}:{}: {e}", path.display(), i + 1);
+            }
+        }
+    }
+    eprintln!("mindfleet: {}: {ok} events accepted, {bad} rejected", path.display());
+    if bad > 0 { Err(format!("{}: {bad} events rejected", path.display())) } else { Ok(()) }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn inject(a: InjectArgs) -> ExitCode {
+    let input = EventInput {
+        id: a.id,
+        ts: a.ts,
+        domain: a.domain,
+        room: a.room,
+        from: a.from,
+        sender_kind: match a.sender_kind {
+            Kind::Human => SenderKind::Human,
+            Kind::Persona => SenderKind::Persona,
+            Kind::System => SenderKind::System,
+        },
+        text: a.text,
+        persona: a.persona,
+        mentions: a.mentions,
+        priority: a.priority,
+        urgent: a.urgent,
+        in_reply_to: None,
+    };
+    match Client::new(&a.remote.admin, a.remote.token).inject(&input).await {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.exit_code() as u8, e),
+    }
+}
+
+async fn dump(a: DumpArgs) -> ExitCode {
+    match Client::new(&a.remote.admin, a.remote.token).dump(a.persona.as_deref()).await {
+        Ok(d) => {
+            let out = match a.format {
+                Format::Json => serde_json::to_string_pretty(&d).unwrap_or_default() + "\n",
+                Format::Tree => d.render_tree(),
+            };
+            let _ = std::io::stdout().write_all(out.as_bytes());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.exit_code() as u8, e),
+    }
+}
