@@ -17,7 +17,9 @@ use crate::fleet::Fleet;
 pub fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -95,7 +97,12 @@ pub fn gate(seconds: f64) -> Value {
     let expertise: Vec<String> = ["review", "auth", "deploy", "latency"].iter().map(|s| s.to_string()).collect();
     let moods = [Mood::Idle, Mood::Active, Mood::Tired, Mood::Overwhelmed];
     let states: Vec<GateState> = (0..16)
-        .map(|i| GateState { mood: moods[i % 4], dormant: i % 7 == 0, load: 0.1 * (i % 10) as f64, recent_persona_msgs: i % 3 })
+        .map(|i| GateState {
+            mood: moods[i % 4],
+            dormant: i % 7 == 0,
+            load: 0.1 * (i % 10) as f64,
+            recent_persona_msgs: i % 3,
+        })
         .collect();
     let now = events[0].ts_us;
     let run = |with_priority: bool| {
@@ -107,7 +114,13 @@ pub fn gate(seconds: f64) -> Value {
                 let e = &events[(n % 64) as usize];
                 let s = &states[(n % 16) as usize];
                 let p = if with_priority {
-                    priority(&PriorityInput { event: e, persona: "helper", expertise: &expertise, now_us: now, spoke_recently: n % 2 == 0 })
+                    priority(&PriorityInput {
+                        event: e,
+                        persona: "helper",
+                        expertise: &expertise,
+                        now_us: now,
+                        spoke_recently: n.is_multiple_of(2),
+                    })
                 } else {
                     0.05 * (n % 20) as f64
                 };

@@ -31,7 +31,8 @@ pub struct Client {
 impl Client {
     /// `addr` is `host:port` or a full `http://` URL.
     pub fn new(addr: &str, token: Option<String>) -> Self {
-        let base = if addr.starts_with("http://") { addr.trim_end_matches('/').to_string() } else { format!("http://{addr}") };
+        let base =
+            if addr.starts_with("http://") { addr.trim_end_matches('/').to_string() } else { format!("http://{addr}") };
         Client { base, token, http: reqwest::Client::new() }
     }
 
@@ -43,7 +44,11 @@ impl Client {
     }
 
     async fn send(&self, r: reqwest::RequestBuilder) -> Result<Value, ClientError> {
-        let resp = self.req(r).send().await.map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        let resp = self
+            .req(r)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
         let status = resp.status().as_u16();
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if status == 200 {
@@ -65,7 +70,8 @@ impl Client {
             None => format!("{}/dump", self.base),
         };
         let v = self.send(self.http.get(url)).await?;
-        serde_json::from_value(v).map_err(|e| ClientError::Status { status: 200, message: format!("unexpected dump shape: {e}") })
+        serde_json::from_value(v)
+            .map_err(|e| ClientError::Status { status: 200, message: format!("unexpected dump shape: {e}") })
     }
 
     pub async fn health(&self) -> bool {

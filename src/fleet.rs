@@ -42,8 +42,8 @@ pub enum FleetError {
 
 #[derive(Debug, RactorMessage)]
 pub enum FleetMsg {
-    /// The admin actor (for the HTTP API and in-process callers).
-    Admin(ractor::RpcReplyPort<ActorRef<AdminMsg>>),
+    /// The admin actor and the scheduler (for the HTTP API and in-process callers).
+    Handles(ractor::RpcReplyPort<(ActorRef<AdminMsg>, SchedulerHandle)>),
 }
 
 pub struct FleetSupervisor;
@@ -158,14 +158,8 @@ impl Actor for FleetSupervisor {
                 actor: None,
             })
             .collect();
-        let mut st = FleetState {
-            config: args.config,
-            storage: args.storage,
-            admin,
-            scheduler,
-            slots,
-            by_id: HashMap::new(),
-        };
+        let mut st =
+            FleetState { config: args.config, storage: args.storage, admin, scheduler, slots, by_id: HashMap::new() };
         // Launch in waves so the storage writer folds the personas' restores into few batches.
         const WAVE: usize = 256;
         let n = st.slots.len();
@@ -187,16 +181,26 @@ impl Actor for FleetSupervisor {
         Ok(st)
     }
 
-    async fn handle(&self, _myself: ActorRef<FleetMsg>, msg: FleetMsg, st: &mut FleetState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<FleetMsg>,
+        msg: FleetMsg,
+        st: &mut FleetState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
-            FleetMsg::Admin(reply) => {
-                let _ = reply.send(st.admin.clone());
+            FleetMsg::Handles(reply) => {
+                let _ = reply.send((st.admin.clone(), st.scheduler.clone()));
             }
         }
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<FleetMsg>, evt: SupervisionEvent, st: &mut FleetState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<FleetMsg>,
+        evt: SupervisionEvent,
+        st: &mut FleetState,
+    ) -> Result<(), ActorProcessingErr> {
         let (cell, error) = match evt {
             SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
@@ -229,6 +233,7 @@ impl Actor for FleetSupervisor {
 pub struct Fleet {
     pub config: Arc<FleetConfig>,
     pub admin: ActorRef<AdminMsg>,
+    pub scheduler: SchedulerHandle,
     pub supervisor: ActorRef<FleetMsg>,
     pub storage: Storage,
     /// Where the admin API listens.
@@ -257,7 +262,8 @@ impl Fleet {
         let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
-        let admin = call_t!(supervisor, FleetMsg::Admin, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
+        let (admin, scheduler) =
+            call_t!(supervisor, FleetMsg::Handles, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
         let ready = Arc::new(AtomicBool::new(false));
         let state = HttpState {
             admin: admin.clone(),
@@ -282,6 +288,7 @@ impl Fleet {
         Ok(Fleet {
             config,
             admin,
+            scheduler,
             supervisor,
             storage,
             addr: local,
@@ -300,7 +307,8 @@ impl Fleet {
     /// Validates and injects one event, as `POST /events` does.
     pub async fn inject(&self, input: EventInput) -> Result<InjectAck, InjectError> {
         let event = input.validate().map_err(|e| InjectError::Invalid(e.to_string()))?;
-        call_t!(self.admin, AdminMsg::Inject, 10_000, event).map_err(|e| InjectError::Storage(format!("admin: {e}")))?
+        call_t!(self.admin, AdminMsg::Inject, 10_000, Box::new(event))
+            .map_err(|e| InjectError::Storage(format!("admin: {e}")))?
     }
 
     pub async fn dump(&self, persona: Option<String>) -> Result<FleetDump, InjectError> {

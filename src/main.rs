@@ -165,7 +165,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG").unwrap_or_else(|_| "warn,mindfleet=info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG")
+                .unwrap_or_else(|_| "warn,mindfleet=info".into()),
         )
         .init();
     panic_hook::install(true);
@@ -190,7 +191,9 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Inject(args) => inject(args).await,
             Command::Dump(args) => dump(args).await,
-            Command::Bench { which: BenchCmd::Launch { personas, json } } => print_figures(bench::launch(personas).await, json),
+            Command::Bench { which: BenchCmd::Launch { personas, json } } => {
+                print_figures(bench::launch(personas).await, json)
+            }
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
@@ -226,10 +229,10 @@ fn load_config(args: &RunArgs) -> Result<FleetConfig, ConfigError> {
         None if default.exists() => FleetConfig::load(default)?,
         None => FleetConfig::embedded_default(),
     };
-    if let Ok(t) = std::env::var("MINDFLEET_ADMIN_TOKEN") {
-        if !t.is_empty() {
-            cfg.admin.token = Some(t);
-        }
+    if let Ok(t) = std::env::var("MINDFLEET_ADMIN_TOKEN")
+        && !t.is_empty()
+    {
+        cfg.admin.token = Some(t);
     }
     if let Some(t) = &args.token {
         cfg.admin.token = Some(t.clone());
@@ -266,10 +269,10 @@ async fn run(args: RunArgs) -> ExitCode {
         fleet.addr
     );
     let mut code = ExitCode::SUCCESS;
-    if let Some(path) = &args.events {
-        if let Err(e) = inject_file(&fleet, path).await {
-            code = fail(2, e);
-        }
+    if let Some(path) = &args.events
+        && let Err(e) = inject_file(&fleet, path).await
+    {
+        code = fail(2, e);
     }
     let idle = async {
         while args.until_idle && !fleet.wait_idle(Duration::from_secs(3600)).await {}
@@ -325,7 +328,8 @@ async fn inject_file(fleet: &Fleet, path: &Path) -> Result<(), String> {
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

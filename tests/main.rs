@@ -1,1 +1,11 @@
+//! Integration tests: one binary (see `util` for the shared fixtures).
 
+mod util;
+
+mod api;
+mod config;
+mod durability;
+mod flow;
+mod inbox;
+mod memory;
+mod supervision;

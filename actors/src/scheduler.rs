@@ -108,7 +108,8 @@ impl SchedulerState {
                     let Some(q) = self.heaps[c][s].pop() else { break };
                     let t = q.task;
                     let waited = t.submitted.elapsed();
-                    let grant = Grant { task: t.id, slot: t.slot, class: t.class, waited_us: waited.as_micros() as u64 };
+                    let grant =
+                        Grant { task: t.id, slot: t.slot, class: t.class, waited_us: waited.as_micros() as u64 };
                     self.stats.granted += 1;
                     self.stats.class_mut(t.class).granted += 1;
                     if t.owner.grant(grant) {
@@ -151,7 +152,8 @@ impl SchedulerState {
         let now = Instant::now();
         for c in Class::ALL {
             let cs = s.class_mut(c);
-            cs.queued = self.heaps[c as usize].iter().map(BinaryHeap::len).sum::<usize>() + self.queues.queues[c as usize].len();
+            cs.queued = self.heaps[c as usize].iter().map(BinaryHeap::len).sum::<usize>()
+                + self.queues.queues[c as usize].len();
             cs.oldest_wait_ms = self.heaps[c as usize]
                 .iter()
                 .flat_map(|h| h.iter())
@@ -174,7 +176,11 @@ impl Actor for Scheduler {
     type State = SchedulerState;
     type Arguments = SchedulerArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<SchedulerMsg>, args: SchedulerArgs) -> Result<SchedulerState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        args: SchedulerArgs,
+    ) -> Result<SchedulerState, ActorProcessingErr> {
         Ok(SchedulerState {
             queues: args.queues,
             config: args.config,
@@ -188,7 +194,12 @@ impl Actor for Scheduler {
         })
     }
 
-    async fn handle(&self, _myself: ActorRef<SchedulerMsg>, msg: SchedulerMsg, st: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        msg: SchedulerMsg,
+        st: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SchedulerMsg::Wake => st.drain_submissions(),
             SchedulerMsg::Done(id) => st.finish(id),

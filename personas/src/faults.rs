@@ -29,9 +29,7 @@ impl FaultBook {
 
     /// True (and one fewer planned) when this start of `target` must panic.
     pub fn take_start(&self, target: FaultTarget) -> bool {
-        self.on_start[index(target)]
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
+        self.on_start[index(target)].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 
     pub fn set_text_trigger(&self, text: Option<String>) {

@@ -58,9 +58,8 @@ pub fn keyword_hits(text: &str, expertise: &[String]) -> usize {
     }
     let mut hits = 0;
     for kw in expertise {
-        let found = text
-            .split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_')
-            .any(|w| w.eq_ignore_ascii_case(kw));
+        let found =
+            text.split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_').any(|w| w.eq_ignore_ascii_case(kw));
         if found {
             hits += 1;
         }
@@ -142,11 +141,7 @@ pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
                 _ => "<=",
             };
             let tail = if g.verdict == Verdict::Defer { "; deferred as a preoccupation" } else { "" };
-            format!(
-                "priority {priority:.2} {cmp} threshold {:.2} for mood {}{tail}",
-                g.threshold,
-                s.mood.as_str()
-            )
+            format!("priority {priority:.2} {cmp} threshold {:.2} for mood {}{tail}", g.threshold, s.mood.as_str())
         }
     }
 }

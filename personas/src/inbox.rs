@@ -87,13 +87,13 @@ impl InboxState {
             numbers: vec![("priority".into(), p), ("capacity".into(), self.args.config.inbox_capacity as f64)],
             at_us: now_us(),
         };
-        let _ = self.args.admin.cast(AdminMsg::Commit(PersonaCommit {
+        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
             persona: self.args.name.clone(),
             seq: d.seq,
             accepted_us: d.event.accepted_us,
             decision,
             reply: None,
-        }));
+        })));
     }
 
     fn push(&mut self, d: Delivery, spoke_recently: bool) {
@@ -108,12 +108,10 @@ impl InboxState {
             spoke_recently,
         });
         let h = content_hash(&d);
-        if let Some(prev) = self.recent.get(&h) {
-            if (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US {
-                let reason = "duplicate: same room, sender and text within 3 s".to_string();
-                self.drop_event(&d, Verdict::Duplicate, p, reason);
-                return;
-            }
+        if self.recent.get(&h).is_some_and(|prev| (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US) {
+            let reason = "duplicate: same room, sender and text within 3 s".to_string();
+            self.drop_event(&d, Verdict::Duplicate, p, reason);
+            return;
         }
         if self.recent.len() > 4096 {
             let cutoff = d.event.ts_us - DUPLICATE_WINDOW_US;
@@ -126,10 +124,8 @@ impl InboxState {
         if self.queue.len() > self.args.config.inbox_capacity {
             let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
             self.keys.remove(&k.1.0);
-            let reason = format!(
-                "inbox full ({} events): shed the lowest priority ({vp:.2})",
-                self.args.config.inbox_capacity
-            );
+            let reason =
+                format!("inbox full ({} events): shed the lowest priority ({vp:.2})", self.args.config.inbox_capacity);
             self.drop_event(&victim, Verdict::Shed, vp, reason);
         }
     }
@@ -171,7 +167,12 @@ impl Actor for Inbox {
         Ok(st)
     }
 
-    async fn handle(&self, _myself: ActorRef<InboxMsg>, msg: InboxMsg, st: &mut InboxState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<InboxMsg>,
+        msg: InboxMsg,
+        st: &mut InboxState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             InboxMsg::Push(d, spoke) => {
                 st.push(d, spoke);

@@ -51,7 +51,13 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
             let a = *a;
             backlog = Some(a.backlog);
             if let Some((domain, objective, intensity)) = a.engaged {
-                s.focus = Focus { activity: "responding".into(), domain, objective, intensity: unit(intensity), since_us: now_us };
+                s.focus = Focus {
+                    activity: "responding".into(),
+                    domain,
+                    objective,
+                    intensity: unit(intensity),
+                    since_us: now_us,
+                };
                 s.energy = unit(s.energy - 0.02);
                 s.activities += 1;
                 // The reply is out: the focus relaxes.
@@ -63,7 +69,11 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
             if a.failed {
                 s.cognitive_load = unit(s.cognitive_load + 0.1);
             }
-            push_capped(&mut s.recent_decisions, RecentDecision { decision: a.verdict, reason: a.reason, at_us: now_us }, KEEP_DECISIONS);
+            push_capped(
+                &mut s.recent_decisions,
+                RecentDecision { decision: a.verdict, reason: a.reason, at_us: now_us },
+                KEEP_DECISIONS,
+            );
             if let Some(t) = a.thought {
                 push_capped(&mut s.recent_thoughts, Thought { text: t, at_us: now_us }, KEEP_THOUGHTS);
             }

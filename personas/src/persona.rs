@@ -21,7 +21,9 @@ use std::time::Instant;
 use mindfleet_runtime::config::{PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::messages::{AdminMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus};
+use mindfleet_runtime::messages::{
+    AdminMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
+};
 use mindfleet_runtime::model::{Decision, EntryKind, OutboxEntry, Preoccupation, SelfStateData, Verdict};
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{Class, SchedulerHandle, Slot, Task, TaskId};
@@ -30,7 +32,9 @@ use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
 use crate::faults::FaultBook;
-use crate::gate::{ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_gate, priority};
+use crate::gate::{
+    ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_gate, priority,
+};
 use crate::inbox::{Inbox, InboxArgs, InboxMsg};
 use crate::memory::Draft;
 use crate::mind::{Activity, Update, rules_reply};
@@ -107,7 +111,11 @@ pub struct PersonaState {
     persona_msgs: HashMap<String, VecDeque<i64>>,
 }
 
-async fn spawn_inbox(st_args: &PersonaArgs, name: &Arc<str>, me: &ActorRef<PersonaMsg>) -> Result<ActorRef<InboxMsg>, ActorProcessingErr> {
+async fn spawn_inbox(
+    st_args: &PersonaArgs,
+    name: &Arc<str>,
+    me: &ActorRef<PersonaMsg>,
+) -> Result<ActorRef<InboxMsg>, ActorProcessingErr> {
     let args = InboxArgs {
         config: st_args.config.clone(),
         name: name.clone(),
@@ -119,7 +127,11 @@ async fn spawn_inbox(st_args: &PersonaArgs, name: &Arc<str>, me: &ActorRef<Perso
     Ok(Actor::spawn_linked(None, Inbox, args, me.get_cell()).await?.0)
 }
 
-async fn spawn_self_state(a: &PersonaArgs, name: &Arc<str>, me: &ActorRef<PersonaMsg>) -> Result<ActorRef<SelfStateMsg>, ActorProcessingErr> {
+async fn spawn_self_state(
+    a: &PersonaArgs,
+    name: &Arc<str>,
+    me: &ActorRef<PersonaMsg>,
+) -> Result<ActorRef<SelfStateMsg>, ActorProcessingErr> {
     let args = SelfStateArgs {
         name: name.clone(),
         dormant: a.config.dormant,
@@ -130,8 +142,17 @@ async fn spawn_self_state(a: &PersonaArgs, name: &Arc<str>, me: &ActorRef<Person
     Ok(Actor::spawn_linked(None, SelfState, args, me.get_cell()).await?.0)
 }
 
-async fn spawn_memory(a: &PersonaArgs, name: &Arc<str>, me: &ActorRef<PersonaMsg>) -> Result<ActorRef<MemoryMsg>, ActorProcessingErr> {
-    let args = MemoryArgs { config: a.config.clone(), name: name.clone(), storage: a.storage.clone(), faults: a.faults.clone() };
+async fn spawn_memory(
+    a: &PersonaArgs,
+    name: &Arc<str>,
+    me: &ActorRef<PersonaMsg>,
+) -> Result<ActorRef<MemoryMsg>, ActorProcessingErr> {
+    let args = MemoryArgs {
+        config: a.config.clone(),
+        name: name.clone(),
+        storage: a.storage.clone(),
+        faults: a.faults.clone(),
+    };
     Ok(Actor::spawn_linked(None, WorkingMemory, args, me.get_cell()).await?.0)
 }
 
@@ -160,7 +181,9 @@ impl PersonaState {
                 Kind::Memory => &mut self.memory.window,
             };
             if !window.allow(Instant::now()) {
-                return Err(format!("{} of {} failed too often; escalating (last: {error})", kind.label(), self.name).into());
+                return Err(
+                    format!("{} of {} failed too often; escalating (last: {error})", kind.label(), self.name).into()
+                );
             }
             tracing::warn!(persona = %self.name, child = kind.label(), %error, "restarting child");
             let spawned = match kind {
@@ -255,13 +278,14 @@ impl PersonaState {
         let gate = fast_gate(&d.event, &self.name, p, &state);
         if gate.verdict == Verdict::Engage {
             let e = &d.event;
-            let class = if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
-                Class::Urgent
-            } else if matches!(e.domain.as_str(), "chat" | "voice") {
-                Class::Interactive
-            } else {
-                Class::Work
-            };
+            let class =
+                if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
+                    Class::Urgent
+                } else if matches!(e.domain.as_str(), "chat" | "voice") {
+                    Class::Interactive
+                } else {
+                    Class::Work
+                };
             let task = SchedulerHandle::next_id();
             self.args.scheduler.submit(Task {
                 id: task,
@@ -373,18 +397,23 @@ impl PersonaState {
                     event_id: e.id.clone(),
                     created_us: now_us(),
                 });
-                self.remember(e, EntryKind::Question, format!("deferred: {} in #{}: {summary}", e.from, e.room), p * 0.8);
+                self.remember(
+                    e,
+                    EntryKind::Question,
+                    format!("deferred: {} in #{}: {summary}", e.from, e.room),
+                    p * 0.8,
+                );
             }
             _ => {}
         }
         let _ = self.self_state.actor.cast(SelfStateMsg::Apply(Update::Activity(Box::new(activity))));
-        let _ = self.args.admin.cast(AdminMsg::Commit(PersonaCommit {
+        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
             persona: self.name.clone(),
             seq: d.seq,
             accepted_us: e.accepted_us,
             decision,
             reply,
-        }));
+        })));
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
             self.done.pop_front();
@@ -456,7 +485,11 @@ impl Actor for Persona {
     type State = PersonaState;
     type Arguments = PersonaArgs;
 
-    async fn pre_start(&self, myself: ActorRef<PersonaMsg>, args: PersonaArgs) -> Result<PersonaState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<PersonaMsg>,
+        args: PersonaArgs,
+    ) -> Result<PersonaState, ActorProcessingErr> {
         let name: Arc<str> = args.config.name.as_str().into();
         if args.faults.take_start(FaultTarget::Persona) {
             panic!("injected fault: persona {name} panics in pre_start");
@@ -485,7 +518,12 @@ impl Actor for Persona {
         Ok(())
     }
 
-    async fn handle(&self, _myself: ActorRef<PersonaMsg>, msg: PersonaMsg, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<PersonaMsg>,
+        msg: PersonaMsg,
+        st: &mut PersonaState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             PersonaMsg::Deliver(d) => st.on_deliver(d),
             PersonaMsg::Next(d, backlog) => st.on_next(d, backlog),
@@ -499,7 +537,12 @@ impl Actor for Persona {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, _myself: ActorRef<PersonaMsg>, evt: SupervisionEvent, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<PersonaMsg>,
+        evt: SupervisionEvent,
+        st: &mut PersonaState,
+    ) -> Result<(), ActorProcessingErr> {
         let (cell, error) = match evt {
             SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
             SupervisionEvent::ActorTerminated(cell, _, reason) => {

@@ -47,7 +47,11 @@ impl Actor for SelfState {
     type State = SelfStateState;
     type Arguments = SelfStateArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<SelfStateMsg>, args: SelfStateArgs) -> Result<SelfStateState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SelfStateMsg>,
+        args: SelfStateArgs,
+    ) -> Result<SelfStateState, ActorProcessingErr> {
         if args.faults.take_start(FaultTarget::SelfState) {
             panic!("injected fault: self-state of {} panics in pre_start", args.name);
         }
@@ -59,7 +63,12 @@ impl Actor for SelfState {
         Ok(SelfStateState { args, data })
     }
 
-    async fn handle(&self, _myself: ActorRef<SelfStateMsg>, msg: SelfStateMsg, st: &mut SelfStateState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<SelfStateMsg>,
+        msg: SelfStateMsg,
+        st: &mut SelfStateState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SelfStateMsg::Apply(u) => {
                 apply(&mut st.data, u, now_us());

@@ -54,7 +54,11 @@ impl Actor for WorkingMemory {
     type State = MemoryState;
     type Arguments = MemoryArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<MemoryMsg>, args: MemoryArgs) -> Result<MemoryState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<MemoryMsg>,
+        args: MemoryArgs,
+    ) -> Result<MemoryState, ActorProcessingErr> {
         if args.faults.take_start(FaultTarget::WorkingMemory) {
             panic!("injected fault: working memory of {} panics in pre_start", args.name);
         }
@@ -63,7 +67,12 @@ impl Actor for WorkingMemory {
         Ok(MemoryState { args, memory })
     }
 
-    async fn handle(&self, _myself: ActorRef<MemoryMsg>, msg: MemoryMsg, st: &mut MemoryState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<MemoryMsg>,
+        msg: MemoryMsg,
+        st: &mut MemoryState,
+    ) -> Result<(), ActorProcessingErr> {
         let storage = &st.args.storage;
         let name = &st.args.name;
         match msg {

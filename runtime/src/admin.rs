@@ -8,9 +8,9 @@
 //!
 //! Messages: [`AdminMsg`].
 
+use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
@@ -76,10 +76,10 @@ impl AdminState {
         };
         let mut names: Vec<Arc<str>> = members.clone();
         for m in &event.mentions {
-            if let Some((name, _)) = self.personas.get_key_value(m.as_str()) {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
+            if let Some((name, _)) = self.personas.get_key_value(m.as_str())
+                && !names.contains(name)
+            {
+                names.push(name.clone());
             }
         }
         Ok(names.iter().map(|n| self.target(n)).collect())
@@ -116,7 +116,12 @@ impl Actor for Admin {
         })
     }
 
-    async fn handle(&self, _myself: ActorRef<AdminMsg>, msg: AdminMsg, st: &mut AdminState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _myself: ActorRef<AdminMsg>,
+        msg: AdminMsg,
+        st: &mut AdminState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             AdminMsg::Inject(event, reply) => {
                 if st.closed {
@@ -181,7 +186,11 @@ impl Actor for Admin {
                     scheduler: st.scheduler.actor().clone(),
                     admin: AdminDump {
                         addr: st.addr.clone(),
-                        rooms: st.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
+                        rooms: st
+                            .rooms
+                            .iter()
+                            .map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect()))
+                            .collect(),
                         rejected: st.rejected,
                         ..Default::default()
                     },
@@ -196,7 +205,9 @@ impl Actor for Admin {
                     Err(InjectError::Invalid("fault injection is disabled (set `[admin] faults = true`)".into()))
                 } else {
                     match st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) {
-                        Some(a) => a.cast(PersonaMsg::Fault(fault)).map_err(|_| InjectError::NotFound(format!("persona {persona:?} is down"))),
+                        Some(a) => a
+                            .cast(PersonaMsg::Fault(fault))
+                            .map_err(|_| InjectError::NotFound(format!("persona {persona:?} is down"))),
                         None => Err(InjectError::NotFound(format!("unknown or stopped persona {persona:?}"))),
                     }
                 };
@@ -243,7 +254,12 @@ impl DumpBase {
         let (journals, outbox, dead_letters) = tokio::task::spawn_blocking(move || {
             let journals: Result<Vec<_>, _> = names
                 .iter()
-                .map(|n| Ok::<_, crate::storage::StorageError>((storage.recent_decisions(n, 50)?, storage.recent_evictions(n, 20)?)))
+                .map(|n| {
+                    Ok::<_, crate::storage::StorageError>((
+                        storage.recent_decisions(n, 50)?,
+                        storage.recent_evictions(n, 20)?,
+                    ))
+                })
                 .collect();
             Ok::<_, crate::storage::StorageError>((journals?, storage.recent_outbox(100)?, storage.dead_letters()?))
         })

@@ -229,12 +229,7 @@ impl Ctx<'_> {
             Some(s) if range.contains(s.get_ref()) => Ok(*s.get_ref()),
             Some(s) => Err(self.err_at(
                 s.span(),
-                format!(
-                    "`{key}` = {} is out of range ({}..={})",
-                    s.get_ref(),
-                    range.start(),
-                    range.end()
-                ),
+                format!("`{key}` = {} is out of range ({}..={})", s.get_ref(), range.start(), range.end()),
             )),
         }
     }
@@ -251,12 +246,7 @@ impl Ctx<'_> {
             Some(s) if range.contains(s.get_ref()) => Ok(*s.get_ref()),
             Some(s) => Err(self.err_at(
                 s.span(),
-                format!(
-                    "`{key}` = {} is out of range ({}..={})",
-                    s.get_ref(),
-                    range.start(),
-                    range.end()
-                ),
+                format!("`{key}` = {} is out of range ({}..={})", s.get_ref(), range.start(), range.end()),
             )),
         }
     }
@@ -264,10 +254,7 @@ impl Ctx<'_> {
     fn brain(&self, v: &Spanned<String>) -> Result<BrainKind, ConfigError> {
         match v.get_ref().as_str() {
             "rules" => Ok(BrainKind::Rules),
-            other => Err(self.err_at(
-                v.span(),
-                format!("`brain` = {other:?} is not available (known: \"rules\")"),
-            )),
+            other => Err(self.err_at(v.span(), format!("`brain` = {other:?} is not available (known: \"rules\")"))),
         }
     }
 }
@@ -332,15 +319,15 @@ impl FleetConfig {
             Some(a) => {
                 let addr = match &a.addr {
                     None => "127.0.0.1:7878".parse().expect("literal address"),
-                    Some(s) => s.get_ref().parse::<SocketAddr>().map_err(|e| {
-                        cx.err_at(s.span(), format!("`addr` = {:?}: {e}", s.get_ref()))
-                    })?,
+                    Some(s) => s
+                        .get_ref()
+                        .parse::<SocketAddr>()
+                        .map_err(|e| cx.err_at(s.span(), format!("`addr` = {:?}: {e}", s.get_ref())))?,
                 };
                 AdminConfig {
                     addr,
                     token: a.token.filter(|t| !t.is_empty()),
-                    max_body_bytes: cx.int(&a.max_body_bytes, "max_body_bytes", 256..=(64 << 20), 64 * 1024)?
-                        as usize,
+                    max_body_bytes: cx.int(&a.max_body_bytes, "max_body_bytes", 256..=(64 << 20), 64 * 1024)? as usize,
                     faults: a.faults.unwrap_or(false),
                 }
             }
@@ -359,8 +346,12 @@ impl FleetConfig {
             StorageConfig {
                 data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
                 max_pending: cx.int(&s.max_pending, "max_pending", 1..=100_000_000, 1_000_000)? as u64,
-                decisions_per_persona: cx.int(&s.decisions_per_persona, "decisions_per_persona", 1..=10_000_000, 1000)?
-                    as u64,
+                decisions_per_persona: cx.int(
+                    &s.decisions_per_persona,
+                    "decisions_per_persona",
+                    1..=10_000_000,
+                    1000,
+                )? as u64,
                 outbox_limit: cx.int(&s.outbox_limit, "outbox_limit", 1..=100_000_000, 10_000)? as u64,
                 events_retained: cx.int(&s.events_retained, "events_retained", 1..=100_000_000, 100_000)? as u64,
                 max_batch: cx.int(&s.max_batch, "max_batch", 1..=100_000, 4096)? as usize,
@@ -377,11 +368,8 @@ impl FleetConfig {
         };
 
         let scheduler = {
-            let s = raw.scheduler.unwrap_or(RawScheduler {
-                inference_slots: None,
-                cheap_slots: None,
-                aging_per_30s: None,
-            });
+            let s =
+                raw.scheduler.unwrap_or(RawScheduler { inference_slots: None, cheap_slots: None, aging_per_30s: None });
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
             SchedulerConfig {
                 inference_slots: cx.int(&s.inference_slots, "inference_slots", 1..=1024, (cores - 1).max(1))? as usize,
@@ -432,7 +420,10 @@ impl FleetConfig {
                 if !valid_name(room.get_ref()) {
                     return Err(cx.err_at(
                         room.span(),
-                        format!("persona {name:?}: room {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'", room.get_ref()),
+                        format!(
+                            "persona {name:?}: room {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'",
+                            room.get_ref()
+                        ),
                     ));
                 }
             }
@@ -441,7 +432,12 @@ impl FleetConfig {
                 inbox_capacity: cx.int(&t.inbox_capacity, "inbox_capacity", 1..=10_000_000, base.inbox_capacity)?,
                 wm_capacity: cx.int(&t.wm_capacity, "wm_capacity", 1..=1_000_000, base.wm_capacity)?,
                 wm_ttl_secs: cx.float(&t.wm_ttl_secs, "wm_ttl_secs", 1.0..=3.2e7, base.wm_ttl_secs)?,
-                inferences_per_hour: cx.int(&t.inferences_per_hour, "inferences_per_hour", 0..=i64::MAX, base.inferences_per_hour)?,
+                inferences_per_hour: cx.int(
+                    &t.inferences_per_hour,
+                    "inferences_per_hour",
+                    0..=i64::MAX,
+                    base.inferences_per_hour,
+                )?,
                 tokens_per_hour: cx.int(&t.tokens_per_hour, "tokens_per_hour", 0..=i64::MAX, base.tokens_per_hour)?,
             };
             personas.push(PersonaConfig {

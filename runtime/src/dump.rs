@@ -106,11 +106,7 @@ impl PersonaDump {
             rooms: Vec::new(),
             domains: Vec::new(),
             actors: ActorsDump {
-                persona: ChildDump {
-                    status: status_str(status).into(),
-                    restarts,
-                    last_error: error,
-                },
+                persona: ChildDump { status: status_str(status).into(), restarts, last_error: error },
                 inbox: down.clone(),
                 self_state: down.clone(),
                 working_memory: down,

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{valid_name, DOMAINS};
+use crate::config::{DOMAINS, valid_name};
 use crate::time::now_us;
 
 /// Who sent an event.
@@ -119,15 +119,15 @@ impl EventInput {
         if self.text.len() > MAX_TEXT_BYTES {
             return Err(bad("text", format!("is {} bytes, more than {MAX_TEXT_BYTES}", self.text.len())));
         }
-        if let Some(p) = &self.persona {
-            if !valid_name(p) {
-                return Err(bad("persona", format!("{p:?} is not a persona name")));
-            }
+        if let Some(p) = &self.persona
+            && !valid_name(p)
+        {
+            return Err(bad("persona", format!("{p:?} is not a persona name")));
         }
-        if let Some(p) = self.priority {
-            if !p.is_finite() || !(0.0..=1.0).contains(&p) {
-                return Err(bad("priority", format!("{p} is not a number in 0..=1")));
-            }
+        if let Some(p) = self.priority
+            && (!p.is_finite() || !(0.0..=1.0).contains(&p))
+        {
+            return Err(bad("priority", format!("{p} is not a number in 0..=1")));
         }
         let mut mentions = Vec::new();
         for m in self.mentions {

@@ -99,17 +99,22 @@ async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Respons
         }
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
-        let ok = origin
-            .strip_prefix("http://")
-            .is_some_and(|rest| if st.local.ip().is_loopback() { host_is_loopback(rest) } else { rest == headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("-") });
+        let ok = origin.strip_prefix("http://").is_some_and(|rest| {
+            if st.local.ip().is_loopback() {
+                host_is_loopback(rest)
+            } else {
+                rest == headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("-")
+            }
+        });
         if !ok {
             return error(StatusCode::FORBIDDEN, format!("Origin {origin:?} may not drive this admin API"), None);
         }
     }
-    if let Some(token) = &st.token {
-        if req.uri().path() != "/health" && !bearer_matches(headers, token) {
-            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer ...)", None);
-        }
+    if let Some(token) = &st.token
+        && req.uri().path() != "/health"
+        && !bearer_matches(headers, token)
+    {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer ...)", None);
     }
     next.run(req).await
 }
@@ -125,11 +130,13 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 }
 
 async fn read_body(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<String, Response> {
-    let too_big = || error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than the limit of {} bytes", st.max_body), None);
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()) {
-        if len > st.max_body {
-            return Err(too_big());
-        }
+    let too_big = || {
+        error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than the limit of {} bytes", st.max_body), None)
+    };
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > st.max_body) {
+        return Err(too_big());
     }
     let bytes = to_bytes(body, st.max_body).await.map_err(|_| too_big())?;
     String::from_utf8(bytes.to_vec()).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8", None))
@@ -148,7 +155,7 @@ async fn post_event(State(st): State<HttpState>, headers: HeaderMap, body: Body)
         Ok(e) => e,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string(), Some(e.field)),
     };
-    match call_t!(st.admin, AdminMsg::Inject, ADMIN_CALL_MS, event) {
+    match call_t!(st.admin, AdminMsg::Inject, ADMIN_CALL_MS, Box::new(event)) {
         Ok(Ok(ack)) => (StatusCode::OK, axum::Json(ack)).into_response(),
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),

@@ -121,9 +121,9 @@ pub enum PersonaStatus {
 /// The admin actor's messages.
 #[derive(Debug, RactorMessage)]
 pub enum AdminMsg {
-    Inject(Event, RpcReplyPort<Result<InjectAck, InjectError>>),
+    Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
-    Commit(PersonaCommit),
+    Commit(Box<PersonaCommit>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
     PersonaUp {
         name: String,

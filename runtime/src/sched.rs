@@ -128,10 +128,7 @@ impl SchedulerHandle {
     }
 
     pub fn queues() -> Arc<SubmitQueues> {
-        Arc::new(SubmitQueues {
-            queues: Default::default(),
-            wake_pending: AtomicBool::new(false),
-        })
+        Arc::new(SubmitQueues { queues: Default::default(), wake_pending: AtomicBool::new(false) })
     }
 
     /// Queues a task; at most one wake-up message is ever pending.

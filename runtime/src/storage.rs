@@ -57,7 +57,9 @@ const EVICTIONS_KEPT: u64 = 1000;
 pub enum StorageError {
     #[error("data dir {path} in use by pid {pid}")]
     InUse { path: PathBuf, pid: String },
-    #[error("{path}: schema version {found} is newer than this mindfleet supports ({supported}); use a newer mindfleet")]
+    #[error(
+        "{path}: schema version {found} is newer than this mindfleet supports ({supported}); use a newer mindfleet"
+    )]
     NewerSchema { path: PathBuf, found: u64, supported: u64 },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
@@ -104,23 +106,12 @@ pub struct StorageStats {
 }
 
 enum Op {
-    Inject {
-        event: Event,
-        targets: Vec<Target>,
-        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
-    },
-    Commit {
-        commit: PersonaCommit,
-        reply_targets: Vec<Target>,
-    },
+    Inject { event: Box<Event>, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>> },
+    Commit { commit: Box<PersonaCommit>, reply_targets: Vec<Target> },
     PutSelfState(Arc<str>, Box<SelfStateData>),
     PutMemory(Arc<str>, Box<WmEntry>),
     DeleteMemory(Arc<str>, u64, Option<Eviction>),
-    Crash {
-        persona: Arc<str>,
-        seq: u64,
-        reason: String,
-    },
+    Crash { persona: Arc<str>, seq: u64, reason: String },
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
@@ -230,12 +221,12 @@ impl Storage {
 
     /// Stores an event for `targets`; `reply` is answered after the fsync, then the event
     /// is delivered to each target.
-    pub fn inject(&self, event: Event, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>>) {
+    pub fn inject(&self, event: Box<Event>, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>>) {
         self.send(Op::Inject { event, targets, reply });
     }
 
     /// Finishes a delivery: decision, optional reply (outbox + room event) in one transaction.
-    pub fn commit(&self, commit: PersonaCommit, reply_targets: Vec<Target>) {
+    pub fn commit(&self, commit: Box<PersonaCommit>, reply_targets: Vec<Target>) {
         self.send(Op::Commit { commit, reply_targets });
     }
 
@@ -303,11 +294,7 @@ impl Storage {
     pub fn recent_decisions(&self, persona: &str, n: usize) -> Result<Vec<Decision>, StorageError> {
         self.read(|txn| {
             let t = txn.open_table(DECISIONS)?;
-            t.range((persona, 0)..=(persona, u64::MAX))?
-                .rev()
-                .take(n)
-                .map(|r| dec(r?.1.value()))
-                .collect()
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
         })
     }
 
@@ -315,11 +302,7 @@ impl Storage {
     pub fn recent_evictions(&self, persona: &str, n: usize) -> Result<Vec<Eviction>, StorageError> {
         self.read(|txn| {
             let t = txn.open_table(EVICTIONS)?;
-            t.range((persona, 0)..=(persona, u64::MAX))?
-                .rev()
-                .take(n)
-                .map(|r| dec(r?.1.value()))
-                .collect()
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
         })
     }
 
@@ -519,8 +502,7 @@ impl Writer {
         let mut after: Vec<AfterCommit> = Vec::with_capacity(n);
         let result = (|| -> Result<bool, redb::Error> {
             let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
+            txn.set_durability(Durability::Immediate).map_err(|e| redb::Error::Corrupted(e.to_string()))?;
             let mut dirty = false;
             for op in batch.drain(..) {
                 dirty |= self.apply(&txn, op, &mut after)?;
@@ -576,7 +558,8 @@ impl Writer {
                 }
                 if self.meta.pending + targets.len() as u64 > self.cfg.max_pending {
                     let pending = self.meta.pending;
-                    let reason = format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
+                    let reason =
+                        format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
                     for (persona, _) in &targets {
                         self.put_decision(txn, persona, &skipped(&event, &reason))?;
                     }
@@ -585,7 +568,7 @@ impl Writer {
                     }));
                     return Ok(true);
                 }
-                let (seq, event) = self.put_event(txn, event, &targets)?;
+                let (seq, event) = self.put_event(txn, *event, &targets)?;
                 self.stats.accepted += 1;
                 let ack = InjectAck {
                     event_id: event.id.clone(),
@@ -605,7 +588,7 @@ impl Writer {
                 Ok(true)
             }
             Op::Commit { commit, reply_targets } => {
-                let PersonaCommit { persona, seq, accepted_us, decision, reply } = commit;
+                let PersonaCommit { persona, seq, accepted_us, decision, reply } = *commit;
                 if !self.finish_delivery(txn, &persona, seq)? {
                     self.stats.stale_finishes += 1;
                     return Ok(false);
@@ -667,7 +650,13 @@ impl Writer {
                 let event_id = event.map_or_else(|| format!("seq {seq}"), |e| e.id);
                 self.finish_delivery(txn, &persona, seq)?;
                 let now = now_us();
-                let dl = DeadLetter { persona: persona.to_string(), event_id: event_id.clone(), crashes, reason: reason.clone(), at_us: now };
+                let dl = DeadLetter {
+                    persona: persona.to_string(),
+                    event_id: event_id.clone(),
+                    crashes,
+                    reason: reason.clone(),
+                    at_us: now,
+                };
                 let key = self.meta.next_dead;
                 self.meta.next_dead += 1;
                 txn.open_table(DEAD_LETTERS)?.insert((&*persona, key), enc(&dl).as_slice())?;
@@ -696,10 +685,11 @@ impl Writer {
             }
             Op::LoadMemory(persona, tx) => {
                 let t = txn.open_table(MEMORY)?;
-                let v = t
-                    .range((&*persona, 0)..=(&*persona, u64::MAX))?
-                    .map(|r| dec(r?.1.value()))
-                    .collect::<Result<Vec<WmEntry>, _>>()?;
+                let v = t.range((&*persona, 0)..=(&*persona, u64::MAX))?.map(|r| dec(r?.1.value())).collect::<Result<
+                    Vec<WmEntry>,
+                    _,
+                >>(
+                )?;
                 after.push(Box::new(move |_| {
                     let _ = tx.send(v);
                 }));
@@ -713,7 +703,11 @@ impl Writer {
                     let (k, crashes) = r?;
                     let seq = k.value().1;
                     if let Some(b) = ev.get(seq)? {
-                        out.deliveries.push(Delivery { seq, event: Arc::new(dec(b.value())?), crashes: crashes.value() });
+                        out.deliveries.push(Delivery {
+                            seq,
+                            event: Arc::new(dec(b.value())?),
+                            crashes: crashes.value(),
+                        });
                     }
                 }
                 let c = txn.open_table(COUNTERS)?;
@@ -745,7 +739,12 @@ impl Writer {
     }
 
     /// Stores a new event and one delivery per target; returns its sequence number.
-    fn put_event(&mut self, txn: &WriteTransaction, event: Event, targets: &[Target]) -> Result<(u64, Arc<Event>), redb::Error> {
+    fn put_event(
+        &mut self,
+        txn: &WriteTransaction,
+        event: Event,
+        targets: &[Target],
+    ) -> Result<(u64, Arc<Event>), redb::Error> {
         let seq = self.meta.next_seq;
         self.meta.next_seq += 1;
         txn.open_table(EVENTS)?.insert(seq, enc(&event).as_slice())?;

@@ -1,0 +1,138 @@
+//! The admin API over real HTTP on loopback.
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+async fn post(url: &str, body: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_events_get_a_status_and_a_message_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let url = format!("http://{}/events", fleet.addr);
+
+    let (s, b) = post(&url, "{not json").await;
+    assert_eq!(s, 400, "{b}");
+    assert!(b["error"].as_str().unwrap().contains("invalid event JSON"), "{b}");
+
+    let (s, b) = post(&url, r#"{"domain":"chat","room":"general","from":"a"}"#).await;
+    assert_eq!(s, 400);
+    assert!(b["error"].as_str().unwrap().contains("missing field `text`"), "{b}");
+
+    let (s, b) = post(&url, r#"{"domain":"chat","room":"general","from":"a","text":"x","priority":1.5}"#).await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("priority")), "{b}");
+
+    let (s, b) = post(&url, r#"{"domain":"chat","room":"general","from":"a","text":"x","colour":"red"}"#).await;
+    assert_eq!(s, 400);
+    assert!(b["error"].as_str().unwrap().contains("colour"), "{b}");
+
+    let (s, b) = post(&url, r#"{"domain":"chat","room":"nowhere","from":"a","text":"x"}"#).await;
+    assert_eq!(s, 404);
+    assert!(b["error"].as_str().unwrap().contains("\"nowhere\""), "{b}");
+
+    let (s, b) = post(&url, r#"{"domain":"chat","room":"general","from":"a","text":"x","persona":"ghost"}"#).await;
+    assert_eq!(s, 404);
+    assert!(b["error"].as_str().unwrap().contains("\"ghost\""), "{b}");
+
+    let big = json!({"domain":"chat","room":"general","from":"a","text":"x".repeat(70 * 1024)}).to_string();
+    let (s, b) = post(&url, &big).await;
+    assert_eq!(s, 413, "{b}");
+
+    // The fleet keeps running: a good event still goes through.
+    let (s, b) = post(&url, r#"{"id":"ok-1","domain":"chat","room":"general","from":"a","text":"@helper hi"}"#).await;
+    assert_eq!((s, b["event_id"].as_str(), b["accepted"].as_bool()), (200, Some("ok-1"), Some(true)), "{b}");
+    let (s, b) = post(&url, r#"{"id":"ok-1","domain":"chat","room":"general","from":"a","text":"@helper hi"}"#).await;
+    assert_eq!((s, b["duplicate"].as_bool()), (200, Some(true)), "{b}");
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_dump_and_persona_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/health")).send().await.unwrap().status(), 200);
+    let d: Value = http.get(format!("{base}/dump")).send().await.unwrap().json().await.unwrap();
+    let names: Vec<&str> = d["personas"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["helper", "reviewer", "scribe"]);
+    for p in d["personas"].as_array().unwrap() {
+        for child in ["inbox", "self_state", "working_memory"] {
+            assert_eq!(p["actors"][child]["status"], "running", "{child} of {}", p["name"]);
+            assert_eq!(p["actors"][child]["restarts"], 0);
+        }
+        for key in [
+            "focus",
+            "preoccupations",
+            "recent_thoughts",
+            "recent_decisions",
+            "cognitive_load",
+            "available_capacity",
+            "mood",
+            "energy",
+        ] {
+            assert!(p["self_state"].get(key).is_some(), "self_state.{key}");
+        }
+        assert!(p["inbox"].get("shed").is_some() && p["inbox"].get("duplicates").is_some());
+        assert!(p["working_memory"].get("per_domain").is_some());
+    }
+    assert!(d["scheduler"].get("urgent").is_some() && d["outbox"].is_array());
+    let p: Value = http.get(format!("{base}/personas/scribe")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(p["self_state"]["dormant"], true);
+    assert_eq!(http.get(format!("{base}/personas/ghost")).send().await.unwrap().status(), 404);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_host_or_origin_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::new();
+    let r = http.get(format!("{base}/dump")).header("host", "evil.example").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http
+        .post(format!("{base}/events"))
+        .header("origin", "http://evil.example")
+        .json(&json!({"domain":"chat","room":"general","from":"a","text":"x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = http.get(format!("{base}/dump")).header("origin", format!("http://{}", fleet.addr)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_token_is_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(TRIO));
+    cfg.admin.token = Some("s3cret".into());
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/dump")).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(format!("{base}/dump")).bearer_auth("wrong").send().await.unwrap().status(), 401);
+    assert_eq!(http.get(format!("{base}/dump")).bearer_auth("s3cret").send().await.unwrap().status(), 200);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_loopback_admin_without_token_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(TRIO));
+    cfg.admin.addr = "0.0.0.0:0".parse().unwrap();
+    let err = mindfleet::Fleet::start(cfg).await.err().expect("refused");
+    assert!(err.to_string().contains("token"), "{err}");
+}

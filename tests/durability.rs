@@ -1,0 +1,191 @@
+//! Durability across `kill -9`, graceful SIGTERM, and the data-dir lock, with the real binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mindfleet_runtime::config::StorageConfig;
+use mindfleet_runtime::storage::{Storage, lock_data_dir};
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// Starts `mindfleet run` and returns it with the admin address it printed.
+fn spawn_fleet(fleet: &Path, data: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .arg("run")
+        .arg(fleet)
+        .arg("--data")
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("admin API on http://").nth(1) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+        }
+    });
+    let addr = rx.recv_timeout(DEADLINE).expect("the fleet reports its admin address");
+    (child, addr)
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn write_fleet(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("fleet.toml");
+    std::fs::write(&path, fleet_toml(TRIO)).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_injection_loses_no_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = write_fleet(dir.path());
+    let data = dir.path().join("data");
+    let (mut a, addr) = spawn_fleet(&fleet, &data);
+
+    // (event id, personas it was delivered to) for every acknowledged injection.
+    type Acked = Vec<(String, Vec<String>)>;
+    let acked: Arc<Mutex<Acked>> = Arc::default();
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let (addr, acked) = (addr.clone(), acked.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                for i in 0.. {
+                    let text = if i % 3 == 0 { format!("@helper task {c}-{i}") } else { format!("note {c}-{i}") };
+                    let body = json!({"id": format!("k-{c}-{i}"), "domain": "chat", "room": "general", "from": "alice", "text": text});
+                    let Ok(r) = http.post(format!("http://{addr}/events")).json(&body).send().await else { break };
+                    if !r.status().is_success() {
+                        break;
+                    }
+                    let Ok(v) = r.json::<Value>().await else { break };
+                    let personas = v["personas"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()).collect();
+                    acked.lock().unwrap().push((v["event_id"].as_str().unwrap().to_string(), personas));
+                }
+            })
+        })
+        .collect();
+    poll("300 acknowledged events", || async { (acked.lock().unwrap().len() >= 300).then_some(()) }).await;
+    a.kill().unwrap(); // SIGKILL
+    a.wait().unwrap();
+    for c in clients {
+        c.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+
+    let (mut b, addr) = spawn_fleet(&fleet, &data);
+    let http = reqwest::Client::new();
+    let d: Value = poll("every re-queued event finished", || async {
+        let d: Value = http.get(format!("http://{addr}/dump")).send().await.ok()?.json().await.ok()?;
+        (d["storage"]["pending"] == 0).then_some(d)
+    })
+    .await;
+    let helper = d["personas"].as_array().unwrap().iter().find(|p| p["name"] == "helper").unwrap();
+    assert!(helper["self_state"]["activities"].as_u64().unwrap() > 0, "self-state restored");
+    assert!(helper["working_memory"]["len"].as_u64().unwrap() > 0, "working memory restored");
+    sigterm(&b);
+    assert_eq!(wait_exit(&mut b, Duration::from_secs(5)), Some(0), "SIGTERM exits 0 within 5 s");
+
+    let _lock = lock_data_dir(&data).unwrap();
+    let storage = Storage::open(&StorageConfig {
+        data_dir: data.clone(),
+        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
+    })
+    .unwrap();
+    let decided: std::collections::HashSet<(String, String)> =
+        storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    assert!(storage.pending_by_persona().unwrap().is_empty());
+    let mut missing = Vec::new();
+    for (id, personas) in &acked {
+        for p in personas {
+            if !decided.contains(&(p.clone(), id.clone())) {
+                missing.push(format!("{p}:{id}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged deliveries lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+}
+
+#[test]
+fn a_second_process_on_the_same_data_dir_is_refused_with_the_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = write_fleet(dir.path());
+    let data = dir.path().join("data");
+    let (mut a, _) = spawn_fleet(&fleet, &data);
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(&fleet).arg("--data").arg(&data).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains(&format!("in use by pid {}", a.id())), "{msg}");
+    sigterm(&a);
+    assert_eq!(wait_exit(&mut a, Duration::from_secs(5)), Some(0));
+}
+
+#[test]
+fn run_with_an_events_file_until_idle_writes_the_final_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = write_fleet(dir.path());
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(
+        &events,
+        concat!(
+            r#"{"id":"e1","domain":"chat","room":"general","from":"alice","text":"@reviewer look at auth.rs"}"#,
+            "\n",
+            r#"{"id":"e2","domain":"chat","room":"general","from":"bob","text":"morning all"}"#,
+            "\n",
+            r#"{"id":"e3","domain":"chat","room":"general","from":"bob","text":"bad","priority":7}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let out_path = dir.path().join("final.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .arg("run")
+        .arg(&fleet)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .arg("--events")
+        .arg(&events)
+        .arg("--until-idle")
+        .arg("--dump-out")
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("events.jsonl:3: field `priority`"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    assert_eq!(d["storage"]["pending"], 0);
+    let replies: Vec<&Value> = d["outbox"].as_array().unwrap().iter().filter(|o| o["in_reply_to"] == "e1").collect();
+    assert!(replies.iter().any(|o| o["persona"] == "reviewer"), "{replies:?}");
+}

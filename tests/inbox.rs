@@ -1,0 +1,88 @@
+//! Inbox bounds: shedding order and repeats.
+
+use std::time::{Duration, Instant};
+
+use mindfleet_runtime::model::Verdict;
+use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+
+use crate::util::*;
+
+const ONE: &str = r#"
+[[persona]]
+name = "solo"
+role = "assistant"
+rooms = ["desk"]
+inbox_capacity = 3
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_sheds_the_lowest_priority_and_journals_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(ONE));
+    cfg.scheduler.cheap_slots = 1;
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    // Hold the only slot, so the persona waits for its grant and its inbox fills up.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    fleet.scheduler.submit(Task {
+        id: u64::MAX,
+        persona: "blocker".into(),
+        class: Class::Urgent,
+        priority: 1.0,
+        slot: Slot::Cheap,
+        label: "blocker",
+        owner: Owner::Channel(tx),
+        submitted: Instant::now(),
+    });
+    rx.recv_timeout(Duration::from_secs(5)).expect("blocker granted");
+    let mut first = chat("desk", "alice", "first, waits for the slot");
+    first.priority = Some(0.5);
+    fleet.inject(first).await.unwrap();
+    poll("the first event in flight", || async {
+        let d = dump(&fleet).await;
+        persona(&d, "solo").in_flight.is_some().then_some(())
+    })
+    .await;
+    // Capacity 3, five more: the two lowest go.
+    let mut ids = Vec::new();
+    for (i, p) in [0.6, 0.2, 0.9, 0.1, 0.7].into_iter().enumerate() {
+        let mut e = chat("desk", "alice", &format!("event {i}"));
+        e.id = Some(format!("p{p}"));
+        e.priority = Some(p);
+        ids.push(fleet.inject(e).await.unwrap().event_id);
+    }
+    let d = poll("two sheds", || async {
+        let d = dump(&fleet).await;
+        (persona(&d, "solo").inbox.shed == 2).then_some(d)
+    })
+    .await;
+    let solo = persona(&d, "solo");
+    assert_eq!(solo.inbox.len, 3);
+    let kept: Vec<&str> = solo.inbox.top.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(kept, ["p0.9", "p0.7", "p0.6"]);
+    for id in ["p0.2", "p0.1"] {
+        let x = decision(&fleet, "solo", id).await;
+        assert_eq!(x.verdict, Verdict::Shed);
+        assert!(x.reason.contains("inbox full"), "{}", x.reason);
+    }
+    fleet.scheduler.done(u64::MAX);
+    assert!(fleet.wait_idle(DEADLINE).await);
+    for id in ["p0.9", "p0.7", "p0.6"] {
+        assert_eq!(decision(&fleet, "solo", id).await.verdict, Verdict::Engage);
+    }
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_room_sender_and_text_within_3s_is_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(ONE)).await;
+    let a = fleet.inject(chat("desk", "alice", "deploy now?")).await.unwrap();
+    let b = fleet.inject(chat("desk", "alice", "deploy now?")).await.unwrap();
+    assert_ne!(a.event_id, b.event_id);
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let verdicts =
+        [decision(&fleet, "solo", &a.event_id).await.verdict, decision(&fleet, "solo", &b.event_id).await.verdict];
+    assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Duplicate).count(), 1, "{verdicts:?}");
+    assert_eq!(persona(&dump(&fleet).await, "solo").inbox.duplicates, 1);
+    fleet.shutdown(DEADLINE).await;
+}

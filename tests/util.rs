@@ -1,0 +1,91 @@
+//! Shared fixtures: fleets in temp dirs, events, polling with a deadline.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mindfleet::Fleet;
+use mindfleet_runtime::config::FleetConfig;
+use mindfleet_runtime::dump::{FleetDump, PersonaDump};
+use mindfleet_runtime::event::EventInput;
+use mindfleet_runtime::model::{Decision, Verdict};
+
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A fleet file with the given personas, loopback admin on a free port, faults allowed.
+pub fn fleet_toml(personas: &str) -> String {
+    format!("[fleet]\nname = \"test\"\n[admin]\naddr = \"127.0.0.1:0\"\nfaults = true\n{personas}")
+}
+
+/// Three personas in `general`, one of them dormant.
+pub const TRIO: &str = r#"
+[[persona]]
+name = "helper"
+role = "assistant"
+rooms = ["general"]
+expertise = ["docs"]
+
+[[persona]]
+name = "reviewer"
+role = "code reviewer"
+rooms = ["general"]
+expertise = ["review", "rust"]
+
+[[persona]]
+name = "scribe"
+role = "note taker"
+rooms = ["general"]
+dormant = true
+"#;
+
+pub fn config(dir: &Path, toml: &str) -> FleetConfig {
+    let mut cfg = FleetConfig::from_toml(Path::new("test.toml"), toml).expect("valid test fleet");
+    cfg.storage.data_dir = dir.to_path_buf();
+    cfg
+}
+
+pub async fn start(dir: &Path, toml: &str) -> Fleet {
+    Fleet::start(config(dir, toml)).await.expect("fleet starts")
+}
+
+pub fn chat(room: &str, from: &str, text: &str) -> EventInput {
+    EventInput { domain: "chat".into(), room: room.into(), from: from.into(), text: text.into(), ..Default::default() }
+}
+
+/// Polls `f` until it returns `Some`, failing the test after [`DEADLINE`].
+pub async fn poll<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub async fn dump(fleet: &Fleet) -> FleetDump {
+    fleet.dump(None).await.expect("dump")
+}
+
+pub fn persona<'a>(d: &'a FleetDump, name: &str) -> &'a PersonaDump {
+    d.personas.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("persona {name} in dump"))
+}
+
+/// The decision `name` journaled for `event_id`, once there is one.
+pub async fn decision(fleet: &Fleet, name: &str, event_id: &str) -> Decision {
+    poll(&format!("{name}'s decision on {event_id}"), || async {
+        let storage = fleet.storage.clone();
+        let all = tokio::task::spawn_blocking(move || storage.all_decisions()).await.unwrap().unwrap();
+        all.into_iter().find(|(p, d)| p == name && d.event_id == event_id).map(|(_, d)| d)
+    })
+    .await
+}
+
+pub fn verdicts(d: &FleetDump, name: &str, verdict: Verdict) -> Vec<String> {
+    persona(d, name).decisions.iter().filter(|x| x.verdict == verdict).map(|x| x.event_id.clone()).collect()
+}
