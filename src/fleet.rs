@@ -368,11 +368,11 @@ impl Fleet {
         }
         self.supervisor.stop(Some("shutdown".into()));
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.supervisor_task).await;
-        if let Err(e) = self.storage.flush().await {
-            tracing::error!(error = %e, "final flush failed");
-        }
         if let Some(t) = self.http_task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
+        if let Err(e) = self.storage.clone().close().await {
+            tracing::error!(error = %e, "final commit failed");
         }
     }
 }

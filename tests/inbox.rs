@@ -15,13 +15,8 @@ rooms = ["desk"]
 inbox_capacity = 3
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_inbox_sheds_the_lowest_priority_and_journals_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), &fleet_toml(ONE));
-    cfg.scheduler.cheap_slots = 1;
-    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
-    // Hold the only slot, so the persona waits for its grant and its inbox fills up.
+/// Takes the only cheap slot, so the persona waits for its grant and its inbox fills up.
+fn hold_the_slot(fleet: &mindfleet::Fleet) {
     let (tx, rx) = crossbeam_channel::unbounded();
     fleet.scheduler.submit(Task {
         id: u64::MAX,
@@ -34,6 +29,47 @@ async fn a_full_inbox_sheds_the_lowest_priority_and_journals_it() {
         submitted: Instant::now(),
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("blocker granted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_durable_queue_answers_429_and_journals_the_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(ONE));
+    cfg.scheduler.cheap_slots = 1;
+    cfg.storage.max_pending = 3;
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    hold_the_slot(&fleet);
+    let url = format!("http://{}/events", fleet.addr);
+    let http = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let body = serde_json::json!({"id": format!("q{i}"), "domain": "chat", "room": "desk", "from": "alice", "text": format!("work item {i}")});
+        statuses.push(http.post(&url).json(&body).send().await.unwrap().status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let skipped = decision(&fleet, "solo", "q3").await;
+    assert_eq!(skipped.verdict, Verdict::Skipped);
+    assert!(skipped.reason.contains("durable queue full"), "{}", skipped.reason);
+    fleet.scheduler.done(u64::MAX);
+    assert!(fleet.wait_idle(DEADLINE).await);
+    // Once drained, the queue accepts again.
+    let ok = http
+        .post(&url)
+        .json(&serde_json::json!({"domain": "chat", "room": "desk", "from": "alice", "text": "later"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_sheds_the_lowest_priority_and_journals_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(ONE));
+    cfg.scheduler.cheap_slots = 1;
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    hold_the_slot(&fleet);
     let mut first = chat("desk", "alice", "first, waits for the slot");
     first.priority = Some(0.5);
     fleet.inject(first).await.unwrap();

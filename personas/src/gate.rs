@@ -51,20 +51,24 @@ pub fn priority(i: &PriorityInput) -> f64 {
     p.min(1.0)
 }
 
-/// Expertise keywords found in `text` as whole words, case-insensitively.
+/// Expertise keywords found in `text` as whole words, case-insensitively (each counted
+/// once; the text is split once, whatever the number of keywords).
 pub fn keyword_hits(text: &str, expertise: &[String]) -> usize {
     if expertise.is_empty() {
         return 0;
     }
-    let mut hits = 0;
-    for kw in expertise {
-        let found =
-            text.split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_').any(|w| w.eq_ignore_ascii_case(kw));
-        if found {
-            hits += 1;
+    let mut seen: u64 = 0;
+    for w in text.split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_') {
+        if w.is_empty() {
+            continue;
+        }
+        for (i, kw) in expertise.iter().enumerate().take(64) {
+            if w.len() == kw.len() && w.eq_ignore_ascii_case(kw) {
+                seen |= 1 << i;
+            }
         }
     }
-    hits
+    seen.count_ones() as usize
 }
 
 /// The persona's side of the gate's inputs.
@@ -224,5 +228,6 @@ mod tests {
         let kw = vec!["auth".to_string()];
         assert_eq!(keyword_hits("review AUTH.rs please", &kw), 1);
         assert_eq!(keyword_hits("the author wrote", &kw), 0);
+        assert_eq!(keyword_hits("auth, auth and AUTH", &kw), 1, "a keyword counts once");
     }
 }

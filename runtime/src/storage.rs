@@ -106,17 +106,30 @@ pub struct StorageStats {
 }
 
 enum Op {
-    Inject { event: Box<Event>, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>> },
-    Commit { commit: Box<PersonaCommit>, reply_targets: Vec<Target> },
+    Inject {
+        event: Box<Event>,
+        targets: Vec<Target>,
+        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
+    },
+    Commit {
+        commit: Box<PersonaCommit>,
+        reply_targets: Vec<Target>,
+    },
     PutSelfState(Arc<str>, Box<SelfStateData>),
     PutMemory(Arc<str>, Box<WmEntry>),
     DeleteMemory(Arc<str>, u64, Option<Eviction>),
-    Crash { persona: Arc<str>, seq: u64, reason: String },
+    Crash {
+        persona: Arc<str>,
+        seq: u64,
+        reason: String,
+    },
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
     Stats(oneshot::Sender<StorageStats>),
     Flush(oneshot::Sender<()>),
+    /// Commit what came before, then stop the writer (it drops its database handle).
+    Close(oneshot::Sender<()>),
 }
 
 /// Handle to the database and its writer thread. Cloning is cheap.
@@ -274,11 +287,10 @@ impl Storage {
         self.ask(Op::Flush).await
     }
 
-    /// Blocking variant of [`Storage::flush`] for non-async contexts.
-    pub fn flush_blocking(&self) -> Result<(), StorageError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.send(Op::Flush(tx)).map_err(|_| StorageError::Closed)?;
-        rx.blocking_recv().map_err(|_| StorageError::Closed)
+    /// Commits everything sent before, stops the writer and drops this handle. The
+    /// database file is closed once no other clone of the handle is left.
+    pub async fn close(self) -> Result<(), StorageError> {
+        self.ask(Op::Close).await
     }
 
     fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T, StorageError> {
@@ -483,6 +495,7 @@ impl Writer {
 
     fn run(mut self, rx: Receiver<Op>) {
         let mut batch = Vec::with_capacity(self.cfg.max_batch);
+        let mut closing = None;
         while let Ok(op) = rx.recv() {
             batch.push(op);
             while batch.len() < self.cfg.max_batch {
@@ -491,7 +504,21 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            // Nothing after a close in this batch is applied: the close is last.
+            if let Some(i) = batch.iter().position(|op| matches!(op, Op::Close(_))) {
+                if let Op::Close(tx) = batch.remove(i) {
+                    closing = Some(tx);
+                }
+                batch.truncate(i);
+            }
             self.apply_batch(&mut batch);
+            if closing.is_some() {
+                break;
+            }
+        }
+        drop(self.db);
+        if let Some(tx) = closing {
+            let _ = tx.send(());
         }
         tracing::debug!(path = %self.path.display(), "storage writer stopped");
     }
@@ -735,6 +762,7 @@ impl Writer {
                 }));
                 Ok(false)
             }
+            Op::Close(_) => unreachable!("taken out of the batch by the writer loop"),
         }
     }
 
@@ -874,5 +902,116 @@ fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
             // Stored: the persona's inbox restores it when the persona comes back.
             tracing::debug!(%persona, seq, "persona down; delivery stays queued in storage");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FleetConfig;
+    use crate::event::EventInput;
+
+    fn cfg(dir: &Path) -> StorageConfig {
+        StorageConfig { data_dir: dir.to_path_buf(), ..FleetConfig::embedded_default().storage }
+    }
+
+    fn event(id: &str) -> Event {
+        EventInput {
+            id: Some(id.into()),
+            domain: "chat".into(),
+            room: "r".into(),
+            from: "a".into(),
+            text: "t".into(),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    async fn inject(s: &Storage, id: &str, persona: &str) -> Result<InjectAck, InjectError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        s.inject(Box::new(event(id)), vec![(Arc::from(persona), None)], tx.into());
+        rx.await.unwrap()
+    }
+
+    fn decision(id: &str) -> Decision {
+        Decision {
+            event_id: id.into(),
+            verdict: Verdict::Ignore,
+            reason: "test".into(),
+            by: "test".into(),
+            priority: 0.0,
+            numbers: Vec::new(),
+            at_us: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn decisions_are_kept_per_persona_up_to_the_limit_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&StorageConfig { decisions_per_persona: 2, ..cfg(dir.path()) }).unwrap();
+        for i in 1..=3u64 {
+            let id = format!("e{i}");
+            inject(&s, &id, "p").await.unwrap();
+            let commit =
+                PersonaCommit { persona: "p".into(), seq: i, accepted_us: 0, decision: decision(&id), reply: None };
+            s.commit(Box::new(commit), Vec::new());
+        }
+        s.flush().await.unwrap();
+        let ids: Vec<String> = s.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
+        assert_eq!(ids, ["e3", "e2"]);
+        assert_eq!(s.stats().await.unwrap().pending, 0);
+    }
+
+    #[tokio::test]
+    async fn a_finish_of_a_finished_delivery_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        inject(&s, "e1", "p").await.unwrap();
+        for _ in 0..2 {
+            let commit =
+                PersonaCommit { persona: "p".into(), seq: 1, accepted_us: 0, decision: decision("e1"), reply: None };
+            s.commit(Box::new(commit), Vec::new());
+        }
+        s.flush().await.unwrap();
+        assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 1);
+        assert_eq!(s.stats().await.unwrap().stale_finishes, 1);
+    }
+
+    #[tokio::test]
+    async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Storage::open(&cfg(dir.path())).unwrap();
+            assert!(!inject(&s, "e1", "p").await.unwrap().duplicate);
+            s.close().await.unwrap();
+        }
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        let restored = s.load_inbox("p".into()).await.unwrap();
+        assert_eq!(restored.deliveries.len(), 1);
+        assert_eq!(restored.deliveries[0].event.id, "e1");
+        assert!(inject(&s, "e1", "p").await.unwrap().duplicate);
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused_with_both_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
+        {
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("schema_version", SCHEMA_VERSION + 1).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Storage::open(&cfg(dir.path())).err().expect("refused").to_string();
+        assert!(err.contains(&format!("schema version {} is newer", SCHEMA_VERSION + 1)), "{err}");
+    }
+
+    #[test]
+    fn a_locked_data_dir_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = lock_data_dir(dir.path()).unwrap();
+        let err = lock_data_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.ends_with(&format!("in use by pid {}", std::process::id())), "{err}");
     }
 }
