@@ -221,7 +221,8 @@ impl Actor for FleetSupervisor {
         tracing::warn!(persona = %name, %error, "persona failed");
         st.scheduler.release(name.as_str().into());
         let seq = slot.marker.swap(0, Ordering::SeqCst);
-        if seq != 0 {
+        // A child's escalation is not the in-flight event's fault: only a crash is charged.
+        if seq != 0 && !error.contains(mindfleet_personas::persona::ESCALATION) {
             st.storage.crash(name.as_str().into(), seq, error.clone());
         }
         st.start_persona(i, &myself.get_cell(), Some(error), true).await;
@@ -241,7 +242,8 @@ pub struct Fleet {
     ready: Arc<AtomicBool>,
     http_stop: Option<tokio::sync::oneshot::Sender<()>>,
     http_task: Option<tokio::task::JoinHandle<()>>,
-    supervisor_task: tokio::task::JoinHandle<()>,
+    /// Turns true when the supervisor has stopped (shutdown, or a core actor failed).
+    supervisor_done: tokio::sync::watch::Receiver<bool>,
     _lock: DataDirLock,
 }
 
@@ -282,6 +284,13 @@ impl Fleet {
                 tracing::error!(error = %e, "admin API stopped");
             }
         });
+        let (done_tx, supervisor_done) = tokio::sync::watch::channel(false);
+        let ready_flag = ready.clone();
+        tokio::spawn(async move {
+            let _ = supervisor_task.await;
+            ready_flag.store(false, Ordering::Release);
+            let _ = done_tx.send(true);
+        });
         // Every persona restored its state in `pre_start`: the fleet is ready.
         ready.store(true, Ordering::Release);
         tracing::info!(fleet = %config.name, personas = config.personas.len(), admin = %local, "fleet ready");
@@ -295,13 +304,20 @@ impl Fleet {
             ready,
             http_stop: Some(tx),
             http_task: Some(http_task),
-            supervisor_task,
+            supervisor_done,
             _lock: lock,
         })
     }
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the fleet supervisor has stopped: after [`Fleet::shutdown`], or when a
+    /// core actor (admin, scheduler) failed and took the fleet down.
+    pub async fn stopped(&self) {
+        let mut rx = self.supervisor_done.clone();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     /// Validates and injects one event, as `POST /events` does.
@@ -367,7 +383,7 @@ impl Fleet {
             let _ = tx.send(());
         }
         self.supervisor.stop(Some("shutdown".into()));
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.supervisor_task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.stopped()).await;
         if let Some(t) = self.http_task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
         }

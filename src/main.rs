@@ -283,6 +283,9 @@ async fn run(args: RunArgs) -> ExitCode {
     tokio::select! {
         _ = idle => {}
         _ = wait_for_signal() => eprintln!("mindfleet: stopping: draining in-flight work"),
+        _ = fleet.stopped() => {
+            code = fail(1, "the fleet supervisor stopped: a core actor failed (see the log)");
+        }
     }
     if let Some(out) = &args.dump_out {
         match fleet.dump(None).await {

@@ -3,15 +3,17 @@
 //! Pushes come from the persona; the persona pulls one event at a time (`Pull`), and the
 //! inbox answers with `PersonaMsg::Next` as soon as it has one. When full, the lowest
 //! priority event (the newest among equals) is shed; repeats (the same delivery, or the same
-//! room+sender+text within 3 s) are dropped. Both are journaled as decisions through the
-//! admin, which finishes their delivery in storage: nothing is dropped silently. On (re)start
-//! it restores every unfinished delivery of its persona from storage.
+//! room+sender+text within 3 s) are dropped; both are journaled as decisions through the
+//! admin, which finishes their delivery in storage: nothing is dropped silently. A delivery
+//! it already holds or handed over (a reload racing a push) is the same event, not a repeat,
+//! and is skipped. On (re)start, and on `Resync`, it loads every unfinished delivery of its
+//! persona from storage.
 //!
 //! Messages: [`InboxMsg`].
 
 use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -29,6 +31,8 @@ use crate::gate::{PriorityInput, priority};
 
 /// Repeats of the same room+sender+text within this window are dropped.
 pub const DUPLICATE_WINDOW_US: i64 = 3_000_000;
+/// Hand-overs remembered so that a reload does not queue them again.
+const HANDED_KEPT: usize = 256;
 
 #[derive(Debug, RactorMessage)]
 pub enum InboxMsg {
@@ -37,6 +41,10 @@ pub enum InboxMsg {
     /// The persona is ready for its next event.
     Pull,
     Stats(RpcReplyPort<InboxDump>),
+    /// Reload unfinished deliveries from storage and queue the ones it does not know.
+    Resync,
+    /// A handed-over delivery the persona could not take: queue it again.
+    Return(Delivery),
     /// Injected fault: panic now.
     Panic,
 }
@@ -59,6 +67,8 @@ pub struct InboxState {
     args: InboxArgs,
     queue: BTreeMap<Key, (Delivery, f64)>,
     keys: HashMap<u64, Key>,
+    /// Deliveries recently handed to the persona (a reload must not queue them again).
+    handed: VecDeque<u64>,
     /// Content hash -> time of the last event with that room+sender+text.
     recent: HashMap<u64, i64>,
     wanted: bool,
@@ -97,8 +107,8 @@ impl InboxState {
     }
 
     fn push(&mut self, d: Delivery, spoke_recently: bool) {
-        if self.keys.contains_key(&d.seq) {
-            return; // the same stored delivery again (a restore raced a delivery): not an event
+        if self.keys.contains_key(&d.seq) || self.handed.contains(&d.seq) {
+            return; // the same stored delivery again (a reload raced a delivery): not an event
         }
         let p = priority(&PriorityInput {
             event: &d.event,
@@ -136,6 +146,10 @@ impl InboxState {
         }
         if let Some((k, (d, _))) = self.queue.pop_last() {
             self.keys.remove(&k.1.0);
+            self.handed.push_back(d.seq);
+            if self.handed.len() > HANDED_KEPT {
+                self.handed.pop_front();
+            }
             self.wanted = false;
             let _ = self.args.parent.cast(PersonaMsg::Next(d, self.queue.len()));
         }
@@ -156,6 +170,7 @@ impl Actor for Inbox {
             args,
             queue: BTreeMap::new(),
             keys: HashMap::new(),
+            handed: VecDeque::new(),
             recent: HashMap::new(),
             wanted: false,
             shed: restored.shed,
@@ -190,6 +205,17 @@ impl Actor for Inbox {
                     duplicates: st.duplicates,
                     top: st.queue.values().rev().take(5).map(|(d, p)| (d.event.id.clone(), *p)).collect(),
                 });
+            }
+            InboxMsg::Return(d) => {
+                st.handed.retain(|s| *s != d.seq);
+                st.push(d, false);
+                st.hand_over();
+            }
+            InboxMsg::Resync => {
+                for d in st.args.storage.load_inbox(st.args.name.clone()).await?.deliveries {
+                    st.push(d, false);
+                }
+                st.hand_over();
             }
             InboxMsg::Panic => panic!("injected fault: inbox of {} panics", st.args.name),
         }

@@ -45,6 +45,8 @@ use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
 const CHILD_CALL_MS: u64 = 1000;
 /// Finished deliveries remembered to drop their redeliveries.
 const DONE_KEPT: usize = 256;
+/// How a persona's failure by escalation reads (its in-flight event is not to blame).
+pub const ESCALATION: &str = "failed too often; escalating";
 
 pub struct Persona;
 
@@ -181,9 +183,7 @@ impl PersonaState {
                 Kind::Memory => &mut self.memory.window,
             };
             if !window.allow(Instant::now()) {
-                return Err(
-                    format!("{} of {} failed too often; escalating (last: {error})", kind.label(), self.name).into()
-                );
+                return Err(format!("{} of {} {ESCALATION} (last: {error})", kind.label(), self.name).into());
             }
             tracing::warn!(persona = %self.name, child = kind.label(), %error, "restarting child");
             let spawned = match kind {
@@ -256,10 +256,15 @@ impl PersonaState {
     }
 
     fn on_next(&mut self, d: Delivery, backlog: usize) {
-        if self.in_flight.is_some() || self.done.contains(&d.seq) {
+        if self.done.contains(&d.seq) || self.in_flight.as_ref().is_some_and(|f| f.delivery.seq == d.seq) {
             if self.in_flight.is_none() {
                 self.pull();
             }
+            return;
+        }
+        if self.in_flight.is_some() {
+            // A hand-over from an inbox that restarted meanwhile: back in the queue it goes.
+            let _ = self.inbox.actor.cast(InboxMsg::Return(d));
             return;
         }
         self.args.marker.store(d.seq, Ordering::SeqCst);
@@ -533,6 +538,7 @@ impl Actor for Persona {
                 let _ = reply.send(st.dump().await);
             }
             PersonaMsg::Fault(f) => st.fault(f),
+            PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
         }
         Ok(())
     }

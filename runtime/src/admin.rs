@@ -149,6 +149,9 @@ impl Actor for Admin {
             }
             AdminMsg::PersonaUp { name, actor } => {
                 if let Some(p) = st.personas.get_mut(name.as_str()) {
+                    // Commits sent to storage before this point may have found the persona
+                    // unreachable; its reload goes through the writer after them.
+                    let _ = actor.cast(PersonaMsg::Resync);
                     p.actor = Some(actor);
                     p.status = PersonaStatus::Running;
                 }

@@ -92,7 +92,7 @@ impl EventInput {
         let now = now_us();
         let id = match self.id {
             Some(id) if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) => {
-                return Err(bad("id", "must be 1-128 printable characters"));
+                return Err(bad("id", "must be 1-128 bytes of printable characters"));
             }
             Some(id) => id,
             None => new_event_id(),
@@ -111,7 +111,7 @@ impl EventInput {
             return Err(bad("room", format!("{:?} must be 1-64 characters of a-z, 0-9, '-' or '_'", self.room)));
         }
         if self.from.is_empty() || self.from.len() > 128 || self.from.chars().any(char::is_control) {
-            return Err(bad("from", "must be 1-128 printable characters"));
+            return Err(bad("from", "must be 1-128 bytes of printable characters"));
         }
         if self.text.trim().is_empty() {
             return Err(bad("text", "must not be empty"));

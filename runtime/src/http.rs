@@ -3,11 +3,14 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 503 with `{"error", "field"?}` |
+//! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
+//!
+//! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
+//! without the bearer token when one is configured (`/health` excepted).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

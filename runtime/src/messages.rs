@@ -66,6 +66,9 @@ pub enum PersonaMsg {
     Granted(Grant),
     Dump(RpcReplyPort<PersonaDump>),
     Fault(Fault),
+    /// From the admin once it routes to this actor: deliveries stored while the persona
+    /// was unreachable are in storage only, so the inbox reloads them.
+    Resync,
 }
 
 /// Answer to an accepted injection.
@@ -87,7 +90,7 @@ pub enum InjectError {
     Invalid(String),
     #[error("{0}")]
     NotFound(String),
-    #[error("durable queue is full ({pending} events pending); retry later")]
+    #[error("durable queue is full ({pending} deliveries pending); retry later")]
     QueueFull { pending: u64 },
     #[error("storage failed: {0}")]
     Storage(String),

@@ -14,7 +14,8 @@ pub enum Verdict {
     Defer,
     /// Dropped by a full inbox (the lowest priority goes first).
     Shed,
-    /// Dropped as a repeat (same id, or same room+sender+text within 3 s).
+    /// Dropped by the inbox as a repeat: same room+sender+text within 3 s. (A repeated
+    /// event id is answered `duplicate` at injection and never delivered twice.)
     Duplicate,
     /// Refused at injection because the durable queue was full (HTTP 429).
     Skipped,
@@ -42,7 +43,7 @@ pub struct Decision {
     pub event_id: String,
     pub verdict: Verdict,
     pub reason: String,
-    /// Who decided: `fast_path`, `inbox`, `admin`, `supervisor`.
+    /// Who decided: `fast_path/<rule>`, `inbox`, `admin`, `supervisor`.
     pub by: String,
     pub priority: f64,
     /// Named inputs of the decision (priority, threshold, load, ...).

@@ -58,7 +58,7 @@ pub enum StorageError {
     #[error("data dir {path} in use by pid {pid}")]
     InUse { path: PathBuf, pid: String },
     #[error(
-        "{path}: schema version {found} is newer than this mindfleet supports ({supported}); use a newer mindfleet"
+        "{path}: schema version {found} is not one this mindfleet can open (it supports 1..={supported}); use a newer mindfleet"
     )]
     NewerSchema { path: PathBuf, found: u64, supported: u64 },
     #[error("{path}: {source}")]
@@ -69,7 +69,6 @@ pub enum StorageError {
     Closed,
 }
 
-/// A persona and how to reach it.
 /// A persona and how to reach it (`None` while it is down: the delivery waits in storage).
 pub type Target = (Arc<str>, Option<ActorRef<PersonaMsg>>);
 
@@ -198,7 +197,7 @@ impl Storage {
             }
             v.unwrap_or(SCHEMA_VERSION)
         };
-        if found > SCHEMA_VERSION {
+        if found == 0 || found > SCHEMA_VERSION {
             return Err(StorageError::NewerSchema { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
         }
         while found < SCHEMA_VERSION {
@@ -1004,7 +1003,7 @@ mod tests {
             txn.commit().unwrap();
         }
         let err = Storage::open(&cfg(dir.path())).err().expect("refused").to_string();
-        assert!(err.contains(&format!("schema version {} is newer", SCHEMA_VERSION + 1)), "{err}");
+        assert!(err.contains(&format!("schema version {} is not one", SCHEMA_VERSION + 1)), "{err}");
     }
 
     #[test]
