@@ -30,7 +30,7 @@ pub struct SelfState;
 
 pub struct SelfStateArgs {
     pub name: Arc<str>,
-    /// Dormancy for a persona that has no stored state yet.
+    /// Dormancy from the fleet file, applied at every start.
     pub dormant: bool,
     pub storage: Storage,
     pub parent: ActorRef<PersonaMsg>,
@@ -55,8 +55,9 @@ impl Actor for SelfState {
         if args.faults.take_start(FaultTarget::SelfState) {
             panic!("injected fault: self-state of {} panics in pre_start", args.name);
         }
+        // The fleet file decides dormancy (there is no runtime switch yet).
         let data = match args.storage.load_self_state(args.name.clone()).await? {
-            Some(d) => d,
+            Some(d) => SelfStateData { dormant: args.dormant, ..d },
             None => SelfStateData { dormant: args.dormant, ..SelfStateData::default() },
         };
         let _ = args.parent.cast(PersonaMsg::SelfState(Box::new(data.clone())));
