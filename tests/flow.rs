@@ -111,4 +111,13 @@ async fn directed_event_to_a_new_room_creates_it() {
     let d = dump(&fleet).await;
     assert_eq!(d.admin.rooms["war-room"], ["reviewer"]);
     fleet.shutdown(DEADLINE).await;
+
+    // The membership is stored: after a restart an undirected event reaches the room.
+    let fleet = poll("the data dir free again", || async {
+        mindfleet::Fleet::start(config(dir.path(), &fleet_toml(TRIO))).await.ok()
+    })
+    .await;
+    let ack = fleet.inject(chat("war-room", "alice", "anyone here?")).await.unwrap();
+    assert_eq!(ack.personas, ["reviewer"]);
+    fleet.shutdown(DEADLINE).await;
 }

@@ -68,6 +68,8 @@ impl AdminState {
             let members = self.rooms.entry(event.room.clone()).or_default();
             if !members.contains(&name) {
                 members.push(name.clone());
+                // Sent before the event itself: the membership is stored no later than it.
+                self.storage.join_room(event.room.clone(), name.clone());
             }
             return Ok(vec![self.target(&name)]);
         }
@@ -103,6 +105,17 @@ impl Actor for Admin {
                 name.clone(),
                 PersonaEntry { name, actor: None, status: PersonaStatus::Starting, restarts: 0, error: None },
             );
+        }
+        // Memberships made by directed events in earlier runs.
+        for (room, members) in args.storage.rooms()? {
+            for m in members {
+                if let Some((name, _)) = personas.get_key_value(m.as_str()) {
+                    let list = rooms.entry(room.clone()).or_default();
+                    if !list.contains(name) {
+                        list.push(name.clone());
+                    }
+                }
+            }
         }
         Ok(AdminState {
             config: args.config,

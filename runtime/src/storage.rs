@@ -29,7 +29,8 @@ use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, SelfStateData, V
 use crate::time::now_us;
 
 /// Version of the layout below. Older files are migrated on open, newer ones refused.
-pub const SCHEMA_VERSION: u64 = 1;
+/// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
+pub const SCHEMA_VERSION: u64 = 2;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -43,11 +44,25 @@ const MEMORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("memory
 const EVICTIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evictions");
 const DEAD_LETTERS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("dead_letters");
 const COUNTERS: TableDefinition<(&str, &str), u64> = TableDefinition::new("counters");
+const ROOMS: TableDefinition<(&str, &str), ()> = TableDefinition::new("rooms");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
-/// Version 1 is the first layout, so the list is empty; a layout change appends here.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-const MIGRATIONS: &[Migration] = &[];
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2];
+
+/// Version 1 kept room memberships made by directed events in memory only: rebuild them
+/// from the stored events that were addressed to a persona.
+fn migrate_1_to_2(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let events = txn.open_table(EVENTS)?;
+    let mut rooms = txn.open_table(ROOMS)?;
+    for r in events.iter()? {
+        let event: Event = dec(r?.1.value())?;
+        if let Some(p) = &event.persona {
+            rooms.insert((event.room.as_str(), p.as_str()), ())?;
+        }
+    }
+    Ok(())
+}
 
 /// Evictions kept per persona.
 const EVICTIONS_KEPT: u64 = 1000;
@@ -122,6 +137,8 @@ enum Op {
         seq: u64,
         reason: String,
     },
+    /// A persona joined a room it was not configured in (a directed event).
+    JoinRoom(String, Arc<str>),
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
@@ -240,6 +257,24 @@ impl Storage {
     /// Finishes a delivery: decision, optional reply (outbox + room event) in one transaction.
     pub fn commit(&self, commit: Box<PersonaCommit>, reply_targets: Vec<Target>) {
         self.send(Op::Commit { commit, reply_targets });
+    }
+
+    pub fn join_room(&self, room: String, persona: Arc<str>) {
+        self.send(Op::JoinRoom(room, persona));
+    }
+
+    /// Room memberships made by directed events, room -> personas (blocking read).
+    pub fn rooms(&self) -> Result<BTreeMap<String, Vec<String>>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(ROOMS)?;
+            let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for r in t.iter()? {
+                let (k, _) = r?;
+                let (room, persona) = k.value();
+                out.entry(room.to_string()).or_default().push(persona.to_string());
+            }
+            Ok(out)
+        })
     }
 
     pub fn put_self_state(&self, persona: Arc<str>, s: SelfStateData) {
@@ -378,6 +413,7 @@ fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
     txn.open_table(EVICTIONS)?;
     txn.open_table(DEAD_LETTERS)?;
     txn.open_table(COUNTERS)?;
+    txn.open_table(ROOMS)?;
     Ok(())
 }
 
@@ -638,6 +674,10 @@ impl Writer {
                         }
                     }));
                 }
+                Ok(true)
+            }
+            Op::JoinRoom(room, persona) => {
+                txn.open_table(ROOMS)?.insert((room.as_str(), &*persona), ())?;
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {
@@ -990,6 +1030,33 @@ mod tests {
         assert_eq!(restored.deliveries.len(), 1);
         assert_eq!(restored.deliveries[0].event.id, "e1");
         assert!(inject(&s, "e1", "p").await.unwrap().duplicate);
+    }
+
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_and_keeps_directed_rooms() {
+        let dir = tempfile::tempdir().unwrap();
+        // What version 1 wrote: no `rooms` table, memberships only implied by directed events.
+        {
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("schema_version", 1).unwrap();
+            let mut directed = event("d1");
+            directed.persona = Some("helper".into());
+            directed.room = "war-room".into();
+            let mut events = txn.open_table(EVENTS).unwrap();
+            events.insert(1, enc(&directed).as_slice()).unwrap();
+            events.insert(2, enc(&event("u1")).as_slice()).unwrap();
+            drop(events);
+            txn.commit().unwrap();
+        }
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        let rooms = s.rooms().unwrap();
+        assert_eq!(rooms.len(), 1);
+        assert_eq!(rooms["war-room"], ["helper"]);
+        s.close().await.unwrap();
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let v = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().unwrap().value();
+        assert_eq!(v, SCHEMA_VERSION);
     }
 
     #[tokio::test]
