@@ -44,10 +44,11 @@ pub async fn launch(n: usize) -> anyhow::Result<Value> {
     let fleet = Fleet::start(cfg).await?;
     let launch_s = t.elapsed().as_secs_f64();
     anyhow::ensure!(fleet.wait_idle(Duration::from_secs(30)).await, "fleet did not settle");
+    // Idle RSS, before the dump below allocates a JSON-sized picture of the whole fleet.
+    let rss = rss_kib();
     let dump = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let running = dump.personas.iter().filter(|p| p.actors.inbox.status == "running").count();
     anyhow::ensure!(running == n, "only {running} of {n} personas running");
-    let rss = rss_kib();
     let t = Instant::now();
     fleet.shutdown(Duration::from_secs(5)).await;
     Ok(json!({
@@ -203,6 +204,7 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
         "ack_p50_ms": round(percentile(&lat, 0.5), 2),
         "ack_p99_ms": round(percentile(&lat, 0.99), 2),
         "commit_p50_ms": round(stats.commit_p50_ms, 3),
+        "fsync_p50_ms": round(stats.fsync_p50_ms, 3),
         "mean_batch": round(stats.mean_batch, 1),
         "ceiling_per_s": ceiling.round(),
         "fraction_of_ceiling": round(per_s / ceiling, 3),

@@ -17,6 +17,10 @@ use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::{EventInput, SenderKind};
 use mindfleet_runtime::storage::StorageError;
 
+/// glibc's allocator serialises the actors' many small allocations on its arena locks.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
 
 #[derive(Parser)]

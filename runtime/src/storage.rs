@@ -110,6 +110,8 @@ pub struct StorageStats {
     pub mean_batch: f64,
     pub commit_p50_ms: f64,
     pub commit_p99_ms: f64,
+    /// The durable `commit()` alone, without applying the batch's requests.
+    pub fsync_p50_ms: f64,
     /// From acceptance to the commit of the decision.
     pub decision_p50_ms: f64,
     pub decision_p99_ms: f64,
@@ -401,20 +403,44 @@ impl Storage {
 }
 
 fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
-    txn.open_table(META)?;
-    txn.open_table(EVENTS)?;
-    txn.open_table(EVENT_IDS)?;
-    txn.open_table(DELIVERIES)?;
-    txn.open_table(PENDING_BY_SEQ)?;
-    txn.open_table(DECISIONS)?;
-    txn.open_table(OUTBOX)?;
-    txn.open_table(SELF_STATE)?;
-    txn.open_table(MEMORY)?;
-    txn.open_table(EVICTIONS)?;
-    txn.open_table(DEAD_LETTERS)?;
-    txn.open_table(COUNTERS)?;
-    txn.open_table(ROOMS)?;
-    Ok(())
+    Tables::open(txn).map(drop)
+}
+
+/// Every table, opened once per batch (opening costs more than most single writes).
+struct Tables<'t> {
+    meta: redb::Table<'t, &'static str, u64>,
+    events: redb::Table<'t, u64, &'static [u8]>,
+    event_ids: redb::Table<'t, &'static str, u64>,
+    deliveries: redb::Table<'t, (&'static str, u64), u32>,
+    pending_by_seq: redb::Table<'t, u64, u32>,
+    decisions: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    outbox: redb::Table<'t, u64, &'static [u8]>,
+    self_state: redb::Table<'t, &'static str, &'static [u8]>,
+    memory: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    evictions: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    dead_letters: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    counters: redb::Table<'t, (&'static str, &'static str), u64>,
+    rooms: redb::Table<'t, (&'static str, &'static str), ()>,
+}
+
+impl<'t> Tables<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, redb::Error> {
+        Ok(Tables {
+            meta: txn.open_table(META)?,
+            events: txn.open_table(EVENTS)?,
+            event_ids: txn.open_table(EVENT_IDS)?,
+            deliveries: txn.open_table(DELIVERIES)?,
+            pending_by_seq: txn.open_table(PENDING_BY_SEQ)?,
+            decisions: txn.open_table(DECISIONS)?,
+            outbox: txn.open_table(OUTBOX)?,
+            self_state: txn.open_table(SELF_STATE)?,
+            memory: txn.open_table(MEMORY)?,
+            evictions: txn.open_table(EVICTIONS)?,
+            dead_letters: txn.open_table(DEAD_LETTERS)?,
+            counters: txn.open_table(COUNTERS)?,
+            rooms: txn.open_table(ROOMS)?,
+        })
+    }
 }
 
 /// Counters kept in `meta`, cached by the writer.
@@ -466,8 +492,7 @@ impl Meta {
         Ok(m)
     }
 
-    fn save(&mut self, txn: &WriteTransaction) -> Result<(), redb::Error> {
-        let mut t = txn.open_table(META)?;
+    fn save(&mut self, t: &mut redb::Table<&str, u64>) -> Result<(), redb::Error> {
         for (k, f) in META_KEYS.iter().zip(self.fields()) {
             t.insert(*k, *f)?;
         }
@@ -513,6 +538,8 @@ struct Writer {
     meta: Meta,
     stats: StorageStats,
     commit_ms: Samples,
+    /// The `commit()` call alone (the fsync and page writes), without applying the batch.
+    fsync_ms: Samples,
     decision_ms: Samples,
 }
 
@@ -525,7 +552,16 @@ impl Writer {
             pending: meta.pending,
             ..Default::default()
         };
-        Ok(Writer { db, cfg, path, meta, stats, commit_ms: Samples::default(), decision_ms: Samples::default() })
+        Ok(Writer {
+            db,
+            cfg,
+            path,
+            meta,
+            stats,
+            commit_ms: Samples::default(),
+            fsync_ms: Samples::default(),
+            decision_ms: Samples::default(),
+        })
     }
 
     fn run(mut self, rx: Receiver<Op>) {
@@ -566,13 +602,20 @@ impl Writer {
             let mut txn = self.db.begin_write()?;
             txn.set_durability(Durability::Immediate).map_err(|e| redb::Error::Corrupted(e.to_string()))?;
             let mut dirty = false;
-            for op in batch.drain(..) {
-                dirty |= self.apply(&txn, op, &mut after)?;
+            {
+                let mut t = Tables::open(&txn)?;
+                for op in batch.drain(..) {
+                    dirty |= self.apply(&mut t, op, &mut after)?;
+                }
+                if dirty {
+                    self.trim_events(&mut t)?;
+                    self.meta.save(&mut t.meta)?;
+                }
             }
             if dirty {
-                self.trim_events(&txn)?;
-                self.meta.save(&txn)?;
+                let sync = Instant::now();
                 txn.commit()?;
+                self.fsync_ms.push(sync.elapsed().as_secs_f64() * 1e3);
             } else {
                 txn.abort()?;
             }
@@ -607,10 +650,10 @@ impl Writer {
     }
 
     /// Applies one request inside the batch's transaction; true when it wrote anything.
-    fn apply(&mut self, txn: &WriteTransaction, op: Op, after: &mut Vec<AfterCommit>) -> Result<bool, redb::Error> {
+    fn apply(&mut self, t: &mut Tables<'_>, op: Op, after: &mut Vec<AfterCommit>) -> Result<bool, redb::Error> {
         match op {
             Op::Inject { event, targets, reply } => {
-                if txn.open_table(EVENT_IDS)?.get(event.id.as_str())?.is_some() {
+                if t.event_ids.get(event.id.as_str())?.is_some() {
                     self.stats.duplicates += 1;
                     let ack = InjectAck { event_id: event.id, accepted: true, duplicate: true, personas: Vec::new() };
                     after.push(Box::new(move |r| {
@@ -623,14 +666,14 @@ impl Writer {
                     let reason =
                         format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
                     for (persona, _) in &targets {
-                        self.put_decision(txn, persona, &skipped(&event, &reason))?;
+                        self.put_decision(t, persona, &skipped(&event, &reason))?;
                     }
                     after.push(Box::new(move |_| {
                         let _ = reply.send(Err(InjectError::QueueFull { pending }));
                     }));
                     return Ok(true);
                 }
-                let (seq, event) = self.put_event(txn, *event, &targets)?;
+                let (seq, event) = self.put_event(t, *event, &targets)?;
                 self.stats.accepted += 1;
                 let ack = InjectAck {
                     event_id: event.id.clone(),
@@ -651,23 +694,22 @@ impl Writer {
             }
             Op::Commit { commit, reply_targets } => {
                 let PersonaCommit { persona, seq, accepted_us, decision, reply } = *commit;
-                if !self.finish_delivery(txn, &persona, seq)? {
+                if !self.finish_delivery(t, &persona, seq)? {
                     self.stats.stale_finishes += 1;
                     return Ok(false);
                 }
                 if matches!(decision.verdict, Verdict::Shed | Verdict::Duplicate) {
-                    let mut c = txn.open_table(COUNTERS)?;
                     let name = decision.verdict.as_str();
-                    let n = c.get((&*persona, name))?.map_or(0, |g| g.value());
-                    c.insert((&*persona, name), n + 1)?;
+                    let n = t.counters.get((&*persona, name))?.map_or(0, |g| g.value());
+                    t.counters.insert((&*persona, name), n + 1)?;
                 }
-                self.put_decision(txn, &persona, &decision)?;
+                self.put_decision(t, &persona, &decision)?;
                 self.stats.decisions += 1;
                 let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
                 self.decision_ms.push(latency_ms);
                 if let Some((entry, event)) = reply {
-                    self.put_outbox(txn, &entry)?;
-                    let (rseq, event) = self.put_event(txn, event, &reply_targets)?;
+                    self.put_outbox(t, &entry)?;
+                    let (rseq, event) = self.put_event(t, event, &reply_targets)?;
                     after.push(Box::new(move |r| {
                         if r.is_ok() {
                             deliver(&reply_targets, rseq, &event);
@@ -677,44 +719,41 @@ impl Writer {
                 Ok(true)
             }
             Op::JoinRoom(room, persona) => {
-                txn.open_table(ROOMS)?.insert((room.as_str(), &*persona), ())?;
+                t.rooms.insert((room.as_str(), &*persona), ())?;
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {
-                txn.open_table(SELF_STATE)?.insert(&*persona, enc(&*state).as_slice())?;
+                t.self_state.insert(&*persona, enc(&*state).as_slice())?;
                 Ok(true)
             }
             Op::PutMemory(persona, entry) => {
-                txn.open_table(MEMORY)?.insert((&*persona, entry.id), enc(&*entry).as_slice())?;
+                t.memory.insert((&*persona, entry.id), enc(&*entry).as_slice())?;
                 Ok(true)
             }
             Op::DeleteMemory(persona, id, eviction) => {
-                txn.open_table(MEMORY)?.remove((&*persona, id))?;
+                t.memory.remove((&*persona, id))?;
                 if let Some(ev) = eviction {
                     let key = self.meta.next_eviction;
                     self.meta.next_eviction += 1;
-                    let mut t = txn.open_table(EVICTIONS)?;
-                    t.insert((&*persona, key), enc(&ev).as_slice())?;
-                    bounded(&mut t, &mut txn.open_table(COUNTERS)?, &persona, "evictions", EVICTIONS_KEPT)?;
+                    t.evictions.insert((&*persona, key), enc(&ev).as_slice())?;
+                    bounded(&mut t.evictions, &mut t.counters, &persona, "evictions", EVICTIONS_KEPT)?;
                 }
                 Ok(true)
             }
             Op::Crash { persona, seq, reason } => {
-                let mut d = txn.open_table(DELIVERIES)?;
-                let Some(crashes) = d.get((&*persona, seq))?.map(|g| g.value() + 1) else {
+                let Some(crashes) = t.deliveries.get((&*persona, seq))?.map(|g| g.value() + 1) else {
                     return Ok(false);
                 };
                 if crashes < self.cfg.max_crashes_per_event {
-                    d.insert((&*persona, seq), crashes)?;
+                    t.deliveries.insert((&*persona, seq), crashes)?;
                     return Ok(true);
                 }
-                drop(d);
-                let event: Option<Event> = match txn.open_table(EVENTS)?.get(seq)? {
+                let event: Option<Event> = match t.events.get(seq)? {
                     Some(b) => Some(dec(b.value())?),
                     None => None,
                 };
                 let event_id = event.map_or_else(|| format!("seq {seq}"), |e| e.id);
-                self.finish_delivery(txn, &persona, seq)?;
+                self.finish_delivery(t, &persona, seq)?;
                 let now = now_us();
                 let dl = DeadLetter {
                     persona: persona.to_string(),
@@ -725,7 +764,7 @@ impl Writer {
                 };
                 let key = self.meta.next_dead;
                 self.meta.next_dead += 1;
-                txn.open_table(DEAD_LETTERS)?.insert((&*persona, key), enc(&dl).as_slice())?;
+                t.dead_letters.insert((&*persona, key), enc(&dl).as_slice())?;
                 let decision = Decision {
                     event_id,
                     verdict: Verdict::DeadLetter,
@@ -735,12 +774,12 @@ impl Writer {
                     numbers: vec![("crashes".into(), crashes as f64)],
                     at_us: now,
                 };
-                self.put_decision(txn, &persona, &decision)?;
+                self.put_decision(t, &persona, &decision)?;
                 self.stats.dead_letters += 1;
                 Ok(true)
             }
             Op::LoadSelfState(persona, tx) => {
-                let v = match txn.open_table(SELF_STATE)?.get(&*persona)? {
+                let v = match t.self_state.get(&*persona)? {
                     Some(b) => Some(dec(b.value())?),
                     None => None,
                 };
@@ -750,25 +789,22 @@ impl Writer {
                 Ok(false)
             }
             Op::LoadMemory(persona, tx) => {
-                let t = txn.open_table(MEMORY)?;
-                let v = t.range((&*persona, 0)..=(&*persona, u64::MAX))?.map(|r| dec(r?.1.value())).collect::<Result<
-                    Vec<WmEntry>,
-                    _,
-                >>(
-                )?;
+                let v = t
+                    .memory
+                    .range((&*persona, 0)..=(&*persona, u64::MAX))?
+                    .map(|r| dec(r?.1.value()))
+                    .collect::<Result<Vec<WmEntry>, _>>()?;
                 after.push(Box::new(move |_| {
                     let _ = tx.send(v);
                 }));
                 Ok(false)
             }
             Op::LoadInbox(persona, tx) => {
-                let d = txn.open_table(DELIVERIES)?;
-                let ev = txn.open_table(EVENTS)?;
                 let mut out = InboxRestore::default();
-                for r in d.range((&*persona, 0)..=(&*persona, u64::MAX))? {
+                for r in t.deliveries.range((&*persona, 0)..=(&*persona, u64::MAX))? {
                     let (k, crashes) = r?;
                     let seq = k.value().1;
-                    if let Some(b) = ev.get(seq)? {
+                    if let Some(b) = t.events.get(seq)? {
                         out.deliveries.push(Delivery {
                             seq,
                             event: Arc::new(dec(b.value())?),
@@ -776,9 +812,8 @@ impl Writer {
                         });
                     }
                 }
-                let c = txn.open_table(COUNTERS)?;
-                out.shed = c.get((&*persona, Verdict::Shed.as_str()))?.map_or(0, |g| g.value());
-                out.duplicates = c.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
+                out.shed = t.counters.get((&*persona, Verdict::Shed.as_str()))?.map_or(0, |g| g.value());
+                out.duplicates = t.counters.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
                 after.push(Box::new(move |_| {
                     let _ = tx.send(out);
                 }));
@@ -790,6 +825,7 @@ impl Writer {
                 s.mean_batch = if s.commits == 0 { 0.0 } else { s.requests as f64 / s.commits as f64 };
                 s.commit_p50_ms = self.commit_ms.percentile(0.5);
                 s.commit_p99_ms = self.commit_ms.percentile(0.99);
+                s.fsync_p50_ms = self.fsync_ms.percentile(0.5);
                 s.decision_p50_ms = self.decision_ms.percentile(0.5);
                 s.decision_p99_ms = self.decision_ms.percentile(0.99);
                 let _ = tx.send(s);
@@ -808,58 +844,54 @@ impl Writer {
     /// Stores a new event and one delivery per target; returns its sequence number.
     fn put_event(
         &mut self,
-        txn: &WriteTransaction,
+        t: &mut Tables<'_>,
         event: Event,
         targets: &[Target],
     ) -> Result<(u64, Arc<Event>), redb::Error> {
         let seq = self.meta.next_seq;
         self.meta.next_seq += 1;
-        txn.open_table(EVENTS)?.insert(seq, enc(&event).as_slice())?;
-        txn.open_table(EVENT_IDS)?.insert(event.id.as_str(), seq)?;
+        t.events.insert(seq, enc(&event).as_slice())?;
+        t.event_ids.insert(event.id.as_str(), seq)?;
         self.meta.events_count += 1;
         if !targets.is_empty() {
-            let mut d = txn.open_table(DELIVERIES)?;
             for (persona, _) in targets {
-                d.insert((&**persona, seq), 0u32)?;
+                t.deliveries.insert((&**persona, seq), 0u32)?;
             }
-            txn.open_table(PENDING_BY_SEQ)?.insert(seq, targets.len() as u32)?;
+            t.pending_by_seq.insert(seq, targets.len() as u32)?;
             self.meta.pending += targets.len() as u64;
         }
         Ok((seq, Arc::new(event)))
     }
 
     /// Removes a delivery; false when it was not pending (already finished).
-    fn finish_delivery(&mut self, txn: &WriteTransaction, persona: &str, seq: u64) -> Result<bool, redb::Error> {
-        if txn.open_table(DELIVERIES)?.remove((persona, seq))?.is_none() {
+    fn finish_delivery(&mut self, t: &mut Tables<'_>, persona: &str, seq: u64) -> Result<bool, redb::Error> {
+        if t.deliveries.remove((persona, seq))?.is_none() {
             return Ok(false);
         }
         self.meta.pending = self.meta.pending.saturating_sub(1);
-        let mut p = txn.open_table(PENDING_BY_SEQ)?;
-        let left = p.get(seq)?.map_or(0, |g| g.value()).saturating_sub(1);
+        let left = t.pending_by_seq.get(seq)?.map_or(0, |g| g.value()).saturating_sub(1);
         if left == 0 {
-            p.remove(seq)?;
+            t.pending_by_seq.remove(seq)?;
         } else {
-            p.insert(seq, left)?;
+            t.pending_by_seq.insert(seq, left)?;
         }
         Ok(true)
     }
 
-    fn put_decision(&mut self, txn: &WriteTransaction, persona: &str, d: &Decision) -> Result<(), redb::Error> {
+    fn put_decision(&mut self, t: &mut Tables<'_>, persona: &str, d: &Decision) -> Result<(), redb::Error> {
         let key = self.meta.next_decision;
         self.meta.next_decision += 1;
-        let mut t = txn.open_table(DECISIONS)?;
-        t.insert((persona, key), enc(d).as_slice())?;
-        bounded(&mut t, &mut txn.open_table(COUNTERS)?, persona, "decisions", self.cfg.decisions_per_persona)
+        t.decisions.insert((persona, key), enc(d).as_slice())?;
+        bounded(&mut t.decisions, &mut t.counters, persona, "decisions", self.cfg.decisions_per_persona)
     }
 
-    fn put_outbox(&mut self, txn: &WriteTransaction, e: &OutboxEntry) -> Result<(), redb::Error> {
+    fn put_outbox(&mut self, t: &mut Tables<'_>, e: &OutboxEntry) -> Result<(), redb::Error> {
         let key = self.meta.next_outbox;
         self.meta.next_outbox += 1;
-        let mut t = txn.open_table(OUTBOX)?;
-        t.insert(key, enc(e).as_slice())?;
+        t.outbox.insert(key, enc(e).as_slice())?;
         self.meta.outbox_count += 1;
         while self.meta.outbox_count > self.cfg.outbox_limit {
-            if t.pop_first()?.is_none() {
+            if t.outbox.pop_first()?.is_none() {
                 break;
             }
             self.meta.outbox_count -= 1;
@@ -869,28 +901,25 @@ impl Writer {
 
     /// Forgets the oldest finished events beyond the retention limit (a bounded amount per
     /// commit, so one commit never stalls on a large backlog).
-    fn trim_events(&mut self, txn: &WriteTransaction) -> Result<(), redb::Error> {
+    fn trim_events(&mut self, t: &mut Tables<'_>) -> Result<(), redb::Error> {
         if self.meta.events_count <= self.cfg.events_retained {
             return Ok(());
         }
         let excess = (self.meta.events_count - self.cfg.events_retained).min(1024) as usize;
-        let pending = txn.open_table(PENDING_BY_SEQ)?;
-        let mut events = txn.open_table(EVENTS)?;
         let mut victims = Vec::with_capacity(excess);
-        for r in events.iter()? {
+        for r in t.events.iter()? {
             if victims.len() == excess {
                 break;
             }
             let (k, v) = r?;
             let seq = k.value();
-            if pending.get(seq)?.is_none() {
+            if t.pending_by_seq.get(seq)?.is_none() {
                 victims.push((seq, dec::<Event>(v.value())?.id));
             }
         }
-        let mut ids = txn.open_table(EVENT_IDS)?;
         for (seq, id) in victims {
-            events.remove(seq)?;
-            ids.remove(id.as_str())?;
+            t.events.remove(seq)?;
+            t.event_ids.remove(id.as_str())?;
             self.meta.events_count -= 1;
         }
         Ok(())
