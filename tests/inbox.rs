@@ -1,6 +1,6 @@
 //! Inbox bounds: shedding order and repeats.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mindfleet_runtime::model::Verdict;
 use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
@@ -20,13 +20,7 @@ fn hold_the_slot(fleet: &mindfleet::Fleet) {
     let (tx, rx) = crossbeam_channel::unbounded();
     fleet.scheduler.submit(Task {
         id: u64::MAX,
-        persona: "blocker".into(),
-        class: Class::Urgent,
-        priority: 1.0,
-        slot: Slot::Cheap,
-        label: "blocker",
-        owner: Owner::Channel(tx),
-        submitted: Instant::now(),
+        ..Task::new("blocker".into(), Class::Urgent, 1.0, Slot::Cheap, "blocker", Owner::Channel(tx))
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("blocker granted");
 }

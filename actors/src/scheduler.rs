@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use mindfleet_runtime::config::SchedulerConfig;
 use mindfleet_runtime::sched::{
-    Class, Grant, SchedulerHandle, SchedulerMsg, SchedulerStats, Slot, SubmitQueues, Task, TaskId,
+    Class, Grant, Outcome, SchedulerHandle, SchedulerMsg, SchedulerStats, Slot, SubmitQueues, Task, TaskId,
 };
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
@@ -108,8 +108,14 @@ impl SchedulerState {
                     let Some(q) = self.heaps[c][s].pop() else { break };
                     let t = q.task;
                     let waited = t.submitted.elapsed();
-                    let grant =
-                        Grant { task: t.id, slot: t.slot, class: t.class, waited_us: waited.as_micros() as u64 };
+                    let grant = Grant {
+                        task: t.id,
+                        slot: t.slot,
+                        class: t.class,
+                        waited_us: waited.as_micros() as u64,
+                        outcome: Outcome::Run,
+                        deadline_missed: t.deadline.is_some_and(|d| Instant::now() > d),
+                    };
                     self.stats.granted += 1;
                     self.stats.class_mut(t.class).granted += 1;
                     if t.owner.grant(grant) {
@@ -202,7 +208,8 @@ impl Actor for Scheduler {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             SchedulerMsg::Wake => st.drain_submissions(),
-            SchedulerMsg::Done(id) => st.finish(id),
+            SchedulerMsg::Done { task, .. } => st.finish(task),
+            SchedulerMsg::Cadence { .. } => {}
             SchedulerMsg::Release(persona) => st.release(&persona),
             SchedulerMsg::Stats(reply) => {
                 let _ = reply.send(st.snapshot());

@@ -26,7 +26,7 @@ use mindfleet_runtime::messages::{
 };
 use mindfleet_runtime::model::{Decision, EntryKind, OutboxEntry, Preoccupation, SelfStateData, Verdict};
 use mindfleet_runtime::restart::RestartWindow;
-use mindfleet_runtime::sched::{Class, SchedulerHandle, Slot, Task, TaskId};
+use mindfleet_runtime::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_runtime::storage::Storage;
 use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
@@ -291,17 +291,9 @@ impl PersonaState {
                 } else {
                     Class::Work
                 };
-            let task = SchedulerHandle::next_id();
-            self.args.scheduler.submit(Task {
-                id: task,
-                persona: self.name.clone(),
-                class,
-                priority: p,
-                slot: Slot::Cheap,
-                label: "respond",
-                owner: mindfleet_runtime::sched::Owner::Persona(self.myself.clone()),
-                submitted: Instant::now(),
-            });
+            let t = Task::new(self.name.clone(), class, p, Slot::Cheap, "respond", Owner::Persona(self.myself.clone()));
+            let task = t.id;
+            self.args.scheduler.submit(t);
             self.in_flight = Some(InFlight { delivery: d, backlog, priority: p, gate, state, task });
         } else {
             self.finish(d, backlog, p, gate, state, None);

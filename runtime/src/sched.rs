@@ -84,9 +84,54 @@ pub struct Task {
     pub label: &'static str,
     pub owner: Owner,
     pub submitted: Instant,
+    /// Latest time the task is still useful to start; granting it later is a counted miss.
+    pub deadline: Option<Instant>,
+    /// Model tokens the task may use, reserved against the budgets until `done` (0: no model).
+    pub max_tokens: u32,
 }
 
-/// Permission to run one task now.
+impl Task {
+    /// A task with no deadline and no model call.
+    pub fn new(persona: Arc<str>, class: Class, priority: f64, slot: Slot, label: &'static str, owner: Owner) -> Task {
+        Task {
+            id: SchedulerHandle::next_id(),
+            persona,
+            class,
+            priority,
+            slot,
+            label,
+            owner,
+            submitted: Instant::now(),
+            deadline: None,
+            max_tokens: 0,
+        }
+    }
+}
+
+/// Why a task was not run as submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Above the soft limit of the token budget and priority <= 0.8.
+    SoftTokenBudget,
+    /// Above the soft limit of the call budget and priority <= 0.6.
+    SoftCallBudget,
+    /// The hard limit would be crossed.
+    HardBudget,
+}
+
+/// What the owner may do with a granted task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Run it as submitted; call `done` after.
+    Run,
+    /// Run it without a model (the `rules` brain); call `done` after.
+    RulesOnly(SkipReason),
+    /// Do not run it; no slot is held, so no `done`.
+    Skipped(SkipReason),
+}
+
+/// The scheduler's answer to one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     pub task: TaskId,
@@ -94,6 +139,9 @@ pub struct Grant {
     pub class: Class,
     /// Time the task waited, microseconds.
     pub waited_us: u64,
+    pub outcome: Outcome,
+    /// Granted after its deadline.
+    pub deadline_missed: bool,
 }
 
 /// Messages of the scheduler actor.
@@ -101,8 +149,16 @@ pub struct Grant {
 pub enum SchedulerMsg {
     /// New submissions are in the queues (coalesced: at most one in flight).
     Wake,
-    /// A granted task finished; its slot is free.
-    Done(TaskId),
+    /// A granted task finished; its slot is free and the tokens it did not use are refunded.
+    Done {
+        task: TaskId,
+        tokens_used: u32,
+    },
+    /// How often a persona's non-urgent work may be granted (its cadence, from mood and budget).
+    Cadence {
+        persona: Arc<str>,
+        interval: std::time::Duration,
+    },
     /// Free every slot and drop every queued task of a persona (it restarted or stopped).
     Release(Arc<str>),
     Stats(RpcReplyPort<SchedulerStats>),
@@ -139,8 +195,17 @@ impl SchedulerHandle {
         }
     }
 
+    /// The task is over; it used no model tokens.
     pub fn done(&self, task: TaskId) {
-        let _ = self.actor.cast(SchedulerMsg::Done(task));
+        self.done_with_tokens(task, 0);
+    }
+
+    pub fn done_with_tokens(&self, task: TaskId, tokens_used: u32) {
+        let _ = self.actor.cast(SchedulerMsg::Done { task, tokens_used });
+    }
+
+    pub fn set_cadence(&self, persona: Arc<str>, interval: std::time::Duration) {
+        let _ = self.actor.cast(SchedulerMsg::Cadence { persona, interval });
     }
 
     pub fn release(&self, persona: Arc<str>) {

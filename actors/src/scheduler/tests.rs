@@ -19,6 +19,8 @@ fn task(id: TaskId, class: Class, priority: f64, age: Duration, tx: &crossbeam_c
         label: "test",
         owner: Owner::Channel(tx.clone()),
         submitted: Instant::now() - age,
+        deadline: None,
+        max_tokens: 0,
     }
 }
 
