@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_personas::gate::{GateState, PriorityInput, fast_gate, priority};
+use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::event::{Event, EventInput, SenderKind};
 use mindfleet_runtime::model::Mood;
@@ -92,7 +92,8 @@ fn sample_events() -> Vec<Event> {
         .collect()
 }
 
-/// Decisions per second of the pure fast-path gate on one core (and with the priority).
+/// Decisions per second of the pure gate chain (fast path, thermal, deterministic scorer) on
+/// one core, and with the inbox priority computed too.
 pub fn gate(seconds: f64) -> Value {
     let events = sample_events();
     let expertise: Vec<String> = ["review", "auth", "deploy", "latency"].iter().map(|s| s.to_string()).collect();
@@ -102,7 +103,11 @@ pub fn gate(seconds: f64) -> Value {
             mood: moods[i % 4],
             dormant: i % 7 == 0,
             load: 0.1 * (i % 10) as f64,
+            capacity: 1.0 - 0.1 * (i % 10) as f64,
+            focus_intensity: 0.3 * (i % 4) as f64,
+            same_domain: i % 2 == 0,
             recent_persona_msgs: i % 3,
+            keyword_hits: i % 4,
         })
         .collect();
     let now = events[0].ts_us;
@@ -125,7 +130,7 @@ pub fn gate(seconds: f64) -> Value {
                 } else {
                     0.05 * (n % 20) as f64
                 };
-                black_box(fast_gate(black_box(e), "helper", p, s));
+                black_box(gate_chain(black_box(e), "helper", p, s));
                 n += 1;
             }
         }

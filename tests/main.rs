@@ -8,4 +8,5 @@ mod durability;
 mod flow;
 mod inbox;
 mod memory;
+mod plans;
 mod supervision;

@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mindfleet_personas::gate::{GateState, PriorityInput, fast_gate, priority};
+use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use mindfleet_personas::memory::{Draft, Memory};
 use mindfleet_runtime::event::{EventInput, SenderKind};
 use mindfleet_runtime::model::{EntryKind, Mood};
@@ -26,7 +26,7 @@ fn event(text: &str, kind: SenderKind) -> mindfleet_runtime::event::Event {
 fn gate(c: &mut Criterion) {
     let e = event("the deploy of the auth service broke latency again", SenderKind::Human);
     let kw: Vec<String> = ["deploy", "auth", "latency", "incident"].iter().map(|s| s.to_string()).collect();
-    let s = GateState { mood: Mood::Active, dormant: false, load: 0.3, recent_persona_msgs: 1 };
+    let s = GateState { mood: Mood::Active, load: 0.3, recent_persona_msgs: 1, ..GateState::default() };
     c.bench_function("priority", |b| {
         b.iter(|| {
             priority(black_box(&PriorityInput {
@@ -38,7 +38,7 @@ fn gate(c: &mut Criterion) {
             }))
         })
     });
-    c.bench_function("fast_gate", |b| b.iter(|| fast_gate(black_box(&e), "ops", black_box(0.5), black_box(&s))));
+    c.bench_function("gate_chain", |b| b.iter(|| gate_chain(black_box(&e), "ops", black_box(0.5), black_box(&s))));
 }
 
 fn memory(c: &mut Criterion) {

@@ -5,11 +5,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use mindfleet_runtime::messages::FaultTarget;
+use mindfleet_runtime::model::{Action, ErrorClass};
 
 #[derive(Debug, Default)]
 pub struct FaultBook {
     on_start: [AtomicU32; 4],
     on_text: Mutex<Option<String>>,
+    /// Planned failures of plan actions: (action, class, how many more).
+    actions: Mutex<Vec<(Action, ErrorClass, u32)>>,
 }
 
 fn index(t: FaultTarget) -> usize {
@@ -34,6 +37,21 @@ impl FaultBook {
 
     pub fn set_text_trigger(&self, text: Option<String>) {
         *self.on_text.lock().unwrap_or_else(|e| e.into_inner()) = text;
+    }
+
+    /// Makes the next `times` runs of `action` fail with `class`.
+    pub fn fail_action(&self, action: Action, class: ErrorClass, times: u32) {
+        let mut a = self.actions.lock().unwrap_or_else(|e| e.into_inner());
+        a.retain(|(x, _, _)| *x != action);
+        a.push((action, class, times));
+    }
+
+    /// The class this run of `action` must fail with, if one is planned.
+    pub fn take_action_failure(&self, action: Action) -> Option<ErrorClass> {
+        let mut a = self.actions.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, class, left) = a.iter_mut().find(|(x, _, n)| *x == action && *n > 0)?;
+        *left -= 1;
+        Some(*class)
     }
 
     /// True when handling an event with this text must panic.

@@ -77,16 +77,52 @@ pub struct GateState {
     pub mood: Mood,
     pub dormant: bool,
     pub load: f64,
+    pub capacity: f64,
+    /// Intensity of the current focus, and whether the event is in the focused domain.
+    pub focus_intensity: f64,
+    pub same_domain: bool,
     /// Persona messages seen in the event's room within [`ECHO_WINDOW_US`], own posts included.
     pub recent_persona_msgs: usize,
+    /// Expertise keywords in the event's text.
+    pub keyword_hits: usize,
+}
+
+impl Default for GateState {
+    fn default() -> Self {
+        GateState {
+            mood: Mood::Idle,
+            dormant: false,
+            load: 0.0,
+            capacity: 1.0,
+            focus_intensity: 0.0,
+            same_domain: false,
+            recent_persona_msgs: 0,
+            keyword_hits: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateDecision {
     pub verdict: Verdict,
-    /// Which rule decided (`own_message`, `mention`, `high_priority`, `dormant`, `echo_storm`, `threshold`).
+    /// Which adapter of the chain decided: `fast_path`, `thermal` or `model`.
+    pub adapter: &'static str,
+    /// Which of its rules (`own_message`, `mention`, `stay_focused`, `score`, ...).
     pub rule: &'static str,
     pub threshold: f64,
+    /// The model adapter's score (0 when another adapter decided).
+    pub score: f64,
+}
+
+impl GateDecision {
+    fn new(adapter: &'static str, verdict: Verdict, rule: &'static str, threshold: f64) -> Self {
+        GateDecision { verdict, adapter, rule, threshold, score: 0.0 }
+    }
+
+    /// `adapter/rule`, as journaled in `Decision::by`.
+    pub fn by(&self) -> String {
+        format!("{}/{}", self.adapter, self.rule)
+    }
 }
 
 /// Threshold an event's priority must exceed, by mood.
@@ -99,10 +135,10 @@ pub fn mood_threshold(mood: Mood) -> f64 {
     }
 }
 
-/// The fast path: deterministic, no model.
-pub fn fast_gate(event: &Event, persona: &str, priority: f64, s: &GateState) -> GateDecision {
+/// First adapter: the deterministic rules that need no judgement. `None` passes the event on.
+pub fn fast_path(event: &Event, persona: &str, priority: f64, s: &GateState) -> Option<GateDecision> {
     let threshold = mood_threshold(s.mood);
-    let d = |verdict, rule| GateDecision { verdict, rule, threshold };
+    let d = |verdict, rule| Some(GateDecision::new("fast_path", verdict, rule, threshold));
     if event.sender_kind == SenderKind::Persona && event.from == persona {
         return d(Verdict::Ignore, "own_message");
     }
@@ -118,18 +154,45 @@ pub fn fast_gate(event: &Event, persona: &str, priority: f64, s: &GateState) -> 
     if event.sender_kind == SenderKind::Persona && s.recent_persona_msgs >= 2 {
         return d(Verdict::Ignore, "echo_storm");
     }
-    if priority > threshold {
-        d(Verdict::Engage, "threshold")
-    } else if priority > threshold * 0.5 && event.sender_kind == SenderKind::Human {
-        // Close to the bar: keep it in mind rather than drop it.
-        d(Verdict::Defer, "threshold")
-    } else {
-        d(Verdict::Ignore, "threshold")
+    if priority <= threshold {
+        // Under the bar; close to it a human message is kept in mind rather than dropped.
+        let keep = priority > threshold * 0.5 && event.sender_kind == SenderKind::Human;
+        return d(if keep { Verdict::Defer } else { Verdict::Ignore }, "threshold");
     }
+    None
+}
+
+/// Second adapter: the persona's state. `None` passes the event on.
+pub fn thermal(priority: f64, s: &GateState) -> Option<GateDecision> {
+    let d = |rule, threshold| Some(GateDecision::new("thermal", Verdict::Defer, rule, threshold));
+    if s.focus_intensity > 0.8 && priority < 0.5 {
+        return d("stay_focused", 0.5);
+    }
+    if s.load > 0.7 && priority < 2.0 / 3.0 {
+        return d("overloaded", 2.0 / 3.0);
+    }
+    if s.capacity < 0.3 {
+        return d("low_capacity", 0.3);
+    }
+    None
+}
+
+/// The deterministic scorer the `rules` brain uses as the model adapter: priority, plus
+/// expertise and domain fit, less load. Engages above 0.3, defers below.
+pub fn score(priority: f64, s: &GateState) -> GateDecision {
+    let v = priority + (0.1 * s.keyword_hits as f64).min(0.3) + if s.same_domain { 0.1 } else { 0.0 } - 0.2 * s.load;
+    let verdict = if v > 0.3 { Verdict::Engage } else { Verdict::Defer };
+    GateDecision { verdict, adapter: "model", rule: "score", threshold: 0.3, score: v }
+}
+
+/// The whole chain with the deterministic scorer: the first adapter that decides wins.
+pub fn gate_chain(event: &Event, persona: &str, priority: f64, s: &GateState) -> GateDecision {
+    fast_path(event, persona, priority, s).or_else(|| thermal(priority, s)).unwrap_or_else(|| score(priority, s))
 }
 
 /// The reason a person reads in the decision journal.
 pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
+    let deferred = if g.verdict == Verdict::Defer { "; deferred as a preoccupation" } else { "" };
     match g.rule {
         "own_message" => "my own message".into(),
         "mention" => "I was mentioned or addressed: always engage".into(),
@@ -139,13 +202,26 @@ pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
             "echo-storm guard: {} persona messages in this room within 30 s, not adding to undirected persona chatter",
             s.recent_persona_msgs
         ),
+        "threshold" => {
+            format!("priority {priority:.2} <= threshold {:.2} for mood {}{deferred}", g.threshold, s.mood.as_str())
+        }
+        "stay_focused" => format!(
+            "staying focused (intensity {:.2} > 0.80) and priority {priority:.2} < 0.50{deferred}",
+            s.focus_intensity
+        ),
+        "overloaded" => {
+            format!(
+                "load {:.2} > 0.70: only the most important third (priority {priority:.2} < 0.67){deferred}",
+                s.load
+            )
+        }
+        "low_capacity" => format!("capacity {:.2} < 0.30{deferred}", s.capacity),
         _ => {
-            let cmp = match g.verdict {
-                Verdict::Engage => ">",
-                _ => "<=",
-            };
-            let tail = if g.verdict == Verdict::Defer { "; deferred as a preoccupation" } else { "" };
-            format!("priority {priority:.2} {cmp} threshold {:.2} for mood {}{tail}", g.threshold, s.mood.as_str())
+            let cmp = if g.verdict == Verdict::Engage { ">" } else { "<=" };
+            format!(
+                "score {:.2} {cmp} {:.2} (priority {priority:.2}, {} expertise hits, load {:.2}){deferred}",
+                g.score, g.threshold, s.keyword_hits, s.load
+            )
         }
     }
 }
@@ -169,7 +245,7 @@ mod tests {
     }
 
     fn state(mood: Mood) -> GateState {
-        GateState { mood, dormant: false, load: 0.0, recent_persona_msgs: 0 }
+        GateState { mood, ..GateState::default() }
     }
 
     #[test]
@@ -186,41 +262,72 @@ mod tests {
     #[test]
     fn own_messages_are_ignored_even_when_mentioning_self() {
         let e = ev("@helper note to self", SenderKind::Persona, "helper");
-        assert_eq!(fast_gate(&e, "helper", 1.0, &state(Mood::Idle)).rule, "own_message");
+        assert_eq!(gate_chain(&e, "helper", 1.0, &state(Mood::Idle)).rule, "own_message");
     }
 
     #[test]
     fn mention_beats_overwhelmed_and_dormant() {
         let e = ev("@helper help", SenderKind::Human, "alice");
-        let s = GateState { mood: Mood::Overwhelmed, dormant: true, load: 1.0, recent_persona_msgs: 9 };
-        assert_eq!(fast_gate(&e, "helper", 0.1, &s).verdict, Verdict::Engage);
+        let s = GateState {
+            mood: Mood::Overwhelmed,
+            dormant: true,
+            load: 1.0,
+            capacity: 0.0,
+            focus_intensity: 1.0,
+            recent_persona_msgs: 9,
+            ..GateState::default()
+        };
+        assert_eq!(gate_chain(&e, "helper", 0.1, &s).verdict, Verdict::Engage);
     }
 
     #[test]
     fn dormant_ignores_undirected() {
         let e = ev("anyone around?", SenderKind::Human, "alice");
         let s = GateState { dormant: true, ..state(Mood::Idle) };
-        assert_eq!(fast_gate(&e, "scribe", 0.5, &s).rule, "dormant");
+        assert_eq!(gate_chain(&e, "scribe", 0.5, &s).rule, "dormant");
     }
 
     #[test]
     fn thresholds_follow_mood() {
         let e = ev("hello", SenderKind::Human, "alice");
-        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Active)).verdict, Verdict::Engage);
-        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Tired)).verdict, Verdict::Defer);
-        assert_eq!(fast_gate(&e, "p", 0.4, &state(Mood::Overwhelmed)).verdict, Verdict::Ignore);
-        assert_eq!(fast_gate(&e, "p", 0.15, &state(Mood::Idle)).verdict, Verdict::Engage);
+        assert_eq!(gate_chain(&e, "p", 0.4, &state(Mood::Active)).verdict, Verdict::Engage);
+        assert_eq!(gate_chain(&e, "p", 0.4, &state(Mood::Tired)).verdict, Verdict::Defer);
+        assert_eq!(gate_chain(&e, "p", 0.4, &state(Mood::Overwhelmed)).verdict, Verdict::Ignore);
+        assert_eq!(gate_chain(&e, "p", 0.35, &state(Mood::Idle)).verdict, Verdict::Engage);
     }
 
     #[test]
     fn echo_storm_blocks_undirected_persona_chatter_only() {
         let e = ev("I agree", SenderKind::Persona, "ops");
         let s = GateState { recent_persona_msgs: 2, ..state(Mood::Idle) };
-        assert_eq!(fast_gate(&e, "helper", 0.5, &s).rule, "echo_storm");
+        assert_eq!(gate_chain(&e, "helper", 0.5, &s).rule, "echo_storm");
         let human = ev("I agree", SenderKind::Human, "alice");
-        assert_eq!(fast_gate(&human, "helper", 0.5, &s).verdict, Verdict::Engage);
+        assert_eq!(gate_chain(&human, "helper", 0.5, &s).verdict, Verdict::Engage);
         let one = GateState { recent_persona_msgs: 1, ..s };
-        assert_eq!(fast_gate(&e, "helper", 0.5, &one).verdict, Verdict::Engage);
+        assert_eq!(gate_chain(&e, "helper", 0.5, &one).verdict, Verdict::Engage);
+    }
+
+    #[test]
+    fn thermal_defers_by_state_and_names_itself() {
+        let e = ev("a question about lunch", SenderKind::Human, "alice");
+        let focused = GateState { focus_intensity: 0.9, ..state(Mood::Active) };
+        let d = gate_chain(&e, "p", 0.45, &focused);
+        assert_eq!((d.verdict, d.by().as_str()), (Verdict::Defer, "thermal/stay_focused"));
+        let loaded = GateState { load: 0.75, ..state(Mood::Active) };
+        assert_eq!(gate_chain(&e, "p", 0.6, &loaded).rule, "overloaded");
+        assert_eq!(gate_chain(&e, "p", 0.7, &loaded).adapter, "model", "the top third passes the thermal adapter");
+        let drained = GateState { capacity: 0.2, ..state(Mood::Active) };
+        assert_eq!(gate_chain(&e, "p", 0.7, &drained).rule, "low_capacity");
+    }
+
+    #[test]
+    fn the_model_scorer_decides_what_is_left() {
+        let e = ev("deploy question", SenderKind::Human, "alice");
+        let d = gate_chain(&e, "p", 0.35, &GateState { keyword_hits: 1, ..state(Mood::Active) });
+        assert_eq!((d.verdict, d.adapter), (Verdict::Engage, "model"));
+        assert!((d.score - 0.45).abs() < 1e-9);
+        let heavy = GateState { load: 0.6, ..state(Mood::Active) };
+        assert_eq!(gate_chain(&e, "p", 0.35, &heavy).verdict, Verdict::Defer);
     }
 
     #[test]

@@ -103,6 +103,7 @@ impl InboxState {
             accepted_us: d.event.accepted_us,
             decision,
             reply: None,
+            plan: None,
         })));
     }
 

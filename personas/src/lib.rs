@@ -10,6 +10,7 @@
 //! The decision logic is plain data and functions ([`gate`], [`memory`], [`mind`]) so it is
 //! tested and benchmarked without actors; the actors own state and persist it.
 
+pub mod brain;
 pub mod faults;
 pub mod gate;
 pub mod inbox;

@@ -17,6 +17,8 @@ pub struct Activity {
     pub reason: String,
     /// Set when the persona engaged: (domain, objective, intensity).
     pub engaged: Option<(String, String, f64)>,
+    /// The engaged work is over (its plan ended).
+    pub completed: bool,
     pub thought: Option<String>,
     pub preoccupation: Option<Preoccupation>,
     /// The room the persona posted in.
@@ -29,6 +31,9 @@ pub struct Activity {
 /// An update the `SelfState` actor applies.
 #[derive(Debug, Clone)]
 pub enum Update {
+    /// Work starts: the focus becomes its objective.
+    Focus(Box<Activity>),
+    /// An event was handled (decided, and if engaged, its plan ended).
     Activity(Box<Activity>),
     SetDormant(bool),
 }
@@ -47,20 +52,25 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
     let mut backlog = None;
     match u {
         Update::SetDormant(d) => s.dormant = d,
-        Update::Activity(a) => {
-            let a = *a;
+        Update::Focus(a) => {
             backlog = Some(a.backlog);
             if let Some((domain, objective, intensity)) = a.engaged {
                 s.focus = Focus {
-                    activity: "responding".into(),
+                    activity: "working".into(),
                     domain,
                     objective,
                     intensity: unit(intensity),
                     since_us: now_us,
                 };
+            }
+        }
+        Update::Activity(a) => {
+            let a = *a;
+            backlog = Some(a.backlog);
+            if a.completed {
                 s.energy = unit(s.energy - 0.02);
                 s.activities += 1;
-                // The reply is out: the focus relaxes.
+                // The work is done: the focus relaxes.
                 s.focus.intensity = unit(s.focus.intensity * 0.5);
                 if a.backlog == 0 {
                     s.focus.activity = "idle".into();
@@ -148,23 +158,27 @@ pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry
 mod tests {
     use super::*;
 
-    fn engaged(backlog: usize) -> Update {
-        Update::Activity(Box::new(Activity {
+    /// An engaged event from start to end.
+    fn engaged(s: &mut SelfStateData, backlog: usize, now: i64) {
+        let a = Activity {
             verdict: "engage".into(),
             engaged: Some(("chat".into(), "reply".into(), 0.8)),
             backlog,
             ..Default::default()
-        }))
+        };
+        apply(s, Update::Focus(Box::new(a.clone())), now);
+        assert_eq!(s.focus.activity, "working");
+        apply(s, Update::Activity(Box::new(Activity { completed: true, ..a })), now);
     }
 
     #[test]
     fn engaging_makes_active_and_backlog_loads() {
         let mut s = SelfStateData::default();
-        apply(&mut s, engaged(0), 1_000_000);
+        engaged(&mut s, 0, 1_000_000);
         assert_eq!(s.mood, Mood::Active);
         assert_eq!(s.activities, 1);
         let light = s.cognitive_load;
-        apply(&mut s, engaged(100), 2_000_000);
+        engaged(&mut s, 100, 2_000_000);
         assert!(s.cognitive_load > light);
         assert!((s.cognitive_load + s.available_capacity - 1.0).abs() < 1e-12);
     }
@@ -173,7 +187,7 @@ mod tests {
     fn a_large_backlog_overwhelms_and_values_stay_in_unit_range() {
         let mut s = SelfStateData { energy: 0.0, ..Default::default() };
         for i in 0..50 {
-            apply(&mut s, engaged(10_000), i);
+            engaged(&mut s, 10_000, i);
         }
         assert_eq!(s.mood, Mood::Overwhelmed);
         for v in [s.cognitive_load, s.available_capacity, s.energy, s.focus.intensity] {

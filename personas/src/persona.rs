@@ -1,11 +1,14 @@
 //! The `Persona` actor: supervises its `Inbox`, `SelfState` and `WorkingMemory`, runs the
-//! fast-path engagement gate inline, and submits everything after the gate to the scheduler.
+//! engagement gate inline, and submits everything after the gate to the scheduler.
 //!
-//! One event at a time: the persona pulls the inbox's best event, decides (engage / ignore /
-//! defer, journaled with the reason and the numbers), and for an engaged event waits for the
-//! scheduler's grant, recalls from working memory, lets its brain write the reply, and hands
-//! decision and reply to the admin, which commits both with the finished delivery in one
-//! transaction.
+//! One event at a time: the persona pulls the inbox's best event and decides through the
+//! gate chain (fast path, thermal, the brain's judgement: engage / ignore / defer, journaled
+//! with the adapter, the reason and the numbers). For an engaged event its brain formulates a
+//! plan from the action registry; each step is a scheduler task of its own, so higher-priority
+//! work runs between two steps. A failed step is classified and the brain adjusts the plan
+//! (continue, contingency, replan, abort). At the end the brain evaluates the outcome, which
+//! becomes a reflection in working memory and a learning; decision, reply and plan go to the
+//! admin, which commits them with the finished delivery in one transaction.
 //!
 //! Supervision: a failed child is restarted with its state restored from storage; more than
 //! `max_restarts` failures within `within_secs` escalate (the persona fails, and the fleet
@@ -24,20 +27,25 @@ use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_runtime::messages::{
     AdminMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
 };
-use mindfleet_runtime::model::{Decision, EntryKind, OutboxEntry, Preoccupation, SelfStateData, Verdict};
+use mindfleet_runtime::model::{
+    Action, Adjustment, AdjustmentRecord, Decision, EntryKind, ErrorClass, Learning, OutboxEntry, PlanRecord,
+    Preoccupation, SelfStateData, Step, StepState, Verdict, WmEntry,
+};
 use mindfleet_runtime::restart::RestartWindow;
-use mindfleet_runtime::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
+use mindfleet_runtime::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_runtime::storage::Storage;
 use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
+use crate::brain::{Brain, PlanContext, RespondContext, RulesBrain};
 use crate::faults::FaultBook;
 use crate::gate::{
-    ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_gate, priority,
+    ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
+    priority, thermal,
 };
 use crate::inbox::{Inbox, InboxArgs, InboxMsg};
 use crate::memory::Draft;
-use crate::mind::{Activity, Update, rules_reply};
+use crate::mind::{Activity, Update};
 use crate::self_state::{SelfState, SelfStateArgs, SelfStateMsg};
 use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
 
@@ -90,13 +98,24 @@ impl<M: ractor::Message> Child<M> {
     }
 }
 
+/// The event being worked on and its plan.
 struct InFlight {
     delivery: Delivery,
     backlog: usize,
     priority: f64,
+    class: Class,
     gate: GateDecision,
     state: GateState,
+    /// The scheduler task of the step being run.
     task: TaskId,
+    record: PlanRecord,
+    /// Index of the step being run (or next to run).
+    cursor: usize,
+    recalled: Vec<WmEntry>,
+    draft: Option<String>,
+    reply: Option<(OutboxEntry, Event)>,
+    /// Actions that failed in replaced plans.
+    avoid: Vec<Action>,
 }
 
 pub struct PersonaState {
@@ -111,6 +130,11 @@ pub struct PersonaState {
     done: VecDeque<u64>,
     /// Times of persona messages seen per room (echo-storm guard).
     persona_msgs: HashMap<String, VecDeque<i64>>,
+    brain: Box<dyn Brain>,
+    /// What the persona learned from its plans (kept in storage too).
+    learnings: Vec<Learning>,
+    /// The last finished plan (for dumps).
+    last_plan: Option<PlanRecord>,
 }
 
 async fn spawn_inbox(
@@ -223,7 +247,8 @@ impl PersonaState {
         self.snapshot.spoke_in.get(room).is_some_and(|t| now - t < SPOKE_WINDOW_US)
     }
 
-    fn gate_state(&mut self, room: &str, now: i64) -> GateState {
+    fn gate_state(&mut self, event: &Event, now: i64) -> GateState {
+        let room = event.room.as_str();
         let seen = self.persona_msgs.get_mut(room).map_or(0, |q| {
             while q.front().is_some_and(|t| now - t > ECHO_WINDOW_US) {
                 q.pop_front();
@@ -231,11 +256,16 @@ impl PersonaState {
             q.len()
         });
         let own = self.snapshot.spoke_in.get(room).is_some_and(|t| now - t <= ECHO_WINDOW_US);
+        let s = &self.snapshot;
         GateState {
-            mood: self.snapshot.mood,
-            dormant: self.snapshot.dormant,
-            load: self.snapshot.cognitive_load,
+            mood: s.mood,
+            dormant: s.dormant,
+            load: s.cognitive_load,
+            capacity: s.available_capacity,
+            focus_intensity: if s.focus.activity == "idle" { 0.0 } else { s.focus.intensity },
+            same_domain: s.focus.domain == event.domain,
             recent_persona_msgs: seen + usize::from(own),
+            keyword_hits: keyword_hits(&event.text, &self.args.config.expertise),
         }
     }
 
@@ -279,72 +309,292 @@ impl PersonaState {
             now_us: now,
             spoke_recently: self.spoke_recently(&d.event.room, now),
         });
-        let state = self.gate_state(&d.event.room, now);
-        let gate = fast_gate(&d.event, &self.name, p, &state);
-        if gate.verdict == Verdict::Engage {
-            let e = &d.event;
-            let class =
-                if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
-                    Class::Urgent
-                } else if matches!(e.domain.as_str(), "chat" | "voice") {
-                    Class::Interactive
-                } else {
-                    Class::Work
-                };
-            let t = Task::new(self.name.clone(), class, p, Slot::Cheap, "respond", Owner::Persona(self.myself.clone()));
-            let task = t.id;
-            self.args.scheduler.submit(t);
-            self.in_flight = Some(InFlight { delivery: d, backlog, priority: p, gate, state, task });
+        let state = self.gate_state(&d.event, now);
+        let gate = fast_path(&d.event, &self.name, p, &state)
+            .or_else(|| thermal(p, &state))
+            .unwrap_or_else(|| self.brain.judge(&d.event, p, &state));
+        if gate.verdict != Verdict::Engage {
+            self.finish(d, backlog, p, gate, state, None, None);
+            return;
+        }
+        let e = &d.event;
+        let class = if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name))
+        {
+            Class::Urgent
+        } else if matches!(e.domain.as_str(), "chat" | "voice") {
+            Class::Interactive
         } else {
-            self.finish(d, backlog, p, gate, state, None);
+            Class::Work
+        };
+        let plan = self.brain.formulate_plan(&PlanContext {
+            persona: &self.name,
+            role: &self.args.config.role,
+            event: e,
+            avoid: &[],
+            learnings: &self.learnings,
+            attempt: 0,
+        });
+        let focus = Activity {
+            event_id: e.id.clone(),
+            verdict: "engage".into(),
+            reason: format!("working on: {}", plan.goal),
+            engaged: Some((e.domain.clone(), plan.goal.clone(), p.max(0.3))),
+            backlog,
+            ..Default::default()
+        };
+        let _ = self.self_state.actor.cast(SelfStateMsg::Apply(Update::Focus(Box::new(focus))));
+        let record = PlanRecord {
+            event_id: e.id.clone(),
+            domain: e.domain.clone(),
+            plan,
+            replaced: Vec::new(),
+            adjustments: Vec::new(),
+            evaluation: None,
+            started_us: now,
+            finished_us: None,
+        };
+        self.in_flight = Some(InFlight {
+            delivery: d,
+            backlog,
+            priority: p,
+            class,
+            gate,
+            state,
+            task: 0,
+            record,
+            cursor: 0,
+            recalled: Vec::new(),
+            draft: None,
+            reply: None,
+            avoid: Vec::new(),
+        });
+        self.next_step();
+    }
+
+    /// Submits the next pending step as a scheduler task, or completes the plan.
+    fn next_step(&mut self) {
+        let Some(f) = self.in_flight.as_mut() else { return };
+        let Some(step) = f.record.plan.steps.get_mut(f.cursor) else {
+            self.complete();
+            return;
+        };
+        step.state = StepState::Running;
+        let t = Task::new(
+            self.name.clone(),
+            f.class,
+            f.priority,
+            Slot::Cheap,
+            step.action.as_str(),
+            Owner::Persona(self.myself.clone()),
+        );
+        f.task = t.id;
+        self.args.scheduler.submit(t);
+    }
+
+    /// Runs the granted step and adjusts the plan if it fails.
+    async fn on_grant(&mut self, g: Grant) {
+        if self.in_flight.as_ref().is_none_or(|f| f.task != g.task) {
+            if !matches!(g.outcome, Outcome::Skipped(_)) {
+                self.args.scheduler.done(g.task);
+            }
+            return;
+        }
+        if let Outcome::Skipped(reason) = g.outcome {
+            let f = self.in_flight.as_mut().expect("checked above");
+            let action = f.record.plan.steps[f.cursor].action;
+            f.record.adjustments.push(AdjustmentRecord {
+                step: f.cursor,
+                action,
+                class: ErrorClass::RateLimit,
+                error: format!("skipped by the scheduler: {reason:?}"),
+                adjustment: Adjustment::Abort,
+                reason: "over budget: the plan stops here".into(),
+                at_us: now_us(),
+            });
+            for s in &mut f.record.plan.steps[f.cursor..] {
+                s.state = StepState::Skipped;
+            }
+            f.cursor = f.record.plan.steps.len();
+            self.complete();
+            return;
+        }
+        let result = self.run_step().await;
+        self.args.scheduler.done(g.task);
+        let Some(f) = self.in_flight.as_mut() else { return };
+        let i = f.cursor;
+        match result {
+            Ok(()) => {
+                f.record.plan.steps[i].state = StepState::Done;
+                f.cursor += 1;
+            }
+            Err((class, message)) => {
+                let action = f.record.plan.steps[i].action;
+                f.record.plan.steps[i].state = StepState::Failed { class, message: message.clone() };
+                let (adjustment, reason) = self.brain.adjust_plan(&f.record, i, class);
+                tracing::debug!(persona = %self.name, action = action.as_str(), class = class.as_str(), adjustment = adjustment.kind(), "step failed");
+                f.record.adjustments.push(AdjustmentRecord {
+                    step: i,
+                    action,
+                    class,
+                    error: message,
+                    adjustment: adjustment.clone(),
+                    reason,
+                    at_us: now_us(),
+                });
+                match adjustment {
+                    Adjustment::Continue => f.cursor += 1,
+                    Adjustment::Contingency(actions) => {
+                        let at = i + 1;
+                        for (k, a) in actions.into_iter().enumerate() {
+                            f.record
+                                .plan
+                                .steps
+                                .insert(at + k, Step { action: a, state: StepState::Pending, contingency: true });
+                        }
+                        f.cursor = at;
+                    }
+                    Adjustment::Replan => {
+                        f.avoid.push(action);
+                        let attempt = f.record.plan.attempt + 1;
+                        let plan = self.brain.formulate_plan(&PlanContext {
+                            persona: &self.name,
+                            role: &self.args.config.role,
+                            event: &f.delivery.event,
+                            avoid: &f.avoid,
+                            learnings: &self.learnings,
+                            attempt,
+                        });
+                        let old = std::mem::replace(&mut f.record.plan, plan);
+                        f.record.replaced.push(old);
+                        f.cursor = 0;
+                    }
+                    Adjustment::Abort => {
+                        for s in &mut f.record.plan.steps[i + 1..] {
+                            s.state = StepState::Skipped;
+                        }
+                        f.cursor = f.record.plan.steps.len();
+                    }
+                }
+            }
+        }
+        self.next_step();
+    }
+
+    /// One action of the registry.
+    async fn run_step(&mut self) -> Result<(), (ErrorClass, String)> {
+        let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
+        let action = f.record.plan.steps[f.cursor].action;
+        if let Some(class) = self.args.faults.take_action_failure(action) {
+            return Err((class, format!("injected {} failure", class.as_str())));
+        }
+        let e = f.delivery.event.clone();
+        let to = if e.sender_kind == SenderKind::Human { format!("@{}", e.from) } else { e.from.clone() };
+        match action {
+            Action::RecallMemory => {
+                let got = call_t!(
+                    self.memory.actor,
+                    |reply| MemoryMsg::Recall { domain: e.domain.clone(), query: e.text.clone(), limit: 3, reply },
+                    CHILD_CALL_MS
+                )
+                .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
+                let f = self.in_flight.as_mut().expect("still in flight");
+                f.recalled = got;
+                Ok(())
+            }
+            Action::SearchKnowledge => {
+                Err((ErrorClass::MissingResource, "no knowledge index in this fleet yet".into()))
+            }
+            Action::StudyTopic => Err((ErrorClass::MissingResource, "studying needs the knowledge index".into())),
+            Action::DraftReply => {
+                let text = self.brain.respond(&RespondContext {
+                    persona: &self.name,
+                    role: &self.args.config.role,
+                    event: &e,
+                    recalled: &f.recalled,
+                });
+                self.in_flight.as_mut().expect("still in flight").draft = Some(text);
+                Ok(())
+            }
+            Action::AskClarifyingQuestion => {
+                let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
+                let text = format!("{to} {} here: could you say more about \"{about}\"?", self.name);
+                self.in_flight.as_mut().expect("still in flight").draft = Some(text);
+                Ok(())
+            }
+            Action::NotePreoccupation => Ok(()),
+            Action::PostReply => {
+                let Some(text) = f.draft.clone() else {
+                    return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
+                };
+                let now = now_us();
+                let reply_event = Event {
+                    id: new_event_id(),
+                    ts_us: now,
+                    accepted_us: now,
+                    domain: e.domain.clone(),
+                    room: e.room.clone(),
+                    from: self.name.to_string(),
+                    sender_kind: SenderKind::Persona,
+                    mentions: text_mentions(&text).map(str::to_string).collect(),
+                    text: text.clone(),
+                    persona: None,
+                    priority: None,
+                    urgent: false,
+                    in_reply_to: Some(e.id.clone()),
+                };
+                let entry = OutboxEntry {
+                    persona: self.name.to_string(),
+                    room: e.room.clone(),
+                    in_reply_to: e.id.clone(),
+                    event_id: reply_event.id.clone(),
+                    text,
+                    brain: self.brain.name().into(),
+                    at_us: now,
+                };
+                self.in_flight.as_mut().expect("still in flight").reply = Some((entry, reply_event));
+                Ok(())
+            }
         }
     }
 
-    /// Runs the granted reply step: recall, write the reply, finish.
-    async fn respond(&mut self, task: TaskId) {
-        let Some(f) = self.in_flight.take_if(|f| f.task == task) else {
-            self.args.scheduler.done(task);
-            return;
-        };
-        let e = f.delivery.event.clone();
-        let recalled = call_t!(
-            self.memory.actor,
-            |reply| MemoryMsg::Recall { domain: e.domain.clone(), query: e.text.clone(), limit: 3, reply },
-            CHILD_CALL_MS
-        )
-        .unwrap_or_default();
-        let text = rules_reply(&self.name, &self.args.config.role, &e, &recalled);
+    /// The plan is over: evaluate it, learn from it, and finish the event.
+    fn complete(&mut self) {
+        let Some(mut f) = self.in_flight.take() else { return };
+        let evaluation = self.brain.evaluate_outcome(&f.record);
         let now = now_us();
-        let reply_event = Event {
-            id: new_event_id(),
-            ts_us: now,
-            accepted_us: now,
-            domain: e.domain.clone(),
-            room: e.room.clone(),
-            from: self.name.to_string(),
-            sender_kind: SenderKind::Persona,
-            mentions: text_mentions(&text).map(str::to_string).collect(),
-            text: text.clone(),
-            persona: None,
-            priority: None,
-            urgent: false,
-            in_reply_to: Some(e.id.clone()),
-        };
-        let entry = OutboxEntry {
-            persona: self.name.to_string(),
-            room: e.room.clone(),
-            in_reply_to: e.id.clone(),
-            event_id: reply_event.id.clone(),
-            text,
-            brain: "rules".into(),
-            at_us: now,
-        };
-        self.finish(f.delivery, f.backlog, f.priority, f.gate, f.state, Some((entry, reply_event)));
-        self.args.scheduler.done(task);
+        f.record.finished_us = Some(now);
+        self.remember(
+            &f.delivery.event,
+            EntryKind::Reflection,
+            format!("reflection: {}", evaluation.pattern),
+            if evaluation.success { 0.8 } else { 0.9 },
+        );
+        match self.learnings.iter_mut().find(|l| l.pattern == evaluation.pattern) {
+            Some(l) => {
+                if evaluation.success {
+                    l.successes += 1;
+                } else {
+                    l.failures += 1;
+                }
+                l.last_us = now;
+            }
+            None => self.learnings.push(Learning {
+                pattern: evaluation.pattern.clone(),
+                domain: f.record.domain.clone(),
+                successes: u32::from(evaluation.success),
+                failures: u32::from(!evaluation.success),
+                last_us: now,
+            }),
+        }
+        let failed = !evaluation.success;
+        f.record.evaluation = Some(evaluation);
+        self.last_plan = Some(f.record.clone());
+        self.finish(f.delivery, f.backlog, f.priority, f.gate, f.state, f.reply, Some((f.record, failed)));
     }
 
-    /// Journals the decision (and reply) through the admin, updates self-state and memory,
-    /// and asks for the next event.
+    /// Journals the decision (with the reply and plan) through the admin, updates self-state
+    /// and memory, and asks for the next event.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &mut self,
         d: Delivery,
@@ -353,19 +603,30 @@ impl PersonaState {
         gate: GateDecision,
         state: GateState,
         reply: Option<(OutboxEntry, Event)>,
+        plan: Option<(PlanRecord, bool)>,
     ) {
         let e = &d.event;
-        let reason = explain(&gate, p, &state);
+        let mut reason = explain(&gate, p, &state);
+        let failed = plan.as_ref().is_some_and(|(_, failed)| *failed);
+        if let Some((record, _)) = &plan
+            && let Some(ev) = &record.evaluation
+        {
+            let outcome = if ev.success { "succeeded" } else { "failed" };
+            reason = format!("{reason}; plan {outcome} after {} adjustments", record.adjustments.len());
+        }
         let decision = Decision {
             event_id: e.id.clone(),
             verdict: gate.verdict,
             reason: reason.clone(),
-            by: format!("fast_path/{}", gate.rule),
+            by: gate.by(),
             priority: p,
             numbers: vec![
                 ("priority".into(), p),
                 ("threshold".into(), gate.threshold),
+                ("score".into(), gate.score),
                 ("load".into(), state.load),
+                ("capacity".into(), state.capacity),
+                ("focus_intensity".into(), state.focus_intensity),
                 ("recent_persona_msgs".into(), state.recent_persona_msgs as f64),
             ],
             at_us: now_us(),
@@ -373,15 +634,15 @@ impl PersonaState {
         let mut activity = Activity {
             event_id: e.id.clone(),
             verdict: gate.verdict.as_str().into(),
-            reason: reason.clone(),
+            reason,
             backlog,
+            failed,
             ..Default::default()
         };
         let summary: String = e.text.chars().take(160).collect();
         match gate.verdict {
             Verdict::Engage => {
-                let objective = format!("answer {} in #{}", e.from, e.room);
-                activity.engaged = Some((e.domain.clone(), objective, p.max(0.3)));
+                activity.completed = true;
                 activity.thought = Some(format!("{} asked in #{}: {summary}", e.from, e.room));
                 activity.spoke_in = reply.as_ref().map(|(o, _)| o.room.clone());
                 self.remember(e, EntryKind::Observation, format!("{} in #{}: {summary}", e.from, e.room), p);
@@ -410,6 +671,7 @@ impl PersonaState {
             accepted_us: e.accepted_us,
             decision,
             reply,
+            plan: plan.map(|(r, _)| r),
         })));
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
@@ -439,7 +701,7 @@ impl PersonaState {
             name: self.name.to_string(),
             role: c.role.clone(),
             status: PersonaStatus::Running,
-            brain: "rules".into(),
+            brain: self.brain.name().into(),
             rooms: c.rooms.clone(),
             domains: c.domains.clone(),
             actors: ActorsDump {
@@ -453,6 +715,7 @@ impl PersonaState {
             working_memory,
             decisions: Vec::new(),
             in_flight: self.in_flight.as_ref().map(|f| f.delivery.event.id.clone()),
+            plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
         }
     }
 
@@ -464,6 +727,7 @@ impl PersonaState {
                 self.panic_now(f.target);
             }
             FaultWhen::Now => self.panic_now(f.target),
+            FaultWhen::FailAction { action, class, times } => self.args.faults.fail_action(action, class, times),
         }
     }
 
@@ -496,6 +760,7 @@ impl Actor for Persona {
         let memory = spawn_memory(&args, &name, &myself).await?;
         let inbox = spawn_inbox(&args, &name, &myself).await?;
         let sup = args.supervision;
+        let learnings = args.storage.learnings(&name)?;
         Ok(PersonaState {
             snapshot: SelfStateData { dormant: args.config.dormant, ..SelfStateData::default() },
             name,
@@ -506,6 +771,9 @@ impl Actor for Persona {
             in_flight: None,
             done: VecDeque::new(),
             persona_msgs: HashMap::new(),
+            brain: Box::new(RulesBrain),
+            learnings,
+            last_plan: None,
             args,
         })
     }
@@ -525,7 +793,7 @@ impl Actor for Persona {
             PersonaMsg::Deliver(d) => st.on_deliver(d),
             PersonaMsg::Next(d, backlog) => st.on_next(d, backlog),
             PersonaMsg::SelfState(s) => st.snapshot = *s,
-            PersonaMsg::Granted(g) => st.respond(g.task).await,
+            PersonaMsg::Granted(g) => st.on_grant(g).await,
             PersonaMsg::Dump(reply) => {
                 let _ = reply.send(st.dump().await);
             }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::messages::PersonaStatus;
-use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, SelfStateData, WmEntry};
+use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::SchedulerStats;
 use crate::storage::StorageStats;
 
@@ -92,6 +92,9 @@ pub struct PersonaDump {
     pub decisions: Vec<Decision>,
     /// Event being worked on, if any.
     pub in_flight: Option<String>,
+    /// The plan being run, else the last finished one.
+    #[serde(default)]
+    pub plan: Option<PlanRecord>,
 }
 
 impl PersonaDump {
@@ -116,6 +119,7 @@ impl PersonaDump {
             working_memory: WorkingMemoryDump::default(),
             decisions: Vec::new(),
             in_flight: None,
+            plan: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dump::{FleetDump, PersonaDump};
 use crate::event::Event;
-use crate::model::{Decision, OutboxEntry, SelfStateData};
+use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
 use crate::sched::Grant;
 
 /// One accepted event for one persona, as stored in the durable queue.
@@ -45,6 +45,8 @@ pub enum FaultWhen {
     OnStart(u32),
     /// Panic whenever an event whose text contains this string is handled (persona only).
     OnText(String),
+    /// The next `times` runs of a plan action fail with this error class (persona only).
+    FailAction { action: Action, class: ErrorClass, times: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +109,8 @@ pub struct PersonaCommit {
     pub accepted_us: i64,
     pub decision: Decision,
     pub reply: Option<(OutboxEntry, Event)>,
+    /// The plan the persona ran for the event, with its adjustments and evaluation.
+    pub plan: Option<PlanRecord>,
 }
 
 /// What the fleet supervisor reports about a persona.

@@ -206,3 +206,181 @@ pub struct DeadLetter {
     pub reason: String,
     pub at_us: i64,
 }
+
+/// An action a plan step can take (the action registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    RecallMemory,
+    SearchKnowledge,
+    DraftReply,
+    PostReply,
+    AskClarifyingQuestion,
+    NotePreoccupation,
+    StudyTopic,
+}
+
+impl Action {
+    pub const ALL: [Action; 7] = [
+        Action::RecallMemory,
+        Action::SearchKnowledge,
+        Action::DraftReply,
+        Action::PostReply,
+        Action::AskClarifyingQuestion,
+        Action::NotePreoccupation,
+        Action::StudyTopic,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::RecallMemory => "recall_memory",
+            Action::SearchKnowledge => "search_knowledge",
+            Action::DraftReply => "draft_reply",
+            Action::PostReply => "post_reply",
+            Action::AskClarifyingQuestion => "ask_clarifying_question",
+            Action::NotePreoccupation => "note_preoccupation",
+            Action::StudyTopic => "study_topic",
+        }
+    }
+}
+
+/// How a failed step is classified; contingencies are keyed by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    Timeout,
+    RateLimit,
+    MissingResource,
+    AccessDenied,
+    Unknown,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::MissingResource => "missing_resource",
+            ErrorClass::AccessDenied => "access_denied",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    Pending,
+    Running,
+    Done,
+    Failed {
+        class: ErrorClass,
+        message: String,
+    },
+    /// Left out by an adjustment (CONTINUE past a failure, or an abort).
+    Skipped,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub action: Action,
+    pub state: StepState,
+    /// Injected by a contingency rather than planned.
+    pub contingency: bool,
+}
+
+/// What makes a plan a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Criterion {
+    /// A reply (or a clarifying question) was posted.
+    ReplyPosted,
+    /// Something relevant was recalled or found first.
+    ContextGathered,
+}
+
+/// How a plan changes after a failed step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adjustment {
+    /// Go on with the next step.
+    Continue,
+    /// Insert these steps before the next one.
+    Contingency(Vec<Action>),
+    /// Throw the rest away and plan again.
+    Replan,
+    /// Stop; the plan failed.
+    Abort,
+}
+
+impl Adjustment {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Adjustment::Continue => "continue",
+            Adjustment::Contingency(_) => "contingency",
+            Adjustment::Replan => "replan",
+            Adjustment::Abort => "abort",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdjustmentRecord {
+    pub step: usize,
+    pub action: Action,
+    pub class: ErrorClass,
+    pub error: String,
+    pub adjustment: Adjustment,
+    pub reason: String,
+    pub at_us: i64,
+}
+
+/// A plan: goal, steps from the action registry, contingencies keyed by error class,
+/// success criteria.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub goal: String,
+    pub steps: Vec<Step>,
+    pub contingencies: Vec<(ErrorClass, Vec<Action>)>,
+    pub criteria: Vec<Criterion>,
+    /// Where the steps came from: `template:<domain>` or `procedure:<name>`.
+    pub source: String,
+    /// 0 for the first plan, +1 per replan.
+    pub attempt: u32,
+}
+
+/// The outcome of a plan, judged after it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub success: bool,
+    pub criteria_met: Vec<Criterion>,
+    pub criteria_missed: Vec<Criterion>,
+    pub what_worked: Vec<String>,
+    pub mistakes: Vec<String>,
+    /// One line to learn from.
+    pub pattern: String,
+}
+
+/// A finished (or running) plan with its history, as journaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub event_id: String,
+    pub domain: String,
+    pub plan: Plan,
+    /// Plans replaced by a replan, oldest first.
+    pub replaced: Vec<Plan>,
+    pub adjustments: Vec<AdjustmentRecord>,
+    pub evaluation: Option<Evaluation>,
+    pub started_us: i64,
+    pub finished_us: Option<i64>,
+}
+
+/// What a persona learned from its plans: a pattern with its success and failure counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Learning {
+    pub pattern: String,
+    pub domain: String,
+    pub successes: u32,
+    pub failures: u32,
+    pub last_us: i64,
+}

@@ -25,12 +25,15 @@ use tokio::sync::oneshot;
 use crate::config::StorageConfig;
 use crate::event::Event;
 use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
-use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, SelfStateData, Verdict, WmEntry};
+use crate::model::{
+    DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord, SelfStateData, Verdict, WmEntry,
+};
 use crate::time::now_us;
 
 /// Version of the layout below. Older files are migrated on open, newer ones refused.
 /// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
-pub const SCHEMA_VERSION: u64 = 2;
+/// 3: adds `plans` and `learnings` (the reasoning loop's journal).
+pub const SCHEMA_VERSION: u64 = 3;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -45,10 +48,12 @@ const EVICTIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("evi
 const DEAD_LETTERS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("dead_letters");
 const COUNTERS: TableDefinition<(&str, &str), u64> = TableDefinition::new("counters");
 const ROOMS: TableDefinition<(&str, &str), ()> = TableDefinition::new("rooms");
+const PLANS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("plans");
+const LEARNINGS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("learnings");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-const MIGRATIONS: &[Migration] = &[migrate_1_to_2];
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -66,6 +71,15 @@ fn migrate_1_to_2(txn: &WriteTransaction) -> Result<(), redb::Error> {
 
 /// Evictions kept per persona.
 const EVICTIONS_KEPT: u64 = 1000;
+/// Finished plans kept per persona.
+const PLANS_KEPT: u64 = 200;
+
+/// Version 3 adds two journals that start empty.
+fn migrate_2_to_3(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    txn.open_table(PLANS)?;
+    txn.open_table(LEARNINGS)?;
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -354,6 +368,33 @@ impl Storage {
         })
     }
 
+    /// Newest finished plans of a persona, newest first (blocking read).
+    pub fn recent_plans(&self, persona: &str, n: usize) -> Result<Vec<PlanRecord>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(PLANS)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// A persona's learnings, most used first (blocking read).
+    pub fn learnings(&self, persona: &str) -> Result<Vec<Learning>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(LEARNINGS)?;
+            let mut v: Vec<Learning> = t
+                .range((persona, "")..)?
+                .map_while(|r| match r {
+                    Ok((k, v)) if k.value().0 == persona => Some(dec(v.value())),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e.into())),
+                })
+                .collect::<Result<_, _>>()?;
+            v.sort_by(|a, b| {
+                (b.successes + b.failures).cmp(&(a.successes + a.failures)).then(a.pattern.cmp(&b.pattern))
+            });
+            Ok(v)
+        })
+    }
+
     /// Newest outbox entries, newest first (blocking read).
     pub fn recent_outbox(&self, n: usize) -> Result<Vec<OutboxEntry>, StorageError> {
         self.read(|txn| {
@@ -421,6 +462,8 @@ struct Tables<'t> {
     dead_letters: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     counters: redb::Table<'t, (&'static str, &'static str), u64>,
     rooms: redb::Table<'t, (&'static str, &'static str), ()>,
+    plans: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    learnings: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -439,6 +482,8 @@ impl<'t> Tables<'t> {
             dead_letters: txn.open_table(DEAD_LETTERS)?,
             counters: txn.open_table(COUNTERS)?,
             rooms: txn.open_table(ROOMS)?,
+            plans: txn.open_table(PLANS)?,
+            learnings: txn.open_table(LEARNINGS)?,
         })
     }
 }
@@ -451,30 +496,33 @@ struct Meta {
     next_outbox: u64,
     next_eviction: u64,
     next_dead: u64,
+    next_plan: u64,
     pending: u64,
     outbox_count: u64,
     events_count: u64,
 }
 
-const META_KEYS: [&str; 8] = [
+const META_KEYS: [&str; 9] = [
     "next_seq",
     "next_decision",
     "next_outbox",
     "next_eviction",
     "next_dead",
+    "next_plan",
     "pending",
     "outbox_count",
     "events_count",
 ];
 
 impl Meta {
-    fn fields(&mut self) -> [&mut u64; 8] {
+    fn fields(&mut self) -> [&mut u64; 9] {
         [
             &mut self.next_seq,
             &mut self.next_decision,
             &mut self.next_outbox,
             &mut self.next_eviction,
             &mut self.next_dead,
+            &mut self.next_plan,
             &mut self.pending,
             &mut self.outbox_count,
             &mut self.events_count,
@@ -693,7 +741,7 @@ impl Writer {
                 Ok(true)
             }
             Op::Commit { commit, reply_targets } => {
-                let PersonaCommit { persona, seq, accepted_us, decision, reply } = *commit;
+                let PersonaCommit { persona, seq, accepted_us, decision, reply, plan } = *commit;
                 if !self.finish_delivery(t, &persona, seq)? {
                     self.stats.stale_finishes += 1;
                     return Ok(false);
@@ -705,6 +753,9 @@ impl Writer {
                 }
                 self.put_decision(t, &persona, &decision)?;
                 self.stats.decisions += 1;
+                if let Some(plan) = plan {
+                    self.put_plan(t, &persona, &plan)?;
+                }
                 let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
                 self.decision_ms.push(latency_ms);
                 if let Some((entry, event)) = reply {
@@ -885,6 +936,34 @@ impl Writer {
         bounded(&mut t.decisions, &mut t.counters, persona, "decisions", self.cfg.decisions_per_persona)
     }
 
+    /// Journals a finished plan and counts its pattern as a success or a failure.
+    fn put_plan(&mut self, t: &mut Tables<'_>, persona: &str, p: &PlanRecord) -> Result<(), redb::Error> {
+        let key = self.meta.next_plan;
+        self.meta.next_plan += 1;
+        t.plans.insert((persona, key), enc(p).as_slice())?;
+        bounded(&mut t.plans, &mut t.counters, persona, "plans", PLANS_KEPT)?;
+        if let Some(e) = &p.evaluation {
+            let mut l = match t.learnings.get((persona, e.pattern.as_str()))? {
+                Some(b) => dec(b.value())?,
+                None => Learning {
+                    pattern: e.pattern.clone(),
+                    domain: p.domain.clone(),
+                    successes: 0,
+                    failures: 0,
+                    last_us: 0,
+                },
+            };
+            if e.success {
+                l.successes += 1;
+            } else {
+                l.failures += 1;
+            }
+            l.last_us = p.finished_us.unwrap_or_else(now_us);
+            t.learnings.insert((persona, e.pattern.as_str()), enc(&l).as_slice())?;
+        }
+        Ok(())
+    }
+
     fn put_outbox(&mut self, t: &mut Tables<'_>, e: &OutboxEntry) -> Result<(), redb::Error> {
         let key = self.meta.next_outbox;
         self.meta.next_outbox += 1;
@@ -1021,8 +1100,14 @@ mod tests {
         for i in 1..=3u64 {
             let id = format!("e{i}");
             inject(&s, &id, "p").await.unwrap();
-            let commit =
-                PersonaCommit { persona: "p".into(), seq: i, accepted_us: 0, decision: decision(&id), reply: None };
+            let commit = PersonaCommit {
+                persona: "p".into(),
+                seq: i,
+                accepted_us: 0,
+                decision: decision(&id),
+                reply: None,
+                plan: None,
+            };
             s.commit(Box::new(commit), Vec::new());
         }
         s.flush().await.unwrap();
@@ -1037,8 +1122,14 @@ mod tests {
         let s = Storage::open(&cfg(dir.path())).unwrap();
         inject(&s, "e1", "p").await.unwrap();
         for _ in 0..2 {
-            let commit =
-                PersonaCommit { persona: "p".into(), seq: 1, accepted_us: 0, decision: decision("e1"), reply: None };
+            let commit = PersonaCommit {
+                persona: "p".into(),
+                seq: 1,
+                accepted_us: 0,
+                decision: decision("e1"),
+                reply: None,
+                plan: None,
+            };
             s.commit(Box::new(commit), Vec::new());
         }
         s.flush().await.unwrap();

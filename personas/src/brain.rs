@@ -1,0 +1,286 @@
+//! The `Brain` trait (what a persona thinks with) and the deterministic `rules` brain.
+//!
+//! A brain judges engagement (the model adapter of the gate chain), formulates a plan from
+//! the action registry, adjusts it when a step fails, evaluates the outcome, and writes the
+//! reply. The persona runs the loop (plan, act, adjust, evaluate); the brain only decides.
+//! Model-backed brains plug in behind the same trait.
+
+use mindfleet_runtime::event::Event;
+use mindfleet_runtime::model::{
+    Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, WmEntry,
+};
+
+use crate::gate::{GateDecision, GateState, score};
+use crate::mind::rules_reply;
+
+/// How many times a plan may be replaced before the brain gives up.
+pub const MAX_REPLANS: u32 = 2;
+
+/// What a brain plans for.
+pub struct PlanContext<'a> {
+    pub persona: &'a str,
+    pub role: &'a str,
+    pub event: &'a Event,
+    /// Actions that failed in earlier plans for this event (a replan avoids them).
+    pub avoid: &'a [Action],
+    /// What the persona learned so far (patterns with their counts).
+    pub learnings: &'a [Learning],
+    pub attempt: u32,
+}
+
+/// What a brain writes a reply from.
+pub struct RespondContext<'a> {
+    pub persona: &'a str,
+    pub role: &'a str,
+    pub event: &'a Event,
+    pub recalled: &'a [WmEntry],
+}
+
+pub trait Brain: Send + Sync {
+    /// Its name, as recorded in outbox entries (`rules`, `local`, `openai`).
+    fn name(&self) -> &'static str;
+
+    /// The gate chain's model adapter: decides what the fast path and the thermal adapter left.
+    fn judge(&self, event: &Event, priority: f64, state: &GateState) -> GateDecision;
+
+    fn formulate_plan(&self, ctx: &PlanContext) -> Plan;
+
+    /// How to go on after step `failed` of `record.plan` failed with `class`.
+    fn adjust_plan(&self, record: &PlanRecord, failed: usize, class: ErrorClass) -> (Adjustment, String);
+
+    fn evaluate_outcome(&self, record: &PlanRecord) -> Evaluation;
+
+    fn respond(&self, ctx: &RespondContext) -> String;
+}
+
+/// The deterministic brain: plans from per-domain templates, adjusts by error class.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RulesBrain;
+
+fn step(action: Action) -> Step {
+    Step { action, state: StepState::Pending, contingency: false }
+}
+
+/// A short question that is too vague to answer without asking back.
+fn too_vague(text: &str) -> bool {
+    let words = text.split_whitespace().filter(|w| !w.starts_with('@')).count();
+    text.trim_end().ends_with('?') && words <= 2
+}
+
+impl RulesBrain {
+    fn template(domain: &str, event: &Event) -> (Vec<Action>, Vec<Criterion>) {
+        if too_vague(&event.text) {
+            return (vec![Action::AskClarifyingQuestion, Action::PostReply], vec![Criterion::ReplyPosted]);
+        }
+        match domain {
+            "code" | "docs" => (
+                vec![Action::RecallMemory, Action::SearchKnowledge, Action::DraftReply, Action::PostReply],
+                vec![Criterion::ContextGathered, Criterion::ReplyPosted],
+            ),
+            _ => (vec![Action::RecallMemory, Action::DraftReply, Action::PostReply], vec![Criterion::ReplyPosted]),
+        }
+    }
+}
+
+impl Brain for RulesBrain {
+    fn name(&self) -> &'static str {
+        "rules"
+    }
+
+    fn judge(&self, _event: &Event, priority: f64, state: &GateState) -> GateDecision {
+        score(priority, state)
+    }
+
+    fn formulate_plan(&self, ctx: &PlanContext) -> Plan {
+        let domain = ctx.event.domain.as_str();
+        let (mut actions, criteria) = Self::template(domain, ctx.event);
+        // A step that failed before is left out when the plan still makes sense without it.
+        actions.retain(|a| !ctx.avoid.contains(a) || matches!(a, Action::PostReply | Action::DraftReply));
+        // A learned failure of knowledge search in this domain: do not plan it first.
+        let search_fails = ctx.learnings.iter().any(|l| {
+            l.domain == domain && l.pattern.contains("search_knowledge failed") && l.failures + l.successes >= 3
+        });
+        if search_fails {
+            actions.retain(|a| *a != Action::SearchKnowledge);
+        }
+        Plan {
+            goal: format!("answer {} in #{} ({})", ctx.event.from, ctx.event.room, ctx.role),
+            steps: actions.into_iter().map(step).collect(),
+            contingencies: vec![
+                (ErrorClass::Timeout, vec![]),
+                (ErrorClass::RateLimit, vec![]),
+                (ErrorClass::MissingResource, vec![Action::RecallMemory]),
+            ],
+            criteria,
+            source: if search_fails { format!("template:{domain}+learned") } else { format!("template:{domain}") },
+            attempt: ctx.attempt,
+        }
+    }
+
+    fn adjust_plan(&self, record: &PlanRecord, failed: usize, class: ErrorClass) -> (Adjustment, String) {
+        let plan = &record.plan;
+        let action = plan.steps[failed].action;
+        let retried = plan.steps[..failed].iter().any(|s| s.contingency && s.action == action)
+            || plan.steps.get(failed).is_some_and(|s| s.contingency);
+        match class {
+            // Transient: the contingency is the same step again, once.
+            ErrorClass::Timeout | ErrorClass::RateLimit if !retried => (
+                Adjustment::Contingency(vec![action]),
+                format!("{} is transient: retry {} once", class.as_str(), action.as_str()),
+            ),
+            ErrorClass::Timeout | ErrorClass::RateLimit => {
+                if matches!(action, Action::PostReply | Action::DraftReply) {
+                    (
+                        Adjustment::Abort,
+                        format!("{} again after a retry of {}: give up", class.as_str(), action.as_str()),
+                    )
+                } else {
+                    (Adjustment::Continue, format!("{} again: go on without {}", class.as_str(), action.as_str()))
+                }
+            }
+            // Context that is not there: fall back to the contingency, or go on without it.
+            ErrorClass::MissingResource => match action {
+                Action::SearchKnowledge | Action::StudyTopic => {
+                    let fallback = plan
+                        .contingencies
+                        .iter()
+                        .find(|(c, _)| *c == class)
+                        .map(|(_, a)| a.clone())
+                        .unwrap_or_default();
+                    let recalled = plan.steps[..failed]
+                        .iter()
+                        .any(|s| s.action == Action::RecallMemory && s.state == StepState::Done);
+                    if recalled || fallback.is_empty() {
+                        (
+                            Adjustment::Continue,
+                            format!("{} found nothing: answer from what I recalled", action.as_str()),
+                        )
+                    } else {
+                        (
+                            Adjustment::Contingency(fallback),
+                            format!("{} found nothing: recall memory instead", action.as_str()),
+                        )
+                    }
+                }
+                Action::RecallMemory => (Adjustment::Continue, "nothing to recall: answer without it".into()),
+                _ => (Adjustment::Abort, format!("{} needs what is missing", action.as_str())),
+            },
+            ErrorClass::AccessDenied => (Adjustment::Abort, format!("not allowed to {}", action.as_str())),
+            ErrorClass::Unknown if plan.attempt < MAX_REPLANS => {
+                (Adjustment::Replan, format!("{} failed for an unknown reason: plan again without it", action.as_str()))
+            }
+            ErrorClass::Unknown => (Adjustment::Abort, format!("{} replans did not help", MAX_REPLANS)),
+        }
+    }
+
+    fn evaluate_outcome(&self, record: &PlanRecord) -> Evaluation {
+        let plan = &record.plan;
+        let done = |a: Action| plan.steps.iter().any(|s| s.action == a && s.state == StepState::Done);
+        let (mut met, mut missed) = (Vec::new(), Vec::new());
+        for c in &plan.criteria {
+            let ok = match c {
+                Criterion::ReplyPosted => done(Action::PostReply),
+                Criterion::ContextGathered => done(Action::RecallMemory) || done(Action::SearchKnowledge),
+            };
+            if ok { met.push(*c) } else { missed.push(*c) }
+        }
+        let success = done(Action::PostReply) || (missed.is_empty() && !plan.criteria.is_empty());
+        let what_worked: Vec<String> =
+            plan.steps.iter().filter(|s| s.state == StepState::Done).map(|s| s.action.as_str().to_string()).collect();
+        let mistakes: Vec<String> = record
+            .adjustments
+            .iter()
+            .map(|a| format!("{} failed ({}): {}", a.action.as_str(), a.class.as_str(), a.adjustment.kind()))
+            .collect();
+        let pattern = match record.adjustments.first() {
+            None => format!("{}: {} worked", record.domain, what_worked.join(" -> ")),
+            Some(a) => format!(
+                "{}: {} failed ({}), {} {}",
+                record.domain,
+                a.action.as_str(),
+                a.class.as_str(),
+                a.adjustment.kind(),
+                if success { "and recovered" } else { "and failed" }
+            ),
+        };
+        Evaluation { success, criteria_met: met, criteria_missed: missed, what_worked, mistakes, pattern }
+    }
+
+    fn respond(&self, ctx: &RespondContext) -> String {
+        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mindfleet_runtime::event::EventInput;
+
+    fn ev(domain: &str, text: &str) -> Event {
+        EventInput {
+            domain: domain.into(),
+            room: "r".into(),
+            from: "alice".into(),
+            text: text.into(),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    fn plan_for(e: &Event, learnings: &[Learning]) -> Plan {
+        RulesBrain.formulate_plan(&PlanContext { persona: "p", role: "r", event: e, avoid: &[], learnings, attempt: 0 })
+    }
+
+    fn record(plan: Plan) -> PlanRecord {
+        PlanRecord {
+            event_id: "e".into(),
+            domain: "code".into(),
+            plan,
+            replaced: vec![],
+            adjustments: vec![],
+            evaluation: None,
+            started_us: 0,
+            finished_us: None,
+        }
+    }
+
+    #[test]
+    fn templates_follow_the_domain_and_vagueness() {
+        let actions = |p: Plan| p.steps.into_iter().map(|s| s.action).collect::<Vec<_>>();
+        assert_eq!(
+            actions(plan_for(&ev("code", "please review the auth module"), &[])),
+            [Action::RecallMemory, Action::SearchKnowledge, Action::DraftReply, Action::PostReply]
+        );
+        assert_eq!(actions(plan_for(&ev("chat", "@p what?"), &[])), [Action::AskClarifyingQuestion, Action::PostReply]);
+    }
+
+    #[test]
+    fn each_error_class_maps_to_its_adjustment() {
+        let p = plan_for(&ev("code", "please review the auth module"), &[]);
+        let r = record(p);
+        let kind = |i, c| RulesBrain.adjust_plan(&r, i, c).0.kind();
+        assert_eq!(kind(1, ErrorClass::Timeout), "contingency");
+        assert_eq!(kind(1, ErrorClass::MissingResource), "contingency", "search failed before any recall");
+        assert_eq!(kind(0, ErrorClass::MissingResource), "continue");
+        assert_eq!(kind(3, ErrorClass::AccessDenied), "abort");
+        assert_eq!(kind(2, ErrorClass::Unknown), "replan");
+        let mut late = r.clone();
+        late.plan.attempt = MAX_REPLANS;
+        assert_eq!(RulesBrain.adjust_plan(&late, 2, ErrorClass::Unknown).0.kind(), "abort");
+    }
+
+    #[test]
+    fn a_learned_search_failure_changes_the_next_plan() {
+        let l = Learning {
+            pattern: "code: search_knowledge failed (missing_resource), continue and recovered".into(),
+            domain: "code".into(),
+            successes: 3,
+            failures: 0,
+            last_us: 0,
+        };
+        let p = plan_for(&ev("code", "please review the auth module"), &[l]);
+        assert!(p.steps.iter().all(|s| s.action != Action::SearchKnowledge));
+        assert!(p.source.ends_with("+learned"));
+    }
+}
