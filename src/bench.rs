@@ -217,3 +217,105 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
         "decision_p99_ms": round(stats.decision_p99_ms, 2),
     }))
 }
+
+/// A steady open-loop load: `rate` undirected events per second into rooms of four personas,
+/// for `seconds`, sampling RSS, queue lengths and the inject-to-decision latency every
+/// `every` seconds. Flat RSS and queues mean the fleet keeps up.
+pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    let rooms = personas.div_ceil(4).max(1);
+    for (i, p) in cfg.personas.iter_mut().enumerate() {
+        p.rooms = vec![format!("room{}", i % rooms)];
+    }
+    let fleet = Arc::new(Fleet::start(cfg).await?);
+    let rss_start = rss_kib();
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Pace in 10 ms ticks; each tick's events go out concurrently.
+    let pacer = {
+        let (fleet, sent, errors, stop) = (fleet.clone(), sent.clone(), errors.clone(), stop.clone());
+        tokio::spawn(async move {
+            let per_tick = rate as f64 / 100.0;
+            let mut owed = 0.0;
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut n: u64 = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tick.tick().await;
+                owed += per_tick;
+                let batch = owed.floor() as usize;
+                owed -= batch as f64;
+                let mut calls = Vec::with_capacity(batch);
+                for _ in 0..batch {
+                    n += 1;
+                    let e = EventInput {
+                        domain: "chat".into(),
+                        room: format!("room{}", n as usize % rooms),
+                        from: format!("user{}", n % 97),
+                        text: format!("update {n}: how is the work on item {} going", n % 13),
+                        ..Default::default()
+                    };
+                    calls.push(fleet.inject(e));
+                }
+                for r in futures::future::join_all(calls).await {
+                    match r {
+                        Ok(_) => sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        Err(_) => errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    };
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let (mut rss_max, mut pending_max, mut queued_max, mut p99_max) = (0u64, 0u64, 0usize, 0f64);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_secs(every)).await;
+        let stats = fleet.storage.stats().await?;
+        let sched = ractor::call_t!(fleet.scheduler.actor(), mindfleet_runtime::sched::SchedulerMsg::Stats, 5000)
+            .map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
+        let rss = rss_kib();
+        rss_max = rss_max.max(rss);
+        pending_max = pending_max.max(stats.pending);
+        queued_max = queued_max.max(sched.queued());
+        p99_max = p99_max.max(stats.decision_p99_ms);
+        samples.push(json!({
+            "t_s": started.elapsed().as_secs(),
+            "sent": sent.load(std::sync::atomic::Ordering::Relaxed),
+            "rss_mb": round(rss as f64 / 1024.0, 1),
+            "pending": stats.pending,
+            "queued": sched.queued(),
+            "decision_p99_ms": round(stats.decision_p99_ms, 1),
+        }));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    pacer.await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let stats = fleet.storage.stats().await?;
+    let idle = fleet.wait_idle(Duration::from_secs(60)).await;
+    let d = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let fleet = Arc::into_inner(fleet).ok_or_else(|| anyhow::anyhow!("fleet still shared"))?;
+    fleet.shutdown(Duration::from_secs(5)).await;
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(json!({
+        "bench": "soak",
+        "personas": personas,
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "sent": sent,
+        "achieved_per_s": round(sent as f64 / elapsed, 1),
+        "errors": errors.load(std::sync::atomic::Ordering::Relaxed),
+        "rss_start_mb": round(rss_start as f64 / 1024.0, 1),
+        "rss_max_mb": round(rss_max as f64 / 1024.0, 1),
+        "pending_max": pending_max,
+        "queued_max": queued_max,
+        "decision_p50_ms": round(stats.decision_p50_ms, 2),
+        "decision_p99_ms": round(stats.decision_p99_ms, 2),
+        "decision_p99_max_ms": round(p99_max, 2),
+        "drained": idle,
+        "coordination_efficiency": round(d.coordination.efficiency, 3),
+        "samples": samples,
+    }))
+}

@@ -74,6 +74,21 @@ impl Client {
             .map_err(|e| ClientError::Status { status: 200, message: format!("unexpected dump shape: {e}") })
     }
 
+    /// `GET /ai/{query}` with its parameters.
+    pub async fn ai(&self, query: &str, params: &[(&str, String)]) -> Result<Value, ClientError> {
+        let mut url = reqwest::Url::parse(&format!("{}/ai/{query}", self.base))
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        for (k, v) in params {
+            url.query_pairs_mut().append_pair(k, v);
+        }
+        self.send(self.http.get(url)).await
+    }
+
+    /// `POST /ai/state`.
+    pub async fn set_state(&self, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/ai/state", self.base)).json(body)).await
+    }
+
     pub async fn health(&self) -> bool {
         self.send(self.http.get(format!("{}/health", self.base))).await.is_ok()
     }

@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
 use mindfleet_runtime::config::{FleetConfig, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
-use mindfleet_runtime::messages::{AdminMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
+use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::SchedulerHandle;
 use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
@@ -67,6 +68,7 @@ pub struct FleetState {
     storage: Storage,
     admin: ActorRef<AdminMsg>,
     scheduler: SchedulerHandle,
+    coordinator: ActorRef<CoordinatorMsg>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -82,6 +84,8 @@ impl FleetState {
             supervision: self.config.supervision,
             marker: s.marker.clone(),
             faults: s.faults.clone(),
+            coordinator: self.coordinator.clone(),
+            turn_timeout: self.config.coordination.window * 4 + Duration::from_secs(1),
         }
     }
 
@@ -139,10 +143,17 @@ impl Actor for FleetSupervisor {
     async fn pre_start(&self, myself: ActorRef<FleetMsg>, args: FleetArgs) -> Result<FleetState, ActorProcessingErr> {
         let me = myself.get_cell();
         let scheduler = mindfleet_actors::scheduler::spawn(args.config.scheduler, Some(me.clone())).await?;
+        let c = args.config.coordination;
+        let coordinator = mindfleet_actors::coordinator::spawn(
+            CoordinatorArgs { responders: c.responders, window: c.window },
+            Some(me.clone()),
+        )
+        .await?;
         let admin_args = AdminArgs {
             config: args.config.clone(),
             storage: args.storage.clone(),
             scheduler: scheduler.clone(),
+            coordinator: coordinator.clone(),
             addr: args.admin_addr,
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
@@ -158,8 +169,15 @@ impl Actor for FleetSupervisor {
                 actor: None,
             })
             .collect();
-        let mut st =
-            FleetState { config: args.config, storage: args.storage, admin, scheduler, slots, by_id: HashMap::new() };
+        let mut st = FleetState {
+            config: args.config,
+            storage: args.storage,
+            admin,
+            scheduler,
+            coordinator,
+            slots,
+            by_id: HashMap::new(),
+        };
         // Launch in waves so the storage writer folds the personas' restores into few batches.
         const WAVE: usize = 256;
         let n = st.slots.len();
@@ -209,7 +227,8 @@ impl Actor for FleetSupervisor {
             _ => return Ok(()),
         };
         let Some(i) = st.by_id.remove(&cell.get_id()) else {
-            if cell.get_id() == st.admin.get_id() || cell.get_id() == st.scheduler.actor().get_id() {
+            let core = [st.admin.get_id(), st.scheduler.actor().get_id(), st.coordinator.get_id()];
+            if core.contains(&cell.get_id()) {
                 // Not restarted yet: every persona holds these. Fail the fleet loudly.
                 return Err(format!("core actor failed: {error}").into());
             }

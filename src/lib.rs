@@ -8,5 +8,6 @@ pub mod bench;
 pub mod client;
 pub mod fleet;
 pub mod panic_hook;
+pub mod table;
 
 pub use fleet::{Fleet, FleetError};

@@ -40,6 +40,15 @@ enum Command {
     Inject(InjectArgs),
     /// Print the supervision tree and every persona's state.
     Dump(DumpArgs),
+    /// Ask a running fleet about its personas' minds (self-state, decisions, plans, ...).
+    Ai {
+        #[command(flatten)]
+        remote: Remote,
+        #[arg(long, value_enum, default_value = "json", global = true)]
+        format: AiFormat,
+        #[command(subcommand)]
+        query: AiCmd,
+    },
     /// Run a benchmark and print its figures.
     Bench {
         #[command(subcommand)]
@@ -135,6 +144,95 @@ struct DumpArgs {
     format: Format,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum AiFormat {
+    Json,
+    Table,
+}
+
+#[derive(Subcommand)]
+enum AiCmd {
+    /// Self-states, or change one (`ai state update`).
+    State {
+        #[arg(long)]
+        persona: Option<String>,
+        #[command(subcommand)]
+        update: Option<StateCmd>,
+    },
+    /// Working-memory entries of a persona.
+    Thoughts {
+        #[arg(long)]
+        persona: String,
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// The decision journal, with the reasons.
+    Decisions {
+        #[arg(long)]
+        persona: String,
+        /// engage, ignore, defer, shed, duplicate, skipped, dead_letter
+        #[arg(long)]
+        verdict: Option<String>,
+    },
+    /// The plan being run (or the last one); `ai plan history` for the finished ones.
+    Plan {
+        #[arg(long)]
+        persona: String,
+        #[command(subcommand)]
+        history: Option<PlanCmd>,
+    },
+    /// Learnings with their success and failure counts.
+    Learnings {
+        #[arg(long)]
+        persona: Option<String>,
+    },
+    /// Plans that needed adjustments, and how they recovered.
+    Recoveries {
+        #[arg(long)]
+        persona: Option<String>,
+    },
+    /// Long-term memory: experiences, procedures, knowledge, user profiles.
+    Memory {
+        #[arg(long)]
+        persona: String,
+    },
+    /// Overloaded, idle and focused personas, and a recommendation.
+    Health,
+    /// Personas ranked by suitability for a task.
+    SelectForTask {
+        #[arg(long)]
+        domain: String,
+        #[arg(long, default_value_t = 0.5)]
+        priority: f64,
+        #[arg(long, default_value = "")]
+        text: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum StateCmd {
+    /// Make a persona dormant, wake it, or set its focus.
+    Update {
+        #[arg(long)]
+        dormant: bool,
+        #[arg(long, conflicts_with = "dormant")]
+        wake: bool,
+        #[arg(long, conflicts_with_all = ["dormant", "wake"])]
+        focus: Option<String>,
+        #[arg(long, default_value_t = 0.7)]
+        intensity: f64,
+    },
+}
+
+#[derive(Subcommand)]
+enum PlanCmd {
+    /// Finished plans, newest first.
+    History {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Launch time and idle RSS of an N-persona fleet.
@@ -148,6 +246,20 @@ enum BenchCmd {
     Gate {
         #[arg(long, default_value_t = 1.0)]
         seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A steady load on a large fleet: RSS, queues and decision latency over time.
+    Soak {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long, default_value_t = 1000)]
+        rate: usize,
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 10)]
+        every: u64,
         #[arg(long)]
         json: bool,
     },
@@ -195,8 +307,12 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Inject(args) => inject(args).await,
             Command::Dump(args) => dump(args).await,
+            Command::Ai { remote, format, query } => ai(remote, format, query).await,
             Command::Bench { which: BenchCmd::Launch { personas, json } } => {
                 print_figures(bench::launch(personas).await, json)
+            }
+            Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, json } } => {
+                print_figures(bench::soak(personas, rate, seconds, every.max(1)).await, json)
             }
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
@@ -368,6 +484,63 @@ async fn inject(a: InjectArgs) -> ExitCode {
     match Client::new(&a.remote.admin, a.remote.token).inject(&input).await {
         Ok(v) => {
             println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.exit_code() as u8, e),
+    }
+}
+
+async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
+    let client = Client::new(&remote.admin, remote.token);
+    let opt = |k: &'static str, v: Option<String>| v.map(|v| (k, v));
+    let r = match query {
+        AiCmd::State { persona: Some(persona), update: Some(StateCmd::Update { dormant, wake, focus, intensity }) } => {
+            let change = match (dormant, wake, focus) {
+                (true, _, _) => serde_json::json!("dormant"),
+                (_, true, _) => serde_json::json!("wake"),
+                (_, _, Some(objective)) => {
+                    serde_json::json!({"focus": {"objective": objective, "intensity": intensity}})
+                }
+                _ => return fail(2, "ai state update needs --dormant, --wake or --focus TEXT"),
+            };
+            client.set_state(&serde_json::json!({"persona": persona, "change": change})).await
+        }
+        AiCmd::State { persona: None, update: Some(_) } => return fail(2, "ai state update needs --persona"),
+        AiCmd::State { persona, update: None } => {
+            client.ai("state", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
+        }
+        AiCmd::Thoughts { persona, domain } => {
+            let p: Vec<_> = [Some(("persona", persona)), opt("domain", domain)].into_iter().flatten().collect();
+            client.ai("thoughts", &p).await
+        }
+        AiCmd::Decisions { persona, verdict } => {
+            let p: Vec<_> = [Some(("persona", persona)), opt("verdict", verdict)].into_iter().flatten().collect();
+            client.ai("decisions", &p).await
+        }
+        AiCmd::Plan { persona, history: None } => client.ai("plan", &[("persona", persona)]).await,
+        AiCmd::Plan { persona, history: Some(PlanCmd::History { limit }) } => {
+            client.ai("plan-history", &[("persona", persona), ("limit", limit.to_string())]).await
+        }
+        AiCmd::Learnings { persona } => {
+            client.ai("learnings", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
+        }
+        AiCmd::Recoveries { persona } => {
+            client.ai("recoveries", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
+        }
+        AiCmd::Memory { persona } => client.ai("memory", &[("persona", persona)]).await,
+        AiCmd::Health => client.ai("health", &[]).await,
+        AiCmd::SelectForTask { domain, priority, text } => {
+            client
+                .ai("select-for-task", &[("domain", domain), ("priority", priority.to_string()), ("text", text)])
+                .await
+        }
+    };
+    match r {
+        Ok(v) => {
+            match format {
+                AiFormat::Json => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+                AiFormat::Table => print!("{}", mindfleet::table::render(&v)),
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(e.exit_code() as u8, e),

@@ -121,3 +121,45 @@ async fn directed_event_to_a_new_room_creates_it() {
     assert_eq!(ack.personas, ["reviewer"]);
     fleet.shutdown(DEADLINE).await;
 }
+
+/// Seven personas in one room, all awake and eager.
+fn seven() -> String {
+    let mut t = String::new();
+    for name in ["ada", "bob", "cyd", "dee", "eve", "fay", "gus"] {
+        t.push_str(&format!(
+            "[[persona]]\nname = \"{name}\"\nrole = \"{name} the generalist\"\nrooms = [\"team\"]\n\n"
+        ));
+    }
+    fleet_toml(&t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seven_personas_answer_each_human_message_about_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &seven()).await;
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let ack = fleet
+            .inject(chat("team", "alice", &format!("status question number {i}: how is the rollout going")))
+            .await
+            .unwrap();
+        ids.push(ack.event_id);
+    }
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    let replies: usize = ids.iter().map(|id| d.outbox.iter().filter(|o| o.in_reply_to == *id).count()).sum();
+    let per_message = replies as f64 / ids.len() as f64;
+    assert!((0.9..=1.2).contains(&per_message), "{replies} replies to {} messages", ids.len());
+    assert!(d.coordination.efficiency >= 0.9, "{:?}", d.coordination);
+    let redundant = d.personas.iter().flat_map(|p| &p.decisions).filter(|x| x.by == "coordinator/redundant").count();
+    assert!(redundant > 0, "the others stayed silent as redundant");
+
+    // A mention is always answered by the mentioned persona, and only by it.
+    let ack = fleet.inject(chat("team", "alice", "@fay can you take this one")).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    let who: Vec<&str> =
+        d.outbox.iter().filter(|o| o.in_reply_to == ack.event_id).map(|o| o.persona.as_str()).collect();
+    assert_eq!(who, ["fay"]);
+    fleet.shutdown(DEADLINE).await;
+}

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod ai;
 mod api;
 mod config;
 mod durability;

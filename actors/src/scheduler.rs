@@ -1,178 +1,758 @@
-//! The `Scheduler` actor: grants slots to submitted tasks, highest class first.
+//! The `Scheduler` actor: an RTOS-style scheduler of the fleet's cognitive work.
 //!
-//! Tasks arrive through the lock-free queues of [`SchedulerHandle::submit`]; a single
-//! coalesced `Wake` tells this actor to drain them. Within a class the task with the
-//! highest *aged* priority goes first: priority + `aging_per_30s` per 30 s waited. Aging is
-//! linear and the same for every task of a class, so the order of two waiting tasks never
-//! changes while they wait and a heap keyed by `priority - rate * submitted_at` is exact.
-//! Each slot pool (inference, cheap) has its own heaps, so a task waiting for the scarce
-//! inference slot never blocks cheap work.
+//! Tasks arrive through the lock-free queues of [`SchedulerHandle::submit`] and finish
+//! through its `done` queue; a single coalesced `Wake` tells this actor to drain both.
+//! Only this actor decides: it orders the waiting tasks, grants slots and answers each
+//! task exactly once with a [`Grant`] whose [`Outcome`] is `Run`, `RulesOnly` or `Skipped`.
 //!
-//! Messages: [`SchedulerMsg`]: `Wake`, `Done(task)`, `Release(persona)`, `Stats`.
+//! Messages ([`SchedulerMsg`]): `Wake`, `Done`, `Cadence`, `Budget`, `Release`, `Stats`,
+//! and `Tick` from its own timer.
+//!
+//! # Policy
+//!
+//! **Slots.** Two pools bound the concurrency: inference slots (model calls) and cheap
+//! slots (everything else). A `Run` or `RulesOnly` grant holds one slot until `done`; the
+//! pools are scheduled independently, so work waiting for the scarce inference slot never
+//! blocks cheap work.
+//!
+//! **Classes.** `Urgent`, `Interactive`, `Work`, `Background`, highest first: a free slot
+//! goes to the best waiting task of the highest class waiting for that pool, and a waiting
+//! `Urgent` task always goes first. Within a class the highest *aged* priority goes first:
+//! priority + `aging_per_30s` per 30 s waited. Aging is linear and the same for every task,
+//! so the order of two waiting tasks never changes while they wait and a heap keyed by
+//! `priority - rate * submitted` is exact; equal keys go in arrival order.
+//!
+//! **Promotion.** A task that waited `promote_after` in its class moves up one class, and
+//! again after another `promote_after`, up to `Interactive`: nothing is promoted into
+//! `Urgent`. Promotion is checked before every dispatch (an O(1) test against the earliest
+//! promotion due) and by a timer at most 100 ms after it is due, which keeps the stats
+//! current while nothing else happens. A promoted task keeps its aged priority.
+//!
+//! **Background.** Like an RTOS idle hook, a background task runs when no task of a higher
+//! class waits for its pool. So that a busy fleet cannot starve it, a background task that
+//! has waited `background_period` runs ahead of waiting `Interactive` and `Work` tasks
+//! (never ahead of `Urgent`), at most one per pool per `background_period`: the oldest one.
+//! Every `promote_after` it also moves up a class like any task.
+//!
+//! **Deadlines.** A deadline does not change the order (this is fixed-priority scheduling,
+//! not earliest-deadline-first). An answer given after the task's deadline says
+//! `deadline_missed: true` and is counted, in total and by class of submission.
+//!
+//! **Cadence.** `Cadence { persona, interval }` rate-limits the persona's non-urgent grants
+//! to one per `interval`, counted from its last non-urgent grant. A task that is not due yet
+//! waits aside (not in the class queues) and a timer wakes the scheduler when its persona is
+//! due; the persona's best task aside (by class, then aged priority) then goes back to the
+//! queues, where it competes as usual. `Urgent` tasks ignore cadence and do not count as the
+//! persona's turn; a persona without a cadence is not limited; the first grant after a
+//! persona's first cadence is never delayed; a changed cadence re-times the next grant from
+//! the last one; `Duration::ZERO` removes the limit. A skipped task does not use the turn.
+//!
+//! **Budgets.** Tasks with `max_tokens > 0` are model calls. Each is one inference and
+//! reserves `max_tokens` tokens at grant; `done_with_tokens` settles the reservation to the
+//! tokens used (a task that reports more than it reserved is charged what it reports). Use
+//! is counted over a sliding hour against the fleet's budget (`fleet_inferences_per_hour`,
+//! `fleet_tokens_per_hour`) and, when one is registered (`SchedulerArgs::budgets` or
+//! `Budget`), the persona's. At grant time, with this call's reservation included:
+//!
+//! - if a hard limit would be crossed, an `Urgent` task gets `RulesOnly(HardBudget)`: it
+//!   runs without a model, on a cheap slot, and no reservation is made; any other task gets
+//!   `Skipped(HardBudget)`;
+//! - else, for non-urgent tasks, above `budget_soft_limit` of a token budget only a priority
+//!   above 0.8 runs (else `Skipped(SoftTokenBudget)`), and above it of a call budget only a
+//!   priority above 0.6 runs (else `Skipped(SoftCallBudget)`). `Urgent` calls only answer to
+//!   the hard limit: the soft margin is kept for them.
+//!
+//! The priority judged is the submitted one, not the aged one. A call is judged when it is
+//! taken in, so a refused call is answered at once without waiting for a slot (and an
+//! `Urgent` one waits for a cheap slot, not the model's), and judged again when it is
+//! granted, against the use of that moment; only then is its reservation made. A skipped
+//! task holds no slot: its owner must not call `done`. A persona that is released keeps the
+//! charge of its running calls.
+//!
+//! # Invariants
+//!
+//! - Every submitted task is answered at most once, and exactly once unless its persona is
+//!   released first; only `Run` and `RulesOnly` answers hold a slot.
+//! - After every message, a pool with a free slot has no task waiting for it (tasks aside
+//!   for their cadence are not waiting).
+//! - Grants never take the budget's use (reservations included) over a hard limit.
+//! - Dispatch is amortized O(log n) per task: heaps with lazy deletion and compaction, no
+//!   scans. Only `Release` (rare: a persona stopped) walks the waiting and running tasks.
+//!
+//! Grants, skips, cadence deferrals and promotions are `tracing` events at debug level
+//! (trace for deferrals), with the task's persona, class, label and wait.
 
-use std::cmp::Ordering as CmpOrdering;
+mod budget;
+mod ready;
+
+pub mod bench;
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::SchedulerConfig;
+use mindfleet_runtime::config::{PersonaConfig, SchedulerConfig};
 use mindfleet_runtime::sched::{
-    Class, Grant, Outcome, SchedulerHandle, SchedulerMsg, SchedulerStats, Slot, SubmitQueues, Task, TaskId,
+    self, Class, Grant, Outcome, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats, SubmitQueues, Task,
+    TaskId,
 };
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use ractor::concurrency::JoinHandle;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, SpawnErr};
+
+use budget::{Limits, Verdict, Window};
+use ready::{CHEAP, POOLS, Ready, Waiting, pool_of, slot_of};
+
+/// How late the promotion timer may fire: promotions due within it are handled together.
+const PROMOTION_SLACK: Duration = Duration::from_millis(100);
+/// The window of `throughput_1m_per_s`, seconds.
+const RATE_WINDOW_SECS: u64 = 60;
 
 pub struct Scheduler;
 
-pub struct SchedulerArgs {
-    pub queues: Arc<SubmitQueues>,
-    pub config: SchedulerConfig,
-}
+/// A task set aside until its persona's cadence allows it; best first in a max-heap.
+#[derive(Debug)]
+struct Aside(Waiting);
 
-struct Queued {
-    key: f64,
-    order: u64,
-    task: Task,
-}
-
-impl PartialEq for Queued {
+impl PartialEq for Aside {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == CmpOrdering::Equal
     }
 }
-impl Eq for Queued {}
-impl PartialOrd for Queued {
+impl Eq for Aside {}
+impl PartialOrd for Aside {
     fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Queued {
-    /// Highest key first; among equal keys the earlier submission.
+impl Ord for Aside {
+    /// Higher class, then higher key, then earlier arrival.
     fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.key.total_cmp(&other.key).then_with(|| other.order.cmp(&self.order))
+        other
+            .0
+            .class
+            .cmp(&self.0.class)
+            .then_with(|| self.0.key.total_cmp(&other.0.key))
+            .then_with(|| other.0.seq.cmp(&self.0.seq))
     }
 }
 
-struct Running {
-    persona: Arc<str>,
-    slot: Slot,
+/// What the scheduler keeps about a persona that has a cadence, a budget or model calls.
+#[derive(Debug)]
+struct Persona {
+    /// Zero: no limit.
+    cadence: Duration,
+    /// Last non-urgent grant while the persona had a cadence.
+    last_grant: Option<Instant>,
+    aside: BinaryHeap<Aside>,
+    /// The instant this persona is queued at in `SchedulerState::due`, if any.
+    due_queued: Option<Instant>,
+    budget: Option<PersonaBudget>,
 }
 
+impl Persona {
+    /// When its next non-urgent task may be granted (`None`: now).
+    fn next_due(&self) -> Option<Instant> {
+        if self.cadence.is_zero() { None } else { self.last_grant.map(|g| g + self.cadence) }
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    persona: Arc<str>,
+    pool: usize,
+    /// Budget entry and tokens reserved.
+    reservation: Option<(u64, u64)>,
+}
+
+/// Task ids are sequential: a multiplicative hash spreads them at a fraction of SipHash's cost.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Tasks finished per whole second, over the last minute.
+#[derive(Debug)]
+struct DoneRate {
+    /// `(second, count)` by `second % RATE_WINDOW_SECS`.
+    buckets: [(u64, u64); RATE_WINDOW_SECS as usize],
+}
+
+impl Default for DoneRate {
+    fn default() -> Self {
+        DoneRate { buckets: [(0, 0); RATE_WINDOW_SECS as usize] }
+    }
+}
+
+impl DoneRate {
+    fn add(&mut self, second: u64) {
+        let b = &mut self.buckets[(second % RATE_WINDOW_SECS) as usize];
+        if b.0 != second {
+            *b = (second, 0);
+        }
+        b.1 += 1;
+    }
+
+    fn per_s(&self, elapsed: Duration) -> f64 {
+        let now = elapsed.as_secs();
+        let n: u64 = self.buckets.iter().filter(|(s, _)| now - (*s).min(now) < RATE_WINDOW_SECS).map(|b| b.1).sum();
+        let span = elapsed.as_secs_f64().min(RATE_WINDOW_SECS as f64);
+        if span > 0.0 { n as f64 / span } else { 0.0 }
+    }
+}
+
+/// The task of an armed `send_after`.
+type Timer = JoinHandle<Result<(), MessagingErr<SchedulerMsg>>>;
+
 pub struct SchedulerState {
+    myself: ActorRef<SchedulerMsg>,
     queues: Arc<SubmitQueues>,
     config: SchedulerConfig,
     epoch: Instant,
     /// Aging rate in priority per second.
     rate: f64,
-    /// `[class][slot]`: slot 0 inference, 1 cheap.
-    heaps: [[BinaryHeap<Queued>; 2]; 4],
-    running: HashMap<TaskId, Running>,
-    free: [usize; 2],
-    order: u64,
+    promote_ns: i64,
+    ready: Ready,
+    running: HashMap<TaskId, Running, BuildHasherDefault<IdHasher>>,
+    free: [usize; POOLS],
+    seq: u64,
+    personas: Vec<Persona>,
+    by_name: HashMap<Arc<str>, u32>,
+    /// Personas with a cadence: when zero, dispatch does no persona lookups for cadence.
+    with_cadence: usize,
+    /// When personas with tasks aside are due (lazy: checked against `Persona::due_queued`).
+    due: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Tasks aside by class.
+    deferred: [usize; 4],
+    window: Window,
+    /// Earliest promotion due, ns from `epoch` (may be early, never late; `i64::MAX`: none).
+    next_promotion: i64,
+    /// Last background turn ahead of higher classes, by pool.
+    background_turn: [Option<Instant>; POOLS],
+    timer: Option<(Instant, Timer)>,
+    done_rate: DoneRate,
     stats: SchedulerStats,
 }
 
-fn slot_index(s: Slot) -> usize {
-    match s {
-        Slot::Inference => 0,
-        Slot::Cheap => 1,
-    }
+pub struct SchedulerArgs {
+    pub queues: Arc<SubmitQueues>,
+    pub config: SchedulerConfig,
+    /// Per-persona budgets known at start; `SchedulerMsg::Budget` sets more later.
+    pub budgets: HashMap<Arc<str>, PersonaBudget>,
 }
 
 impl SchedulerState {
-    fn enqueue(&mut self, task: Task) {
-        let at = match task.submitted.checked_duration_since(self.epoch) {
-            Some(d) => d.as_secs_f64(),
-            None => -self.epoch.duration_since(task.submitted).as_secs_f64(),
+    fn new(myself: ActorRef<SchedulerMsg>, args: SchedulerArgs) -> Self {
+        let config = args.config;
+        let mut st = SchedulerState {
+            myself,
+            queues: args.queues,
+            config,
+            epoch: sched::now(),
+            rate: config.aging_per_30s / 30.0,
+            promote_ns: i64::try_from(config.promote_after.as_nanos()).unwrap_or(i64::MAX).max(1),
+            ready: Ready::default(),
+            running: HashMap::default(),
+            free: [config.inference_slots, config.cheap_slots],
+            seq: 0,
+            personas: Vec::new(),
+            by_name: HashMap::new(),
+            with_cadence: 0,
+            due: BinaryHeap::new(),
+            deferred: [0; 4],
+            window: Window::default(),
+            next_promotion: i64::MAX,
+            background_turn: [None; POOLS],
+            timer: None,
+            done_rate: DoneRate::default(),
+            stats: SchedulerStats::default(),
         };
-        let key = task.priority - self.rate * at;
-        self.order += 1;
-        let (c, s) = (task.class as usize, slot_index(task.slot));
-        self.heaps[c][s].push(Queued { key, order: self.order, task });
+        for (persona, budget) in args.budgets {
+            st.set_budget(persona, Some(budget));
+        }
+        st
     }
 
-    fn drain_submissions(&mut self) {
-        self.queues.wake_pending.store(false, Ordering::Release);
+    /// Nanoseconds from the epoch (negative before it).
+    fn ns(&self, t: Instant) -> i64 {
+        match t.checked_duration_since(self.epoch) {
+            Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            None => -i64::try_from(self.epoch.duration_since(t).as_nanos()).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn instant(&self, ns: i64) -> Instant {
+        if ns >= 0 {
+            self.epoch + Duration::from_nanos(ns as u64)
+        } else {
+            self.epoch.checked_sub(Duration::from_nanos(ns.unsigned_abs())).unwrap_or(self.epoch)
+        }
+    }
+
+    fn persona_index(&mut self, name: &Arc<str>) -> u32 {
+        if let Some(&p) = self.by_name.get(name) {
+            return p;
+        }
+        let p = self.personas.len() as u32;
+        self.personas.push(Persona {
+            cadence: Duration::ZERO,
+            last_grant: None,
+            aside: BinaryHeap::new(),
+            due_queued: None,
+            budget: None,
+        });
+        self.by_name.insert(name.clone(), p);
+        p
+    }
+
+    /// Takes in everything the handles queued: finished tasks first, then new ones.
+    fn drain(&mut self, now: Instant) {
+        // Acquire pairs with the submitters' swap: everything they pushed is visible below.
+        self.queues.wake_pending.swap(false, Ordering::AcqRel);
+        while let Some((task, tokens_used)) = self.queues.done.pop() {
+            self.finish(task, tokens_used, now);
+        }
         for c in Class::ALL {
             while let Some(t) = self.queues.queues[c as usize].pop() {
-                self.enqueue(t);
+                self.admit(t, now);
             }
         }
     }
 
-    /// Grants free slots to the best waiting tasks, strictly by class.
-    fn dispatch(&mut self) {
-        for s in 0..2 {
-            for c in 0..4 {
-                while self.free[s] > 0 {
-                    let Some(q) = self.heaps[c][s].pop() else { break };
-                    let t = q.task;
-                    let waited = t.submitted.elapsed();
-                    let grant = Grant {
-                        task: t.id,
-                        slot: t.slot,
-                        class: t.class,
-                        waited_us: waited.as_micros() as u64,
-                        outcome: Outcome::Run,
-                        deadline_missed: t.deadline.is_some_and(|d| Instant::now() > d),
-                    };
-                    self.stats.granted += 1;
-                    self.stats.class_mut(t.class).granted += 1;
-                    if t.owner.grant(grant) {
-                        self.free[s] -= 1;
-                        self.running.insert(t.id, Running { persona: t.persona, slot: t.slot });
-                    } else {
-                        self.stats.released += 1;
+    fn admit(&mut self, task: Task, now: Instant) {
+        let at = self.ns(task.submitted);
+        self.seq += 1;
+        let mut w = Waiting {
+            class: task.class,
+            pool: pool_of(task.slot),
+            key: task.priority - self.rate * (at as f64 / 1e9),
+            at,
+            seq: self.seq,
+            rules_only: None,
+            task,
+        };
+        if w.task.max_tokens > 0 {
+            // A call the budget refuses now is answered now, not when a slot frees.
+            let p = self.persona_index(&w.task.persona);
+            match self.judge(&w, p, now) {
+                Verdict::Run => {}
+                Verdict::Skip(reason) => {
+                    let pool = w.pool;
+                    self.answer(w, pool, Outcome::Skipped(reason), None, Some(p), now);
+                    return;
+                }
+                Verdict::RulesOnly(reason) => {
+                    w.rules_only = Some(reason);
+                    w.pool = CHEAP;
+                }
+            }
+        }
+        if w.task.class != Class::Urgent
+            && self.with_cadence > 0
+            && let Some(&p) = self.by_name.get(&w.task.persona)
+            && self.personas[p as usize].next_due().is_some_and(|d| d > now)
+        {
+            self.set_aside(p, w);
+            return;
+        }
+        self.enqueue(w);
+    }
+
+    /// Puts a task in the class queues of its pool.
+    fn enqueue(&mut self, w: Waiting) {
+        if w.class != Class::Urgent && w.class != Class::Interactive {
+            let due = w.at.saturating_add(self.promote_ns.saturating_mul(w.promotions() as i64 + 1));
+            self.next_promotion = self.next_promotion.min(due);
+        }
+        self.ready.push(w);
+    }
+
+    fn set_aside(&mut self, p: u32, w: Waiting) {
+        tracing::trace!(task = w.task.id, persona = &*w.task.persona, label = w.task.label, "deferred by cadence");
+        self.deferred[w.class as usize] += 1;
+        self.personas[p as usize].aside.push(Aside(w));
+        self.schedule_due(p);
+    }
+
+    /// Queues the persona's next due instant for the timer, if it has tasks aside.
+    fn schedule_due(&mut self, p: u32) {
+        let ps = &mut self.personas[p as usize];
+        if let Some(d) = ps.next_due()
+            && !ps.aside.is_empty()
+            && ps.due_queued != Some(d)
+        {
+            ps.due_queued = Some(d);
+            self.due.push(Reverse((d, p)));
+        }
+    }
+
+    /// Returns the persona's best task aside to the queues if it is due (all of them if it
+    /// has no cadence any more); otherwise queues its due instant.
+    fn release_aside(&mut self, p: u32, now: Instant) {
+        let ps = &mut self.personas[p as usize];
+        if ps.aside.is_empty() {
+            return;
+        }
+        if ps.next_due().is_some_and(|d| d > now) {
+            self.schedule_due(p);
+            return;
+        }
+        let take = if ps.cadence.is_zero() { ps.aside.len() } else { 1 };
+        let back: Vec<Waiting> = (0..take).filter_map(|_| ps.aside.pop()).map(|a| a.0).collect();
+        for w in back {
+            self.deferred[w.class as usize] -= 1;
+            self.enqueue(w);
+        }
+    }
+
+    /// Personas whose cadence came due: their best task aside goes back to the queues.
+    fn release_due(&mut self, now: Instant) {
+        while let Some(&Reverse((at, p))) = self.due.peek() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            let ps = &mut self.personas[p as usize];
+            if ps.due_queued != Some(at) {
+                continue;
+            }
+            ps.due_queued = None;
+            self.release_aside(p, now);
+        }
+    }
+
+    /// Moves every task that waited `promote_after` in its class up one class.
+    fn promote_due(&mut self, now: Instant) {
+        let now_ns = self.ns(now);
+        if now_ns < self.next_promotion {
+            return;
+        }
+        let mut next = i64::MAX;
+        for pool in 0..POOLS {
+            // Background first, so a task due for two promotions gets both.
+            for class in [Class::Background, Class::Work] {
+                for origin in Class::ALL.into_iter().filter(|&o| o >= class) {
+                    let wait = self.promote_ns.saturating_mul(origin as i64 - class as i64 + 1);
+                    while let Some((idx, at)) = self.ready.oldest(pool, class, origin) {
+                        let due = at.saturating_add(wait);
+                        if due > now_ns {
+                            next = next.min(due);
+                            break;
+                        }
+                        let mut w = self.ready.take(idx);
+                        w.class = class.promoted();
+                        self.stats.promotions += 1;
+                        self.stats.class_mut(class).promoted += 1;
+                        tracing::debug!(
+                            task = w.task.id,
+                            persona = &*w.task.persona,
+                            from = class.as_str(),
+                            to = w.class.as_str(),
+                            waited_ms = (now_ns - at) / 1_000_000,
+                            label = w.task.label,
+                            "promoted"
+                        );
+                        self.enqueue(w);
                     }
                 }
             }
         }
+        self.next_promotion = next;
     }
 
-    fn finish(&mut self, id: TaskId) {
-        if let Some(r) = self.running.remove(&id) {
-            self.free[slot_index(r.slot)] += 1;
-            self.stats.done += 1;
+    /// Grants free slots until every pool is full or has nothing waiting.
+    fn dispatch(&mut self, now: Instant) {
+        for pool in 0..POOLS {
+            while self.free[pool] > 0 {
+                let Some(idx) = self.pick(pool, now) else { break };
+                let w = self.ready.take(idx);
+                self.offer(w, now);
+            }
         }
     }
 
+    /// The next task for a free slot of `pool`.
+    fn pick(&mut self, pool: usize, now: Instant) -> Option<u32> {
+        if let Some(i) = self.ready.best(pool, Class::Urgent) {
+            return Some(i);
+        }
+        if let Some(i) = self.background_turn(pool, now) {
+            return Some(i);
+        }
+        [Class::Interactive, Class::Work, Class::Background].into_iter().find_map(|c| self.ready.best(pool, c))
+    }
+
+    /// The oldest background task, if it waited its period behind higher-class work and the
+    /// pool's last such turn is a period ago.
+    fn background_turn(&mut self, pool: usize, now: Instant) -> Option<u32> {
+        if self.ready.len(pool, Class::Interactive) + self.ready.len(pool, Class::Work) == 0 {
+            return None;
+        }
+        let period = self.config.background_period;
+        if self.background_turn[pool].is_some_and(|t| now < t + period) {
+            return None;
+        }
+        let (idx, at) = self.ready.oldest(pool, Class::Background, Class::Background)?;
+        if now < self.instant(at) + period {
+            return None;
+        }
+        self.background_turn[pool] = Some(now);
+        self.stats.background_turns += 1;
+        Some(idx)
+    }
+
+    /// Applies cadence and budget to a task taken for a free slot of its pool, then answers it.
+    fn offer(&mut self, mut w: Waiting, now: Instant) {
+        let urgent = w.task.class == Class::Urgent;
+        let mut persona = None;
+        if !urgent && self.with_cadence > 0 {
+            persona = self.by_name.get(&w.task.persona).copied();
+            if let Some(p) = persona
+                && self.personas[p as usize].next_due().is_some_and(|d| d > now)
+            {
+                self.set_aside(p, w);
+                return;
+            }
+        }
+        let mut pool = w.pool;
+        let mut reservation = None;
+        let outcome = if let Some(reason) = w.rules_only {
+            Outcome::RulesOnly(reason)
+        } else if w.task.max_tokens > 0 {
+            let p = persona.unwrap_or_else(|| self.persona_index(&w.task.persona));
+            persona = Some(p);
+            match self.judge(&w, p, now) {
+                Verdict::Run => {
+                    let tokens = u64::from(w.task.max_tokens);
+                    reservation = Some((self.window.reserve(now, p, tokens), tokens));
+                    Outcome::Run
+                }
+                Verdict::Skip(reason) => Outcome::Skipped(reason),
+                Verdict::RulesOnly(reason) => {
+                    if pool != CHEAP && self.free[CHEAP] == 0 {
+                        // No cheap slot now: it waits for one, to run without a model.
+                        w.rules_only = Some(reason);
+                        w.pool = CHEAP;
+                        self.enqueue(w);
+                        return;
+                    }
+                    pool = CHEAP;
+                    Outcome::RulesOnly(reason)
+                }
+            }
+        } else {
+            Outcome::Run
+        };
+        self.answer(w, pool, outcome, reservation, persona, now);
+    }
+
+    /// What the budgets allow for a model call of persona `p` now.
+    fn judge(&mut self, w: &Waiting, p: u32, now: Instant) -> Verdict {
+        self.window.expire(now);
+        let limits = Limits {
+            fleet: PersonaBudget {
+                inferences_per_hour: self.config.fleet_inferences_per_hour,
+                tokens_per_hour: self.config.fleet_tokens_per_hour,
+            },
+            persona: self.personas[p as usize].budget,
+            soft: self.config.budget_soft_limit,
+        };
+        let urgent = w.task.class == Class::Urgent;
+        self.window.judge(p, u64::from(w.task.max_tokens), w.task.priority, urgent, &limits)
+    }
+
+    /// Sends the grant and books the slot, the reservation and the persona's turn.
+    fn answer(
+        &mut self,
+        w: Waiting,
+        pool: usize,
+        outcome: Outcome,
+        reservation: Option<(u64, u64)>,
+        persona: Option<u32>,
+        now: Instant,
+    ) {
+        let t = w.task;
+        let waited_us = now.saturating_duration_since(t.submitted).as_micros() as u64;
+        let deadline_missed = t.deadline.is_some_and(|d| now > d);
+        if deadline_missed {
+            self.stats.deadline_misses += 1;
+            self.stats.class_mut(t.class).deadline_misses += 1;
+        }
+        match outcome {
+            Outcome::Run => {}
+            Outcome::RulesOnly(r) => self.stats.rules_only.add(r),
+            Outcome::Skipped(r) => self.stats.skipped.add(r),
+        }
+        tracing::debug!(
+            task = t.id,
+            persona = &*t.persona,
+            class = t.class.as_str(),
+            granted_in = w.class.as_str(),
+            slot = ?slot_of(pool),
+            label = t.label,
+            waited_us,
+            outcome = ?outcome,
+            deadline_missed,
+            "grant"
+        );
+        let grant = Grant { task: t.id, slot: slot_of(pool), class: t.class, waited_us, outcome, deadline_missed };
+        if !t.owner.grant(grant) {
+            self.stats.released += 1;
+            if let Some((seq, _)) = reservation {
+                self.window.settle(seq, None);
+            }
+            return;
+        }
+        if !outcome.holds_slot() {
+            // A skip does not use the persona's turn: its next task aside may go now.
+            if let Some(p) = persona {
+                self.release_aside(p, now);
+            }
+            return;
+        }
+        self.stats.granted += 1;
+        self.stats.class_mut(t.class).granted += 1;
+        self.free[pool] -= 1;
+        if t.class != Class::Urgent
+            && let Some(p) = persona
+            && !self.personas[p as usize].cadence.is_zero()
+        {
+            self.personas[p as usize].last_grant = Some(now);
+            self.schedule_due(p);
+        }
+        self.running.insert(t.id, Running { persona: t.persona, pool, reservation });
+    }
+
+    fn finish(&mut self, task: TaskId, tokens_used: u32, now: Instant) {
+        let Some(r) = self.running.remove(&task) else { return };
+        self.free[r.pool] += 1;
+        self.stats.done += 1;
+        self.done_rate.add(now.saturating_duration_since(self.epoch).as_secs());
+        if let Some((seq, _)) = r.reservation {
+            self.window.settle(seq, Some(u64::from(tokens_used)));
+        }
+    }
+
+    fn set_cadence(&mut self, persona: Arc<str>, interval: Duration, now: Instant) {
+        let p = self.persona_index(&persona);
+        let ps = &mut self.personas[p as usize];
+        let (had, has) = (!ps.cadence.is_zero(), !interval.is_zero());
+        ps.cadence = interval;
+        match (had, has) {
+            (false, true) => self.with_cadence += 1,
+            (true, false) => self.with_cadence -= 1,
+            _ => {}
+        }
+        self.release_aside(p, now);
+    }
+
+    fn set_budget(&mut self, persona: Arc<str>, budget: Option<PersonaBudget>) {
+        let p = self.persona_index(&persona);
+        self.personas[p as usize].budget = budget;
+    }
+
+    /// Frees the slots of a persona's running tasks (their model use stays charged) and drops
+    /// its waiting ones.
     fn release(&mut self, persona: &str) {
         let ids: Vec<TaskId> = self.running.iter().filter(|(_, r)| &*r.persona == persona).map(|(id, _)| *id).collect();
         for id in ids {
             if let Some(r) = self.running.remove(&id) {
-                self.free[slot_index(r.slot)] += 1;
+                self.free[r.pool] += 1;
                 self.stats.released += 1;
+                if let Some((seq, tokens)) = r.reservation {
+                    self.window.settle(seq, Some(tokens));
+                }
             }
         }
-        for class in &mut self.heaps {
-            for heap in class {
-                let before = heap.len();
-                heap.retain(|q| &*q.task.persona != persona);
-                self.stats.released += (before - heap.len()) as u64;
+        let dropped = self.ready.take_where(|w| &*w.task.persona == persona);
+        self.stats.released += dropped.len() as u64;
+        if let Some(&p) = self.by_name.get(persona) {
+            let ps = &mut self.personas[p as usize];
+            for Aside(w) in std::mem::take(&mut ps.aside) {
+                self.deferred[w.class as usize] -= 1;
+                self.stats.released += 1;
             }
         }
     }
 
-    fn snapshot(&self) -> SchedulerStats {
+    /// What every message ends with: cadences and promotions that came due, grants, timer.
+    fn step(&mut self, now: Instant) {
+        self.release_due(now);
+        self.promote_due(now);
+        self.dispatch(now);
+        self.arm_timer(now);
+    }
+
+    /// Keeps one timer armed for the earliest cadence or promotion due.
+    fn arm_timer(&mut self, now: Instant) {
+        let cadence = self.due.peek().map(|r| r.0.0);
+        let promotion = (self.next_promotion != i64::MAX).then(|| self.instant(self.next_promotion) + PROMOTION_SLACK);
+        let Some(at) = [cadence, promotion].into_iter().flatten().min() else { return };
+        // What is due now was handled by this step; never spin on a timer in the past.
+        if at <= now || self.timer.as_ref().is_some_and(|(armed, _)| *armed <= at) {
+            return;
+        }
+        if let Some((_, old)) = self.timer.take() {
+            old.abort();
+        }
+        let handle = self.myself.send_after(at.saturating_duration_since(now), move || SchedulerMsg::Tick(at));
+        self.timer = Some((at, handle));
+    }
+
+    fn snapshot(&mut self, now: Instant) -> SchedulerStats {
         let mut s = self.stats.clone();
-        let now = Instant::now();
+        let now_ns = self.ns(now);
         for c in Class::ALL {
+            let mut queued = self.deferred[c as usize] + self.queues.queues[c as usize].len();
+            let mut oldest = 0;
+            for pool in 0..POOLS {
+                queued += self.ready.len(pool, c);
+                for origin in Class::ALL.into_iter().filter(|&o| o >= c) {
+                    if let Some((_, at)) = self.ready.oldest(pool, c, origin) {
+                        oldest = oldest.max(now_ns - at);
+                    }
+                }
+            }
             let cs = s.class_mut(c);
-            cs.queued = self.heaps[c as usize].iter().map(BinaryHeap::len).sum::<usize>()
-                + self.queues.queues[c as usize].len();
-            cs.oldest_wait_ms = self.heaps[c as usize]
-                .iter()
-                .flat_map(|h| h.iter())
-                .map(|q| now.saturating_duration_since(q.task.submitted).as_secs_f64() * 1e3)
-                .fold(0.0, f64::max);
+            cs.queued = queued;
+            cs.deferred = self.deferred[c as usize];
+            cs.oldest_wait_ms = oldest as f64 / 1e6;
         }
         s.running_inference = self.config.inference_slots - self.free[0];
         s.running_cheap = self.config.cheap_slots - self.free[1];
         s.inference_slots = self.config.inference_slots;
         s.cheap_slots = self.config.cheap_slots;
         s.aging_per_30s = self.config.aging_per_30s;
-        let secs = self.epoch.elapsed().as_secs_f64();
+        s.promote_after_secs = self.config.promote_after.as_secs_f64();
+        s.background_period_secs = self.config.background_period.as_secs_f64();
+        let elapsed = now.saturating_duration_since(self.epoch);
+        let secs = elapsed.as_secs_f64();
         s.throughput_per_s = if secs > 0.0 { s.done as f64 / secs } else { 0.0 };
+        s.throughput_1m_per_s = self.done_rate.per_s(elapsed);
+        self.window.expire(now);
+        let used = self.window.fleet();
+        s.budget.inferences_last_hour = used.inferences;
+        s.budget.tokens_last_hour = used.tokens;
+        s.budget.tokens_reserved = self.window.reserved();
+        s.budget.inferences_per_hour = self.config.fleet_inferences_per_hour;
+        s.budget.tokens_per_hour = self.config.fleet_tokens_per_hour;
+        s.budget.soft_limit = self.config.budget_soft_limit;
         s
     }
 }
@@ -184,20 +764,21 @@ impl Actor for Scheduler {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<SchedulerMsg>,
+        myself: ActorRef<SchedulerMsg>,
         args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
-        Ok(SchedulerState {
-            queues: args.queues,
-            config: args.config,
-            epoch: Instant::now(),
-            rate: args.config.aging_per_30s / 30.0,
-            heaps: Default::default(),
-            running: HashMap::new(),
-            free: [args.config.inference_slots, args.config.cheap_slots],
-            order: 0,
-            stats: SchedulerStats::default(),
-        })
+        Ok(SchedulerState::new(myself, args))
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        st: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some((_, timer)) = st.timer.take() {
+            timer.abort();
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -206,25 +787,48 @@ impl Actor for Scheduler {
         msg: SchedulerMsg,
         st: &mut SchedulerState,
     ) -> Result<(), ActorProcessingErr> {
+        let now = sched::now();
         match msg {
-            SchedulerMsg::Wake => st.drain_submissions(),
-            SchedulerMsg::Done { task, .. } => st.finish(task),
-            SchedulerMsg::Cadence { .. } => {}
+            SchedulerMsg::Wake => st.drain(now),
+            SchedulerMsg::Done { task, tokens_used } => st.finish(task, tokens_used, now),
+            SchedulerMsg::Cadence { persona, interval } => st.set_cadence(persona, interval, now),
+            SchedulerMsg::Budget { persona, budget } => st.set_budget(persona, budget),
             SchedulerMsg::Release(persona) => st.release(&persona),
+            SchedulerMsg::Tick(at) => {
+                if st.timer.as_ref().is_some_and(|(armed, _)| *armed == at) {
+                    st.timer = None;
+                }
+            }
             SchedulerMsg::Stats(reply) => {
-                let _ = reply.send(st.snapshot());
+                st.step(now);
+                let _ = reply.send(st.snapshot(now));
                 return Ok(());
             }
         }
-        st.dispatch();
+        st.step(now);
         Ok(())
     }
 }
 
+/// The budgets of configured personas, for [`spawn_with_budgets`].
+pub fn budgets(personas: &[PersonaConfig]) -> HashMap<Arc<str>, PersonaBudget> {
+    personas.iter().map(|p| (Arc::from(p.name.as_str()), PersonaBudget::from(p))).collect()
+}
+
 /// Spawns the scheduler under `supervisor` and returns the handle personas submit through.
+/// Only the fleet's budget applies until personas' budgets are set (`set_budget`).
 pub async fn spawn(config: SchedulerConfig, supervisor: Option<ActorCell>) -> Result<SchedulerHandle, SpawnErr> {
+    spawn_with_budgets(config, HashMap::new(), supervisor).await
+}
+
+/// [`spawn`] with the personas' budgets known from the start (see [`budgets`]).
+pub async fn spawn_with_budgets(
+    config: SchedulerConfig,
+    budgets: HashMap<Arc<str>, PersonaBudget>,
+    supervisor: Option<ActorCell>,
+) -> Result<SchedulerHandle, SpawnErr> {
     let queues = SchedulerHandle::queues();
-    let args = SchedulerArgs { queues: queues.clone(), config };
+    let args = SchedulerArgs { queues: queues.clone(), config, budgets };
     let (actor, _) = match supervisor {
         Some(s) => Actor::spawn_linked(None, Scheduler, args, s).await?,
         None => Actor::spawn(None, Scheduler, args).await?,

@@ -112,11 +112,13 @@ pub struct GateDecision {
     pub threshold: f64,
     /// The model adapter's score (0 when another adapter decided).
     pub score: f64,
+    /// Said by whoever decided, added to the reason (the coordinator's verdict).
+    pub note: String,
 }
 
 impl GateDecision {
     fn new(adapter: &'static str, verdict: Verdict, rule: &'static str, threshold: f64) -> Self {
-        GateDecision { verdict, adapter, rule, threshold, score: 0.0 }
+        GateDecision { verdict, adapter, rule, threshold, score: 0.0, note: String::new() }
     }
 
     /// `adapter/rule`, as journaled in `Decision::by`.
@@ -182,7 +184,7 @@ pub fn thermal(priority: f64, s: &GateState) -> Option<GateDecision> {
 pub fn score(priority: f64, s: &GateState) -> GateDecision {
     let v = priority + (0.1 * s.keyword_hits as f64).min(0.3) + if s.same_domain { 0.1 } else { 0.0 } - 0.2 * s.load;
     let verdict = if v > 0.3 { Verdict::Engage } else { Verdict::Defer };
-    GateDecision { verdict, adapter: "model", rule: "score", threshold: 0.3, score: v }
+    GateDecision { verdict, adapter: "model", rule: "score", threshold: 0.3, score: v, note: String::new() }
 }
 
 /// The whole chain with the deterministic scorer: the first adapter that decides wins.
@@ -194,6 +196,8 @@ pub fn gate_chain(event: &Event, persona: &str, priority: f64, s: &GateState) ->
 pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
     let deferred = if g.verdict == Verdict::Defer { "; deferred as a preoccupation" } else { "" };
     match g.rule {
+        "redundant" => format!("wanted to answer, but {}", g.note),
+        "assigned" => format!("{}: the coordinator gave it to me", g.note),
         "own_message" => "my own message".into(),
         "mention" => "I was mentioned or addressed: always engage".into(),
         "high_priority" => format!("priority {priority:.2} > 0.80: always engage"),

@@ -11,6 +11,7 @@
 //! tested and benchmarked without actors; the actors own state and persist it.
 
 pub mod brain;
+pub mod consolidate;
 pub mod faults;
 pub mod gate;
 pub mod inbox;

@@ -36,6 +36,11 @@ pub enum Update {
     /// An event was handled (decided, and if engaged, its plan ended).
     Activity(Box<Activity>),
     SetDormant(bool),
+    /// A person sets the focus by hand.
+    SetFocus {
+        objective: String,
+        intensity: f64,
+    },
 }
 
 fn unit(x: f64) -> f64 {
@@ -52,6 +57,15 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
     let mut backlog = None;
     match u {
         Update::SetDormant(d) => s.dormant = d,
+        Update::SetFocus { objective, intensity } => {
+            s.focus = Focus {
+                activity: "focused".into(),
+                domain: s.focus.domain.clone(),
+                objective,
+                intensity: unit(intensity),
+                since_us: now_us,
+            };
+        }
         Update::Focus(a) => {
             backlog = Some(a.backlog);
             if let Some((domain, objective, intensity)) = a.engaged {

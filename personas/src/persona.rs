@@ -19,13 +19,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mindfleet_runtime::config::{PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_runtime::messages::{
-    AdminMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
+    AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
+    StateChange, Turn,
 };
 use mindfleet_runtime::model::{
     Action, Adjustment, AdjustmentRecord, Decision, EntryKind, ErrorClass, Learning, OutboxEntry, PlanRecord,
@@ -38,6 +39,7 @@ use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
 use crate::brain::{Brain, PlanContext, RespondContext, RulesBrain};
+use crate::consolidate::consolidate;
 use crate::faults::FaultBook;
 use crate::gate::{
     ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
@@ -48,6 +50,7 @@ use crate::memory::Draft;
 use crate::mind::{Activity, Update};
 use crate::self_state::{SelfState, SelfStateArgs, SelfStateMsg};
 use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
+use mindfleet_runtime::team::suitability;
 
 /// How long the persona waits for its own children (recall, dumps).
 const CHILD_CALL_MS: u64 = 1000;
@@ -67,6 +70,10 @@ pub struct PersonaArgs {
     /// The delivery being handled (0: none), read by the fleet supervisor after a crash.
     pub marker: Arc<AtomicU64>,
     pub faults: Arc<FaultBook>,
+    /// Turn-taking for undirected human messages in shared rooms.
+    pub coordinator: ActorRef<CoordinatorMsg>,
+    /// How long to wait for the coordinator's answer before deciding alone.
+    pub turn_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +105,15 @@ impl<M: ractor::Message> Child<M> {
     }
 }
 
+/// An event decided by the gate whose turn the room's coordinator has not granted yet.
+struct Waiting {
+    delivery: Delivery,
+    backlog: usize,
+    priority: f64,
+    gate: GateDecision,
+    state: GateState,
+}
+
 /// The event being worked on and its plan.
 struct InFlight {
     delivery: Delivery,
@@ -127,6 +143,7 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     snapshot: SelfStateData,
     in_flight: Option<InFlight>,
+    waiting: Option<Waiting>,
     done: VecDeque<u64>,
     /// Times of persona messages seen per room (echo-storm guard).
     persona_msgs: HashMap<String, VecDeque<i64>>,
@@ -135,6 +152,8 @@ pub struct PersonaState {
     learnings: Vec<Learning>,
     /// The last finished plan (for dumps).
     last_plan: Option<PlanRecord>,
+    /// The consolidation task waiting for its grant, if any.
+    consolidating: Option<TaskId>,
 }
 
 async fn spawn_inbox(
@@ -240,7 +259,14 @@ impl PersonaState {
     }
 
     fn is_done(&self, seq: u64) -> bool {
-        self.done.contains(&seq) || self.in_flight.as_ref().is_some_and(|f| f.delivery.seq == seq)
+        self.done.contains(&seq)
+            || self.in_flight.as_ref().is_some_and(|f| f.delivery.seq == seq)
+            || self.waiting.as_ref().is_some_and(|w| w.delivery.seq == seq)
+    }
+
+    /// Working on an event, or waiting for its turn.
+    fn busy(&self) -> bool {
+        self.in_flight.is_some() || self.waiting.is_some()
     }
 
     fn spoke_recently(&self, room: &str, now: i64) -> bool {
@@ -286,13 +312,13 @@ impl PersonaState {
     }
 
     fn on_next(&mut self, d: Delivery, backlog: usize) {
-        if self.done.contains(&d.seq) || self.in_flight.as_ref().is_some_and(|f| f.delivery.seq == d.seq) {
-            if self.in_flight.is_none() {
+        if self.is_done(d.seq) {
+            if !self.busy() {
                 self.pull();
             }
             return;
         }
-        if self.in_flight.is_some() {
+        if self.busy() {
             // A hand-over from an inbox that restarted meanwhile: back in the queue it goes.
             let _ = self.inbox.actor.cast(InboxMsg::Return(d));
             return;
@@ -313,10 +339,71 @@ impl PersonaState {
         let gate = fast_path(&d.event, &self.name, p, &state)
             .or_else(|| thermal(p, &state))
             .unwrap_or_else(|| self.brain.judge(&d.event, p, &state));
-        if gate.verdict != Verdict::Engage {
-            self.finish(d, backlog, p, gate, state, None, None);
+        let e = &d.event;
+        // An undirected message that several personas got: the room's coordinator decides
+        // who answers (every receiver claims or passes, so it knows when all have spoken).
+        if d.audience > 1 && e.persona.is_none() {
+            let c = &self.args.config;
+            let claim = Claim {
+                event_id: e.id.clone(),
+                room: e.room.clone(),
+                persona: self.name.clone(),
+                actor: self.myself.clone(),
+                wants: gate.verdict == Verdict::Engage,
+                mentioned: gate.rule == "mention",
+                confidence: if gate.adapter == "model" { gate.score } else { p },
+                suitability: suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text),
+                audience: d.audience,
+                from_human: e.sender_kind == SenderKind::Human,
+            };
+            let _ = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim)));
+            let (id, wants) = (e.id.clone(), gate.verdict == Verdict::Engage);
+            self.myself.send_after(self.args.turn_timeout, move || {
+                PersonaMsg::Turn(Turn {
+                    event_id: id,
+                    granted: wants,
+                    assigned: false,
+                    reason: "the coordinator did not answer in time".into(),
+                })
+            });
+            self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state });
             return;
         }
+        if gate.verdict == Verdict::Engage {
+            self.engage(d, backlog, p, gate, state);
+        } else {
+            self.finish(d, backlog, p, gate, state, None, None);
+        }
+    }
+
+    /// The coordinator's answer: go ahead, stay silent, or take a message nobody claimed.
+    fn on_turn(&mut self, t: Turn) {
+        let Some(w) = self.waiting.take_if(|w| w.delivery.event.id == t.event_id) else { return };
+        let coordinated = |verdict, rule| GateDecision {
+            verdict,
+            adapter: "coordinator",
+            rule,
+            threshold: w.gate.threshold,
+            score: w.gate.score,
+            note: t.reason.clone(),
+        };
+        match (t.granted, w.gate.verdict == Verdict::Engage) {
+            (true, true) => self.engage(w.delivery, w.backlog, w.priority, w.gate, w.state),
+            (true, false) => {
+                let gate = coordinated(Verdict::Engage, "assigned");
+                self.engage(w.delivery, w.backlog, w.priority, gate, w.state);
+            }
+            (false, true) => {
+                let gate = coordinated(Verdict::Ignore, "redundant");
+                self.finish(w.delivery, w.backlog, w.priority, gate, w.state, None, None);
+            }
+            (false, false) => self.finish(w.delivery, w.backlog, w.priority, w.gate, w.state, None, None),
+        }
+    }
+
+    /// Engaged: the brain plans, and the first step goes to the scheduler.
+    fn engage(&mut self, d: Delivery, backlog: usize, p: f64, gate: GateDecision, state: GateState) {
+        let now = now_us();
         let e = &d.event;
         let class = if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name))
         {
@@ -391,8 +478,56 @@ impl PersonaState {
         self.args.scheduler.submit(t);
     }
 
+    /// Asks for a Background slot to consolidate (at most one request at a time).
+    fn want_consolidation(&mut self) {
+        if self.consolidating.is_some() {
+            return;
+        }
+        let t = Task::new(
+            self.name.clone(),
+            Class::Background,
+            0.3,
+            Slot::Cheap,
+            "consolidate",
+            Owner::Persona(self.myself.clone()),
+        );
+        self.consolidating = Some(t.id);
+        self.args.scheduler.submit(t);
+    }
+
+    /// One consolidation pass: working memory and recent plans into long-term memory.
+    async fn consolidate(&mut self) {
+        let Ok(entries) = call_t!(self.memory.actor, MemoryMsg::Snapshot, CHILD_CALL_MS) else { return };
+        let storage = self.args.storage.clone();
+        let name = self.name.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            Ok::<_, mindfleet_runtime::storage::StorageError>((
+                storage.recent_plans(&name, 200)?,
+                storage.long_term(&name, 0)?,
+            ))
+        })
+        .await;
+        let Ok(Ok((plans, long_term))) = read else {
+            tracing::warn!(persona = %self.name, "consolidation skipped: long-term memory unreadable");
+            return;
+        };
+        let pass = consolidate(&entries, &plans, &long_term.profiles, long_term.watermark, now_us());
+        if pass.watermark > long_term.watermark {
+            tracing::debug!(persona = %self.name, report = ?pass.report, "consolidated");
+            self.args.storage.consolidate(self.name.clone(), pass);
+        }
+    }
+
     /// Runs the granted step and adjusts the plan if it fails.
     async fn on_grant(&mut self, g: Grant) {
+        if self.consolidating == Some(g.task) {
+            self.consolidating = None;
+            if !matches!(g.outcome, Outcome::Skipped(_)) {
+                self.consolidate().await;
+                self.args.scheduler.done(g.task);
+            }
+            return;
+        }
         if self.in_flight.as_ref().is_none_or(|f| f.task != g.task) {
             if !matches!(g.outcome, Outcome::Skipped(_)) {
                 self.args.scheduler.done(g.task);
@@ -714,7 +849,11 @@ impl PersonaState {
             inbox,
             working_memory,
             decisions: Vec::new(),
-            in_flight: self.in_flight.as_ref().map(|f| f.delivery.event.id.clone()),
+            in_flight: self
+                .in_flight
+                .as_ref()
+                .map(|f| f.delivery.event.id.clone())
+                .or_else(|| self.waiting.as_ref().map(|w| w.delivery.event.id.clone())),
             plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
         }
     }
@@ -769,16 +908,19 @@ impl Actor for Persona {
             self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
             memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
             in_flight: None,
+            waiting: None,
             done: VecDeque::new(),
             persona_msgs: HashMap::new(),
             brain: Box::new(RulesBrain),
             learnings,
             last_plan: None,
+            consolidating: None,
             args,
         })
     }
 
-    async fn post_start(&self, _myself: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+    async fn post_start(&self, myself: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+        myself.send_interval(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
         st.pull();
         Ok(())
     }
@@ -799,6 +941,16 @@ impl Actor for Persona {
             }
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
+            PersonaMsg::Turn(t) => st.on_turn(t),
+            PersonaMsg::Consolidate => st.want_consolidation(),
+            PersonaMsg::SetState(change) => {
+                let u = match change {
+                    StateChange::Dormant => Update::SetDormant(true),
+                    StateChange::Wake => Update::SetDormant(false),
+                    StateChange::Focus { objective, intensity } => Update::SetFocus { objective, intensity },
+                };
+                let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
+            }
         }
         Ok(())
     }

@@ -31,6 +31,8 @@ pub enum MemoryMsg {
         reply: RpcReplyPort<Vec<WmEntry>>,
     },
     Dump(RpcReplyPort<WorkingMemoryDump>),
+    /// Every entry (for consolidation).
+    Snapshot(RpcReplyPort<Vec<WmEntry>>),
     /// Injected fault: panic now.
     Panic,
 }
@@ -101,6 +103,9 @@ impl Actor for WorkingMemory {
                     recent,
                     evictions: Vec::new(),
                 });
+            }
+            MemoryMsg::Snapshot(reply) => {
+                let _ = reply.send(st.memory.entries.values().cloned().collect());
             }
             MemoryMsg::Panic => panic!("injected fault: working memory of {} panics", st.args.name),
         }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::event::Event;
-use crate::messages::{AdminMsg, InjectError, PersonaMsg, PersonaStatus};
+use crate::messages::{AdminMsg, CoordinatorMsg, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
 use crate::storage::{Storage, Target};
 use crate::time::{now_us, rfc3339};
@@ -29,6 +29,7 @@ pub struct AdminArgs {
     pub config: Arc<FleetConfig>,
     pub storage: Storage,
     pub scheduler: SchedulerHandle,
+    pub coordinator: ActorRef<CoordinatorMsg>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
 }
@@ -45,6 +46,7 @@ pub struct AdminState {
     config: Arc<FleetConfig>,
     storage: Storage,
     scheduler: SchedulerHandle,
+    coordinator: ActorRef<CoordinatorMsg>,
     addr: String,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
@@ -88,6 +90,38 @@ impl AdminState {
     }
 }
 
+impl AdminState {
+    /// What a dump needs besides the personas.
+    fn dump_base(&self) -> DumpBase {
+        DumpBase {
+            fleet: self.config.name.clone(),
+            storage: self.storage.clone(),
+            scheduler: self.scheduler.actor().clone(),
+            coordinator: self.coordinator.clone(),
+            admin: AdminDump {
+                addr: self.addr.clone(),
+                rooms: self.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
+                rejected: self.rejected,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The personas a dump covers: one (which must exist) or all.
+    fn dump_work(&self, persona: Option<&str>) -> Result<DumpWork, InjectError> {
+        let selected: Vec<&PersonaEntry> = match persona {
+            Some(name) => vec![
+                self.personas.get(name).ok_or_else(|| InjectError::NotFound(format!("unknown persona {name:?}")))?,
+            ],
+            None => self.personas.values().collect(),
+        };
+        Ok(selected
+            .into_iter()
+            .map(|p| (p.name.clone(), p.actor.clone(), p.status, p.restarts, p.error.clone()))
+            .collect())
+    }
+}
+
 impl Actor for Admin {
     type Msg = AdminMsg;
     type State = AdminState;
@@ -121,6 +155,7 @@ impl Actor for Admin {
             config: args.config,
             storage: args.storage,
             scheduler: args.scheduler,
+            coordinator: args.coordinator,
             addr: args.addr,
             personas,
             rooms,
@@ -181,41 +216,48 @@ impl Actor for Admin {
                     }
                 }
             }
-            AdminMsg::Dump { persona, reply } => {
-                let selected: Vec<_> = match &persona {
-                    Some(name) => match st.personas.get(name.as_str()) {
-                        Some(p) => vec![p],
-                        None => {
-                            let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {name:?}"))));
-                            return Ok(());
-                        }
-                    },
-                    None => st.personas.values().collect(),
+            AdminMsg::Ai(query, reply) => {
+                let base = st.dump_base();
+                let work = match st.dump_work(query.persona()) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
                 };
-                let work: Vec<_> = selected
-                    .into_iter()
-                    .map(|p| (p.name.clone(), p.actor.clone(), p.status, p.restarts, p.error.clone()))
-                    .collect();
-                let base = DumpBase {
-                    fleet: st.config.name.clone(),
-                    storage: st.storage.clone(),
-                    scheduler: st.scheduler.actor().clone(),
-                    admin: AdminDump {
-                        addr: st.addr.clone(),
-                        rooms: st
-                            .rooms
-                            .iter()
-                            .map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect()))
-                            .collect(),
-                        rejected: st.rejected,
-                        ..Default::default()
-                    },
-                };
-                // Gathering waits on every persona: do it off the admin's loop.
                 tokio::spawn(async move {
-                    let _ = reply.send(base.gather(work).await);
+                    let storage = base.storage.clone();
+                    let r = match base.gather(work).await {
+                        Ok(dump) => tokio::task::spawn_blocking(move || crate::ai::answer(&query, &dump, &storage))
+                            .await
+                            .map_err(|e| InjectError::Storage(e.to_string()))
+                            .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string()))),
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
                 });
             }
+            AdminMsg::SetState { persona, change, reply } => {
+                let r = match st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) {
+                    Some(a) => a
+                        .cast(PersonaMsg::SetState(change))
+                        .map_err(|_| InjectError::NotFound(format!("persona {persona:?} is down"))),
+                    None => Err(InjectError::NotFound(format!("unknown or stopped persona {persona:?}"))),
+                };
+                let _ = reply.send(r);
+            }
+            AdminMsg::Dump { persona, reply } => match st.dump_work(persona.as_deref()) {
+                Ok(work) => {
+                    let base = st.dump_base();
+                    // Gathering waits on every persona: do it off the admin's loop.
+                    tokio::spawn(async move {
+                        let _ = reply.send(base.gather(work).await);
+                    });
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             AdminMsg::Fault { persona, fault, reply } => {
                 let r = if !st.config.admin.faults {
                     Err(InjectError::Invalid("fault injection is disabled (set `[admin] faults = true`)".into()))
@@ -242,6 +284,7 @@ struct DumpBase {
     fleet: String,
     storage: Storage,
     scheduler: ActorRef<SchedulerMsg>,
+    coordinator: ActorRef<CoordinatorMsg>,
     admin: AdminDump,
 }
 
@@ -288,6 +331,7 @@ impl DumpBase {
         }
         let storage_stats = self.storage.stats().await.map_err(|e| InjectError::Storage(e.to_string()))?;
         let scheduler = call_t!(self.scheduler, SchedulerMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
+        let coordination = call_t!(self.coordinator, CoordinatorMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
         let mut admin = self.admin;
         admin.accepted = storage_stats.accepted;
         admin.duplicates = storage_stats.duplicates;
@@ -297,6 +341,7 @@ impl DumpBase {
             supervisor: ChildDump::running(0),
             admin,
             scheduler,
+            coordination,
             storage: storage_stats,
             personas,
             outbox,

@@ -46,6 +46,7 @@ struct RawFleetFile {
     storage: Option<RawStorage>,
     supervision: Option<RawSupervision>,
     scheduler: Option<RawScheduler>,
+    coordination: Option<RawCoordination>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
@@ -86,12 +87,24 @@ struct RawSupervision {
     within_secs: Option<Spanned<f64>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScheduler {
     inference_slots: Option<Spanned<i64>>,
     cheap_slots: Option<Spanned<i64>>,
     aging_per_30s: Option<Spanned<f64>>,
+    promote_after_secs: Option<Spanned<f64>>,
+    background_period_secs: Option<Spanned<f64>>,
+    fleet_inferences_per_hour: Option<Spanned<i64>>,
+    fleet_tokens_per_hour: Option<Spanned<i64>>,
+    budget_soft_limit: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCoordination {
+    responders: Option<Spanned<i64>>,
+    window_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,6 +115,7 @@ struct RawPersonaTuning {
     wm_ttl_secs: Option<Spanned<f64>>,
     inferences_per_hour: Option<Spanned<i64>>,
     tokens_per_hour: Option<Spanned<i64>>,
+    consolidate_every_secs: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +138,7 @@ struct RawPersona {
     wm_ttl_secs: Option<Spanned<f64>>,
     inferences_per_hour: Option<Spanned<i64>>,
     tokens_per_hour: Option<Spanned<i64>>,
+    consolidate_every_secs: Option<Spanned<f64>>,
 }
 
 /// The validated fleet.
@@ -136,7 +151,17 @@ pub struct FleetConfig {
     pub storage: StorageConfig,
     pub supervision: SupervisionConfig,
     pub scheduler: SchedulerConfig,
+    pub coordination: CoordinationConfig,
     pub personas: Vec<PersonaConfig>,
+}
+
+/// Turn-taking in shared rooms.
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinationConfig {
+    /// Most personas that answer one undirected human message (a mentioned one always does).
+    pub responders: usize,
+    /// How long claims are collected when not every persona's answer is awaited.
+    pub window: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -170,12 +195,54 @@ pub struct SupervisionConfig {
     pub within: Duration,
 }
 
+/// The `[scheduler]` table. `Default` gives the documented defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct SchedulerConfig {
     pub inference_slots: usize,
     pub cheap_slots: usize,
     /// Priority gained by waiting 30 s.
     pub aging_per_30s: f64,
+    /// A task waiting this long in its class moves up one class (never into `urgent`).
+    pub promote_after: Duration,
+    /// A background task that waited this long may run ahead of waiting higher-class work,
+    /// at most one per slot pool per period.
+    pub background_period: Duration,
+    /// Model calls the whole fleet may start in any sliding hour.
+    pub fleet_inferences_per_hour: u64,
+    /// Model tokens the whole fleet may use in any sliding hour.
+    pub fleet_tokens_per_hour: u64,
+    /// Share (0..=1) of a budget above which only high-priority model calls are granted.
+    pub budget_soft_limit: f64,
+}
+
+impl SchedulerConfig {
+    pub const DEFAULT_CHEAP_SLOTS: usize = 256;
+    pub const DEFAULT_AGING_PER_30S: f64 = 0.5;
+    pub const DEFAULT_PROMOTE_AFTER_SECS: f64 = 60.0;
+    pub const DEFAULT_BACKGROUND_PERIOD_SECS: f64 = 10.0;
+    pub const DEFAULT_FLEET_INFERENCES_PER_HOUR: u64 = 1_000_000;
+    pub const DEFAULT_FLEET_TOKENS_PER_HOUR: u64 = 1_000_000_000;
+    pub const DEFAULT_BUDGET_SOFT_LIMIT: f64 = 0.8;
+
+    /// One inference slot per core but one (at least one).
+    pub fn default_inference_slots() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1).max(1)
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            inference_slots: Self::default_inference_slots(),
+            cheap_slots: Self::DEFAULT_CHEAP_SLOTS,
+            aging_per_30s: Self::DEFAULT_AGING_PER_30S,
+            promote_after: Duration::from_secs_f64(Self::DEFAULT_PROMOTE_AFTER_SECS),
+            background_period: Duration::from_secs_f64(Self::DEFAULT_BACKGROUND_PERIOD_SECS),
+            fleet_inferences_per_hour: Self::DEFAULT_FLEET_INFERENCES_PER_HOUR,
+            fleet_tokens_per_hour: Self::DEFAULT_FLEET_TOKENS_PER_HOUR,
+            budget_soft_limit: Self::DEFAULT_BUDGET_SOFT_LIMIT,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -198,6 +265,8 @@ pub struct PersonaConfig {
     pub wm_ttl: Duration,
     pub inferences_per_hour: u64,
     pub tokens_per_hour: u64,
+    /// How often working memory is consolidated into long-term memory (a Background task).
+    pub consolidate_every: Duration,
 }
 
 /// The domains a persona may name.
@@ -275,6 +344,7 @@ struct Tuning {
     wm_ttl_secs: f64,
     inferences_per_hour: i64,
     tokens_per_hour: i64,
+    consolidate_every_secs: f64,
 }
 
 impl FleetConfig {
@@ -368,13 +438,51 @@ impl FleetConfig {
         };
 
         let scheduler = {
-            let s =
-                raw.scheduler.unwrap_or(RawScheduler { inference_slots: None, cheap_slots: None, aging_per_30s: None });
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+            let s = raw.scheduler.unwrap_or_default();
+            let d = SchedulerConfig::default();
             SchedulerConfig {
-                inference_slots: cx.int(&s.inference_slots, "inference_slots", 1..=1024, (cores - 1).max(1))? as usize,
-                cheap_slots: cx.int(&s.cheap_slots, "cheap_slots", 1..=100_000, 256)? as usize,
-                aging_per_30s: cx.float(&s.aging_per_30s, "aging_per_30s", 0.0..=10.0, 0.5)?,
+                inference_slots: cx.int(&s.inference_slots, "inference_slots", 1..=1024, d.inference_slots as i64)?
+                    as usize,
+                cheap_slots: cx.int(&s.cheap_slots, "cheap_slots", 1..=100_000, d.cheap_slots as i64)? as usize,
+                aging_per_30s: cx.float(&s.aging_per_30s, "aging_per_30s", 0.0..=10.0, d.aging_per_30s)?,
+                promote_after: Duration::from_secs_f64(cx.float(
+                    &s.promote_after_secs,
+                    "promote_after_secs",
+                    0.001..=86_400.0,
+                    SchedulerConfig::DEFAULT_PROMOTE_AFTER_SECS,
+                )?),
+                background_period: Duration::from_secs_f64(cx.float(
+                    &s.background_period_secs,
+                    "background_period_secs",
+                    0.001..=86_400.0,
+                    SchedulerConfig::DEFAULT_BACKGROUND_PERIOD_SECS,
+                )?),
+                fleet_inferences_per_hour: cx.int(
+                    &s.fleet_inferences_per_hour,
+                    "fleet_inferences_per_hour",
+                    0..=i64::MAX,
+                    d.fleet_inferences_per_hour as i64,
+                )? as u64,
+                fleet_tokens_per_hour: cx.int(
+                    &s.fleet_tokens_per_hour,
+                    "fleet_tokens_per_hour",
+                    0..=i64::MAX,
+                    d.fleet_tokens_per_hour as i64,
+                )? as u64,
+                budget_soft_limit: cx.float(
+                    &s.budget_soft_limit,
+                    "budget_soft_limit",
+                    0.0..=1.0,
+                    d.budget_soft_limit,
+                )?,
+            }
+        };
+
+        let coordination = {
+            let c = raw.coordination.unwrap_or_default();
+            CoordinationConfig {
+                responders: cx.int(&c.responders, "responders", 1..=1000, 1)? as usize,
+                window: Duration::from_millis(cx.int(&c.window_ms, "window_ms", 1..=60_000, 300)? as u64),
             }
         };
 
@@ -385,6 +493,12 @@ impl FleetConfig {
             wm_ttl_secs: cx.float(&d.wm_ttl_secs, "wm_ttl_secs", 1.0..=3.2e7, 7.0 * 86_400.0)?,
             inferences_per_hour: cx.int(&d.inferences_per_hour, "inferences_per_hour", 0..=i64::MAX, 600)?,
             tokens_per_hour: cx.int(&d.tokens_per_hour, "tokens_per_hour", 0..=i64::MAX, 200_000)?,
+            consolidate_every_secs: cx.float(
+                &d.consolidate_every_secs,
+                "consolidate_every_secs",
+                0.01..=86_400.0,
+                300.0,
+            )?,
         };
 
         if raw.persona.is_empty() {
@@ -439,6 +553,12 @@ impl FleetConfig {
                     base.inferences_per_hour,
                 )?,
                 tokens_per_hour: cx.int(&t.tokens_per_hour, "tokens_per_hour", 0..=i64::MAX, base.tokens_per_hour)?,
+                consolidate_every_secs: cx.float(
+                    &t.consolidate_every_secs,
+                    "consolidate_every_secs",
+                    0.01..=86_400.0,
+                    base.consolidate_every_secs,
+                )?,
             };
             personas.push(PersonaConfig {
                 name: name.clone(),
@@ -460,6 +580,7 @@ impl FleetConfig {
                 wm_ttl: Duration::from_secs_f64(tuning.wm_ttl_secs),
                 inferences_per_hour: tuning.inferences_per_hour as u64,
                 tokens_per_hour: tuning.tokens_per_hour as u64,
+                consolidate_every: Duration::from_secs_f64(tuning.consolidate_every_secs),
             });
         }
 
@@ -470,6 +591,7 @@ impl FleetConfig {
             storage,
             supervision,
             scheduler,
+            coordination,
             personas,
         })
     }
@@ -545,6 +667,43 @@ mod tests {
         let err = parse(&format!("{ONE}{ONE}")).unwrap_err();
         assert_eq!(err.line, Some((5, 8)), "{err}");
         assert!(err.message.contains("duplicate persona name \"a\""));
+    }
+
+    #[test]
+    fn scheduler_defaults_when_the_table_is_absent() {
+        let s = parse(ONE).unwrap().scheduler;
+        assert_eq!(s.cheap_slots, 256);
+        assert_eq!(s.aging_per_30s, 0.5);
+        assert_eq!(s.promote_after, Duration::from_secs(60));
+        assert_eq!(s.background_period, Duration::from_secs(10));
+        assert_eq!(s.fleet_inferences_per_hour, 1_000_000);
+        assert_eq!(s.fleet_tokens_per_hour, 1_000_000_000);
+        assert_eq!(s.budget_soft_limit, 0.8);
+    }
+
+    #[test]
+    fn scheduler_policy_keys_are_read() {
+        let s = parse(&format!(
+            "[scheduler]\npromote_after_secs = 30.0\nbackground_period_secs = 2.5\n\
+             fleet_inferences_per_hour = 100\nfleet_tokens_per_hour = 5000\nbudget_soft_limit = 0.5\n{ONE}"
+        ))
+        .unwrap()
+        .scheduler;
+        assert_eq!(s.promote_after, Duration::from_secs(30));
+        assert_eq!(s.background_period, Duration::from_millis(2500));
+        assert_eq!((s.fleet_inferences_per_hour, s.fleet_tokens_per_hour), (100, 5000));
+        assert_eq!(s.budget_soft_limit, 0.5);
+    }
+
+    #[test]
+    fn scheduler_soft_limit_out_of_range_names_the_key() {
+        let err = parse(&format!("[scheduler]\nbudget_soft_limit = 1.5\n{ONE}")).unwrap_err();
+        assert_eq!(err.line, Some((2, 21)), "{err}");
+        assert!(err.message.contains("budget_soft_limit"), "{err}");
+        let err = parse(&format!("[scheduler]\nfleet_tokens_per_hour = -1\n{ONE}")).unwrap_err();
+        assert!(err.message.contains("fleet_tokens_per_hour"), "{err}");
+        let err = parse(&format!("[scheduler]\npromote_after_secs = 0.0\n{ONE}")).unwrap_err();
+        assert!(err.message.contains("promote_after_secs"), "{err}");
     }
 
     #[test]

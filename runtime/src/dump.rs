@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::messages::PersonaStatus;
+use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::SchedulerStats;
 use crate::storage::StorageStats;
@@ -18,6 +18,8 @@ pub struct FleetDump {
     pub supervisor: ChildDump,
     pub admin: AdminDump,
     pub scheduler: SchedulerStats,
+    #[serde(default)]
+    pub coordination: CoordinationStats,
     pub storage: StorageStats,
     pub personas: Vec<PersonaDump>,
     pub outbox: Vec<OutboxEntry>,

@@ -8,6 +8,8 @@
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
+//! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`) |
+//! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
 //!
 //! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
 //! without the bearer token when one is configured (`/health` excepted).
@@ -27,8 +29,10 @@ use ractor::{ActorRef, call_t};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::ai::AiQuery;
 use crate::event::EventInput;
-use crate::messages::{AdminMsg, Fault, InjectError};
+use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
+use crate::model::Verdict;
 
 /// How long a handler waits for the admin actor.
 const ADMIN_CALL_MS: u64 = 10_000;
@@ -71,8 +75,93 @@ pub fn router(state: HttpState) -> Router {
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))
         .route("/faults", post(post_fault))
+        .route("/ai/state", get(get_ai_state).post(post_state))
+        .route("/ai/{query}", get(get_ai))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+#[derive(Deserialize, Default)]
+struct AiParams {
+    persona: Option<String>,
+    domain: Option<String>,
+    verdict: Option<Verdict>,
+    priority: Option<f64>,
+    text: Option<String>,
+    limit: Option<usize>,
+}
+
+/// The query a path and its parameters ask, or what is missing.
+fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
+    let need = |v: Option<String>, name: &str| v.ok_or_else(|| format!("`{what}` needs the `{name}` parameter"));
+    let limit = p.limit.unwrap_or(20).clamp(1, 1000);
+    Ok(match what {
+        "state" => AiQuery::State { persona: p.persona },
+        "thoughts" => AiQuery::Thoughts { persona: need(p.persona, "persona")?, domain: p.domain },
+        "decisions" => AiQuery::Decisions { persona: need(p.persona, "persona")?, verdict: p.verdict },
+        "plan" => AiQuery::Plan { persona: need(p.persona, "persona")? },
+        "plan-history" => AiQuery::PlanHistory { persona: need(p.persona, "persona")?, limit },
+        "learnings" => AiQuery::Learnings { persona: p.persona },
+        "recoveries" => AiQuery::Recoveries { persona: p.persona, limit },
+        "memory" => AiQuery::Memory { persona: need(p.persona, "persona")? },
+        "health" => AiQuery::Health,
+        "select-for-task" => {
+            let priority = p.priority.unwrap_or(0.5);
+            if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {
+                return Err(format!("`priority` = {priority} is not a number in 0..=1"));
+            }
+            AiQuery::SelectForTask { domain: need(p.domain, "domain")?, priority, text: p.text.unwrap_or_default() }
+        }
+        other => return Err(format!("unknown query {other:?}")),
+    })
+}
+
+async fn get_ai(State(st): State<HttpState>, Path(what): Path<String>, Query(p): Query<AiParams>) -> Response {
+    ai(&st, &what, p).await
+}
+
+async fn get_ai_state(State(st): State<HttpState>, Query(p): Query<AiParams>) -> Response {
+    ai(&st, "state", p).await
+}
+
+async fn ai(st: &HttpState, what: &str, p: AiParams) -> Response {
+    let q = match ai_query(what, p) {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e, None),
+    };
+    match call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q) {
+        Ok(Ok(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateBody {
+    persona: String,
+    change: StateChange,
+}
+
+async fn post_state(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let StateBody { persona, change } = match serde_json::from_str(&text) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid state change: {e}"), None),
+    };
+    if let StateChange::Focus { intensity, .. } = &change
+        && (!intensity.is_finite() || !(0.0..=1.0).contains(intensity))
+    {
+        return error(StatusCode::BAD_REQUEST, format!("`intensity` = {intensity} is not in 0..=1"), Some("intensity"));
+    }
+    match call_t!(st.admin, |reply| AdminMsg::SetState { persona, change, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
 }
 
 /// Serves the API until `shutdown` resolves.

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod admin;
+pub mod ai;
 pub mod config;
 pub mod dump;
 pub mod event;
@@ -28,4 +29,5 @@ pub mod model;
 pub mod restart;
 pub mod sched;
 pub mod storage;
+pub mod team;
 pub mod time;

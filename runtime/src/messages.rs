@@ -23,6 +23,68 @@ pub struct Delivery {
     pub event: Arc<Event>,
     /// How often this delivery crashed its persona so far.
     pub crashes: u32,
+    /// How many personas the event was delivered to (0: not known, after a restore).
+    pub audience: u32,
+}
+
+/// A persona's answer to an undirected human message in a shared room: it wants the turn,
+/// or it passes. The room's coordinator grants the turn to at most `responders` of them.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub event_id: String,
+    pub room: String,
+    pub persona: Arc<str>,
+    pub actor: ActorRef<PersonaMsg>,
+    /// The gate engaged: it wants to answer.
+    pub wants: bool,
+    /// The persona is mentioned: it always gets the turn.
+    pub mentioned: bool,
+    /// How sure it is that it should answer (orders the claims).
+    pub confidence: f64,
+    /// How suited it is (the select-for-task score; picks who answers an unclaimed message).
+    pub suitability: f64,
+    /// How many personas the event was delivered to (0: not known; the window decides).
+    pub audience: u32,
+    /// Sent by a human: then somebody must answer, and the figures count it.
+    pub from_human: bool,
+}
+
+/// The coordinator's answer to a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub event_id: String,
+    pub granted: bool,
+    /// Granted although the persona passed: nobody claimed the message.
+    pub assigned: bool,
+    pub reason: String,
+}
+
+/// Turn-taking figures, shown in the dump.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoordinationStats {
+    pub responders: usize,
+    pub window_ms: u64,
+    /// Human messages decided.
+    pub messages: u64,
+    pub answered_by_one: u64,
+    pub answered_by_none: u64,
+    pub answered_by_many: u64,
+    /// Given to a persona that had passed, because nobody claimed them.
+    pub assigned: u64,
+    pub redundant: u64,
+    /// Share of human messages answered by exactly one persona.
+    pub efficiency: f64,
+    /// Decided by the window rather than by every claim being in.
+    pub by_window: u64,
+}
+
+/// The coordinator's messages.
+#[derive(Debug, RactorMessage)]
+pub enum CoordinatorMsg {
+    Claim(Box<Claim>),
+    /// The claim window of an event is over.
+    Decide(String),
+    Stats(RpcReplyPort<CoordinationStats>),
 }
 
 /// Where a fault is injected (tests and chaos drills; needs `[admin] faults = true`).
@@ -55,6 +117,15 @@ pub struct Fault {
     pub when: FaultWhen,
 }
 
+/// A change of self-state made by a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateChange {
+    Dormant,
+    Wake,
+    Focus { objective: String, intensity: f64 },
+}
+
 /// The persona actor's messages. Variants marked *internal* come from its own children.
 #[derive(Debug, RactorMessage)]
 pub enum PersonaMsg {
@@ -71,6 +142,12 @@ pub enum PersonaMsg {
     /// From the admin once it routes to this actor: deliveries stored while the persona
     /// was unreachable are in storage only, so the inbox reloads them.
     Resync,
+    /// The room coordinator's answer to a claim (or the persona's own timeout).
+    Turn(Turn),
+    /// Time to consolidate working memory (the persona's own timer).
+    Consolidate,
+    /// A person changes the self-state.
+    SetState(StateChange),
 }
 
 /// Answer to an accepted injection.
@@ -149,6 +226,14 @@ pub enum AdminMsg {
     Fault {
         persona: String,
         fault: Fault,
+        reply: RpcReplyPort<Result<(), InjectError>>,
+    },
+    /// An introspection query (`mindfleet ai ...`).
+    Ai(crate::ai::AiQuery, RpcReplyPort<Result<serde_json::Value, InjectError>>),
+    /// Change a persona's self-state by hand (`mindfleet ai state update`).
+    SetState {
+        persona: String,
+        change: StateChange,
         reply: RpcReplyPort<Result<(), InjectError>>,
     },
     /// Stop accepting events (shutdown).

@@ -384,3 +384,80 @@ pub struct Learning {
     pub failures: u32,
     pub last_us: i64,
 }
+
+/// Long-term memory: what happened, with its outcome (a promoted reflection).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experience {
+    pub domain: String,
+    /// What the persona was doing.
+    pub task: String,
+    /// The steps it took, in order.
+    pub trajectory: Vec<String>,
+    pub success: bool,
+    pub learnings: Vec<String>,
+    pub event_id: Option<String>,
+    pub at_us: i64,
+}
+
+/// Long-term memory: reusable steps with their record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Procedure {
+    pub name: String,
+    pub domain: String,
+    pub steps: Vec<Action>,
+    pub success_rate: f64,
+    pub times_used: u32,
+    pub updated_us: i64,
+}
+
+/// Long-term memory: what a persona knows about a topic, from clustered observations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knowledge {
+    pub domain: String,
+    pub topic: String,
+    pub summary: String,
+    pub sources: Vec<String>,
+    pub at_us: i64,
+}
+
+/// Long-term memory: what a persona observed about one user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserProfile {
+    pub user: String,
+    /// Topics with how often they came up, most frequent first.
+    pub topics: Vec<(String, u32)>,
+    /// Preferences stated by the user ("I prefer ...", "please always ...").
+    pub preferences: Vec<String>,
+    /// `beginner`, `intermediate` or `expert`.
+    pub technical_level: String,
+    /// 0..=1, grows with the number of messages seen.
+    pub confidence: f64,
+    pub messages: u32,
+    pub updated_us: i64,
+}
+
+/// What one consolidation pass did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConsolidationReport {
+    pub at_us: i64,
+    pub entries: usize,
+    pub clusters: usize,
+    pub experiences: usize,
+    pub procedures: usize,
+    pub knowledge: usize,
+    pub profiles: usize,
+    /// Why something was dropped or not kept (limits).
+    pub dropped: Vec<String>,
+}
+
+/// Everything one consolidation pass writes, in one transaction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Consolidation {
+    pub experiences: Vec<Experience>,
+    pub procedures: Vec<Procedure>,
+    pub knowledge: Vec<Knowledge>,
+    pub profiles: Vec<UserProfile>,
+    /// Working-memory entries up to this id are consolidated.
+    pub watermark: u64,
+    pub report: ConsolidationReport,
+}

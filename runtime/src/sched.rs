@@ -3,20 +3,39 @@
 //! Personas submit tasks through a [`SchedulerHandle`]: the task goes into a lock-free
 //! queue of its class and at most one `Wake` message is in the scheduler's mailbox at a
 //! time, so a flood of submissions never queues in front of anything in the mailbox.
-//! The scheduler actor (crate `mindfleet-actors`) alone drains the queues, orders the
-//! tasks and sends `PersonaMsg::Granted` to the owner; the owner answers with
-//! [`SchedulerHandle::done`] when the step is over.
+//! The scheduler actor (crate `mindfleet-actors`, whose module doc states the policy)
+//! alone drains the queues, orders the tasks and sends `PersonaMsg::Granted` to the owner.
+//!
+//! What the owner does with a [`Grant`] depends on its [`Outcome`]:
+//!
+//! - `Run`: run the task as submitted, then call [`SchedulerHandle::done`] (or
+//!   [`SchedulerHandle::done_with_tokens`] with the model tokens it used, which refunds the
+//!   rest of its reservation).
+//! - `RulesOnly(reason)`: the budget has no room for a model call; run the step with the
+//!   rules brain (the grant holds a cheap slot), then call `done`.
+//! - `Skipped(reason)`: do not run it and do not call `done`: no slot is held.
+//!
+//! `done` goes through a lock-free queue too, behind the same coalesced `Wake`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 use ractor::{ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
+use crate::config::PersonaConfig;
 use crate::messages::PersonaMsg;
+
+/// The scheduler's clock, for `Task::submitted` and deadlines.
+///
+/// It reads tokio's clock, which is `Instant::now()` except in tests that pause time: there
+/// the scheduler's timers, its waits and the tasks' timestamps all follow the paused clock.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
 
 /// Priority classes, highest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -37,6 +56,15 @@ impl Class {
             Class::Interactive => "interactive",
             Class::Work => "work",
             Class::Background => "background",
+        }
+    }
+
+    /// The class a waiting task is promoted into: one up, never into `Urgent`.
+    pub fn promoted(self) -> Class {
+        match self {
+            Class::Urgent => Class::Urgent,
+            Class::Interactive | Class::Work => Class::Interactive,
+            Class::Background => Class::Work,
         }
     }
 }
@@ -83,10 +111,12 @@ pub struct Task {
     /// What it is, for stats and traces (`gate`, `respond`, ...).
     pub label: &'static str,
     pub owner: Owner,
+    /// When it was submitted, on the scheduler's clock ([`now`]); aging and promotion count from it.
     pub submitted: Instant,
     /// Latest time the task is still useful to start; granting it later is a counted miss.
     pub deadline: Option<Instant>,
     /// Model tokens the task may use, reserved against the budgets until `done` (0: no model).
+    /// Only tasks with `max_tokens > 0` count against the budgets: one inference each.
     pub max_tokens: u32,
 }
 
@@ -101,10 +131,22 @@ impl Task {
             slot,
             label,
             owner,
-            submitted: Instant::now(),
+            submitted: now(),
             deadline: None,
             max_tokens: 0,
         }
+    }
+
+    /// The same task with a deadline `within` after its submission.
+    pub fn within(mut self, within: Duration) -> Task {
+        self.deadline = Some(self.submitted + within);
+        self
+    }
+
+    /// The same task as a model call of at most `max_tokens` tokens (counted against the budgets).
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Task {
+        self.max_tokens = max_tokens;
+        self
     }
 }
 
@@ -120,6 +162,16 @@ pub enum SkipReason {
     HardBudget,
 }
 
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::SoftTokenBudget => "soft_token_budget",
+            SkipReason::SoftCallBudget => "soft_call_budget",
+            SkipReason::HardBudget => "hard_budget",
+        }
+    }
+}
+
 /// What the owner may do with a granted task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -131,11 +183,21 @@ pub enum Outcome {
     Skipped(SkipReason),
 }
 
+impl Outcome {
+    /// Whether the grant holds a slot, so the owner must call `done` when the step is over.
+    pub fn holds_slot(self) -> bool {
+        !matches!(self, Outcome::Skipped(_))
+    }
+}
+
 /// The scheduler's answer to one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     pub task: TaskId,
+    /// The slot held: the one submitted for, except that `RulesOnly` holds a cheap slot
+    /// (`Skipped` holds none and names the one submitted for).
     pub slot: Slot,
+    /// The class the task was submitted in (it may have been promoted while it waited).
     pub class: Class,
     /// Time the task waited, microseconds.
     pub waited_us: u64,
@@ -144,17 +206,32 @@ pub struct Grant {
     pub deadline_missed: bool,
 }
 
+/// A persona's model budget over any sliding hour (from its `PersonaConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersonaBudget {
+    pub inferences_per_hour: u64,
+    pub tokens_per_hour: u64,
+}
+
+impl From<&PersonaConfig> for PersonaBudget {
+    fn from(p: &PersonaConfig) -> Self {
+        PersonaBudget { inferences_per_hour: p.inferences_per_hour, tokens_per_hour: p.tokens_per_hour }
+    }
+}
+
 /// Messages of the scheduler actor.
 #[derive(Debug, RactorMessage)]
 pub enum SchedulerMsg {
-    /// New submissions are in the queues (coalesced: at most one in flight).
+    /// New submissions or `done`s are in the queues (coalesced: at most one in flight).
     Wake,
     /// A granted task finished; its slot is free and the tokens it did not use are refunded.
+    /// ([`SchedulerHandle::done`] sends it through the `done` queue instead; both are handled.)
     Done {
         task: TaskId,
         tokens_used: u32,
     },
     /// How often a persona's non-urgent work may be granted (its cadence, from mood and budget).
+    /// `Duration::ZERO` removes the limit.
     Cadence {
         persona: Arc<str>,
         interval: std::time::Duration,
@@ -162,13 +239,32 @@ pub enum SchedulerMsg {
     /// Free every slot and drop every queued task of a persona (it restarted or stopped).
     Release(Arc<str>),
     Stats(RpcReplyPort<SchedulerStats>),
+    /// Sets (or with `None` removes) a persona's budget; without one only the fleet's applies.
+    Budget {
+        persona: Arc<str>,
+        budget: Option<PersonaBudget>,
+    },
+    /// Internal: the scheduler's own timer (a cadence or a promotion is due at this instant).
+    Tick(Instant),
 }
 
-/// The shared half of the scheduler: one queue per class and the wake-up flag.
+/// The shared half of the scheduler: one queue per class, the finished tasks and the
+/// wake-up flag.
 #[derive(Debug)]
 pub struct SubmitQueues {
     pub queues: [SegQueue<Task>; 4],
+    /// `(task, tokens_used)` of finished tasks.
+    pub done: SegQueue<(TaskId, u32)>,
     pub wake_pending: AtomicBool,
+}
+
+impl SubmitQueues {
+    /// Sends a `Wake` unless one is already pending.
+    fn wake(&self, actor: &ActorRef<SchedulerMsg>) {
+        if !self.wake_pending.swap(true, Ordering::AcqRel) {
+            let _ = actor.cast(SchedulerMsg::Wake);
+        }
+    }
 }
 
 /// What a persona holds to submit work.
@@ -184,15 +280,17 @@ impl SchedulerHandle {
     }
 
     pub fn queues() -> Arc<SubmitQueues> {
-        Arc::new(SubmitQueues { queues: Default::default(), wake_pending: AtomicBool::new(false) })
+        Arc::new(SubmitQueues {
+            queues: Default::default(),
+            done: SegQueue::new(),
+            wake_pending: AtomicBool::new(false),
+        })
     }
 
     /// Queues a task; at most one wake-up message is ever pending.
     pub fn submit(&self, task: Task) {
         self.shared.queues[task.class as usize].push(task);
-        if !self.shared.wake_pending.swap(true, Ordering::AcqRel) {
-            let _ = self.actor.cast(SchedulerMsg::Wake);
-        }
+        self.shared.wake(&self.actor);
     }
 
     /// The task is over; it used no model tokens.
@@ -200,12 +298,22 @@ impl SchedulerHandle {
         self.done_with_tokens(task, 0);
     }
 
+    /// The task is over and used `tokens_used` model tokens; the rest of its reservation is
+    /// refunded. Only for `Run` and `RulesOnly` grants (a skipped task holds nothing).
     pub fn done_with_tokens(&self, task: TaskId, tokens_used: u32) {
-        let _ = self.actor.cast(SchedulerMsg::Done { task, tokens_used });
+        self.shared.done.push((task, tokens_used));
+        self.shared.wake(&self.actor);
     }
 
+    /// From now on the persona's non-urgent tasks are granted at most once per `interval`
+    /// (`Duration::ZERO`: no limit).
     pub fn set_cadence(&self, persona: Arc<str>, interval: std::time::Duration) {
         let _ = self.actor.cast(SchedulerMsg::Cadence { persona, interval });
+    }
+
+    /// Sets or removes a persona's budget.
+    pub fn set_budget(&self, persona: Arc<str>, budget: Option<PersonaBudget>) {
+        let _ = self.actor.cast(SchedulerMsg::Budget { persona, budget });
     }
 
     pub fn release(&self, persona: Arc<str>) {
@@ -224,14 +332,66 @@ impl SchedulerHandle {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct ClassStats {
+    /// Tasks of this class not granted yet: waiting for a slot, set aside by their persona's
+    /// cadence (`deferred`), or submitted and not yet seen by the scheduler. A promoted task
+    /// counts in the class it was promoted into.
     pub queued: usize,
+    /// Of `queued`, the tasks waiting for their persona's cadence.
+    pub deferred: usize,
+    /// Grants that hold a slot (`Run`, `RulesOnly`), by the class of submission.
     pub granted: u64,
-    /// Longest current wait in this class, milliseconds.
+    /// Longest current wait, since submission, of a task waiting for a slot in this class,
+    /// milliseconds.
     pub oldest_wait_ms: f64,
+    /// Answers given after the task's deadline, by the class of submission.
+    pub deadline_misses: u64,
+    /// Tasks promoted out of this class into the next higher one.
+    pub promoted: u64,
+}
+
+/// Counts by [`SkipReason`].
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct SkipCounts {
+    pub soft_token_budget: u64,
+    pub soft_call_budget: u64,
+    pub hard_budget: u64,
+}
+
+impl SkipCounts {
+    pub fn add(&mut self, reason: SkipReason) {
+        match reason {
+            SkipReason::SoftTokenBudget => self.soft_token_budget += 1,
+            SkipReason::SoftCallBudget => self.soft_call_budget += 1,
+            SkipReason::HardBudget => self.hard_budget += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.soft_token_budget + self.soft_call_budget + self.hard_budget
+    }
+}
+
+/// Model use of the whole fleet over the last hour, against its budget.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct BudgetStats {
+    /// Inferences granted in the last hour (running ones included).
+    pub inferences_last_hour: u64,
+    /// Tokens used in the last hour, with the full reservation of the running tasks.
+    pub tokens_last_hour: u64,
+    /// Of `tokens_last_hour`, what running tasks hold reserved.
+    pub tokens_reserved: u64,
+    pub inferences_per_hour: u64,
+    pub tokens_per_hour: u64,
+    /// Share of a budget above which low-priority model calls are skipped.
+    pub soft_limit: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct SchedulerStats {
     pub urgent: ClassStats,
     pub interactive: ClassStats,
@@ -241,16 +401,42 @@ pub struct SchedulerStats {
     pub running_cheap: usize,
     pub inference_slots: usize,
     pub cheap_slots: usize,
+    /// Grants that hold a slot (`Run`, `RulesOnly`).
     pub granted: u64,
     pub done: u64,
     /// Grants whose owner was gone, and tasks dropped by `Release`.
     pub released: u64,
     /// Tasks finished per second since start.
     pub throughput_per_s: f64,
+    /// Tasks finished per second over the last minute.
+    pub throughput_1m_per_s: f64,
     pub aging_per_30s: f64,
+    /// Answers given after the task's deadline (all classes).
+    pub deadline_misses: u64,
+    /// Promotions of waiting tasks into a higher class.
+    pub promotions: u64,
+    /// Background tasks granted ahead of waiting higher-class tasks because they waited
+    /// their period.
+    pub background_turns: u64,
+    /// `Skipped` answers by reason.
+    pub skipped: SkipCounts,
+    /// `RulesOnly` answers by reason.
+    pub rules_only: SkipCounts,
+    pub budget: BudgetStats,
+    pub promote_after_secs: f64,
+    pub background_period_secs: f64,
 }
 
 impl SchedulerStats {
+    pub fn class(&self, c: Class) -> &ClassStats {
+        match c {
+            Class::Urgent => &self.urgent,
+            Class::Interactive => &self.interactive,
+            Class::Work => &self.work,
+            Class::Background => &self.background,
+        }
+    }
+
     pub fn class_mut(&mut self, c: Class) -> &mut ClassStats {
         match c {
             Class::Urgent => &mut self.urgent,

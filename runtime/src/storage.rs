@@ -26,13 +26,15 @@ use crate::config::StorageConfig;
 use crate::event::Event;
 use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use crate::model::{
-    DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord, SelfStateData, Verdict, WmEntry,
+    Consolidation, ConsolidationReport, DeadLetter, Decision, Eviction, Experience, Knowledge, Learning, OutboxEntry,
+    PlanRecord, Procedure, SelfStateData, UserProfile, Verdict, WmEntry,
 };
 use crate::time::now_us;
 
 /// Version of the layout below. Older files are migrated on open, newer ones refused.
 /// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
-/// 3: adds `plans` and `learnings` (the reasoning loop's journal).
+/// 3: adds `plans` and `learnings` (the reasoning loop's journal) and long-term memory:
+/// `experiences`, `procedures`, `knowledge`, `profiles`, `consolidations`.
 pub const SCHEMA_VERSION: u64 = 3;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -50,6 +52,11 @@ const COUNTERS: TableDefinition<(&str, &str), u64> = TableDefinition::new("count
 const ROOMS: TableDefinition<(&str, &str), ()> = TableDefinition::new("rooms");
 const PLANS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("plans");
 const LEARNINGS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("learnings");
+const EXPERIENCES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("experiences");
+const PROCEDURES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("procedures");
+const KNOWLEDGE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("knowledge");
+const PROFILES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("profiles");
+const CONSOLIDATIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("consolidations");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
@@ -74,11 +81,15 @@ const EVICTIONS_KEPT: u64 = 1000;
 /// Finished plans kept per persona.
 const PLANS_KEPT: u64 = 200;
 
-/// Version 3 adds two journals that start empty.
+/// Long-term memory limits, per persona.
+pub const EXPERIENCES_KEPT: u64 = 1000;
+pub const PROCEDURES_PER_DOMAIN: usize = 50;
+pub const KNOWLEDGE_KEPT: u64 = 500;
+const CONSOLIDATIONS_KEPT: u64 = 100;
+
+/// Version 3 adds tables that start empty.
 fn migrate_2_to_3(txn: &WriteTransaction) -> Result<(), redb::Error> {
-    txn.open_table(PLANS)?;
-    txn.open_table(LEARNINGS)?;
-    Ok(())
+    Tables::open(txn).map(drop)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +111,20 @@ pub enum StorageError {
 
 /// A persona and how to reach it (`None` while it is down: the delivery waits in storage).
 pub type Target = (Arc<str>, Option<ActorRef<PersonaMsg>>);
+
+/// A persona's long-term memory, as read back.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LongTerm {
+    pub experiences: Vec<Experience>,
+    pub knowledge: Vec<Knowledge>,
+    pub procedures: Vec<Procedure>,
+    pub profiles: Vec<UserProfile>,
+    /// Newest consolidation reports first.
+    pub reports: Vec<ConsolidationReport>,
+    pub experience_count: u64,
+    /// Working-memory entries up to this id are consolidated.
+    pub watermark: u64,
+}
 
 /// What the inbox restores from storage.
 #[derive(Debug, Default)]
@@ -155,6 +180,7 @@ enum Op {
     },
     /// A persona joined a room it was not configured in (a directed event).
     JoinRoom(String, Arc<str>),
+    Consolidate(Arc<str>, Box<Consolidation>),
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
@@ -275,6 +301,11 @@ impl Storage {
         self.send(Op::Commit { commit, reply_targets });
     }
 
+    /// Writes one consolidation pass into long-term memory, enforcing the limits.
+    pub fn consolidate(&self, persona: Arc<str>, c: Consolidation) {
+        self.send(Op::Consolidate(persona, Box::new(c)));
+    }
+
     pub fn join_room(&self, room: String, persona: Arc<str>) {
         self.send(Op::JoinRoom(room, persona));
     }
@@ -376,6 +407,48 @@ impl Storage {
         })
     }
 
+    /// A persona's long-term memory (blocking read): the newest `n` experiences, knowledge
+    /// entries and consolidation reports, every procedure and user profile.
+    pub fn long_term(&self, persona: &str, n: usize) -> Result<LongTerm, StorageError> {
+        self.read(|txn| {
+            fn newest<T: DeserializeOwned>(
+                txn: &redb::ReadTransaction,
+                def: TableDefinition<(&str, u64), &[u8]>,
+                persona: &str,
+                n: usize,
+            ) -> Result<Vec<T>, redb::Error> {
+                let t = txn.open_table(def)?;
+                t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+            }
+            fn keyed<T: DeserializeOwned>(
+                txn: &redb::ReadTransaction,
+                def: TableDefinition<(&str, &str), &[u8]>,
+                persona: &str,
+            ) -> Result<Vec<T>, redb::Error> {
+                let t = txn.open_table(def)?;
+                let mut out = Vec::new();
+                for r in t.range((persona, "")..)? {
+                    let (k, v) = r?;
+                    if k.value().0 != persona {
+                        break;
+                    }
+                    out.push(dec(v.value())?);
+                }
+                Ok(out)
+            }
+            let counters = txn.open_table(COUNTERS)?;
+            Ok(LongTerm {
+                experiences: newest(txn, EXPERIENCES, persona, n)?,
+                knowledge: newest(txn, KNOWLEDGE, persona, n)?,
+                reports: newest(txn, CONSOLIDATIONS, persona, n)?,
+                procedures: keyed(txn, PROCEDURES, persona)?,
+                profiles: keyed(txn, PROFILES, persona)?,
+                experience_count: counters.get((persona, "experiences"))?.map_or(0, |g| g.value()),
+                watermark: counters.get((persona, "consolidated"))?.map_or(0, |g| g.value()),
+            })
+        })
+    }
+
     /// A persona's learnings, most used first (blocking read).
     pub fn learnings(&self, persona: &str) -> Result<Vec<Learning>, StorageError> {
         self.read(|txn| {
@@ -464,6 +537,11 @@ struct Tables<'t> {
     rooms: redb::Table<'t, (&'static str, &'static str), ()>,
     plans: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     learnings: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    experiences: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    procedures: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    knowledge: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    profiles: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    consolidations: redb::Table<'t, (&'static str, u64), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -484,6 +562,11 @@ impl<'t> Tables<'t> {
             rooms: txn.open_table(ROOMS)?,
             plans: txn.open_table(PLANS)?,
             learnings: txn.open_table(LEARNINGS)?,
+            experiences: txn.open_table(EXPERIENCES)?,
+            procedures: txn.open_table(PROCEDURES)?,
+            knowledge: txn.open_table(KNOWLEDGE)?,
+            profiles: txn.open_table(PROFILES)?,
+            consolidations: txn.open_table(CONSOLIDATIONS)?,
         })
     }
 }
@@ -497,25 +580,27 @@ struct Meta {
     next_eviction: u64,
     next_dead: u64,
     next_plan: u64,
+    next_memory: u64,
     pending: u64,
     outbox_count: u64,
     events_count: u64,
 }
 
-const META_KEYS: [&str; 9] = [
+const META_KEYS: [&str; 10] = [
     "next_seq",
     "next_decision",
     "next_outbox",
     "next_eviction",
     "next_dead",
     "next_plan",
+    "next_memory",
     "pending",
     "outbox_count",
     "events_count",
 ];
 
 impl Meta {
-    fn fields(&mut self) -> [&mut u64; 9] {
+    fn fields(&mut self) -> [&mut u64; 10] {
         [
             &mut self.next_seq,
             &mut self.next_decision,
@@ -523,6 +608,7 @@ impl Meta {
             &mut self.next_eviction,
             &mut self.next_dead,
             &mut self.next_plan,
+            &mut self.next_memory,
             &mut self.pending,
             &mut self.outbox_count,
             &mut self.events_count,
@@ -769,6 +855,10 @@ impl Writer {
                 }
                 Ok(true)
             }
+            Op::Consolidate(persona, c) => {
+                self.put_consolidation(t, &persona, *c)?;
+                Ok(true)
+            }
             Op::JoinRoom(room, persona) => {
                 t.rooms.insert((room.as_str(), &*persona), ())?;
                 Ok(true)
@@ -860,6 +950,7 @@ impl Writer {
                             seq,
                             event: Arc::new(dec(b.value())?),
                             crashes: crashes.value(),
+                            audience: 0,
                         });
                     }
                 }
@@ -933,7 +1024,66 @@ impl Writer {
         let key = self.meta.next_decision;
         self.meta.next_decision += 1;
         t.decisions.insert((persona, key), enc(d).as_slice())?;
-        bounded(&mut t.decisions, &mut t.counters, persona, "decisions", self.cfg.decisions_per_persona)
+        bounded(&mut t.decisions, &mut t.counters, persona, "decisions", self.cfg.decisions_per_persona).map(drop)
+    }
+
+    fn put_consolidation(&mut self, t: &mut Tables<'_>, persona: &str, c: Consolidation) -> Result<(), redb::Error> {
+        let mut report = c.report;
+        for e in &c.experiences {
+            let key = self.meta.next_memory;
+            self.meta.next_memory += 1;
+            t.experiences.insert((persona, key), enc(e).as_slice())?;
+            let gone = bounded(&mut t.experiences, &mut t.counters, persona, "experiences", EXPERIENCES_KEPT)?;
+            if gone > 0 {
+                report.dropped.push(format!("{gone} oldest experience: limit {EXPERIENCES_KEPT}"));
+            }
+        }
+        for k in &c.knowledge {
+            let key = self.meta.next_memory;
+            self.meta.next_memory += 1;
+            t.knowledge.insert((persona, key), enc(k).as_slice())?;
+            let gone = bounded(&mut t.knowledge, &mut t.counters, persona, "knowledge", KNOWLEDGE_KEPT)?;
+            if gone > 0 {
+                report.dropped.push(format!("{gone} oldest knowledge entry: limit {KNOWLEDGE_KEPT}"));
+            }
+        }
+        for p in &c.procedures {
+            t.procedures.insert((persona, p.name.as_str()), enc(p).as_slice())?;
+        }
+        // At most PROCEDURES_PER_DOMAIN per domain: the least proven go.
+        let mut by_domain: BTreeMap<String, Vec<Procedure>> = BTreeMap::new();
+        for r in t.procedures.range((persona, "")..)? {
+            let (k, v) = r?;
+            if k.value().0 != persona {
+                break;
+            }
+            let p: Procedure = dec(v.value())?;
+            by_domain.entry(p.domain.clone()).or_default().push(p);
+        }
+        for (domain, mut ps) in by_domain {
+            if ps.len() <= PROCEDURES_PER_DOMAIN {
+                continue;
+            }
+            ps.sort_by(|a, b| {
+                (b.success_rate * b.times_used as f64).total_cmp(&(a.success_rate * a.times_used as f64))
+            });
+            for p in &ps[PROCEDURES_PER_DOMAIN..] {
+                t.procedures.remove((persona, p.name.as_str()))?;
+                report.dropped.push(format!(
+                    "procedure {:?} ({domain}): limit {PROCEDURES_PER_DOMAIN} per domain, least proven",
+                    p.name
+                ));
+            }
+        }
+        for p in &c.profiles {
+            t.profiles.insert((persona, p.user.as_str()), enc(p).as_slice())?;
+        }
+        t.counters.insert((persona, "consolidated"), c.watermark)?;
+        let key = self.meta.next_memory;
+        self.meta.next_memory += 1;
+        t.consolidations.insert((persona, key), enc(&report).as_slice())?;
+        bounded(&mut t.consolidations, &mut t.counters, persona, "consolidations", CONSOLIDATIONS_KEPT)?;
+        Ok(())
     }
 
     /// Journals a finished plan and counts its pattern as a success or a failure.
@@ -1012,20 +1162,22 @@ fn bounded(
     persona: &str,
     name: &str,
     limit: u64,
-) -> Result<(), redb::Error> {
+) -> Result<u64, redb::Error> {
     let mut n = counters.get((persona, name))?.map_or(0, |g| g.value()) + 1;
+    let mut removed = 0;
     while n > limit {
         let first = t.range((persona, 0)..=(persona, u64::MAX))?.next().transpose()?.map(|(k, _)| k.value().1);
         match first {
             Some(k) => {
                 t.remove((persona, k))?;
                 n -= 1;
+                removed += 1;
             }
             None => break,
         }
     }
     counters.insert((persona, name), n)?;
-    Ok(())
+    Ok(removed)
 }
 
 fn skipped(event: &Event, reason: &str) -> Decision {
@@ -1041,10 +1193,11 @@ fn skipped(event: &Event, reason: &str) -> Decision {
 }
 
 fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
+    let audience = targets.len() as u32;
     for (persona, actor) in targets {
-        let sent = actor
-            .as_ref()
-            .is_some_and(|a| a.cast(PersonaMsg::Deliver(Delivery { seq, event: event.clone(), crashes: 0 })).is_ok());
+        let sent = actor.as_ref().is_some_and(|a| {
+            a.cast(PersonaMsg::Deliver(Delivery { seq, event: event.clone(), crashes: 0, audience })).is_ok()
+        });
         if !sent {
             // Stored: the persona's inbox restores it when the persona comes back.
             tracing::debug!(%persona, seq, "persona down; delivery stays queued in storage");
@@ -1150,6 +1303,48 @@ mod tests {
         assert_eq!(restored.deliveries.len(), 1);
         assert_eq!(restored.deliveries[0].event.id, "e1");
         assert!(inject(&s, "e1", "p").await.unwrap().duplicate);
+    }
+
+    #[tokio::test]
+    async fn long_term_limits_drop_the_oldest_and_least_proven_with_reasons() {
+        use crate::model::{Action, Consolidation, Experience, Procedure};
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        let exp = |i: usize| Experience {
+            domain: "chat".into(),
+            task: format!("task {i}"),
+            trajectory: vec![],
+            success: true,
+            learnings: vec![],
+            event_id: None,
+            at_us: i as i64,
+        };
+        let proc_ = |i: usize| Procedure {
+            name: format!("chat: p{i:03}"),
+            domain: "chat".into(),
+            steps: vec![Action::DraftReply],
+            success_rate: 1.0,
+            times_used: i as u32 + 1,
+            updated_us: 0,
+        };
+        let n = EXPERIENCES_KEPT as usize + 5;
+        let c = Consolidation {
+            experiences: (0..n).map(exp).collect(),
+            procedures: (0..PROCEDURES_PER_DOMAIN + 2).map(proc_).collect(),
+            watermark: 7,
+            ..Default::default()
+        };
+        s.consolidate("p".into(), c);
+        s.flush().await.unwrap();
+        let lt = s.long_term("p", 5).unwrap();
+        assert_eq!(lt.experience_count, EXPERIENCES_KEPT);
+        assert_eq!(lt.experiences[0].task, format!("task {}", n - 1), "newest first");
+        assert_eq!(lt.procedures.len(), PROCEDURES_PER_DOMAIN);
+        assert!(lt.procedures.iter().all(|p| p.name != "chat: p000" && p.name != "chat: p001"), "least used go");
+        let dropped = &lt.reports[0].dropped;
+        assert_eq!(dropped.iter().filter(|d| d.contains("oldest experience: limit 1000")).count(), 5, "{dropped:?}");
+        assert_eq!(dropped.iter().filter(|d| d.contains("limit 50 per domain")).count(), 2, "{dropped:?}");
+        assert_eq!(lt.watermark, 7);
     }
 
     #[tokio::test]

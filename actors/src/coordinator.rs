@@ -1,0 +1,213 @@
+//! The `Coordinator` actor: turn-taking for undirected human messages in shared rooms.
+//!
+//! Every persona that receives such a message answers with a [`Claim`]: it wants the turn
+//! (its gate engaged) or it passes, with its confidence and its suitability for the task.
+//! Once every persona the message went to has answered (or the claim window ends, for an
+//! audience not known after a restore), the coordinator decides: a mentioned persona always
+//! gets the turn; otherwise the `responders` most confident claimers get it and the others
+//! stay silent as redundant. When nobody claims a human message, the most suitable persona is
+//! assigned to it, so no human message goes unanswered (an unclaimed persona message stays
+//! unanswered: that is the end of a chatter chain). The figures count human messages.
+//!
+//! Messages: [`CoordinatorMsg`].
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use mindfleet_runtime::messages::{Claim, CoordinationStats, CoordinatorMsg, PersonaMsg, Turn};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+
+pub struct Coordinator;
+
+#[derive(Debug, Clone, Copy)]
+pub struct CoordinatorArgs {
+    /// Most personas answering one message (an @mentioned one always answers).
+    pub responders: usize,
+    /// How long claims are collected when the audience is not known.
+    pub window: Duration,
+}
+
+struct Pending {
+    claims: Vec<Claim>,
+    audience: u32,
+    timer_set: bool,
+}
+
+pub struct CoordinatorState {
+    args: CoordinatorArgs,
+    pending: HashMap<String, Pending>,
+    /// Recently decided messages and who holds their turn, for claims that come late.
+    decided: HashMap<String, String>,
+    decided_order: VecDeque<String>,
+    stats: CoordinationStats,
+}
+
+/// Decided messages remembered for late claims.
+const DECIDED_KEPT: usize = 10_000;
+
+fn turn(c: &Claim, granted: bool, assigned: bool, reason: String) {
+    let t = Turn { event_id: c.event_id.clone(), granted, assigned, reason };
+    let _ = c.actor.cast(PersonaMsg::Turn(t));
+}
+
+impl CoordinatorState {
+    fn remember(&mut self, event_id: &str, holders: String) {
+        self.decided.insert(event_id.to_string(), holders);
+        self.decided_order.push_back(event_id.to_string());
+        if self.decided_order.len() > DECIDED_KEPT
+            && let Some(old) = self.decided_order.pop_front()
+        {
+            self.decided.remove(&old);
+        }
+    }
+
+    /// Grants the turn for one message and answers every claimer.
+    fn decide(&mut self, event_id: &str) {
+        let Some(p) = self.pending.remove(event_id) else { return };
+        let mut claims = p.claims;
+        claims.sort_by(|x, y| {
+            y.mentioned
+                .cmp(&x.mentioned)
+                .then(y.wants.cmp(&x.wants))
+                .then(y.confidence.total_cmp(&x.confidence))
+                .then(y.suitability.total_cmp(&x.suitability))
+                .then(x.persona.cmp(&y.persona))
+        });
+        let human = claims.iter().any(|c| c.from_human);
+        let mentioned = claims.iter().take_while(|c| c.mentioned).count();
+        let granted = if mentioned > 0 {
+            mentioned
+        } else {
+            claims.iter().take_while(|c| c.wants).count().min(self.args.responders)
+        };
+        let answered = if granted > 0 {
+            let holders: Vec<&str> = claims[..granted].iter().map(|c| &*c.persona).collect();
+            let holders = holders.join(", ");
+            for (i, c) in claims.iter().enumerate() {
+                if i < granted {
+                    let why = if c.mentioned { "mentioned" } else { "most confident claim" };
+                    turn(c, true, false, format!("{why} ({:.2})", c.confidence));
+                } else {
+                    if c.wants {
+                        self.stats.redundant += 1;
+                    }
+                    turn(c, false, false, format!("redundant: {holders} has the turn"));
+                }
+            }
+            self.remember(event_id, holders);
+            granted
+        } else if human {
+            // Nobody claimed a human message: the most suitable persona is assigned.
+            let best = claims
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.suitability.total_cmp(&b.1.suitability).then(b.1.persona.cmp(&a.1.persona)));
+            let Some((i, chosen)) = best else { return };
+            turn(chosen, true, true, format!("nobody claimed it; most suitable ({:.2})", chosen.suitability));
+            for (j, other) in claims.iter().enumerate() {
+                if j != i {
+                    turn(other, false, false, format!("assigned to {}", chosen.persona));
+                }
+            }
+            self.stats.assigned += 1;
+            self.remember(event_id, chosen.persona.to_string());
+            1
+        } else {
+            // An unclaimed persona message ends its chatter chain.
+            for c in &claims {
+                turn(c, false, false, "nobody claimed this persona message".into());
+            }
+            self.remember(event_id, "nobody".into());
+            0
+        };
+        if human {
+            self.stats.messages += 1;
+            match answered {
+                0 => self.stats.answered_by_none += 1,
+                1 => self.stats.answered_by_one += 1,
+                _ => self.stats.answered_by_many += 1,
+            }
+            self.stats.efficiency = self.stats.answered_by_one as f64 / self.stats.messages as f64;
+        }
+    }
+}
+
+impl Actor for Coordinator {
+    type Msg = CoordinatorMsg;
+    type State = CoordinatorState;
+    type Arguments = CoordinatorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<CoordinatorMsg>,
+        args: CoordinatorArgs,
+    ) -> Result<CoordinatorState, ActorProcessingErr> {
+        let stats = CoordinationStats {
+            responders: args.responders,
+            window_ms: args.window.as_millis() as u64,
+            ..Default::default()
+        };
+        Ok(CoordinatorState {
+            args,
+            pending: HashMap::new(),
+            decided: HashMap::new(),
+            decided_order: VecDeque::new(),
+            stats,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<CoordinatorMsg>,
+        msg: CoordinatorMsg,
+        st: &mut CoordinatorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            CoordinatorMsg::Claim(c) => {
+                let id = c.event_id.clone();
+                if let Some(holders) = st.decided.get(&id) {
+                    // Came after the window closed: the turn is taken.
+                    if c.wants {
+                        st.stats.redundant += 1;
+                    }
+                    turn(&c, false, false, format!("redundant: {holders} has the turn"));
+                    return Ok(());
+                }
+                let p = st.pending.entry(id.clone()).or_insert_with(|| Pending {
+                    claims: Vec::new(),
+                    audience: c.audience,
+                    timer_set: false,
+                });
+                p.audience = p.audience.max(c.audience);
+                if !p.claims.iter().any(|x| x.persona == c.persona) {
+                    p.claims.push(*c);
+                }
+                if p.audience > 0 && p.claims.len() as u32 >= p.audience {
+                    st.decide(&id);
+                } else if !p.timer_set {
+                    p.timer_set = true;
+                    myself.send_after(st.args.window, move || CoordinatorMsg::Decide(id));
+                }
+            }
+            CoordinatorMsg::Decide(id) => {
+                if st.pending.contains_key(&id) {
+                    st.stats.by_window += 1;
+                    st.decide(&id);
+                }
+            }
+            CoordinatorMsg::Stats(reply) => {
+                let _ = reply.send(st.stats.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Spawns the coordinator under `supervisor`.
+pub async fn spawn(args: CoordinatorArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<CoordinatorMsg>, SpawnErr> {
+    let (actor, _) = match supervisor {
+        Some(s) => Actor::spawn_linked(None, Coordinator, args, s).await?,
+        None => Actor::spawn(None, Coordinator, args).await?,
+    };
+    Ok(actor)
+}

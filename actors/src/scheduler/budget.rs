@@ -1,0 +1,238 @@
+//! Model use over a sliding hour, for the fleet and per persona.
+//!
+//! Each granted model call is one entry: its grant time, its persona and its tokens (the
+//! full `max_tokens` reservation until `done` settles it to the tokens used). Entries leave
+//! the window an hour after their grant, in grant order, so expiry is a pop from the front
+//! and the sums are kept exact without scans. Entries are addressed by a sequence number,
+//! so a settlement after the entry expired is recognized and ignored.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use mindfleet_runtime::sched::{PersonaBudget, SkipReason};
+
+pub(super) const WINDOW: Duration = Duration::from_secs(3600);
+
+/// Use within the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Usage {
+    pub inferences: u64,
+    pub tokens: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    at: Instant,
+    persona: u32,
+    inferences: u64,
+    tokens: u64,
+    /// Still held by a running task (the reservation is not settled).
+    reserved: bool,
+}
+
+/// What the budget allows for one model call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Run,
+    RulesOnly(SkipReason),
+    Skip(SkipReason),
+}
+
+/// The limits a call is judged against.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    pub fleet: PersonaBudget,
+    pub persona: Option<PersonaBudget>,
+    /// Share of a budget above which low-priority calls are skipped.
+    pub soft: f64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Window {
+    entries: VecDeque<Entry>,
+    /// Sequence number of `entries[0]`.
+    head: u64,
+    fleet: Usage,
+    /// Tokens of unsettled reservations.
+    reserved: u64,
+    /// By persona index.
+    personas: Vec<Usage>,
+}
+
+impl Window {
+    /// Drops what was granted an hour or more before `now`.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(e) = self.entries.front() {
+            if now.saturating_duration_since(e.at) < WINDOW {
+                break;
+            }
+            let e = self.entries.pop_front().expect("a front entry");
+            self.head += 1;
+            self.fleet.inferences -= e.inferences;
+            self.fleet.tokens -= e.tokens;
+            if e.reserved {
+                self.reserved -= e.tokens;
+            }
+            let p = &mut self.personas[e.persona as usize];
+            p.inferences -= e.inferences;
+            p.tokens -= e.tokens;
+        }
+    }
+
+    pub fn fleet(&self) -> Usage {
+        self.fleet
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    pub fn persona(&self, persona: u32) -> Usage {
+        self.personas.get(persona as usize).copied().unwrap_or_default()
+    }
+
+    /// Judges one call of `tokens` tokens at `priority` for `persona` (after `expire`).
+    ///
+    /// The hard limits count this call's reservation: a call that would cross one is refused
+    /// (rules only when `urgent`). Otherwise, unless `urgent`, a call that would take a
+    /// budget's share above `soft` needs priority > 0.8 (tokens) or > 0.6 (calls).
+    pub fn judge(&self, persona: u32, tokens: u64, priority: f64, urgent: bool, limits: &Limits) -> Verdict {
+        let fleet = self.fleet;
+        let mine = self.persona(persona);
+        let over = |used: Usage, limit: &PersonaBudget, share: f64| {
+            let calls = (used.inferences + 1) as f64 > share * limit.inferences_per_hour as f64;
+            let toks = (used.tokens + tokens) as f64 > share * limit.tokens_per_hour as f64;
+            (calls, toks)
+        };
+        let both = |share: f64| {
+            let (c, t) = over(fleet, &limits.fleet, share);
+            let (pc, pt) = limits.persona.as_ref().map_or((false, false), |b| over(mine, b, share));
+            (c || pc, t || pt)
+        };
+        let (hard_calls, hard_tokens) = both(1.0);
+        if hard_calls || hard_tokens {
+            let r = SkipReason::HardBudget;
+            return if urgent { Verdict::RulesOnly(r) } else { Verdict::Skip(r) };
+        }
+        if urgent {
+            return Verdict::Run;
+        }
+        let (soft_calls, soft_tokens) = both(limits.soft);
+        if soft_tokens && priority <= 0.8 {
+            Verdict::Skip(SkipReason::SoftTokenBudget)
+        } else if soft_calls && priority <= 0.6 {
+            Verdict::Skip(SkipReason::SoftCallBudget)
+        } else {
+            Verdict::Run
+        }
+    }
+
+    /// Charges one call and reserves `tokens`; returns the entry's sequence number.
+    pub fn reserve(&mut self, now: Instant, persona: u32, tokens: u64) -> u64 {
+        let p = persona as usize;
+        if self.personas.len() <= p {
+            self.personas.resize(p + 1, Usage::default());
+        }
+        self.entries.push_back(Entry { at: now, persona, inferences: 1, tokens, reserved: true });
+        self.fleet.inferences += 1;
+        self.fleet.tokens += tokens;
+        self.reserved += tokens;
+        self.personas[p].inferences += 1;
+        self.personas[p].tokens += tokens;
+        self.head + self.entries.len() as u64 - 1
+    }
+
+    /// Settles a reservation to what was used (`None`: nothing ran, so the call is not
+    /// counted either). A task that reports more than it reserved is charged what it reports.
+    pub fn settle(&mut self, seq: u64, used: Option<u64>) {
+        let Some(i) = seq.checked_sub(self.head) else { return };
+        let Some(e) = self.entries.get_mut(i as usize) else { return };
+        if !e.reserved {
+            return;
+        }
+        e.reserved = false;
+        self.reserved -= e.tokens;
+        let p = &mut self.personas[e.persona as usize];
+        let (tokens, inferences) = match used {
+            Some(t) => (t, e.inferences),
+            None => (0, 0),
+        };
+        self.fleet.tokens = self.fleet.tokens - e.tokens + tokens;
+        p.tokens = p.tokens - e.tokens + tokens;
+        self.fleet.inferences = self.fleet.inferences - e.inferences + inferences;
+        p.inferences = p.inferences - e.inferences + inferences;
+        e.tokens = tokens;
+        e.inferences = inferences;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(persona: Option<(u64, u64)>) -> Limits {
+        Limits {
+            fleet: PersonaBudget { inferences_per_hour: 100, tokens_per_hour: 10_000 },
+            persona: persona.map(|(i, t)| PersonaBudget { inferences_per_hour: i, tokens_per_hour: t }),
+            soft: 0.8,
+        }
+    }
+
+    #[test]
+    fn reservations_settle_and_expire_after_an_hour() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let a = w.reserve(t0, 0, 500);
+        let b = w.reserve(t0 + Duration::from_secs(10), 1, 300);
+        assert_eq!(w.fleet(), Usage { inferences: 2, tokens: 800 });
+        assert_eq!(w.reserved(), 800);
+        w.settle(a, Some(120));
+        assert_eq!(w.persona(0), Usage { inferences: 1, tokens: 120 });
+        w.settle(a, Some(0));
+        assert_eq!(w.persona(0).tokens, 120, "a second settlement changes nothing");
+        w.settle(b, None);
+        assert_eq!(w.persona(1), Usage::default());
+        assert_eq!(w.fleet(), Usage { inferences: 1, tokens: 120 });
+        assert_eq!(w.reserved(), 0);
+        w.expire(t0 + WINDOW - Duration::from_nanos(1));
+        assert_eq!(w.fleet().tokens, 120);
+        w.expire(t0 + WINDOW);
+        assert_eq!(w.fleet(), Usage::default());
+        w.settle(a, Some(1));
+        assert_eq!(w.fleet(), Usage::default(), "an expired entry is not settled");
+    }
+
+    #[test]
+    fn judge_follows_hard_then_soft_limits() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let l = limits(Some((10, 1000)));
+        w.reserve(t0, 0, 790);
+        assert_eq!(w.judge(0, 10, 0.5, false, &l), Verdict::Run, "exactly at the soft share");
+        assert_eq!(w.judge(0, 11, 0.8, false, &l), Verdict::Skip(SkipReason::SoftTokenBudget));
+        assert_eq!(w.judge(0, 11, 0.81, false, &l), Verdict::Run);
+        assert_eq!(w.judge(0, 11, 0.1, true, &l), Verdict::Run, "urgent ignores the soft limit");
+        assert_eq!(w.judge(0, 211, 0.9, false, &l), Verdict::Skip(SkipReason::HardBudget));
+        assert_eq!(w.judge(0, 211, 0.9, true, &l), Verdict::RulesOnly(SkipReason::HardBudget));
+        assert_eq!(w.judge(1, 211, 0.9, false, &l), Verdict::Run, "another persona has its own budget");
+        for _ in 0..7 {
+            w.reserve(t0, 0, 0);
+        }
+        // 8 calls used: a 9th is above 0.8 of 10.
+        assert_eq!(w.judge(0, 0, 0.6, false, &l), Verdict::Skip(SkipReason::SoftCallBudget));
+        assert_eq!(w.judge(0, 0, 0.61, false, &l), Verdict::Run);
+        w.reserve(t0, 0, 0);
+        w.reserve(t0, 0, 0);
+        assert_eq!(w.judge(0, 0, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
+    }
+
+    #[test]
+    fn the_fleet_budget_binds_personas_without_one() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let l = limits(None);
+        w.reserve(t0, 3, 9_000);
+        assert_eq!(w.judge(4, 1_000, 1.0, false, &l), Verdict::Run);
+        assert_eq!(w.judge(4, 1_001, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
+    }
+}
