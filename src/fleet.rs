@@ -22,7 +22,7 @@ use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
 use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_runtime::restart::RestartWindow;
-use mindfleet_runtime::sched::SchedulerHandle;
+use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 use ractor_cluster_derive::RactorMessage;
@@ -142,7 +142,9 @@ impl Actor for FleetSupervisor {
 
     async fn pre_start(&self, myself: ActorRef<FleetMsg>, args: FleetArgs) -> Result<FleetState, ActorProcessingErr> {
         let me = myself.get_cell();
-        let scheduler = mindfleet_actors::scheduler::spawn(args.config.scheduler, Some(me.clone())).await?;
+        let budgets = mindfleet_actors::scheduler::budgets(&args.config.personas);
+        let scheduler =
+            mindfleet_actors::scheduler::spawn_with_budgets(args.config.scheduler, budgets, Some(me.clone())).await?;
         let c = args.config.coordination;
         let coordinator = mindfleet_actors::coordinator::spawn(
             CoordinatorArgs { responders: c.responders, window: c.window },
@@ -357,8 +359,9 @@ impl Fleet {
             .map_err(|e| InjectError::Storage(format!("admin: {e}")))?
     }
 
-    /// Waits until every delivery to a running persona is finished, or `timeout` passes.
-    /// Returns whether the fleet became idle.
+    /// Waits until every delivery to a running persona is finished and no scheduler task of a
+    /// class above `background` is queued or running, or `timeout` passes. Returns whether the
+    /// fleet became idle.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
@@ -374,6 +377,10 @@ impl Fleet {
 
     async fn is_idle(&self) -> bool {
         let Ok(stats) = self.storage.stats().await else { return true };
+        let Ok(sched) = call_t!(self.scheduler.actor(), SchedulerMsg::Stats, 10_000) else { return true };
+        if !sched.foreground_idle() {
+            return false;
+        }
         if stats.pending == 0 {
             return true;
         }

@@ -249,6 +249,16 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Urgent dispatch latency behind a backlog of background tasks, and scheduler throughput.
+    Scheduler {
+        #[arg(long, default_value_t = 100_000)]
+        backlog: usize,
+        /// Timed urgent samples, each against a refilled backlog.
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// A steady load on a large fleet: RSS, queues and decision latency over time.
     Soak {
         #[arg(long, default_value_t = 1000)]
@@ -310,6 +320,11 @@ fn main() -> ExitCode {
             Command::Ai { remote, format, query } => ai(remote, format, query).await,
             Command::Bench { which: BenchCmd::Launch { personas, json } } => {
                 print_figures(bench::launch(personas).await, json)
+            }
+            Command::Bench { which: BenchCmd::Scheduler { backlog, samples, json } } => {
+                let mut v = mindfleet_actors::scheduler::bench::bench(backlog.max(1), samples.max(1)).await;
+                v["bench"] = "scheduler".into();
+                print_figures(Ok(v), json)
             }
             Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, json } } => {
                 print_figures(bench::soak(personas, rate, seconds, every.max(1)).await, json)

@@ -38,12 +38,13 @@
 //! not earliest-deadline-first). An answer given after the task's deadline says
 //! `deadline_missed: true` and is counted, in total and by class of submission.
 //!
-//! **Cadence.** `Cadence { persona, interval }` rate-limits the persona's non-urgent grants
-//! to one per `interval`, counted from its last non-urgent grant. A task that is not due yet
-//! waits aside (not in the class queues) and a timer wakes the scheduler when its persona is
-//! due; the persona's best task aside (by class, then aged priority) then goes back to the
-//! queues, where it competes as usual. `Urgent` tasks ignore cadence and do not count as the
-//! persona's turn; a persona without a cadence is not limited; the first grant after a
+//! **Cadence.** `Cadence { persona, interval }` rate-limits the persona's *paced* grants
+//! (`Task::paced`: the start of a new piece of self-paced work) to one per `interval`, counted
+//! from its last paced grant. A task that is not due yet waits aside (not in the class queues)
+//! and a timer wakes the scheduler when its persona is due; the persona's best task aside (by
+//! class, then aged priority) then goes back to the queues, where it competes as usual.
+//! Unpaced and `Urgent` tasks ignore cadence and do not count as the persona's turn; a
+//! persona without a cadence is not limited; the first grant after a
 //! persona's first cadence is never delayed; a changed cadence re-times the next grant from
 //! the last one; `Duration::ZERO` removes the limit. A skipped task does not use the turn.
 //!
@@ -96,8 +97,8 @@ use std::time::{Duration, Instant};
 
 use mindfleet_runtime::config::{PersonaConfig, SchedulerConfig};
 use mindfleet_runtime::sched::{
-    self, Class, Grant, Outcome, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats, SubmitQueues, Task,
-    TaskId,
+    self, BudgetStats, Class, CostReport, Grant, Outcome, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats,
+    SubmitQueues, Task, TaskId,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, SpawnErr};
@@ -142,6 +143,7 @@ impl Ord for Aside {
 /// What the scheduler keeps about a persona that has a cadence, a budget or model calls.
 #[derive(Debug)]
 struct Persona {
+    name: Arc<str>,
     /// Zero: no limit.
     cadence: Duration,
     /// Last non-urgent grant while the persona had a cadence.
@@ -162,6 +164,7 @@ impl Persona {
 #[derive(Debug)]
 struct Running {
     persona: Arc<str>,
+    class: Class,
     pool: usize,
     /// Budget entry and tokens reserved.
     reservation: Option<(u64, u64)>,
@@ -240,6 +243,8 @@ pub struct SchedulerState {
     due: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Tasks aside by class.
     deferred: [usize; 4],
+    /// Granted and not done, by class of submission.
+    running_by_class: [usize; 4],
     window: Window,
     /// Earliest promotion due, ns from `epoch` (may be early, never late; `i64::MAX`: none).
     next_promotion: i64,
@@ -276,6 +281,7 @@ impl SchedulerState {
             with_cadence: 0,
             due: BinaryHeap::new(),
             deferred: [0; 4],
+            running_by_class: [0; 4],
             window: Window::default(),
             next_promotion: i64::MAX,
             background_turn: [None; POOLS],
@@ -311,6 +317,7 @@ impl SchedulerState {
         }
         let p = self.personas.len() as u32;
         self.personas.push(Persona {
+            name: name.clone(),
             cadence: Duration::ZERO,
             last_grant: None,
             aside: BinaryHeap::new(),
@@ -363,7 +370,8 @@ impl SchedulerState {
                 }
             }
         }
-        if w.task.class != Class::Urgent
+        if w.task.paced
+            && w.task.class != Class::Urgent
             && self.with_cadence > 0
             && let Some(&p) = self.by_name.get(&w.task.persona)
             && self.personas[p as usize].next_due().is_some_and(|d| d > now)
@@ -519,9 +527,9 @@ impl SchedulerState {
 
     /// Applies cadence and budget to a task taken for a free slot of its pool, then answers it.
     fn offer(&mut self, mut w: Waiting, now: Instant) {
-        let urgent = w.task.class == Class::Urgent;
+        let paced = w.task.paced && w.task.class != Class::Urgent;
         let mut persona = None;
-        if !urgent && self.with_cadence > 0 {
+        if paced && self.with_cadence > 0 {
             persona = self.by_name.get(&w.task.persona).copied();
             if let Some(p) = persona
                 && self.personas[p as usize].next_due().is_some_and(|d| d > now)
@@ -540,7 +548,8 @@ impl SchedulerState {
             match self.judge(&w, p, now) {
                 Verdict::Run => {
                     let tokens = u64::from(w.task.max_tokens);
-                    reservation = Some((self.window.reserve(now, p, tokens), tokens));
+                    let seq = self.window.reserve(now, p, tokens, w.task.label, w.task.room.clone());
+                    reservation = Some((seq, tokens));
                     Outcome::Run
                 }
                 Verdict::Skip(reason) => Outcome::Skipped(reason),
@@ -562,19 +571,33 @@ impl SchedulerState {
         self.answer(w, pool, outcome, reservation, persona, now);
     }
 
-    /// What the budgets allow for a model call of persona `p` now.
-    fn judge(&mut self, w: &Waiting, p: u32, now: Instant) -> Verdict {
-        self.window.expire(now);
-        let limits = Limits {
+    /// The budgets persona `p` is judged against.
+    fn limits(&self, p: Option<u32>) -> Limits {
+        Limits {
             fleet: PersonaBudget {
                 inferences_per_hour: self.config.fleet_inferences_per_hour,
                 tokens_per_hour: self.config.fleet_tokens_per_hour,
             },
-            persona: self.personas[p as usize].budget,
+            persona: p.and_then(|p| self.personas[p as usize].budget),
             soft: self.config.budget_soft_limit,
-        };
+        }
+    }
+
+    /// What the budgets allow for a model call of persona `p` now.
+    fn judge(&mut self, w: &Waiting, p: u32, now: Instant) -> Verdict {
+        self.window.expire(now);
+        let limits = self.limits(Some(p));
         let urgent = w.task.class == Class::Urgent;
         self.window.judge(p, u64::from(w.task.max_tokens), w.task.priority, urgent, &limits)
+    }
+
+    /// Share of the persona's tightest budget left (1 while nothing was used: no lookup).
+    fn budget_left(&self, persona: Option<u32>, name: &str) -> f64 {
+        if self.window.fleet().inferences == 0 {
+            return 1.0;
+        }
+        let p = persona.or_else(|| self.by_name.get(name).copied());
+        self.window.share_left(p.unwrap_or(u32::MAX), &self.limits(p))
     }
 
     /// Sends the grant and books the slot, the reservation and the persona's turn.
@@ -611,11 +634,13 @@ impl SchedulerState {
             deadline_missed,
             "grant"
         );
-        let grant = Grant { task: t.id, slot: slot_of(pool), class: t.class, waited_us, outcome, deadline_missed };
+        let budget_left = self.budget_left(persona, &t.persona);
+        let grant =
+            Grant { task: t.id, slot: slot_of(pool), class: t.class, waited_us, outcome, deadline_missed, budget_left };
         if !t.owner.grant(grant) {
             self.stats.released += 1;
             if let Some((seq, _)) = reservation {
-                self.window.settle(seq, None);
+                self.window.settle(seq, None, now);
             }
             return;
         }
@@ -629,23 +654,26 @@ impl SchedulerState {
         self.stats.granted += 1;
         self.stats.class_mut(t.class).granted += 1;
         self.free[pool] -= 1;
-        if t.class != Class::Urgent
+        self.running_by_class[t.class as usize] += 1;
+        if t.paced
+            && t.class != Class::Urgent
             && let Some(p) = persona
             && !self.personas[p as usize].cadence.is_zero()
         {
             self.personas[p as usize].last_grant = Some(now);
             self.schedule_due(p);
         }
-        self.running.insert(t.id, Running { persona: t.persona, pool, reservation });
+        self.running.insert(t.id, Running { persona: t.persona, class: t.class, pool, reservation });
     }
 
     fn finish(&mut self, task: TaskId, tokens_used: u32, now: Instant) {
         let Some(r) = self.running.remove(&task) else { return };
         self.free[r.pool] += 1;
+        self.running_by_class[r.class as usize] -= 1;
         self.stats.done += 1;
         self.done_rate.add(now.saturating_duration_since(self.epoch).as_secs());
         if let Some((seq, _)) = r.reservation {
-            self.window.settle(seq, Some(u64::from(tokens_used)));
+            self.window.settle(seq, Some(u64::from(tokens_used)), now);
         }
     }
 
@@ -669,14 +697,15 @@ impl SchedulerState {
 
     /// Frees the slots of a persona's running tasks (their model use stays charged) and drops
     /// its waiting ones.
-    fn release(&mut self, persona: &str) {
+    fn release(&mut self, persona: &str, now: Instant) {
         let ids: Vec<TaskId> = self.running.iter().filter(|(_, r)| &*r.persona == persona).map(|(id, _)| *id).collect();
         for id in ids {
             if let Some(r) = self.running.remove(&id) {
                 self.free[r.pool] += 1;
+                self.running_by_class[r.class as usize] -= 1;
                 self.stats.released += 1;
                 if let Some((seq, tokens)) = r.reservation {
-                    self.window.settle(seq, Some(tokens));
+                    self.window.settle(seq, Some(tokens), now);
                 }
             }
         }
@@ -732,6 +761,7 @@ impl SchedulerState {
             let cs = s.class_mut(c);
             cs.queued = queued;
             cs.deferred = self.deferred[c as usize];
+            cs.running = self.running_by_class[c as usize];
             cs.oldest_wait_ms = oldest as f64 / 1e6;
         }
         s.running_inference = self.config.inference_slots - self.free[0];
@@ -745,15 +775,27 @@ impl SchedulerState {
         let secs = elapsed.as_secs_f64();
         s.throughput_per_s = if secs > 0.0 { s.done as f64 / secs } else { 0.0 };
         s.throughput_1m_per_s = self.done_rate.per_s(elapsed);
+        s.budget = self.budget_stats(now);
+        s
+    }
+
+    fn budget_stats(&mut self, now: Instant) -> BudgetStats {
         self.window.expire(now);
         let used = self.window.fleet();
-        s.budget.inferences_last_hour = used.inferences;
-        s.budget.tokens_last_hour = used.tokens;
-        s.budget.tokens_reserved = self.window.reserved();
-        s.budget.inferences_per_hour = self.config.fleet_inferences_per_hour;
-        s.budget.tokens_per_hour = self.config.fleet_tokens_per_hour;
-        s.budget.soft_limit = self.config.budget_soft_limit;
-        s
+        BudgetStats {
+            inferences_last_hour: used.inferences,
+            tokens_last_hour: used.tokens,
+            tokens_reserved: self.window.reserved(),
+            inferences_per_hour: self.config.fleet_inferences_per_hour,
+            tokens_per_hour: self.config.fleet_tokens_per_hour,
+            soft_limit: self.config.budget_soft_limit,
+        }
+    }
+
+    fn cost(&mut self, since: Duration, now: Instant) -> CostReport {
+        let budget = self.budget_stats(now);
+        let names: Vec<Arc<str>> = self.personas.iter().map(|p| p.name.clone()).collect();
+        CostReport { budget, ..self.window.cost(now, since, &names) }
     }
 }
 
@@ -793,7 +835,11 @@ impl Actor for Scheduler {
             SchedulerMsg::Done { task, tokens_used } => st.finish(task, tokens_used, now),
             SchedulerMsg::Cadence { persona, interval } => st.set_cadence(persona, interval, now),
             SchedulerMsg::Budget { persona, budget } => st.set_budget(persona, budget),
-            SchedulerMsg::Release(persona) => st.release(&persona),
+            SchedulerMsg::Release(persona) => st.release(&persona, now),
+            SchedulerMsg::Cost { since, reply } => {
+                let _ = reply.send(st.cost(since, now));
+                return Ok(());
+            }
             SchedulerMsg::Tick(at) => {
                 if st.timer.as_ref().is_some_and(|(armed, _)| *armed == at) {
                     st.timer = None;

@@ -3,6 +3,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use mindfleet_runtime::messages::FaultTarget;
 use mindfleet_runtime::model::{Action, ErrorClass};
@@ -13,6 +14,8 @@ pub struct FaultBook {
     on_text: Mutex<Option<String>>,
     /// Planned failures of plan actions: (action, class, how many more).
     actions: Mutex<Vec<(Action, ErrorClass, u32)>>,
+    /// Planned delays of plan actions: (action, delay, how many more).
+    delays: Mutex<Vec<(Action, Duration, u32)>>,
 }
 
 fn index(t: FaultTarget) -> usize {
@@ -52,6 +55,21 @@ impl FaultBook {
         let (_, class, left) = a.iter_mut().find(|(x, _, n)| *x == action && *n > 0)?;
         *left -= 1;
         Some(*class)
+    }
+
+    /// Makes the next `times` runs of `action` take `delay` longer.
+    pub fn slow_action(&self, action: Action, delay: Duration, times: u32) {
+        let mut a = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        a.retain(|(x, _, _)| *x != action);
+        a.push((action, delay, times));
+    }
+
+    /// The delay this run of `action` must take, if one is planned.
+    pub fn take_action_delay(&self, action: Action) -> Option<Duration> {
+        let mut a = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, delay, left) = a.iter_mut().find(|(x, _, n)| *x == action && *n > 0)?;
+        *left -= 1;
+        Some(*delay)
     }
 
     /// True when handling an event with this text must panic.

@@ -1,6 +1,8 @@
 //! Self-state as plain data: how one activity changes focus, load, energy and mood, and the
 //! deterministic `rules` brain. The `SelfState` actor owns the state and applies updates.
 
+use std::time::Duration;
+
 use mindfleet_runtime::event::{Event, SenderKind};
 use mindfleet_runtime::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
 
@@ -45,6 +47,19 @@ pub enum Update {
 
 fn unit(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
+/// How often a persona may start a new piece of self-paced work (see `Task::paced`): 3 s when
+/// idle, 5 s active, 7 s tired, 10 s overwhelmed, doubled when less than half of its model
+/// budget is left.
+pub fn cadence(mood: Mood, budget_left: f64) -> Duration {
+    let base = Duration::from_secs(match mood {
+        Mood::Idle => 3,
+        Mood::Active => 5,
+        Mood::Tired => 7,
+        Mood::Overwhelmed => 10,
+    });
+    if budget_left < 0.5 { base * 2 } else { base }
 }
 
 /// Applies an update at `now_us` and recomputes load, capacity and mood.
@@ -227,6 +242,14 @@ mod tests {
         let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
         let r = rules_reply("helper", "assistant", &from_persona, &[]);
         assert_eq!(mindfleet_runtime::event::text_mentions(&r).count(), 0, "{r}");
+    }
+
+    #[test]
+    fn cadence_slows_with_mood_and_doubles_on_a_spent_budget() {
+        assert_eq!(cadence(Mood::Idle, 1.0), Duration::from_secs(3));
+        assert_eq!(cadence(Mood::Overwhelmed, 0.5), Duration::from_secs(10));
+        assert_eq!(cadence(Mood::Overwhelmed, 0.49), Duration::from_secs(20));
+        assert!(cadence(Mood::Active, 1.0) < cadence(Mood::Tired, 1.0));
     }
 
     #[test]

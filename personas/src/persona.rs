@@ -37,17 +37,18 @@ use mindfleet_runtime::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Sl
 use mindfleet_runtime::storage::Storage;
 use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
+use tracing::Instrument;
 
 use crate::brain::{Brain, PlanContext, RespondContext, RulesBrain};
 use crate::consolidate::consolidate;
 use crate::faults::FaultBook;
 use crate::gate::{
     ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
-    priority, thermal,
+    priority, score, thermal,
 };
 use crate::inbox::{Inbox, InboxArgs, InboxMsg};
 use crate::memory::Draft;
-use crate::mind::{Activity, Update};
+use crate::mind::{Activity, Update, cadence};
 use crate::self_state::{SelfState, SelfStateArgs, SelfStateMsg};
 use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
 use mindfleet_runtime::team::suitability;
@@ -105,6 +106,16 @@ impl<M: ractor::Message> Child<M> {
     }
 }
 
+/// An event the fast path and the thermal adapter passed on, waiting for its `gate` task: the
+/// brain's judgement is cognitive work and runs as a scheduler task like any other.
+struct Judging {
+    delivery: Delivery,
+    backlog: usize,
+    priority: f64,
+    state: GateState,
+    task: TaskId,
+}
+
 /// An event decided by the gate whose turn the room's coordinator has not granted yet.
 struct Waiting {
     delivery: Delivery,
@@ -143,6 +154,7 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     snapshot: SelfStateData,
     in_flight: Option<InFlight>,
+    judging: Option<Judging>,
     waiting: Option<Waiting>,
     done: VecDeque<u64>,
     /// Times of persona messages seen per room (echo-storm guard).
@@ -154,6 +166,10 @@ pub struct PersonaState {
     last_plan: Option<PlanRecord>,
     /// The consolidation task waiting for its grant, if any.
     consolidating: Option<TaskId>,
+    /// The cadence last sent to the scheduler (from mood and budget).
+    cadence: Duration,
+    /// Share of the model budget left, as of the last grant.
+    budget_left: f64,
 }
 
 async fn spawn_inbox(
@@ -259,14 +275,47 @@ impl PersonaState {
     }
 
     fn is_done(&self, seq: u64) -> bool {
-        self.done.contains(&seq)
-            || self.in_flight.as_ref().is_some_and(|f| f.delivery.seq == seq)
-            || self.waiting.as_ref().is_some_and(|w| w.delivery.seq == seq)
+        self.done.contains(&seq) || self.current_event().is_some_and(|d| d.seq == seq)
     }
 
-    /// Working on an event, or waiting for its turn.
+    /// The event being judged, waiting for its turn, or worked on.
+    fn current_event(&self) -> Option<&Delivery> {
+        self.in_flight
+            .as_ref()
+            .map(|f| &f.delivery)
+            .or_else(|| self.judging.as_ref().map(|j| &j.delivery))
+            .or_else(|| self.waiting.as_ref().map(|w| &w.delivery))
+    }
+
     fn busy(&self) -> bool {
-        self.in_flight.is_some() || self.waiting.is_some()
+        self.current_event().is_some()
+    }
+
+    /// The class the work on an event runs in: `urgent` if marked so or a human mentioned this
+    /// persona, `interactive` for chat and voice, `work` otherwise.
+    fn class_of(&self, e: &Event) -> Class {
+        if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
+            Class::Urgent
+        } else if matches!(e.domain.as_str(), "chat" | "voice") {
+            Class::Interactive
+        } else {
+            Class::Work
+        }
+    }
+
+    /// A task of this persona for the event `e` (its class, priority and room).
+    fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
+        Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
+            .in_room(&e.room)
+    }
+
+    /// Sends the scheduler a new cadence when mood or budget changed it.
+    fn retune(&mut self) {
+        let c = cadence(self.snapshot.mood, self.budget_left);
+        if c != self.cadence {
+            self.cadence = c;
+            self.args.scheduler.set_cadence(self.name.clone(), c);
+        }
     }
 
     fn spoke_recently(&self, room: &str, now: i64) -> bool {
@@ -336,9 +385,18 @@ impl PersonaState {
             spoke_recently: self.spoke_recently(&d.event.room, now),
         });
         let state = self.gate_state(&d.event, now);
-        let gate = fast_path(&d.event, &self.name, p, &state)
-            .or_else(|| thermal(p, &state))
-            .unwrap_or_else(|| self.brain.judge(&d.event, p, &state));
+        match fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state)) {
+            Some(gate) => self.decided(d, backlog, p, gate, state),
+            None => {
+                let t = self.task_for(&d.event, self.class_of(&d.event), p, "gate");
+                self.judging = Some(Judging { delivery: d, backlog, priority: p, state, task: t.id });
+                self.args.scheduler.submit(t);
+            }
+        }
+    }
+
+    /// The gate chain decided: take part in turn-taking, engage, or finish.
+    fn decided(&mut self, d: Delivery, backlog: usize, p: f64, gate: GateDecision, state: GateState) {
         let e = &d.event;
         // An undirected message that several personas got: the room's coordinator decides
         // who answers (every receiver claims or passes, so it knows when all have spoken).
@@ -405,14 +463,7 @@ impl PersonaState {
     fn engage(&mut self, d: Delivery, backlog: usize, p: f64, gate: GateDecision, state: GateState) {
         let now = now_us();
         let e = &d.event;
-        let class = if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name))
-        {
-            Class::Urgent
-        } else if matches!(e.domain.as_str(), "chat" | "voice") {
-            Class::Interactive
-        } else {
-            Class::Work
-        };
+        let class = self.class_of(e);
         let plan = self.brain.formulate_plan(&PlanContext {
             persona: &self.name,
             role: &self.args.config.role,
@@ -458,22 +509,22 @@ impl PersonaState {
         self.next_step();
     }
 
-    /// Submits the next pending step as a scheduler task, or completes the plan.
+    /// Submits the next pending step as a scheduler task; after the last one, the evaluation.
+    ///
+    /// The first step of a `work` plan starts a new piece of self-paced work, so it waits for
+    /// the persona's cadence; the steps after it, and interactive and urgent work, do not.
     fn next_step(&mut self) {
-        let Some(f) = self.in_flight.as_mut() else { return };
-        let Some(step) = f.record.plan.steps.get_mut(f.cursor) else {
-            self.complete();
-            return;
-        };
-        step.state = StepState::Running;
-        let t = Task::new(
-            self.name.clone(),
-            f.class,
-            f.priority,
-            Slot::Cheap,
-            step.action.as_str(),
-            Owner::Persona(self.myself.clone()),
-        );
+        let Some(f) = self.in_flight.as_ref() else { return };
+        let label = f.record.plan.steps.get(f.cursor).map_or("evaluate", |s| s.action.as_str());
+        let mut t = self.task_for(&f.delivery.event, f.class, f.priority, label);
+        let starts = f.cursor == 0 && f.record.adjustments.is_empty();
+        if starts && f.class == Class::Work {
+            t = t.paced();
+        }
+        let f = self.in_flight.as_mut().expect("checked above");
+        if let Some(step) = f.record.plan.steps.get_mut(f.cursor) {
+            step.state = StepState::Running;
+        }
         f.task = t.id;
         self.args.scheduler.submit(t);
     }
@@ -490,7 +541,8 @@ impl PersonaState {
             Slot::Cheap,
             "consolidate",
             Owner::Persona(self.myself.clone()),
-        );
+        )
+        .paced();
         self.consolidating = Some(t.id);
         self.args.scheduler.submit(t);
     }
@@ -518,20 +570,62 @@ impl PersonaState {
         }
     }
 
-    /// Runs the granted step and adjusts the plan if it fails.
+    /// Runs the granted task: a gate judgement, a consolidation pass, a plan step (adjusting the
+    /// plan if it fails) or the plan's evaluation. Each is a `debug` span with the persona, the
+    /// task's label and class, its wait and its run time.
     async fn on_grant(&mut self, g: Grant) {
+        if (self.budget_left - g.budget_left).abs() > f64::EPSILON {
+            self.budget_left = g.budget_left;
+            self.retune();
+        }
+        let ran = g.outcome.holds_slot();
+        let label = if self.judging.as_ref().is_some_and(|j| j.task == g.task) {
+            "gate"
+        } else if self.consolidating == Some(g.task) {
+            "consolidate"
+        } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.task == g.task) {
+            f.record.plan.steps.get(f.cursor).map_or("evaluate", |s| s.action.as_str())
+        } else {
+            // A task of an event that is over (the persona restarted meanwhile).
+            if ran {
+                self.args.scheduler.done(g.task);
+            }
+            return;
+        };
+        let span = tracing::debug_span!("task", persona = %self.name, label, class = g.class.as_str(), waited_us = g.waited_us, outcome = ?g.outcome);
+        let started = Instant::now();
+        self.run_grant(g).instrument(span.clone()).await;
+        tracing::debug!(parent: &span, run_us = started.elapsed().as_micros() as u64, "task done");
+    }
+
+    async fn run_grant(&mut self, g: Grant) {
+        let ran = g.outcome.holds_slot();
+        if let Some(j) = self.judging.take_if(|j| j.task == g.task) {
+            let gate = if ran {
+                let gate = self.brain.judge(&j.delivery.event, j.priority, &j.state);
+                self.args.scheduler.done(g.task);
+                gate
+            } else {
+                // No budget for the brain's judgement: the deterministic scorer decides.
+                GateDecision { note: "over budget: judged by rules".into(), ..score(j.priority, &j.state) }
+            };
+            self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
+            return;
+        }
         if self.consolidating == Some(g.task) {
             self.consolidating = None;
-            if !matches!(g.outcome, Outcome::Skipped(_)) {
+            if ran {
                 self.consolidate().await;
                 self.args.scheduler.done(g.task);
             }
             return;
         }
-        if self.in_flight.as_ref().is_none_or(|f| f.task != g.task) {
-            if !matches!(g.outcome, Outcome::Skipped(_)) {
+        let f = self.in_flight.as_ref().expect("on_grant checked the task");
+        if f.cursor >= f.record.plan.steps.len() {
+            if ran {
                 self.args.scheduler.done(g.task);
             }
+            self.complete();
             return;
         }
         if let Outcome::Skipped(reason) = g.outcome {
@@ -550,7 +644,7 @@ impl PersonaState {
                 s.state = StepState::Skipped;
             }
             f.cursor = f.record.plan.steps.len();
-            self.complete();
+            self.next_step();
             return;
         }
         let result = self.run_step().await;
@@ -619,6 +713,9 @@ impl PersonaState {
     async fn run_step(&mut self) -> Result<(), (ErrorClass, String)> {
         let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let action = f.record.plan.steps[f.cursor].action;
+        if let Some(delay) = self.args.faults.take_action_delay(action) {
+            tokio::time::sleep(delay).await;
+        }
         if let Some(class) = self.args.faults.take_action_failure(action) {
             return Err((class, format!("injected {} failure", class.as_str())));
         }
@@ -849,11 +946,9 @@ impl PersonaState {
             inbox,
             working_memory,
             decisions: Vec::new(),
-            in_flight: self
-                .in_flight
-                .as_ref()
-                .map(|f| f.delivery.event.id.clone())
-                .or_else(|| self.waiting.as_ref().map(|w| w.delivery.event.id.clone())),
+            in_flight: self.current_event().map(|d| d.event.id.clone()),
+            cadence_ms: self.cadence.as_millis() as u64,
+            budget_left: self.budget_left,
             plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
         }
     }
@@ -867,6 +962,9 @@ impl PersonaState {
             }
             FaultWhen::Now => self.panic_now(f.target),
             FaultWhen::FailAction { action, class, times } => self.args.faults.fail_action(action, class, times),
+            FaultWhen::SlowAction { action, ms, times } => {
+                self.args.faults.slow_action(action, Duration::from_millis(ms), times)
+            }
         }
     }
 
@@ -908,6 +1006,7 @@ impl Actor for Persona {
             self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
             memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
             in_flight: None,
+            judging: None,
             waiting: None,
             done: VecDeque::new(),
             persona_msgs: HashMap::new(),
@@ -915,12 +1014,15 @@ impl Actor for Persona {
             learnings,
             last_plan: None,
             consolidating: None,
+            cadence: Duration::ZERO,
+            budget_left: 1.0,
             args,
         })
     }
 
     async fn post_start(&self, myself: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
         myself.send_interval(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
+        st.retune();
         st.pull();
         Ok(())
     }
@@ -934,7 +1036,10 @@ impl Actor for Persona {
         match msg {
             PersonaMsg::Deliver(d) => st.on_deliver(d),
             PersonaMsg::Next(d, backlog) => st.on_next(d, backlog),
-            PersonaMsg::SelfState(s) => st.snapshot = *s,
+            PersonaMsg::SelfState(s) => {
+                st.snapshot = *s;
+                st.retune();
+            }
             PersonaMsg::Granted(g) => st.on_grant(g).await,
             PersonaMsg::Dump(reply) => {
                 let _ = reply.send(st.dump().await);

@@ -97,6 +97,13 @@ pub struct PersonaDump {
     /// The plan being run, else the last finished one.
     #[serde(default)]
     pub plan: Option<PlanRecord>,
+    /// How often the persona may start new self-paced work, from its mood and budget (0: not
+    /// set yet).
+    #[serde(default)]
+    pub cadence_ms: u64,
+    /// Share of its model budget left over the last hour, as of its last grant.
+    #[serde(default)]
+    pub budget_left: f64,
 }
 
 impl PersonaDump {
@@ -122,6 +129,8 @@ impl PersonaDump {
             decisions: Vec::new(),
             in_flight: None,
             plan: None,
+            cadence_ms: 0,
+            budget_left: 0.0,
         }
     }
 }

@@ -109,6 +109,8 @@ pub enum FaultWhen {
     OnText(String),
     /// The next `times` runs of a plan action fail with this error class (persona only).
     FailAction { action: Action, class: ErrorClass, times: u32 },
+    /// The next `times` runs of a plan action take `ms` milliseconds longer (persona only).
+    SlowAction { action: Action, ms: u64, times: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -118,6 +118,11 @@ pub struct Task {
     /// Model tokens the task may use, reserved against the budgets until `done` (0: no model).
     /// Only tasks with `max_tokens > 0` count against the budgets: one inference each.
     pub max_tokens: u32,
+    /// Subject to its persona's cadence: it starts a new piece of self-paced work (a `Work`
+    /// plan, a `Background` pass). Never applies to `Urgent` tasks.
+    pub paced: bool,
+    /// The room the work is for, for cost accounting.
+    pub room: Option<Arc<str>>,
 }
 
 impl Task {
@@ -134,7 +139,21 @@ impl Task {
             submitted: now(),
             deadline: None,
             max_tokens: 0,
+            paced: false,
+            room: None,
         }
+    }
+
+    /// The same task, paced by its persona's cadence.
+    pub fn paced(mut self) -> Task {
+        self.paced = true;
+        self
+    }
+
+    /// The same task, accounted to `room`.
+    pub fn in_room(mut self, room: &str) -> Task {
+        self.room = Some(Arc::from(room));
+        self
     }
 
     /// The same task with a deadline `within` after its submission.
@@ -191,7 +210,7 @@ impl Outcome {
 }
 
 /// The scheduler's answer to one task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Grant {
     pub task: TaskId,
     /// The slot held: the one submitted for, except that `RulesOnly` holds a cheap slot
@@ -204,6 +223,9 @@ pub struct Grant {
     pub outcome: Outcome,
     /// Granted after its deadline.
     pub deadline_missed: bool,
+    /// Share (0..=1) of the persona's tightest model budget (its own or the fleet's, calls or
+    /// tokens) left over the last hour, as of this grant. Personas slow their cadence on it.
+    pub budget_left: f64,
 }
 
 /// A persona's model budget over any sliding hour (from its `PersonaConfig`).
@@ -243,6 +265,11 @@ pub enum SchedulerMsg {
     Budget {
         persona: Arc<str>,
         budget: Option<PersonaBudget>,
+    },
+    /// Model use over the last `since` (at most an hour, the budget window).
+    Cost {
+        since: Duration,
+        reply: RpcReplyPort<CostReport>,
     },
     /// Internal: the scheduler's own timer (a cadence or a promotion is due at this instant).
     Tick(Instant),
@@ -340,6 +367,8 @@ pub struct ClassStats {
     pub queued: usize,
     /// Of `queued`, the tasks waiting for their persona's cadence.
     pub deferred: usize,
+    /// Granted and not done yet, by the class of submission.
+    pub running: usize,
     /// Grants that hold a slot (`Run`, `RulesOnly`), by the class of submission.
     pub granted: u64,
     /// Longest current wait, since submission, of a task waiting for a slot in this class,
@@ -449,4 +478,43 @@ impl SchedulerStats {
     pub fn queued(&self) -> usize {
         self.urgent.queued + self.interactive.queued + self.work.queued + self.background.queued
     }
+
+    /// No task of a class above `Background` is queued or running.
+    pub fn foreground_idle(&self) -> bool {
+        [&self.urgent, &self.interactive, &self.work].iter().all(|c| c.queued == 0 && c.running == 0)
+    }
+}
+
+/// Model calls and tokens of one persona, room or purpose.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CostRow {
+    pub key: String,
+    pub inferences: u64,
+    pub tokens: u64,
+}
+
+/// Model use over a recent window, from the scheduler's budget ledger (kept in memory for one
+/// hour: a restart starts it empty).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CostReport {
+    pub since_secs: f64,
+    /// Model calls granted in the window (running ones included).
+    pub inferences: u64,
+    /// Tokens used, with the full reservation of running calls.
+    pub tokens: u64,
+    /// Of `tokens`, what running calls hold reserved.
+    pub tokens_reserved: u64,
+    /// Most first.
+    pub by_persona: Vec<CostRow>,
+    /// By the room the work was for (`-` when none).
+    pub by_room: Vec<CostRow>,
+    /// By the task's label (`gate`, `draft_reply`, `evaluate`, ...).
+    pub by_purpose: Vec<CostRow>,
+    /// Grant to `done` of the finished calls, milliseconds.
+    pub latency_p50_ms: f64,
+    pub latency_p95_ms: f64,
+    pub latency_p99_ms: f64,
+    pub budget: BudgetStats,
 }

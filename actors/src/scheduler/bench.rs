@@ -1,8 +1,8 @@
 //! The scheduler's benchmark: how fast an `Urgent` task gets through a backlog, and how
 //! many trivial tasks the scheduler moves per second.
 //!
-//! Run it with `cargo run --release -p mindfleet-actors --example scheduler_bench --
-//! --backlog 100000 --samples 1000`; it prints the JSON object [`bench`] returns.
+//! Run it with `mindfleet bench scheduler --backlog 100000 --samples 1000 --json`; it prints
+//! the JSON object [`bench`] returns.
 //!
 //! - **Urgent latency.** One cheap slot, held, and `backlog` `Background` tasks waiting for
 //!   it. Each sample submits an `Urgent` task and frees the slot, then times from the submit

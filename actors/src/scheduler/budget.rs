@@ -5,11 +5,15 @@
 //! the window an hour after their grant, in grant order, so expiry is a pop from the front
 //! and the sums are kept exact without scans. Entries are addressed by a sequence number,
 //! so a settlement after the entry expired is recognized and ignored.
+//!
+//! The same entries are the cost ledger: each keeps its purpose (the task's label), its room
+//! and, once settled, how long the call ran, so [`Window::cost`] can break the last hour down.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::sched::{PersonaBudget, SkipReason};
+use mindfleet_runtime::sched::{CostReport, CostRow, PersonaBudget, SkipReason};
 
 pub(super) const WINDOW: Duration = Duration::from_secs(3600);
 
@@ -28,6 +32,10 @@ struct Entry {
     tokens: u64,
     /// Still held by a running task (the reservation is not settled).
     reserved: bool,
+    purpose: &'static str,
+    room: Option<Arc<str>>,
+    /// Grant to settlement, once settled.
+    ran: Option<Duration>,
 }
 
 /// What the budget allows for one model call.
@@ -127,13 +135,40 @@ impl Window {
         }
     }
 
+    /// Share (0..=1) of the tightest budget left to `persona`: its own or the fleet's, calls or
+    /// tokens (after `expire`).
+    pub fn share_left(&self, persona: u32, limits: &Limits) -> f64 {
+        let left = |used: Usage, b: &PersonaBudget| {
+            let share = |u: u64, l: u64| if l == 0 { 0.0 } else { 1.0 - (u as f64 / l as f64).min(1.0) };
+            share(used.inferences, b.inferences_per_hour).min(share(used.tokens, b.tokens_per_hour))
+        };
+        let fleet = left(self.fleet, &limits.fleet);
+        limits.persona.as_ref().map_or(fleet, |b| fleet.min(left(self.persona(persona), b)))
+    }
+
     /// Charges one call and reserves `tokens`; returns the entry's sequence number.
-    pub fn reserve(&mut self, now: Instant, persona: u32, tokens: u64) -> u64 {
+    pub fn reserve(
+        &mut self,
+        now: Instant,
+        persona: u32,
+        tokens: u64,
+        purpose: &'static str,
+        room: Option<Arc<str>>,
+    ) -> u64 {
         let p = persona as usize;
         if self.personas.len() <= p {
             self.personas.resize(p + 1, Usage::default());
         }
-        self.entries.push_back(Entry { at: now, persona, inferences: 1, tokens, reserved: true });
+        self.entries.push_back(Entry {
+            at: now,
+            persona,
+            inferences: 1,
+            tokens,
+            reserved: true,
+            purpose,
+            room,
+            ran: None,
+        });
         self.fleet.inferences += 1;
         self.fleet.tokens += tokens;
         self.reserved += tokens;
@@ -144,13 +179,14 @@ impl Window {
 
     /// Settles a reservation to what was used (`None`: nothing ran, so the call is not
     /// counted either). A task that reports more than it reserved is charged what it reports.
-    pub fn settle(&mut self, seq: u64, used: Option<u64>) {
+    pub fn settle(&mut self, seq: u64, used: Option<u64>, now: Instant) {
         let Some(i) = seq.checked_sub(self.head) else { return };
         let Some(e) = self.entries.get_mut(i as usize) else { return };
         if !e.reserved {
             return;
         }
         e.reserved = false;
+        e.ran = Some(now.saturating_duration_since(e.at));
         self.reserved -= e.tokens;
         let p = &mut self.personas[e.persona as usize];
         let (tokens, inferences) = match used {
@@ -163,6 +199,49 @@ impl Window {
         p.inferences = p.inferences - e.inferences + inferences;
         e.tokens = tokens;
         e.inferences = inferences;
+    }
+
+    /// The calls granted within `since` of `now` (after `expire`), by persona, room and purpose,
+    /// with the latency of the finished ones. `names` maps persona indices to names.
+    pub fn cost(&self, now: Instant, since: Duration, names: &[Arc<str>]) -> CostReport {
+        let since = since.min(WINDOW);
+        let (mut persona, mut room, mut purpose) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let mut r = CostReport { since_secs: since.as_secs_f64(), ..CostReport::default() };
+        let mut ran = Vec::new();
+        for e in self.entries.iter().rev().take_while(|e| now.saturating_duration_since(e.at) < since) {
+            if e.inferences == 0 {
+                continue; // granted, then released before it ran: not a call
+            }
+            r.inferences += e.inferences;
+            r.tokens += e.tokens;
+            if e.reserved {
+                r.tokens_reserved += e.tokens;
+            }
+            let name = names.get(e.persona as usize).map_or("?", |n| &**n);
+            for (map, key) in
+                [(&mut persona, name), (&mut room, e.room.as_deref().unwrap_or("-")), (&mut purpose, e.purpose)]
+            {
+                let row: &mut CostRow =
+                    map.entry(key).or_insert_with(|| CostRow { key: key.into(), ..CostRow::default() });
+                row.inferences += e.inferences;
+                row.tokens += e.tokens;
+            }
+            ran.extend(e.ran);
+        }
+        let rows = |m: HashMap<&str, CostRow>| {
+            let mut v: Vec<CostRow> = m.into_values().collect();
+            v.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(b.inferences.cmp(&a.inferences)).then(a.key.cmp(&b.key)));
+            v
+        };
+        r.by_persona = rows(persona);
+        r.by_room = rows(room);
+        r.by_purpose = rows(purpose);
+        ran.sort_unstable();
+        let pct = |p: f64| {
+            ran.get(((ran.len() as f64 * p).ceil() as usize).saturating_sub(1)).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        };
+        (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) = (pct(0.50), pct(0.95), pct(0.99));
+        r
     }
 }
 
@@ -182,15 +261,15 @@ mod tests {
     fn reservations_settle_and_expire_after_an_hour() {
         let t0 = Instant::now();
         let mut w = Window::default();
-        let a = w.reserve(t0, 0, 500);
-        let b = w.reserve(t0 + Duration::from_secs(10), 1, 300);
+        let a = w.reserve(t0, 0, 500, "draft_reply", None);
+        let b = w.reserve(t0 + Duration::from_secs(10), 1, 300, "gate", None);
         assert_eq!(w.fleet(), Usage { inferences: 2, tokens: 800 });
         assert_eq!(w.reserved(), 800);
-        w.settle(a, Some(120));
+        w.settle(a, Some(120), t0);
         assert_eq!(w.persona(0), Usage { inferences: 1, tokens: 120 });
-        w.settle(a, Some(0));
+        w.settle(a, Some(0), t0);
         assert_eq!(w.persona(0).tokens, 120, "a second settlement changes nothing");
-        w.settle(b, None);
+        w.settle(b, None, t0);
         assert_eq!(w.persona(1), Usage::default());
         assert_eq!(w.fleet(), Usage { inferences: 1, tokens: 120 });
         assert_eq!(w.reserved(), 0);
@@ -198,7 +277,7 @@ mod tests {
         assert_eq!(w.fleet().tokens, 120);
         w.expire(t0 + WINDOW);
         assert_eq!(w.fleet(), Usage::default());
-        w.settle(a, Some(1));
+        w.settle(a, Some(1), t0);
         assert_eq!(w.fleet(), Usage::default(), "an expired entry is not settled");
     }
 
@@ -207,7 +286,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Window::default();
         let l = limits(Some((10, 1000)));
-        w.reserve(t0, 0, 790);
+        w.reserve(t0, 0, 790, "x", None);
         assert_eq!(w.judge(0, 10, 0.5, false, &l), Verdict::Run, "exactly at the soft share");
         assert_eq!(w.judge(0, 11, 0.8, false, &l), Verdict::Skip(SkipReason::SoftTokenBudget));
         assert_eq!(w.judge(0, 11, 0.81, false, &l), Verdict::Run);
@@ -216,13 +295,13 @@ mod tests {
         assert_eq!(w.judge(0, 211, 0.9, true, &l), Verdict::RulesOnly(SkipReason::HardBudget));
         assert_eq!(w.judge(1, 211, 0.9, false, &l), Verdict::Run, "another persona has its own budget");
         for _ in 0..7 {
-            w.reserve(t0, 0, 0);
+            w.reserve(t0, 0, 0, "x", None);
         }
         // 8 calls used: a 9th is above 0.8 of 10.
         assert_eq!(w.judge(0, 0, 0.6, false, &l), Verdict::Skip(SkipReason::SoftCallBudget));
         assert_eq!(w.judge(0, 0, 0.61, false, &l), Verdict::Run);
-        w.reserve(t0, 0, 0);
-        w.reserve(t0, 0, 0);
+        w.reserve(t0, 0, 0, "x", None);
+        w.reserve(t0, 0, 0, "x", None);
         assert_eq!(w.judge(0, 0, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
     }
 
@@ -231,8 +310,43 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Window::default();
         let l = limits(None);
-        w.reserve(t0, 3, 9_000);
+        w.reserve(t0, 3, 9_000, "x", None);
         assert_eq!(w.judge(4, 1_000, 1.0, false, &l), Verdict::Run);
         assert_eq!(w.judge(4, 1_001, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
+    }
+
+    #[test]
+    fn the_ledger_breaks_cost_down_by_persona_room_and_purpose() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let names: Vec<Arc<str>> = vec!["ada".into(), "bob".into()];
+        let dev: Option<Arc<str>> = Some("dev".into());
+        let a = w.reserve(t0, 0, 500, "draft_reply", dev.clone());
+        let b = w.reserve(t0 + Duration::from_secs(1), 1, 100, "gate", dev);
+        let c = w.reserve(t0 + Duration::from_secs(2), 0, 50, "gate", None);
+        w.settle(a, Some(200), t0 + Duration::from_millis(400));
+        w.settle(b, Some(100), t0 + Duration::from_millis(1100));
+        w.settle(c, None, t0 + Duration::from_secs(2));
+        w.reserve(t0 + Duration::from_secs(3), 1, 70, "gate", None);
+        let r = w.cost(t0 + Duration::from_secs(3), Duration::from_secs(3600), &names);
+        assert_eq!((r.inferences, r.tokens, r.tokens_reserved), (3, 370, 70), "a call that never ran is not counted");
+        let keys = |v: &[CostRow]| v.iter().map(|x| (x.key.clone(), x.inferences, x.tokens)).collect::<Vec<_>>();
+        assert_eq!(keys(&r.by_persona), [("ada".into(), 1, 200), ("bob".into(), 2, 170)]);
+        assert_eq!(keys(&r.by_room), [("dev".into(), 2, 300), ("-".into(), 1, 70)]);
+        assert_eq!(keys(&r.by_purpose), [("draft_reply".into(), 1, 200), ("gate".into(), 2, 170)]);
+        assert!((r.latency_p50_ms - 100.0).abs() < 1e-6 && (r.latency_p99_ms - 400.0).abs() < 1e-6, "{r:?}");
+        let recent = w.cost(t0 + Duration::from_secs(3), Duration::from_millis(1500), &names);
+        assert_eq!((recent.inferences, recent.tokens), (1, 70), "only the last 1.5 s");
+    }
+
+    #[test]
+    fn share_left_is_the_tightest_budget() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let l = limits(Some((10, 1000)));
+        assert_eq!(w.share_left(0, &l), 1.0);
+        w.reserve(t0, 0, 600, "x", None);
+        assert!((w.share_left(0, &l) - 0.4).abs() < 1e-9, "persona tokens: 600 of 1000");
+        assert!((w.share_left(1, &l) - 0.94).abs() < 1e-9, "fleet tokens: 600 of 10,000");
     }
 }

@@ -23,6 +23,8 @@ fn task(id: TaskId, class: Class, priority: f64, age: Duration, tx: &crossbeam_c
         submitted: Instant::now() - age,
         deadline: None,
         max_tokens: 0,
+        paced: false,
+        room: None,
     }
 }
 
@@ -210,7 +212,7 @@ impl Rig {
     }
 
     fn task(&self, persona: &str, class: Class, priority: f64, slot: Slot) -> Task {
-        Task::new(persona.into(), class, priority, slot, "test", Owner::Persona(self.probe.clone()))
+        Task::new(persona.into(), class, priority, slot, "test", Owner::Persona(self.probe.clone())).paced()
     }
 
     fn submit(&self, t: Task) -> TaskId {
@@ -329,7 +331,10 @@ async fn cadence_delays_a_personas_next_task_but_not_urgent_ones_or_other_person
     let b = rig.submit(rig.task("p", Class::Work, 0.5, Slot::Cheap));
     let u = rig.submit(rig.task("p", Class::Urgent, 0.1, Slot::Cheap));
     let q = rig.submit(rig.task("q", Class::Work, 0.1, Slot::Cheap));
+    // A task that continues work already started is not paced.
+    let i = rig.submit(Task { paced: false, ..rig.task("p", Class::Interactive, 0.1, Slot::Cheap) });
     assert_eq!((rig.grant().await.task, rig.elapsed()), (u, Duration::ZERO));
+    assert_eq!((rig.grant().await.task, rig.elapsed()), (i, Duration::ZERO));
     assert_eq!((rig.grant().await.task, rig.elapsed()), (q, Duration::ZERO));
     rig.quiet().await;
     let s = rig.stats().await;
