@@ -3,6 +3,7 @@
 
 use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
 use mindfleet_runtime::model::{Action, Adjustment, ErrorClass, PlanRecord, StepState, Verdict};
+use mindfleet_runtime::sched::{SchedulerMsg, SchedulerStats};
 
 use crate::util::*;
 
@@ -103,5 +104,85 @@ async fn abort_when_access_is_denied() {
     assert!(!replied(&fleet, &id).await, "an aborted plan posts nothing");
     let d = decision(&fleet, "coder", &id).await;
     assert!(d.reason.contains("plan failed"), "{}", d.reason);
+    fleet.shutdown(DEADLINE).await;
+}
+
+const TWO: &str = r#"
+[[persona]]
+name = "coder"
+role = "code reviewer"
+domains = ["code"]
+rooms = ["dev"]
+
+[[persona]]
+name = "pager"
+role = "on call"
+rooms = ["ops"]
+"#;
+
+/// One cheap slot for the whole fleet: every step of every persona waits for it.
+async fn one_slot() -> (mindfleet::Fleet, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(TWO));
+    cfg.scheduler.cheap_slots = 1;
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    (fleet, dir)
+}
+
+fn to_coder(text: &str) -> mindfleet_runtime::event::EventInput {
+    let mut e = chat("dev", "alice", text);
+    e.domain = "code".into();
+    e.persona = Some("coder".into());
+    e
+}
+
+async fn scheduler_stats(fleet: &mindfleet::Fleet) -> SchedulerStats {
+    ractor::call_t!(fleet.scheduler.actor(), SchedulerMsg::Stats, 5000).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_urgent_plan_runs_between_two_steps_of_a_work_plan() {
+    let (fleet, _dir) = one_slot().await;
+    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 500, times: 1 };
+    fleet.fault("coder", Fault { target: FaultTarget::Persona, when: slow }).await.unwrap();
+    let work = fleet.inject(to_coder("please review the retry logic in the client")).await.unwrap();
+    // The coder's first task, the slow recall (a directed event needs no gate task), holds the
+    // only slot.
+    poll("the coder's first step running", || async {
+        let s = scheduler_stats(&fleet).await;
+        (s.done == 0 && s.work.running == 1).then_some(())
+    })
+    .await;
+    let urgent = fleet.inject(chat("ops", "bob", "@pager the api is down")).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    let reply_at = |id: &str| d.outbox.iter().find(|o| o.in_reply_to == id).map(|o| o.at_us).expect("a reply");
+    // Run to completion, the work plan would have replied first: its plan started before
+    // the urgent event arrived. Split into steps, the urgent plan overtook it between steps.
+    assert!(reply_at(&urgent.event_id) < reply_at(&work.event_id));
+    let storage = fleet.storage.clone();
+    let plan = tokio::task::spawn_blocking(move || storage.recent_plans("coder", 1)).await.unwrap().unwrap().remove(0);
+    assert!(plan.evaluation.as_ref().unwrap().success);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_work_plan_waits_for_the_cadence_and_the_dump_shows_it() {
+    let (fleet, _dir) = one_slot().await;
+    let d = dump(&fleet).await;
+    assert_eq!(persona(&d, "coder").cadence_ms, 3000, "an idle persona starts work at most every 3 s");
+    assert_eq!(persona(&d, "coder").budget_left, 1.0);
+    let first = fleet.inject(to_coder("review the parser change")).await.unwrap();
+    let second = fleet.inject(to_coder("and the lexer change")).await.unwrap();
+    // The second plan's first step is set aside until the coder's cadence allows it.
+    poll("the second plan set aside by the cadence", || async {
+        (scheduler_stats(&fleet).await.work.deferred == 1).then_some(())
+    })
+    .await;
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    for id in [&first.event_id, &second.event_id] {
+        assert!(d.outbox.iter().any(|o| o.in_reply_to == *id), "{id} answered");
+    }
     fleet.shutdown(DEADLINE).await;
 }
