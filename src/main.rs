@@ -159,12 +159,15 @@ enum AiCmd {
         #[command(subcommand)]
         update: Option<StateCmd>,
     },
-    /// Working-memory entries of a persona.
+    /// Working-memory entries of a persona, and its recent thoughts.
     Thoughts {
         #[arg(long)]
         persona: String,
         #[arg(long)]
         domain: Option<String>,
+        /// Only the last while: 90s, 15m, 1h, 2d.
+        #[arg(long)]
+        since: Option<String>,
     },
     /// The decision journal, with the reasons.
     Decisions {
@@ -173,6 +176,9 @@ enum AiCmd {
         /// engage, ignore, defer, shed, duplicate, skipped, dead_letter
         #[arg(long)]
         verdict: Option<String>,
+        /// Only the last while: 90s, 15m, 1h, 2d.
+        #[arg(long)]
+        since: Option<String>,
     },
     /// The plan being run (or the last one); `ai plan history` for the finished ones.
     Plan {
@@ -198,6 +204,13 @@ enum AiCmd {
     },
     /// Overloaded, idle and focused personas, and a recommendation.
     Health,
+    /// Who can take new work now, and why the others cannot.
+    Availability {
+        #[arg(long)]
+        persona: Option<String>,
+    },
+    /// Who is doing what where: personas by room with their focus, and focus by domain.
+    ActivityMap,
     /// Personas ranked by suitability for a task.
     SelectForTask {
         #[arg(long)]
@@ -508,6 +521,12 @@ async fn inject(a: InjectArgs) -> ExitCode {
 async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
     let client = Client::new(&remote.admin, remote.token);
     let opt = |k: &'static str, v: Option<String>| v.map(|v| (k, v));
+    // Checked here too, so a typo is reported without a round trip (same message as the API's).
+    if let AiCmd::Thoughts { since: Some(since), .. } | AiCmd::Decisions { since: Some(since), .. } = &query
+        && let Err(e) = mindfleet_runtime::ai::parse_window(since)
+    {
+        return fail(2, e);
+    }
     let r = match query {
         AiCmd::State { persona: Some(persona), update: Some(StateCmd::Update { dormant, wake, focus, intensity }) } => {
             let change = match (dormant, wake, focus) {
@@ -524,12 +543,18 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
         AiCmd::State { persona, update: None } => {
             client.ai("state", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
-        AiCmd::Thoughts { persona, domain } => {
-            let p: Vec<_> = [Some(("persona", persona)), opt("domain", domain)].into_iter().flatten().collect();
+        AiCmd::Thoughts { persona, domain, since } => {
+            let p: Vec<_> = [Some(("persona", persona)), opt("domain", domain), opt("since", since)]
+                .into_iter()
+                .flatten()
+                .collect();
             client.ai("thoughts", &p).await
         }
-        AiCmd::Decisions { persona, verdict } => {
-            let p: Vec<_> = [Some(("persona", persona)), opt("verdict", verdict)].into_iter().flatten().collect();
+        AiCmd::Decisions { persona, verdict, since } => {
+            let p: Vec<_> = [Some(("persona", persona)), opt("verdict", verdict), opt("since", since)]
+                .into_iter()
+                .flatten()
+                .collect();
             client.ai("decisions", &p).await
         }
         AiCmd::Plan { persona, history: None } => client.ai("plan", &[("persona", persona)]).await,
@@ -544,6 +569,10 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
         }
         AiCmd::Memory { persona } => client.ai("memory", &[("persona", persona)]).await,
         AiCmd::Health => client.ai("health", &[]).await,
+        AiCmd::Availability { persona } => {
+            client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
+        }
+        AiCmd::ActivityMap => client.ai("activity-map", &[]).await,
         AiCmd::SelectForTask { domain, priority, text } => {
             client
                 .ai("select-for-task", &[("domain", domain), ("priority", priority.to_string()), ("text", text)])

@@ -15,9 +15,40 @@ fn cell(v: &Value) -> String {
     }
 }
 
-fn rows(items: &[Value], out: &mut String) {
-    let mut cols: Vec<String> = Vec::new();
+/// Columns that say what a row is about come first, in this order.
+const LEADING: [&str; 3] = ["room", "persona", "name"];
+
+/// An object with exactly one field that is a list of objects becomes one row per element of
+/// that list, with the object's other fields repeated (`rooms: [{room, personas: [..]}]` ->
+/// `room, persona, ...`).
+fn flatten(items: &[Value]) -> Vec<Value> {
+    let is_table = |v: &Value| v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_object));
+    let mut out = Vec::new();
     for it in items {
+        let Value::Object(m) = it else {
+            out.push(it.clone());
+            continue;
+        };
+        let nested: Vec<&String> = m.iter().filter(|(_, v)| is_table(v)).map(|(k, _)| k).collect();
+        let [key] = nested.as_slice() else {
+            out.push(it.clone());
+            continue;
+        };
+        let mut parent = m.clone();
+        let Some(Value::Array(children)) = parent.remove(key.as_str()) else { unreachable!("checked by is_table") };
+        for child in children {
+            let mut row = parent.clone();
+            row.extend(child.as_object().into_iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
+            out.push(Value::Object(row));
+        }
+    }
+    out
+}
+
+fn rows(items: &[Value], out: &mut String) {
+    let items = flatten(items);
+    let mut cols: Vec<String> = Vec::new();
+    for it in &items {
         if let Value::Object(m) = it {
             for k in m.keys() {
                 if !cols.contains(k) {
@@ -26,8 +57,9 @@ fn rows(items: &[Value], out: &mut String) {
             }
         }
     }
+    cols.sort_by_key(|c| LEADING.iter().position(|l| l == c).unwrap_or(LEADING.len()));
     if cols.is_empty() {
-        for it in items {
+        for it in &items {
             out.push_str(&cell(it));
             out.push('\n');
         }
@@ -89,5 +121,24 @@ mod tests {
         let v = json!({"best": "ada", "ranking": [{"persona": "ada", "suitability": 2.0}, {"persona": "bo", "suitability": 0.5}]});
         let t = render(&v);
         assert_eq!(t, "best: ada\nranking:\npersona  suitability\nada      2.000\nbo       0.500\n");
+    }
+
+    #[test]
+    fn nested_lists_become_one_row_per_element_with_the_names_first() {
+        let v = json!({"rooms": [
+            {"room": "dev", "personas": [{"persona": "ada", "activity": "working"}, {"persona": "bo", "activity": "idle"}]},
+            {"room": "ops", "personas": [{"persona": "cy", "activity": null}]},
+        ]});
+        let t = render(&v);
+        assert_eq!(
+            t,
+            "rooms:\nroom  persona  activity\ndev   ada      working\ndev   bo       idle\nops   cy       -\n"
+        );
+    }
+
+    #[test]
+    fn lists_of_names_stay_cells() {
+        let v = json!({"domains": [{"domain": "code", "focused": 2, "personas": ["ada", "cy"]}]});
+        assert_eq!(render(&v), "domains:\ndomain  focused  personas\ncode    2        [ada, cy]\n");
     }
 }

@@ -2,6 +2,9 @@
 
 use std::process::Command;
 
+use mindfleet::Fleet;
+use mindfleet_runtime::event::EventInput;
+use mindfleet_runtime::time::now_us;
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -76,5 +79,171 @@ async fn the_ai_queries_answer_from_live_state_and_journals() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("persona") && text.contains("suitability") && text.contains("reviewer"), "{text}");
+    fleet.shutdown(DEADLINE).await;
+}
+
+async fn post_state(base: &str, body: Value) {
+    let r = reqwest::Client::new().post(format!("{base}/ai/state")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{body}");
+}
+
+/// `mindfleet ai ARGS...` against `fleet`: (exit code, stdout, stderr).
+fn cli(fleet: &Fleet, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["ai", "--admin", &fleet.addr.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+fn entry<'a>(v: &'a Value, list: &str, key: &str, name: &str) -> Option<&'a Value> {
+    v[list].as_array()?.iter().find(|x| x[key] == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn availability_names_why_a_persona_cannot_take_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+
+    // Once every persona is up, the two awake ones are free and the dormant one is not.
+    let v = poll("helper and reviewer available", || async {
+        let (_, v) = get(&base, "/ai/availability").await;
+        (v["available"] == json!(["helper", "reviewer"])).then_some(v)
+    })
+    .await;
+    let scribe = entry(&v, "personas", "persona", "scribe").unwrap();
+    assert_eq!((scribe["available"].as_bool(), &scribe["reasons"]), (Some(false), &json!(["dormant"])), "{v}");
+    assert_eq!(scribe["status"], "running");
+    let helper = entry(&v, "personas", "persona", "helper").unwrap();
+    assert!(helper["reasons"].as_array().unwrap().is_empty(), "{v}");
+    assert!(helper["capacity"].as_f64().unwrap() >= 0.3 && helper["inbox"] == 0, "{v}");
+
+    // Deep focus set by a person makes the helper unavailable, and says on what.
+    post_state(
+        &base,
+        json!({"persona": "helper", "change": {"focus": {"objective": "release notes", "intensity": 0.9}}}),
+    )
+    .await;
+    let v = poll("the helper deeply focused", || async {
+        let (_, v) = get(&base, "/ai/availability?persona=helper").await;
+        (v["personas"][0]["reasons"] == json!(["deeply_focused"])).then_some(v)
+    })
+    .await;
+    assert_eq!(v["personas"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!((&v["available"], &v["personas"][0]["objective"]), (&json!([]), &json!("release notes")), "{v}");
+    assert_eq!(get(&base, "/ai/availability?persona=ghost").await.0, 404);
+
+    let (code, text, err) = cli(&fleet, &["--format", "table", "availability"]);
+    assert_eq!(code, 0, "{err}");
+    let scribe_row = text.lines().find(|l| l.starts_with("scribe")).unwrap_or_else(|| panic!("{text}"));
+    assert!(scribe_row.contains("[dormant]") && scribe_row.contains("false"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("helper") && l.contains("[deeply_focused]")), "{text}");
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activity_map_shows_who_is_in_which_room_doing_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    fleet.inject(chat("general", "alice", "@reviewer please review the rust auth module")).await.unwrap();
+    // `dev` is in no persona's configuration: the helper is addressed there and answers.
+    let directed = EventInput {
+        persona: Some("helper".into()),
+        ..chat("dev", "carol", "@helper can you write the docs for the deploy?")
+    };
+    fleet.inject(directed).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+
+    let spoke = |v: &Value, room: &str, name: &str| {
+        entry(v, "rooms", "room", room)
+            .and_then(|r| entry(r, "personas", "persona", name))
+            .is_some_and(|p| p["last_spoke_us"].is_i64())
+    };
+    let v = poll("the reviewer's reply in general and the helper's in dev", || async {
+        let (_, v) = get(&base, "/ai/activity-map").await;
+        (spoke(&v, "general", "reviewer") && spoke(&v, "dev", "helper")).then_some(v)
+    })
+    .await;
+    let general = entry(&v, "rooms", "room", "general").unwrap();
+    let names: Vec<&str> =
+        general["personas"].as_array().unwrap().iter().map(|p| p["persona"].as_str().unwrap()).collect();
+    assert_eq!(names, ["helper", "reviewer", "scribe"], "{v}");
+    let reviewer = entry(general, "personas", "persona", "reviewer").unwrap();
+    let ago = reviewer["last_spoke_secs_ago"].as_f64().unwrap();
+    assert!((0.0..60.0).contains(&ago), "{v}");
+    assert!(reviewer["activity"].is_string() && reviewer.get("in_flight").is_some(), "{v}");
+    assert_eq!(entry(general, "personas", "persona", "scribe").unwrap()["dormant"], true);
+    // The scribe never spoke in general; nobody but the helper is in dev.
+    assert!(entry(general, "personas", "persona", "scribe").unwrap()["last_spoke_us"].is_null(), "{v}");
+    assert_eq!(entry(&v, "rooms", "room", "dev").unwrap()["personas"].as_array().unwrap().len(), 1, "{v}");
+
+    // Focus shows up by domain, and idle personas are counted apart.
+    post_state(&base, json!({"persona": "reviewer", "change": {"focus": {"objective": "audit", "intensity": 0.8}}}))
+        .await;
+    let v = poll("the reviewer focused", || async {
+        let (_, v) = get(&base, "/ai/activity-map").await;
+        let r = entry(&v, "rooms", "room", "general").and_then(|g| entry(g, "personas", "persona", "reviewer"))?;
+        (r["objective"] == "audit").then_some(v.clone())
+    })
+    .await;
+    let domains = v["domains"].as_array().unwrap();
+    let d = domains.iter().find(|d| d["personas"].as_array().unwrap().contains(&json!("reviewer"))).unwrap();
+    assert_eq!(d["focused"].as_u64().unwrap() as usize, d["personas"].as_array().unwrap().len(), "{v}");
+    let focused: u64 = domains.iter().map(|d| d["focused"].as_u64().unwrap()).sum();
+    assert_eq!(focused + v["idle"].as_u64().unwrap(), 3, "{v}");
+
+    let (code, text, err) = cli(&fleet, &["--format", "table", "activity-map"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.lines().any(|l| l.starts_with("room") && l.contains("persona")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("dev") && l.contains("helper")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("general") && l.contains("reviewer") && l.contains("audit")), "{text}");
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn since_keeps_only_recent_thoughts_and_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    let old = fleet.inject(chat("general", "alice", "@reviewer please review the rust auth module")).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let handled = now_us();
+    let has_old =
+        |v: &Value, list: &str| v[list].as_array().unwrap().iter().any(|x| x["event_id"] == old.event_id.as_str());
+
+    let (s, v) = get(&base, "/ai/thoughts?persona=reviewer&since=1h").await;
+    assert_eq!(s, 200, "{v}");
+    assert!(has_old(&v, "thoughts") && v["since_us"].as_i64().unwrap() < handled, "{v}");
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer&since=1h").await;
+    assert!(has_old(&v, "decisions"), "{v}");
+
+    // Once more than a second has passed, a one-second window leaves the old event out.
+    poll("a second to pass", || async { (now_us() - handled > 1_100_000).then_some(()) }).await;
+    let (_, v) = get(&base, "/ai/thoughts?persona=reviewer&since=1s").await;
+    assert!(!has_old(&v, "thoughts"), "{v}");
+    assert!(v["thoughts"].as_array().unwrap().iter().all(|e| e["created_us"].as_i64().unwrap() > handled), "{v}");
+    assert!(v["recent_thoughts"].as_array().unwrap().iter().all(|t| t["at_us"].as_i64().unwrap() > handled), "{v}");
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer&since=1s").await;
+    assert!(!has_old(&v, "decisions"), "{v}");
+    // Without a window, nothing is left out.
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer").await;
+    assert!(has_old(&v, "decisions") && v["since_us"].is_null(), "{v}");
+
+    // A bad window is refused with its value named, by the API and the command line.
+    for (path, bad) in [("thoughts", "1x"), ("decisions", "2w")] {
+        let (s, v) = get(&base, &format!("/ai/{path}?persona=reviewer&since={bad}")).await;
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"], format!("since: {bad:?}: expected a number followed by s, m, h or d"), "{v}");
+    }
+    let (code, _, err) = cli(&fleet, &["thoughts", "--persona", "reviewer", "--since", "1x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(r#"since: "1x""#), "{err}");
+    let (code, text, err) = cli(&fleet, &["decisions", "--persona", "reviewer", "--since", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains(old.event_id.as_str()), "{text}");
     fleet.shutdown(DEADLINE).await;
 }

@@ -8,7 +8,7 @@
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
-//! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`) |
+//! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
 //!
 //! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
@@ -29,10 +29,11 @@ use ractor::{ActorRef, call_t};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::ai::AiQuery;
+use crate::ai::{AiQuery, parse_window, window_start};
 use crate::event::EventInput;
 use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
 use crate::model::Verdict;
+use crate::time::now_us;
 
 /// How long a handler waits for the admin actor.
 const ADMIN_CALL_MS: u64 = 10_000;
@@ -89,22 +90,28 @@ struct AiParams {
     priority: Option<f64>,
     text: Option<String>,
     limit: Option<usize>,
+    /// A window back from now: `90s`, `15m`, `1h`, `2d`.
+    since: Option<String>,
 }
 
 /// The query a path and its parameters ask, or what is missing.
 fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
     let need = |v: Option<String>, name: &str| v.ok_or_else(|| format!("`{what}` needs the `{name}` parameter"));
     let limit = p.limit.unwrap_or(20).clamp(1, 1000);
+    let window = p.since.as_deref().map(parse_window).transpose().map_err(|e| e.to_string())?;
+    let since_us = window.map(|w| window_start(w, now_us()));
     Ok(match what {
         "state" => AiQuery::State { persona: p.persona },
-        "thoughts" => AiQuery::Thoughts { persona: need(p.persona, "persona")?, domain: p.domain },
-        "decisions" => AiQuery::Decisions { persona: need(p.persona, "persona")?, verdict: p.verdict },
+        "thoughts" => AiQuery::Thoughts { persona: need(p.persona, "persona")?, domain: p.domain, since_us },
+        "decisions" => AiQuery::Decisions { persona: need(p.persona, "persona")?, verdict: p.verdict, since_us },
         "plan" => AiQuery::Plan { persona: need(p.persona, "persona")? },
         "plan-history" => AiQuery::PlanHistory { persona: need(p.persona, "persona")?, limit },
         "learnings" => AiQuery::Learnings { persona: p.persona },
         "recoveries" => AiQuery::Recoveries { persona: p.persona, limit },
         "memory" => AiQuery::Memory { persona: need(p.persona, "persona")? },
         "health" => AiQuery::Health,
+        "availability" => AiQuery::Availability { persona: p.persona },
+        "activity-map" => AiQuery::ActivityMap,
         "select-for-task" => {
             let priority = p.priority.unwrap_or(0.5);
             if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {

@@ -1,10 +1,38 @@
-//! Self-state as a coordination signal: who is best suited for a task, and how the fleet is
-//! doing as a whole. Pure functions over self-states, used by the persona (for its claims),
-//! the coordinator (to assign unclaimed messages) and the admin (`select-for-task`, health).
+//! Self-state as a coordination signal: who is best suited for a task, who is available for
+//! new work, who is doing what where, and how the fleet is doing as a whole. Pure functions
+//! over self-states and persona dumps, used by the persona (for its claims), the coordinator
+//! (to assign unclaimed messages) and the admin (`select-for-task`, `availability`,
+//! `activity-map`, `health`).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dump::PersonaDump;
+use crate::messages::PersonaStatus;
 use crate::model::{Mood, SelfStateData};
+
+/// Focus intensity above which a persona that is not idle is deeply focused.
+pub const DEEP_FOCUS: f64 = 0.7;
+/// Cognitive load above which a persona is overloaded.
+pub const OVERLOAD: f64 = 0.8;
+/// Available capacity below which a persona has little room for more work.
+pub const LOW_CAPACITY: f64 = 0.3;
+
+/// Busy with something (not idle) at an intensity above [`DEEP_FOCUS`].
+pub fn deeply_focused(s: &SelfStateData) -> bool {
+    s.focus.activity != "idle" && s.focus.intensity > DEEP_FOCUS
+}
+
+/// Cognitive load above [`OVERLOAD`].
+pub fn overloaded(s: &SelfStateData) -> bool {
+    s.cognitive_load > OVERLOAD
+}
+
+/// Available capacity below [`LOW_CAPACITY`].
+pub fn low_capacity(s: &SelfStateData) -> bool {
+    s.available_capacity < LOW_CAPACITY
+}
 
 /// How suited a persona is for a task in `domain` with `priority`:
 /// ×0.2 when deeply focused (> 0.7) on something else, ×0.3 when loaded (> 0.8), ×0.4 when
@@ -12,13 +40,13 @@ use crate::model::{Mood, SelfStateData};
 /// one of its preoccupations.
 pub fn suitability(s: &SelfStateData, domains: &[String], domain: &str, priority: f64, text: &str) -> f64 {
     let mut x = 1.0;
-    if s.focus.activity != "idle" && s.focus.intensity > 0.7 {
+    if deeply_focused(s) {
         x *= 0.2;
     }
-    if s.cognitive_load > 0.8 {
+    if overloaded(s) {
         x *= 0.3;
     }
-    if s.available_capacity < 0.3 {
+    if low_capacity(s) {
         x *= 0.4;
     }
     if domains.iter().any(|d| d == domain) {
@@ -61,17 +89,17 @@ pub struct Health {
 
 /// The fleet's health from its personas' self-states.
 pub fn health<'a>(states: impl IntoIterator<Item = &'a SelfStateData>) -> Health {
-    let (mut n, mut overloaded, mut idle, mut focused, mut dormant, mut capacity) = (0, 0, 0, 0, 0, 0.0);
+    let (mut n, mut n_overloaded, mut idle, mut focused, mut dormant, mut capacity) = (0, 0, 0, 0, 0, 0.0);
     for s in states {
         n += 1;
         capacity += s.available_capacity;
-        if s.mood == Mood::Overwhelmed || s.cognitive_load > 0.8 {
-            overloaded += 1;
+        if s.mood == Mood::Overwhelmed || overloaded(s) {
+            n_overloaded += 1;
         }
         if s.mood == Mood::Idle {
             idle += 1;
         }
-        if s.focus.activity != "idle" && s.focus.intensity > 0.7 {
+        if deeply_focused(s) {
             focused += 1;
         }
         if s.dormant {
@@ -79,20 +107,228 @@ pub fn health<'a>(states: impl IntoIterator<Item = &'a SelfStateData>) -> Health
         }
     }
     let average_capacity = if n == 0 { 0.0 } else { capacity / n as f64 };
-    let recommendation = if n > 0 && overloaded * 3 >= n {
+    let recommendation = if n > 0 && n_overloaded * 3 >= n {
         Recommendation::ReduceLoad
     } else if n > 0 && idle * 2 > n {
         Recommendation::AssignWork
     } else {
         Recommendation::Healthy
     };
-    Health { personas: n, overloaded, idle, deeply_focused: focused, dormant, average_capacity, recommendation }
+    Health {
+        personas: n,
+        overloaded: n_overloaded,
+        idle,
+        deeply_focused: focused,
+        dormant,
+        average_capacity,
+        recommendation,
+    }
+}
+
+/// Why a persona is not available for new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// Its actor is not up yet.
+    Starting,
+    /// Its actor failed and is being restarted.
+    Restarting,
+    /// It failed more often than the restart policy allows.
+    Failed,
+    Stopped,
+    /// Made dormant (fleet file or `ai state update --dormant`).
+    Dormant,
+    /// Not idle, and focused above [`DEEP_FOCUS`].
+    DeeplyFocused,
+    /// Cognitive load above [`OVERLOAD`].
+    Overloaded,
+    /// Available capacity below [`LOW_CAPACITY`].
+    LowCapacity,
+    /// An event is in flight.
+    Busy,
+}
+
+/// Whether one persona can take new work right now, and why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Availability {
+    pub persona: String,
+    pub available: bool,
+    /// Empty when available; else in the order of the variants of [`Unavailable`].
+    pub reasons: Vec<Unavailable>,
+    pub status: PersonaStatus,
+    /// The self-state's figures; `None` while the persona is down.
+    pub capacity: Option<f64>,
+    pub load: Option<f64>,
+    pub mood: Option<Mood>,
+    pub activity: Option<String>,
+    pub objective: Option<String>,
+    /// Events waiting in its inbox.
+    pub inbox: usize,
+    pub in_flight: Option<String>,
+}
+
+/// Whether `p` is available for new work: running, awake, not deeply focused, not overloaded,
+/// with capacity left and no event in flight (the thresholds of [`suitability`]).
+pub fn availability(p: &PersonaDump) -> Availability {
+    let mut reasons = Vec::new();
+    match p.status {
+        PersonaStatus::Running => {}
+        PersonaStatus::Starting => reasons.push(Unavailable::Starting),
+        PersonaStatus::Restarting => reasons.push(Unavailable::Restarting),
+        PersonaStatus::Failed => reasons.push(Unavailable::Failed),
+        PersonaStatus::Stopped => reasons.push(Unavailable::Stopped),
+    }
+    let s = p.self_state.as_ref();
+    if let Some(s) = s {
+        let checks = [
+            (s.dormant, Unavailable::Dormant),
+            (deeply_focused(s), Unavailable::DeeplyFocused),
+            (overloaded(s), Unavailable::Overloaded),
+            (low_capacity(s), Unavailable::LowCapacity),
+        ];
+        reasons.extend(checks.into_iter().filter(|(hit, _)| *hit).map(|(_, r)| r));
+    }
+    if p.in_flight.is_some() {
+        reasons.push(Unavailable::Busy);
+    }
+    Availability {
+        persona: p.name.clone(),
+        available: reasons.is_empty(),
+        reasons,
+        status: p.status,
+        capacity: s.map(|s| s.available_capacity),
+        load: s.map(|s| s.cognitive_load),
+        mood: s.map(|s| s.mood),
+        activity: s.map(|s| s.focus.activity.clone()),
+        objective: s.map(|s| s.focus.objective.clone()),
+        inbox: p.inbox.len,
+        in_flight: p.in_flight.clone(),
+    }
+}
+
+/// One persona in one room of the activity map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Presence {
+    pub persona: String,
+    pub status: PersonaStatus,
+    /// The focus; `None` while the persona is down.
+    pub activity: Option<String>,
+    pub domain: Option<String>,
+    pub objective: Option<String>,
+    pub intensity: Option<f64>,
+    pub dormant: bool,
+    /// The event it is working on, if any.
+    pub in_flight: Option<String>,
+    /// When it last posted in this room, if it did.
+    pub last_spoke_us: Option<i64>,
+    pub last_spoke_secs_ago: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomActivity {
+    pub room: String,
+    /// By name.
+    pub personas: Vec<Presence>,
+}
+
+/// How many personas are focused (not idle) on one domain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DomainActivity {
+    pub domain: String,
+    pub focused: usize,
+    pub personas: Vec<String>,
+}
+
+/// Who is doing what where.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActivityMap {
+    pub at_us: i64,
+    /// By room name.
+    pub rooms: Vec<RoomActivity>,
+    /// By domain name; idle personas are counted in `idle` instead.
+    pub domains: Vec<DomainActivity>,
+    pub idle: usize,
+}
+
+/// The activity map at `now_us`. A persona is in a room it is configured for, a room it was
+/// joined to (`members`: room -> persona names, the admin's routing table) and a room it
+/// spoke in (`spoke_in` of its self-state).
+pub fn activity_map(personas: &[PersonaDump], members: &BTreeMap<String, Vec<String>>, now_us: i64) -> ActivityMap {
+    let mut rooms: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (room, names) in members {
+        rooms.entry(room).or_default().extend(names.iter().map(String::as_str));
+    }
+    for p in personas {
+        let spoke = p.self_state.iter().flat_map(|s| s.spoke_in.keys());
+        for room in p.rooms.iter().chain(spoke) {
+            rooms.entry(room.as_str()).or_default().insert(&p.name);
+        }
+    }
+    let by_name: BTreeMap<&str, &PersonaDump> = personas.iter().map(|p| (p.name.as_str(), p)).collect();
+    let rooms = rooms
+        .into_iter()
+        .map(|(room, names)| RoomActivity {
+            room: room.to_string(),
+            personas: names.into_iter().filter_map(|n| by_name.get(n)).map(|p| presence(p, room, now_us)).collect(),
+        })
+        .filter(|r| !r.personas.is_empty())
+        .collect();
+    let mut domains: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut idle = 0;
+    for p in personas {
+        match &p.self_state {
+            Some(s) if s.focus.activity != "idle" => domains.entry(&s.focus.domain).or_default().push(p.name.clone()),
+            Some(_) => idle += 1,
+            // Down: neither focused nor idle.
+            None => {}
+        }
+    }
+    let domains = domains
+        .into_iter()
+        .map(|(d, personas)| DomainActivity { domain: d.to_string(), focused: personas.len(), personas })
+        .collect();
+    ActivityMap { at_us: now_us, rooms, domains, idle }
+}
+
+fn presence(p: &PersonaDump, room: &str, now_us: i64) -> Presence {
+    let s = p.self_state.as_ref();
+    let last = s.and_then(|s| s.spoke_in.get(room).copied());
+    Presence {
+        persona: p.name.clone(),
+        status: p.status,
+        activity: s.map(|s| s.focus.activity.clone()),
+        domain: s.map(|s| s.focus.domain.clone()),
+        objective: s.map(|s| s.focus.objective.clone()),
+        intensity: s.map(|s| s.focus.intensity),
+        dormant: s.is_some_and(|s| s.dormant),
+        in_flight: p.in_flight.clone(),
+        last_spoke_us: last,
+        last_spoke_secs_ago: last.map(|t| (now_us - t).max(0) as f64 / 1e6),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{Focus, Preoccupation};
+
+    fn running(name: &str, s: SelfStateData) -> PersonaDump {
+        PersonaDump { self_state: Some(s), ..PersonaDump::placeholder(name, PersonaStatus::Running, 0, None) }
+    }
+
+    fn focused(activity: &str, domain: &str, intensity: f64) -> SelfStateData {
+        SelfStateData {
+            focus: Focus {
+                activity: activity.into(),
+                domain: domain.into(),
+                objective: format!("{activity} on {domain}"),
+                intensity,
+                since_us: 0,
+            },
+            ..SelfStateData::default()
+        }
+    }
 
     #[test]
     fn suitability_follows_the_factors() {
@@ -129,5 +365,116 @@ mod tests {
         let h = health([&over, &idle, &SelfStateData { mood: Mood::Active, ..idle.clone() }]);
         assert_eq!((h.overloaded, h.recommendation), (1, Recommendation::ReduceLoad));
         assert!((h.average_capacity - (0.1 + 1.0 + 1.0) / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_fresh_running_persona_is_available() {
+        let a = availability(&running("ada", SelfStateData::default()));
+        assert!(a.available, "{a:?}");
+        assert!(a.reasons.is_empty());
+        assert_eq!((a.capacity, a.load, a.mood), (Some(1.0), Some(0.0), Some(Mood::Idle)));
+    }
+
+    #[test]
+    fn availability_names_every_reason_in_order() {
+        let mut p = running(
+            "ada",
+            SelfStateData {
+                dormant: true,
+                cognitive_load: 0.9,
+                available_capacity: 0.1,
+                ..focused("working", "code", 0.9)
+            },
+        );
+        p.in_flight = Some("e1".into());
+        p.inbox.len = 7;
+        let a = availability(&p);
+        assert!(!a.available);
+        assert_eq!(
+            a.reasons,
+            [
+                Unavailable::Dormant,
+                Unavailable::DeeplyFocused,
+                Unavailable::Overloaded,
+                Unavailable::LowCapacity,
+                Unavailable::Busy
+            ]
+        );
+        assert_eq!((a.inbox, a.in_flight.as_deref(), a.objective.as_deref()), (7, Some("e1"), Some("working on code")));
+    }
+
+    #[test]
+    fn availability_uses_the_suitability_thresholds() {
+        // At the thresholds, not past them: still available.
+        let edge = SelfStateData {
+            cognitive_load: OVERLOAD,
+            available_capacity: LOW_CAPACITY,
+            ..focused("working", "code", DEEP_FOCUS)
+        };
+        assert!(availability(&running("ada", edge)).available);
+        // A high intensity left over from finished work does not count once idle.
+        assert!(availability(&running("ada", focused("idle", "code", 0.95))).available);
+        let deep = availability(&running("ada", focused("focused", "code", 0.71)));
+        assert_eq!(deep.reasons, [Unavailable::DeeplyFocused]);
+    }
+
+    #[test]
+    fn a_persona_that_is_down_is_unavailable_with_its_status() {
+        for (status, reason) in [
+            (PersonaStatus::Failed, Unavailable::Failed),
+            (PersonaStatus::Restarting, Unavailable::Restarting),
+            (PersonaStatus::Starting, Unavailable::Starting),
+        ] {
+            let a = availability(&PersonaDump::placeholder("ada", status, 3, Some("boom".into())));
+            assert_eq!((a.available, a.reasons.as_slice(), a.capacity), (false, [reason].as_slice(), None));
+        }
+    }
+
+    #[test]
+    fn the_activity_map_places_personas_in_configured_joined_and_spoken_in_rooms() {
+        let now = 100_000_000;
+        let mut ada = running("ada", focused("working", "code", 0.8));
+        ada.rooms = vec!["dev".into()];
+        ada.in_flight = Some("e7".into());
+        let mut bo = running("bo", SelfStateData::default());
+        bo.rooms = vec!["dev".into()];
+        bo.self_state.as_mut().unwrap().spoke_in.insert("random".into(), now - 2_500_000);
+        bo.self_state.as_mut().unwrap().spoke_in.insert("dev".into(), now - 1_000_000);
+        let mut cy = running("cy", focused("responding", "code", 0.4));
+        cy.rooms = vec!["ops".into()];
+        let down = PersonaDump::placeholder("dee", PersonaStatus::Failed, 5, None);
+        // The admin's routing table: dee is configured for ops, cy was joined to dev.
+        let members = BTreeMap::from([
+            ("ops".to_string(), vec!["cy".to_string(), "dee".to_string()]),
+            ("dev".to_string(), vec!["ada".to_string(), "bo".to_string(), "cy".to_string()]),
+        ]);
+        let m = activity_map(&[ada, bo, cy, down], &members, now);
+        let rooms: Vec<(&str, Vec<&str>)> = m
+            .rooms
+            .iter()
+            .map(|r| (r.room.as_str(), r.personas.iter().map(|p| p.persona.as_str()).collect()))
+            .collect();
+        assert_eq!(rooms, [("dev", vec!["ada", "bo", "cy"]), ("ops", vec!["cy", "dee"]), ("random", vec!["bo"])]);
+        let dev = &m.rooms[0].personas;
+        assert_eq!(
+            (dev[0].activity.as_deref(), dev[0].domain.as_deref(), dev[0].in_flight.as_deref()),
+            (Some("working"), Some("code"), Some("e7"))
+        );
+        assert_eq!((dev[0].last_spoke_us, dev[1].last_spoke_us), (None, Some(now - 1_000_000)));
+        assert_eq!(m.rooms[2].personas[0].last_spoke_secs_ago, Some(2.5));
+        let dee = &m.rooms[1].personas[1];
+        assert_eq!((dee.status, dee.activity.as_ref()), (PersonaStatus::Failed, None));
+        // By domain: ada and cy work on code, bo is idle, dee is down (neither).
+        assert_eq!(m.domains.len(), 1);
+        assert_eq!((m.domains[0].domain.as_str(), m.domains[0].focused), ("code", 2));
+        assert_eq!(m.domains[0].personas, ["ada", "cy"]);
+        assert_eq!(m.idle, 1);
+    }
+
+    #[test]
+    fn members_unknown_to_the_dump_are_left_out() {
+        let members = BTreeMap::from([("dev".to_string(), vec!["ghost".to_string()])]);
+        let m = activity_map(&[running("ada", SelfStateData::default())], &members, 0);
+        assert!(m.rooms.is_empty(), "{m:?}");
     }
 }
