@@ -72,7 +72,7 @@ struct RunArgs {
     /// JSONL file of events to inject once the fleet is ready.
     #[arg(long)]
     events: Option<PathBuf>,
-    /// Stop once no event is pending.
+    /// Stop once no event is pending and no task above `background` is queued or running.
     #[arg(long)]
     until_idle: bool,
     /// Write the final dump (JSON) here before stopping.
@@ -219,6 +219,12 @@ enum AiCmd {
         priority: f64,
         #[arg(long, default_value = "")]
         text: String,
+    },
+    /// Model calls and tokens by persona, room and purpose, with latency percentiles.
+    Cost {
+        /// How far back: `90s`, `15m`, `1h` (default and most: the budget's hour).
+        #[arg(long)]
+        since: Option<String>,
     },
 }
 
@@ -522,7 +528,9 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
     let client = Client::new(&remote.admin, remote.token);
     let opt = |k: &'static str, v: Option<String>| v.map(|v| (k, v));
     // Checked here too, so a typo is reported without a round trip (same message as the API's).
-    if let AiCmd::Thoughts { since: Some(since), .. } | AiCmd::Decisions { since: Some(since), .. } = &query
+    if let AiCmd::Thoughts { since: Some(since), .. }
+    | AiCmd::Decisions { since: Some(since), .. }
+    | AiCmd::Cost { since: Some(since) } = &query
         && let Err(e) = mindfleet_runtime::ai::parse_window(since)
     {
         return fail(2, e);
@@ -573,6 +581,7 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
             client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
         AiCmd::ActivityMap => client.ai("activity-map", &[]).await,
+        AiCmd::Cost { since } => client.ai("cost", &opt("since", since).into_iter().collect::<Vec<_>>()).await,
         AiCmd::SelectForTask { domain, priority, text } => {
             client
                 .ai("select-for-task", &[("domain", domain), ("priority", priority.to_string()), ("text", text)])

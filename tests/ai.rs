@@ -247,3 +247,51 @@ async fn since_keeps_only_recent_thoughts_and_decisions() {
     assert!(text.contains(old.event_id.as_str()), "{text}");
     fleet.shutdown(DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_breaks_model_calls_down_by_persona_room_and_purpose() {
+    use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    // The rules brain makes no model calls: the ledger starts empty.
+    let (s, v) = get(&base, "/ai/cost").await;
+    assert_eq!((s, v["inferences"].as_u64(), v["since_secs"].as_f64()), (200, Some(0), Some(3600.0)), "{v}");
+    // Model calls through the fleet's scheduler, as a model brain makes them: each reserves
+    // its max_tokens at grant and settles to what it used at done.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let call = |persona: &str, room: &str, label: &'static str, max_tokens: u32| {
+        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, label, Owner::Channel(tx.clone()))
+            .with_max_tokens(max_tokens)
+            .in_room(room);
+        fleet.scheduler.submit(t);
+        rx.recv_timeout(DEADLINE).expect("granted").task
+    };
+    for (persona, room, label, max, used) in [
+        ("helper", "general", "draft_reply", 400, 250),
+        ("helper", "general", "gate", 50, 20),
+        ("reviewer", "code-review", "draft_reply", 400, 300),
+    ] {
+        let id = call(persona, room, label, max);
+        fleet.scheduler.done_with_tokens(id, used);
+    }
+    let running = call("reviewer", "general", "evaluate", 100);
+    let (_, v) = get(&base, "/ai/cost?since=15m").await;
+    assert_eq!((v["inferences"].as_u64(), v["tokens"].as_u64()), (Some(4), Some(670)), "{v}");
+    assert_eq!(v["tokens_reserved"], 100, "the running call holds its reservation");
+    let rows = |k: &str| -> Vec<(String, u64)> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["key"].as_str().unwrap().to_string(), r["tokens"].as_u64().unwrap()))
+            .collect()
+    };
+    assert_eq!(rows("by_persona"), [("reviewer".to_string(), 400), ("helper".to_string(), 270)]);
+    assert_eq!(rows("by_room"), [("general".to_string(), 370), ("code-review".to_string(), 300)]);
+    assert_eq!(rows("by_purpose")[0], ("draft_reply".to_string(), 550));
+    assert!(v["latency_p99_ms"].as_f64().unwrap() >= v["latency_p50_ms"].as_f64().unwrap());
+    fleet.scheduler.done_with_tokens(running, 80);
+    let (s, v) = get(&base, "/ai/cost?since=1x").await;
+    assert_eq!(s, 400, "{v}");
+    fleet.shutdown(DEADLINE).await;
+}

@@ -11,7 +11,9 @@
 use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::ai::AiQuery;
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::event::Event;
@@ -215,6 +217,16 @@ impl Actor for Admin {
                         p.error = error;
                     }
                 }
+            }
+            AdminMsg::Ai(AiQuery::Cost { since_secs }, reply) => {
+                let scheduler = st.scheduler.actor().clone();
+                let since = Duration::from_secs(since_secs);
+                tokio::spawn(async move {
+                    let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, reply }, DUMP_CALL_MS)
+                        .map(|c| serde_json::to_value(c).unwrap_or_default())
+                        .map_err(|e| InjectError::Storage(format!("scheduler: {e}")));
+                    let _ = reply.send(r);
+                });
             }
             AdminMsg::Ai(query, reply) => {
                 let base = st.dump_base();

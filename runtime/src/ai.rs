@@ -103,6 +103,11 @@ pub enum AiQuery {
         priority: f64,
         text: String,
     },
+    /// Model calls and tokens over the last `since_secs` (at most the budget's hour), by
+    /// persona, room and purpose, with latency percentiles. Answered by the scheduler.
+    Cost {
+        since_secs: u64,
+    },
 }
 
 impl AiQuery {
@@ -118,7 +123,7 @@ impl AiQuery {
             | AiQuery::Plan { persona }
             | AiQuery::PlanHistory { persona, .. }
             | AiQuery::Memory { persona } => Some(persona),
-            AiQuery::Health | AiQuery::ActivityMap | AiQuery::SelectForTask { .. } => None,
+            AiQuery::Health | AiQuery::ActivityMap | AiQuery::SelectForTask { .. } | AiQuery::Cost { .. } => None,
         }
     }
 }
@@ -225,6 +230,8 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
                 "best": ranked.first().map(|(_, n)| *n),
             })
         }
+        // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
+        AiQuery::Cost { .. } => Value::Null,
     })
 }
 

@@ -17,6 +17,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
@@ -112,6 +113,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
         "health" => AiQuery::Health,
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,
+        "cost" => AiQuery::Cost { since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs() },
         "select-for-task" => {
             let priority = p.priority.unwrap_or(0.5);
             if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {
