@@ -98,11 +98,20 @@ impl CoordinatorState {
             granted
         } else if human {
             // Nobody claimed a human message: the most suitable persona is assigned.
+            // A persona that cannot take it (dormant: suitability 0) is never assigned.
             let best = claims
                 .iter()
                 .enumerate()
+                .filter(|(_, c)| c.suitability > 0.0)
                 .max_by(|a, b| a.1.suitability.total_cmp(&b.1.suitability).then(b.1.persona.cmp(&a.1.persona)));
-            let Some((i, chosen)) = best else { return };
+            let Some((i, chosen)) = best else {
+                for c in &claims {
+                    turn(c, false, false, "nobody claimed it and nobody can take it".into());
+                }
+                self.remember(event_id, "nobody".into());
+                self.count(true, 0);
+                return;
+            };
             turn(chosen, true, true, format!("nobody claimed it; most suitable ({:.2})", chosen.suitability));
             for (j, other) in claims.iter().enumerate() {
                 if j != i {
@@ -120,6 +129,11 @@ impl CoordinatorState {
             self.remember(event_id, "nobody".into());
             0
         };
+        self.count(human, answered);
+    }
+
+    /// Counts a decided human message by how many personas answer it.
+    fn count(&mut self, human: bool, answered: usize) {
         if human {
             self.stats.messages += 1;
             match answered {
@@ -185,8 +199,13 @@ impl Actor for Coordinator {
                 if p.audience > 0 && p.claims.len() as u32 >= p.audience {
                     st.decide(&id);
                 } else if !p.timer_set {
+                    // A known audience is waited for (every receiver claims or passes after
+                    // its gate, which may wait for a slot): the timer is only a safety net,
+                    // shorter than the personas' own wait (4 windows + 1 s). An unknown one
+                    // (after a restore) gets one window.
                     p.timer_set = true;
-                    myself.send_after(st.args.window, move || CoordinatorMsg::Decide(id));
+                    let wait = if p.audience > 0 { st.args.window * 3 } else { st.args.window };
+                    myself.send_after(wait, move || CoordinatorMsg::Decide(id));
                 }
             }
             CoordinatorMsg::Decide(id) => {

@@ -222,8 +222,9 @@ pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
         "low_capacity" => format!("capacity {:.2} < 0.30{deferred}", s.capacity),
         _ => {
             let cmp = if g.verdict == Verdict::Engage { ">" } else { "<=" };
+            let note = if g.note.is_empty() { String::new() } else { format!("; {}", g.note) };
             format!(
-                "score {:.2} {cmp} {:.2} (priority {priority:.2}, {} expertise hits, load {:.2}){deferred}",
+                "score {:.2} {cmp} {:.2} (priority {priority:.2}, {} expertise hits, load {:.2}){deferred}{note}",
                 g.score, g.threshold, s.keyword_hits, s.load
             )
         }

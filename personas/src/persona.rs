@@ -143,6 +143,8 @@ struct InFlight {
     reply: Option<(OutboxEntry, Event)>,
     /// Actions that failed in replaced plans.
     avoid: Vec<Action>,
+    /// What the decision's reason must say besides the gate's (steps run without a model).
+    notes: Vec<String>,
 }
 
 pub struct PersonaState {
@@ -410,7 +412,12 @@ impl PersonaState {
                 wants: gate.verdict == Verdict::Engage,
                 mentioned: gate.rule == "mention",
                 confidence: if gate.adapter == "model" { gate.score } else { p },
-                suitability: suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text),
+                // Dormant: never assigned a message nobody claimed.
+                suitability: if self.snapshot.dormant {
+                    0.0
+                } else {
+                    suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text)
+                },
                 audience: d.audience,
                 from_human: e.sender_kind == SenderKind::Human,
             };
@@ -505,6 +512,7 @@ impl PersonaState {
             draft: None,
             reply: None,
             avoid: Vec::new(),
+            notes: Vec::new(),
         });
         self.next_step();
     }
@@ -552,21 +560,21 @@ impl PersonaState {
         let Ok(entries) = call_t!(self.memory.actor, MemoryMsg::Snapshot, CHILD_CALL_MS) else { return };
         let storage = self.args.storage.clone();
         let name = self.name.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            Ok::<_, mindfleet_runtime::storage::StorageError>((
-                storage.recent_plans(&name, 200)?,
-                storage.long_term(&name, 0)?,
-            ))
+        // Storage reads and the clustering run off the actor threads.
+        let pass = tokio::task::spawn_blocking(move || {
+            let plans = storage.recent_plans(&name, 200)?;
+            let long_term = storage.long_term(&name, 0)?;
+            let pass = consolidate(&entries, &plans, &long_term.profiles, long_term.watermark, now_us());
+            Ok::<_, mindfleet_runtime::storage::StorageError>((pass.watermark > long_term.watermark).then_some(pass))
         })
         .await;
-        let Ok(Ok((plans, long_term))) = read else {
-            tracing::warn!(persona = %self.name, "consolidation skipped: long-term memory unreadable");
-            return;
-        };
-        let pass = consolidate(&entries, &plans, &long_term.profiles, long_term.watermark, now_us());
-        if pass.watermark > long_term.watermark {
-            tracing::debug!(persona = %self.name, report = ?pass.report, "consolidated");
-            self.args.storage.consolidate(self.name.clone(), pass);
+        match pass {
+            Ok(Ok(Some(pass))) => {
+                tracing::debug!(persona = %self.name, report = ?pass.report, "consolidated");
+                self.args.storage.consolidate(self.name.clone(), pass);
+            }
+            Ok(Ok(None)) => {}
+            _ => tracing::warn!(persona = %self.name, "consolidation skipped: long-term memory unreadable"),
         }
     }
 
@@ -601,14 +609,16 @@ impl PersonaState {
     async fn run_grant(&mut self, g: Grant) {
         let ran = g.outcome.holds_slot();
         if let Some(j) = self.judging.take_if(|j| j.task == g.task) {
-            let gate = if ran {
-                let gate = self.brain.judge(&j.delivery.event, j.priority, &j.state);
-                self.args.scheduler.done(g.task);
-                gate
-            } else {
+            let gate = match g.outcome {
+                Outcome::Run => self.brain.judge(&j.delivery.event, j.priority, &j.state),
                 // No budget for the brain's judgement: the deterministic scorer decides.
-                GateDecision { note: "over budget: judged by rules".into(), ..score(j.priority, &j.state) }
+                Outcome::RulesOnly(_) | Outcome::Skipped(_) => {
+                    GateDecision { note: "over budget: judged by rules".into(), ..score(j.priority, &j.state) }
+                }
             };
+            if ran {
+                self.args.scheduler.done(g.task);
+            }
             self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
             return;
         }
@@ -647,7 +657,16 @@ impl PersonaState {
             self.next_step();
             return;
         }
-        let result = self.run_step().await;
+        let rules_only = match g.outcome {
+            Outcome::RulesOnly(reason) => {
+                let f = self.in_flight.as_mut().expect("checked above");
+                let action = f.record.plan.steps[f.cursor].action.as_str();
+                f.notes.push(format!("{action} ran on the rules brain ({})", reason.as_str()));
+                true
+            }
+            _ => false,
+        };
+        let result = self.run_step(rules_only).await;
         self.args.scheduler.done(g.task);
         let Some(f) = self.in_flight.as_mut() else { return };
         let i = f.cursor;
@@ -709,8 +728,8 @@ impl PersonaState {
         self.next_step();
     }
 
-    /// One action of the registry.
-    async fn run_step(&mut self) -> Result<(), (ErrorClass, String)> {
+    /// One action of the registry; `rules_only`: without a model (the budget's hard limit).
+    async fn run_step(&mut self, rules_only: bool) -> Result<(), (ErrorClass, String)> {
         let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let action = f.record.plan.steps[f.cursor].action;
         if let Some(delay) = self.args.faults.take_action_delay(action) {
@@ -738,7 +757,8 @@ impl PersonaState {
             }
             Action::StudyTopic => Err((ErrorClass::MissingResource, "studying needs the knowledge index".into())),
             Action::DraftReply => {
-                let text = self.brain.respond(&RespondContext {
+                let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
+                let text = brain.respond(&RespondContext {
                     persona: &self.name,
                     role: &self.args.config.role,
                     event: &e,
@@ -821,7 +841,7 @@ impl PersonaState {
         let failed = !evaluation.success;
         f.record.evaluation = Some(evaluation);
         self.last_plan = Some(f.record.clone());
-        self.finish(f.delivery, f.backlog, f.priority, f.gate, f.state, f.reply, Some((f.record, failed)));
+        self.finish(f.delivery, f.backlog, f.priority, f.gate, f.state, f.reply, Some((f.record, failed, f.notes)));
     }
 
     /// Journals the decision (with the reply and plan) through the admin, updates self-state
@@ -835,16 +855,19 @@ impl PersonaState {
         gate: GateDecision,
         state: GateState,
         reply: Option<(OutboxEntry, Event)>,
-        plan: Option<(PlanRecord, bool)>,
+        plan: Option<(PlanRecord, bool, Vec<String>)>,
     ) {
         let e = &d.event;
         let mut reason = explain(&gate, p, &state);
-        let failed = plan.as_ref().is_some_and(|(_, failed)| *failed);
-        if let Some((record, _)) = &plan
+        let failed = plan.as_ref().is_some_and(|(_, failed, _)| *failed);
+        if let Some((record, _, notes)) = &plan
             && let Some(ev) = &record.evaluation
         {
             let outcome = if ev.success { "succeeded" } else { "failed" };
             reason = format!("{reason}; plan {outcome} after {} adjustments", record.adjustments.len());
+            for n in notes {
+                reason = format!("{reason}; {n}");
+            }
         }
         let decision = Decision {
             event_id: e.id.clone(),
@@ -903,7 +926,7 @@ impl PersonaState {
             accepted_us: e.accepted_us,
             decision,
             reply,
-            plan: plan.map(|(r, _)| r),
+            plan: plan.map(|(r, _, _)| r),
         })));
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
@@ -1021,7 +1044,12 @@ impl Actor for Persona {
     }
 
     async fn post_start(&self, myself: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
-        myself.send_interval(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
+        // Personas that start together would all consolidate together, period after period:
+        // each starts at its own phase of the period (from its name), then keeps the period.
+        let every = st.args.config.consolidate_every;
+        let phase =
+            st.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || PersonaMsg::Consolidate);
         st.retune();
         st.pull();
         Ok(())
@@ -1029,7 +1057,7 @@ impl Actor for Persona {
 
     async fn handle(
         &self,
-        _myself: ActorRef<PersonaMsg>,
+        myself: ActorRef<PersonaMsg>,
         msg: PersonaMsg,
         st: &mut PersonaState,
     ) -> Result<(), ActorProcessingErr> {
@@ -1047,7 +1075,10 @@ impl Actor for Persona {
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),
-            PersonaMsg::Consolidate => st.want_consolidation(),
+            PersonaMsg::Consolidate => {
+                myself.send_after(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
+                st.want_consolidation();
+            }
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),
