@@ -78,6 +78,7 @@ struct RawStorage {
     events_retained: Option<Spanned<i64>>,
     max_batch: Option<Spanned<i64>>,
     max_crashes_per_event: Option<Spanned<i64>>,
+    cache_mb: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,6 +188,9 @@ pub struct StorageConfig {
     pub max_batch: usize,
     /// Crashes of its persona after which an event goes to the dead letters.
     pub max_crashes_per_event: u32,
+    /// Size of the database's page cache, MiB: what bounds the fleet's memory as the data
+    /// grows.
+    pub cache_mb: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -412,6 +416,7 @@ impl FleetConfig {
                 events_retained: None,
                 max_batch: None,
                 max_crashes_per_event: None,
+                cache_mb: None,
             });
             StorageConfig {
                 data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
@@ -426,6 +431,7 @@ impl FleetConfig {
                 events_retained: cx.int(&s.events_retained, "events_retained", 1..=100_000_000, 100_000)? as u64,
                 max_batch: cx.int(&s.max_batch, "max_batch", 1..=100_000, 4096)? as usize,
                 max_crashes_per_event: cx.int(&s.max_crashes_per_event, "max_crashes_per_event", 1..=100, 3)? as u32,
+                cache_mb: cx.int(&s.cache_mb, "cache_mb", 1..=1_048_576, 256)? as usize,
             }
         };
 

@@ -151,9 +151,12 @@ pub struct StorageStats {
     pub commit_p99_ms: f64,
     /// The durable `commit()` alone, without applying the batch's requests.
     pub fsync_p50_ms: f64,
-    /// From acceptance to the commit of the decision.
+    /// From acceptance to the commit of the decision, over the last 8,192 decisions.
     pub decision_p50_ms: f64,
     pub decision_p99_ms: f64,
+    /// The same over every decision since the storage opened (a log histogram, within 5%).
+    pub decision_p99_all_ms: f64,
+    pub decision_max_ms: f64,
     pub decisions: u64,
     pub dead_letters: u64,
     pub stale_finishes: u64,
@@ -246,7 +249,10 @@ impl Storage {
     pub fn open(cfg: &StorageConfig) -> Result<Storage, StorageError> {
         let path: Arc<Path> = cfg.data_dir.join("fleet.redb").into();
         let dberr = |e: &dyn std::fmt::Display| StorageError::Db { path: path.to_path_buf(), message: e.to_string() };
-        let db = Database::create(&*path).map_err(|e| dberr(&e))?;
+        let db = redb::Builder::new()
+            .set_cache_size(cfg.cache_mb.saturating_mul(1 << 20))
+            .create(&*path)
+            .map_err(|e| dberr(&e))?;
         let txn = db.begin_write().map_err(|e| dberr(&e))?;
         let mut found = {
             let mut meta = txn.open_table(META).map_err(|e| dberr(&e))?;
@@ -634,6 +640,45 @@ impl Meta {
     }
 }
 
+/// Every sample since start, in buckets 5% apart: percentiles within 5% in constant memory.
+#[derive(Debug)]
+struct LogHistogram {
+    /// Bucket `i` holds values up to `MIN_MS * GROWTH^i` (the first also everything below).
+    counts: Vec<u64>,
+    total: u64,
+    max: f64,
+}
+
+impl LogHistogram {
+    const MIN_MS: f64 = 0.01;
+    const GROWTH: f64 = 1.05;
+    /// Up to 0.01 ms x 1.05^400, about 3,000 s; the last bucket also holds anything longer.
+    const BUCKETS: usize = 401;
+
+    fn push(&mut self, ms: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; Self::BUCKETS];
+        }
+        let i = if ms <= Self::MIN_MS { 0.0 } else { ((ms / Self::MIN_MS).ln() / Self::GROWTH.ln()).ceil() };
+        self.counts[(i as usize).min(Self::BUCKETS - 1)] += 1;
+        self.total += 1;
+        self.max = self.max.max(ms);
+    }
+
+    /// The upper bound of the bucket holding the `p` quantile (never above the maximum seen).
+    fn percentile(&self, p: f64) -> f64 {
+        let rank = ((self.total as f64 * p).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return (Self::MIN_MS * Self::GROWTH.powi(i as i32)).min(self.max);
+            }
+        }
+        0.0
+    }
+}
+
 /// A bounded window of recent samples for percentiles.
 #[derive(Debug, Default)]
 struct Samples {
@@ -675,6 +720,7 @@ struct Writer {
     /// The `commit()` call alone (the fsync and page writes), without applying the batch.
     fsync_ms: Samples,
     decision_ms: Samples,
+    decision_all: LogHistogram,
 }
 
 impl Writer {
@@ -695,6 +741,7 @@ impl Writer {
             commit_ms: Samples::default(),
             fsync_ms: Samples::default(),
             decision_ms: Samples::default(),
+            decision_all: LogHistogram { counts: Vec::new(), total: 0, max: 0.0 },
         })
     }
 
@@ -844,6 +891,7 @@ impl Writer {
                 }
                 let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
                 self.decision_ms.push(latency_ms);
+                self.decision_all.push(latency_ms);
                 if let Some((entry, event)) = reply {
                     self.put_outbox(t, &entry)?;
                     let (rseq, event) = self.put_event(t, event, &reply_targets)?;
@@ -970,6 +1018,8 @@ impl Writer {
                 s.fsync_p50_ms = self.fsync_ms.percentile(0.5);
                 s.decision_p50_ms = self.decision_ms.percentile(0.5);
                 s.decision_p99_ms = self.decision_ms.percentile(0.99);
+                s.decision_p99_all_ms = self.decision_all.percentile(0.99);
+                s.decision_max_ms = self.decision_all.max;
                 let _ = tx.send(s);
                 Ok(false)
             }
@@ -1208,6 +1258,21 @@ fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_histogram_is_within_five_percent() {
+        let mut h = LogHistogram { counts: Vec::new(), total: 0, max: 0.0 };
+        for i in 1..=1000 {
+            h.push(i as f64 / 10.0); // 0.1 .. 100 ms
+        }
+        for (p, exact) in [(0.5, 50.0), (0.99, 99.0)] {
+            let got = h.percentile(p);
+            assert!(got >= exact && got <= exact * 1.05, "p{p}: {got} vs {exact}");
+        }
+        assert_eq!(h.percentile(1.0), 100.0, "never above the maximum");
+        h.push(1e9);
+        assert_eq!(h.max, 1e9);
+    }
     use crate::config::FleetConfig;
     use crate::event::EventInput;
 
