@@ -219,13 +219,13 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
     }))
 }
 
-/// A steady open-loop load: `rate` undirected events per second into rooms of four personas,
+/// A steady open-loop load: `rate` undirected events per second into rooms of `room_size` personas,
 /// for `seconds`, sampling RSS, queue lengths and the inject-to-decision latency every
 /// `every` seconds. Flat RSS and queues mean the fleet keeps up.
-pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64) -> anyhow::Result<Value> {
+pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_size: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
-    let rooms = personas.div_ceil(4).max(1);
+    let rooms = personas.div_ceil(room_size).max(1);
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{}", i % rooms)];
     }
@@ -321,6 +321,7 @@ pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64) -> any
         "bench": "soak",
         "personas": personas,
         "rate_per_s": rate,
+        "room_size": room_size,
         "seconds": seconds,
         "sent": sent,
         "achieved_per_s": round(sent as f64 / elapsed, 1),

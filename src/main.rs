@@ -289,6 +289,9 @@ enum BenchCmd {
         /// Seconds between samples.
         #[arg(long, default_value_t = 10)]
         every: u64,
+        /// Personas per room: each event goes to every persona of its room.
+        #[arg(long, default_value_t = 4)]
+        room_size: usize,
         #[arg(long)]
         json: bool,
     },
@@ -345,8 +348,8 @@ fn main() -> ExitCode {
                 v["bench"] = "scheduler".into();
                 print_figures(Ok(v), json)
             }
-            Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, json } } => {
-                print_figures(bench::soak(personas, rate, seconds, every.max(1)).await, json)
+            Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, room_size, json } } => {
+                print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
             }
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)

@@ -8,7 +8,7 @@
 //! state older than the one it last persisted). Read-only views for dumps use their own
 //! read transactions. The on-disk layout is in `docs/STORAGE.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -640,6 +640,26 @@ impl Meta {
     }
 }
 
+/// Drops the self-state writes of a batch that a later write of the same persona's row
+/// replaces: a persona's state changes several times per event, and only the row's last value
+/// needs committing. A restore of that persona in between keeps the writes before it, so the
+/// restore still reads every state sent before it.
+fn coalesce_self_states(batch: &mut Vec<Op>) {
+    let mut later: HashSet<Arc<str>> = HashSet::new();
+    let mut keep = vec![true; batch.len()];
+    for (i, op) in batch.iter().enumerate().rev() {
+        match op {
+            Op::PutSelfState(p, _) if !later.insert(p.clone()) => keep[i] = false,
+            Op::LoadSelfState(p, _) => {
+                later.remove(p);
+            }
+            _ => {}
+        }
+    }
+    let mut keep = keep.into_iter();
+    batch.retain(|_| keep.next().unwrap_or(true));
+}
+
 /// Every sample since start, in buckets 5% apart: percentiles within 5% in constant memory.
 #[derive(Debug)]
 struct LogHistogram {
@@ -778,6 +798,7 @@ impl Writer {
     fn apply_batch(&mut self, batch: &mut Vec<Op>) {
         let started = Instant::now();
         let n = batch.len();
+        coalesce_self_states(batch);
         let mut after: Vec<AfterCommit> = Vec::with_capacity(n);
         let result = (|| -> Result<bool, redb::Error> {
             let mut txn = self.db.begin_write()?;
@@ -1258,6 +1279,26 @@ fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_commits_only_the_last_self_state_of_a_persona_unless_a_restore_reads_between() {
+        let put = |p: &str, energy: f64| {
+            Op::PutSelfState(p.into(), Box::new(SelfStateData { energy, ..SelfStateData::default() }))
+        };
+        let (tx, _rx) = oneshot::channel();
+        let mut batch =
+            vec![put("a", 0.1), put("b", 0.1), put("a", 0.2), Op::LoadSelfState("a".into(), tx), put("a", 0.3)];
+        coalesce_self_states(&mut batch);
+        let left: Vec<String> = batch
+            .iter()
+            .map(|op| match op {
+                Op::PutSelfState(p, s) => format!("{p}={}", s.energy),
+                Op::LoadSelfState(p, _) => format!("load {p}"),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(left, ["b=0.1", "a=0.2", "load a", "a=0.3"]);
+    }
 
     #[test]
     fn the_log_histogram_is_within_five_percent() {
