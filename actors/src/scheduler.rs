@@ -220,6 +220,11 @@ impl DoneRate {
     }
 }
 
+/// The nearest-rank `p` quantile of `sorted` (ascending), if it is not empty.
+pub(crate) fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied()
+}
+
 /// The task of an armed `send_after`.
 type Timer = JoinHandle<Result<(), MessagingErr<SchedulerMsg>>>;
 

@@ -40,7 +40,7 @@ pub async fn bench(backlog: usize, samples: usize) -> Value {
     let (latency, overtaken) = urgent_latency(backlog, samples, warmup).await;
     let (tasks_per_s, secs) = throughput(THROUGHPUT_TASKS).await;
     let us = |d: Duration| (d.as_secs_f64() * 1e7).round() / 10.0;
-    let pct = |p: f64| latency.get(((latency.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied();
+    let pct = |p: f64| super::nearest_rank(&latency, p);
     let mean = latency.iter().sum::<Duration>().checked_div(latency.len() as u32).unwrap_or_default();
     json!({
         "backlog": backlog,

@@ -237,9 +237,7 @@ impl Window {
         r.by_room = rows(room);
         r.by_purpose = rows(purpose);
         ran.sort_unstable();
-        let pct = |p: f64| {
-            ran.get(((ran.len() as f64 * p).ceil() as usize).saturating_sub(1)).map_or(0.0, |d| d.as_secs_f64() * 1e3)
-        };
+        let pct = |p: f64| super::nearest_rank(&ran, p).map_or(0.0, |d| d.as_secs_f64() * 1e3);
         (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) = (pct(0.50), pct(0.95), pct(0.99));
         r
     }
