@@ -285,6 +285,7 @@ pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_s
     };
     let started = Instant::now();
     let mut samples = Vec::new();
+    let (mut busy_before, mut at_before) = (0.0, Instant::now());
     let (mut rss_max, mut pending_max, mut queued_max, mut p99_max) = (0u64, 0u64, 0usize, 0f64);
     while started.elapsed() < Duration::from_secs(seconds) {
         tokio::time::sleep(Duration::from_secs(every)).await;
@@ -303,7 +304,11 @@ pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_s
             "pending": stats.pending,
             "queued": sched.queued(),
             "decision_p99_ms": round(stats.decision_p99_ms, 1),
+            "writer_busy": round((stats.busy_s - busy_before) / at_before.elapsed().as_secs_f64(), 3),
+            "mean_batch": round(stats.mean_batch, 1),
+            "commit_p50_ms": round(stats.commit_p50_ms, 2),
         }));
+        (busy_before, at_before) = (stats.busy_s, Instant::now());
     }
     stop.store(true, Ordering::Relaxed);
     pacer.await?;
@@ -336,6 +341,10 @@ pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_s
         "decision_p99_max_ms": round(p99_max, 2),
         "decision_p99_all_ms": round(stats.decision_p99_all_ms, 2),
         "decision_max_ms": round(stats.decision_max_ms, 1),
+        "mean_batch": round(stats.mean_batch, 1),
+        "commit_p50_ms": round(stats.commit_p50_ms, 2),
+        "commit_p99_ms": round(stats.commit_p99_ms, 2),
+        "fsync_p50_ms": round(stats.fsync_p50_ms, 2),
         "drained": idle,
         "coordination_efficiency": round(d.coordination.efficiency, 3),
         "samples": samples,

@@ -323,16 +323,10 @@ impl DumpBase {
         let storage = self.storage.clone();
         let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
         let (journals, outbox, dead_letters) = tokio::task::spawn_blocking(move || {
-            let journals: Result<Vec<_>, _> = names
-                .iter()
-                .map(|n| {
-                    Ok::<_, crate::storage::StorageError>((
-                        storage.recent_decisions(n, 50)?,
-                        storage.recent_evictions(n, 20)?,
-                    ))
-                })
-                .collect();
-            Ok::<_, crate::storage::StorageError>((journals?, storage.recent_outbox(100)?, storage.dead_letters()?))
+            let decisions = storage.recent_decisions_of(&names, 50)?;
+            let evictions: Result<Vec<_>, _> = names.iter().map(|n| storage.recent_evictions(n, 20)).collect();
+            let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
+            Ok::<_, crate::storage::StorageError>((journals, storage.recent_outbox(100)?, storage.dead_letters()?))
         })
         .await
         .map_err(|e| InjectError::Storage(e.to_string()))?

@@ -79,6 +79,7 @@ struct RawStorage {
     max_batch: Option<Spanned<i64>>,
     max_crashes_per_event: Option<Spanned<i64>>,
     cache_mb: Option<Spanned<i64>>,
+    write_behind_ms: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +192,9 @@ pub struct StorageConfig {
     /// Size of the database's page cache, MiB: what bounds the fleet's memory as the data
     /// grows.
     pub cache_mb: usize,
+    /// Self-state and working-memory writes wait up to this long in the writer, so that a
+    /// persona's many changes cost one row write; 0 writes them in the next commit.
+    pub write_behind: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -417,6 +421,7 @@ impl FleetConfig {
                 max_batch: None,
                 max_crashes_per_event: None,
                 cache_mb: None,
+                write_behind_ms: None,
             });
             StorageConfig {
                 data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
@@ -432,6 +437,9 @@ impl FleetConfig {
                 max_batch: cx.int(&s.max_batch, "max_batch", 1..=100_000, 4096)? as usize,
                 max_crashes_per_event: cx.int(&s.max_crashes_per_event, "max_crashes_per_event", 1..=100, 3)? as u32,
                 cache_mb: cx.int(&s.cache_mb, "cache_mb", 1..=1_048_576, 256)? as usize,
+                write_behind: Duration::from_millis(
+                    cx.int(&s.write_behind_ms, "write_behind_ms", 0..=60_000, 2000)? as u64
+                ),
             }
         };
 

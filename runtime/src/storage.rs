@@ -8,14 +8,14 @@
 //! state older than the one it last persisted). Read-only views for dumps use their own
 //! read transactions. The on-disk layout is in `docs/STORAGE.md`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use ractor::{ActorRef, RpcReplyPort};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
@@ -35,14 +35,18 @@ use crate::time::now_us;
 /// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
 /// 3: adds `plans` and `learnings` (the reasoning loop's journal) and long-term memory:
 /// `experiences`, `procedures`, `knowledge`, `profiles`, `consolidations`.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 const EVENT_IDS: TableDefinition<&str, u64> = TableDefinition::new("event_ids");
-const DELIVERIES: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
+/// Before version 4: pending deliveries keyed by persona first.
+const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
+const PENDING: TableDefinition<(u64, &str), u32> = TableDefinition::new("pending");
 const PENDING_BY_SEQ: TableDefinition<u64, u32> = TableDefinition::new("pending_by_seq");
 const DECISIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("decisions");
+/// Decisions not yet copied into `decisions`, by decision number: (persona, decision).
+const DECISION_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_log");
 const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 const SELF_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("self_state");
 const MEMORY: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("memory");
@@ -60,7 +64,7 @@ const CONSOLIDATIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3];
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -90,6 +94,23 @@ const CONSOLIDATIONS_KEPT: u64 = 100;
 /// Version 3 adds tables that start empty.
 fn migrate_2_to_3(txn: &WriteTransaction) -> Result<(), redb::Error> {
     Tables::open(txn).map(drop)
+}
+
+/// Version 4 keys pending deliveries by sequence number first, so that the deliveries of one
+/// event, and of events accepted together, share B-tree pages (keyed by persona first, each
+/// insert and each finish wrote a page of its own persona).
+fn migrate_3_to_4(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    {
+        let old = txn.open_table(DELIVERIES_V3)?;
+        let mut new = txn.open_table(PENDING)?;
+        for r in old.iter()? {
+            let (k, crashes) = r?;
+            let (persona, seq) = k.value();
+            new.insert((seq, persona), crashes.value())?;
+        }
+    }
+    txn.delete_table(DELIVERIES_V3)?;
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +167,10 @@ pub struct StorageStats {
     pub duplicates: u64,
     pub commits: u64,
     pub requests: u64,
+    /// Seconds the writer spent applying and committing batches (its utilisation over time).
+    pub busy_s: f64,
+    /// Self-state and working-memory writes held back for the next write-behind commit.
+    pub held_writes: u64,
     pub mean_batch: f64,
     pub commit_p50_ms: f64,
     pub commit_p99_ms: f64,
@@ -391,9 +416,33 @@ impl Storage {
 
     /// Newest decisions of a persona, newest first (blocking read).
     pub fn recent_decisions(&self, persona: &str, n: usize) -> Result<Vec<Decision>, StorageError> {
+        Ok(self.recent_decisions_of(&[persona.to_string()], n)?.pop().unwrap_or_default())
+    }
+
+    /// The newest `n` decisions of each of `personas`, newest first, in one read: the ones still
+    /// in `decision_log` (all newer than any copied) and then the persona's `decisions` rows.
+    pub fn recent_decisions_of(&self, personas: &[String], n: usize) -> Result<Vec<Vec<Decision>>, StorageError> {
         self.read(|txn| {
+            let mut newest: HashMap<&str, Vec<Decision>> = personas.iter().map(|p| (p.as_str(), Vec::new())).collect();
+            for r in txn.open_table(DECISION_LOG)?.iter()?.rev() {
+                let (persona, d): (String, Decision) = dec(r?.1.value())?;
+                if let Some(v) = newest.get_mut(persona.as_str())
+                    && v.len() < n
+                {
+                    v.push(d);
+                }
+            }
             let t = txn.open_table(DECISIONS)?;
-            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+            personas
+                .iter()
+                .map(|p| {
+                    let mut v = newest.remove(p.as_str()).unwrap_or_default();
+                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n - v.len()) {
+                        v.push(dec(r?.1.value())?);
+                    }
+                    Ok(v)
+                })
+                .collect()
         })
     }
 
@@ -492,12 +541,12 @@ impl Storage {
     /// Deliveries not finished yet, per persona (blocking read).
     pub fn pending_by_persona(&self) -> Result<BTreeMap<String, Vec<String>>, StorageError> {
         self.read(|txn| {
-            let d = txn.open_table(DELIVERIES)?;
+            let d = txn.open_table(PENDING)?;
             let ev = txn.open_table(EVENTS)?;
             let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for r in d.iter()? {
                 let (k, _) = r?;
-                let (persona, seq) = k.value();
+                let (seq, persona) = k.value();
                 let id = match ev.get(seq)? {
                     Some(b) => dec::<Event>(b.value())?.id,
                     None => format!("seq {seq}"),
@@ -508,18 +557,48 @@ impl Storage {
         })
     }
 
-    /// Every decision of every persona, oldest first (blocking read; tests and exports).
+    /// Every decision of every persona: the copied rows by persona, then those still in the log
+    /// (blocking read; tests and exports).
     pub fn all_decisions(&self) -> Result<Vec<(String, Decision)>, StorageError> {
         self.read(|txn| {
-            let t = txn.open_table(DECISIONS)?;
-            t.iter()?
-                .map(|r| {
-                    let (k, v) = r?;
-                    Ok((k.value().0.to_string(), dec(v.value())?))
-                })
-                .collect()
+            let mut out = Vec::new();
+            for r in txn.open_table(DECISIONS)?.iter()? {
+                let (k, v) = r?;
+                out.push((k.value().0.to_string(), dec(v.value())?));
+            }
+            for r in txn.open_table(DECISION_LOG)?.iter()? {
+                out.push(dec(r?.1.value())?);
+            }
+            Ok(out)
         })
     }
+}
+
+/// The decisions of `decision_log`, oldest first.
+fn load_decision_log(db: &Database) -> Result<Vec<(Arc<str>, u64, Decision)>, redb::Error> {
+    let txn = db.begin_read()?;
+    let log = txn.open_table(DECISION_LOG)?;
+    log.iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (persona, d): (String, Decision) = dec(v.value())?;
+            Ok((persona.into(), k.value(), d))
+        })
+        .collect()
+}
+
+fn load_pending_of(db: &Database) -> Result<HashMap<Arc<str>, BTreeSet<u64>>, redb::Error> {
+    let txn = db.begin_read()?;
+    let mut out: HashMap<Arc<str>, BTreeSet<u64>> = HashMap::new();
+    for r in txn.open_table(PENDING)?.iter()? {
+        let (k, _) = r?;
+        let (seq, persona) = k.value();
+        match out.get_mut(persona) {
+            Some(seqs) => seqs.insert(seq),
+            None => out.entry(persona.into()).or_default().insert(seq),
+        };
+    }
+    Ok(out)
 }
 
 fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
@@ -531,9 +610,10 @@ struct Tables<'t> {
     meta: redb::Table<'t, &'static str, u64>,
     events: redb::Table<'t, u64, &'static [u8]>,
     event_ids: redb::Table<'t, &'static str, u64>,
-    deliveries: redb::Table<'t, (&'static str, u64), u32>,
+    pending: redb::Table<'t, (u64, &'static str), u32>,
     pending_by_seq: redb::Table<'t, u64, u32>,
     decisions: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    decision_log: redb::Table<'t, u64, &'static [u8]>,
     outbox: redb::Table<'t, u64, &'static [u8]>,
     self_state: redb::Table<'t, &'static str, &'static [u8]>,
     memory: redb::Table<'t, (&'static str, u64), &'static [u8]>,
@@ -556,9 +636,10 @@ impl<'t> Tables<'t> {
             meta: txn.open_table(META)?,
             events: txn.open_table(EVENTS)?,
             event_ids: txn.open_table(EVENT_IDS)?,
-            deliveries: txn.open_table(DELIVERIES)?,
+            pending: txn.open_table(PENDING)?,
             pending_by_seq: txn.open_table(PENDING_BY_SEQ)?,
             decisions: txn.open_table(DECISIONS)?,
+            decision_log: txn.open_table(DECISION_LOG)?,
             outbox: txn.open_table(OUTBOX)?,
             self_state: txn.open_table(SELF_STATE)?,
             memory: txn.open_table(MEMORY)?,
@@ -640,24 +721,106 @@ impl Meta {
     }
 }
 
-/// Drops the self-state writes of a batch that a later write of the same persona's row
-/// replaces: a persona's state changes several times per event, and only the row's last value
-/// needs committing. A restore of that persona in between keeps the writes before it, so the
-/// restore still reads every state sent before it.
-fn coalesce_self_states(batch: &mut Vec<Op>) {
-    let mut later: HashSet<Arc<str>> = HashSet::new();
-    let mut keep = vec![true; batch.len()];
-    for (i, op) in batch.iter().enumerate().rev() {
-        match op {
-            Op::PutSelfState(p, _) if !later.insert(p.clone()) => keep[i] = false,
-            Op::LoadSelfState(p, _) => {
-                later.remove(p);
-            }
-            _ => {}
+/// The writes of one group of personas that the writer holds back (`write_behind`): however
+/// often a persona's state or memory changes, or it decides, in that time, each of its rows is
+/// written once. Loads and readers read through them, so they see every write sent before them.
+#[derive(Default)]
+struct Held {
+    states: HashMap<Arc<str>, Box<SelfStateData>>,
+    /// `None` deletes the row.
+    memory: BTreeMap<(Arc<str>, u64), Option<Box<WmEntry>>>,
+    evictions: Vec<(Arc<str>, Eviction)>,
+    /// Decisions in `decision_log` not yet copied into `decisions`, in number order.
+    decisions: Vec<(Arc<str>, u64, Decision)>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.states.len() + self.memory.len() + self.evictions.len() + self.decisions.len()
+    }
+
+    fn memory_of(&self, persona: &Arc<str>) -> impl Iterator<Item = (&u64, &Option<Box<WmEntry>>)> {
+        self.memory.range((persona.clone(), 0)..=(persona.clone(), u64::MAX)).map(|((_, id), e)| (id, e))
+    }
+}
+
+/// The held writes in groups of personas (by a hash of the name). Each `write_behind / GROUPS`
+/// the next group is committed, so each persona's rows are written about once per
+/// `write_behind`, and that work is spread over the interval instead of stalling one commit.
+struct Behind {
+    groups: Vec<Held>,
+    /// The group committed next, and when (`None` while nothing is held).
+    next: usize,
+    next_at: Option<Instant>,
+}
+
+impl Behind {
+    const GROUPS: usize = 64;
+    /// Most writes held before all are committed regardless of their age.
+    const MAX: usize = 100_000;
+
+    fn new() -> Behind {
+        Behind { groups: (0..Self::GROUPS).map(|_| Held::default()).collect(), next: 0, next_at: None }
+    }
+
+    fn group(persona: &str) -> usize {
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(persona, &mut h);
+        std::hash::Hasher::finish(&h) as usize % Self::GROUPS
+    }
+
+    /// The held writes of `persona`, to add to (starting the clock if nothing was held).
+    fn of(&mut self, persona: &str, write_behind: Duration) -> &mut Held {
+        if self.next_at.is_none() {
+            self.next_at = Some(Instant::now() + write_behind / Self::GROUPS as u32);
+        }
+        &mut self.groups[Self::group(persona)]
+    }
+
+    fn get(&self, persona: &str) -> &Held {
+        &self.groups[Self::group(persona)]
+    }
+
+    fn len(&self) -> usize {
+        self.groups.iter().map(Held::len).sum()
+    }
+
+    /// How long until the next group is due; `None` when nothing is held.
+    fn due_in(&self) -> Option<Duration> {
+        self.next_at.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// The groups to write in this batch: all of them, the next one when it is due, or none.
+    fn to_write(&self, all: bool) -> Vec<usize> {
+        if all || self.len() >= Self::MAX {
+            (0..Self::GROUPS).filter(|g| self.groups[*g].len() > 0).collect()
+        } else if self.due_in().is_some_and(|d| d.is_zero()) {
+            vec![self.next]
+        } else {
+            Vec::new()
         }
     }
-    let mut keep = keep.into_iter();
-    batch.retain(|_| keep.next().unwrap_or(true));
+
+    /// After a commit that wrote `groups` (in the order `to_write` gave them).
+    fn written(&mut self, groups: &[usize], write_behind: Duration) {
+        for g in groups {
+            self.groups[*g] = Held::default();
+        }
+        if groups.len() == 1 {
+            self.next = (self.next + 1) % Self::GROUPS;
+        }
+        self.next_at = (self.len() > 0).then(|| Instant::now() + write_behind / Self::GROUPS as u32);
+    }
+
+    /// Puts the decisions of `decision_log` (oldest first) back in their groups.
+    fn set_decisions(&mut self, logged: Vec<(Arc<str>, u64, Decision)>, write_behind: Duration) {
+        for g in &mut self.groups {
+            g.decisions.clear();
+        }
+        for (p, key, d) in logged {
+            self.of(&p.clone(), write_behind).decisions.push((p, key, d));
+        }
+    }
 }
 
 /// Every sample since start, in buckets 5% apart: percentiles within 5% in constant memory.
@@ -741,11 +904,20 @@ struct Writer {
     fsync_ms: Samples,
     decision_ms: Samples,
     decision_all: LogHistogram,
+    held: Behind,
+    /// Each persona's hot journals (see `trim_journal`).
+    journal_counts: HashMap<String, [JournalCount; 3]>,
+    /// The sequence numbers of each persona's pending deliveries: the `pending` table by
+    /// persona, for restores (kept in step with the table, reloaded if a commit fails).
+    pending_of: HashMap<Arc<str>, BTreeSet<u64>>,
 }
 
 impl Writer {
     fn new(db: Arc<Database>, cfg: StorageConfig, path: PathBuf) -> Result<Writer, redb::Error> {
         let meta = Meta::load(&db)?;
+        let pending_of = load_pending_of(&db)?;
+        let mut held = Behind::new();
+        held.set_decisions(load_decision_log(&db)?, cfg.write_behind);
         let stats = StorageStats {
             path: path.display().to_string(),
             schema_version: SCHEMA_VERSION,
@@ -762,13 +934,28 @@ impl Writer {
             fsync_ms: Samples::default(),
             decision_ms: Samples::default(),
             decision_all: LogHistogram { counts: Vec::new(), total: 0, max: 0.0 },
+            held,
+            journal_counts: HashMap::new(),
+            pending_of,
         })
     }
 
     fn run(mut self, rx: Receiver<Op>) {
         let mut batch = Vec::with_capacity(self.cfg.max_batch);
         let mut closing = None;
-        while let Ok(op) = rx.recv() {
+        loop {
+            let first = match self.held.due_in() {
+                None => rx.recv().ok(),
+                Some(wait) => match rx.recv_timeout(wait) {
+                    Ok(op) => Some(op),
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.apply_batch(&mut batch, false);
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => None,
+                },
+            };
+            let Some(op) = first else { break };
             batch.push(op);
             while batch.len() < self.cfg.max_batch {
                 match rx.try_recv() {
@@ -783,10 +970,14 @@ impl Writer {
                 }
                 batch.truncate(i);
             }
-            self.apply_batch(&mut batch);
+            self.apply_batch(&mut batch, closing.is_some());
             if closing.is_some() {
                 break;
             }
+        }
+        if self.held.len() > 0 {
+            // Every handle dropped without a close: still commit what is held.
+            self.apply_batch(&mut batch, true);
         }
         drop(self.db);
         if let Some(tx) = closing {
@@ -795,10 +986,13 @@ impl Writer {
         tracing::debug!(path = %self.path.display(), "storage writer stopped");
     }
 
-    fn apply_batch(&mut self, batch: &mut Vec<Op>) {
+    /// Applies a batch in one transaction and commits it; `flush` also commits the held
+    /// writes, as does a `Flush` request or their age.
+    fn apply_batch(&mut self, batch: &mut Vec<Op>, flush: bool) {
         let started = Instant::now();
         let n = batch.len();
-        coalesce_self_states(batch);
+        let flush = flush || batch.iter().any(|op| matches!(op, Op::Flush(_)));
+        let mut wrote_held = Vec::new();
         let mut after: Vec<AfterCommit> = Vec::with_capacity(n);
         let result = (|| -> Result<bool, redb::Error> {
             let mut txn = self.db.begin_write()?;
@@ -808,6 +1002,11 @@ impl Writer {
                 let mut t = Tables::open(&txn)?;
                 for op in batch.drain(..) {
                     dirty |= self.apply(&mut t, op, &mut after)?;
+                }
+                wrote_held = self.held.to_write(flush);
+                if wrote_held.iter().any(|g| self.held.groups[*g].len() > 0) {
+                    self.write_held(&mut t, &wrote_held)?;
+                    dirty = true;
                 }
                 if dirty {
                     self.trim_events(&mut t)?;
@@ -825,8 +1024,12 @@ impl Writer {
         })();
         batch.clear();
         self.stats.requests += n as u64;
+        self.stats.busy_s += started.elapsed().as_secs_f64();
         match result {
             Ok(dirty) => {
+                if !wrote_held.is_empty() {
+                    self.held.written(&wrote_held, self.cfg.write_behind);
+                }
                 if dirty {
                     self.stats.commits += 1;
                     self.commit_ms.push(started.elapsed().as_secs_f64() * 1e3);
@@ -839,10 +1042,17 @@ impl Writer {
             Err(e) => {
                 self.stats.errors += 1;
                 tracing::error!(path = %self.path.display(), error = %e, "storage commit failed");
-                // The transaction is gone: reload the counters it may have advanced.
+                // The transaction is gone: reload the counters and the index it may have changed.
                 if let Ok(m) = Meta::load(&self.db) {
                     self.meta = m;
                 }
+                if let Ok(p) = load_pending_of(&self.db) {
+                    self.pending_of = p;
+                }
+                if let Ok(d) = load_decision_log(&self.db) {
+                    self.held.set_decisions(d, self.cfg.write_behind);
+                }
+                self.journal_counts.clear();
                 let msg = e.to_string();
                 for a in after {
                     a(Err(&msg));
@@ -868,7 +1078,7 @@ impl Writer {
                     let reason =
                         format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
                     for (persona, _) in &targets {
-                        self.put_decision(t, persona, &skipped(&event, &reason))?;
+                        self.put_decision(t, persona, skipped(&event, &reason))?;
                     }
                     after.push(Box::new(move |_| {
                         let _ = reply.send(Err(InjectError::QueueFull { pending }));
@@ -905,7 +1115,7 @@ impl Writer {
                     let n = t.counters.get((&*persona, name))?.map_or(0, |g| g.value());
                     t.counters.insert((&*persona, name), n + 1)?;
                 }
-                self.put_decision(t, &persona, &decision)?;
+                self.put_decision(t, &persona, decision)?;
                 self.stats.decisions += 1;
                 if let Some(plan) = plan {
                     self.put_plan(t, &persona, &plan)?;
@@ -933,29 +1143,27 @@ impl Writer {
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {
-                t.self_state.insert(&*persona, enc(&*state).as_slice())?;
-                Ok(true)
+                self.held.of(&persona, self.cfg.write_behind).states.insert(persona, state);
+                Ok(false)
             }
             Op::PutMemory(persona, entry) => {
-                t.memory.insert((&*persona, entry.id), enc(&*entry).as_slice())?;
-                Ok(true)
+                self.held.of(&persona, self.cfg.write_behind).memory.insert((persona, entry.id), Some(entry));
+                Ok(false)
             }
             Op::DeleteMemory(persona, id, eviction) => {
-                t.memory.remove((&*persona, id))?;
+                let held = self.held.of(&persona, self.cfg.write_behind);
                 if let Some(ev) = eviction {
-                    let key = self.meta.next_eviction;
-                    self.meta.next_eviction += 1;
-                    t.evictions.insert((&*persona, key), enc(&ev).as_slice())?;
-                    bounded(&mut t.evictions, &mut t.counters, &persona, "evictions", EVICTIONS_KEPT)?;
+                    held.evictions.push((persona.clone(), ev));
                 }
-                Ok(true)
+                held.memory.insert((persona, id), None);
+                Ok(false)
             }
             Op::Crash { persona, seq, reason } => {
-                let Some(crashes) = t.deliveries.get((&*persona, seq))?.map(|g| g.value() + 1) else {
+                let Some(crashes) = t.pending.get((seq, &*persona))?.map(|g| g.value() + 1) else {
                     return Ok(false);
                 };
                 if crashes < self.cfg.max_crashes_per_event {
-                    t.deliveries.insert((&*persona, seq), crashes)?;
+                    t.pending.insert((seq, &*persona), crashes)?;
                     return Ok(true);
                 }
                 let event: Option<Event> = match t.events.get(seq)? {
@@ -984,14 +1192,15 @@ impl Writer {
                     numbers: vec![("crashes".into(), crashes as f64)],
                     at_us: now,
                 };
-                self.put_decision(t, &persona, &decision)?;
+                self.put_decision(t, &persona, decision)?;
                 self.stats.dead_letters += 1;
                 Ok(true)
             }
             Op::LoadSelfState(persona, tx) => {
-                let v = match t.self_state.get(&*persona)? {
-                    Some(b) => Some(dec(b.value())?),
-                    None => None,
+                let v = match (self.held.get(&persona).states.get(&persona), t.self_state.get(&*persona)?) {
+                    (Some(held), _) => Some((**held).clone()),
+                    (None, Some(b)) => Some(dec(b.value())?),
+                    (None, None) => None,
                 };
                 after.push(Box::new(move |_| {
                     let _ = tx.send(v);
@@ -999,11 +1208,18 @@ impl Writer {
                 Ok(false)
             }
             Op::LoadMemory(persona, tx) => {
-                let v = t
-                    .memory
-                    .range((&*persona, 0)..=(&*persona, u64::MAX))?
-                    .map(|r| dec(r?.1.value()))
-                    .collect::<Result<Vec<WmEntry>, _>>()?;
+                let mut rows = BTreeMap::new();
+                for r in t.memory.range((&*persona, 0)..=(&*persona, u64::MAX))? {
+                    let (k, v) = r?;
+                    rows.insert(k.value().1, dec::<WmEntry>(v.value())?);
+                }
+                for (id, e) in self.held.get(&persona).memory_of(&persona) {
+                    match e {
+                        Some(e) => rows.insert(*id, (**e).clone()),
+                        None => rows.remove(id),
+                    };
+                }
+                let v: Vec<WmEntry> = rows.into_values().collect();
                 after.push(Box::new(move |_| {
                     let _ = tx.send(v);
                 }));
@@ -1011,9 +1227,8 @@ impl Writer {
             }
             Op::LoadInbox(persona, tx) => {
                 let mut out = InboxRestore::default();
-                for r in t.deliveries.range((&*persona, 0)..=(&*persona, u64::MAX))? {
-                    let (k, crashes) = r?;
-                    let seq = k.value().1;
+                for &seq in self.pending_of.get(&*persona).into_iter().flatten() {
+                    let Some(crashes) = t.pending.get((seq, &*persona))? else { continue };
                     if let Some(b) = t.events.get(seq)? {
                         out.deliveries.push(Delivery {
                             seq,
@@ -1033,6 +1248,7 @@ impl Writer {
             Op::Stats(tx) => {
                 let mut s = self.stats.clone();
                 s.pending = self.meta.pending;
+                s.held_writes = self.held.len() as u64;
                 s.mean_batch = if s.commits == 0 { 0.0 } else { s.requests as f64 / s.commits as f64 };
                 s.commit_p50_ms = self.commit_ms.percentile(0.5);
                 s.commit_p99_ms = self.commit_ms.percentile(0.99);
@@ -1054,6 +1270,44 @@ impl Writer {
         }
     }
 
+    /// Writes the held writes of `groups` into the batch's transaction (the caller clears
+    /// them once it commits), and drops from `decision_log` what no other group still holds.
+    fn write_held(&mut self, t: &mut Tables<'_>, groups: &[usize]) -> Result<(), redb::Error> {
+        let limit = self.cfg.decisions_per_persona;
+        for &g in groups {
+            let held = &self.held.groups[g];
+            for (persona, state) in &held.states {
+                t.self_state.insert(&**persona, enc(&**state).as_slice())?;
+            }
+            for ((persona, id), e) in &held.memory {
+                match e {
+                    Some(e) => t.memory.insert((&**persona, *id), enc(&**e).as_slice())?,
+                    None => t.memory.remove((&**persona, *id))?,
+                };
+            }
+            for (persona, ev) in &held.evictions {
+                let key = self.meta.next_eviction;
+                self.meta.next_eviction += 1;
+                t.evictions.insert((&**persona, key), enc(ev).as_slice())?;
+                trim_journal(&mut self.journal_counts, &mut t.evictions, persona, Journal::Evictions, EVICTIONS_KEPT)?;
+            }
+            for (persona, key, d) in &held.decisions {
+                t.decisions.insert((&**persona, *key), enc(d).as_slice())?;
+                trim_journal(&mut self.journal_counts, &mut t.decisions, persona, Journal::Decisions, limit)?;
+            }
+        }
+        // The log keeps every decision from the oldest one still held on.
+        let kept = (0..Behind::GROUPS)
+            .filter(|g| !groups.contains(g))
+            .filter_map(|g| self.held.groups[g].decisions.first().map(|(_, key, _)| *key))
+            .min()
+            .unwrap_or(u64::MAX);
+        while t.decision_log.first()?.is_some_and(|(k, _)| k.value() < kept) {
+            t.decision_log.pop_first()?;
+        }
+        Ok(())
+    }
+
     /// Stores a new event and one delivery per target; returns its sequence number.
     fn put_event(
         &mut self,
@@ -1068,7 +1322,8 @@ impl Writer {
         self.meta.events_count += 1;
         if !targets.is_empty() {
             for (persona, _) in targets {
-                t.deliveries.insert((&**persona, seq), 0u32)?;
+                t.pending.insert((seq, &**persona), 0u32)?;
+                self.pending_of.entry(persona.clone()).or_default().insert(seq);
             }
             t.pending_by_seq.insert(seq, targets.len() as u32)?;
             self.meta.pending += targets.len() as u64;
@@ -1078,8 +1333,14 @@ impl Writer {
 
     /// Removes a delivery; false when it was not pending (already finished).
     fn finish_delivery(&mut self, t: &mut Tables<'_>, persona: &str, seq: u64) -> Result<bool, redb::Error> {
-        if t.deliveries.remove((persona, seq))?.is_none() {
+        if t.pending.remove((seq, persona))?.is_none() {
             return Ok(false);
+        }
+        if let Some(seqs) = self.pending_of.get_mut(persona) {
+            seqs.remove(&seq);
+            if seqs.is_empty() {
+                self.pending_of.remove(persona);
+            }
         }
         self.meta.pending = self.meta.pending.saturating_sub(1);
         let left = t.pending_by_seq.get(seq)?.map_or(0, |g| g.value()).saturating_sub(1);
@@ -1091,11 +1352,14 @@ impl Writer {
         Ok(true)
     }
 
-    fn put_decision(&mut self, t: &mut Tables<'_>, persona: &str, d: &Decision) -> Result<(), redb::Error> {
+    /// Journals a decision: appended to `decision_log` in this transaction (one page for the
+    /// whole batch), and copied into the persona's `decisions` rows with the held writes.
+    fn put_decision(&mut self, t: &mut Tables<'_>, persona: &Arc<str>, d: Decision) -> Result<(), redb::Error> {
         let key = self.meta.next_decision;
         self.meta.next_decision += 1;
-        t.decisions.insert((persona, key), enc(d).as_slice())?;
-        bounded(&mut t.decisions, &mut t.counters, persona, "decisions", self.cfg.decisions_per_persona).map(drop)
+        t.decision_log.insert(key, enc(&(&**persona, &d)).as_slice())?;
+        self.held.of(persona, self.cfg.write_behind).decisions.push((persona.clone(), key, d));
+        Ok(())
     }
 
     fn put_consolidation(&mut self, t: &mut Tables<'_>, persona: &str, c: Consolidation) -> Result<(), redb::Error> {
@@ -1162,7 +1426,7 @@ impl Writer {
         let key = self.meta.next_plan;
         self.meta.next_plan += 1;
         t.plans.insert((persona, key), enc(p).as_slice())?;
-        bounded(&mut t.plans, &mut t.counters, persona, "plans", PLANS_KEPT)?;
+        trim_journal(&mut self.journal_counts, &mut t.plans, persona, Journal::Plans, PLANS_KEPT)?;
         if let Some(e) = &p.evaluation {
             let mut l = match t.learnings.get((persona, e.pattern.as_str()))? {
                 Some(b) => dec(b.value())?,
@@ -1226,7 +1490,75 @@ impl Writer {
     }
 }
 
-/// Keeps at most `limit` rows of `persona` in a journal table keyed by (persona, n).
+#[derive(Clone, Copy)]
+enum Journal {
+    Decisions = 0,
+    Plans = 1,
+    Evictions = 2,
+}
+
+/// What the writer knows of one persona's hot journal: inserts since its last sweep, and its
+/// number of rows once counted (`None` after opening, and after a failed commit, until the next
+/// sweep counts them).
+#[derive(Debug, Default, Clone, Copy)]
+struct JournalCount {
+    since_sweep: u64,
+    rows: Option<u64>,
+}
+
+/// Keeps a hot journal of `persona` (a table keyed by (persona, n), written with most events) at
+/// `limit` rows plus a slack of `limit / 16`: the oldest rows go in one sweep once every slack
+/// inserts. The count is kept in memory, not in a counter row, which spares each insert a second
+/// B-tree page; a sweep reads only the rows it removes, except the first after opening, which
+/// counts them all.
+fn trim_journal(
+    counts: &mut HashMap<String, [JournalCount; 3]>,
+    t: &mut redb::Table<(&str, u64), &[u8]>,
+    persona: &str,
+    journal: Journal,
+    limit: u64,
+) -> Result<(), redb::Error> {
+    let slack = (limit / 16).max(1);
+    let c = match counts.get_mut(persona) {
+        Some(c) => &mut c[journal as usize],
+        None => &mut counts.entry(persona.to_string()).or_default()[journal as usize],
+    };
+    c.since_sweep += 1;
+    if let Some(rows) = &mut c.rows {
+        *rows += 1;
+    }
+    if c.since_sweep < slack {
+        return Ok(());
+    }
+    c.since_sweep = 0;
+    let rows = match c.rows {
+        Some(rows) => rows,
+        None => {
+            let mut n = 0;
+            for r in t.range((persona, 0)..=(persona, u64::MAX))? {
+                r?;
+                n += 1;
+            }
+            n
+        }
+    };
+    let excess = rows.saturating_sub(limit);
+    if excess > 0 {
+        let oldest = t
+            .range((persona, 0)..=(persona, u64::MAX))?
+            .take(excess as usize)
+            .map(|r| r.map(|(k, _)| k.value().1))
+            .collect::<Result<Vec<u64>, _>>()?;
+        for k in oldest {
+            t.remove((persona, k))?;
+        }
+    }
+    c.rows = Some(rows - excess);
+    Ok(())
+}
+
+/// Keeps at most `limit` rows of `persona` in a journal table keyed by (persona, n), counted in
+/// `counters` (the long-term tables, whose counts are shown).
 fn bounded(
     t: &mut redb::Table<(&str, u64), &[u8]>,
     counters: &mut redb::Table<(&str, &str), u64>,
@@ -1279,25 +1611,92 @@ fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::EntryKind;
 
-    #[test]
-    fn a_batch_commits_only_the_last_self_state_of_a_persona_unless_a_restore_reads_between() {
-        let put = |p: &str, energy: f64| {
-            Op::PutSelfState(p.into(), Box::new(SelfStateData { energy, ..SelfStateData::default() }))
-        };
-        let (tx, _rx) = oneshot::channel();
-        let mut batch =
-            vec![put("a", 0.1), put("b", 0.1), put("a", 0.2), Op::LoadSelfState("a".into(), tx), put("a", 0.3)];
-        coalesce_self_states(&mut batch);
-        let left: Vec<String> = batch
-            .iter()
-            .map(|op| match op {
-                Op::PutSelfState(p, s) => format!("{p}={}", s.energy),
-                Op::LoadSelfState(p, _) => format!("load {p}"),
-                _ => unreachable!(),
+    fn state(energy: f64) -> SelfStateData {
+        SelfStateData { energy, ..SelfStateData::default() }
+    }
+
+    fn entry(id: u64) -> WmEntry {
+        WmEntry {
+            id,
+            domain: "chat".into(),
+            kind: EntryKind::Observation,
+            text: format!("entry {id}"),
+            importance: 0.5,
+            event_id: None,
+            relevance: 0.5,
+            created_us: 0,
+            last_access_us: 0,
+            access_count: 0,
+            expires_us: i64::MAX,
+        }
+    }
+
+    /// The self-state row as committed, bypassing the writer.
+    fn stored_energy(s: &Storage, persona: &str) -> Option<f64> {
+        s.read(|txn| {
+            let t = txn.open_table(SELF_STATE)?;
+            Ok(match t.get(persona)? {
+                Some(b) => Some(dec::<SelfStateData>(b.value())?.energy),
+                None => None,
             })
-            .collect();
-        assert_eq!(left, ["b=0.1", "a=0.2", "load a", "a=0.3"]);
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn held_writes_are_read_through_and_committed_by_a_flush_or_a_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(dir.path()) };
+        let s = Storage::open(&held).unwrap();
+        let p: Arc<str> = "p".into();
+        s.put_self_state(p.clone(), state(0.1));
+        s.put_self_state(p.clone(), state(0.2));
+        s.put_memory(p.clone(), entry(1));
+        s.put_memory(p.clone(), entry(2));
+        let ev = Eviction {
+            entry_id: 1,
+            domain: "chat".into(),
+            text: "entry 1".into(),
+            reason: "capacity".into(),
+            retention: 0.1,
+            at_us: 0,
+        };
+        s.delete_memory(p.clone(), 1, Some(ev));
+
+        // Loads see every write sent before them; the table has none of them yet.
+        assert_eq!(s.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.2));
+        let ids: Vec<u64> = s.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect();
+        assert_eq!(ids, [2]);
+        assert_eq!(s.stats().await.unwrap().held_writes, 4, "one state, two memory rows, one eviction");
+        assert_eq!(stored_energy(&s, "p"), None);
+        assert!(s.recent_evictions("p", 10).unwrap().is_empty());
+
+        s.flush().await.unwrap();
+        assert_eq!(stored_energy(&s, "p"), Some(0.2));
+        assert_eq!(s.recent_evictions("p", 10).unwrap().len(), 1);
+        assert_eq!(s.stats().await.unwrap().held_writes, 0);
+
+        s.put_self_state(p.clone(), state(0.3));
+        s.close().await.unwrap();
+        let s = Storage::open(&held).unwrap();
+        assert_eq!(s.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.3), "a close commits");
+        let ids: Vec<u64> = s.load_memory(p).await.unwrap().iter().map(|e| e.id).collect();
+        assert_eq!(ids, [2]);
+    }
+
+    #[tokio::test]
+    async fn held_writes_are_committed_when_due_without_another_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(&StorageConfig { write_behind: Duration::from_millis(20), ..cfg(dir.path()) }).unwrap();
+        s.put_self_state("p".into(), state(0.4));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stored_energy(&s, "p").is_none() {
+            assert!(Instant::now() < deadline, "the held self-state was never committed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(stored_energy(&s, "p"), Some(0.4));
     }
 
     #[test]
@@ -1352,10 +1751,16 @@ mod tests {
         }
     }
 
+    fn log_len(s: &Storage) -> u64 {
+        s.read(|txn| Ok(redb::ReadableTableMetadata::len(&txn.open_table(DECISION_LOG)?)?)).unwrap()
+    }
+
     #[tokio::test]
-    async fn decisions_are_kept_per_persona_up_to_the_limit_newest_first() {
+    async fn decisions_are_read_from_the_log_until_copied_then_kept_up_to_the_limit_newest_first() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(&StorageConfig { decisions_per_persona: 2, ..cfg(dir.path()) }).unwrap();
+        let held =
+            StorageConfig { decisions_per_persona: 2, write_behind: Duration::from_secs(3600), ..cfg(dir.path()) };
+        let s = Storage::open(&held).unwrap();
         for i in 1..=3u64 {
             let id = format!("e{i}");
             inject(&s, &id, "p").await.unwrap();
@@ -1369,10 +1774,46 @@ mod tests {
             };
             s.commit(Box::new(commit), Vec::new());
         }
+        // Acknowledged after the commit of every request sent before it.
+        inject(&s, "e4", "q").await.unwrap();
+        let ids = |s: &Storage| -> Vec<String> {
+            s.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect()
+        };
+        assert_eq!(log_len(&s), 3);
+        assert_eq!(ids(&s), ["e3", "e2", "e1"]);
+        assert_eq!(s.stats().await.unwrap().pending, 1);
+
         s.flush().await.unwrap();
-        let ids: Vec<String> = s.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
-        assert_eq!(ids, ["e3", "e2"]);
-        assert_eq!(s.stats().await.unwrap().pending, 0);
+        assert_eq!(log_len(&s), 0);
+        assert_eq!(ids(&s), ["e3", "e2"]);
+        assert_eq!(s.all_decisions().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn decisions_left_in_the_log_by_a_crash_are_copied_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
+        {
+            // What a kill -9 leaves: logged decisions that were never copied.
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            let mut log = txn.open_table(DECISION_LOG).unwrap();
+            log.insert(0, enc(&("p", &decision("e1"))).as_slice()).unwrap();
+            log.insert(1, enc(&("q", &decision("e2"))).as_slice()).unwrap();
+            drop(log);
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("next_decision", 2).unwrap();
+            drop(meta);
+            txn.commit().unwrap();
+        }
+        let s = Storage::open(&StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(dir.path()) }).unwrap();
+        assert_eq!(s.recent_decisions("q", 10).unwrap()[0].event_id, "e2");
+        s.flush().await.unwrap();
+        assert_eq!(log_len(&s), 0);
+        let mut all: Vec<(String, String)> =
+            s.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+        all.sort();
+        assert_eq!(all, [("p".to_string(), "e1".to_string()), ("q".into(), "e2".into())]);
     }
 
     #[tokio::test]
@@ -1478,6 +1919,34 @@ mod tests {
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
         let v = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().unwrap().value();
         assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[tokio::test]
+    async fn a_version_3_database_keeps_its_pending_deliveries_and_their_crash_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            Tables::open(&txn).unwrap();
+            txn.open_table(META).unwrap().insert("schema_version", 3).unwrap();
+            txn.open_table(EVENTS).unwrap().insert(7, enc(&event("e7")).as_slice()).unwrap();
+            let mut old = txn.open_table(DELIVERIES_V3).unwrap();
+            old.insert(("helper", 7), 2).unwrap();
+            old.insert(("scribe", 7), 0).unwrap();
+            drop(old);
+            txn.commit().unwrap();
+        }
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        let restored = s.load_inbox("helper".into()).await.unwrap();
+        let got: Vec<(u64, &str, u32)> =
+            restored.deliveries.iter().map(|d| (d.seq, d.event.id.as_str(), d.crashes)).collect();
+        assert_eq!(got, [(7, "e7", 2)]);
+        let pending = s.pending_by_persona().unwrap();
+        assert_eq!(pending.keys().collect::<Vec<_>>(), ["helper", "scribe"]);
+        s.close().await.unwrap();
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_read().unwrap();
+        assert!(txn.open_table(DELIVERIES_V3).is_err(), "the version 3 table is gone");
     }
 
     #[tokio::test]
