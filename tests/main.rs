@@ -9,5 +9,6 @@ mod durability;
 mod flow;
 mod inbox;
 mod memory;
+mod models;
 mod plans;
 mod supervision;

