@@ -6,6 +6,7 @@ mod ai;
 mod api;
 mod config;
 mod durability;
+mod embed;
 mod flow;
 mod inbox;
 mod memory;

@@ -5,12 +5,7 @@ use std::path::Path;
 
 use mindfleet_runtime::models::{self, MINILM, ModelError, Outcome, PACKAGES};
 
-/// The shared cache, pulled through the same code path as `mindfleet models pull`.
-fn pulled() -> std::path::PathBuf {
-    let dir = models::default_dir();
-    models::pull(&dir, &PACKAGES, |_| {}).expect("models pull");
-    dir
-}
+use crate::util::pulled;
 
 #[test]
 fn a_second_pull_finds_every_model_present_and_checked() {

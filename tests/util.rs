@@ -12,6 +12,14 @@ use mindfleet_runtime::model::{Decision, Verdict};
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
+/// The shared model cache, pulled through the same code path as `mindfleet models pull`
+/// (once; later calls find the models present under the cache's lock).
+pub fn pulled() -> std::path::PathBuf {
+    let dir = mindfleet_runtime::models::default_dir();
+    mindfleet_runtime::models::pull(&dir, &mindfleet_runtime::models::PACKAGES, |_| {}).expect("models pull");
+    dir
+}
+
 /// A fleet file with the given personas, loopback admin on a free port, faults allowed.
 pub fn fleet_toml(personas: &str) -> String {
     format!("[fleet]\nname = \"test\"\n[admin]\naddr = \"127.0.0.1:0\"\nfaults = true\n{personas}")

@@ -6,6 +6,9 @@
 //! ├── Coordinator        turn-taking: who answers an undirected human message
 //! └── (later) EmbeddingWorker, Index
 //! ```
+//!
+//! `embed` is the embedding model the EmbeddingWorker will serve (all-MiniLM-L6-v2 on candle).
 
 pub mod coordinator;
+pub mod embed;
 pub mod scheduler;

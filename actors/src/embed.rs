@@ -1,0 +1,140 @@
+//! Sentence embeddings with all-MiniLM-L6-v2 on candle: BERT, mean pooling over the attention
+//! mask, L2 normalisation (the sentence-transformers pipeline of the model).
+//!
+//! [`Embedder`] is the model itself, synchronous and CPU-bound: callers run it on a thread of
+//! their own, never on the tokio workers that carry the actors.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbedError {
+    #[error("{file}: {message}")]
+    Load { file: PathBuf, message: String },
+    #[error("tokenizing: {0}")]
+    Tokenize(String),
+    #[error("model: {0}")]
+    Model(#[from] candle_core::Error),
+}
+
+/// One text's embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding {
+    /// Unit length, `Embedder::dimensions()` values.
+    pub vector: Vec<f32>,
+    /// Tokens the model saw, [CLS] and [SEP] included.
+    pub tokens: usize,
+    /// Tokens of the whole text when it was longer than the model's window and was cut to it.
+    pub truncated_from: Option<usize>,
+}
+
+pub struct Embedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dimensions: usize,
+    window: usize,
+}
+
+impl Embedder {
+    /// Loads a HuggingFace-layout BERT directory (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`, and `sentence_bert_config.json` for the window when present).
+    pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
+        let load_err = |file: &Path, e: &dyn std::fmt::Display| EmbedError::Load {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        };
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(|e| load_err(&config_path, &e))?;
+        let config: Config = serde_json::from_str(&text).map_err(|e| load_err(&config_path, &e))?;
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            return Err(load_err(&weights, &"missing"));
+        }
+        let device = Device::Cpu;
+        // SAFETY: the file is mapped read-only and the cache never rewrites a model in place
+        // (a pull renames a new directory into place).
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(std::slice::from_ref(&weights), DType::F32, &device) }
+            .map_err(|e| load_err(&weights, &e))?;
+        let model = BertModel::load(vb, &config).map_err(|e| load_err(&weights, &e))?;
+        let dimensions = config.hidden_size;
+
+        // The packaged tokenizer.json truncates and pads to 128; the model was trained and is
+        // used (sentence_bert_config.json) with a window of 256.
+        let sbert = dir.join("sentence_bert_config.json");
+        let window = match std::fs::read_to_string(&sbert) {
+            Ok(t) => serde_json::from_str::<serde_json::Value>(&t)
+                .map_err(|e| load_err(&sbert, &e))?
+                .get("max_seq_length")
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| load_err(&sbert, &"no max_seq_length"))? as usize,
+            Err(_) => config.max_position_embeddings,
+        };
+        let tok_path = dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, &e))?;
+        tokenizer.with_truncation(None).map_err(|e| load_err(&tok_path, &e))?;
+        tokenizer.with_padding(None);
+        Ok(Embedder { model, tokenizer, device, dimensions, window })
+    }
+
+    pub fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    /// The most tokens one input can have, [CLS] and [SEP] included.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// Embeds a batch; a text longer than the window is cut to it and says so in
+    /// `truncated_from`.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Embedding>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let full =
+            self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        let lens: Vec<usize> = full.iter().map(|e| e.len()).collect();
+        let mut tokenizer = self.tokenizer.clone();
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: self.window, ..Default::default() }))
+            .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        let enc = tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        let rows = enc.len();
+        let cols = enc[0].len();
+        let flat = |f: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Vec<u32> {
+            enc.iter().flat_map(|e| f(e).to_vec()).collect()
+        };
+        let ids = Tensor::from_vec(flat(&|e| e.get_ids()), (rows, cols), &self.device)?;
+        let types = Tensor::from_vec(flat(&|e| e.get_type_ids()), (rows, cols), &self.device)?;
+        let mask = Tensor::from_vec(flat(&|e| e.get_attention_mask()), (rows, cols), &self.device)?;
+        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+        // Mean over the tokens the mask keeps, then unit length.
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+        let mean = summed.broadcast_div(&mask.sum(1)?)?;
+        let unit = mean.broadcast_div(&mean.sqr()?.sum_keepdim(1)?.sqrt()?)?;
+        let vectors = unit.to_vec2::<f32>()?;
+        Ok(vectors
+            .into_iter()
+            .zip(enc.iter().zip(lens))
+            .map(|(vector, (e, len))| {
+                let tokens = e.get_attention_mask().iter().filter(|m| **m == 1).count();
+                Embedding { vector, tokens, truncated_from: (len > tokens).then_some(len) }
+            })
+            .collect())
+    }
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
