@@ -192,8 +192,9 @@ pub struct StorageConfig {
     /// Size of the database's page cache, MiB: what bounds the fleet's memory as the data
     /// grows.
     pub cache_mb: usize,
-    /// Self-state and working-memory writes wait up to this long in the writer, so that a
-    /// persona's many changes cost one row write; 0 writes them in the next commit.
+    /// Self-state and working-memory writes, and the copy of decisions from the decision log
+    /// into the per-persona journal, wait up to this long in the writer, so that a persona's
+    /// many changes cost one row write; 0 writes them in the next commit.
     pub write_behind: Duration,
 }
 
