@@ -35,7 +35,10 @@ pub struct Embedding {
 
 pub struct Embedder {
     model: BertModel,
+    /// Cuts to the window and pads a batch to its longest input.
     tokenizer: Tokenizer,
+    /// No window: counts the tokens of a text that was cut.
+    counter: Tokenizer,
     device: Device,
     dimensions: usize,
     window: usize,
@@ -76,10 +79,15 @@ impl Embedder {
             Err(_) => config.max_position_embeddings,
         };
         let tok_path = dir.join("tokenizer.json");
-        let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, &e))?;
-        tokenizer.with_truncation(None).map_err(|e| load_err(&tok_path, &e))?;
-        tokenizer.with_padding(None);
-        Ok(Embedder { model, tokenizer, device, dimensions, window })
+        let mut counter = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, &e))?;
+        counter.with_truncation(None).map_err(|e| load_err(&tok_path, &e))?;
+        counter.with_padding(None);
+        let mut tokenizer = counter.clone();
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: window, ..Default::default() }))
+            .map_err(|e| load_err(&tok_path, &e))?;
+        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        Ok(Embedder { model, tokenizer, counter, device, dimensions, window })
     }
 
     pub fn dimensions(&self) -> usize {
@@ -97,15 +105,7 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let full =
-            self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
-        let lens: Vec<usize> = full.iter().map(|e| e.len()).collect();
-        let mut tokenizer = self.tokenizer.clone();
-        tokenizer
-            .with_truncation(Some(TruncationParams { max_length: self.window, ..Default::default() }))
-            .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
-        let enc = tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         let rows = enc.len();
         let cols = enc[0].len();
         let flat = |f: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Vec<u32> {
@@ -121,14 +121,21 @@ impl Embedder {
         let mean = summed.broadcast_div(&mask.sum(1)?)?;
         let unit = mean.broadcast_div(&mean.sqr()?.sum_keepdim(1)?.sqrt()?)?;
         let vectors = unit.to_vec2::<f32>()?;
-        Ok(vectors
+        vectors
             .into_iter()
-            .zip(enc.iter().zip(lens))
-            .map(|(vector, (e, len))| {
+            .zip(enc.iter().zip(texts))
+            .map(|(vector, (e, text))| {
                 let tokens = e.get_attention_mask().iter().filter(|m| **m == 1).count();
-                Embedding { vector, tokens, truncated_from: (len > tokens).then_some(len) }
+                // Only a text that fills the window can have been cut: count it whole.
+                let truncated_from = if tokens < self.window {
+                    None
+                } else {
+                    let whole = self.counter.encode(*text, true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+                    Some(whole.len()).filter(|len| *len > tokens)
+                };
+                Ok(Embedding { vector, tokens, truncated_from })
             })
-            .collect())
+            .collect()
     }
 }
 
