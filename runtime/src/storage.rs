@@ -419,28 +419,34 @@ impl Storage {
         Ok(self.recent_decisions_of(&[persona.to_string()], n)?.pop().unwrap_or_default())
     }
 
-    /// The newest `n` decisions of each of `personas`, newest first, in one read: the ones still
-    /// in `decision_log` (all newer than any copied) and then the persona's `decisions` rows.
+    /// The newest `n` decisions of each of `personas`, newest first, in one read: the persona's
+    /// `decisions` rows and the ones in `decision_log`. The log can still hold decisions already
+    /// copied (it is trimmed only up to the oldest one another group of personas holds), so the
+    /// two are merged by decision number.
     pub fn recent_decisions_of(&self, personas: &[String], n: usize) -> Result<Vec<Vec<Decision>>, StorageError> {
         self.read(|txn| {
-            let mut newest: HashMap<&str, Vec<Decision>> = personas.iter().map(|p| (p.as_str(), Vec::new())).collect();
-            for r in txn.open_table(DECISION_LOG)?.iter()?.rev() {
-                let (persona, d): (String, Decision) = dec(r?.1.value())?;
-                if let Some(v) = newest.get_mut(persona.as_str())
-                    && v.len() < n
-                {
-                    v.push(d);
+            let mut logged: HashMap<&str, BTreeMap<u64, Decision>> =
+                personas.iter().map(|p| (p.as_str(), BTreeMap::new())).collect();
+            for r in txn.open_table(DECISION_LOG)?.iter()? {
+                let (k, v) = r?;
+                let (persona, d): (String, Decision) = dec(v.value())?;
+                if let Some(m) = logged.get_mut(persona.as_str()) {
+                    m.insert(k.value(), d);
                 }
             }
             let t = txn.open_table(DECISIONS)?;
             personas
                 .iter()
                 .map(|p| {
-                    let mut v = newest.remove(p.as_str()).unwrap_or_default();
-                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n - v.len()) {
-                        v.push(dec(r?.1.value())?);
+                    let mut m = logged.remove(p.as_str()).unwrap_or_default();
+                    let extra = m.len();
+                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n + extra) {
+                        let (k, v) = r?;
+                        if let std::collections::btree_map::Entry::Vacant(e) = m.entry(k.value().1) {
+                            e.insert(dec(v.value())?);
+                        }
                     }
-                    Ok(v)
+                    Ok(m.into_values().rev().take(n).collect())
                 })
                 .collect()
         })
@@ -557,19 +563,22 @@ impl Storage {
         })
     }
 
-    /// Every decision of every persona: the copied rows by persona, then those still in the log
-    /// (blocking read; tests and exports).
+    /// Every decision of every persona, by persona and decision number (blocking read; tests and
+    /// exports).
     pub fn all_decisions(&self) -> Result<Vec<(String, Decision)>, StorageError> {
         self.read(|txn| {
-            let mut out = Vec::new();
+            let mut all: BTreeMap<(String, u64), Decision> = BTreeMap::new();
             for r in txn.open_table(DECISIONS)?.iter()? {
                 let (k, v) = r?;
-                out.push((k.value().0.to_string(), dec(v.value())?));
+                let (persona, n) = k.value();
+                all.insert((persona.to_string(), n), dec(v.value())?);
             }
             for r in txn.open_table(DECISION_LOG)?.iter()? {
-                out.push(dec(r?.1.value())?);
+                let (k, v) = r?;
+                let (persona, d): (String, Decision) = dec(v.value())?;
+                all.entry((persona, k.value())).or_insert(d);
             }
-            Ok(out)
+            Ok(all.into_iter().map(|((p, _), d)| (p, d)).collect())
         })
     }
 }
