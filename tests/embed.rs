@@ -62,3 +62,122 @@ fn a_model_dir_without_weights_is_named_in_the_error() {
     assert!(matches!(e, EmbedError::Load { .. }), "{e}");
     assert!(e.to_string().contains("model.safetensors: missing"), "{e}");
 }
+
+mod worker {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
+    use mindfleet_actors::embed::{Embedder, cosine};
+    use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText};
+    use mindfleet_runtime::models::MINILM;
+    use ractor::{ActorRef, call};
+
+    use crate::util::{poll, pulled};
+
+    fn args(model_dir: &Path, cache: Option<&Path>) -> EmbedArgs {
+        EmbedArgs {
+            model_dir: model_dir.to_path_buf(),
+            cache: cache.map(Path::to_path_buf),
+            max_batch: 32,
+            max_wait: Duration::from_millis(2),
+        }
+    }
+
+    async fn embed(w: &ActorRef<EmbedMsg>, texts: &[impl AsRef<str>], long: LongText) -> EmbedReply {
+        let texts = texts.iter().map(|t| t.as_ref().to_string()).collect();
+        call!(w, |reply| EmbedMsg::Embed { texts, long, reply }).expect("worker answers")
+    }
+
+    async fn stats(w: &ActorRef<EmbedMsg>) -> EmbedStats {
+        call!(w, EmbedMsg::Stats).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_callers_are_answered_in_shared_batches_with_the_models_vectors() {
+        let dir = pulled().join(MINILM.name);
+        let w = spawn(args(&dir, None), None).await.unwrap();
+        let texts: Vec<String> =
+            (0..64).map(|i| format!("persona {i} remembers the release notes of version {i}")).collect();
+        // Sent while the model loads, so they are queued together.
+        let calls = texts.iter().map(|t| embed(&w, std::slice::from_ref(t), LongText::Truncate));
+        let answers = futures::future::join_all(calls).await;
+        let model = Embedder::load(&dir).unwrap();
+        let direct = model.embed(&texts.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        for ((text, answer), want) in texts.iter().zip(answers).zip(direct) {
+            let got = answer.unwrap();
+            assert_eq!(got.len(), 1);
+            assert!(!got[0].cached);
+            assert!(cosine(got[0].vector(), &want.vector) > 0.9999, "{text:?}");
+            assert_eq!((got[0].pieces[0].start, got[0].pieces[0].end), (0, text.len() as u32));
+        }
+        let s = stats(&w).await;
+        assert_eq!((s.status.as_str(), s.requests, s.texts), ("ready", 64, 64));
+        assert!(s.batches < 64 && s.mean_batch > 1.0, "not coalesced: {s:?}");
+        assert_eq!((s.model.dimensions, s.model.window), (384, 256));
+        assert!(s.p99_ms >= s.p50_ms && s.p50_ms > 0.0, "{s:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cached_text_is_not_embedded_again_and_is_answered_after_a_restart_even_with_broken_weights() {
+        let tmp = tempfile::tempdir().unwrap();
+        let model = tmp.path().join("minilm");
+        std::fs::create_dir(&model).unwrap();
+        for f in MINILM.files {
+            std::fs::copy(pulled().join(MINILM.name).join(f.name), model.join(f.name)).unwrap();
+        }
+        let cache = tmp.path().join("embeddings.redb");
+        let w = spawn(args(&model, Some(&cache)), None).await.unwrap();
+        let first = embed(&w, &["the index is rebuilt nightly", "a second text"], LongText::Truncate).await.unwrap();
+        let again = embed(&w, &["the index is rebuilt nightly"], LongText::Truncate).await.unwrap();
+        assert!(!first[0].cached && again[0].cached);
+        assert_eq!(first[0].pieces, again[0].pieces);
+        let s = stats(&w).await;
+        assert_eq!((s.cache_hits, s.cache_misses, s.cache_entries), (1, 2, Some(2)), "{s:?}");
+        assert_eq!(s.batches, 1);
+        w.stop_and_wait(None, None).await.unwrap();
+
+        // Corrupt the weights' header (same size, so the same model fingerprint): the worker
+        // runs degraded, naming the file, still answers what is cached and refuses the rest.
+        let weights = model.join("model.safetensors");
+        let mut bytes = std::fs::read(&weights).unwrap();
+        bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(&weights, bytes).unwrap();
+        let w = spawn(args(&model, Some(&cache)), None).await.unwrap();
+        let s = poll("degraded", || async { Some(stats(&w).await).filter(|s| s.status != "loading") }).await;
+        assert_eq!(s.status, "degraded");
+        assert!(s.error.as_deref().unwrap().contains("model.safetensors"), "{s:?}");
+        let cached = embed(&w, &["the index is rebuilt nightly"], LongText::Truncate).await.unwrap();
+        assert_eq!(cached[0].pieces, first[0].pieces);
+        let err = embed(&w, &["never seen"], LongText::Truncate).await.unwrap_err();
+        assert!(matches!(&err, EmbedFailure::Degraded(m) if m.contains("model.safetensors")), "{err:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_text_is_split_into_window_sized_pieces_or_cut_with_a_report() {
+        let w = spawn(args(&pulled().join(MINILM.name), None), None).await.unwrap();
+        let long: String = (0..300).map(|i| format!("sentence{i} about the scheduler. ")).collect();
+        let cut = embed(&w, &[long.as_str()], LongText::Truncate).await.unwrap();
+        let piece = &cut[0].pieces[0];
+        assert_eq!(cut[0].pieces.len(), 1);
+        assert_eq!(piece.tokens, 256);
+        assert!(piece.truncated_from.unwrap() > 1000, "{:?}", piece.truncated_from);
+
+        let split = embed(&w, &[long.as_str()], LongText::Split).await.unwrap();
+        let pieces = &split[0].pieces;
+        assert!(pieces.len() >= 4, "{}", pieces.len());
+        let mut at = 0;
+        for p in pieces {
+            assert!(p.tokens <= 256 && p.truncated_from.is_none(), "{p:?}");
+            assert!(long[at as usize..p.start as usize].trim().is_empty(), "a gap with text in it");
+            at = p.end;
+        }
+        assert_eq!(at as usize, long.trim_end().len());
+        // A short text split is one piece, the same as embedding it whole.
+        let short = embed(&w, &["short text"], LongText::Split).await.unwrap();
+        assert_eq!(short[0].pieces.len(), 1);
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+}

@@ -4,12 +4,16 @@
 //! [`Embedder`] is the model itself, synchronous and CPU-bound: callers run it on a thread of
 //! their own, never on the tokio workers that carry the actors.
 
+pub mod cache;
+pub mod worker;
+
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{PaddingParams, PaddingStrategy, PostProcessor, Tokenizer, TruncationParams};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -42,6 +46,8 @@ pub struct Embedder {
     device: Device,
     dimensions: usize,
     window: usize,
+    /// Special tokens added to every input ([CLS] and [SEP]).
+    specials: usize,
 }
 
 impl Embedder {
@@ -87,7 +93,8 @@ impl Embedder {
             .with_truncation(Some(TruncationParams { max_length: window, ..Default::default() }))
             .map_err(|e| load_err(&tok_path, &e))?;
         tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
-        Ok(Embedder { model, tokenizer, counter, device, dimensions, window })
+        let specials = counter.get_post_processor().map_or(0, |p| p.added_tokens(false));
+        Ok(Embedder { model, tokenizer, counter, device, dimensions, window, specials })
     }
 
     pub fn dimensions(&self) -> usize {
@@ -97,6 +104,36 @@ impl Embedder {
     /// The most tokens one input can have, [CLS] and [SEP] included.
     pub fn window(&self) -> usize {
         self.window
+    }
+
+    /// Byte ranges of `text` that each fit the window once the special tokens are added, cut
+    /// between words; a text that fits is one range. The text between two ranges is blank.
+    pub fn pieces(&self, text: &str) -> Result<Vec<Range<usize>>, EmbedError> {
+        let enc = self.counter.encode(text, false).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        let offsets = enc.get_offsets();
+        let words = enc.get_word_ids();
+        if offsets.is_empty() {
+            return Ok(vec![Range { start: 0, end: text.len() }]);
+        }
+        let budget = self.window.saturating_sub(self.specials).max(1);
+        let mut out = Vec::new();
+        let mut first = 0;
+        while first < offsets.len() {
+            let mut end = (first + budget).min(offsets.len());
+            // Step back to the start of a word, unless one word fills the whole window.
+            if end < offsets.len() {
+                let mut b = end;
+                while b > first + 1 && words[b].is_some() && words[b] == words[b - 1] {
+                    b -= 1;
+                }
+                if b > first + 1 {
+                    end = b;
+                }
+            }
+            out.push(offsets[first].0..offsets[end - 1].1);
+            first = end;
+        }
+        Ok(out)
     }
 
     /// Embeds a batch; a text longer than the window is cut to it and says so in

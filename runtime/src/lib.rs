@@ -9,7 +9,8 @@
 //! ├── Admin                            (this crate: routing, injection, dumps)
 //! │     └── HTTP API (axum)            handlers call the Admin, nothing else
 //! ├── Scheduler                        (crate `mindfleet-actors`; interface in `sched`)
-//! ├── [EmbeddingWorker, Index]         (later: shared service actors)
+//! ├── EmbeddingWorker                  (crate `mindfleet-actors`; interface in `embedding`)
+//! ├── [Index]                          (later: shared service actor)
 //! └── Persona(name) x N                (crate `mindfleet-personas`)
 //!     ├── Inbox
 //!     ├── SelfState
@@ -22,6 +23,7 @@ pub mod admin;
 pub mod ai;
 pub mod config;
 pub mod dump;
+pub mod embedding;
 pub mod event;
 pub mod http;
 pub mod messages;

@@ -1,0 +1,420 @@
+//! The `EmbeddingWorker` actor: one per fleet, serving every persona.
+//!
+//! The actor answers what the cache holds and sends the rest, as jobs, over a crossbeam
+//! channel to a dedicated inference thread that owns the model. The thread coalesces jobs
+//! into batches: it takes what is queued, waits up to `max_wait` for more while the batch is
+//! short of `max_batch` inputs, and runs the model on inputs sorted by length (so a batch
+//! pads little). Under load, callers' requests queue while the model runs, so throughput is
+//! batch throughput. Results come back to the actor as a message; it fills the cache and
+//! answers.
+//!
+//! If the model cannot be loaded the worker keeps running, degraded: it answers from the cache
+//! what it can and fails the rest with [`EmbedFailure::Degraded`], naming the file and what
+//! is wrong.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use sha2::{Digest, Sha256};
+
+use super::Embedder;
+use super::cache::{Cache, Key};
+use crate::scheduler::nearest_rank;
+
+/// Latencies kept for the p50/p99 in stats.
+const LATENCIES_KEPT: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct EmbedArgs {
+    /// A HuggingFace-layout BERT directory.
+    pub model_dir: PathBuf,
+    /// The cache file (none: no cache).
+    pub cache: Option<PathBuf>,
+    /// Most inputs per model call.
+    pub max_batch: usize,
+    /// Longest a short batch waits for more requests.
+    pub max_wait: Duration,
+}
+
+pub struct EmbeddingWorker;
+
+/// Spawns the worker (linked to `supervisor` when given). The model loads on the inference
+/// thread; requests sent meanwhile wait for it.
+pub async fn spawn(args: EmbedArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<EmbedMsg>, SpawnErr> {
+    let (actor, _) = match supervisor {
+        Some(s) => Actor::spawn_linked(Some("embedding".into()), EmbeddingWorker, args, s).await?,
+        None => Actor::spawn(None, EmbeddingWorker, args).await?,
+    };
+    Ok(actor)
+}
+
+/// Misses of one request, sent to the inference thread.
+struct Job {
+    id: u64,
+    texts: Vec<String>,
+    long: LongText,
+}
+
+struct Request {
+    reply: RpcReplyPort<mindfleet_runtime::embedding::EmbedReply>,
+    results: Vec<Option<Embedded>>,
+    /// Index in `results` and cache key of each text sent to the model.
+    misses: Vec<(usize, Key)>,
+    received: Instant,
+}
+
+enum Status {
+    Loading,
+    Ready(ModelInfo),
+    Degraded(String),
+}
+
+pub struct WorkerState {
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    status: Status,
+    model_path: PathBuf,
+    fingerprint: Key,
+    cache: Option<Cache>,
+    waiting: HashMap<u64, Request>,
+    next_id: u64,
+    stats: EmbedStats,
+    latencies: VecDeque<f64>,
+}
+
+impl WorkerState {
+    fn finish(&mut self, req: Request, outcome: Result<(), EmbedFailure>) {
+        let ms = req.received.elapsed().as_secs_f64() * 1e3;
+        if self.latencies.len() == LATENCIES_KEPT {
+            self.latencies.pop_front();
+        }
+        self.latencies.push_back(ms);
+        self.stats.requests += 1;
+        self.stats.texts += req.results.len() as u64;
+        let answer = outcome.map(|()| req.results.into_iter().map(|r| r.expect("every text answered")).collect());
+        let _ = req.reply.send(answer);
+    }
+
+    fn cache_failed(&mut self, e: impl std::fmt::Display) {
+        tracing::warn!(error = %e, "embedding cache disabled");
+        self.cache = None;
+        self.stats.cache_error = Some(e.to_string());
+    }
+
+    fn stats(&self) -> EmbedStats {
+        let mut s = self.stats.clone();
+        match &self.status {
+            Status::Loading => {
+                s.status = "loading".into();
+                s.model.path = self.model_path.display().to_string();
+            }
+            Status::Ready(info) => {
+                s.status = "ready".into();
+                s.model = info.clone();
+            }
+            Status::Degraded(e) => {
+                s.status = "degraded".into();
+                s.error = Some(e.clone());
+                s.model.path = self.model_path.display().to_string();
+            }
+        }
+        let mut lat: Vec<f64> = self.latencies.iter().copied().collect();
+        lat.sort_by(f64::total_cmp);
+        s.p50_ms = nearest_rank(&lat, 0.50).unwrap_or(0.0);
+        s.p99_ms = nearest_rank(&lat, 0.99).unwrap_or(0.0);
+        s.in_flight = self.waiting.len();
+        s.cache_entries = self.cache.as_ref().and_then(|c| c.len().ok());
+        s
+    }
+}
+
+impl Actor for EmbeddingWorker {
+    type Msg = EmbedMsg;
+    type State = WorkerState;
+    type Arguments = EmbedArgs;
+
+    async fn pre_start(&self, myself: ActorRef<EmbedMsg>, args: EmbedArgs) -> Result<WorkerState, ActorProcessingErr> {
+        let mut stats = EmbedStats {
+            status: "loading".into(),
+            max_batch: args.max_batch.max(1),
+            max_wait_ms: args.max_wait.as_secs_f64() * 1e3,
+            ..Default::default()
+        };
+        stats.model.model = model_name(&args.model_dir);
+        let cache = match args.cache.as_deref().map(Cache::open).transpose() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "embedding cache disabled");
+                stats.cache_error = Some(e.to_string());
+                None
+            }
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (dir, batch, wait) = (args.model_dir.clone(), stats.max_batch, args.max_wait);
+        let thread = std::thread::Builder::new()
+            .name("embedding".into())
+            .spawn(move || inference_thread(&dir, batch, wait, rx, myself))?;
+        Ok(WorkerState {
+            jobs: Some(tx),
+            thread: Some(thread),
+            status: Status::Loading,
+            fingerprint: fingerprint(&args.model_dir),
+            model_path: args.model_dir,
+            cache,
+            waiting: HashMap::new(),
+            next_id: 0,
+            stats,
+            latencies: VecDeque::with_capacity(LATENCIES_KEPT),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _me: ActorRef<EmbedMsg>,
+        msg: EmbedMsg,
+        st: &mut WorkerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            EmbedMsg::Embed { texts, long, reply } => {
+                let received = Instant::now();
+                let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&st.fingerprint, long, t)).collect();
+                let found = match st.cache.as_ref().map(|c| c.get_many(&keys)).transpose() {
+                    Ok(found) => found.unwrap_or_else(|| vec![None; keys.len()]),
+                    Err(e) => {
+                        st.cache_failed(e);
+                        vec![None; keys.len()]
+                    }
+                };
+                let mut req = Request { reply, results: Vec::with_capacity(texts.len()), misses: Vec::new(), received };
+                let mut missed = Vec::new();
+                for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
+                    match hit {
+                        Some(pieces) => req.results.push(Some(Embedded { pieces, cached: true })),
+                        None => {
+                            req.results.push(None);
+                            req.misses.push((i, key));
+                            missed.push(text);
+                        }
+                    }
+                }
+                st.stats.cache_hits += (req.results.len() - missed.len()) as u64;
+                st.stats.cache_misses += missed.len() as u64;
+                if missed.is_empty() {
+                    st.finish(req, Ok(()));
+                    return Ok(());
+                }
+                if let Status::Degraded(e) = &st.status {
+                    let e = EmbedFailure::Degraded(e.clone());
+                    st.finish(req, Err(e));
+                    return Ok(());
+                }
+                let id = st.next_id;
+                st.next_id += 1;
+                let sent = st.jobs.as_ref().is_some_and(|tx| tx.send(Job { id, texts: missed, long }).is_ok());
+                if sent {
+                    st.waiting.insert(id, req);
+                } else {
+                    st.finish(req, Err(EmbedFailure::Stopped));
+                }
+            }
+            EmbedMsg::Computed { model_calls, inputs, jobs } => {
+                st.stats.batches += model_calls as u64;
+                let total = st.stats.mean_batch * (st.stats.batches - model_calls as u64) as f64 + inputs as f64;
+                st.stats.mean_batch = if st.stats.batches > 0 { total / st.stats.batches as f64 } else { 0.0 };
+                let mut fresh: Vec<(Key, Vec<Piece>)> = Vec::new();
+                let mut done = Vec::with_capacity(jobs.len());
+                for (id, outcome) in jobs {
+                    let Some(mut req) = st.waiting.remove(&id) else { continue };
+                    let outcome = outcome.map(|all| {
+                        for ((i, key), pieces) in req.misses.iter().zip(all) {
+                            fresh.push((*key, pieces.clone()));
+                            req.results[*i] = Some(Embedded { pieces, cached: false });
+                        }
+                    });
+                    done.push((req, outcome));
+                }
+                if let Some(cache) = st.cache.as_mut()
+                    && let Err(e) = cache.put_many(fresh.iter().map(|(k, p)| (*k, p.as_slice())))
+                {
+                    st.cache_failed(e);
+                }
+                for (req, outcome) in done {
+                    st.finish(req, outcome);
+                }
+            }
+            EmbedMsg::Loaded(outcome) => match outcome {
+                Ok(info) => {
+                    tracing::info!(model = %info.model, load_s = info.load_s, "embedding model loaded");
+                    st.status = Status::Ready(info);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "embedding model unavailable: semantic features degraded");
+                    st.status = Status::Degraded(e);
+                }
+            },
+            EmbedMsg::Stats(reply) => {
+                let _ = reply.send(st.stats());
+            }
+            EmbedMsg::Sync(reply) => {
+                if let Some(cache) = st.cache.as_mut()
+                    && let Err(e) = cache.sync()
+                {
+                    st.cache_failed(e);
+                }
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _me: ActorRef<EmbedMsg>, st: &mut WorkerState) -> Result<(), ActorProcessingErr> {
+        // Closing the channel ends the thread once its current batch is done.
+        st.jobs = None;
+        for (_, req) in std::mem::take(&mut st.waiting) {
+            let _ = req.reply.send(Err(EmbedFailure::Stopped));
+        }
+        if let Some(cache) = st.cache.as_mut()
+            && let Err(e) = cache.sync()
+        {
+            tracing::warn!(error = %e, "embedding cache not synced at stop");
+        }
+        drop(st.thread.take());
+        Ok(())
+    }
+}
+
+/// The model's name: its directory's name.
+fn model_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// Identifies the model for the cache: its configuration, tokenizer, window and the size of its
+/// weights. A changed model gets new keys, so stale vectors are never served.
+fn fingerprint(dir: &Path) -> Key {
+    let mut h = Sha256::new();
+    for file in ["config.json", "tokenizer.json", "sentence_bert_config.json"] {
+        h.update(file.as_bytes());
+        h.update(std::fs::read(dir.join(file)).unwrap_or_default());
+    }
+    let weights = std::fs::metadata(dir.join("model.safetensors")).map_or(0, |m| m.len());
+    h.update(weights.to_le_bytes());
+    h.finalize().into()
+}
+
+/// Loads the model, then serves batches until the actor drops its end of the channel.
+fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Receiver<Job>, actor: ActorRef<EmbedMsg>) {
+    let started = Instant::now();
+    let model = match Embedder::load(dir) {
+        Ok(m) => {
+            let info = ModelInfo {
+                model: model_name(dir),
+                path: dir.display().to_string(),
+                dimensions: m.dimensions(),
+                window: m.window(),
+                load_s: started.elapsed().as_secs_f64(),
+            };
+            let _ = actor.cast(EmbedMsg::Loaded(Ok(info)));
+            Ok(m)
+        }
+        Err(e) => {
+            let e = e.to_string();
+            let _ = actor.cast(EmbedMsg::Loaded(Err(e.clone())));
+            Err(e)
+        }
+    };
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        let mut inputs = batch[0].texts.len();
+        let deadline = Instant::now() + max_wait;
+        while inputs < max_batch {
+            let next = match jobs.try_recv() {
+                Ok(j) => j,
+                Err(_) => match jobs.recv_deadline(deadline) {
+                    Ok(j) => j,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                },
+            };
+            inputs += next.texts.len();
+            batch.push(next);
+        }
+        let msg = match &model {
+            Ok(m) => run_batch(m, batch, max_batch),
+            Err(e) => EmbedMsg::Computed {
+                model_calls: 0,
+                inputs: 0,
+                jobs: batch.into_iter().map(|j| (j.id, Err(EmbedFailure::Degraded(e.clone())))).collect(),
+            },
+        };
+        if actor.cast(msg).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs the model over every input of `jobs`, shortest first in calls of at most `max_batch`.
+fn run_batch(model: &Embedder, jobs: Vec<Job>, max_batch: usize) -> EmbedMsg {
+    // Every input: (job, text, piece byte range).
+    let mut inputs: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
+    let mut failed: HashMap<usize, EmbedFailure> = HashMap::new();
+    for (j, job) in jobs.iter().enumerate() {
+        for (t, text) in job.texts.iter().enumerate() {
+            match job.long {
+                LongText::Truncate => inputs.push((j, t, 0..text.len())),
+                LongText::Split => match model.pieces(text) {
+                    Ok(ranges) => inputs.extend(ranges.into_iter().map(|r| (j, t, r))),
+                    Err(e) => {
+                        failed.insert(j, EmbedFailure::Failed(e.to_string()));
+                    }
+                },
+            }
+        }
+    }
+    let text_of = |&(j, t, ref r): &(usize, usize, std::ops::Range<usize>)| &jobs[j].texts[t][r.clone()];
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&i| text_of(&inputs[i]).len());
+    let mut vectors: Vec<Option<Piece>> = vec![None; inputs.len()];
+    let mut model_calls = 0u32;
+    for chunk in order.chunks(max_batch) {
+        let texts: Vec<&str> = chunk.iter().map(|&i| text_of(&inputs[i])).collect();
+        model_calls += 1;
+        match model.embed(&texts) {
+            Ok(out) => {
+                for (&i, e) in chunk.iter().zip(out) {
+                    let r = &inputs[i].2;
+                    vectors[i] = Some(Piece {
+                        vector: e.vector,
+                        tokens: e.tokens as u32,
+                        truncated_from: e.truncated_from.map(|n| n as u32),
+                        start: r.start as u32,
+                        end: r.end as u32,
+                    });
+                }
+            }
+            Err(e) => {
+                let failure = EmbedFailure::Failed(e.to_string());
+                for &i in chunk {
+                    failed.entry(inputs[i].0).or_insert_with(|| failure.clone());
+                }
+            }
+        }
+    }
+    // Regroup pieces by job and text, in order.
+    let mut per_job: Vec<Vec<Vec<Piece>>> = jobs.iter().map(|j| vec![Vec::new(); j.texts.len()]).collect();
+    for ((j, t, _), piece) in inputs.iter().zip(vectors) {
+        if let Some(p) = piece {
+            per_job[*j][*t].push(p);
+        }
+    }
+    let results = jobs
+        .iter()
+        .zip(per_job)
+        .enumerate()
+        .map(|(j, (job, pieces))| (job.id, failed.remove(&j).map_or(Ok(pieces), Err)))
+        .collect();
+    EmbedMsg::Computed { model_calls, inputs: inputs.len() as u32, jobs: results }
+}

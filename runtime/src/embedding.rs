@@ -1,0 +1,148 @@
+//! The interface of the shared `EmbeddingWorker` (crate `mindfleet-actors`): its messages,
+//! what it answers, and the figures it reports in dumps.
+//!
+//! One worker serves the whole fleet. Requests from many callers are coalesced into batches
+//! on a dedicated inference thread, and an embedding cache keyed by content hash answers
+//! unchanged text without running the model.
+
+use ractor::RpcReplyPort;
+use ractor_cluster_derive::RactorMessage;
+use serde::{Deserialize, Serialize};
+
+/// What happens to a text longer than the model's token window. Nothing is ever cut
+/// silently: the caller picks one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LongText {
+    /// Embed the first window of tokens and report how many the whole text had.
+    #[default]
+    Truncate,
+    /// Embed every window-sized piece; each piece says which bytes of the text it covers.
+    Split,
+}
+
+impl LongText {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LongText::Truncate => "truncate",
+            LongText::Split => "split",
+        }
+    }
+}
+
+/// The embedding of a text, or of one piece of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Piece {
+    /// Unit length.
+    pub vector: Vec<f32>,
+    /// Tokens the model saw, its special tokens included.
+    pub tokens: u32,
+    /// Tokens of the whole text, when it was cut to the window (`LongText::Truncate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_from: Option<u32>,
+    /// Byte range of the text this piece covers.
+    pub start: u32,
+    pub end: u32,
+}
+
+/// One text's answer: one piece, or several when it was split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Embedded {
+    pub pieces: Vec<Piece>,
+    /// Answered from the cache, without running the model.
+    pub cached: bool,
+}
+
+impl Embedded {
+    /// The vector of a text embedded whole (the first piece).
+    pub fn vector(&self) -> &[f32] {
+        &self.pieces[0].vector
+    }
+}
+
+/// Why the worker could not embed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", content = "message", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EmbedFailure {
+    /// The model could not be loaded; semantic features run degraded.
+    #[error("embedding model unavailable: {0}")]
+    Degraded(String),
+    /// The model failed on this batch.
+    #[error("embedding failed: {0}")]
+    Failed(String),
+    /// The worker is stopping or gone.
+    #[error("embedding worker stopped")]
+    Stopped,
+}
+
+/// A job's pieces per text, in order.
+pub type JobResult = Result<Vec<Vec<Piece>>, EmbedFailure>;
+
+/// One answer of the worker: a result per text, in order.
+pub type EmbedReply = Result<Vec<Embedded>, EmbedFailure>;
+
+#[derive(Debug, RactorMessage)]
+pub enum EmbedMsg {
+    Embed {
+        texts: Vec<String>,
+        long: LongText,
+        reply: RpcReplyPort<EmbedReply>,
+    },
+    Stats(RpcReplyPort<EmbedStats>),
+    /// From the inference thread: the model is loaded (or failed to load).
+    Loaded(Result<ModelInfo, String>),
+    /// From the inference thread: a batch of jobs is done, in `model_calls` calls over
+    /// `inputs` texts or pieces; each job's pieces per text, in order.
+    Computed {
+        model_calls: u32,
+        inputs: u32,
+        jobs: Vec<(u64, JobResult)>,
+    },
+    /// Make every cached embedding durable (also done periodically and at stop).
+    Sync(RpcReplyPort<()>),
+}
+
+/// The loaded model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelInfo {
+    /// The model's name (its directory name) and where it was loaded from.
+    pub model: String,
+    pub path: String,
+    pub dimensions: usize,
+    /// Most tokens one input can have.
+    pub window: usize,
+    pub load_s: f64,
+}
+
+/// The worker's figures (in `mindfleet dump` under `embedding`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct EmbedStats {
+    /// `loading`, `ready`, or `degraded` (the model is missing or broken; see `error`).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(flatten)]
+    pub model: ModelInfo,
+    pub max_batch: usize,
+    pub max_wait_ms: f64,
+    /// Requests answered, texts in them, and model calls (batches) made for them.
+    pub requests: u64,
+    pub texts: u64,
+    pub batches: u64,
+    /// Inputs (texts or pieces) per model call.
+    pub mean_batch: f64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Entries in the cache file (absent when the cache is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_entries: Option<u64>,
+    /// Why the cache was turned off, when it failed (the worker goes on without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_error: Option<String>,
+    /// Request latency (receipt to answer) over the last 4096 requests.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Requests waiting for the model now.
+    pub in_flight: usize,
+}
