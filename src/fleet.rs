@@ -14,13 +14,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::coordinator::CoordinatorArgs;
+use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
 use mindfleet_runtime::config::{FleetConfig, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
+use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
 use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
+use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
@@ -43,11 +46,18 @@ pub enum FleetError {
 
 #[derive(Debug, RactorMessage)]
 pub enum FleetMsg {
-    /// The admin actor and the scheduler (for the HTTP API and in-process callers).
-    Handles(ractor::RpcReplyPort<(ActorRef<AdminMsg>, SchedulerHandle)>),
+    /// The actors in-process callers and the HTTP API talk to.
+    Handles(ractor::RpcReplyPort<Handles>),
 }
 
 pub struct FleetSupervisor;
+
+#[derive(Debug, Clone)]
+pub struct Handles {
+    pub admin: ActorRef<AdminMsg>,
+    pub scheduler: SchedulerHandle,
+    pub embedding: ActorRef<EmbedMsg>,
+}
 
 pub struct FleetArgs {
     pub config: Arc<FleetConfig>,
@@ -69,6 +79,7 @@ pub struct FleetState {
     admin: ActorRef<AdminMsg>,
     scheduler: SchedulerHandle,
     coordinator: ActorRef<CoordinatorMsg>,
+    embedding: ActorRef<EmbedMsg>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -151,11 +162,13 @@ impl Actor for FleetSupervisor {
             Some(me.clone()),
         )
         .await?;
+        let embedding = mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?;
         let admin_args = AdminArgs {
             config: args.config.clone(),
             storage: args.storage.clone(),
             scheduler: scheduler.clone(),
             coordinator: coordinator.clone(),
+            embedding: embedding.clone(),
             addr: args.admin_addr,
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
@@ -177,6 +190,7 @@ impl Actor for FleetSupervisor {
             admin,
             scheduler,
             coordinator,
+            embedding,
             slots,
             by_id: HashMap::new(),
         };
@@ -209,7 +223,11 @@ impl Actor for FleetSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             FleetMsg::Handles(reply) => {
-                let _ = reply.send((st.admin.clone(), st.scheduler.clone()));
+                let _ = reply.send(Handles {
+                    admin: st.admin.clone(),
+                    scheduler: st.scheduler.clone(),
+                    embedding: st.embedding.clone(),
+                });
             }
         }
         Ok(())
@@ -229,7 +247,8 @@ impl Actor for FleetSupervisor {
             _ => return Ok(()),
         };
         let Some(i) = st.by_id.remove(&cell.get_id()) else {
-            let core = [st.admin.get_id(), st.scheduler.actor().get_id(), st.coordinator.get_id()];
+            let core =
+                [st.admin.get_id(), st.scheduler.actor().get_id(), st.coordinator.get_id(), st.embedding.get_id()];
             if core.contains(&cell.get_id()) {
                 // Not restarted yet: every persona holds these. Fail the fleet loudly.
                 return Err(format!("core actor failed: {error}").into());
@@ -251,11 +270,25 @@ impl Actor for FleetSupervisor {
     }
 }
 
+/// The embedding worker of a fleet: the configured model directory (else the pulled MiniLM),
+/// with its cache in the data dir.
+fn embed_args(config: &FleetConfig) -> EmbedArgs {
+    let e = config.embedding;
+    EmbedArgs {
+        model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name)),
+        cache: e.cache.then(|| config.storage.data_dir.join("embeddings.redb")),
+        max_batch: e.max_batch,
+        max_wait: e.max_wait,
+    }
+}
+
 /// A running fleet in this process.
 pub struct Fleet {
     pub config: Arc<FleetConfig>,
     pub admin: ActorRef<AdminMsg>,
     pub scheduler: SchedulerHandle,
+    /// The shared embedding worker.
+    pub embedding: ActorRef<EmbedMsg>,
     pub supervisor: ActorRef<FleetMsg>,
     pub storage: Storage,
     /// Where the admin API listens.
@@ -285,7 +318,7 @@ impl Fleet {
         let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
-        let (admin, scheduler) =
+        let Handles { admin, scheduler, embedding } =
             call_t!(supervisor, FleetMsg::Handles, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
         let ready = Arc::new(AtomicBool::new(false));
         let state = HttpState {
@@ -319,6 +352,7 @@ impl Fleet {
             config,
             admin,
             scheduler,
+            embedding,
             supervisor,
             storage,
             addr: local,

@@ -76,3 +76,13 @@ fn run_refuses_a_bad_fleet_before_starting_anything() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!data.exists(), "nothing may start on a bad fleet file");
 }
+
+#[test]
+fn embedding_settings_out_of_range_are_named_where_they_are() {
+    let (code, msg) = check(&format!("[embedding]\nmax_batch = 0\n{OK}"));
+    assert_eq!(code, 2);
+    assert!(msg.contains("fleet.toml:2:13:") && msg.contains("max_batch"), "{msg}");
+    let (code, msg) = check(&format!("[models]\npul = true\n{OK}"));
+    assert_eq!(code, 2);
+    assert!(msg.contains("fleet.toml:2:1:") && msg.contains("pul"), "{msg}");
+}

@@ -181,3 +181,71 @@ mod worker {
         w.stop_and_wait(None, None).await.unwrap();
     }
 }
+
+mod fleet {
+    use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+    use ractor::call;
+
+    use crate::util::{TRIO, chat, config, decision, dump, fleet_toml, poll, pulled};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_fleet_runs_one_embedding_worker_with_its_cache_in_the_data_dir_and_shows_it_in_the_dump() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(TRIO));
+        cfg.models.dir = pulled();
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let d =
+            poll("embedding ready", || async { Some(dump(&fleet).await).filter(|d| d.embedding.status != "loading") })
+                .await;
+        assert_eq!(d.embedding.status, "ready", "{:?}", d.embedding);
+        assert_eq!(d.embedding.model.dimensions, 384);
+        let worker = fleet.embedding.clone();
+        let texts = vec!["the fleet's shared worker".to_string()];
+        let got = call!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply }).unwrap().unwrap();
+        assert_eq!(got[0].vector().len(), 384);
+        let d = dump(&fleet).await;
+        assert_eq!((d.embedding.requests, d.embedding.cache_entries), (1, Some(1)));
+        assert!(
+            d.render_tree().contains("EmbeddingWorker [ready]  all-minilm-l6-v2, requests 1"),
+            "{}",
+            d.render_tree()
+        );
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+        assert!(tmp.path().join("embeddings.redb").exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_its_model_the_fleet_runs_degraded_and_says_so_in_the_dump() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(TRIO));
+        cfg.models.embedding = Some(tmp.path().join("no-such-model"));
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let d = poll("embedding settled", || async {
+            Some(dump(&fleet).await).filter(|d| d.embedding.status != "loading")
+        })
+        .await;
+        assert_eq!(d.embedding.status, "degraded");
+        let error = d.embedding.error.as_deref().unwrap();
+        assert!(error.contains("no-such-model") && error.contains("config.json"), "{error}");
+        assert!(d.render_tree().contains("EmbeddingWorker [degraded]"), "{}", d.render_tree());
+        // The personas go on deciding.
+        let ack = fleet.inject(chat("general", "ann", "@helper are you there?")).await.unwrap();
+        decision(&fleet, "helper", &ack.event_id).await;
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+}
+
+#[test]
+fn the_embed_command_prints_the_vector_model_and_dimensions() {
+    pulled();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["embed", "--json", "A man is eating food."])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["model"].as_str(), v["dimensions"].as_u64()), (Some(MINILM.name), Some(384)));
+    let got: Vec<f32> = v["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let (_, _, want) = &reference()[0];
+    assert!(cosine(&got, want) > 0.999);
+}

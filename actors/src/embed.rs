@@ -176,6 +176,12 @@ impl Embedder {
     }
 }
 
+/// Threads candle's CPU kernels use (`CANDLE_NUM_THREADS`, else `RAYON_NUM_THREADS`, else the
+/// physical cores).
+pub fn threads() -> usize {
+    candle_core::utils::get_num_threads()
+}
+
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::ai::AiQuery;
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
+use crate::embedding::{EmbedMsg, EmbedStats};
 use crate::event::Event;
 use crate::messages::{AdminMsg, CoordinatorMsg, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
@@ -32,6 +33,7 @@ pub struct AdminArgs {
     pub storage: Storage,
     pub scheduler: SchedulerHandle,
     pub coordinator: ActorRef<CoordinatorMsg>,
+    pub embedding: ActorRef<EmbedMsg>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
 }
@@ -49,6 +51,7 @@ pub struct AdminState {
     storage: Storage,
     scheduler: SchedulerHandle,
     coordinator: ActorRef<CoordinatorMsg>,
+    embedding: ActorRef<EmbedMsg>,
     addr: String,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
@@ -100,6 +103,7 @@ impl AdminState {
             storage: self.storage.clone(),
             scheduler: self.scheduler.actor().clone(),
             coordinator: self.coordinator.clone(),
+            embedding: self.embedding.clone(),
             admin: AdminDump {
                 addr: self.addr.clone(),
                 rooms: self.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
@@ -158,6 +162,7 @@ impl Actor for Admin {
             storage: args.storage,
             scheduler: args.scheduler,
             coordinator: args.coordinator,
+            embedding: args.embedding,
             addr: args.addr,
             personas,
             rooms,
@@ -297,6 +302,7 @@ struct DumpBase {
     storage: Storage,
     scheduler: ActorRef<SchedulerMsg>,
     coordinator: ActorRef<CoordinatorMsg>,
+    embedding: ActorRef<EmbedMsg>,
     admin: AdminDump,
 }
 
@@ -338,6 +344,11 @@ impl DumpBase {
         let storage_stats = self.storage.stats().await.map_err(|e| InjectError::Storage(e.to_string()))?;
         let scheduler = call_t!(self.scheduler, SchedulerMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
         let coordination = call_t!(self.coordinator, CoordinatorMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
+        let embedding = call_t!(self.embedding, EmbedMsg::Stats, DUMP_CALL_MS).unwrap_or_else(|e| EmbedStats {
+            status: "failed".into(),
+            error: Some(e.to_string()),
+            ..Default::default()
+        });
         let mut admin = self.admin;
         admin.accepted = storage_stats.accepted;
         admin.duplicates = storage_stats.duplicates;
@@ -348,6 +359,7 @@ impl DumpBase {
             admin,
             scheduler,
             coordination,
+            embedding,
             storage: storage_stats,
             personas,
             outbox,

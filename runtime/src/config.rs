@@ -47,6 +47,8 @@ struct RawFleetFile {
     supervision: Option<RawSupervision>,
     scheduler: Option<RawScheduler>,
     coordination: Option<RawCoordination>,
+    models: Option<RawModels>,
+    embedding: Option<RawEmbedding>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
@@ -111,6 +113,23 @@ struct RawCoordination {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawModels {
+    dir: Option<String>,
+    embedding: Option<String>,
+    llm: Option<String>,
+    pull: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmbedding {
+    max_batch: Option<Spanned<i64>>,
+    max_wait_ms: Option<Spanned<f64>>,
+    cache: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawPersonaTuning {
     inbox_capacity: Option<Spanned<i64>>,
     wm_capacity: Option<Spanned<i64>>,
@@ -154,7 +173,39 @@ pub struct FleetConfig {
     pub supervision: SupervisionConfig,
     pub scheduler: SchedulerConfig,
     pub coordination: CoordinationConfig,
+    pub models: ModelsConfig,
+    pub embedding: EmbeddingConfig,
     pub personas: Vec<PersonaConfig>,
+}
+
+/// Where the local models come from (`[models]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelsConfig {
+    /// The cache `mindfleet models pull` fills (default: [`crate::models::default_dir`]).
+    pub dir: PathBuf,
+    /// A local HuggingFace-layout BERT directory used instead of the pulled MiniLM.
+    pub embedding: Option<PathBuf>,
+    /// A local GGUF file used instead of the pulled SmolLM2.
+    pub llm: Option<PathBuf>,
+    /// Pull missing models when the fleet starts (their first use).
+    pub pull: bool,
+}
+
+/// The shared embedding worker (`[embedding]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmbeddingConfig {
+    /// Most texts per model call.
+    pub max_batch: usize,
+    /// Longest a short batch waits for more requests.
+    pub max_wait: Duration,
+    /// Keep embeddings in `embeddings.redb` in the data dir, keyed by content hash.
+    pub cache: bool,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        EmbeddingConfig { max_batch: 32, max_wait: Duration::from_millis(2), cache: true }
+    }
 }
 
 /// Turn-taking in shared rooms.
@@ -501,6 +552,28 @@ impl FleetConfig {
             }
         };
 
+        let models = {
+            let m = raw.models.unwrap_or_default();
+            ModelsConfig {
+                dir: m.dir.map_or_else(crate::models::default_dir, PathBuf::from),
+                embedding: m.embedding.map(PathBuf::from),
+                llm: m.llm.map(PathBuf::from),
+                pull: m.pull.unwrap_or(true),
+            }
+        };
+
+        let embedding = {
+            let e = raw.embedding.unwrap_or_default();
+            let d = EmbeddingConfig::default();
+            EmbeddingConfig {
+                max_batch: cx.int(&e.max_batch, "max_batch", 1..=1024, d.max_batch as i64)? as usize,
+                max_wait: Duration::from_secs_f64(
+                    cx.float(&e.max_wait_ms, "max_wait_ms", 0.0..=10_000.0, d.max_wait.as_secs_f64() * 1e3)? / 1e3,
+                ),
+                cache: e.cache.unwrap_or(d.cache),
+            }
+        };
+
         let d = raw.defaults.unwrap_or_default();
         let base = Tuning {
             inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
@@ -607,6 +680,8 @@ impl FleetConfig {
             supervision,
             scheduler,
             coordination,
+            models,
+            embedding,
             personas,
         })
     }

