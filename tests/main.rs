@@ -9,6 +9,7 @@ mod durability;
 mod embed;
 mod flow;
 mod inbox;
+mod llm;
 mod memory;
 mod models;
 mod plans;

@@ -11,4 +11,5 @@
 
 pub mod coordinator;
 pub mod embed;
+pub mod llm;
 pub mod scheduler;
