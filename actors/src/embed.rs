@@ -106,6 +106,11 @@ impl Embedder {
         self.window
     }
 
+    /// Tokens of the whole text, its special tokens included (however long it is).
+    pub fn count_tokens(&self, text: &str) -> Result<usize, EmbedError> {
+        Ok(self.counter.encode(text, true).map_err(|e| EmbedError::Tokenize(e.to_string()))?.len())
+    }
+
     /// Byte ranges of `text` that each fit the window once the special tokens are added, cut
     /// between words; a text that fits is one range. The text between two ranges is blank.
     pub fn pieces(&self, text: &str) -> Result<Vec<Range<usize>>, EmbedError> {

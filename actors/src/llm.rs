@@ -41,7 +41,7 @@ use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSamplin
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 use serde::{Deserialize, Serialize};
 
-pub use quant::requantize;
+pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
 
 /// Prompt tokens per forward pass: one pass for most prompts, bounded attention scratch for

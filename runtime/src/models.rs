@@ -107,6 +107,9 @@ pub enum ModelError {
     Size { file: PathBuf, expected: u64, actual: u64, model: String },
     #[error("{wheel}: {message}")]
     Wheel { wheel: PathBuf, message: String },
+    /// A file made from a pulled one (the Q8_0 rewrite of the LLM) could not be made.
+    #[error("{0}")]
+    Derived(String),
 }
 
 fn hint(model: &str) -> String {

@@ -101,18 +101,16 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
     let t = Instant::now();
     let model = Embedder::load(model_dir)?;
     let load_s = t.elapsed().as_secs_f64();
-    let refs: Vec<&str> = code.iter().map(String::as_str).collect();
-    let code_tokens: Vec<usize> = model.embed(&refs)?.iter().map(|e| e.truncated_from.unwrap_or(e.tokens)).collect();
+    let count = |texts: &[String]| -> anyhow::Result<f64> {
+        let total: usize = texts.iter().map(|t| model.count_tokens(t)).sum::<Result<_, _>>()?;
+        Ok(round(total as f64 / texts.len() as f64, 1))
+    };
     let mut out = json!({
         "bench": "embed",
         "model": model_dir.file_name().map(|n| n.to_string_lossy().into_owned()),
         "threads": mindfleet_actors::embed::threads(),
-        "short_tokens_mean": round(
-            short.iter().map(|s| model.embed(&[s.as_str()]).map(|e| e[0].tokens)).sum::<Result<usize, _>>()? as f64
-                / short.len() as f64,
-            1,
-        ),
-        "code_tokens_mean": round(code_tokens.iter().sum::<usize>() as f64 / code.len() as f64, 1),
+        "short_tokens_mean": count(&short)?,
+        "code_tokens_mean": count(&code)?,
         "code_windows": code.len(),
         "load_s": round(load_s, 3),
     });

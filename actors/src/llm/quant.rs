@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use candle_core::quantized::gguf_file::{self, Value};
@@ -79,4 +79,35 @@ pub fn requantize(src: &Path, dst: &Path) -> Result<(), LlmError> {
 
 fn write_err(file: &Path, e: &dyn std::fmt::Display) -> LlmError {
     LlmError::Write { file: file.to_path_buf(), message: e.to_string() }
+}
+
+/// GGUF `general.file_type` of a file whose weights are mostly Q4_1.
+const MOSTLY_Q4_1: u32 = 3;
+
+/// The file to run for `src`: a Q4_1 model is rewritten once as Q8_0 beside it (candle's Q4_1
+/// kernels are scalar on x86; Q8_0 runs about twice as fast) and the rewrite is reused; any
+/// other file is run as it is. A rewrite that cannot be written (a read-only directory) falls
+/// back to `src`, with a warning.
+pub fn runnable(src: &Path) -> Result<PathBuf, LlmError> {
+    if super::inspect(src)?.file_type != Some(MOSTLY_Q4_1) {
+        return Ok(src.to_path_buf());
+    }
+    let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dst = src.with_file_name(if name.contains("Q4_1") {
+        name.replace("Q4_1", "Q8_0")
+    } else {
+        format!("{}.Q8_0.gguf", name.trim_end_matches(".gguf"))
+    });
+    if dst.exists() {
+        return Ok(dst);
+    }
+    tracing::info!(from = %src.display(), to = %dst.display(), "rewriting Q4_1 weights as Q8_0 (once)");
+    match requantize(src, &dst) {
+        Ok(()) => Ok(dst),
+        Err(e @ LlmError::Write { .. }) => {
+            tracing::warn!(error = %e, "running the Q4_1 file as it is (slower)");
+            Ok(src.to_path_buf())
+        }
+        Err(e) => Err(e),
+    }
 }
