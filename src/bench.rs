@@ -34,6 +34,28 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Runs a peer benchmark: `python -c script` with `input` as JSON on stdin, one JSON object of
+/// figures on stdout; or why it could not run (`what` names the peer).
+pub(crate) fn run_peer(python: &str, script: &str, input: &Value, what: &str) -> Result<Value, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(python)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{python}: {e}"))?;
+    child.stdin.take().expect("piped").write_all(input.to_string().as_bytes()).map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        return Err(format!("{python} ({what}) failed: {last}"));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{what} output: {e}"))
+}
+
 pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m

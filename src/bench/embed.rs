@@ -3,9 +3,7 @@
 //! under 100 concurrent callers; and, in the same run on the same inputs, sentence-transformers
 //! on PyTorch CPU as the peer (`scripts/bench_embed_peer.py`), reported as ratios.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::Embedder;
@@ -78,21 +76,7 @@ fn peer(python: &str, model_dir: &Path, window: usize, short: &[String], code: &
         "model_dir": model_dir, "threads": 2, "window": window, "batches": BATCHES,
         "short": short, "code": code, "short_n_batch1": SHORT_N_BATCH1,
     });
-    let mut child = Command::new(python)
-        .args(["-c", PEER_SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{python}: {e}"))?;
-    child.stdin.take().expect("piped").write_all(input.to_string().as_bytes()).map_err(|e| e.to_string())?;
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("{python} (sentence-transformers) failed: {last}"));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output: {e}"))
+    super::run_peer(python, PEER_SCRIPT, &input, "sentence-transformers")
 }
 
 pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {

@@ -2,10 +2,8 @@
 //! rewrite of the packaged Q4_1) against llama.cpp (`llama-cpp-python`, `scripts/bench_llm_peer.py`)
 //! on the same file, the same prompt tokens and the same number of generated tokens, in one run.
 
-use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
@@ -37,21 +35,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn peer(python: &str, model: &Path, threads: usize, prompt: &[u32], gen_tokens: usize) -> Result<Value, String> {
     let input =
         json!({ "model": model, "threads": threads, "prompt_ids": prompt, "gen_tokens": gen_tokens, "runs": RUNS });
-    let mut child = Command::new(python)
-        .args(["-c", PEER_SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{python}: {e}"))?;
-    child.stdin.take().expect("piped").write_all(input.to_string().as_bytes()).map_err(|e| e.to_string())?;
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("{python} (llama-cpp-python) failed: {last}"));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("peer output: {e}"))
+    super::run_peer(python, PEER_SCRIPT, &input, "llama-cpp-python")
 }
 
 pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
