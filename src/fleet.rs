@@ -15,13 +15,16 @@ use std::time::{Duration, Instant};
 
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
+use mindfleet_actors::llm::LlmConfig;
+use mindfleet_actors::llm::worker::LlmArgs;
 use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
-use mindfleet_runtime::config::{FleetConfig, PersonaConfig};
+use mindfleet_runtime::config::{BrainKind, FleetConfig, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
+use mindfleet_runtime::llm::LlmMsg;
 use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
@@ -80,6 +83,7 @@ pub struct FleetState {
     scheduler: SchedulerHandle,
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
+    llm: Option<ActorRef<LlmMsg>>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -97,6 +101,7 @@ impl FleetState {
             faults: s.faults.clone(),
             coordinator: self.coordinator.clone(),
             turn_timeout: self.config.coordination.window * 4 + Duration::from_secs(1),
+            llm: self.llm.clone(),
         }
     }
 
@@ -163,12 +168,17 @@ impl Actor for FleetSupervisor {
         )
         .await?;
         let embedding = mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?;
+        let llm = match llm_args(&args.config) {
+            Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
+            None => None,
+        };
         let admin_args = AdminArgs {
             config: args.config.clone(),
             storage: args.storage.clone(),
             scheduler: scheduler.clone(),
             coordinator: coordinator.clone(),
             embedding: embedding.clone(),
+            llm: llm.clone(),
             addr: args.admin_addr,
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
@@ -191,6 +201,7 @@ impl Actor for FleetSupervisor {
             scheduler,
             coordinator,
             embedding,
+            llm,
             slots,
             by_id: HashMap::new(),
         };
@@ -249,7 +260,7 @@ impl Actor for FleetSupervisor {
         let Some(i) = st.by_id.remove(&cell.get_id()) else {
             let core =
                 [st.admin.get_id(), st.scheduler.actor().get_id(), st.coordinator.get_id(), st.embedding.get_id()];
-            if core.contains(&cell.get_id()) {
+            if core.contains(&cell.get_id()) || st.llm.as_ref().is_some_and(|l| l.get_id() == cell.get_id()) {
                 // Not restarted yet: every persona holds these. Fail the fleet loudly.
                 return Err(format!("core actor failed: {error}").into());
             }
@@ -280,6 +291,20 @@ fn embed_args(config: &FleetConfig) -> EmbedArgs {
         max_batch: e.max_batch,
         max_wait: e.max_wait,
     }
+}
+
+/// The LLM worker of a fleet, when a persona's brain uses it: the configured GGUF (else the
+/// pulled SmolLM2, run as Q8_0), one slot per inference slot of the scheduler.
+fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
+    config.personas.iter().any(|p| p.brain == BrainKind::Local).then(|| LlmArgs {
+        model: config
+            .models
+            .llm
+            .clone()
+            .unwrap_or_else(|| config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)),
+        slots: config.scheduler.inference_slots,
+        config: LlmConfig::default(),
+    })
 }
 
 /// A running fleet in this process.

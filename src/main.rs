@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use mindfleet::client::Client;
 use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet::{bench, panic_hook};
-use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, Llm, LlmConfig, Sampling};
+use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, LlmConfig, Sampling};
 use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::{EventInput, SenderKind};
 use mindfleet_runtime::models;
@@ -437,16 +437,6 @@ fn main() -> ExitCode {
         let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
         return print_figures(r, *json);
     }
-    if let Command::Generate { prompt, max_tokens, system, temperature, top_p, seed, model, json } = &cli.command {
-        let sampling = match temperature {
-            Some(t) => Sampling::TopP { temperature: *t, top_p: *top_p, seed: *seed },
-            None => Sampling::Greedy,
-        };
-        let mut messages: Vec<ChatMessage> = system.iter().map(ChatMessage::system).collect();
-        messages.push(ChatMessage::user(prompt));
-        let req = GenerateRequest { messages, max_tokens: *max_tokens, sampling, stop: Vec::new() };
-        return generate(model.clone(), &req, *json);
-    }
     if let Command::Models { dir, cmd } = &cli.command {
         return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
     }
@@ -472,6 +462,15 @@ fn main() -> ExitCode {
                 print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
             }
             Command::Embed { text, long, model, json } => embed(text, long, model, json).await,
+            Command::Generate { prompt, max_tokens, system, temperature, top_p, seed, model, json } => {
+                let sampling = match temperature {
+                    Some(temperature) => Sampling::TopP { temperature, top_p, seed },
+                    None => Sampling::Greedy,
+                };
+                let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
+                messages.push(ChatMessage::user(prompt));
+                generate(model, GenerateRequest { messages, max_tokens, sampling, stop: Vec::new() }, json).await
+            }
             Command::Bench { which: BenchCmd::Embed { peer_python, json } } => {
                 let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
                     Ok(dir) => bench::embed::embed(&dir, peer_python.as_deref()).await,
@@ -483,7 +482,6 @@ fn main() -> ExitCode {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
             Command::Check { .. }
-            | Command::Generate { .. }
             | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } }
             | Command::Models { .. } => {
                 unreachable!("handled above")
@@ -503,48 +501,51 @@ fn llm_model(model: Option<PathBuf>) -> Result<PathBuf, String> {
     llm::runnable(&file).map_err(|e| e.to_string())
 }
 
-/// `mindfleet generate`: streams the answer to stdout (or prints it as JSON at the end).
-fn generate(model: Option<PathBuf>, req: &GenerateRequest, json: bool) -> ExitCode {
-    let path = match llm_model(model) {
-        Ok(p) => p,
+/// `mindfleet generate`: the answer through an LLM worker of one slot, streamed to stdout (or
+/// printed as JSON at the end).
+async fn generate(model: Option<PathBuf>, req: GenerateRequest, json: bool) -> ExitCode {
+    use mindfleet_actors::llm::worker::{LlmArgs, spawn};
+    use mindfleet_runtime::llm::{GenerateJob, LlmMsg};
+
+    let model = match tokio::task::spawn_blocking(move || llm_model(model)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return fail(1, e),
         Err(e) => return fail(1, e),
     };
-    let llm = match Llm::load_with(&path, LlmConfig::default()) {
-        Ok(l) => l,
+    let worker = match spawn(LlmArgs { model, slots: 1, config: LlmConfig::default() }, None).await {
+        Ok(w) => w,
         Err(e) => return fail(1, e),
     };
-    let mut stdout = std::io::stdout().lock();
-    let g = llm.generate(req, |piece| {
-        if !json {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let printer = tokio::spawn(async move {
+        let mut stdout = std::io::stdout();
+        while let Some(piece) = rx.recv().await {
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();
         }
-        std::ops::ControlFlow::Continue(())
     });
-    let g = match g {
-        Ok(g) => g,
-        Err(e) => return fail(1, e),
+    let job = GenerateJob { req, purpose: "generate".into(), persona: None, stream: (!json).then_some(tx) };
+    let answer = ractor::call!(worker, |reply| LlmMsg::Generate { job, reply });
+    let _ = printer.await;
+    let stats = ractor::call!(worker, LlmMsg::Stats);
+    worker.stop(None);
+    let (g, stats) = match (answer, stats) {
+        (Ok(Ok(g)), Ok(s)) => (g, s),
+        (Ok(Err(e)), _) => return fail(1, e),
+        (Err(e), _) | (_, Err(e)) => return fail(1, e),
     };
-    let gen_tok_s = if g.gen_ms > 0.0 { g.tokens_out as f64 / (g.gen_ms / 1e3) } else { 0.0 };
+    let rate = |tokens: usize, ms: f64| if ms > 0.0 { tokens as f64 / (ms / 1e3) } else { 0.0 };
+    let gen_tok_s = rate(g.tokens_out, g.gen_ms);
     if json {
-        let v = serde_json::json!({
-            "text": g.text,
-            "tokens": g.tokens_out,
-            "tokens_in": g.tokens_in,
-            "gen_tok_s": gen_tok_s,
-            "prompt_tok_s": if g.prompt_ms > 0.0 { g.tokens_in as f64 / (g.prompt_ms / 1e3) } else { 0.0 },
-            "ttft_ms": g.ttft_ms,
-            "stop": format!("{:?}", g.stop).to_lowercase(),
-            "trimmed": g.trimmed.map(|t| serde_json::json!({
-                "dropped_messages": t.dropped_messages, "cut_tokens": t.cut_tokens,
-                "tokens_before": t.tokens_before, "tokens_after": t.tokens_after,
-            })),
-            "model": path.file_name().map(|n| n.to_string_lossy().into_owned()),
-            "threads": llm.threads(),
-        });
+        let mut v = serde_json::to_value(&g).unwrap_or_default();
+        v["tokens"] = g.tokens_out.into();
+        v["gen_tok_s"] = gen_tok_s.into();
+        v["prompt_tok_s"] = rate(g.tokens_in, g.prompt_ms).into();
+        v["model"] = stats.model.model.into();
+        v["threads"] = stats.model.threads.into();
         println!("{v}");
     } else {
-        let _ = writeln!(stdout);
+        println!();
         eprintln!(
             "mindfleet: {} tokens in, {} out ({:?}), {gen_tok_s:.1} tok/s, first token after {:.0} ms",
             g.tokens_in, g.tokens_out, g.stop, g.ttft_ms

@@ -456,3 +456,153 @@ fn the_generate_command_prints_the_answer_and_its_figures() {
     // The command runs the packaged Q4_1 model rewritten once as Q8_0, kept beside it.
     assert_eq!(v["model"], "SmolLM2-135M-Instruct.Q8_0.gguf");
 }
+
+mod worker {
+    use mindfleet_actors::llm::worker::{LlmArgs, spawn};
+    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, LlmConfig, Stop};
+    use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
+    use ractor::{ActorRef, call};
+
+    use super::{capital_of_france, generate, model_path};
+    use crate::util::poll;
+
+    fn args(slots: usize) -> LlmArgs {
+        LlmArgs { model: model_path(), slots, config: LlmConfig::default() }
+    }
+
+    fn job(req: GenerateRequest, stream: Option<mindfleet_runtime::llm::TokenStream>) -> GenerateJob {
+        GenerateJob { req, purpose: "reply".into(), persona: Some("helper".into()), stream }
+    }
+
+    async fn stats(w: &ActorRef<LlmMsg>) -> LlmStats {
+        call!(w, LlmMsg::Stats).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_worker_streams_answers_classifies_and_keeps_the_cost_report() {
+        let w = spawn(args(1), None).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let req = capital_of_france(16);
+        let g = call!(w, |reply| LlmMsg::Generate { job: job(req.clone(), Some(tx)), reply }).unwrap().unwrap();
+        let mut streamed = String::new();
+        while let Some(piece) = rx.recv().await {
+            streamed.push_str(&piece);
+        }
+        assert_eq!(streamed, g.text);
+        assert!(g.text.contains("Paris"), "{g:?}");
+        // The worker runs the Q4_1 file as its Q8_0 rewrite, as the tests' shared model does.
+        assert_eq!(g.text, generate(&req).text);
+
+        let messages = vec![ChatMessage::user("Which city is the capital of France?")];
+        let labels = vec!["Paris".to_string(), "London".to_string()];
+        let job = ClassifyJob { messages, labels, purpose: "gate".into(), persona: None };
+        let scores = call!(w, |reply| LlmMsg::Classify { job, reply }).unwrap().unwrap();
+        assert_eq!(scores[0].label, "Paris", "{scores:?}");
+
+        let s = stats(&w).await;
+        assert_eq!((s.status.as_str(), s.requests, s.failures, s.in_flight), ("ready", 2, 0, 0), "{s:?}");
+        assert_eq!(s.model.model, "SmolLM2-135M-Instruct.Q8_0.gguf");
+        let reply = &s.by_purpose["reply"];
+        assert_eq!((reply.calls, reply.tokens_in, reply.tokens_out), (1, g.tokens_in as u64, g.tokens_out as u64));
+        assert_eq!(s.by_purpose["gate"].calls, 1);
+        assert!(s.gen_tok_s > 0.0 && s.ttft_p50_ms > 0.0, "{s:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_slots_answer_concurrent_requests_each_with_a_cache_of_its_own() {
+        let w = spawn(args(2), None).await.unwrap();
+        let a = GenerateRequest::new(vec![ChatMessage::user("Name three colours.")], 12);
+        let b = capital_of_france(12);
+        let ask = |req: &GenerateRequest| {
+            let (w, req) = (w.clone(), req.clone());
+            async move { call!(w, |reply| LlmMsg::Generate { job: job(req, None), reply }) }
+        };
+        let (ga, gb) = tokio::join!(ask(&a), ask(&b));
+        assert_eq!(ga.unwrap().unwrap().text, generate(&a).text);
+        assert_eq!(gb.unwrap().unwrap().text, generate(&b).text);
+        assert_eq!(stats(&w).await.slots, 2);
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_the_stream_cancels_the_generation() {
+        let w = spawn(args(1), None).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let req = GenerateRequest::new(vec![ChatMessage::user("Write a long story about the sea.")], 200);
+        let w2 = w.clone();
+        let answer =
+            tokio::spawn(async move { call!(w2, |reply| LlmMsg::Generate { job: job(req, Some(tx)), reply }) });
+        rx.recv().await.expect("a first piece");
+        drop(rx);
+        let g = answer.await.unwrap().unwrap().unwrap();
+        assert_eq!(g.stop, Stop::Cancelled);
+        assert!(g.tokens_out < 200, "{g:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_its_model_the_worker_is_degraded_and_names_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("missing.gguf");
+        let w = spawn(LlmArgs { model: missing, slots: 1, config: LlmConfig::default() }, None).await.unwrap();
+        let s = poll("settled", || async { Some(stats(&w).await).filter(|s| s.status != "loading") }).await;
+        assert_eq!(s.status, "degraded");
+        assert!(s.error.as_deref().unwrap().contains("missing.gguf"), "{s:?}");
+        let err =
+            call!(w, |reply| LlmMsg::Generate { job: job(capital_of_france(4), None), reply }).unwrap().unwrap_err();
+        assert!(matches!(&err, LlmFailure::Degraded(m) if m.contains("missing.gguf")), "{err:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+}
+
+mod brain {
+    use crate::util::{chat, config, decision, dump, fleet_toml, poll, pulled};
+
+    const LOCAL: &str = r#"
+[[persona]]
+name = "helper"
+role = "assistant"
+rooms = ["general"]
+brain = "local"
+"#;
+
+    async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_runtime::model::OutboxEntry {
+        poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_local_persona_drafts_its_reply_with_the_llm_and_the_dump_counts_the_cost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
+        cfg.models.dir = pulled();
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let ack = fleet.inject(chat("general", "ann", "@helper what is the capital of France?")).await.unwrap();
+        decision(&fleet, "helper", &ack.event_id).await;
+        let reply = reply_to(&fleet, &ack.event_id).await;
+        assert_eq!(reply.brain, "local", "{reply:?}");
+        assert!(reply.text.starts_with("@ann ") && reply.text.len() > 6, "{reply:?}");
+        let d = dump(&fleet).await;
+        assert_eq!(d.llm.status, "ready", "{:?}", d.llm);
+        let cost = &d.llm.by_purpose["reply"];
+        assert!(cost.calls >= 1 && cost.tokens_in > 0 && cost.tokens_out > 0, "{:?}", d.llm);
+        assert!(d.render_tree().contains("LlmWorker [ready]"), "{}", d.render_tree());
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_its_model_a_local_persona_replies_by_rules_and_the_decision_says_why() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
+        cfg.models.llm = Some(tmp.path().join("missing.gguf"));
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let ack = fleet.inject(chat("general", "ann", "@helper are you there?")).await.unwrap();
+        let d = decision(&fleet, "helper", &ack.event_id).await;
+        assert!(d.reason.contains("fell back to the rules brain") && d.reason.contains("missing.gguf"), "{}", d.reason);
+        assert_eq!(reply_to(&fleet, &ack.event_id).await.brain, "rules");
+        let d = dump(&fleet).await;
+        assert_eq!(d.llm.status, "degraded");
+        assert!(d.render_tree().contains("LlmWorker [degraded]"), "{}", d.render_tree());
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+}

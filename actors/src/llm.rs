@@ -27,6 +27,7 @@
 mod budget;
 mod quant;
 mod tokenizer;
+pub mod worker;
 
 use std::fs::File;
 use std::io::BufReader;
@@ -39,8 +40,8 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
-use serde::{Deserialize, Serialize};
 
+pub use mindfleet_runtime::llm::{ChatMessage, GenerateRequest, Generation, LabelScore, Sampling, Stop, Trim, margin};
 pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
 
@@ -74,118 +75,11 @@ pub enum LlmError {
     Model(#[from] candle_core::Error),
 }
 
-/// One message of a conversation, in the roles of the chat template (`system`, `user`,
-/// `assistant`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-impl ChatMessage {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
-    }
-
-    pub fn system(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("system", content)
-    }
-
-    pub fn user(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("user", content)
-    }
-
-    pub fn assistant(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("assistant", content)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sampling {
-    /// The most likely token every time: the same prompt gives the same text.
-    Greedy,
-    /// Nucleus sampling; the same seed gives the same text.
-    TopP { temperature: f64, top_p: f64, seed: u64 },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerateRequest {
-    pub messages: Vec<ChatMessage>,
-    /// At least 1.
-    pub max_tokens: usize,
-    pub sampling: Sampling,
-    /// Texts that end the answer besides the end-of-turn token; the answer stops before them.
-    pub stop: Vec<String>,
-}
-
-impl GenerateRequest {
-    /// Greedy, no stop strings.
-    pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
-        GenerateRequest { messages, max_tokens, sampling: Sampling::Greedy, stop: Vec::new() }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// The model ended its turn.
-    Eos,
-    /// A stop string came; the text ends before it.
-    StopString,
-    MaxTokens,
-    /// The token callback returned `Break`.
-    Cancelled,
-}
-
-/// What was taken out of a conversation to fit it in the context (the policy is in
-/// [`Llm::prompt`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Trim {
-    pub dropped_messages: usize,
-    /// Tokens cut from the middle of a message, marked `…` in it; 0 when none was cut.
-    pub cut_tokens: usize,
-    pub tokens_before: usize,
-    pub tokens_after: usize,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
-    /// The answer: the pieces given to the callback, joined.
-    pub text: String,
-    /// Prompt tokens the model read.
-    pub tokens_in: usize,
-    /// Tokens generated, the end-of-turn token not counted.
-    pub tokens_out: usize,
-    /// Reading the prompt.
-    pub prompt_ms: f64,
-    /// From the end of the prompt to the end of the answer.
-    pub gen_ms: f64,
-    /// From the call to the first token sampled, tokenizing and the prompt included.
-    pub ttft_ms: f64,
-    pub stop: Stop,
-    pub trimmed: Option<Trim>,
-}
-
 /// A conversation's prompt as the model reads it: the chat template's ids, fitted to the context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prompt {
     pub ids: Vec<u32>,
     pub trimmed: Option<Trim>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct LabelScore {
-    pub label: String,
-    /// Natural log of the probability that the answer begins with the label.
-    pub logprob: f32,
-    pub tokens: usize,
-}
-
-/// How far the best label is ahead of the second, in log-probability; `None` for fewer than
-/// two labels.
-pub fn margin(scores: &[LabelScore]) -> Option<f32> {
-    let mut lp: Vec<f32> = scores.iter().map(|s| s.logprob).collect();
-    lp.sort_by(|a, b| b.total_cmp(a));
-    (lp.len() >= 2).then(|| lp[0] - lp[1])
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

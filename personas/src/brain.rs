@@ -6,6 +6,7 @@
 //! Model-backed brains plug in behind the same trait.
 
 use mindfleet_runtime::event::Event;
+use mindfleet_runtime::llm::{ChatMessage, GenerateRequest};
 use mindfleet_runtime::model::{
     Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, WmEntry,
 };
@@ -51,6 +52,66 @@ pub trait Brain: Send + Sync {
     fn evaluate_outcome(&self, record: &PlanRecord) -> Evaluation;
 
     fn respond(&self, ctx: &RespondContext) -> String;
+
+    /// The request for the LLM that drafts the reply, for a model-backed brain; `None`: the
+    /// brain writes it itself with [`Brain::respond`].
+    fn reply_request(&self, _ctx: &RespondContext) -> Option<GenerateRequest> {
+        None
+    }
+}
+
+/// The brain whose replies the local LLM writes (the persona asks the fleet's `LlmWorker`, and
+/// falls back to the rules reply, noting why, when the model fails or answers nothing). Its
+/// judgement, plans, adjustments and evaluations are the rules brain's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalBrain;
+
+/// Tokens a drafted reply may have.
+pub const REPLY_MAX_TOKENS: usize = 64;
+
+impl Brain for LocalBrain {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn judge(&self, event: &Event, priority: f64, state: &GateState) -> GateDecision {
+        RulesBrain.judge(event, priority, state)
+    }
+
+    fn formulate_plan(&self, ctx: &PlanContext) -> Plan {
+        RulesBrain.formulate_plan(ctx)
+    }
+
+    fn adjust_plan(&self, record: &PlanRecord, failed: usize, class: ErrorClass) -> (Adjustment, String) {
+        RulesBrain.adjust_plan(record, failed, class)
+    }
+
+    fn evaluate_outcome(&self, record: &PlanRecord) -> Evaluation {
+        RulesBrain.evaluate_outcome(record)
+    }
+
+    fn respond(&self, ctx: &RespondContext) -> String {
+        RulesBrain.respond(ctx)
+    }
+
+    fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
+        let mut system = format!(
+            "You are {}, the team's {}, in a group chat. Answer the last message in one or two short sentences.",
+            ctx.persona, ctx.role
+        );
+        if !ctx.recalled.is_empty() {
+            system.push_str("\nWhat you remember:");
+            for r in ctx.recalled {
+                system.push_str("\n- ");
+                system.push_str(&r.text);
+            }
+        }
+        let e = ctx.event;
+        let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
+        let mut req = GenerateRequest::new(messages, REPLY_MAX_TOKENS);
+        req.stop = vec!["\n\n".into()];
+        Some(req)
+    }
 }
 
 /// The deterministic brain: plans from per-domain templates, adjusts by error class.

@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::{PersonaConfig, SupervisionConfig};
+use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
+use mindfleet_runtime::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
     StateChange, Turn,
@@ -39,7 +40,7 @@ use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 use tracing::Instrument;
 
-use crate::brain::{Brain, PlanContext, RespondContext, RulesBrain};
+use crate::brain::{Brain, LocalBrain, PlanContext, RespondContext, RulesBrain};
 use crate::consolidate::consolidate;
 use crate::faults::FaultBook;
 use crate::gate::{
@@ -75,6 +76,8 @@ pub struct PersonaArgs {
     pub coordinator: ActorRef<CoordinatorMsg>,
     /// How long to wait for the coordinator's answer before deciding alone.
     pub turn_timeout: Duration,
+    /// The fleet's LLM, when a persona's brain uses it.
+    pub llm: Option<ActorRef<LlmMsg>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +148,19 @@ struct InFlight {
     avoid: Vec<Action>,
     /// What the decision's reason must say besides the gate's (steps run without a model).
     notes: Vec<String>,
+    /// The brain that wrote the draft (the rules brain when the model failed).
+    drafted_by: &'static str,
+    /// Model tokens used by the step being run.
+    tokens: u32,
+}
+
+/// Tokens a drafting step reserves from the budgets: its prompt and its answer.
+const DRAFT_TOKENS_RESERVED: u32 = 1024;
+
+/// How a step ended its run: done, or waiting for the model's answer (a message to come).
+enum StepRun {
+    Done,
+    Waiting,
 }
 
 pub struct PersonaState {
@@ -513,6 +529,8 @@ impl PersonaState {
             reply: None,
             avoid: Vec::new(),
             notes: Vec::new(),
+            drafted_by: "rules",
+            tokens: 0,
         });
         self.next_step();
     }
@@ -523,8 +541,14 @@ impl PersonaState {
     /// the persona's cadence; the steps after it, and interactive and urgent work, do not.
     fn next_step(&mut self) {
         let Some(f) = self.in_flight.as_ref() else { return };
-        let label = f.record.plan.steps.get(f.cursor).map_or("evaluate", |s| s.action.as_str());
+        let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
+        let label = action.map_or("evaluate", Action::as_str);
         let mut t = self.task_for(&f.delivery.event, f.class, f.priority, label);
+        if action == Some(Action::DraftReply) && self.args.config.brain == BrainKind::Local {
+            // The model drafts: an inference slot, reserving the most tokens a draft can take.
+            t.slot = Slot::Inference;
+            t = t.with_max_tokens(DRAFT_TOKENS_RESERVED);
+        }
         let starts = f.cursor == 0 && f.record.adjustments.is_empty();
         if starts && f.class == Class::Work {
             t = t.paced();
@@ -667,7 +691,22 @@ impl PersonaState {
             _ => false,
         };
         let result = self.run_step(rules_only).await;
-        self.args.scheduler.done(g.task);
+        if matches!(result, Ok(StepRun::Waiting)) {
+            // The grant is held until the model answers (`PersonaMsg::Drafted`).
+            return;
+        }
+        self.step_done(g.task, result.map(|_| ()));
+    }
+
+    /// The step of `task` is over: release its grant, then go on with the plan as its outcome
+    /// says.
+    fn step_done(&mut self, task: TaskId, result: Result<(), (ErrorClass, String)>) {
+        let tokens = self.in_flight.as_mut().map_or(0, |f| std::mem::take(&mut f.tokens));
+        if tokens > 0 {
+            self.args.scheduler.done_with_tokens(task, tokens);
+        } else {
+            self.args.scheduler.done(task);
+        }
         let Some(f) = self.in_flight.as_mut() else { return };
         let i = f.cursor;
         match result {
@@ -729,7 +768,7 @@ impl PersonaState {
     }
 
     /// One action of the registry; `rules_only`: without a model (the budget's hard limit).
-    async fn run_step(&mut self, rules_only: bool) -> Result<(), (ErrorClass, String)> {
+    async fn run_step(&mut self, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let action = f.record.plan.steps[f.cursor].action;
         if let Some(delay) = self.args.faults.take_action_delay(action) {
@@ -750,30 +789,49 @@ impl PersonaState {
                 .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
                 let f = self.in_flight.as_mut().expect("still in flight");
                 f.recalled = got;
-                Ok(())
+                Ok(StepRun::Done)
             }
             Action::SearchKnowledge => {
                 Err((ErrorClass::MissingResource, "no knowledge index in this fleet yet".into()))
             }
             Action::StudyTopic => Err((ErrorClass::MissingResource, "studying needs the knowledge index".into())),
             Action::DraftReply => {
-                let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
-                let text = brain.respond(&RespondContext {
+                let ctx = RespondContext {
                     persona: &self.name,
                     role: &self.args.config.role,
                     event: &e,
                     recalled: &f.recalled,
+                };
+                let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
+                let Some(req) = request else {
+                    let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
+                    let text = brain.respond(&ctx);
+                    let f = self.in_flight.as_mut().expect("still in flight");
+                    f.draft = Some(text);
+                    f.drafted_by = brain.name();
+                    return Ok(StepRun::Done);
+                };
+                let Some(llm) = self.args.llm.clone() else {
+                    self.draft_by_rules("no LLM in this fleet".into());
+                    return Ok(StepRun::Done);
+                };
+                let (task, me) = (f.task, self.myself.clone());
+                let job =
+                    GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
+                tokio::spawn(async move {
+                    let answer = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
+                        .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
+                    let _ = me.cast(PersonaMsg::Drafted { task, answer });
                 });
-                self.in_flight.as_mut().expect("still in flight").draft = Some(text);
-                Ok(())
+                Ok(StepRun::Waiting)
             }
             Action::AskClarifyingQuestion => {
                 let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
                 let text = format!("{to} {} here: could you say more about \"{about}\"?", self.name);
                 self.in_flight.as_mut().expect("still in flight").draft = Some(text);
-                Ok(())
+                Ok(StepRun::Done)
             }
-            Action::NotePreoccupation => Ok(()),
+            Action::NotePreoccupation => Ok(StepRun::Done),
             Action::PostReply => {
                 let Some(text) = f.draft.clone() else {
                     return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
@@ -800,13 +858,53 @@ impl PersonaState {
                     in_reply_to: e.id.clone(),
                     event_id: reply_event.id.clone(),
                     text,
-                    brain: self.brain.name().into(),
+                    brain: f.drafted_by.into(),
                     at_us: now,
                 };
                 self.in_flight.as_mut().expect("still in flight").reply = Some((entry, reply_event));
-                Ok(())
+                Ok(StepRun::Done)
             }
         }
+    }
+
+    /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
+    fn draft_by_rules(&mut self, why: String) {
+        let f = self.in_flight.as_mut().expect("a draft is for the event in flight");
+        let text = RulesBrain.respond(&RespondContext {
+            persona: &self.name,
+            role: &self.args.config.role,
+            event: &f.delivery.event,
+            recalled: &f.recalled,
+        });
+        tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
+        f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
+        f.draft = Some(text);
+        f.drafted_by = RulesBrain.name();
+    }
+
+    /// The model's draft for the step of `task` (or why there is none).
+    fn on_drafted(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
+        if self.in_flight.as_ref().is_none_or(|f| f.task != task) {
+            // The event is over (the persona restarted meanwhile): only the grant is left.
+            self.args.scheduler.done(task);
+            return;
+        }
+        match answer {
+            Ok(g) if !g.text.trim().is_empty() => {
+                let f = self.in_flight.as_mut().expect("checked above");
+                let to = if f.delivery.event.sender_kind == SenderKind::Human {
+                    format!("@{} ", f.delivery.event.from)
+                } else {
+                    String::new()
+                };
+                f.draft = Some(format!("{to}{}", g.text.trim()));
+                f.drafted_by = self.brain.name();
+                f.tokens = (g.tokens_in + g.tokens_out) as u32;
+            }
+            Ok(g) => self.draft_by_rules(format!("the model answered nothing ({:?})", g.stop)),
+            Err(e) => self.draft_by_rules(e.to_string()),
+        }
+        self.step_done(task, Ok(()));
     }
 
     /// The plan is over: evaluate it, learn from it, and finish the event.
@@ -1033,7 +1131,10 @@ impl Actor for Persona {
             waiting: None,
             done: VecDeque::new(),
             persona_msgs: HashMap::new(),
-            brain: Box::new(RulesBrain),
+            brain: match args.config.brain {
+                BrainKind::Rules => Box::new(RulesBrain),
+                BrainKind::Local => Box::new(LocalBrain),
+            },
             learnings,
             last_plan: None,
             consolidating: None,
@@ -1079,6 +1180,7 @@ impl Actor for Persona {
                 myself.send_after(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
                 st.want_consolidation();
             }
+            PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),

@@ -18,6 +18,7 @@ use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::embedding::{EmbedMsg, EmbedStats};
 use crate::event::Event;
+use crate::llm::{LlmMsg, LlmStats};
 use crate::messages::{AdminMsg, CoordinatorMsg, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
 use crate::storage::{Storage, Target};
@@ -34,6 +35,8 @@ pub struct AdminArgs {
     pub scheduler: SchedulerHandle,
     pub coordinator: ActorRef<CoordinatorMsg>,
     pub embedding: ActorRef<EmbedMsg>,
+    /// The LLM worker, when a persona's brain uses it.
+    pub llm: Option<ActorRef<LlmMsg>>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
 }
@@ -52,6 +55,7 @@ pub struct AdminState {
     scheduler: SchedulerHandle,
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
+    llm: Option<ActorRef<LlmMsg>>,
     addr: String,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
@@ -104,6 +108,7 @@ impl AdminState {
             scheduler: self.scheduler.actor().clone(),
             coordinator: self.coordinator.clone(),
             embedding: self.embedding.clone(),
+            llm: self.llm.clone(),
             admin: AdminDump {
                 addr: self.addr.clone(),
                 rooms: self.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
@@ -163,6 +168,7 @@ impl Actor for Admin {
             scheduler: args.scheduler,
             coordinator: args.coordinator,
             embedding: args.embedding,
+            llm: args.llm,
             addr: args.addr,
             personas,
             rooms,
@@ -303,6 +309,7 @@ struct DumpBase {
     scheduler: ActorRef<SchedulerMsg>,
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
+    llm: Option<ActorRef<LlmMsg>>,
     admin: AdminDump,
 }
 
@@ -349,6 +356,14 @@ impl DumpBase {
             error: Some(e.to_string()),
             ..Default::default()
         });
+        let llm = match &self.llm {
+            None => LlmStats { status: "off".into(), ..Default::default() },
+            Some(l) => call_t!(l, LlmMsg::Stats, DUMP_CALL_MS).unwrap_or_else(|e| LlmStats {
+                status: "failed".into(),
+                error: Some(e.to_string()),
+                ..Default::default()
+            }),
+        };
         let mut admin = self.admin;
         admin.accepted = storage_stats.accepted;
         admin.duplicates = storage_stats.duplicates;
@@ -360,6 +375,7 @@ impl DumpBase {
             scheduler,
             coordination,
             embedding,
+            llm,
             storage: storage_stats,
             personas,
             outbox,

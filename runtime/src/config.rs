@@ -308,7 +308,10 @@ impl Default for SchedulerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BrainKind {
+    /// Deterministic: templates and rules, no model.
     Rules,
+    /// The local LLM writes replies; the rest is the rules brain's, for now (see CONFIG.md).
+    Local,
 }
 
 #[derive(Debug, Clone)]
@@ -383,7 +386,11 @@ impl Ctx<'_> {
     fn brain(&self, v: &Spanned<String>) -> Result<BrainKind, ConfigError> {
         match v.get_ref().as_str() {
             "rules" => Ok(BrainKind::Rules),
-            other => Err(self.err_at(v.span(), format!("`brain` = {other:?} is not available (known: \"rules\")"))),
+            "local" => Ok(BrainKind::Local),
+            other => {
+                Err(self
+                    .err_at(v.span(), format!("`brain` = {other:?} is not available (known: \"rules\", \"local\")")))
+            }
         }
     }
 }

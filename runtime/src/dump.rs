@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::embedding::EmbedStats;
+use crate::llm::LlmStats;
 use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::SchedulerStats;
@@ -24,6 +25,10 @@ pub struct FleetDump {
     /// The shared embedding worker; its `status` is `degraded` when the model is unavailable.
     #[serde(default)]
     pub embedding: EmbedStats,
+    /// The LLM worker and the fleet's model cost report; `status` is `off` when no persona's
+    /// brain uses a model.
+    #[serde(default)]
+    pub llm: LlmStats,
     pub storage: StorageStats,
     pub personas: Vec<PersonaDump>,
     pub outbox: Vec<OutboxEntry>,
@@ -199,6 +204,22 @@ impl FleetDump {
                     ", requests {}, mean batch {:.1}, cache hits {}, p99 {:.1} ms",
                     e.requests, e.mean_batch, e.cache_hits, e.p99_ms
                 );
+            }
+        }
+        let l = &self.llm;
+        if l.status != "off" {
+            let _ = write!(out, "├─ LlmWorker [{}]  {}", l.status, l.model.model);
+            match &l.error {
+                Some(error) => {
+                    let _ = writeln!(out, ": {error}");
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        ", {} slots, requests {}, tokens {} in / {} out, {:.1} tok/s",
+                        l.slots, l.requests, l.tokens_in, l.tokens_out, l.gen_tok_s
+                    );
+                }
             }
         }
         let _ = writeln!(

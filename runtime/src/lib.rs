@@ -26,6 +26,7 @@ pub mod dump;
 pub mod embedding;
 pub mod event;
 pub mod http;
+pub mod llm;
 pub mod messages;
 pub mod model;
 pub mod models;

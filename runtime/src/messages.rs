@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dump::{FleetDump, PersonaDump};
 use crate::event::Event;
+use crate::llm::{Generation, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
-use crate::sched::Grant;
+use crate::sched::{Grant, TaskId};
 
 /// One accepted event for one persona, as stored in the durable queue.
 #[derive(Debug, Clone)]
@@ -150,6 +151,11 @@ pub enum PersonaMsg {
     Consolidate,
     /// A person changes the self-state.
     SetState(StateChange),
+    /// The LLM's answer to the reply the persona asked it to draft for the step of `task`.
+    Drafted {
+        task: TaskId,
+        answer: Result<Generation, LlmFailure>,
+    },
 }
 
 /// Answer to an accepted injection.

@@ -58,7 +58,10 @@ pub fn requantize(src: &Path, dst: &Path) -> Result<(), LlmError> {
     metadata.sort_by_key(|(k, _)| *k);
 
     let name = dst.file_name().ok_or_else(|| write_err(dst, &"not a file path"))?.to_string_lossy();
-    let tmp = dst.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    // Unique per process and call: two rewrites at once each write their own file.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dst.with_file_name(format!(".{name}.tmp-{}-{call}", std::process::id()));
     let written = (|| -> Result<(), LlmError> {
         let file = File::create(&tmp).map_err(|e| write_err(&tmp, &e))?;
         let mut w = BufWriter::new(file);

@@ -1,0 +1,291 @@
+//! The `LlmWorker` actor: the fleet's LLM, served to every persona from a fixed number of
+//! generation slots.
+//!
+//! A loader thread opens the model (rewriting a Q4_1 file as Q8_0 once, see
+//! [`super::runnable`]) and then starts `slots` threads that share it, each taking requests from
+//! one crossbeam channel, with a KV cache per request. A slot streams the answer to the caller's
+//! [`TokenStream`] as it is generated, answers the caller itself, and reports what the request cost
+//! to the actor, which keeps the fleet's cost report. Requests sent while the model loads wait in
+//! the channel. The slots are the worker's side of the scheduler's inference slots: personas ask
+//! for a model call only while they hold an inference grant, and `[scheduler] inference_slots`
+//! sizes both.
+//!
+//! If the model cannot be loaded the worker keeps running, degraded: every request is refused
+//! with [`LlmFailure::Degraded`], naming the file and what is wrong.
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use mindfleet_runtime::llm::{
+    ClassifyJob, Cost, GenerateJob, Generation, LabelScore, LlmFailure, LlmInfo, LlmMsg, LlmStats,
+};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+
+use super::{Llm, LlmConfig, LlmError};
+use crate::scheduler::nearest_rank;
+
+/// Times to first token kept for the p50/p99 in stats.
+const TTFT_KEPT: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct LlmArgs {
+    /// A GGUF file (a Q4_1 one is run as its Q8_0 rewrite).
+    pub model: PathBuf,
+    /// Requests served at once (at least 1).
+    pub slots: usize,
+    pub config: LlmConfig,
+}
+
+pub struct LlmWorker;
+
+pub async fn spawn(args: LlmArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<LlmMsg>, SpawnErr> {
+    let (actor, _) = match supervisor {
+        Some(s) => Actor::spawn_linked(None, LlmWorker, args, s).await?,
+        None => Actor::spawn(None, LlmWorker, args).await?,
+    };
+    Ok(actor)
+}
+
+/// A request on its way to a slot.
+enum Job {
+    Generate(GenerateJob, RpcReplyPort<Result<Generation, LlmFailure>>),
+    Classify(ClassifyJob, RpcReplyPort<Result<Vec<LabelScore>, LlmFailure>>),
+}
+
+enum Status {
+    Loading,
+    Ready,
+    Degraded(String),
+}
+
+pub struct LlmState {
+    jobs: Option<Sender<Job>>,
+    status: Status,
+    stats: LlmStats,
+    ttft: VecDeque<f64>,
+    prompt_ms: f64,
+    gen_ms: f64,
+}
+
+impl LlmState {
+    fn send(&mut self, job: Job) {
+        if let Status::Degraded(e) = &self.status {
+            fail(job, LlmFailure::Degraded(e.clone()));
+            self.stats.requests += 1;
+            self.stats.failures += 1;
+            return;
+        }
+        let Some(tx) = self.jobs.as_ref() else { return fail(job, LlmFailure::Stopped) };
+        match tx.send(job) {
+            Ok(()) => self.stats.in_flight += 1,
+            Err(crossbeam_channel::SendError(job)) => fail(job, LlmFailure::Stopped),
+        }
+    }
+
+    fn account(&mut self, c: Cost) {
+        let s = &mut self.stats;
+        s.in_flight = s.in_flight.saturating_sub(1);
+        s.requests += 1;
+        if !c.ok {
+            s.failures += 1;
+            return;
+        }
+        s.tokens_in += c.tokens_in;
+        s.tokens_out += c.tokens_out;
+        self.prompt_ms += c.prompt_ms;
+        self.gen_ms += c.gen_ms;
+        if c.ttft_ms > 0.0 {
+            if self.ttft.len() == TTFT_KEPT {
+                self.ttft.pop_front();
+            }
+            self.ttft.push_back(c.ttft_ms);
+        }
+        let p = s.by_purpose.entry(c.purpose).or_default();
+        p.calls += 1;
+        p.tokens_in += c.tokens_in;
+        p.tokens_out += c.tokens_out;
+        p.ms += c.prompt_ms + c.gen_ms;
+    }
+
+    fn stats(&self) -> LlmStats {
+        let mut s = self.stats.clone();
+        s.status = match &self.status {
+            Status::Loading => "loading".into(),
+            Status::Ready => "ready".into(),
+            Status::Degraded(e) => {
+                s.error = Some(e.clone());
+                "degraded".into()
+            }
+        };
+        let rate = |tokens: u64, ms: f64| if ms > 0.0 { tokens as f64 / (ms / 1e3) } else { 0.0 };
+        s.prompt_tok_s = rate(s.tokens_in, self.prompt_ms);
+        s.gen_tok_s = rate(s.tokens_out, self.gen_ms);
+        let mut t: Vec<f64> = self.ttft.iter().copied().collect();
+        t.sort_by(f64::total_cmp);
+        s.ttft_p50_ms = nearest_rank(&t, 0.50).unwrap_or(0.0);
+        s.ttft_p99_ms = nearest_rank(&t, 0.99).unwrap_or(0.0);
+        s
+    }
+}
+
+fn fail(job: Job, why: LlmFailure) {
+    match job {
+        Job::Generate(_, reply) => {
+            let _ = reply.send(Err(why));
+        }
+        Job::Classify(_, reply) => {
+            let _ = reply.send(Err(why));
+        }
+    }
+}
+
+impl Actor for LlmWorker {
+    type Msg = LlmMsg;
+    type State = LlmState;
+    type Arguments = LlmArgs;
+
+    async fn pre_start(&self, myself: ActorRef<LlmMsg>, args: LlmArgs) -> Result<LlmState, ActorProcessingErr> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let stats = LlmStats {
+            status: "loading".into(),
+            slots: args.slots.max(1),
+            model: LlmInfo { path: args.model.display().to_string(), ..Default::default() },
+            ..Default::default()
+        };
+        std::thread::Builder::new().name("llm-loader".into()).spawn(move || load_and_serve(args, rx, myself))?;
+        Ok(LlmState {
+            jobs: Some(tx),
+            status: Status::Loading,
+            stats,
+            ttft: VecDeque::with_capacity(TTFT_KEPT),
+            prompt_ms: 0.0,
+            gen_ms: 0.0,
+        })
+    }
+
+    async fn handle(&self, _me: ActorRef<LlmMsg>, msg: LlmMsg, st: &mut LlmState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LlmMsg::Generate { job, reply } => st.send(Job::Generate(job, reply)),
+            LlmMsg::Classify { job, reply } => st.send(Job::Classify(job, reply)),
+            LlmMsg::Stats(reply) => {
+                let _ = reply.send(st.stats());
+            }
+            LlmMsg::Loaded(Ok(info)) => {
+                tracing::info!(model = %info.model, load_s = info.load_s, threads = info.threads, "LLM loaded");
+                st.stats.model = info;
+                st.status = Status::Ready;
+            }
+            LlmMsg::Loaded(Err(e)) => {
+                tracing::error!(error = %e, "LLM unavailable: model-backed brains fall back to rules");
+                st.status = Status::Degraded(e);
+            }
+            LlmMsg::Done(cost) => st.account(cost),
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _me: ActorRef<LlmMsg>, st: &mut LlmState) -> Result<(), ActorProcessingErr> {
+        // Closing the channel ends the slots once their current requests are done.
+        st.jobs = None;
+        Ok(())
+    }
+}
+
+/// Loads the model, then runs the slots; on failure refuses what was queued.
+fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
+    let started = Instant::now();
+    let loaded = super::runnable(&args.model).and_then(|file| Llm::load_with(&file, args.config).map(Arc::new));
+    let llm = match loaded {
+        Ok(llm) => llm,
+        Err(e) => {
+            let e = e.to_string();
+            let _ = actor.cast(LlmMsg::Loaded(Err(e.clone())));
+            // Requests sent before the actor heard of the failure.
+            while let Ok(job) = jobs.recv() {
+                let _ = actor.cast(LlmMsg::Done(Cost::default()));
+                fail(job, LlmFailure::Degraded(e.clone()));
+            }
+            return;
+        }
+    };
+    let info = LlmInfo {
+        model: file_name(llm.file()),
+        path: llm.file().display().to_string(),
+        threads: llm.threads(),
+        context: llm.context(),
+        load_s: started.elapsed().as_secs_f64(),
+    };
+    let _ = actor.cast(LlmMsg::Loaded(Ok(info)));
+    let slots: Vec<_> = (0..args.slots.max(1))
+        .map(|i| {
+            let (llm, jobs, actor) = (llm.clone(), jobs.clone(), actor.clone());
+            std::thread::Builder::new().name(format!("llm-slot-{i}")).spawn(move || serve(&llm, &jobs, &actor))
+        })
+        .collect();
+    for s in slots.into_iter().flatten() {
+        let _ = s.join();
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+fn failure(e: LlmError) -> LlmFailure {
+    LlmFailure::Failed(e.to_string())
+}
+
+/// One slot: runs requests until the channel closes.
+fn serve(llm: &Llm, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::Generate(job, reply) => {
+                let stream = job.stream;
+                let out = llm.generate(&job.req, |piece| match &stream {
+                    Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
+                    _ => ControlFlow::Continue(()),
+                });
+                let cost = match &out {
+                    Ok(g) => Cost {
+                        purpose: job.purpose,
+                        persona: job.persona,
+                        tokens_in: g.tokens_in as u64,
+                        tokens_out: g.tokens_out as u64,
+                        prompt_ms: g.prompt_ms,
+                        gen_ms: g.gen_ms,
+                        ttft_ms: g.ttft_ms,
+                        ok: true,
+                    },
+                    Err(_) => Cost { purpose: job.purpose, persona: job.persona, ..Default::default() },
+                };
+                // The cost is counted before the caller hears the answer, so what the caller
+                // asks next (stats, a dump) includes it.
+                let _ = actor.cast(LlmMsg::Done(cost));
+                let _ = reply.send(out.map_err(failure));
+            }
+            Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => {
+                let t = Instant::now();
+                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                let out = llm.classify(&messages, &labels);
+                let cost = match &out {
+                    Ok(scores) => Cost {
+                        purpose,
+                        persona,
+                        tokens_in: llm.prompt(&messages, 1).map_or(0, |p| p.ids.len() as u64),
+                        tokens_out: scores.iter().map(|s| s.tokens as u64).sum(),
+                        prompt_ms: t.elapsed().as_secs_f64() * 1e3,
+                        ok: true,
+                        ..Default::default()
+                    },
+                    Err(_) => Cost { purpose, persona, ..Default::default() },
+                };
+                let _ = actor.cast(LlmMsg::Done(cost));
+                let _ = reply.send(out.map_err(failure));
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The interface of the local LLM (crate `mindfleet-actors`, `llm`) and of the `LlmWorker` that
+//! serves it to the fleet: conversations, sampling, what a generation or a classification answers,
+//! the worker's messages and the figures it reports.
+
+use std::collections::BTreeMap;
+
+use ractor::RpcReplyPort;
+use ractor_cluster_derive::RactorMessage;
+use serde::{Deserialize, Serialize};
+
+/// One message of a conversation, in the roles of the chat template (`system`, `user`,
+/// `assistant`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into() }
+    }
+
+    pub fn system(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("system", content)
+    }
+
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("user", content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("assistant", content)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Sampling {
+    /// The most likely token every time: the same prompt gives the same text.
+    Greedy,
+    /// Nucleus sampling; the same seed gives the same text.
+    TopP { temperature: f64, top_p: f64, seed: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    pub messages: Vec<ChatMessage>,
+    /// At least 1.
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    /// Texts that end the answer besides the end-of-turn token; the answer stops before them.
+    pub stop: Vec<String>,
+}
+
+impl GenerateRequest {
+    /// Greedy, no stop strings.
+    pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest { messages, max_tokens, sampling: Sampling::Greedy, stop: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The model ended its turn.
+    Eos,
+    /// A stop string came; the text ends before it.
+    StopString,
+    MaxTokens,
+    /// The token callback returned `Break`.
+    Cancelled,
+}
+
+/// What was taken out of a conversation to fit it in the context (the policy is in
+/// `Llm::prompt` (crate `mindfleet-actors`)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trim {
+    pub dropped_messages: usize,
+    /// Tokens cut from the middle of a message, marked `…` in it; 0 when none was cut.
+    pub cut_tokens: usize,
+    pub tokens_before: usize,
+    pub tokens_after: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generation {
+    /// The answer: the pieces given to the callback, joined.
+    pub text: String,
+    /// Prompt tokens the model read.
+    pub tokens_in: usize,
+    /// Tokens generated, the end-of-turn token not counted.
+    pub tokens_out: usize,
+    /// Reading the prompt.
+    pub prompt_ms: f64,
+    /// From the end of the prompt to the end of the answer.
+    pub gen_ms: f64,
+    /// From the call to the first token sampled, tokenizing and the prompt included.
+    pub ttft_ms: f64,
+    pub stop: Stop,
+    pub trimmed: Option<Trim>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelScore {
+    pub label: String,
+    /// Natural log of the probability that the answer begins with the label.
+    pub logprob: f32,
+    pub tokens: usize,
+}
+
+/// How far the best label is ahead of the second, in log-probability; `None` for fewer than
+/// two labels.
+pub fn margin(scores: &[LabelScore]) -> Option<f32> {
+    let mut lp: Vec<f32> = scores.iter().map(|s| s.logprob).collect();
+    lp.sort_by(|a, b| b.total_cmp(a));
+    (lp.len() >= 2).then(|| lp[0] - lp[1])
+}
+
+/// Why the worker could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", content = "message", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LlmFailure {
+    /// The model could not be loaded; model-backed brains fall back to rules.
+    #[error("LLM unavailable: {0}")]
+    Degraded(String),
+    /// This request failed (a prompt that cannot fit, a model error).
+    #[error("LLM request failed: {0}")]
+    Failed(String),
+    #[error("LLM worker stopped")]
+    Stopped,
+}
+
+/// Receives the answer's text piece by piece as it is generated (whole characters only).
+/// Dropping the receiver cancels the generation.
+pub type TokenStream = tokio::sync::mpsc::UnboundedSender<String>;
+
+/// A generation asked of the worker.
+#[derive(Debug)]
+pub struct GenerateJob {
+    pub req: GenerateRequest,
+    /// What the inference is for (`reply`, `gate`, `plan`, `generate`, ...), for the cost report.
+    pub purpose: String,
+    pub persona: Option<String>,
+    pub stream: Option<TokenStream>,
+}
+
+/// A classification asked of the worker: which of `labels` the answer to `messages` starts with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassifyJob {
+    pub messages: Vec<ChatMessage>,
+    pub labels: Vec<String>,
+    pub purpose: String,
+    pub persona: Option<String>,
+}
+
+#[derive(Debug, RactorMessage)]
+pub enum LlmMsg {
+    Generate {
+        job: GenerateJob,
+        reply: RpcReplyPort<Result<Generation, LlmFailure>>,
+    },
+    /// Log-probabilities of each label as the start of the answer, best first.
+    Classify {
+        job: ClassifyJob,
+        reply: RpcReplyPort<Result<Vec<LabelScore>, LlmFailure>>,
+    },
+    Stats(RpcReplyPort<LlmStats>),
+    /// From the loader thread: the model is loaded (or failed to load).
+    Loaded(Result<LlmInfo, String>),
+    /// From a slot thread: a request is done; what it cost.
+    Done(Cost),
+}
+
+/// What one inference cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Cost {
+    pub purpose: String,
+    pub persona: Option<String>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub prompt_ms: f64,
+    pub gen_ms: f64,
+    pub ttft_ms: f64,
+    pub ok: bool,
+}
+
+/// The loaded model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LlmInfo {
+    /// The file's name, and where it is.
+    pub model: String,
+    pub path: String,
+    pub threads: usize,
+    /// Most prompt plus generated tokens of one request.
+    pub context: usize,
+    pub load_s: f64,
+}
+
+/// Inferences of one purpose.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PurposeCost {
+    pub calls: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub ms: f64,
+}
+
+/// The worker's figures (in `mindfleet dump` under `llm`): the fleet's cost report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LlmStats {
+    /// `off` (no persona uses a model), `loading`, `ready`, or `degraded` (see `error`).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(flatten)]
+    pub model: LlmInfo,
+    /// Requests served at once.
+    pub slots: usize,
+    pub requests: u64,
+    pub failures: u64,
+    pub in_flight: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// Over every request so far.
+    pub prompt_tok_s: f64,
+    pub gen_tok_s: f64,
+    /// Time to first token over the last 1024 generations.
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub by_purpose: BTreeMap<String, PurposeCost>,
+}
