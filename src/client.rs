@@ -89,6 +89,11 @@ impl Client {
         self.send(self.http.post(format!("{}/ai/state", self.base)).json(body)).await
     }
 
+    /// `POST /ai/embedding/generate`.
+    pub async fn embed(&self, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/ai/embedding/generate", self.base)).json(body)).await
+    }
+
     pub async fn health(&self) -> bool {
         self.send(self.http.get(format!("{}/health", self.base))).await.is_ok()
     }

@@ -84,8 +84,14 @@ enum Command {
         #[arg(long, value_enum, default_value = "truncate")]
         long: Long,
         /// A HuggingFace-layout BERT directory (default: the pulled model).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "admin")]
         model: Option<PathBuf>,
+        /// Ask the embedding worker of the fleet running at this admin address instead.
+        #[arg(long)]
+        admin: Option<String>,
+        /// Bearer token for --admin (default: MINDFLEET_ADMIN_TOKEN).
+        #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -461,7 +467,9 @@ fn main() -> ExitCode {
             Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, room_size, json } } => {
                 print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
             }
-            Command::Embed { text, long, model, json } => embed(text, long, model, json).await,
+            Command::Embed { text, long, model, admin, token, json } => {
+                embed(text, long, model, admin.map(|a| Client::new(&a, token)), json).await
+            }
             Command::Generate { prompt, max_tokens, system, temperature, top_p, seed, model, json } => {
                 let sampling = match temperature {
                     Some(temperature) => Sampling::TopP { temperature, top_p, seed },
@@ -663,8 +671,9 @@ fn pull_missing(m: &mindfleet_runtime::config::ModelsConfig) {
     }
 }
 
-/// `mindfleet embed`: one text through the embedding worker, in this process.
-async fn embed(text: String, long: Long, model: Option<PathBuf>, json: bool) -> ExitCode {
+/// `mindfleet embed`: one text through an embedding worker, in this process or (`--admin`) in
+/// the running fleet.
+async fn embed(text: String, long: Long, model: Option<PathBuf>, remote: Option<Client>, json: bool) -> ExitCode {
     use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
     use mindfleet_runtime::embedding::{EmbedMsg, LongText};
 
@@ -677,57 +686,58 @@ async fn embed(text: String, long: Long, model: Option<PathBuf>, json: bool) -> 
     } else {
         text
     };
-    let model_dir = match model {
-        Some(dir) => dir,
-        None => match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}")) {
-            Ok(dir) => dir,
-            Err(e) => return fail(1, e),
-        },
-    };
     let long = match long {
         Long::Truncate => LongText::Truncate,
         Long::Split => LongText::Split,
     };
-    let args = EmbedArgs { model_dir, cache: None, max_batch: 32, max_wait: Duration::ZERO };
-    let worker = match spawn(args, None).await {
-        Ok(w) => w,
-        Err(e) => return fail(1, e),
+    let out = if let Some(client) = remote {
+        match client.embed(&serde_json::json!({ "text": text, "long": long })).await {
+            Ok(v) => v,
+            Err(e) => return fail(e.exit_code() as u8, e),
+        }
+    } else {
+        let model_dir = match model {
+            Some(dir) => dir,
+            None => match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}")) {
+                Ok(dir) => dir,
+                Err(e) => return fail(1, e),
+            },
+        };
+        let args = EmbedArgs { model_dir, cache: None, max_batch: 32, max_wait: Duration::ZERO };
+        let worker = match spawn(args, None).await {
+            Ok(w) => w,
+            Err(e) => return fail(1, e),
+        };
+        let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, reply });
+        let stats = ractor::call!(worker, EmbedMsg::Stats);
+        worker.stop(None);
+        match (answer, stats) {
+            (Ok(Ok(mut e)), Ok(s)) => e.remove(0).to_json(&s.model.model),
+            (Ok(Err(e)), _) => return fail(1, e),
+            (Err(e), _) | (_, Err(e)) => return fail(1, e),
+        }
     };
-    let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, reply });
-    let stats = ractor::call!(worker, EmbedMsg::Stats);
-    worker.stop(None);
-    let (embedded, stats) = match (answer, stats) {
-        (Ok(Ok(mut e)), Ok(s)) => (e.remove(0), s),
-        (Ok(Err(e)), _) => return fail(1, e),
-        (Err(e), _) | (_, Err(e)) => return fail(1, e),
-    };
-    let first = &embedded.pieces[0];
-    let mut out = serde_json::json!({
-        "embedding": first.vector,
-        "model": stats.model.model,
-        "dimensions": first.vector.len(),
-        "tokens": first.tokens,
-    });
-    if let Some(n) = first.truncated_from {
-        out["truncated_from"] = n.into();
-    }
-    if embedded.pieces.len() > 1 {
-        out["pieces"] = embedded
-            .pieces
-            .iter()
-            .map(|p| serde_json::json!({ "embedding": p.vector, "start": p.start, "end": p.end, "tokens": p.tokens }))
-            .collect();
-    }
     if json {
         println!("{out}");
     } else {
-        let head: Vec<String> = first.vector.iter().take(6).map(|x| format!("{x:.4}")).collect();
-        println!("{} dimensions, {} tokens, model {}", first.vector.len(), first.tokens, stats.model.model);
-        if let Some(n) = first.truncated_from {
-            println!("cut to the model's window of {} tokens from {n}", stats.model.window);
+        let head: Vec<String> = out["embedding"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(6)
+            .map(|x| format!("{:.4}", x.as_f64().unwrap_or(0.0)))
+            .collect();
+        println!(
+            "{} dimensions, {} tokens, model {}",
+            out["dimensions"],
+            out["tokens"],
+            out["model"].as_str().unwrap_or("")
+        );
+        if let Some(n) = out["truncated_from"].as_u64() {
+            println!("cut to the model's window from {n} tokens");
         }
-        if embedded.pieces.len() > 1 {
-            println!("{} pieces (--json prints every vector)", embedded.pieces.len());
+        if let Some(p) = out["pieces"].as_array() {
+            println!("{} pieces (--json prints every vector)", p.len());
         }
         println!("[{}, ...]", head.join(", "));
     }

@@ -215,6 +215,35 @@ mod fleet {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_embed_command_asks_the_running_fleet_over_its_admin_api() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(TRIO));
+        cfg.models.dir = pulled();
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let admin = fleet.addr.to_string();
+        let run = |args: Vec<String>| {
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap()
+            })
+        };
+        let args = ["embed", "--json", "--admin", &admin, "A man is eating food."].map(String::from).to_vec();
+        let out = run(args).await.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((v["model"].as_str(), v["dimensions"].as_u64()), (Some("all-minilm-l6-v2"), Some(384)));
+        // The fleet's worker answered it, and cached it.
+        let d = dump(&fleet).await;
+        assert_eq!((d.embedding.requests, d.embedding.cache_entries), (1, Some(1)));
+
+        // A body the route does not know is refused, naming what is wrong.
+        let url = format!("http://{admin}/ai/embedding/generate");
+        let r = reqwest::Client::new().post(&url).body(r#"{"txt": "x"}"#).send().await.unwrap();
+        assert_eq!(r.status(), 400);
+        assert!(r.text().await.unwrap().contains("txt"));
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn without_its_model_the_fleet_runs_degraded_and_says_so_in_the_dump() {
         let tmp = tempfile::tempdir().unwrap();
         let mut cfg = config(tmp.path(), &fleet_toml(TRIO));

@@ -260,6 +260,19 @@ impl Actor for Admin {
                     let _ = reply.send(r);
                 });
             }
+            AdminMsg::Embed { text, long, reply } => {
+                let worker = st.embedding.clone();
+                tokio::spawn(async move {
+                    let answer = ractor::call!(worker, |r| EmbedMsg::Embed { texts: vec![text], long, reply: r });
+                    let stats = ractor::call!(worker, EmbedMsg::Stats);
+                    let r = match (answer, stats) {
+                        (Ok(Ok(mut e)), Ok(s)) => Ok(e.remove(0).to_json(&s.model.model)),
+                        (Ok(Err(e)), _) => Err(InjectError::Unavailable(e.to_string())),
+                        (Err(e), _) | (_, Err(e)) => Err(InjectError::Unavailable(format!("embedding worker: {e}"))),
+                    };
+                    let _ = reply.send(r);
+                });
+            }
             AdminMsg::SetState { persona, change, reply } => {
                 let r = match st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) {
                     Some(a) => a

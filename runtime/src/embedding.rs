@@ -58,6 +58,30 @@ impl Embedded {
     pub fn vector(&self) -> &[f32] {
         &self.pieces[0].vector
     }
+
+    /// The answer of `mindfleet embed --json` and `POST /ai/embedding/generate`:
+    /// `{"embedding", "model", "dimensions", "tokens"}`, `truncated_from` when the text was cut,
+    /// and every piece when it was split.
+    pub fn to_json(&self, model: &str) -> serde_json::Value {
+        let first = &self.pieces[0];
+        let mut out = serde_json::json!({
+            "embedding": first.vector,
+            "model": model,
+            "dimensions": first.vector.len(),
+            "tokens": first.tokens,
+        });
+        if let Some(n) = first.truncated_from {
+            out["truncated_from"] = n.into();
+        }
+        if self.pieces.len() > 1 {
+            out["pieces"] = self
+                .pieces
+                .iter()
+                .map(|p| serde_json::json!({ "embedding": p.vector, "start": p.start, "end": p.end, "tokens": p.tokens }))
+                .collect();
+        }
+        out
+    }
 }
 
 /// Why the worker could not embed.

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::ai::{AiQuery, parse_window, window_start};
+use crate::embedding::LongText;
 use crate::event::EventInput;
 use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
 use crate::model::Verdict;
@@ -64,7 +65,7 @@ fn inject_error(e: InjectError) -> Response {
         InjectError::NotFound(_) => StatusCode::NOT_FOUND,
         InjectError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
         InjectError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        InjectError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        InjectError::ShuttingDown | InjectError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error(status, e.to_string(), None)
 }
@@ -78,6 +79,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/health", get(health))
         .route("/faults", post(post_fault))
         .route("/ai/state", get(get_ai_state).post(post_state))
+        .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/{query}", get(get_ai))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
@@ -168,6 +170,30 @@ async fn post_state(State(st): State<HttpState>, headers: HeaderMap, body: Body)
     }
     match call_t!(st.admin, |reply| AdminMsg::SetState { persona, change, reply }, ADMIN_CALL_MS) {
         Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbedBody {
+    text: String,
+    #[serde(default)]
+    long: LongText,
+}
+
+async fn post_embedding(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let EmbedBody { text, long } = match serde_json::from_str(&text) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid embedding request: {e}"), None),
+    };
+    match call_t!(st.admin, |reply| AdminMsg::Embed { text, long, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
     }

@@ -183,6 +183,9 @@ pub enum InjectError {
     Storage(String),
     #[error("the fleet is shutting down")]
     ShuttingDown,
+    /// A service the request needs is down or degraded (a model that could not be loaded).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// A persona's finished event: its decision, and the reply it posts, written in one transaction.
@@ -238,6 +241,12 @@ pub enum AdminMsg {
     },
     /// An introspection query (`mindfleet ai ...`).
     Ai(crate::ai::AiQuery, RpcReplyPort<Result<serde_json::Value, InjectError>>),
+    /// Embeds a text with the fleet's embedding worker (`POST /ai/embedding/generate`).
+    Embed {
+        text: String,
+        long: crate::embedding::LongText,
+        reply: RpcReplyPort<Result<serde_json::Value, InjectError>>,
+    },
     /// Change a persona's self-state by hand (`mindfleet ai state update`).
     SetState {
         persona: String,
