@@ -403,6 +403,12 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The gate's model question on labelled cases: label margins, coverage and agreement of
+    /// the calibration.
+    GateModel {
+        #[arg(long)]
+        json: bool,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -438,6 +444,10 @@ fn main() -> ExitCode {
     }
     if let Command::Bench { which: BenchCmd::Gate { seconds, json } } = &cli.command {
         return print_figures(Ok(bench::gate(*seconds)), *json);
+    }
+    if let Command::Bench { which: BenchCmd::GateModel { json } } = &cli.command {
+        let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
+        return print_figures(r, *json);
     }
     if let Command::Bench { which: BenchCmd::Llm { peer_python, json } } = &cli.command {
         let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
@@ -490,7 +500,7 @@ fn main() -> ExitCode {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
             Command::Check { .. }
-            | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } }
+            | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } | BenchCmd::GateModel { .. } }
             | Command::Models { .. } => {
                 unreachable!("handled above")
             }

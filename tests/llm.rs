@@ -591,6 +591,22 @@ brain = "local"
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_model_is_asked_about_an_undecided_message_and_the_rules_decide_when_it_is_unsure() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
+        cfg.models.dir = pulled();
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let ack = fleet.inject(chat("general", "ann", "the deploy is failing again, can anyone help?")).await.unwrap();
+        let d = decision(&fleet, "helper", &ack.event_id).await;
+        // SmolLM2-135M's margins are never clear (GATE_CALIBRATION): the scorer decides, saying so.
+        assert_eq!(d.by, "model/score", "{d:?}");
+        assert!(d.reason.contains("model unsure (margin"), "{}", d.reason);
+        let llm = dump(&fleet).await.llm;
+        assert_eq!(llm.by_purpose["gate"].calls, 1, "{llm:?}");
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn without_its_model_a_local_persona_replies_by_rules_and_the_decision_says_why() {
         let tmp = tempfile::tempdir().unwrap();
         let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));

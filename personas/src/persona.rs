@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
+use mindfleet_runtime::llm::{GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
     StateChange, Turn,
@@ -156,6 +156,9 @@ struct InFlight {
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
+/// Tokens the gate's model question reserves, and about what its prompt takes.
+const GATE_TOKENS_RESERVED: u32 = 256;
+const GATE_PROMPT_TOKENS: usize = 96;
 
 /// How a step ended its run: done, or waiting for the model's answer (a message to come).
 enum StepRun {
@@ -406,7 +409,12 @@ impl PersonaState {
         match fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state)) {
             Some(gate) => self.decided(d, backlog, p, gate, state),
             None => {
-                let t = self.task_for(&d.event, self.class_of(&d.event), p, "gate");
+                let mut t = self.task_for(&d.event, self.class_of(&d.event), p, "gate");
+                if self.args.config.brain == BrainKind::Local {
+                    // The model judges: an inference slot, reserving what the question takes.
+                    t.slot = Slot::Inference;
+                    t = t.with_max_tokens(GATE_TOKENS_RESERVED);
+                }
                 self.judging = Some(Judging { delivery: d, backlog, priority: p, state, task: t.id });
                 self.args.scheduler.submit(t);
             }
@@ -634,7 +642,21 @@ impl PersonaState {
         let ran = g.outcome.holds_slot();
         if let Some(j) = self.judging.take_if(|j| j.task == g.task) {
             let gate = match g.outcome {
-                Outcome::Run => self.brain.judge(&j.delivery.event, j.priority, &j.state),
+                Outcome::Run => {
+                    let job = self.brain.judge_request(&self.name, &self.args.config.role, &j.delivery.event);
+                    if let (Some(job), Some(llm)) = (job, self.args.llm.clone()) {
+                        let (task, me) = (g.task, self.myself.clone());
+                        tokio::spawn(async move {
+                            let answer = ractor::call!(llm, |reply| LlmMsg::Classify { job, reply })
+                                .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
+                            let _ = me.cast(PersonaMsg::Judged { task, answer });
+                        });
+                        // The grant is held until the model answers (`PersonaMsg::Judged`).
+                        self.judging = Some(j);
+                        return;
+                    }
+                    self.brain.judge(&j.delivery.event, j.priority, &j.state)
+                }
                 // No budget for the brain's judgement: the deterministic scorer decides.
                 Outcome::RulesOnly(_) | Outcome::Skipped(_) => {
                     GateDecision { note: "over budget: judged by rules".into(), ..score(j.priority, &j.state) }
@@ -865,6 +887,26 @@ impl PersonaState {
                 Ok(StepRun::Done)
             }
         }
+    }
+
+    /// The model's label scores for the engagement question of `task`.
+    fn on_judged(&mut self, task: TaskId, answer: Result<Vec<LabelScore>, LlmFailure>) {
+        let Some(j) = self.judging.take_if(|j| j.task == task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let gate = match answer {
+            Ok(scores) => {
+                let tokens: usize = scores.iter().map(|s| s.tokens).sum();
+                self.args.scheduler.done_with_tokens(task, (GATE_PROMPT_TOKENS + tokens) as u32);
+                self.brain.judge_answer(&scores, j.priority, &j.state)
+            }
+            Err(e) => {
+                self.args.scheduler.done(task);
+                GateDecision { note: format!("model failed ({e}): judged by rules"), ..score(j.priority, &j.state) }
+            }
+        };
+        self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
     }
 
     /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
@@ -1181,6 +1223,7 @@ impl Actor for Persona {
                 st.want_consolidation();
             }
             PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
+            PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dump::{FleetDump, PersonaDump};
 use crate::event::Event;
-use crate::llm::{Generation, LlmFailure};
+use crate::llm::{Generation, LabelScore, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
 use crate::sched::{Grant, TaskId};
 
@@ -155,6 +155,11 @@ pub enum PersonaMsg {
     Drafted {
         task: TaskId,
         answer: Result<Generation, LlmFailure>,
+    },
+    /// The LLM's label scores for the engagement question the persona asked for `task`.
+    Judged {
+        task: TaskId,
+        answer: Result<Vec<LabelScore>, LlmFailure>,
     },
 }
 

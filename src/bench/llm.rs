@@ -88,3 +88,73 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
     }
     Ok(out)
 }
+
+/// Coverage (share of cases the model decides) and agreement (share of those it gets right)
+/// of the gate's reading of `margins` with `bias` and `clear`.
+fn gate_figures(margins: &[(f32, bool)], bias: f32, clear: f32) -> (f64, f64) {
+    let decided: Vec<bool> = margins
+        .iter()
+        .filter(|(m, _)| (m - bias).abs() > clear)
+        .map(|(m, engage)| (*m - bias > 0.0) == *engage)
+        .collect();
+    let coverage = decided.len() as f64 / margins.len() as f64;
+    let agreement =
+        if decided.is_empty() { 0.0 } else { decided.iter().filter(|ok| **ok).count() as f64 / decided.len() as f64 };
+    (coverage, agreement)
+}
+
+/// `mindfleet bench gate-model`: the gate's model question on the labelled cases of
+/// `GATE_CASES`: the label margins, the calibration that decides the most cases (at least four)
+/// with at least 90% agreement, and what the calibration in the code gives.
+pub fn gate_model(model: &Path) -> anyhow::Result<Value> {
+    use mindfleet_personas::brain::{
+        GATE_CALIBRATION, GATE_CASES, GATE_LABELS, GateCalibration, gate_margin, gate_question,
+    };
+    let llm = Llm::load_with(model, LlmConfig::default())?;
+    let raw = GateCalibration { bias: 0.0, clear: 0.0 };
+    let t = Instant::now();
+    let margins: Vec<(f32, bool)> = GATE_CASES
+        .iter()
+        .map(|(text, engage)| {
+            let scores = llm.classify(&gate_question("helper", "assistant", text), &GATE_LABELS)?;
+            Ok((gate_margin(&scores, raw).expect("both labels scored"), *engage))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let per_case_ms = t.elapsed().as_secs_f64() * 1e3 / GATE_CASES.len() as f64;
+    let mean = |engage: bool| {
+        let m: Vec<f32> = margins.iter().filter(|c| c.1 == engage).map(|c| c.0).collect();
+        m.iter().sum::<f32>() as f64 / m.len().max(1) as f64
+    };
+    // Every bias between two observed margins, every clear band in steps of 0.25.
+    let mut best = (0.0, 0.0, 0.0f32, 0.0f32);
+    let mut sorted: Vec<f32> = margins.iter().map(|c| c.0).collect();
+    sorted.sort_by(f32::total_cmp);
+    for w in sorted.windows(2) {
+        let bias = (w[0] + w[1]) / 2.0;
+        for k in 0..=16 {
+            let clear = k as f32 * 0.25;
+            let (coverage, agreement) = gate_figures(&margins, bias, clear);
+            // At least four cases decided: fewer is noise, not a calibration.
+            if agreement >= 0.9 && coverage * margins.len() as f64 >= 4.0 && coverage > best.0 {
+                best = (coverage, agreement, bias, clear);
+            }
+        }
+    }
+    let (coverage, agreement) = gate_figures(&margins, GATE_CALIBRATION.bias, GATE_CALIBRATION.clear);
+    Ok(json!({
+        "bench": "gate-model",
+        "cases": GATE_CASES.len(),
+        "per_case_ms": round(per_case_ms, 1),
+        "margin_mean_engage": round(mean(true), 3),
+        "margin_mean_ignore": round(mean(false), 3),
+        "margins": margins.iter().map(|(m, e)| json!([round(*m as f64, 3), e])).collect::<Vec<_>>(),
+        "best_bias": round(best.2 as f64, 3),
+        "best_clear": best.3,
+        "best_coverage": round(best.0, 3),
+        "best_agreement": round(best.1, 3),
+        "calibration_bias": GATE_CALIBRATION.bias,
+        "calibration_clear": GATE_CALIBRATION.clear,
+        "coverage": round(coverage, 3),
+        "agreement": round(agreement, 3),
+    }))
+}
