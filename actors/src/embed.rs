@@ -97,6 +97,37 @@ impl Embedder {
         Ok(Embedder { model, tokenizer, counter, device, dimensions, window, specials })
     }
 
+    /// Checks a model directory without loading its weights: `config.json` parses, the
+    /// tokenizer is there, and the weights file has a well-formed safetensors header.
+    pub fn check(dir: &Path) -> Result<(), EmbedError> {
+        let load_err = |file: &Path, e: &dyn std::fmt::Display| EmbedError::Load {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        };
+        let config = dir.join("config.json");
+        let text = std::fs::read_to_string(&config).map_err(|e| load_err(&config, &e))?;
+        serde_json::from_str::<Config>(&text).map_err(|e| load_err(&config, &e))?;
+        let tok = dir.join("tokenizer.json");
+        std::fs::metadata(&tok).map_err(|e| load_err(&tok, &e))?;
+        let weights = dir.join("model.safetensors");
+        let mut f = std::fs::File::open(&weights).map_err(|e| load_err(&weights, &e))?;
+        let size = f.metadata().map_err(|e| load_err(&weights, &e))?.len();
+        let mut len = [0u8; 8];
+        std::io::Read::read_exact(&mut f, &mut len).map_err(|e| load_err(&weights, &e))?;
+        let len = u64::from_le_bytes(len);
+        if len.saturating_add(8) > size {
+            return Err(load_err(
+                &weights,
+                &format!("header of {len} bytes in a file of {size}: truncated or corrupt"),
+            ));
+        }
+        let mut header = vec![0u8; len as usize];
+        std::io::Read::read_exact(&mut f, &mut header).map_err(|e| load_err(&weights, &e))?;
+        serde_json::from_slice::<serde_json::Value>(&header)
+            .map_err(|e| load_err(&weights, &format!("unreadable safetensors header: {e}")))?;
+        Ok(())
+    }
+
     pub fn dimensions(&self) -> usize {
         self.dimensions
     }

@@ -114,7 +114,9 @@ pub enum EmbedMsg {
         reply: RpcReplyPort<EmbedReply>,
     },
     Stats(RpcReplyPort<EmbedStats>),
-    /// From the inference thread: the model is loaded (or failed to load).
+    /// From the inference thread: the model's files are sound (or what is wrong with them).
+    Checked(Result<(), String>),
+    /// From the inference thread: the model is loaded (or failed to load), at the first request.
     Loaded(Result<ModelInfo, String>),
     /// From the inference thread: a batch of jobs is done, in `model_calls` calls over
     /// `inputs` texts or pieces; each job's pieces per text, in order.
@@ -142,7 +144,8 @@ pub struct ModelInfo {
 /// The worker's figures (in `mindfleet dump` under `embedding`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct EmbedStats {
-    /// `loading`, `ready`, or `degraded` (the model is missing or broken; see `error`).
+    /// `loading` (checking the files), `idle` (sound; the weights load with the first request),
+    /// `ready`, or `degraded` (the model is missing or broken; see `error`).
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -8,7 +8,8 @@
 //! batch throughput. Results come back to the actor as a message; it fills the cache and
 //! answers.
 //!
-//! If the model cannot be loaded the worker keeps running, degraded: it answers from the cache
+//! The thread checks the model's files at once and loads the weights with the first request. If
+//! the model cannot be loaded the worker keeps running, degraded: it answers from the cache
 //! what it can and fails the rest with [`EmbedFailure::Degraded`], naming the file and what
 //! is wrong.
 
@@ -70,6 +71,8 @@ struct Request {
 
 enum Status {
     Loading,
+    /// The files are sound; the weights load with the first request.
+    Idle,
     Ready(ModelInfo),
     Degraded(String),
 }
@@ -109,8 +112,8 @@ impl WorkerState {
     fn stats(&self) -> EmbedStats {
         let mut s = self.stats.clone();
         match &self.status {
-            Status::Loading => {
-                s.status = "loading".into();
+            Status::Loading | Status::Idle => {
+                s.status = if matches!(self.status, Status::Idle) { "idle" } else { "loading" }.into();
                 s.model.path = self.model_path.display().to_string();
             }
             Status::Ready(info) => {
@@ -247,16 +250,19 @@ impl Actor for EmbeddingWorker {
                     st.finish(req, outcome);
                 }
             }
-            EmbedMsg::Loaded(outcome) => match outcome {
-                Ok(info) => {
-                    tracing::info!(model = %info.model, load_s = info.load_s, "embedding model loaded");
-                    st.status = Status::Ready(info);
+            EmbedMsg::Checked(Ok(())) => {
+                if matches!(st.status, Status::Loading) {
+                    st.status = Status::Idle;
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "embedding model unavailable: semantic features degraded");
-                    st.status = Status::Degraded(e);
-                }
-            },
+            }
+            EmbedMsg::Checked(Err(e)) | EmbedMsg::Loaded(Err(e)) => {
+                tracing::error!(error = %e, "embedding model unavailable: semantic features degraded");
+                st.status = Status::Degraded(e);
+            }
+            EmbedMsg::Loaded(Ok(info)) => {
+                tracing::info!(model = %info.model, load_s = info.load_s, "embedding model loaded");
+                st.status = Status::Ready(info);
+            }
             EmbedMsg::Stats(reply) => {
                 let _ = reply.send(st.stats());
             }
@@ -308,26 +314,37 @@ fn fingerprint(dir: &Path) -> Key {
 
 /// Loads the model, then serves batches until the actor drops its end of the channel.
 fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Receiver<Job>, actor: ActorRef<EmbedMsg>) {
-    let started = Instant::now();
-    let model = match Embedder::load(dir) {
-        Ok(m) => {
-            let info = ModelInfo {
-                model: model_name(dir),
-                path: dir.display().to_string(),
-                dimensions: m.dimensions(),
-                window: m.window(),
-                load_s: started.elapsed().as_secs_f64(),
-            };
-            let _ = actor.cast(EmbedMsg::Loaded(Ok(info)));
-            Ok(m)
+    // The files are checked now, so a broken model is reported at once; the weights load with
+    // the first request, so a fleet that embeds nothing does not hold them.
+    let checked = Embedder::check(dir).map_err(|e| e.to_string());
+    let _ = actor.cast(EmbedMsg::Checked(checked.clone()));
+    let mut model = checked.map(|()| None);
+    let load = |model: &mut Result<Option<Embedder>, String>| {
+        if !matches!(model, Ok(None)) {
+            return;
         }
-        Err(e) => {
-            let e = e.to_string();
-            let _ = actor.cast(EmbedMsg::Loaded(Err(e.clone())));
-            Err(e)
-        }
+        let started = Instant::now();
+        *model = match Embedder::load(dir) {
+            Ok(m) => {
+                let info = ModelInfo {
+                    model: model_name(dir),
+                    path: dir.display().to_string(),
+                    dimensions: m.dimensions(),
+                    window: m.window(),
+                    load_s: started.elapsed().as_secs_f64(),
+                };
+                let _ = actor.cast(EmbedMsg::Loaded(Ok(info)));
+                Ok(Some(m))
+            }
+            Err(e) => {
+                let e = e.to_string();
+                let _ = actor.cast(EmbedMsg::Loaded(Err(e.clone())));
+                Err(e)
+            }
+        };
     };
     while let Ok(first) = jobs.recv() {
+        load(&mut model);
         let mut batch = vec![first];
         let mut inputs = batch[0].texts.len();
         let deadline = Instant::now() + max_wait;
@@ -343,7 +360,8 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
             batch.push(next);
         }
         let msg = match &model {
-            Ok(m) => run_batch(m, batch, max_batch),
+            Ok(Some(m)) => run_batch(m, batch, max_batch),
+            Ok(None) => unreachable!("loaded above"),
             Err(e) => EmbedMsg::Computed {
                 model_calls: 0,
                 inputs: 0,
