@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::llm::LlmConfig;
-use mindfleet_actors::llm::worker::LlmArgs;
+use mindfleet_actors::llm::openai::OpenAiConfig;
+use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
-use mindfleet_runtime::config::{BrainKind, FleetConfig, PersonaConfig};
+use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::EventInput;
@@ -60,6 +61,7 @@ pub struct Handles {
     pub admin: ActorRef<AdminMsg>,
     pub scheduler: SchedulerHandle,
     pub embedding: ActorRef<EmbedMsg>,
+    pub llm: Option<ActorRef<LlmMsg>>,
 }
 
 pub struct FleetArgs {
@@ -238,6 +240,7 @@ impl Actor for FleetSupervisor {
                     admin: st.admin.clone(),
                     scheduler: st.scheduler.clone(),
                     embedding: st.embedding.clone(),
+                    llm: st.llm.clone(),
                 });
             }
         }
@@ -296,15 +299,26 @@ fn embed_args(config: &FleetConfig) -> EmbedArgs {
 /// The LLM worker of a fleet, when a persona's brain uses it: the configured GGUF (else the
 /// pulled SmolLM2, run as Q8_0), one slot per inference slot of the scheduler.
 fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
-    config.personas.iter().any(|p| p.brain == BrainKind::Local).then(|| LlmArgs {
-        model: config
-            .models
-            .llm
-            .clone()
-            .unwrap_or_else(|| config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)),
-        slots: config.scheduler.inference_slots,
-        config: LlmConfig::default(),
-    })
+    let backend =
+        match &config.llm {
+            LlmBackend::Local => BackendArgs::Local {
+                model: config.models.llm.clone().unwrap_or_else(|| {
+                    config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)
+                }),
+                config: LlmConfig::default(),
+            },
+            LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
+                url: url.clone(),
+                model: model.clone(),
+                api_key: api_key.clone(),
+                timeout: *timeout,
+            }),
+        };
+    config
+        .personas
+        .iter()
+        .any(|p| p.brain == BrainKind::Local)
+        .then_some(LlmArgs { backend, slots: config.scheduler.inference_slots })
 }
 
 /// A running fleet in this process.
@@ -343,7 +357,7 @@ impl Fleet {
         let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
-        let Handles { admin, scheduler, embedding } =
+        let Handles { admin, scheduler, embedding, llm } =
             call_t!(supervisor, FleetMsg::Handles, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
         let ready = Arc::new(AtomicBool::new(false));
         let state = HttpState {
@@ -352,6 +366,7 @@ impl Fleet {
             max_body: config.admin.max_body_bytes,
             ready: ready.clone(),
             local,
+            llm,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use mindfleet::client::Client;
 use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet::{bench, panic_hook};
-use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, LlmConfig, Sampling};
+use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, Sampling};
 use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::{EventInput, SenderKind};
 use mindfleet_runtime::models;
@@ -487,7 +487,12 @@ fn main() -> ExitCode {
                 };
                 let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
                 messages.push(ChatMessage::user(prompt));
-                generate(model, GenerateRequest { messages, max_tokens, sampling, stop: Vec::new() }, json).await
+                generate(
+                    model,
+                    GenerateRequest { messages, max_tokens, sampling, stop: Vec::new(), top_logprobs: None },
+                    json,
+                )
+                .await
             }
             Command::Bench { which: BenchCmd::Embed { peer_python, json } } => {
                 let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
@@ -530,7 +535,7 @@ async fn generate(model: Option<PathBuf>, req: GenerateRequest, json: bool) -> E
         Ok(Err(e)) => return fail(1, e),
         Err(e) => return fail(1, e),
     };
-    let worker = match spawn(LlmArgs { model, slots: 1, config: LlmConfig::default() }, None).await {
+    let worker = match spawn(LlmArgs::local(model, 1), None).await {
         Ok(w) => w,
         Err(e) => return fail(1, e),
     };

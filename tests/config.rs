@@ -86,3 +86,31 @@ fn embedding_settings_out_of_range_are_named_where_they_are() {
     assert_eq!(code, 2);
     assert!(msg.contains("fleet.toml:2:1:") && msg.contains("pul"), "{msg}");
 }
+
+#[test]
+fn an_openai_backend_needs_an_http_url_and_a_model_and_names_what_is_missing() {
+    let cases = [
+        ("[llm]\nbackend = \"openai\"\nmodel = \"m\"\n", "fleet.toml:2:11:", "needs `url`"),
+        ("[llm]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:8080/v1\"\n", "fleet.toml:2:11:", "needs `model`"),
+        (
+            "[llm]\nbackend = \"openai\"\nurl = \"https://api.example.com/v1\"\nmodel = \"m\"\n",
+            "fleet.toml:3:7:",
+            "only http://",
+        ),
+        ("[llm]\nbackend = \"vllm\"\n", "fleet.toml:2:11:", "known: \"local\", \"openai\""),
+        ("[llm]\nurl = \"http://127.0.0.1:1/v1\"\n", "fleet.toml:2:7:", "`url` is for `backend = \"openai\"`"),
+        (
+            "[llm]\nbackend = \"openai\"\nurl = \"http://h:1/v1\"\nmodel = \"m\"\napi_key_env = \"MINDFLEET_TEST_NO_SUCH_VAR\"\n",
+            "fleet.toml:5:15:",
+            "MINDFLEET_TEST_NO_SUCH_VAR is not set",
+        ),
+    ];
+    for (toml, at, what) in cases {
+        let (code, msg) = check(&format!("{toml}{OK}"));
+        assert_eq!(code, 2, "{toml}: {msg}");
+        assert!(msg.contains(at) && msg.contains(what), "{toml}: {msg}");
+    }
+    let (code, msg) =
+        check(&format!("[llm]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\n{OK}"));
+    assert_eq!(code, 0, "{msg}");
+}

@@ -303,7 +303,9 @@ fn classify_puts_the_obvious_label_first() {
         ),
     ];
     for ((messages, labels), want) in cases.iter().zip(["Paris", "Hello", "Positive"]) {
-        let scores = llm().classify(messages, labels).unwrap();
+        let c = llm().classify(messages, labels).unwrap();
+        assert!(c.tokens_in > 10, "{c:?}");
+        let scores = c.scores;
         assert_eq!(scores.len(), labels.len());
         assert_eq!(scores[0].label, want, "{scores:?}");
         assert!(scores.windows(2).all(|w| w[0].logprob >= w[1].logprob), "best first: {scores:?}");
@@ -334,7 +336,8 @@ fn requantize_writes_a_q8_0_file_that_loads_and_answers_like_the_q4_1() {
     let (a, b) = (generate(&req), q4.generate(&req, |_| ControlFlow::Continue(())).unwrap());
     assert!(a.text.contains("Paris") && b.text.contains("Paris"), "{:?} / {:?}", a.text, b.text);
     let labels = ["Paris", "London"];
-    let (sa, sb) = (llm().classify(&req.messages, &labels).unwrap(), q4.classify(&req.messages, &labels).unwrap());
+    let (sa, sb) =
+        (llm().classify(&req.messages, &labels).unwrap().scores, q4.classify(&req.messages, &labels).unwrap().scores);
     assert_eq!((sa[0].label.as_str(), sb[0].label.as_str()), ("Paris", "Paris"));
     assert!((sa[0].logprob - sb[0].logprob).abs() < 0.5, "{sa:?} / {sb:?}");
 }
@@ -459,7 +462,7 @@ fn the_generate_command_prints_the_answer_and_its_figures() {
 
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
-    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, LlmConfig, Stop};
+    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Stop};
     use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
     use ractor::{ActorRef, call};
 
@@ -467,7 +470,7 @@ mod worker {
     use crate::util::poll;
 
     fn args(slots: usize) -> LlmArgs {
-        LlmArgs { model: model_path(), slots, config: LlmConfig::default() }
+        LlmArgs::local(model_path(), slots)
     }
 
     fn job(req: GenerateRequest, stream: Option<mindfleet_runtime::llm::TokenStream>) -> GenerateJob {
@@ -496,15 +499,16 @@ mod worker {
         let messages = vec![ChatMessage::user("Which city is the capital of France?")];
         let labels = vec!["Paris".to_string(), "London".to_string()];
         let job = ClassifyJob { messages, labels, purpose: "gate".into(), persona: None };
-        let scores = call!(w, |reply| LlmMsg::Classify { job, reply }).unwrap().unwrap();
-        assert_eq!(scores[0].label, "Paris", "{scores:?}");
+        let c = call!(w, |reply| LlmMsg::Classify { job, reply }).unwrap().unwrap();
+        assert_eq!(c.scores[0].label, "Paris", "{c:?}");
 
         let s = stats(&w).await;
         assert_eq!((s.status.as_str(), s.requests, s.failures, s.in_flight), ("ready", 2, 0, 0), "{s:?}");
         assert_eq!(s.model.model, "SmolLM2-135M-Instruct.Q8_0.gguf");
         let reply = &s.by_purpose["reply"];
         assert_eq!((reply.calls, reply.tokens_in, reply.tokens_out), (1, g.tokens_in as u64, g.tokens_out as u64));
-        assert_eq!(s.by_purpose["gate"].calls, 1);
+        let gate = &s.by_purpose["gate"];
+        assert_eq!((gate.calls, gate.tokens_in), (1, c.tokens_in as u64));
         assert!(s.gen_tok_s > 0.0 && s.ttft_p50_ms > 0.0, "{s:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
@@ -545,7 +549,7 @@ mod worker {
     async fn without_its_model_the_worker_is_degraded_and_names_the_file() {
         let tmp = tempfile::tempdir().unwrap();
         let missing = tmp.path().join("missing.gguf");
-        let w = spawn(LlmArgs { model: missing, slots: 1, config: LlmConfig::default() }, None).await.unwrap();
+        let w = spawn(LlmArgs::local(missing, 1), None).await.unwrap();
         let s = poll("settled", || async { Some(stats(&w).await).filter(|s| s.status != "loading") }).await;
         assert_eq!(s.status, "degraded");
         assert!(s.error.as_deref().unwrap().contains("missing.gguf"), "{s:?}");
@@ -620,5 +624,155 @@ brain = "local"
         assert_eq!(d.llm.status, "degraded");
         assert!(d.render_tree().contains("LlmWorker [degraded]"), "{}", d.render_tree());
         fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+}
+
+/// The fleet's LLM as an OpenAI-compatible API, and the `openai` backend that uses such an API:
+/// both over real HTTP on loopback, against the real model.
+mod openai {
+    use std::time::Duration;
+
+    use mindfleet_actors::llm::ChatMessage;
+    use mindfleet_actors::llm::openai::OpenAiConfig;
+    use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
+    use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
+    use ractor::call;
+    use serde_json::{Value, json};
+
+    use super::{capital_of_france, generate, llm};
+    use crate::util::{config, dump, fleet_toml, pulled};
+
+    const LOCAL: &str = r#"
+[[persona]]
+name = "helper"
+role = "assistant"
+rooms = ["general"]
+brain = "local"
+"#;
+
+    async fn serving_fleet(dir: &std::path::Path) -> mindfleet::Fleet {
+        let mut cfg = config(dir, &fleet_toml(LOCAL));
+        cfg.models.dir = pulled();
+        mindfleet::Fleet::start(cfg).await.unwrap()
+    }
+
+    fn backend(fleet: &mindfleet::Fleet) -> LlmArgs {
+        let config = OpenAiConfig {
+            url: format!("http://{}/v1", fleet.addr),
+            model: "smollm2".into(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+        };
+        LlmArgs { backend: BackendArgs::OpenAi(config), slots: 1 }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_fleet_serves_its_llm_as_an_openai_chat_api_streamed_or_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = serving_fleet(tmp.path()).await;
+        let url = format!("http://{}/v1/chat/completions", fleet.addr);
+        let http = reqwest::Client::new();
+        let req = capital_of_france(12);
+        let local = generate(&req);
+        let body = json!({ "messages": req.messages, "max_tokens": 12, "logprobs": true, "top_logprobs": 3 });
+
+        let v: Value = http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], local.text.as_str(), "greedy, as in process: {v}");
+        assert_eq!(v["usage"]["prompt_tokens"], local.tokens_in as u64);
+        assert_eq!(v["usage"]["completion_tokens"], local.tokens_out as u64);
+        let tokens = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(tokens.len(), local.tokens_out, "{v}");
+        // Greedy: each token is the most likely at its place.
+        assert!(
+            tokens.iter().all(
+                |t| t["top_logprobs"].as_array().unwrap().len() == 3 && t["top_logprobs"][0]["token"] == t["token"]
+            ),
+            "{v}"
+        );
+
+        let mut stream = body.clone();
+        stream["stream"] = json!(true);
+        stream["stream_options"] = json!({ "include_usage": true });
+        let r = http.post(&url).json(&stream).send().await.unwrap();
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        let text = r.text().await.unwrap();
+        let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+        assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+        let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+        let joined: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(joined, local.text);
+        let finish = v["choices"][0]["finish_reason"].clone();
+        assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == finish), "{finish}: {text}");
+        assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], local.tokens_out as u64, "{text}");
+
+        // A bad request names what is wrong, in OpenAI's error shape.
+        let r = http.post(&url).json(&json!({ "messages": req.messages, "top_logprobs": 3 })).send().await.unwrap();
+        assert_eq!(r.status(), 400);
+        let e: Value = r.json().await.unwrap();
+        assert!(e["error"]["message"].as_str().unwrap().contains("`top_logprobs` needs `logprobs`"), "{e}");
+
+        let models: Value =
+            http.get(format!("http://{}/v1/models", fleet.addr)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q8_0.gguf", "{models}");
+        let api = &dump(&fleet).await.llm.by_purpose["api"];
+        assert_eq!((api.calls, api.tokens_out), (2, 2 * local.tokens_out as u64), "{api:?}");
+        fleet.shutdown(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_openai_backend_answers_and_classifies_like_the_model_behind_it_and_counts_the_cost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = serving_fleet(tmp.path()).await;
+        let w = spawn(backend(&fleet), None).await.unwrap();
+
+        let req = capital_of_france(12);
+        let local = generate(&req);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let job = GenerateJob { req: req.clone(), purpose: "reply".into(), persona: None, stream: Some(tx) };
+        let g = call!(w, |reply| LlmMsg::Generate { job, reply }).unwrap().unwrap();
+        let mut streamed = String::new();
+        while let Some(piece) = rx.recv().await {
+            streamed.push_str(&piece);
+        }
+        assert_eq!((g.text.as_str(), streamed.as_str()), (local.text.as_str(), local.text.as_str()));
+        assert_eq!((g.tokens_in, g.tokens_out), (local.tokens_in, local.tokens_out), "from the server's usage");
+        assert!(g.ttft_ms > 0.0, "{g:?}");
+
+        let messages = vec![ChatMessage::user("Which city is the capital of France?")];
+        let labels = ["Paris", "London"];
+        let want = llm().classify(&messages, &labels).unwrap();
+        let job =
+            ClassifyJob { messages, labels: labels.map(String::from).to_vec(), purpose: "gate".into(), persona: None };
+        let c = call!(w, |reply| LlmMsg::Classify { job, reply }).unwrap().unwrap();
+        assert_eq!(c.scores[0].label, want.scores[0].label, "{c:?} / {want:?}");
+        // Single-token labels: the same log-probabilities, to float rounding.
+        assert!((c.scores[0].logprob - want.scores[0].logprob).abs() < 1e-3, "{c:?} / {want:?}");
+        assert_eq!(c.tokens_in, want.tokens_in);
+
+        let s = call!(w, LlmMsg::Stats).unwrap();
+        assert_eq!((s.status.as_str(), s.model.model.as_str()), ("ready", "smollm2"));
+        assert_eq!(s.model.path, format!("http://{}/v1", fleet.addr));
+        assert_eq!((s.requests, s.failures, s.tokens_out), (2, 0, local.tokens_out as u64 + 2), "{s:?}");
+        assert_eq!(s.by_purpose["reply"].tokens_in, local.tokens_in as u64);
+        w.stop_and_wait(None, None).await.unwrap();
+        fleet.shutdown(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_endpoint_that_refuses_is_a_failed_request_naming_the_url() {
+        // A fleet whose personas all use rules runs no LLM: its /v1 says so with 503.
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = mindfleet::Fleet::start(config(tmp.path(), &fleet_toml(crate::util::TRIO))).await.unwrap();
+        let w = spawn(backend(&fleet), None).await.unwrap();
+        let job = GenerateJob { req: capital_of_france(4), purpose: "reply".into(), persona: None, stream: None };
+        let e = call!(w, |reply| LlmMsg::Generate { job, reply }).unwrap().unwrap_err();
+        let LlmFailure::Failed(message) = &e else { panic!("{e:?}") };
+        assert!(
+            message.contains(&fleet.addr.to_string()) && message.contains("503") && message.contains("no LLM"),
+            "{e}"
+        );
+        assert_eq!(call!(w, LlmMsg::Stats).unwrap().failures, 1);
+        w.stop_and_wait(None, None).await.unwrap();
+        fleet.shutdown(Duration::from_secs(5)).await;
     }
 }

@@ -25,6 +25,7 @@
 //! running at once interleave pass by pass instead of oversubscribing the cores.
 
 mod budget;
+pub mod openai;
 mod quant;
 mod tokenizer;
 pub mod worker;
@@ -41,7 +42,10 @@ use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 
-pub use mindfleet_runtime::llm::{ChatMessage, GenerateRequest, Generation, LabelScore, Sampling, Stop, Trim, margin};
+pub use mindfleet_runtime::llm::{
+    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,
+    Trim, margin,
+};
 pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
 
@@ -63,6 +67,9 @@ pub enum LlmError {
     Tokenize(String),
     #[error("request: {0}")]
     Request(String),
+    /// An OpenAI-compatible endpoint could not be reached or refused the request.
+    #[error("{url}: {message}")]
+    Endpoint { url: String, message: String },
     #[error(
         "context: the system message and the last user message take {needed} tokens, with {max_tokens} to generate more than the context of {context}"
     )]
@@ -213,11 +220,15 @@ impl Llm {
         let mut ttft_ms = None;
         let mut tokens_out = 0;
         let mut pos = prompt.ids.len();
+        let mut logprobs = Vec::new();
         let stop = loop {
             let next = sampler.sample(&logits)?;
             ttft_ms.get_or_insert_with(|| ms(start));
             if self.tokenizer.ends_turn(next) {
                 break Stop::Eos;
+            }
+            if let Some(k) = req.top_logprobs {
+                logprobs.push(self.token_logprob(&logits, next, k)?);
             }
             tokens_out += 1;
             let (piece, stopped) = stream.push(self.tokenizer.token_bytes(next));
@@ -252,6 +263,25 @@ impl Llm {
             ttft_ms: ttft_ms.unwrap_or(prompt_ms),
             stop,
             trimmed: prompt.trimmed,
+            logprobs,
+        })
+    }
+
+    /// The sampled token's log-probability and the `k` most likely tokens at its position.
+    fn token_logprob(&self, logits: &Tensor, token: u32, k: usize) -> Result<TokenLogprob, LlmError> {
+        let lp = log_softmax(logits)?;
+        let text = |id: usize| String::from_utf8_lossy(self.tokenizer.token_bytes(id as u32)).into_owned();
+        let mut order: Vec<usize> = (0..lp.len()).collect();
+        let k = k.min(order.len());
+        if k > 0 {
+            order.select_nth_unstable_by(k - 1, |a, b| lp[*b].total_cmp(&lp[*a]));
+        }
+        order.truncate(k);
+        order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]));
+        Ok(TokenLogprob {
+            token: text(token as usize),
+            logprob: lp[token as usize] as f32,
+            top: order.into_iter().map(|id| TopLogprob { token: text(id), logprob: lp[id] as f32 }).collect(),
         })
     }
 
@@ -259,7 +289,7 @@ impl Llm {
     /// first. The prompt is read once; each label continues from a copy of its KV cache. Long
     /// labels score lower by having more tokens: compare labels of like length (`yes`/`no`).
     /// A conversation too long for the context is trimmed as for [`Llm::generate`] (logged).
-    pub fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Vec<LabelScore>, LlmError> {
+    pub fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
         if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
             return Err(LlmError::Request("classify needs labels, none empty".into()));
         }
@@ -282,7 +312,7 @@ impl Llm {
             scores.push(LabelScore { label: label.to_string(), logprob: logprob as f32, tokens: ids.len() });
         }
         scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
-        Ok(scores)
+        Ok(Classification { scores, tokens_in: prompt.ids.len() })
     }
 
     /// Reads the prompt into the KV cache; the logits for the token after it.

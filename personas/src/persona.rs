@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::llm::{GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
+use mindfleet_runtime::llm::{Classification, GenerateJob, Generation, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
     StateChange, Turn,
@@ -156,9 +156,8 @@ struct InFlight {
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
-/// Tokens the gate's model question reserves, and about what its prompt takes.
+/// Tokens the gate's model question reserves.
 const GATE_TOKENS_RESERVED: u32 = 256;
-const GATE_PROMPT_TOKENS: usize = 96;
 
 /// How a step ended its run: done, or waiting for the model's answer (a message to come).
 enum StepRun {
@@ -890,16 +889,16 @@ impl PersonaState {
     }
 
     /// The model's label scores for the engagement question of `task`.
-    fn on_judged(&mut self, task: TaskId, answer: Result<Vec<LabelScore>, LlmFailure>) {
+    fn on_judged(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
         let Some(j) = self.judging.take_if(|j| j.task == task) else {
             self.args.scheduler.done(task);
             return;
         };
         let gate = match answer {
-            Ok(scores) => {
-                let tokens: usize = scores.iter().map(|s| s.tokens).sum();
-                self.args.scheduler.done_with_tokens(task, (GATE_PROMPT_TOKENS + tokens) as u32);
-                self.brain.judge_answer(&scores, j.priority, &j.state)
+            Ok(c) => {
+                let tokens: usize = c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>();
+                self.args.scheduler.done_with_tokens(task, tokens as u32);
+                self.brain.judge_answer(&c.scores, j.priority, &j.state)
             }
             Err(e) => {
                 self.args.scheduler.done(task);

@@ -49,6 +49,7 @@ struct RawFleetFile {
     coordination: Option<RawCoordination>,
     models: Option<RawModels>,
     embedding: Option<RawEmbedding>,
+    llm: Option<RawLlm>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
@@ -130,6 +131,16 @@ struct RawEmbedding {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawLlm {
+    backend: Option<Spanned<String>>,
+    url: Option<Spanned<String>>,
+    model: Option<String>,
+    api_key_env: Option<Spanned<String>>,
+    timeout_secs: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawPersonaTuning {
     inbox_capacity: Option<Spanned<i64>>,
     wm_capacity: Option<Spanned<i64>>,
@@ -175,6 +186,7 @@ pub struct FleetConfig {
     pub coordination: CoordinationConfig,
     pub models: ModelsConfig,
     pub embedding: EmbeddingConfig,
+    pub llm: LlmBackend,
     pub personas: Vec<PersonaConfig>,
 }
 
@@ -189,6 +201,22 @@ pub struct ModelsConfig {
     pub llm: Option<PathBuf>,
     /// Pull missing models when the fleet starts (their first use).
     pub pull: bool,
+}
+
+/// Where the LLM of model-backed brains runs (`[llm]`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmBackend {
+    /// In process, on the GGUF of `[models]`.
+    Local,
+    /// Behind an OpenAI-compatible chat endpoint.
+    OpenAi {
+        /// The API's base (`http://host:port/v1`).
+        url: String,
+        model: String,
+        /// The key, read from the environment variable `api_key_env` names.
+        api_key: Option<String>,
+        timeout: Duration,
+    },
 }
 
 /// The shared embedding worker (`[embedding]`).
@@ -379,6 +407,46 @@ impl Ctx<'_> {
             Some(s) => Err(self.err_at(
                 s.span(),
                 format!("`{key}` = {} is out of range ({}..={})", s.get_ref(), range.start(), range.end()),
+            )),
+        }
+    }
+
+    fn llm(&self, l: RawLlm) -> Result<LlmBackend, ConfigError> {
+        let backend = l.backend.as_ref().map_or("local", |b| b.get_ref().as_str());
+        match backend {
+            "local" => {
+                if let Some(url) = &l.url {
+                    return Err(self.err_at(url.span(), "`url` is for `backend = \"openai\"`"));
+                }
+                Ok(LlmBackend::Local)
+            }
+            "openai" => {
+                let at = l.backend.as_ref().map_or(0..0, Spanned::span);
+                let url = l.url.ok_or_else(|| self.err_at(at.clone(), "`backend = \"openai\"` needs `url`"))?;
+                if !url.get_ref().starts_with("http://") {
+                    return Err(self.err_at(
+                        url.span(),
+                        format!("`url` = {:?}: only http:// endpoints are supported", url.get_ref()),
+                    ));
+                }
+                let model = l.model.ok_or_else(|| self.err_at(at, "`backend = \"openai\"` needs `model`"))?;
+                let api_key = match &l.api_key_env {
+                    None => None,
+                    Some(var) => Some(std::env::var(var.get_ref()).map_err(|_| {
+                        self.err_at(var.span(), format!("`api_key_env`: the variable {} is not set", var.get_ref()))
+                    })?),
+                };
+                let timeout = self.float(&l.timeout_secs, "timeout_secs", 0.1..=3600.0, 120.0)?;
+                Ok(LlmBackend::OpenAi {
+                    url: url.into_inner(),
+                    model,
+                    api_key,
+                    timeout: Duration::from_secs_f64(timeout),
+                })
+            }
+            other => Err(self.err_at(
+                l.backend.as_ref().map_or(0..0, Spanned::span),
+                format!("`backend` = {other:?} is not available (known: \"local\", \"openai\")"),
             )),
         }
     }
@@ -581,6 +649,8 @@ impl FleetConfig {
             }
         };
 
+        let llm = cx.llm(raw.llm.unwrap_or_default())?;
+
         let d = raw.defaults.unwrap_or_default();
         let base = Tuning {
             inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
@@ -689,6 +759,7 @@ impl FleetConfig {
             coordination,
             models,
             embedding,
+            llm,
             personas,
         })
     }

@@ -10,6 +10,7 @@
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
+//! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
 //! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
 //! without the bearer token when one is configured (`/health` excepted).
@@ -33,8 +34,10 @@ use serde_json::json;
 use crate::ai::{AiQuery, parse_window, window_start};
 use crate::embedding::LongText;
 use crate::event::EventInput;
+use crate::llm::LlmMsg;
 use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
 use crate::model::Verdict;
+use crate::openai;
 use crate::time::now_us;
 
 /// How long a handler waits for the admin actor.
@@ -49,6 +52,8 @@ pub struct HttpState {
     pub ready: Arc<AtomicBool>,
     /// The bound address (for the `Host`/`Origin` check).
     pub local: SocketAddr,
+    /// The fleet's LLM worker, when it runs one (served under `/v1`).
+    pub llm: Option<ActorRef<LlmMsg>>,
 }
 
 fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
@@ -81,6 +86,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/ai/state", get(get_ai_state).post(post_state))
         .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/{query}", get(get_ai))
+        .route("/v1/chat/completions", post(post_chat))
+        .route("/v1/models", get(get_models))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
@@ -197,6 +204,17 @@ async fn post_embedding(State(st): State<HttpState>, headers: HeaderMap, body: B
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
     }
+}
+
+async fn post_chat(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    match read_body(&st, &headers, body).await {
+        Ok(text) => openai::chat_completions(st.llm.clone(), &text).await,
+        Err(r) => r,
+    }
+}
+
+async fn get_models(State(st): State<HttpState>) -> Response {
+    openai::models(st.llm.clone()).await
 }
 
 /// Serves the API until `shutdown` resolves.

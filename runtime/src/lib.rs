@@ -7,9 +7,10 @@
 //! ```text
 //! FleetSupervisor                      (crate `mindfleet`)
 //! ├── Admin                            (this crate: routing, injection, dumps)
-//! │     └── HTTP API (axum)            handlers call the Admin, nothing else
+//! │     └── HTTP API (axum)            handlers call the Admin (`/v1`: the LlmWorker)
 //! ├── Scheduler                        (crate `mindfleet-actors`; interface in `sched`)
 //! ├── EmbeddingWorker                  (crate `mindfleet-actors`; interface in `embedding`)
+//! ├── [LlmWorker]                      (crate `mindfleet-actors`; interface in `llm`)
 //! ├── [Index]                          (later: shared service actor)
 //! └── Persona(name) x N                (crate `mindfleet-personas`)
 //!     ├── Inbox
@@ -30,6 +31,7 @@ pub mod llm;
 pub mod messages;
 pub mod model;
 pub mod models;
+pub mod openai;
 pub mod restart;
 pub mod sched;
 pub mod storage;

@@ -51,12 +51,16 @@ pub struct GenerateRequest {
     pub sampling: Sampling,
     /// Texts that end the answer besides the end-of-turn token; the answer stops before them.
     pub stop: Vec<String>,
+    /// Report, for every generated token, its log-probability and this many most likely
+    /// alternatives (OpenAI's `top_logprobs`); `None` reports none.
+    #[serde(default)]
+    pub top_logprobs: Option<usize>,
 }
 
 impl GenerateRequest {
     /// Greedy, no stop strings.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
-        GenerateRequest { messages, max_tokens, sampling: Sampling::Greedy, stop: Vec::new() }
+        GenerateRequest { messages, max_tokens, sampling: Sampling::Greedy, stop: Vec::new(), top_logprobs: None }
     }
 }
 
@@ -99,6 +103,24 @@ pub struct Generation {
     pub ttft_ms: f64,
     pub stop: Stop,
     pub trimmed: Option<Trim>,
+    /// Per generated token, when the request asked for `top_logprobs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// A generated token's text and natural-log probability, with the most likely alternatives at
+/// its position (itself among them when it is one of them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +129,14 @@ pub struct LabelScore {
     /// Natural log of the probability that the answer begins with the label.
     pub logprob: f32,
     pub tokens: usize,
+}
+
+/// The answer to a classification: every label's score, best first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Classification {
+    pub scores: Vec<LabelScore>,
+    /// Prompt tokens the model read.
+    pub tokens_in: usize,
 }
 
 /// How far the best label is ahead of the second, in log-probability; `None` for fewer than
@@ -164,7 +194,7 @@ pub enum LlmMsg {
     /// Log-probabilities of each label as the start of the answer, best first.
     Classify {
         job: ClassifyJob,
-        reply: RpcReplyPort<Result<Vec<LabelScore>, LlmFailure>>,
+        reply: RpcReplyPort<Result<Classification, LlmFailure>>,
     },
     Stats(RpcReplyPort<LlmStats>),
     /// From the loader thread: the model is loaded (or failed to load).

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dump::{FleetDump, PersonaDump};
 use crate::event::Event;
-use crate::llm::{Generation, LabelScore, LlmFailure};
+use crate::llm::{Classification, Generation, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
 use crate::sched::{Grant, TaskId};
 
@@ -159,7 +159,7 @@ pub enum PersonaMsg {
     /// The LLM's label scores for the engagement question the persona asked for `task`.
     Judged {
         task: TaskId,
-        answer: Result<Vec<LabelScore>, LlmFailure>,
+        answer: Result<Classification, LlmFailure>,
     },
 }
 

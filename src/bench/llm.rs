@@ -116,8 +116,8 @@ pub fn gate_model(model: &Path) -> anyhow::Result<Value> {
     let margins: Vec<(f32, bool)> = GATE_CASES
         .iter()
         .map(|(text, engage)| {
-            let scores = llm.classify(&gate_question("helper", "assistant", text), &GATE_LABELS)?;
-            Ok((gate_margin(&scores, raw).expect("both labels scored"), *engage))
+            let c = llm.classify(&gate_question("helper", "assistant", text), &GATE_LABELS)?;
+            Ok((gate_margin(&c.scores, raw).expect("both labels scored"), *engage))
         })
         .collect::<anyhow::Result<_>>()?;
     let per_case_ms = t.elapsed().as_secs_f64() * 1e3 / GATE_CASES.len() as f64;

@@ -21,10 +21,12 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use mindfleet_runtime::llm::{
-    ClassifyJob, Cost, GenerateJob, Generation, LabelScore, LlmFailure, LlmInfo, LlmMsg, LlmStats,
+    ChatMessage, Classification, ClassifyJob, Cost, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo,
+    LlmMsg, LlmStats,
 };
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
+use super::openai::{OpenAi, OpenAiConfig};
 use super::{Llm, LlmConfig, LlmError};
 use crate::scheduler::nearest_rank;
 
@@ -33,11 +35,64 @@ const TTFT_KEPT: usize = 1024;
 
 #[derive(Debug, Clone)]
 pub struct LlmArgs {
-    /// A GGUF file (a Q4_1 one is run as its Q8_0 rewrite).
-    pub model: PathBuf,
+    pub backend: BackendArgs,
     /// Requests served at once (at least 1).
     pub slots: usize,
-    pub config: LlmConfig,
+}
+
+impl LlmArgs {
+    /// A GGUF file run in process with the default [`LlmConfig`].
+    pub fn local(model: PathBuf, slots: usize) -> LlmArgs {
+        LlmArgs { backend: BackendArgs::Local { model, config: LlmConfig::default() }, slots }
+    }
+}
+
+/// Where the worker's model runs.
+#[derive(Debug, Clone)]
+pub enum BackendArgs {
+    /// In process: a GGUF file (a Q4_1 one is run as its Q8_0 rewrite).
+    Local { model: PathBuf, config: LlmConfig },
+    /// Behind an OpenAI-compatible endpoint.
+    OpenAi(OpenAiConfig),
+}
+
+/// What the slots run requests on: the same calls, accounted the same way, whichever backend
+/// answers them.
+pub trait Backend: Send + Sync {
+    fn generate(
+        &self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation, LlmError>;
+    fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError>;
+}
+
+impl Backend for Llm {
+    fn generate(
+        &self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation, LlmError> {
+        Llm::generate(self, req, on_token)
+    }
+
+    fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
+        Llm::classify(self, messages, labels)
+    }
+}
+
+impl Backend for OpenAi {
+    fn generate(
+        &self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation, LlmError> {
+        OpenAi::generate(self, req, on_token)
+    }
+
+    fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
+        OpenAi::classify(self, messages, labels)
+    }
 }
 
 pub struct LlmWorker;
@@ -53,7 +108,7 @@ pub async fn spawn(args: LlmArgs, supervisor: Option<ActorCell>) -> Result<Actor
 /// A request on its way to a slot.
 enum Job {
     Generate(GenerateJob, RpcReplyPort<Result<Generation, LlmFailure>>),
-    Classify(ClassifyJob, RpcReplyPort<Result<Vec<LabelScore>, LlmFailure>>),
+    Classify(ClassifyJob, RpcReplyPort<Result<Classification, LlmFailure>>),
 }
 
 enum Status {
@@ -150,10 +205,14 @@ impl Actor for LlmWorker {
 
     async fn pre_start(&self, myself: ActorRef<LlmMsg>, args: LlmArgs) -> Result<LlmState, ActorProcessingErr> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let path = match &args.backend {
+            BackendArgs::Local { model, .. } => model.display().to_string(),
+            BackendArgs::OpenAi(c) => c.url.clone(),
+        };
         let stats = LlmStats {
             status: "loading".into(),
             slots: args.slots.max(1),
-            model: LlmInfo { path: args.model.display().to_string(), ..Default::default() },
+            model: LlmInfo { path, ..Default::default() },
             ..Default::default()
         };
         std::thread::Builder::new().name("llm-loader".into()).spawn(move || load_and_serve(args, rx, myself))?;
@@ -195,12 +254,30 @@ impl Actor for LlmWorker {
     }
 }
 
-/// Loads the model, then runs the slots; on failure refuses what was queued.
+/// Loads the model (or sets up the endpoint's client), then runs the slots; on failure refuses
+/// what was queued.
 fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     let started = Instant::now();
-    let loaded = super::runnable(&args.model).and_then(|file| Llm::load_with(&file, args.config).map(Arc::new));
-    let llm = match loaded {
-        Ok(llm) => llm,
+    let loaded: Result<(Arc<dyn Backend>, LlmInfo), LlmError> = match args.backend {
+        BackendArgs::Local { model, config } => super::runnable(&model).and_then(|file| {
+            let llm = Llm::load_with(&file, config)?;
+            let info = LlmInfo {
+                model: file_name(llm.file()),
+                path: llm.file().display().to_string(),
+                threads: llm.threads(),
+                context: llm.context(),
+                load_s: started.elapsed().as_secs_f64(),
+            };
+            Ok((Arc::new(llm) as Arc<dyn Backend>, info))
+        }),
+        BackendArgs::OpenAi(config) => OpenAi::new(config).map(|client| {
+            let c = client.config();
+            let info = LlmInfo { model: c.model.clone(), path: c.url.clone(), ..Default::default() };
+            (Arc::new(client) as Arc<dyn Backend>, info)
+        }),
+    };
+    let (backend, info) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
             let e = e.to_string();
             let _ = actor.cast(LlmMsg::Loaded(Err(e.clone())));
@@ -212,18 +289,13 @@ fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
             return;
         }
     };
-    let info = LlmInfo {
-        model: file_name(llm.file()),
-        path: llm.file().display().to_string(),
-        threads: llm.threads(),
-        context: llm.context(),
-        load_s: started.elapsed().as_secs_f64(),
-    };
     let _ = actor.cast(LlmMsg::Loaded(Ok(info)));
     let slots: Vec<_> = (0..args.slots.max(1))
         .map(|i| {
-            let (llm, jobs, actor) = (llm.clone(), jobs.clone(), actor.clone());
-            std::thread::Builder::new().name(format!("llm-slot-{i}")).spawn(move || serve(&llm, &jobs, &actor))
+            let (backend, jobs, actor) = (backend.clone(), jobs.clone(), actor.clone());
+            std::thread::Builder::new()
+                .name(format!("llm-slot-{i}"))
+                .spawn(move || serve(backend.as_ref(), &jobs, &actor))
         })
         .collect();
     for s in slots.into_iter().flatten() {
@@ -240,12 +312,12 @@ fn failure(e: LlmError) -> LlmFailure {
 }
 
 /// One slot: runs requests until the channel closes.
-fn serve(llm: &Llm, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {
                 let stream = job.stream;
-                let out = llm.generate(&job.req, |piece| match &stream {
+                let out = backend.generate(&job.req, &mut |piece| match &stream {
                     Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
                     _ => ControlFlow::Continue(()),
                 });
@@ -270,13 +342,13 @@ fn serve(llm: &Llm, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
             Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => {
                 let t = Instant::now();
                 let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-                let out = llm.classify(&messages, &labels);
+                let out = backend.classify(&messages, &labels);
                 let cost = match &out {
-                    Ok(scores) => Cost {
+                    Ok(c) => Cost {
                         purpose,
                         persona,
-                        tokens_in: llm.prompt(&messages, 1).map_or(0, |p| p.ids.len() as u64),
-                        tokens_out: scores.iter().map(|s| s.tokens as u64).sum(),
+                        tokens_in: c.tokens_in as u64,
+                        tokens_out: c.scores.iter().map(|s| s.tokens as u64).sum(),
                         prompt_ms: t.elapsed().as_secs_f64() * 1e3,
                         ok: true,
                         ..Default::default()
