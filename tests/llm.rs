@@ -588,6 +588,16 @@ brain = "local"
         assert!(reply.text.starts_with("@ann ") && reply.text.len() > 6, "{reply:?}");
         let d = dump(&fleet).await;
         assert_eq!(d.llm.status, "ready", "{:?}", d.llm);
+        // The model was asked to choose the plan among the registry's candidates, and what came
+        // of it (its pick, or the rules plan when it was unsure) is in the decision.
+        assert_eq!(d.llm.by_purpose["plan"].calls, 1, "{:?}", d.llm);
+        let decided = decision(&fleet, "helper", &ack.event_id).await;
+        assert!(
+            decided.reason.contains("chosen by the model (margin")
+                || decided.reason.contains("model unsure of the plan"),
+            "{}",
+            decided.reason
+        );
         let cost = &d.llm.by_purpose["reply"];
         assert!(cost.calls >= 1 && cost.tokens_in > 0 && cost.tokens_out > 0, "{:?}", d.llm);
         assert!(d.render_tree().contains("LlmWorker [ready]"), "{}", d.render_tree());

@@ -6,7 +6,7 @@
 //! Model-backed brains plug in behind the same trait.
 
 use mindfleet_runtime::event::Event;
-use mindfleet_runtime::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore};
+use mindfleet_runtime::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
 use mindfleet_runtime::model::{
     Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, Verdict,
     WmEntry,
@@ -36,6 +36,8 @@ pub struct RespondContext<'a> {
     pub role: &'a str,
     pub event: &'a Event,
     pub recalled: &'a [WmEntry],
+    /// The persona's self-state when it decided to answer.
+    pub state: &'a GateState,
 }
 
 pub trait Brain: Send + Sync {
@@ -70,6 +72,80 @@ pub trait Brain: Send + Sync {
     fn judge_answer(&self, _scores: &[LabelScore], priority: f64, state: &GateState) -> GateDecision {
         score(priority, state)
     }
+
+    /// For a model-backed brain: plans to choose from for `ctx` (the first is the rules brain's)
+    /// and the question that asks the model to choose; `None`: [`Brain::formulate_plan`] decides.
+    fn plan_request(&self, _ctx: &PlanContext) -> Option<PlanChoice> {
+        None
+    }
+}
+
+/// A constrained choice of plan: every candidate is made of actions of the registry, so any
+/// answer is a valid plan, and the model answers with one label, never free text.
+#[derive(Debug, Clone)]
+pub struct PlanChoice {
+    /// The first is the rules brain's plan: what runs when the model is unsure or fails.
+    pub candidates: Vec<Plan>,
+    /// Labels `A`, `B`, ... in the order of `candidates`.
+    pub job: ClassifyJob,
+}
+
+impl PlanChoice {
+    /// The chosen plan and a note of why: the model's pick when its best label leads the second
+    /// by more than [`PLAN_CLEAR`], else the rules brain's.
+    pub fn choose(mut self, scores: &[LabelScore]) -> (Plan, String) {
+        let pick = scores.first().and_then(|best| {
+            let at = self.job.labels.iter().position(|l| *l == best.label)?;
+            Some((at, margin(scores)?))
+        });
+        match pick {
+            Some((at, m)) if m > PLAN_CLEAR => {
+                let mut plan = self.candidates.swap_remove(at);
+                plan.source = format!("model:{}", plan.source);
+                let note = format!("plan {} chosen by the model (margin {m:.2})", self.job.labels[at]);
+                (plan, note)
+            }
+            Some((_, m)) => {
+                (self.candidates.swap_remove(0), format!("model unsure of the plan (margin {m:.2}): rules plan"))
+            }
+            None => (self.candidates.swap_remove(0), "model gave no plan scores: rules plan".into()),
+        }
+    }
+}
+
+/// How far the model's best plan must lead the second, in log-probability, to be taken.
+pub const PLAN_CLEAR: f32 = 1.0;
+
+/// What each action does, in the words the plan question uses.
+fn describe(action: Action) -> &'static str {
+    match action {
+        Action::RecallMemory => "recall what I know",
+        Action::SearchKnowledge => "search the team's knowledge",
+        Action::DraftReply => "write an answer",
+        Action::PostReply => "post it",
+        Action::AskClarifyingQuestion => "ask what they mean",
+        Action::NotePreoccupation => "note it for later",
+        Action::StudyTopic => "study the topic",
+    }
+}
+
+/// The plan question: the message and each candidate's steps, to be answered with a letter.
+pub fn plan_question(
+    persona: &str,
+    role: &str,
+    text: &str,
+    candidates: &[Plan],
+    labels: &[String],
+) -> Vec<ChatMessage> {
+    let mut system = format!(
+        "You are {persona}, the team's {role}, in a group chat. Choose how to handle the next message. \
+         Answer with one letter."
+    );
+    for (plan, label) in candidates.iter().zip(labels) {
+        let steps: Vec<&str> = plan.steps.iter().map(|s| describe(s.action)).collect();
+        system.push_str(&format!("\n{label}: {}", steps.join(", then ")));
+    }
+    vec![ChatMessage::system(system), ChatMessage::user(text.to_string())]
 }
 
 /// The labels the gate's model question is scored on: should the persona answer?
@@ -139,9 +215,10 @@ pub fn gate_margin(scores: &[LabelScore], calibration: GateCalibration) -> Optio
     Some(lp(GATE_LABELS[0])? - lp(GATE_LABELS[1])? - calibration.bias)
 }
 
-/// The brain whose replies the local LLM writes (the persona asks the fleet's `LlmWorker`, and
-/// falls back to the rules reply, noting why, when the model fails or answers nothing). Its
-/// judgement, plans, adjustments and evaluations are the rules brain's.
+/// The brain that thinks with the fleet's LLM (the persona asks the `LlmWorker`): it judges
+/// undecided events, chooses the plan among candidates of the registry, and writes replies. When
+/// the model is unsure, fails or answers nothing, the rules brain decides that step and the
+/// decision says why. Adjustments are the rules brain's.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LocalBrain;
 
@@ -171,6 +248,40 @@ impl Brain for LocalBrain {
 
     fn respond(&self, ctx: &RespondContext) -> String {
         RulesBrain.respond(ctx)
+    }
+
+    fn plan_request(&self, ctx: &PlanContext) -> Option<PlanChoice> {
+        let rules = RulesBrain.formulate_plan(ctx);
+        let mut candidates = vec![rules.clone()];
+        let alternatives = [
+            vec![Action::RecallMemory, Action::DraftReply, Action::PostReply],
+            vec![Action::RecallMemory, Action::SearchKnowledge, Action::DraftReply, Action::PostReply],
+            vec![Action::AskClarifyingQuestion, Action::PostReply],
+        ];
+        for actions in alternatives {
+            // A step that failed before for this event stays out, as in the rules plan.
+            if actions.iter().any(|a| ctx.avoid.contains(a) && !matches!(a, Action::PostReply | Action::DraftReply)) {
+                continue;
+            }
+            if candidates.iter().any(|c| c.steps.iter().map(|s| s.action).eq(actions.iter().copied())) {
+                continue;
+            }
+            let criteria = if actions.contains(&Action::SearchKnowledge) {
+                vec![Criterion::ContextGathered, Criterion::ReplyPosted]
+            } else {
+                vec![Criterion::ReplyPosted]
+            };
+            candidates.push(Plan {
+                steps: actions.into_iter().map(step).collect(),
+                criteria,
+                source: "registry".into(),
+                ..rules.clone()
+            });
+        }
+        let labels: Vec<String> = (0..candidates.len()).map(|i| char::from(b'A' + i as u8).to_string()).collect();
+        let messages = plan_question(ctx.persona, ctx.role, &ctx.event.text, &candidates, &labels);
+        let job = ClassifyJob { messages, labels, purpose: "plan".into(), persona: Some(ctx.persona.to_string()) };
+        Some(PlanChoice { candidates, job })
     }
 
     fn judge_request(&self, persona: &str, role: &str, event: &Event) -> Option<ClassifyJob> {
@@ -203,9 +314,16 @@ impl Brain for LocalBrain {
     }
 
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
+        let st = ctx.state;
         let mut system = format!(
-            "You are {}, the team's {}, in a group chat. Answer the last message in one or two short sentences.",
-            ctx.persona, ctx.role
+            "You are {}, the team's {}, in a group chat. Answer the last message in one or two short sentences.\n\
+             Your state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
+            ctx.persona,
+            ctx.role,
+            st.mood.as_str(),
+            100.0 * st.load,
+            100.0 * st.capacity,
+            if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
         );
         if !ctx.recalled.is_empty() {
             system.push_str("\nWhat you remember:");
@@ -432,6 +550,36 @@ mod tests {
             started_us: 0,
             finished_us: None,
         }
+    }
+
+    #[test]
+    fn the_model_chooses_among_registry_plans_and_the_rules_plan_stands_when_it_is_unsure() {
+        let e = ev("chat", "how do I rotate the admin token?");
+        let ctx = PlanContext { persona: "p", role: "r", event: &e, avoid: &[], learnings: &[], attempt: 0 };
+        let choice = LocalBrain.plan_request(&ctx).unwrap();
+        let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
+        assert_eq!(choice.candidates[0], RulesBrain.formulate_plan(&ctx), "the first is the rules plan");
+        assert_eq!(choice.job.labels, ["A", "B", "C"], "one label per distinct plan");
+        let all: Vec<_> = choice.candidates.iter().map(actions).collect();
+        assert!(all.iter().enumerate().all(|(i, a)| !all[..i].contains(a)), "{all:?}");
+        let question = &choice.job.messages[0].content;
+        assert!(question.contains("B: recall what I know, then search the team's knowledge"), "{question}");
+
+        let label = |l: &str, lp: f32| LabelScore { label: l.into(), logprob: lp, tokens: 1 };
+        let (plan, note) = choice.clone().choose(&[label("C", -0.2), label("A", -2.0), label("B", -3.0)]);
+        assert_eq!(actions(&plan), [Action::AskClarifyingQuestion, Action::PostReply]);
+        assert_eq!(plan.source, "model:registry");
+        assert!(note.starts_with("plan C chosen by the model (margin 1.80)"), "{note}");
+        let (plan, note) = choice.clone().choose(&[label("B", -1.0), label("A", -1.5), label("C", -3.0)]);
+        assert_eq!(plan, choice.candidates[0]);
+        assert!(note.starts_with("model unsure of the plan (margin 0.50)"), "{note}");
+
+        // A step that failed for this event stays out of every candidate.
+        let avoid = [Action::SearchKnowledge];
+        let e = ev("code", "please review the auth module");
+        let ctx = PlanContext { avoid: &avoid, event: &e, ..ctx };
+        let choice = LocalBrain.plan_request(&ctx).unwrap();
+        assert!(choice.candidates.iter().all(|p| !actions(p).contains(&Action::SearchKnowledge)), "{choice:?}");
     }
 
     #[test]

@@ -40,7 +40,7 @@ use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 use tracing::Instrument;
 
-use crate::brain::{Brain, LocalBrain, PlanContext, RespondContext, RulesBrain};
+use crate::brain::{Brain, LocalBrain, PlanChoice, PlanContext, RespondContext, RulesBrain};
 use crate::consolidate::consolidate;
 use crate::faults::FaultBook;
 use crate::gate::{
@@ -152,12 +152,17 @@ struct InFlight {
     drafted_by: &'static str,
     /// Model tokens used by the step being run.
     tokens: u32,
+    /// Candidate plans the model is to choose from before the first step (`record.plan` is the
+    /// rules brain's meanwhile).
+    choosing: Option<PlanChoice>,
 }
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
 /// Tokens the gate's model question reserves.
 const GATE_TOKENS_RESERVED: u32 = 256;
+/// Tokens the plan question reserves.
+const PLAN_TOKENS_RESERVED: u32 = 384;
 
 /// How a step ended its run: done, or waiting for the model's answer (a message to come).
 enum StepRun {
@@ -494,14 +499,16 @@ impl PersonaState {
         let now = now_us();
         let e = &d.event;
         let class = self.class_of(e);
-        let plan = self.brain.formulate_plan(&PlanContext {
+        let ctx = PlanContext {
             persona: &self.name,
             role: &self.args.config.role,
             event: e,
             avoid: &[],
             learnings: &self.learnings,
             attempt: 0,
-        });
+        };
+        let plan = self.brain.formulate_plan(&ctx);
+        let choosing = self.args.llm.as_ref().and_then(|_| self.brain.plan_request(&ctx));
         let focus = Activity {
             event_id: e.id.clone(),
             verdict: "engage".into(),
@@ -538,6 +545,7 @@ impl PersonaState {
             notes: Vec::new(),
             drafted_by: "rules",
             tokens: 0,
+            choosing,
         });
         self.next_step();
     }
@@ -548,6 +556,19 @@ impl PersonaState {
     /// the persona's cadence; the steps after it, and interactive and urgent work, do not.
     fn next_step(&mut self) {
         let Some(f) = self.in_flight.as_ref() else { return };
+        if f.choosing.is_some() {
+            // The model chooses the plan first: an inference slot, like the first step's.
+            let mut t = self.task_for(&f.delivery.event, f.class, f.priority, "plan");
+            t.slot = Slot::Inference;
+            t = t.with_max_tokens(PLAN_TOKENS_RESERVED);
+            if f.class == Class::Work {
+                t = t.paced();
+            }
+            let f = self.in_flight.as_mut().expect("checked above");
+            f.task = t.id;
+            self.args.scheduler.submit(t);
+            return;
+        }
         let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
         let label = action.map_or("evaluate", Action::as_str);
         let mut t = self.task_for(&f.delivery.event, f.class, f.priority, label);
@@ -623,7 +644,11 @@ impl PersonaState {
         } else if self.consolidating == Some(g.task) {
             "consolidate"
         } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.task == g.task) {
-            f.record.plan.steps.get(f.cursor).map_or("evaluate", |s| s.action.as_str())
+            if f.choosing.is_some() {
+                "plan"
+            } else {
+                f.record.plan.steps.get(f.cursor).map_or("evaluate", |s| s.action.as_str())
+            }
         } else {
             // A task of an event that is over (the persona restarted meanwhile).
             if ran {
@@ -675,7 +700,26 @@ impl PersonaState {
             }
             return;
         }
-        let f = self.in_flight.as_ref().expect("on_grant checked the task");
+        let f = self.in_flight.as_mut().expect("on_grant checked the task");
+        if let Some(choice) = f.choosing.take() {
+            if let (Outcome::Run, Some(llm)) = (&g.outcome, self.args.llm.clone()) {
+                let (job, task, me) = (choice.job.clone(), g.task, self.myself.clone());
+                tokio::spawn(async move {
+                    let answer = ractor::call!(llm, |reply| LlmMsg::Classify { job, reply })
+                        .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
+                    let _ = me.cast(PersonaMsg::Planned { task, answer });
+                });
+                // The grant is held until the model answers (`PersonaMsg::Planned`).
+                f.choosing = Some(choice);
+                return;
+            }
+            f.notes.push("no budget for the model to choose the plan: rules plan".into());
+            if ran {
+                self.args.scheduler.done(g.task);
+            }
+            self.next_step();
+            return;
+        }
         if f.cursor >= f.record.plan.steps.len() {
             if ran {
                 self.args.scheduler.done(g.task);
@@ -822,6 +866,7 @@ impl PersonaState {
                     role: &self.args.config.role,
                     event: &e,
                     recalled: &f.recalled,
+                    state: &f.state,
                 };
                 let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
                 let Some(req) = request else {
@@ -889,6 +934,30 @@ impl PersonaState {
     }
 
     /// The model's label scores for the engagement question of `task`.
+    /// The model's choice of plan for the event in flight: the plan it picked with a clear
+    /// margin, else the rules plan; then the first step.
+    fn on_planned(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
+        let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task && f.choosing.is_some()) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let choice = f.choosing.take().expect("checked above");
+        match answer {
+            Ok(c) => {
+                let tokens = c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>();
+                self.args.scheduler.done_with_tokens(task, tokens as u32);
+                let (plan, note) = choice.choose(&c.scores);
+                f.record.plan = plan;
+                f.notes.push(note);
+            }
+            Err(e) => {
+                self.args.scheduler.done(task);
+                f.notes.push(format!("model failed to choose the plan ({e}): rules plan"));
+            }
+        }
+        self.next_step();
+    }
+
     fn on_judged(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
         let Some(j) = self.judging.take_if(|j| j.task == task) else {
             self.args.scheduler.done(task);
@@ -916,6 +985,7 @@ impl PersonaState {
             role: &self.args.config.role,
             event: &f.delivery.event,
             recalled: &f.recalled,
+            state: &f.state,
         });
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
         f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
@@ -1223,6 +1293,7 @@ impl Actor for Persona {
             }
             PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
             PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
+            PersonaMsg::Planned { task, answer } => st.on_planned(task, answer),
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),

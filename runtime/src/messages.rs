@@ -161,6 +161,11 @@ pub enum PersonaMsg {
         task: TaskId,
         answer: Result<Classification, LlmFailure>,
     },
+    /// The LLM's label scores for the choice of plan the persona asked for `task`.
+    Planned {
+        task: TaskId,
+        answer: Result<Classification, LlmFailure>,
+    },
 }
 
 /// Answer to an accepted injection.

@@ -85,8 +85,67 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
             }
             Err(e) => out["peer_error"] = e.into(),
         }
+        match over_http(python, model, threads, &req) {
+            Ok(v) => {
+                if let (Some(http), Some(direct)) = (v["gen_tok_s"].as_f64(), out["peer"]["gen_tok_s"].as_f64()) {
+                    out["ratio_openai_gen_vs_direct"] = round(http / direct, 2).into();
+                }
+                out["openai"] = v;
+            }
+            Err(e) => out["openai_error"] = e.to_string().into(),
+        }
     }
     Ok(out)
+}
+
+/// The `openai` backend against llama.cpp's own OpenAI-compatible server (`llama_cpp.server`)
+/// on the same file and threads: generation speed and time to first token as the backend
+/// accounts them, over loopback HTTP.
+fn over_http(python: &str, model: &Path, threads: usize, req: &GenerateRequest) -> anyhow::Result<Value> {
+    use mindfleet_actors::llm::openai::{OpenAi, OpenAiConfig};
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut server = std::process::Command::new(python)
+        .args(["-m", "llama_cpp.server", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--n_ctx", "2048", "--n_threads", &threads.to_string(), "--n_threads_batch", &threads.to_string()])
+        .arg("--model")
+        .arg(model)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let result = (|| {
+        let url = format!("http://127.0.0.1:{port}/v1");
+        let deadline = Instant::now() + std::time::Duration::from_secs(120);
+        while reqwest::blocking::get(format!("{url}/models")).is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "llama_cpp.server did not answer on {url} within 120 s");
+            if let Some(status) = server.try_wait()? {
+                anyhow::bail!("llama_cpp.server exited ({status}): is llama-cpp-python[server] installed?");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let client = OpenAi::new(OpenAiConfig {
+            url,
+            model: "smollm2".into(),
+            api_key: None,
+            timeout: std::time::Duration::from_secs(300),
+        })?;
+        let (mut gen_tok_s, mut ttft_ms, mut tokens_out) = (vec![], vec![], 0);
+        for _ in 0..RUNS {
+            let g = client.generate(req, &mut |_| ControlFlow::Continue(()))?;
+            gen_tok_s.push(g.tokens_out as f64 / (g.gen_ms / 1e3));
+            ttft_ms.push(g.ttft_ms);
+            tokens_out = g.tokens_out;
+        }
+        Ok(json!({
+            "server": "llama_cpp.server",
+            "gen_tokens": tokens_out,
+            "gen_tok_s": round(median(gen_tok_s), 1),
+            "ttft_ms": round(median(ttft_ms), 1),
+        }))
+    })();
+    let _ = server.kill();
+    let _ = server.wait();
+    result
 }
 
 /// Coverage (share of cases the model decides) and agreement (share of those it gets right)
