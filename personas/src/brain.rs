@@ -40,6 +40,15 @@ pub struct RespondContext<'a> {
     pub state: &'a GateState,
 }
 
+/// What a brain writes the lesson of a finished plan from.
+pub struct LessonContext<'a> {
+    pub respond: RespondContext<'a>,
+    pub record: &'a PlanRecord,
+    pub evaluation: &'a Evaluation,
+    /// The reply posted, if any.
+    pub reply: Option<&'a str>,
+}
+
 pub trait Brain: Send + Sync {
     /// Its name, as recorded in outbox entries (`rules`, `local`, `openai`).
     fn name(&self) -> &'static str;
@@ -73,6 +82,13 @@ pub trait Brain: Send + Sync {
         score(priority, state)
     }
 
+    /// For a model-backed brain: the request for the LLM that writes the lesson of a finished
+    /// plan (what to keep or change next time), from the rules' evaluation of it; `None`: the
+    /// evaluation is the rules' alone.
+    fn lesson_request(&self, _ctx: &LessonContext) -> Option<GenerateRequest> {
+        None
+    }
+
     /// For a model-backed brain: plans to choose from for `ctx` (the first is the rules brain's)
     /// and the question that asks the model to choose; `None`: [`Brain::formulate_plan`] decides.
     fn plan_request(&self, _ctx: &PlanContext) -> Option<PlanChoice> {
@@ -81,40 +97,93 @@ pub trait Brain: Send + Sync {
 }
 
 /// A constrained choice of plan: every candidate is made of actions of the registry, so any
-/// answer is a valid plan, and the model answers with one label, never free text.
+/// answer is a valid plan, and the model answers with one label, never free text. The question
+/// is asked once per order of the candidates in `orders`: small models tend to pick whatever is
+/// listed first, so a pick counts only when it is the same plan in every order.
 #[derive(Debug, Clone)]
 pub struct PlanChoice {
     /// The first is the rules brain's plan: what runs when the model is unsure or fails.
     pub candidates: Vec<Plan>,
-    /// Labels `A`, `B`, ... in the order of `candidates`.
-    pub job: ClassifyJob,
+    /// Each order the candidates are listed in (indices into `candidates`), and its question
+    /// (labels `A`, `B`, ... in that order).
+    pub orders: Vec<(Vec<usize>, ClassifyJob)>,
 }
 
 impl PlanChoice {
-    /// The chosen plan and a note of why: the model's pick when its best label leads the second
-    /// by more than [`PLAN_CLEAR`], else the rules brain's.
-    pub fn choose(mut self, scores: &[LabelScore]) -> (Plan, String) {
-        let pick = scores.first().and_then(|best| {
-            let at = self.job.labels.iter().position(|l| *l == best.label)?;
-            Some((at, margin(scores)?))
-        });
-        match pick {
-            Some((at, m)) if m > PLAN_CLEAR => {
-                let mut plan = self.candidates.swap_remove(at);
-                plan.source = format!("model:{}", plan.source);
-                let note = format!("plan {} chosen by the model (margin {m:.2})", self.job.labels[at]);
-                (plan, note)
-            }
-            Some((_, m)) => {
-                (self.candidates.swap_remove(0), format!("model unsure of the plan (margin {m:.2}): rules plan"))
-            }
-            None => (self.candidates.swap_remove(0), "model gave no plan scores: rules plan".into()),
+    /// The candidates in the order they were listed for the `k`-th question.
+    pub fn listed(&self, k: usize) -> Vec<Plan> {
+        self.orders[k].0.iter().map(|&i| self.candidates[i].clone()).collect()
+    }
+
+    /// The chosen plan and a note of why: the model's pick when it is the same plan in every
+    /// order and its best label leads the second by more than [`PLAN_CLEAR`] each time, else the
+    /// rules brain's. `answers` are the label scores of each question of `orders`.
+    pub fn choose(mut self, answers: &[Vec<LabelScore>]) -> (Plan, String) {
+        let mut picks = Vec::new();
+        for ((order, job), scores) in self.orders.iter().zip(answers) {
+            let Some(best) = scores.first() else { break };
+            let Some(at) = job.labels.iter().position(|l| *l == best.label) else { break };
+            picks.push((order[at], margin(scores).unwrap_or(0.0)));
         }
+        let rules = |c: &mut Vec<Plan>, note: String| (c.swap_remove(0), note);
+        if picks.len() < self.orders.len() || picks.is_empty() {
+            return rules(&mut self.candidates, "model gave no plan scores: rules plan".into());
+        }
+        let first = picks[0].0;
+        let least = picks.iter().map(|p| p.1).fold(f32::INFINITY, f32::min);
+        if picks.iter().any(|p| p.0 != first) {
+            return rules(&mut self.candidates, "model's pick changed with the order of the plans: rules plan".into());
+        }
+        if least <= PLAN_CLEAR {
+            return rules(&mut self.candidates, format!("model unsure of the plan (margin {least:.2}): rules plan"));
+        }
+        let mut plan = self.candidates.swap_remove(first);
+        if first > 0 {
+            plan.source = format!("model:{}", plan.source);
+        }
+        (plan, format!("plan chosen by the model in every order (margin {least:.2})"))
     }
 }
 
 /// How far the model's best plan must lead the second, in log-probability, to be taken.
 pub const PLAN_CLEAR: f32 = 1.0;
+
+/// What kind of plan fits a message: answer from memory, look things up first, or ask back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanKind {
+    Answer,
+    Search,
+    Ask,
+}
+
+impl PlanKind {
+    pub fn of(plan: &Plan) -> PlanKind {
+        let has = |a: Action| plan.steps.iter().any(|s| s.action == a);
+        if has(Action::AskClarifyingQuestion) {
+            PlanKind::Ask
+        } else if has(Action::SearchKnowledge) {
+            PlanKind::Search
+        } else {
+            PlanKind::Answer
+        }
+    }
+}
+
+/// Labelled cases for the plan choice: the domain, the message, and the kind of plan that fits.
+pub const PLAN_CASES: &[(&str, &str, PlanKind)] = &[
+    ("chat", "thanks, that fixed it!", PlanKind::Answer),
+    ("chat", "good morning team, how was the weekend?", PlanKind::Answer),
+    ("chat", "can you say hello to the new intern?", PlanKind::Answer),
+    ("chat", "what did we decide about the release yesterday?", PlanKind::Answer),
+    ("code", "which function in the storage writer handles group commit?", PlanKind::Search),
+    ("code", "where is the admin token checked in the HTTP API code?", PlanKind::Search),
+    ("docs", "what does the CONFIG doc say about max_batch?", PlanKind::Search),
+    ("code", "find every place we call the embedding worker", PlanKind::Search),
+    ("chat", "it?", PlanKind::Ask),
+    ("chat", "can you fix that thing?", PlanKind::Ask),
+    ("chat", "why?", PlanKind::Ask),
+    ("chat", "the other one, please", PlanKind::Ask),
+];
 
 /// What each action does, in the words the plan question uses.
 fn describe(action: Action) -> &'static str {
@@ -224,6 +293,8 @@ pub struct LocalBrain;
 
 /// Tokens a drafted reply may have.
 pub const REPLY_MAX_TOKENS: usize = 64;
+/// Tokens a plan's lesson may have.
+pub const LESSON_MAX_TOKENS: usize = 40;
 
 impl Brain for LocalBrain {
     fn name(&self) -> &'static str {
@@ -279,9 +350,20 @@ impl Brain for LocalBrain {
             });
         }
         let labels: Vec<String> = (0..candidates.len()).map(|i| char::from(b'A' + i as u8).to_string()).collect();
-        let messages = plan_question(ctx.persona, ctx.role, &ctx.event.text, &candidates, &labels);
-        let job = ClassifyJob { messages, labels, purpose: "plan".into(), persona: Some(ctx.persona.to_string()) };
-        Some(PlanChoice { candidates, job })
+        // As built, and with the rules plan moved last.
+        let n = candidates.len();
+        let orders = [(0..n).collect::<Vec<_>>(), (1..n).chain([0]).collect()];
+        let orders = orders
+            .into_iter()
+            .take(if n > 1 { 2 } else { 1 })
+            .map(|order| {
+                let listed: Vec<Plan> = order.iter().map(|&i| candidates[i].clone()).collect();
+                let messages = plan_question(ctx.persona, ctx.role, &ctx.event.text, &listed, &labels);
+                let persona = Some(ctx.persona.to_string());
+                (order, ClassifyJob { messages, labels: labels.clone(), purpose: "plan".into(), persona })
+            })
+            .collect();
+        Some(PlanChoice { candidates, orders })
     }
 
     fn judge_request(&self, persona: &str, role: &str, event: &Event) -> Option<ClassifyJob> {
@@ -313,31 +395,74 @@ impl Brain for LocalBrain {
         }
     }
 
-    fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
-        let st = ctx.state;
-        let mut system = format!(
-            "You are {}, the team's {}, in a group chat. Answer the last message in one or two short sentences.\n\
-             Your state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
-            ctx.persona,
-            ctx.role,
-            st.mood.as_str(),
-            100.0 * st.load,
-            100.0 * st.capacity,
-            if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
+    fn lesson_request(&self, ctx: &LessonContext) -> Option<GenerateRequest> {
+        let r = &ctx.respond;
+        let mut system = persona_preamble(r);
+        system.push_str(
+            "\nYou just handled the message below. In one short sentence, say what you will do the same \
+             or differently next time.",
         );
-        if !ctx.recalled.is_empty() {
-            system.push_str("\nWhat you remember:");
-            for r in ctx.recalled {
-                system.push_str("\n- ");
-                system.push_str(&r.text);
-            }
-        }
+        let steps: Vec<String> = ctx
+            .record
+            .plan
+            .steps
+            .iter()
+            .map(|s| {
+                let outcome = match &s.state {
+                    StepState::Done => "done".to_string(),
+                    StepState::Failed { class, .. } => format!("failed ({})", class.as_str()),
+                    other => format!("{other:?}").to_lowercase(),
+                };
+                format!("{} ({outcome})", describe(s.action))
+            })
+            .collect();
+        let e = r.event;
+        let user = format!(
+            "{}: {}\nWhat you did: {}.\nYour reply: {}\nOutcome: {}.",
+            e.from,
+            e.text,
+            steps.join(", "),
+            ctx.reply.unwrap_or("(none)"),
+            if ctx.evaluation.success { "it worked" } else { "it failed" },
+        );
+        let mut req =
+            GenerateRequest::new(vec![ChatMessage::system(system), ChatMessage::user(user)], LESSON_MAX_TOKENS);
+        req.stop = vec!["\n".into()];
+        Some(req)
+    }
+
+    fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
+        let mut system = persona_preamble(ctx);
+        system.push_str("\nAnswer the last message in one or two short sentences.");
         let e = ctx.event;
         let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
         let mut req = GenerateRequest::new(messages, REPLY_MAX_TOKENS);
         req.stop = vec!["\n\n".into()];
         Some(req)
     }
+}
+
+/// Who the persona is, its self-state and what it recalled: the start of every system prompt
+/// the local brain writes.
+fn persona_preamble(ctx: &RespondContext) -> String {
+    let st = ctx.state;
+    let mut system = format!(
+        "You are {}, the team's {}, in a group chat.\nYour state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
+        ctx.persona,
+        ctx.role,
+        st.mood.as_str(),
+        100.0 * st.load,
+        100.0 * st.capacity,
+        if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
+    );
+    if !ctx.recalled.is_empty() {
+        system.push_str("\nWhat you remember:");
+        for r in ctx.recalled {
+            system.push_str("\n- ");
+            system.push_str(&r.text);
+        }
+    }
+    system
 }
 
 /// The deterministic brain: plans from per-domain templates, adjusts by error class.
@@ -553,24 +678,42 @@ mod tests {
     }
 
     #[test]
-    fn the_model_chooses_among_registry_plans_and_the_rules_plan_stands_when_it_is_unsure() {
+    fn the_model_chooses_among_registry_plans_only_when_its_pick_survives_reordering() {
         let e = ev("chat", "how do I rotate the admin token?");
         let ctx = PlanContext { persona: "p", role: "r", event: &e, avoid: &[], learnings: &[], attempt: 0 };
         let choice = LocalBrain.plan_request(&ctx).unwrap();
         let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
         assert_eq!(choice.candidates[0], RulesBrain.formulate_plan(&ctx), "the first is the rules plan");
-        assert_eq!(choice.job.labels, ["A", "B", "C"], "one label per distinct plan");
         let all: Vec<_> = choice.candidates.iter().map(actions).collect();
-        assert!(all.iter().enumerate().all(|(i, a)| !all[..i].contains(a)), "{all:?}");
-        let question = &choice.job.messages[0].content;
+        assert!(all.iter().enumerate().all(|(i, a)| !all[..i].contains(a)), "distinct: {all:?}");
+        assert_eq!(choice.orders.len(), 2);
+        assert_eq!(choice.orders[0].0, [0, 1, 2]);
+        assert_eq!(choice.orders[1].0, [1, 2, 0], "the rules plan listed last the second time");
+        assert_eq!(choice.orders[1].1.labels, ["A", "B", "C"]);
+        let question = &choice.orders[0].1.messages[0].content;
         assert!(question.contains("B: recall what I know, then search the team's knowledge"), "{question}");
+        assert_eq!(choice.listed(1)[2], choice.candidates[0]);
 
-        let label = |l: &str, lp: f32| LabelScore { label: l.into(), logprob: lp, tokens: 1 };
-        let (plan, note) = choice.clone().choose(&[label("C", -0.2), label("A", -2.0), label("B", -3.0)]);
+        let scores = |best: &str, m: f32| {
+            let others = ["A", "B", "C"].into_iter().filter(|l| *l != best);
+            std::iter::once(LabelScore { label: best.into(), logprob: -0.1, tokens: 1 })
+                .chain(others.enumerate().map(|(i, l)| LabelScore {
+                    label: l.into(),
+                    logprob: -0.1 - m - i as f32,
+                    tokens: 1,
+                }))
+                .collect::<Vec<_>>()
+        };
+        // Candidate 2 (ask back) is C the first time and B the second: the same plan, picked.
+        let (plan, note) = choice.clone().choose(&[scores("C", 1.8), scores("B", 2.5)]);
         assert_eq!(actions(&plan), [Action::AskClarifyingQuestion, Action::PostReply]);
         assert_eq!(plan.source, "model:registry");
-        assert!(note.starts_with("plan C chosen by the model (margin 1.80)"), "{note}");
-        let (plan, note) = choice.clone().choose(&[label("B", -1.0), label("A", -1.5), label("C", -3.0)]);
+        assert!(note.starts_with("plan chosen by the model in every order (margin 1.80)"), "{note}");
+        // Always the first listed: position, not judgement; the rules plan stands.
+        let (plan, note) = choice.clone().choose(&[scores("A", 3.0), scores("A", 3.0)]);
+        assert_eq!(plan, choice.candidates[0]);
+        assert!(note.contains("changed with the order"), "{note}");
+        let (plan, note) = choice.clone().choose(&[scores("C", 0.5), scores("B", 2.5)]);
         assert_eq!(plan, choice.candidates[0]);
         assert!(note.starts_with("model unsure of the plan (margin 0.50)"), "{note}");
 

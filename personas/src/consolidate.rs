@@ -128,13 +128,15 @@ pub fn consolidate(
         .filter(|e| e.kind == EntryKind::Reflection && e.importance >= 0.7)
         .map(|e| {
             let plan = e.event_id.as_deref().and_then(|id| by_event.get(id));
-            let pattern = e.text.trim_start_matches("reflection: ").to_string();
+            // The rules' pattern, then the model's lesson when it wrote one.
+            let text = e.text.trim_start_matches("reflection: ");
+            let (pattern, lesson) = text.split_once("; lesson: ").map_or((text, None), |(p, l)| (p, Some(l)));
             Experience {
                 domain: e.domain.clone(),
-                task: plan.map_or_else(|| pattern.clone(), |p| p.plan.goal.clone()),
+                task: plan.map_or_else(|| pattern.to_string(), |p| p.plan.goal.clone()),
                 trajectory: plan.map(|p| trajectory(p)).unwrap_or_default(),
                 success: plan.and_then(|p| p.evaluation.as_ref()).is_some_and(|v| v.success),
-                learnings: vec![pattern],
+                learnings: std::iter::once(pattern).chain(lesson).map(str::to_string).collect(),
                 event_id: e.event_id.clone(),
                 at_us: e.created_us,
             }
@@ -325,7 +327,7 @@ mod tests {
         let entries = vec![
             entry(1, EntryKind::Observation, "alice in #dev: the deploy pipeline latency regression again"),
             entry(2, EntryKind::Observation, "alice in #dev: deploy pipeline latency is worse today"),
-            entry(3, EntryKind::Reflection, "reflection: chat: worked"),
+            entry(3, EntryKind::Reflection, "reflection: chat: worked; lesson: ask for the logs first"),
             entry(4, EntryKind::Observation, "bob in #dev: I prefer short answers please"),
         ];
         let plans = vec![plan("e3", true), plan("e9", false)];
@@ -333,6 +335,7 @@ mod tests {
         assert_eq!(c.watermark, 4);
         assert_eq!(c.experiences.len(), 1);
         assert!(c.experiences[0].success && c.experiences[0].trajectory.len() == 3);
+        assert_eq!(c.experiences[0].learnings, ["chat: worked", "ask for the logs first"], "pattern, then lesson");
         assert_eq!(c.procedures.len(), 1);
         assert_eq!((c.procedures[0].times_used, c.procedures[0].success_rate), (2, 0.5));
         assert_eq!(c.knowledge.len(), 1, "{:?}", c.knowledge);

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::llm::{Classification, GenerateJob, Generation, LlmFailure, LlmMsg};
+use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
     StateChange, Turn,
@@ -40,7 +40,7 @@ use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 use tracing::Instrument;
 
-use crate::brain::{Brain, LocalBrain, PlanChoice, PlanContext, RespondContext, RulesBrain};
+use crate::brain::{Brain, LessonContext, LocalBrain, PlanChoice, PlanContext, RespondContext, RulesBrain};
 use crate::consolidate::consolidate;
 use crate::faults::FaultBook;
 use crate::gate::{
@@ -161,8 +161,10 @@ struct InFlight {
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
 /// Tokens the gate's model question reserves.
 const GATE_TOKENS_RESERVED: u32 = 256;
-/// Tokens the plan question reserves.
-const PLAN_TOKENS_RESERVED: u32 = 384;
+/// Tokens the plan questions (one per order of the candidates) reserve.
+const PLAN_TOKENS_RESERVED: u32 = 768;
+/// Tokens the lesson of a plan reserves: its prompt and its answer.
+const LESSON_TOKENS_RESERVED: u32 = 768;
 
 /// How a step ended its run: done, or waiting for the model's answer (a message to come).
 enum StepRun {
@@ -572,10 +574,11 @@ impl PersonaState {
         let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
         let label = action.map_or("evaluate", Action::as_str);
         let mut t = self.task_for(&f.delivery.event, f.class, f.priority, label);
-        if action == Some(Action::DraftReply) && self.args.config.brain == BrainKind::Local {
-            // The model drafts: an inference slot, reserving the most tokens a draft can take.
+        if matches!(action, Some(Action::DraftReply) | None) && self.args.config.brain == BrainKind::Local {
+            // The model drafts the reply, or writes the lesson: an inference slot, reserving
+            // the most tokens the request can take.
             t.slot = Slot::Inference;
-            t = t.with_max_tokens(DRAFT_TOKENS_RESERVED);
+            t = t.with_max_tokens(if action.is_some() { DRAFT_TOKENS_RESERVED } else { LESSON_TOKENS_RESERVED });
         }
         let starts = f.cursor == 0 && f.record.adjustments.is_empty();
         if starts && f.class == Class::Work {
@@ -703,11 +706,21 @@ impl PersonaState {
         let f = self.in_flight.as_mut().expect("on_grant checked the task");
         if let Some(choice) = f.choosing.take() {
             if let (Outcome::Run, Some(llm)) = (&g.outcome, self.args.llm.clone()) {
-                let (job, task, me) = (choice.job.clone(), g.task, self.myself.clone());
+                let jobs: Vec<ClassifyJob> = choice.orders.iter().map(|(_, job)| job.clone()).collect();
+                let (task, me) = (g.task, self.myself.clone());
                 tokio::spawn(async move {
-                    let answer = ractor::call!(llm, |reply| LlmMsg::Classify { job, reply })
-                        .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
-                    let _ = me.cast(PersonaMsg::Planned { task, answer });
+                    let mut answers = Vec::with_capacity(jobs.len());
+                    for job in jobs {
+                        match ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) {
+                            Ok(Ok(c)) => answers.push(c),
+                            Ok(Err(e)) => return me.cast(PersonaMsg::Planned { task, answer: Err(e) }),
+                            Err(e) => {
+                                let answer = Err(LlmFailure::Failed(e.to_string()));
+                                return me.cast(PersonaMsg::Planned { task, answer });
+                            }
+                        }
+                    }
+                    me.cast(PersonaMsg::Planned { task, answer: Ok(answers) })
                 });
                 // The grant is held until the model answers (`PersonaMsg::Planned`).
                 f.choosing = Some(choice);
@@ -721,10 +734,41 @@ impl PersonaState {
             return;
         }
         if f.cursor >= f.record.plan.steps.len() {
+            if let (Outcome::Run, Some(llm)) = (&g.outcome, self.args.llm.clone()) {
+                let evaluation = self.brain.evaluate_outcome(&f.record);
+                let ctx = LessonContext {
+                    respond: RespondContext {
+                        persona: &self.name,
+                        role: &self.args.config.role,
+                        event: &f.delivery.event,
+                        recalled: &f.recalled,
+                        state: &f.state,
+                    },
+                    record: &f.record,
+                    evaluation: &evaluation,
+                    reply: f.reply.as_ref().map(|(o, _)| o.text.as_str()),
+                };
+                if let Some(req) = self.brain.lesson_request(&ctx) {
+                    let (task, me) = (g.task, self.myself.clone());
+                    let job = GenerateJob {
+                        req,
+                        purpose: "evaluate".into(),
+                        persona: Some(self.name.to_string()),
+                        stream: None,
+                    };
+                    tokio::spawn(async move {
+                        let answer = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
+                            .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
+                        let _ = me.cast(PersonaMsg::Evaluated { task, answer });
+                    });
+                    // The grant is held until the model answers (`PersonaMsg::Evaluated`).
+                    return;
+                }
+            }
             if ran {
                 self.args.scheduler.done(g.task);
             }
-            self.complete();
+            self.complete(None);
             return;
         }
         if let Outcome::Skipped(reason) = g.outcome {
@@ -936,17 +980,19 @@ impl PersonaState {
     /// The model's label scores for the engagement question of `task`.
     /// The model's choice of plan for the event in flight: the plan it picked with a clear
     /// margin, else the rules plan; then the first step.
-    fn on_planned(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
+    fn on_planned(&mut self, task: TaskId, answer: Result<Vec<Classification>, LlmFailure>) {
         let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task && f.choosing.is_some()) else {
             self.args.scheduler.done(task);
             return;
         };
         let choice = f.choosing.take().expect("checked above");
         match answer {
-            Ok(c) => {
-                let tokens = c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>();
+            Ok(answers) => {
+                let tokens: usize =
+                    answers.iter().map(|c| c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>()).sum();
                 self.args.scheduler.done_with_tokens(task, tokens as u32);
-                let (plan, note) = choice.choose(&c.scores);
+                let scores: Vec<Vec<LabelScore>> = answers.into_iter().map(|c| c.scores).collect();
+                let (plan, note) = choice.choose(&scores);
                 f.record.plan = plan;
                 f.notes.push(note);
             }
@@ -1018,18 +1064,48 @@ impl PersonaState {
         self.step_done(task, Ok(()));
     }
 
-    /// The plan is over: evaluate it, learn from it, and finish the event.
-    fn complete(&mut self) {
+    /// The model's lesson of the plan in flight: the plan is complete.
+    fn on_evaluated(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
+        let over = self.in_flight.as_ref().is_none_or(|f| f.task != task || f.cursor < f.record.plan.steps.len());
+        if over {
+            self.args.scheduler.done(task);
+            return;
+        }
+        let lesson = match answer {
+            Ok(g) => {
+                self.args.scheduler.done_with_tokens(task, (g.tokens_in + g.tokens_out) as u32);
+                let text = g.text.trim().to_string();
+                if text.is_empty() { Err(format!("the model answered nothing ({:?})", g.stop)) } else { Ok(text) }
+            }
+            Err(e) => {
+                self.args.scheduler.done(task);
+                Err(e.to_string())
+            }
+        };
+        match lesson {
+            Ok(text) => self.complete(Some(text)),
+            Err(why) => {
+                self.in_flight.as_mut().expect("checked above").notes.push(format!("no lesson from the model: {why}"));
+                self.complete(None);
+            }
+        }
+    }
+
+    /// The plan is over: evaluate it, learn from it (with the model's `lesson`, when it wrote
+    /// one), and finish the event.
+    fn complete(&mut self, lesson: Option<String>) {
         let Some(mut f) = self.in_flight.take() else { return };
         let evaluation = self.brain.evaluate_outcome(&f.record);
         let now = now_us();
         f.record.finished_us = Some(now);
-        self.remember(
-            &f.delivery.event,
-            EntryKind::Reflection,
-            format!("reflection: {}", evaluation.pattern),
-            if evaluation.success { 0.8 } else { 0.9 },
-        );
+        let reflection = match &lesson {
+            Some(l) => {
+                f.notes.push(format!("lesson: {l}"));
+                format!("reflection: {}; lesson: {l}", evaluation.pattern)
+            }
+            None => format!("reflection: {}", evaluation.pattern),
+        };
+        self.remember(&f.delivery.event, EntryKind::Reflection, reflection, if evaluation.success { 0.8 } else { 0.9 });
         match self.learnings.iter_mut().find(|l| l.pattern == evaluation.pattern) {
             Some(l) => {
                 if evaluation.success {
@@ -1294,6 +1370,7 @@ impl Actor for Persona {
             PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
             PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
             PersonaMsg::Planned { task, answer } => st.on_planned(task, answer),
+            PersonaMsg::Evaluated { task, answer } => st.on_evaluated(task, answer),
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),

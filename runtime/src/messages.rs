@@ -161,10 +161,16 @@ pub enum PersonaMsg {
         task: TaskId,
         answer: Result<Classification, LlmFailure>,
     },
-    /// The LLM's label scores for the choice of plan the persona asked for `task`.
+    /// The LLM's lesson of the plan whose evaluation is `task`.
+    Evaluated {
+        task: TaskId,
+        answer: Result<Generation, LlmFailure>,
+    },
+    /// The LLM's label scores for each question of the choice of plan the persona asked for
+    /// `task`.
     Planned {
         task: TaskId,
-        answer: Result<Classification, LlmFailure>,
+        answer: Result<Vec<Classification>, LlmFailure>,
     },
 }
 

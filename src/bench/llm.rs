@@ -130,8 +130,12 @@ fn over_http(python: &str, model: &Path, threads: usize, req: &GenerateRequest) 
             timeout: std::time::Duration::from_secs(300),
         })?;
         let (mut gen_tok_s, mut ttft_ms, mut tokens_out) = (vec![], vec![], 0);
-        for _ in 0..RUNS {
-            let g = client.generate(req, &mut |_| ControlFlow::Continue(()))?;
+        for run in 0..RUNS {
+            // A different first line each run: the server reuses the cache of a repeated
+            // prompt, which would hide the prompt's reading from the time to first token.
+            let mut req = req.clone();
+            req.messages[0].content = format!("Run {run}. {}", req.messages[0].content);
+            let g = client.generate(&req, &mut |_| ControlFlow::Continue(()))?;
             gen_tok_s.push(g.tokens_out as f64 / (g.gen_ms / 1e3));
             ttft_ms.push(g.ttft_ms);
             tokens_out = g.tokens_out;
@@ -200,7 +204,9 @@ pub fn gate_model(model: &Path) -> anyhow::Result<Value> {
         }
     }
     let (coverage, agreement) = gate_figures(&margins, GATE_CALIBRATION.bias, GATE_CALIBRATION.clear);
+    let plans = plan_choice(&llm)?;
     Ok(json!({
+        "plan": plans,
         "bench": "gate-model",
         "cases": GATE_CASES.len(),
         "per_case_ms": round(per_case_ms, 1),
@@ -215,5 +221,56 @@ pub fn gate_model(model: &Path) -> anyhow::Result<Value> {
         "calibration_clear": GATE_CALIBRATION.clear,
         "coverage": round(coverage, 3),
         "agreement": round(agreement, 3),
+    }))
+}
+
+/// The plan choice on the labelled cases of `PLAN_CASES`, as the local brain makes it (the
+/// question in each order of `PlanChoice::orders`): how often the model's first answer is the
+/// first option listed and the plan that fits, and the share of cases the model decides (its pick
+/// the same in every order, beyond `PLAN_CLEAR`) with its agreement on them.
+fn plan_choice(llm: &Llm) -> anyhow::Result<Value> {
+    use mindfleet_personas::brain::{Brain, LocalBrain, PLAN_CASES, PLAN_CLEAR, PlanContext, PlanKind};
+    use mindfleet_runtime::event::EventInput;
+
+    let (mut first_listed, mut right, mut decided, mut agreed) = (0, 0, 0, 0);
+    let mut asked = 0;
+    for (domain, text, want) in PLAN_CASES {
+        let event = EventInput {
+            domain: domain.to_string(),
+            room: "general".into(),
+            from: "alice".into(),
+            text: text.to_string(),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ctx =
+            PlanContext { persona: "helper", role: "assistant", event: &event, avoid: &[], learnings: &[], attempt: 0 };
+        let choice = LocalBrain.plan_request(&ctx).expect("the local brain asks");
+        let mut answers = Vec::new();
+        for (k, (_, job)) in choice.orders.iter().enumerate() {
+            let labels: Vec<&str> = job.labels.iter().map(String::as_str).collect();
+            let scores = llm.classify(&job.messages, &labels)?.scores;
+            let at = labels.iter().position(|l| *l == scores[0].label).expect("a label");
+            asked += 1;
+            first_listed += usize::from(at == 0);
+            right += usize::from(PlanKind::of(&choice.listed(k)[at]) == *want);
+            answers.push(scores);
+        }
+        let (plan, note) = choice.choose(&answers);
+        if note.starts_with("plan chosen by the model") {
+            decided += 1;
+            agreed += usize::from(PlanKind::of(&plan) == *want);
+        }
+    }
+    let n = PLAN_CASES.len() as f64;
+    Ok(json!({
+        "cases": PLAN_CASES.len(),
+        "questions": asked,
+        "first_listed_share": round(first_listed as f64 / asked as f64, 3),
+        "right_share": round(right as f64 / asked as f64, 3),
+        "clear": PLAN_CLEAR,
+        "coverage": round(decided as f64 / n, 3),
+        "agreement": (decided > 0).then(|| round(agreed as f64 / decided as f64, 3)),
     }))
 }
