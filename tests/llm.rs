@@ -637,6 +637,10 @@ brain = "local"
         let d = dump(&fleet).await;
         assert_eq!(d.llm.status, "degraded");
         assert!(d.render_tree().contains("LlmWorker [degraded]"), "{}", d.render_tree());
+        let helper = crate::util::persona(&d, "helper");
+        let why = helper.brain_degraded.as_deref().unwrap_or_default();
+        assert!(why.starts_with("LLM unavailable: ") && why.contains("missing.gguf"), "{why:?}");
+        assert!(d.render_tree().contains("brain local (degraded: rules)"), "{}", d.render_tree());
         fleet.shutdown(std::time::Duration::from_secs(5)).await;
     }
 }

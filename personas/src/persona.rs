@@ -1242,6 +1242,7 @@ impl PersonaState {
             role: c.role.clone(),
             status: PersonaStatus::Running,
             brain: self.brain.name().into(),
+            brain_degraded: None,
             rooms: c.rooms.clone(),
             domains: c.domains.clone(),
             actors: ActorsDump {

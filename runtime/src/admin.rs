@@ -377,6 +377,12 @@ impl DumpBase {
                 ..Default::default()
             }),
         };
+        if llm.status == "degraded" {
+            let why = format!("LLM unavailable: {}", llm.error.as_deref().unwrap_or("unknown"));
+            for p in personas.iter_mut().filter(|p| p.brain == "local") {
+                p.brain_degraded = Some(why.clone());
+            }
+        }
         let mut admin = self.admin;
         admin.accepted = storage_stats.accepted;
         admin.duplicates = storage_stats.duplicates;

@@ -764,7 +764,8 @@ impl FleetConfig {
         })
     }
 
-    /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin.
+    /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin,
+    /// every one on the rules brain.
     pub fn synthetic(n: usize, data_dir: PathBuf) -> Self {
         let mut cfg = Self::embedded_default();
         cfg.name = format!("synthetic-{n}");
@@ -776,6 +777,8 @@ impl FleetConfig {
                 name: format!("p{i}"),
                 rooms: vec![format!("room{}", i % 8)],
                 dormant: false,
+                // The runtime's figures, not the model's.
+                brain: BrainKind::Rules,
                 ..template.clone()
             })
             .collect();

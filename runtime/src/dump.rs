@@ -93,6 +93,10 @@ pub struct PersonaDump {
     pub role: String,
     pub status: PersonaStatus,
     pub brain: String,
+    /// Set when the brain's model is unavailable and the rules brain decides in its place:
+    /// why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brain_degraded: Option<String>,
     pub rooms: Vec<String>,
     pub domains: Vec<String>,
     pub actors: ActorsDump,
@@ -124,6 +128,7 @@ impl PersonaDump {
             role: String::new(),
             status,
             brain: String::new(),
+            brain_degraded: None,
             rooms: Vec::new(),
             domains: Vec::new(),
             actors: ActorsDump {
@@ -238,6 +243,9 @@ impl FleetDump {
             let _ = write!(out, "]");
             if !p.role.is_empty() {
                 let _ = write!(out, "  {} · brain {}", p.role, p.brain);
+                if p.brain_degraded.is_some() {
+                    let _ = write!(out, " (degraded: rules)");
+                }
             }
             if let Some(e) = &p.actors.persona.last_error {
                 let _ = write!(out, "  last error: {e}");
