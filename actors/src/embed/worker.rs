@@ -15,6 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -83,7 +84,8 @@ pub struct WorkerState {
     status: Status,
     model_path: PathBuf,
     fingerprint: Key,
-    cache: Option<Cache>,
+    /// File I/O: used off the tokio workers (`spawn_blocking`).
+    cache: Option<Arc<Mutex<Cache>>>,
     waiting: HashMap<u64, Request>,
     next_id: u64,
     stats: EmbedStats,
@@ -107,6 +109,7 @@ impl WorkerState {
         tracing::warn!(error = %e, "embedding cache disabled");
         self.cache = None;
         self.stats.cache_error = Some(e.to_string());
+        self.stats.cache_entries = None;
     }
 
     fn stats(&self) -> EmbedStats {
@@ -131,8 +134,28 @@ impl WorkerState {
         s.p50_ms = nearest_rank(&lat, 0.50).unwrap_or(0.0);
         s.p99_ms = nearest_rank(&lat, 0.99).unwrap_or(0.0);
         s.in_flight = self.waiting.len();
-        s.cache_entries = self.cache.as_ref().and_then(|c| c.len().ok());
         s
+    }
+
+    /// Runs `op` on the cache off the tokio workers; a failure disables the cache. `None` when
+    /// there is no cache (or it just failed).
+    async fn with_cache<T: Send + 'static>(
+        &mut self,
+        op: impl FnOnce(&mut Cache) -> Result<T, super::cache::CacheError> + Send + 'static,
+    ) -> Option<T> {
+        let cache = self.cache.clone()?;
+        let done = tokio::task::spawn_blocking(move || op(&mut cache.lock().unwrap_or_else(|e| e.into_inner()))).await;
+        match done {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                self.cache_failed(e);
+                None
+            }
+            Err(e) => {
+                self.cache_failed(e);
+                None
+            }
+        }
     }
 }
 
@@ -149,8 +172,16 @@ impl Actor for EmbeddingWorker {
             ..Default::default()
         };
         stats.model.model = model_name(&args.model_dir);
-        let cache = match args.cache.as_deref().map(Cache::open).transpose() {
-            Ok(c) => c,
+        // Opening the cache and reading the model's files for its fingerprint are file I/O.
+        let (dir, path) = (args.model_dir.clone(), args.cache.clone());
+        let (cache, fingerprint) =
+            tokio::task::spawn_blocking(move || (path.as_deref().map(Cache::open).transpose(), fingerprint(&dir)))
+                .await?;
+        let cache = match cache {
+            Ok(c) => {
+                stats.cache_entries = c.as_ref().and_then(|c| c.len().ok());
+                c.map(|c| Arc::new(Mutex::new(c)))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "embedding cache disabled");
                 stats.cache_error = Some(e.to_string());
@@ -166,7 +197,7 @@ impl Actor for EmbeddingWorker {
             jobs: Some(tx),
             thread: Some(thread),
             status: Status::Loading,
-            fingerprint: fingerprint(&args.model_dir),
+            fingerprint,
             model_path: args.model_dir,
             cache,
             waiting: HashMap::new(),
@@ -186,13 +217,8 @@ impl Actor for EmbeddingWorker {
             EmbedMsg::Embed { texts, long, reply } => {
                 let received = Instant::now();
                 let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&st.fingerprint, long, t)).collect();
-                let found = match st.cache.as_ref().map(|c| c.get_many(&keys)).transpose() {
-                    Ok(found) => found.unwrap_or_else(|| vec![None; keys.len()]),
-                    Err(e) => {
-                        st.cache_failed(e);
-                        vec![None; keys.len()]
-                    }
-                };
+                let lookup = keys.clone();
+                let found = st.with_cache(move |c| c.get_many(&lookup)).await.unwrap_or_else(|| vec![None; keys.len()]);
                 let mut req = Request { reply, results: Vec::with_capacity(texts.len()), misses: Vec::new(), received };
                 let mut missed = Vec::new();
                 for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
@@ -241,10 +267,14 @@ impl Actor for EmbeddingWorker {
                     });
                     done.push((req, outcome));
                 }
-                if let Some(cache) = st.cache.as_mut()
-                    && let Err(e) = cache.put_many(fresh.iter().map(|(k, p)| (*k, p.as_slice())))
-                {
-                    st.cache_failed(e);
+                if !fresh.is_empty() {
+                    let put = move |c: &mut Cache| {
+                        c.put_many(fresh.iter().map(|(k, p)| (*k, p.as_slice())))?;
+                        c.len()
+                    };
+                    if let Some(entries) = st.with_cache(put).await {
+                        st.stats.cache_entries = Some(entries);
+                    }
                 }
                 for (req, outcome) in done {
                     st.finish(req, outcome);
@@ -267,11 +297,7 @@ impl Actor for EmbeddingWorker {
                 let _ = reply.send(st.stats());
             }
             EmbedMsg::Sync(reply) => {
-                if let Some(cache) = st.cache.as_mut()
-                    && let Err(e) = cache.sync()
-                {
-                    st.cache_failed(e);
-                }
+                st.with_cache(Cache::sync).await;
                 let _ = reply.send(());
             }
         }
@@ -284,10 +310,12 @@ impl Actor for EmbeddingWorker {
         for (_, req) in std::mem::take(&mut st.waiting) {
             let _ = req.reply.send(Err(EmbedFailure::Stopped));
         }
-        if let Some(cache) = st.cache.as_mut()
-            && let Err(e) = cache.sync()
-        {
-            tracing::warn!(error = %e, "embedding cache not synced at stop");
+        if let Some(cache) = st.cache.take() {
+            let synced =
+                tokio::task::spawn_blocking(move || cache.lock().unwrap_or_else(|e| e.into_inner()).sync()).await;
+            if let Ok(Err(e)) = synced {
+                tracing::warn!(error = %e, "embedding cache not synced at stop");
+            }
         }
         drop(st.thread.take());
         Ok(())
