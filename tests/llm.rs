@@ -460,6 +460,14 @@ fn the_generate_command_prints_the_answer_and_its_figures() {
     assert_eq!(v["model"], "SmolLM2-135M-Instruct.Q8_0.gguf");
 }
 
+/// A fleet of one persona, `helper` in `general`, on the `local` brain with the pulled models.
+fn local_config(dir: &std::path::Path) -> mindfleet_runtime::config::FleetConfig {
+    let toml = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n";
+    let mut cfg = crate::util::config(dir, &crate::util::fleet_toml(toml));
+    cfg.models.dir = pulled();
+    cfg
+}
+
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
     use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Stop};
@@ -561,15 +569,8 @@ mod worker {
 }
 
 mod brain {
-    use crate::util::{chat, config, decision, dump, fleet_toml, poll, pulled};
-
-    const LOCAL: &str = r#"
-[[persona]]
-name = "helper"
-role = "assistant"
-rooms = ["general"]
-brain = "local"
-"#;
+    use super::local_config;
+    use crate::util::{chat, decision, dump, poll};
 
     async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_runtime::model::OutboxEntry {
         poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
@@ -578,9 +579,7 @@ brain = "local"
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_local_persona_drafts_its_reply_with_the_llm_and_the_dump_counts_the_cost() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
-        cfg.models.dir = pulled();
-        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let fleet = mindfleet::Fleet::start(local_config(tmp.path())).await.unwrap();
         let ack = fleet.inject(chat("general", "ann", "@helper what is the capital of France?")).await.unwrap();
         decision(&fleet, "helper", &ack.event_id).await;
         let reply = reply_to(&fleet, &ack.event_id).await;
@@ -611,9 +610,7 @@ brain = "local"
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_model_is_asked_about_an_undecided_message_and_the_rules_decide_when_it_is_unsure() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
-        cfg.models.dir = pulled();
-        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let fleet = mindfleet::Fleet::start(local_config(tmp.path())).await.unwrap();
         let ack = fleet.inject(chat("general", "ann", "the deploy is failing again, can anyone help?")).await.unwrap();
         let d = decision(&fleet, "helper", &ack.event_id).await;
         // SmolLM2-135M's margins are never clear (GATE_CALIBRATION): the scorer decides, saying so.
@@ -627,7 +624,7 @@ brain = "local"
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn without_its_model_a_local_persona_replies_by_rules_and_the_decision_says_why() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = config(tmp.path(), &fleet_toml(LOCAL));
+        let mut cfg = local_config(tmp.path());
         cfg.models.llm = Some(tmp.path().join("missing.gguf"));
         let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
         let ack = fleet.inject(chat("general", "ann", "@helper are you there?")).await.unwrap();
@@ -657,21 +654,11 @@ mod openai {
     use ractor::call;
     use serde_json::{Value, json};
 
-    use super::{capital_of_france, generate, llm};
-    use crate::util::{config, dump, fleet_toml, pulled};
-
-    const LOCAL: &str = r#"
-[[persona]]
-name = "helper"
-role = "assistant"
-rooms = ["general"]
-brain = "local"
-"#;
+    use super::{capital_of_france, generate, llm, local_config};
+    use crate::util::{config, dump, fleet_toml};
 
     async fn serving_fleet(dir: &std::path::Path) -> mindfleet::Fleet {
-        let mut cfg = config(dir, &fleet_toml(LOCAL));
-        cfg.models.dir = pulled();
-        mindfleet::Fleet::start(cfg).await.unwrap()
+        mindfleet::Fleet::start(local_config(dir)).await.unwrap()
     }
 
     fn backend(fleet: &mindfleet::Fleet) -> LlmArgs {
