@@ -37,7 +37,7 @@ use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_runtime::storage::Storage;
 use mindfleet_runtime::time::now_us;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent, call_t};
 use tracing::Instrument;
 
 use crate::brain::{Brain, LessonContext, LocalBrain, PlanChoice, PlanContext, RespondContext, RulesBrain};
@@ -672,12 +672,8 @@ impl PersonaState {
                 Outcome::Run => {
                     let job = self.brain.judge_request(&self.name, &self.args.config.role, &j.delivery.event);
                     if let (Some(job), Some(llm)) = (job, self.args.llm.clone()) {
-                        let (task, me) = (g.task, self.myself.clone());
-                        tokio::spawn(async move {
-                            let answer = ractor::call!(llm, |reply| LlmMsg::Classify { job, reply })
-                                .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
-                            let _ = me.cast(PersonaMsg::Judged { task, answer });
-                        });
+                        let judged = |task, answer| PersonaMsg::Judged { task, answer };
+                        self.ask_llm(llm, g.task, |reply| LlmMsg::Classify { job, reply }, judged);
                         // The grant is held until the model answers (`PersonaMsg::Judged`).
                         self.judging = Some(j);
                         return;
@@ -749,18 +745,14 @@ impl PersonaState {
                     reply: f.reply.as_ref().map(|(o, _)| o.text.as_str()),
                 };
                 if let Some(req) = self.brain.lesson_request(&ctx) {
-                    let (task, me) = (g.task, self.myself.clone());
                     let job = GenerateJob {
                         req,
                         purpose: "evaluate".into(),
                         persona: Some(self.name.to_string()),
                         stream: None,
                     };
-                    tokio::spawn(async move {
-                        let answer = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
-                            .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
-                        let _ = me.cast(PersonaMsg::Evaluated { task, answer });
-                    });
+                    let evaluated = |task, answer| PersonaMsg::Evaluated { task, answer };
+                    self.ask_llm(llm, g.task, |reply| LlmMsg::Generate { job, reply }, evaluated);
                     // The grant is held until the model answers (`PersonaMsg::Evaluated`).
                     return;
                 }
@@ -925,14 +917,10 @@ impl PersonaState {
                     self.draft_by_rules("no LLM in this fleet".into());
                     return Ok(StepRun::Done);
                 };
-                let (task, me) = (f.task, self.myself.clone());
                 let job =
                     GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
-                tokio::spawn(async move {
-                    let answer = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
-                        .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
-                    let _ = me.cast(PersonaMsg::Drafted { task, answer });
-                });
+                let drafted = |task, answer| PersonaMsg::Drafted { task, answer };
+                self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
                 Ok(StepRun::Waiting)
             }
             Action::AskClarifyingQuestion => {
@@ -977,7 +965,22 @@ impl PersonaState {
         }
     }
 
-    /// The model's label scores for the engagement question of `task`.
+    /// Sends the LLM a request from a task of its own and casts its answer back as
+    /// `answered(task, answer)`, so the persona handles other messages meanwhile.
+    fn ask_llm<T: Send + 'static>(
+        &self,
+        llm: ActorRef<LlmMsg>,
+        task: TaskId,
+        request: impl FnOnce(RpcReplyPort<Result<T, LlmFailure>>) -> LlmMsg + Send + 'static,
+        answered: fn(TaskId, Result<T, LlmFailure>) -> PersonaMsg,
+    ) {
+        let me = self.myself.clone();
+        tokio::spawn(async move {
+            let answer = ractor::call!(llm, request).unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
+            let _ = me.cast(answered(task, answer));
+        });
+    }
+
     /// The model's choice of plan for the event in flight: the plan it picked with a clear
     /// margin, else the rules plan; then the first step.
     fn on_planned(&mut self, task: TaskId, answer: Result<Vec<Classification>, LlmFailure>) {
@@ -1004,6 +1007,7 @@ impl PersonaState {
         self.next_step();
     }
 
+    /// The model's label scores for the engagement question of `task`.
     fn on_judged(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
         let Some(j) = self.judging.take_if(|j| j.task == task) else {
             self.args.scheduler.done(task);
