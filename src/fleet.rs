@@ -450,8 +450,9 @@ impl Fleet {
     }
 
     async fn is_idle(&self) -> bool {
-        let Ok(stats) = self.storage.stats().await else { return true };
-        let Ok(sched) = call_t!(self.scheduler.actor(), SchedulerMsg::Stats, 10_000) else { return true };
+        // A question that goes unanswered says nothing about idleness: not idle (yet).
+        let Ok(stats) = self.storage.stats().await else { return false };
+        let Ok(sched) = call_t!(self.scheduler.actor(), SchedulerMsg::Stats, 10_000) else { return false };
         if !sched.foreground_idle() {
             return false;
         }

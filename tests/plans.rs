@@ -182,7 +182,8 @@ async fn the_next_work_plan_waits_for_the_cadence_and_the_dump_shows_it() {
     assert!(fleet.wait_idle(DEADLINE).await);
     let d = dump(&fleet).await;
     for id in [&first.event_id, &second.event_id] {
-        assert!(d.outbox.iter().any(|o| o.in_reply_to == *id), "{id} answered");
+        let decisions = &persona(&d, "coder").decisions;
+        assert!(d.outbox.iter().any(|o| o.in_reply_to == *id), "{id} answered: {decisions:#?}");
     }
     fleet.shutdown(DEADLINE).await;
 }
