@@ -30,6 +30,9 @@ use super::EmbedError;
 /// Tokens a chunk aims at: the matmuls stay efficient and a chunk's activations (about
 /// 3.5 KiB per token at hidden size 384) stay in a core's L2 cache.
 pub const CHUNK_TOKENS: usize = 256;
+/// Sequences up to this long take attention in plain loops: gemm's set-up per call costs
+/// more than the work of a short sequence's heads.
+const SMALL_ATTENTION: usize = 64;
 /// Below this many tokens, a lone chunk runs its matmuls on one thread: splitting costs more.
 const PARALLEL_MATMUL_TOKENS: usize = 48;
 /// `config.json` is a few hundred bytes; anything past this is not a model config.
@@ -106,7 +109,7 @@ impl BertConfig {
                 return Err(err(format!("{field}: must be at least 1")));
             }
         }
-        if raw.hidden_size % raw.num_attention_heads != 0 {
+        if !raw.hidden_size.is_multiple_of(raw.num_attention_heads) {
             return Err(err(format!(
                 "num_attention_heads: {} does not divide hidden_size {}",
                 raw.num_attention_heads, raw.hidden_size
@@ -325,7 +328,7 @@ impl Bert {
         let ctx = grow(&mut s.ctx, t * h);
         let tmp = grow(&mut s.tmp, t * h);
         let up = grow(&mut s.up, t * inter);
-        let scores = grow(&mut s.scores, longest * longest);
+        let scores = grow(&mut s.scores, (longest * longest).max(2 * longest * d));
 
         // Embeddings: word + position + token type, then LayerNorm.
         let mut rows = x.chunks_exact_mut(h);
@@ -351,6 +354,13 @@ impl Bert {
             let mut start = 0;
             for input in inputs {
                 let len = input.ids.len();
+                if len <= SMALL_ATTENTION {
+                    let seq_qkv = &qkv[start * 3 * h..(start + len) * 3 * h];
+                    let seq_ctx = &mut ctx[start * h..(start + len) * h];
+                    attention_small(seq_qkv, seq_ctx, &mut scores[..2 * len * d], len, heads, scale);
+                    start += len;
+                    continue;
+                }
                 let sc = &mut scores[..len * len];
                 for head in 0..heads {
                     let base = start * 3 * h + head * d;
@@ -606,7 +616,7 @@ fn exp(x: f32) -> f32 {
     p = p.mul_add(r, 8.333_452e-3);
     p = p.mul_add(r, 4.166_579_6e-2);
     p = p.mul_add(r, 1.666_666_5e-1);
-    p = p.mul_add(r, 5.000_000_1e-1);
+    p = p.mul_add(r, 0.5);
     let e = (r * r).mul_add(p, r) + 1.0;
     // z's low bits hold n (two's complement); shifting n + 127 into the exponent makes 2^n.
     // The high bits of z's pattern shift out.
@@ -691,6 +701,49 @@ vectorised! {
         for row in x.chunks_exact_mut(bias.len()) {
             for (v, b) in row.iter_mut().zip(bias) {
                 *v = gelu(*v + b);
+            }
+        }
+    }
+}
+
+vectorised! {
+    /// Self-attention of one sequence of `len` tokens, every head: `qkv` is its
+    /// `[len, 3 * hidden]` rows, `ctx` its `[len, hidden]` output; `work` holds at least
+    /// `(head_size + 1) * len` values.
+    fn attention_small(qkv: &[f32], ctx: &mut [f32], work: &mut [f32], len: usize, heads: usize, scale: f32) {
+        let h = ctx.len() / len;
+        let d = h / heads;
+        let (kt, rest) = work.split_at_mut(d * len);
+        let row = &mut rest[..len];
+        for head in 0..heads {
+            // Kᵀ of this head, `[d, len]`, so a row of scores is a sum of contiguous rows.
+            for (j, k) in qkv.chunks_exact(3 * h).map(|r| &r[h + head * d..h + (head + 1) * d]).enumerate() {
+                for (c, v) in k.iter().enumerate() {
+                    kt[c * len + j] = *v;
+                }
+            }
+            for (i, out_row) in ctx.chunks_exact_mut(h).enumerate() {
+                let q = &qkv[i * 3 * h + head * d..i * 3 * h + (head + 1) * d];
+                row.fill(0.0);
+                for (qc, ktc) in q.iter().zip(kt.chunks_exact(len)) {
+                    let qc = qc * scale;
+                    for (r, k) in row.iter_mut().zip(ktc) {
+                        *r = qc.mul_add(*k, *r);
+                    }
+                }
+                let m = max(row);
+                for r in row.iter_mut() {
+                    *r = exp(*r - m);
+                }
+                let inv = 1.0 / sum(row);
+                let out = &mut out_row[head * d..(head + 1) * d];
+                out.fill(0.0);
+                for (p, v) in row.iter().zip(qkv.chunks_exact(3 * h).map(|r| &r[2 * h + head * d..2 * h + (head + 1) * d])) {
+                    let p = p * inv;
+                    for (o, v) in out.iter_mut().zip(v) {
+                        *o = p.mul_add(*v, *o);
+                    }
+                }
             }
         }
     }
