@@ -28,9 +28,9 @@ const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
 #[derive(Parser)]
 #[command(name = "mindfleet", version, about = "A runtime for fleets of self-aware AI personas")]
 struct Cli {
-    /// Threads model inference runs on (candle's CPU kernels), for the whole process. Default:
-    /// 1 on two cores or fewer (spinning kernel threads collapse when they share busy cores),
-    /// else cores - 1.
+    /// Threads model inference runs on (candle's CPU kernels and the embedding model's pool), for
+    /// the whole process. Default: 1 on two cores or fewer (spinning kernel threads collapse when
+    /// they share busy cores), else cores - 1.
     #[arg(long, global = true, env = "MINDFLEET_THREADS")]
     threads: Option<usize>,
     #[command(subcommand)]

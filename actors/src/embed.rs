@@ -1,19 +1,19 @@
-//! Sentence embeddings with all-MiniLM-L6-v2 on candle: BERT, mean pooling over the attention
-//! mask, L2 normalisation (the sentence-transformers pipeline of the model).
+//! Sentence embeddings with all-MiniLM-L6-v2: BERT (our own forward pass, [`bert`]), mean
+//! pooling over the tokens, L2 normalisation (the sentence-transformers pipeline of the model).
 //!
 //! [`Embedder`] is the model itself, synchronous and CPU-bound: callers run it on a thread of
 //! their own, never on the tokio workers that carry the actors.
 
+pub mod bert;
 pub mod cache;
 pub mod worker;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
-use tokenizers::{PaddingParams, PaddingStrategy, PostProcessor, Tokenizer, TruncationParams};
+use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
+
+use bert::{Bert, BertConfig, Input, Output};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -22,6 +22,9 @@ pub enum EmbedError {
     Load { file: PathBuf, message: String },
     #[error("tokenizing: {0}")]
     Tokenize(String),
+    /// Tokens the model cannot take (an id outside its vocabulary, too many tokens).
+    #[error("model input: {0}")]
+    Input(String),
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
 }
@@ -38,12 +41,11 @@ pub struct Embedding {
 }
 
 pub struct Embedder {
-    model: BertModel,
-    /// Cuts to the window and pads a batch to its longest input.
+    model: Bert,
+    /// Cuts to the window; no padding (the model packs a batch's tokens without it).
     tokenizer: Tokenizer,
     /// No window: counts the tokens of a text that was cut.
     counter: Tokenizer,
-    device: Device,
     dimensions: usize,
     window: usize,
     /// Special tokens added to every input ([CLS] and [SEP]).
@@ -58,20 +60,14 @@ impl Embedder {
             file: file.to_path_buf(),
             message: e.to_string(),
         };
-        let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| load_err(&config_path, &e))?;
-        let config: Config = serde_json::from_str(&text).map_err(|e| load_err(&config_path, &e))?;
+        let config = BertConfig::read(&dir.join("config.json"))?;
         let weights = dir.join("model.safetensors");
         if !weights.exists() {
             return Err(load_err(&weights, &"missing"));
         }
-        let device = Device::Cpu;
-        // SAFETY: the file is mapped read-only and the cache never rewrites a model in place
-        // (a pull renames a new directory into place).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(std::slice::from_ref(&weights), DType::F32, &device) }
-            .map_err(|e| load_err(&weights, &e))?;
-        let model = BertModel::load(vb, &config).map_err(|e| load_err(&weights, &e))?;
-        let dimensions = config.hidden_size;
+        let max_positions = config.max_positions;
+        let dimensions = config.hidden;
+        let model = Bert::load(config, &weights, threads())?;
 
         // The packaged tokenizer.json truncates and pads to 128; the model was trained and is
         // used (sentence_bert_config.json) with a window of 256.
@@ -82,8 +78,14 @@ impl Embedder {
                 .get("max_seq_length")
                 .and_then(|v| v.as_u64())
                 .ok_or_else(|| load_err(&sbert, &"no max_seq_length"))? as usize,
-            Err(_) => config.max_position_embeddings,
+            Err(_) => max_positions,
         };
+        if window > max_positions {
+            return Err(load_err(
+                &sbert,
+                &format!("max_seq_length {window} is past the model's {max_positions} positions"),
+            ));
+        }
         let tok_path = dir.join("tokenizer.json");
         let mut counter = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, &e))?;
         counter.with_truncation(None).map_err(|e| load_err(&tok_path, &e))?;
@@ -92,9 +94,8 @@ impl Embedder {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length: window, ..Default::default() }))
             .map_err(|e| load_err(&tok_path, &e))?;
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
         let specials = counter.get_post_processor().map_or(0, |p| p.added_tokens(false));
-        Ok(Embedder { model, tokenizer, counter, device, dimensions, window, specials })
+        Ok(Embedder { model, tokenizer, counter, dimensions, window, specials })
     }
 
     /// Checks a model directory without loading its weights: `config.json` parses, the
@@ -104,9 +105,7 @@ impl Embedder {
             file: file.to_path_buf(),
             message: e.to_string(),
         };
-        let config = dir.join("config.json");
-        let text = std::fs::read_to_string(&config).map_err(|e| load_err(&config, &e))?;
-        serde_json::from_str::<Config>(&text).map_err(|e| load_err(&config, &e))?;
+        BertConfig::read(&dir.join("config.json"))?;
         let tok = dir.join("tokenizer.json");
         std::fs::metadata(&tok).map_err(|e| load_err(&tok, &e))?;
         let weights = dir.join("model.safetensors");
@@ -179,26 +178,19 @@ impl Embedder {
             return Ok(Vec::new());
         }
         let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
-        let rows = enc.len();
-        let cols = enc[0].len();
-        let flat = |f: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Vec<u32> {
-            enc.iter().flat_map(|e| f(e).to_vec()).collect()
-        };
-        let ids = Tensor::from_vec(flat(&|e| e.get_ids()), (rows, cols), &self.device)?;
-        let types = Tensor::from_vec(flat(&|e| e.get_type_ids()), (rows, cols), &self.device)?;
-        let mask = Tensor::from_vec(flat(&|e| e.get_attention_mask()), (rows, cols), &self.device)?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
-        // Mean over the tokens the mask keeps, then unit length.
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let mean = summed.broadcast_div(&mask.sum(1)?)?;
-        let unit = mean.broadcast_div(&mean.sqr()?.sum_keepdim(1)?.sqrt()?)?;
-        let vectors = unit.to_vec2::<f32>()?;
+        let inputs: Vec<Input<'_>> =
+            enc.iter().map(|e| Input { ids: e.get_ids(), type_ids: e.get_type_ids() }).collect();
+        let mut vectors = self.model.forward(&inputs, Output::Mean)?;
+        // Unit length.
+        for v in &mut vectors {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
         vectors
             .into_iter()
             .zip(enc.iter().zip(texts))
             .map(|(vector, (e, text))| {
-                let tokens = e.get_attention_mask().iter().filter(|m| **m == 1).count();
+                let tokens = e.len();
                 // Only a text that fills the window can have been cut: count it whole.
                 let truncated_from = if tokens < self.window {
                     None
@@ -212,7 +204,7 @@ impl Embedder {
     }
 }
 
-/// Threads candle's CPU kernels use (`CANDLE_NUM_THREADS`, else `RAYON_NUM_THREADS`, else the
+/// Threads the model runs on (`CANDLE_NUM_THREADS`, else `RAYON_NUM_THREADS`, else the
 /// physical cores).
 pub fn threads() -> usize {
     candle_core::utils::get_num_threads()
