@@ -71,8 +71,18 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// A GGUF file (default: the pulled model, as Q8_0).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "openai")]
         model: Option<PathBuf>,
+        /// Ask an OpenAI-compatible endpoint instead (its base, `http://host:port/v1`), as the
+        /// `openai` backend does.
+        #[arg(long, requires = "openai_model")]
+        openai: Option<String>,
+        /// The model name sent to `--openai`.
+        #[arg(long)]
+        openai_model: Option<String>,
+        /// An environment variable holding the endpoint's bearer key.
+        #[arg(long, requires = "openai")]
+        api_key_env: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -480,19 +490,42 @@ fn main() -> ExitCode {
             Command::Embed { text, long, model, admin, token, json } => {
                 embed(text, long, model, admin.map(|a| Client::new(&a, token)), json).await
             }
-            Command::Generate { prompt, max_tokens, system, temperature, top_p, seed, model, json } => {
+            Command::Generate {
+                prompt,
+                max_tokens,
+                system,
+                temperature,
+                top_p,
+                seed,
+                model,
+                openai,
+                openai_model,
+                api_key_env,
+                json,
+            } => {
                 let sampling = match temperature {
                     Some(temperature) => Sampling::TopP { temperature, top_p, seed },
                     None => Sampling::Greedy,
                 };
                 let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
                 messages.push(ChatMessage::user(prompt));
-                generate(
-                    model,
-                    GenerateRequest { messages, max_tokens, sampling, stop: Vec::new(), top_logprobs: None },
-                    json,
-                )
-                .await
+                let req = GenerateRequest { messages, max_tokens, sampling, stop: Vec::new(), top_logprobs: None };
+                let backend = match openai {
+                    None => Backend::Local(model),
+                    Some(url) => {
+                        let api_key = match api_key_env.map(|v| std::env::var(&v).map_err(|_| v)).transpose() {
+                            Ok(k) => k,
+                            Err(var) => return fail(2, format!("--api-key-env: the variable {var} is not set")),
+                        };
+                        Backend::OpenAi(mindfleet_actors::llm::openai::OpenAiConfig {
+                            url,
+                            model: openai_model.unwrap_or_default(),
+                            api_key,
+                            timeout: Duration::from_secs(300),
+                        })
+                    }
+                };
+                generate(backend, req, json).await
             }
             Command::Bench { which: BenchCmd::Embed { peer_python, json } } => {
                 let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
@@ -524,18 +557,27 @@ fn llm_model(model: Option<PathBuf>) -> Result<PathBuf, String> {
     llm::runnable(&file).map_err(|e| e.to_string())
 }
 
+/// Where `mindfleet generate` asks: a GGUF file (default: the pulled model) or an endpoint.
+enum Backend {
+    Local(Option<PathBuf>),
+    OpenAi(mindfleet_actors::llm::openai::OpenAiConfig),
+}
+
 /// `mindfleet generate`: the answer through an LLM worker of one slot, streamed to stdout (or
 /// printed as JSON at the end).
-async fn generate(model: Option<PathBuf>, req: GenerateRequest, json: bool) -> ExitCode {
-    use mindfleet_actors::llm::worker::{LlmArgs, spawn};
+async fn generate(backend: Backend, req: GenerateRequest, json: bool) -> ExitCode {
+    use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
     use mindfleet_runtime::llm::{GenerateJob, LlmMsg};
 
-    let model = match tokio::task::spawn_blocking(move || llm_model(model)).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return fail(1, e),
-        Err(e) => return fail(1, e),
+    let args = match backend {
+        Backend::OpenAi(config) => LlmArgs { backend: BackendArgs::OpenAi(config), slots: 1 },
+        Backend::Local(model) => match tokio::task::spawn_blocking(move || llm_model(model)).await {
+            Ok(Ok(p)) => LlmArgs::local(p, 1),
+            Ok(Err(e)) => return fail(1, e),
+            Err(e) => return fail(1, e),
+        },
     };
-    let worker = match spawn(LlmArgs::local(model, 1), None).await {
+    let worker = match spawn(args, None).await {
         Ok(w) => w,
         Err(e) => return fail(1, e),
     };

@@ -764,6 +764,28 @@ mod openai {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_generate_command_can_ask_an_openai_endpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = serving_fleet(tmp.path()).await;
+        let url = format!("http://{}/v1", fleet.addr);
+        let local = generate(&capital_of_france(12));
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+                .args(["generate", "--json", "--max-tokens", "12", "--system", "Answer in one short sentence."])
+                .args(["--openai", &url, "--openai-model", "smollm2", "What is the capital of France?"])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["text"], local.text.as_str(), "{v}");
+        assert_eq!((v["tokens"].as_u64(), v["model"].as_str()), (Some(local.tokens_out as u64), Some("smollm2")));
+        fleet.shutdown(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_endpoint_that_refuses_is_a_failed_request_naming_the_url() {
         // A fleet whose personas all use rules runs no LLM: its /v1 says so with 503.
         let tmp = tempfile::tempdir().unwrap();

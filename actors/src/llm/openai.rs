@@ -68,7 +68,7 @@ impl OpenAi {
         if let Some(key) = &self.config.api_key {
             req = req.bearer_auth(key);
         }
-        let resp = req.send().map_err(|e| self.error(e))?;
+        let resp = req.send().map_err(|e| self.error(causes(&e.without_url())))?;
         let status = resp.status();
         if !status.is_success() {
             let text = resp.text().unwrap_or_default();
@@ -225,4 +225,16 @@ fn read_logprobs(choice: &Value) -> Vec<TokenLogprob> {
             Some(TokenLogprob { token: own.token, logprob: own.logprob, top })
         })
         .collect()
+}
+
+/// An error and its causes, outermost first ("error sending request: connection refused").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }

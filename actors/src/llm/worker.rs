@@ -234,7 +234,7 @@ impl Actor for LlmWorker {
                 let _ = reply.send(st.stats());
             }
             LlmMsg::Loaded(Ok(info)) => {
-                tracing::info!(model = %info.model, load_s = info.load_s, threads = info.threads, "LLM loaded");
+                tracing::info!(model = %info.model, path = %info.path, load_s = info.load_s, threads = info.threads, "LLM ready");
                 st.stats.model = info;
                 st.status = Status::Ready;
             }
