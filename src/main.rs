@@ -28,17 +28,18 @@ const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
 #[derive(Parser)]
 #[command(name = "mindfleet", version, about = "A runtime for fleets of self-aware AI personas")]
 struct Cli {
-    /// Threads model inference runs on (candle's CPU kernels and the embedding model's pool), for
-    /// the whole process. Default: 1 on two cores or fewer (spinning kernel threads collapse when
-    /// they share busy cores), else cores - 1.
+    /// Threads model inference runs on (the LLM's and the embedding model's), for the whole
+    /// process. Default: 1 on two cores or fewer (spinning kernel threads collapse when they
+    /// share busy cores), else cores - 1.
     #[arg(long, global = true, env = "MINDFLEET_THREADS")]
     threads: Option<usize>,
     #[command(subcommand)]
     command: Command,
 }
 
-/// Sizes candle's kernel pools. They are sized once, at their first use, from these variables,
-/// so this runs first thing in `main`.
+/// Sets the inference threads: the models read these variables for their default thread
+/// counts, and candle (which reads the model files) sizes its pools from them once, at their
+/// first use, so this runs first thing in `main`.
 fn set_inference_threads(asked: Option<usize>) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let n = asked.unwrap_or(if cores <= 2 { 1 } else { cores - 1 }).max(1).to_string();

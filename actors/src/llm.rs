@@ -1,32 +1,28 @@
-//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF) on candle: the model's
-//! own tokenizer and chat template, streamed generation within an honest context budget,
-//! label scoring, and a Q4_1 -> Q8_0 rewrite of the weights.
+//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF): the model's own
+//! tokenizer and chat template, streamed generation within an honest context budget, label
+//! scoring, and a Q4_1 -> Q8_0 rewrite of the weights.
 //!
 //! [`Llm`] is synchronous and CPU-bound like [`crate::embed::Embedder`]: callers run it on a
-//! thread of their own, never on the tokio workers that carry the actors. It is `Sync`: each
-//! request clones the weights' handles (the tensors are shared) and so has a KV cache of its own.
+//! thread of their own, never on the tokio workers that carry the actors. It is `Sync`: the
+//! weights are shared and each request has a KV cache of its own.
+//!
+//! The forward pass is our own ([`llama`], on the Q8_0 kernels of [`q8`]); candle reads the
+//! GGUF file and samples.
 //!
 //! # Threads
 //!
-//! candle 0.11 computes on the CPU in two places, and both are bounded to [`Llm::threads`]:
-//! - the quantized matmuls (nearly all the work) and element-wise ops run on candle's own
-//!   *barrier pool*: one per process, sized once, at its first use, from `CANDLE_NUM_THREADS`,
-//!   else `RAYON_NUM_THREADS`, else the physical cores, the calling thread counting as one of
-//!   them. No API resizes it, so [`LlmConfig::threads`] must match it ([`kernel_threads`])
-//!   and [`Llm::load_with`] fails otherwise; a process picks its count by setting
-//!   `CANDLE_NUM_THREADS` before the first model runs.
-//! - the float matmuls of attention (gemm), softmax, RMS norm and rotary embeddings use rayon's
-//!   *current* pool: every forward pass runs inside a pool of the `Llm`'s own with that many
-//!   threads, not in rayon's global one.
-//!
-//! The barrier pool's caller spins until its workers are done: when the cores are busy with
-//! other work, a worker off its core stalls every op, and 2 threads on 2 busy cores ran several
-//! times slower than 1. For the same reason forward passes take turns process-wide: requests
-//! running at once interleave pass by pass instead of oversubscribing the cores.
+//! A forward pass runs on its caller's thread and the `Llm`'s own [`LlmConfig::threads`]` - 1`
+//! workers (`llm-1`, `llm-2`, ...), which spin between the steps of a pass and sleep between
+//! requests. Forward passes take turns process-wide: requests running at once
+//! interleave pass by pass instead of oversubscribing the cores (2 threads on 2 busy cores ran
+//! several times slower than 1).
 
 mod budget;
+mod llama;
 pub mod openai;
+mod q8;
 mod quant;
+mod team;
 mod tokenizer;
 pub mod worker;
 
@@ -40,7 +36,9 @@ use std::time::Instant;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
-use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
+
+use llama::{KvCache, Llama};
+use team::Team;
 
 pub use mindfleet_runtime::llm::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,
@@ -74,10 +72,6 @@ pub enum LlmError {
         "context: the system message and the last user message take {needed} tokens, with {max_tokens} to generate more than the context of {context}"
     )]
     ContextOverflow { needed: usize, max_tokens: usize, context: usize },
-    #[error(
-        "threads: {wanted} asked for, but candle's CPU kernels run on {in_effect} in this process (set CANDLE_NUM_THREADS={wanted} before the first model runs)"
-    )]
-    Threads { wanted: usize, in_effect: usize },
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
 }
@@ -91,10 +85,9 @@ pub struct Prompt {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LlmConfig {
-    /// Upper bound on prompt plus generated tokens. The model's trained length and candle's
-    /// rotary table ([`MAX_SEQ_LEN`], 4096) bound it as well.
+    /// Upper bound on prompt plus generated tokens; the model's trained length bounds it too.
     pub max_context: usize,
-    /// Threads inference runs on; `None` takes [`kernel_threads`].
+    /// Threads inference runs on; `None` takes [`default_threads`].
     pub threads: Option<usize>,
 }
 
@@ -104,18 +97,17 @@ impl Default for LlmConfig {
     }
 }
 
-/// The threads candle's quantized kernels run on in this process (see the module doc); the
-/// first call starts candle's pool if nothing has yet.
-pub fn kernel_threads() -> usize {
-    candle_core::utils::barrier_pool().n_workers() + 1
+/// The inference threads of an [`Llm`] whose config names none: `CANDLE_NUM_THREADS`, else
+/// `RAYON_NUM_THREADS`, else the physical cores (as for the embedding model).
+pub fn default_threads() -> usize {
+    candle_core::utils::get_num_threads()
 }
 
 pub struct Llm {
-    weights: ModelWeights,
+    model: Llama,
     tokenizer: GgufTokenizer,
     context: usize,
-    threads: usize,
-    pool: rayon::ThreadPool,
+    team: Team,
     file: PathBuf,
 }
 
@@ -127,10 +119,9 @@ impl Llm {
 
     pub fn load_with(path: &Path, config: LlmConfig) -> Result<Llm, LlmError> {
         let load_err = |message: String| LlmError::Load { file: path.to_path_buf(), message };
-        let in_effect = kernel_threads();
-        let threads = config.threads.unwrap_or(in_effect);
-        if threads != in_effect {
-            return Err(LlmError::Threads { wanted: threads, in_effect });
+        let threads = config.threads.unwrap_or_else(default_threads);
+        if threads == 0 {
+            return Err(LlmError::Request("threads must be at least 1".into()));
         }
         if config.max_context == 0 {
             return Err(LlmError::Request("max_context must be at least 1".into()));
@@ -143,16 +134,12 @@ impl Llm {
         check_tensors(&content).map_err(load_err)?;
         let trained = content.metadata.get("llama.context_length").and_then(|v| v.to_u64().ok());
         let trained = trained.ok_or_else(|| load_err("no llama.context_length in the metadata".into()))?;
-        let context = config.max_context.min(MAX_SEQ_LEN).min(usize::try_from(trained).unwrap_or(usize::MAX));
+        let context = config.max_context.min(usize::try_from(trained).unwrap_or(usize::MAX));
         let tokenizer = GgufTokenizer::from_gguf(&content).map_err(load_err)?;
-        let weights =
-            ModelWeights::from_gguf(content, &mut reader, &Device::Cpu).map_err(|e| load_err(e.to_string()))?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("llm-{i}"))
-            .build()
+        let model = Llama::load(&content, &mut reader, context).map_err(load_err)?;
+        let team = Team::new(threads, "llm")
             .map_err(|e| LlmError::Request(format!("starting {threads} inference threads: {e}")))?;
-        Ok(Llm { weights, tokenizer, context, threads, pool, file: path.to_path_buf() })
+        Ok(Llm { model, tokenizer, context, team, file: path.to_path_buf() })
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
@@ -165,7 +152,7 @@ impl Llm {
     }
 
     pub fn threads(&self) -> usize {
-        self.threads
+        self.team.threads()
     }
 
     pub fn file(&self) -> &Path {
@@ -208,9 +195,9 @@ impl Llm {
             }
         };
         let prompt = self.prompt(&req.messages, req.max_tokens)?;
-        let mut model = self.weights.clone();
+        let mut cache = self.model.cache();
         let prompt_start = Instant::now();
-        let mut logits = self.prefill(&mut model, &prompt.ids)?;
+        let mut logits = self.prefill(&mut cache, &prompt.ids)?;
         let prompt_ms = ms(prompt_start);
         let gen_start = Instant::now();
 
@@ -219,10 +206,9 @@ impl Llm {
         let mut text = String::new();
         let mut ttft_ms = None;
         let mut tokens_out = 0;
-        let mut pos = prompt.ids.len();
         let mut logprobs = Vec::new();
         let stop = loop {
-            let next = sampler.sample(&logits)?;
+            let next = sampler.sample(&Tensor::from_slice(&logits, logits.len(), &Device::Cpu)?)?;
             ttft_ms.get_or_insert_with(|| ms(start));
             if self.tokenizer.ends_turn(next) {
                 break Stop::Eos;
@@ -244,8 +230,7 @@ impl Llm {
             if tokens_out == req.max_tokens {
                 break Stop::MaxTokens;
             }
-            logits = self.forward(&mut model, &[next], pos)?;
-            pos += 1;
+            logits = self.forward(&mut cache, &[next])?;
         };
         if matches!(stop, Stop::Eos | Stop::MaxTokens) {
             let rest = stream.finish();
@@ -268,8 +253,8 @@ impl Llm {
     }
 
     /// The sampled token's log-probability and the `k` most likely tokens at its position.
-    fn token_logprob(&self, logits: &Tensor, token: u32, k: usize) -> Result<TokenLogprob, LlmError> {
-        let lp = log_softmax(logits)?;
+    fn token_logprob(&self, logits: &[f32], token: u32, k: usize) -> Result<TokenLogprob, LlmError> {
+        let lp = log_softmax(logits);
         let text = |id: usize| String::from_utf8_lossy(self.tokenizer.token_bytes(id as u32)).into_owned();
         let mut order: Vec<usize> = (0..lp.len()).collect();
         let k = k.min(order.len());
@@ -297,18 +282,15 @@ impl Llm {
             labels.iter().map(|l| self.tokenizer.encode_plain(l)).collect::<Result<_, _>>()?;
         let longest = label_ids.iter().map(Vec::len).max().unwrap_or(1);
         let prompt = self.prompt(messages, longest)?;
-        let mut model = self.weights.clone();
-        let first = log_softmax(&self.prefill(&mut model, &prompt.ids)?)?;
+        let mut cache = self.model.cache();
+        let first = log_softmax(&self.prefill(&mut cache, &prompt.ids)?);
         let mut scores = Vec::with_capacity(labels.len());
         for (label, ids) in labels.iter().zip(&label_ids) {
             let mut logprob = first[ids[0] as usize];
-            if ids.len() > 1 {
-                let mut model = model.clone();
-                for (i, w) in ids.windows(2).enumerate() {
-                    let logits = self.forward(&mut model, &w[..1], prompt.ids.len() + i)?;
-                    logprob += log_softmax(&logits)?[w[1] as usize];
-                }
+            for w in ids.windows(2) {
+                logprob += log_softmax(&self.forward(&mut cache, &w[..1])?)[w[1] as usize];
             }
+            cache.truncate(prompt.ids.len());
             scores.push(LabelScore { label: label.to_string(), logprob: logprob as f32, tokens: ids.len() });
         }
         scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
@@ -316,25 +298,21 @@ impl Llm {
     }
 
     /// Reads the prompt into the KV cache; the logits for the token after it.
-    fn prefill(&self, model: &mut ModelWeights, ids: &[u32]) -> Result<Tensor, LlmError> {
+    fn prefill(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
         let mut logits = None;
-        for (i, chunk) in ids.chunks(PROMPT_CHUNK).enumerate() {
-            logits = Some(self.forward(model, chunk, i * PROMPT_CHUNK)?);
+        for chunk in ids.chunks(PROMPT_CHUNK) {
+            logits = Some(self.forward(cache, chunk)?);
         }
         logits.ok_or_else(|| LlmError::Request("an empty prompt".into()))
     }
 
     /// One forward pass on the `Llm`'s threads: the logits after the last of `ids`.
-    fn forward(&self, model: &mut ModelWeights, ids: &[u32], pos: usize) -> Result<Tensor, LlmError> {
-        // candle's kernel pool is one per process and its barrier spins while a worker is off
-        // its core: passes of two requests at once only oversubscribe the cores (a generation
-        // on 2 cores slowed fivefold). So requests take turns, pass by pass.
+    fn forward(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
+        // Passes of two requests at once only oversubscribe the cores (a generation on 2 cores
+        // slowed fivefold): requests take turns, pass by pass.
         static ONE_PASS_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_PASS_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        self.pool.install(|| {
-            let input = Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?;
-            Ok(model.forward(&input, pos)?.squeeze(0)?)
-        })
+        self.model.forward(&self.team, cache, ids).map_err(LlmError::Request)
     }
 }
 
@@ -342,11 +320,10 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
 
-fn log_softmax(logits: &Tensor) -> Result<Vec<f64>, LlmError> {
-    let v = logits.to_vec1::<f32>()?;
+fn log_softmax(v: &[f32]) -> Vec<f64> {
     let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let log_sum = v.iter().map(|x| (*x as f64 - max).exp()).sum::<f64>().ln() + max;
-    Ok(v.iter().map(|x| *x as f64 - log_sum).collect())
+    v.iter().map(|x| *x as f64 - log_sum).collect()
 }
 
 /// Generated bytes to text pieces: whole UTF-8 characters only (a character can span tokens;
@@ -470,7 +447,7 @@ fn open_gguf(path: &Path) -> Result<(BufReader<File>, Content), LlmError> {
     Ok((reader, content))
 }
 
-/// The tensors [`ModelWeights::from_gguf`] reads for a dense llama, so that a missing one is
+/// The tensors [`Llama::load`] reads for a dense llama, so that a missing one is
 /// named (the output projection may be tied to the embeddings).
 fn check_tensors(content: &Content) -> Result<(), String> {
     let blocks = match content.metadata.get("llama.block_count").map(Value::to_u32) {

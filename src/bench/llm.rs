@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use super::round;
 
 const PEER_SCRIPT: &str = include_str!("../../scripts/bench_llm_peer.py");
-const RUNS: usize = 3;
+/// Rounds of the comparison (see [`llm`]).
+const RUNS: usize = 5;
 const MAX_TOKENS: usize = 128;
 
 fn request() -> GenerateRequest {
@@ -34,57 +35,85 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn peer(python: &str, model: &Path, threads: usize, prompt: &[u32], gen_tokens: usize) -> Result<Value, String> {
     let input =
-        json!({ "model": model, "threads": threads, "prompt_ids": prompt, "gen_tokens": gen_tokens, "runs": RUNS });
+        json!({ "model": model, "threads": threads, "prompt_ids": prompt, "gen_tokens": gen_tokens, "runs": 1 });
     super::run_peer(python, PEER_SCRIPT, &input, "llama-cpp-python")
 }
 
+/// The figures of one generation, as the peer reports them.
+fn figures(prompt_tok_s: f64, gen_tok_s: f64, ttft_ms: f64) -> [(&'static str, f64); 3] {
+    [("prompt_tok_s", prompt_tok_s), ("gen_tok_s", gen_tok_s), ("ttft_ms", ttft_ms)]
+}
+
+/// Our model and, with `peer_python`, llama.cpp take turns for [`RUNS`] rounds, so both meet the
+/// same state of a shared machine: each figure is the median over rounds, and each ratio the
+/// median of the rounds' ratios.
 pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
     let t = Instant::now();
     let llm = Llm::load_with(model, LlmConfig::default())?;
     let load_s = t.elapsed().as_secs_f64();
+    let threads = llm.threads();
     let req = request();
     let prompt = llm.prompt(&req.messages, req.max_tokens)?.ids;
-    let (mut prompt_tok_s, mut gen_tok_s, mut ttft_ms, mut tokens_out) = (vec![], vec![], vec![], 0);
+    let (mut ours, mut theirs, mut peer_error, mut tokens_out) = (vec![], vec![], None, 0);
+    // One untimed run first, as the peer does.
+    llm.generate(&req, |_| ControlFlow::Continue(()))?;
     for _ in 0..RUNS {
         let g = llm.generate(&req, |_| ControlFlow::Continue(()))?;
         anyhow::ensure!(g.tokens_in == prompt.len(), "prompt of {} tokens, expected {}", g.tokens_in, prompt.len());
-        prompt_tok_s.push(g.tokens_in as f64 / (g.prompt_ms / 1e3));
-        gen_tok_s.push(g.tokens_out as f64 / (g.gen_ms / 1e3));
-        ttft_ms.push(g.ttft_ms);
         tokens_out = g.tokens_out;
+        ours.push(figures(g.tokens_in as f64 / (g.prompt_ms / 1e3), g.tokens_out as f64 / (g.gen_ms / 1e3), g.ttft_ms));
+        if let Some(python) = peer_python.filter(|_| peer_error.is_none()) {
+            match peer(python, model, threads, &prompt, tokens_out) {
+                Ok(p) => theirs.push(p),
+                Err(e) => peer_error = Some(e),
+            }
+        }
     }
+    let median_of = |rounds: &[[(&str, f64); 3]], i: usize| median(rounds.iter().map(|r| r[i].1).collect());
     let info = mindfleet_actors::llm::inspect(model)?;
     let mut out = json!({
         "bench": "llm",
         "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),
         "file_type": info.file_type,
-        "threads": llm.threads(),
+        "threads": threads,
+        "rounds": RUNS,
         "load_s": round(load_s, 3),
         "prompt_tokens": prompt.len(),
         "gen_tokens": tokens_out,
-        "prompt_tok_s": round(median(prompt_tok_s), 1),
-        "gen_tok_s": round(median(gen_tok_s), 1),
-        "ttft_ms": round(median(ttft_ms), 1),
         "rss_mb": round(super::rss_kib() as f64 / 1024.0, 1),
     });
-    let threads = llm.threads();
+    for (i, (key, _)) in ours[0].iter().enumerate() {
+        out[*key] = round(median_of(&ours, i), 1).into();
+    }
     drop(llm);
-    if let Some(python) = peer_python {
-        match peer(python, model, threads, &prompt, tokens_out) {
-            Ok(p) => {
-                for key in ["prompt_tok_s", "gen_tok_s"] {
-                    if let (Some(ours), Some(theirs)) = (out[key].as_f64(), p[key].as_f64()) {
-                        out[format!("ratio_{key}")] = round(ours / theirs, 2).into();
-                    }
-                }
-                if let (Some(ours), Some(theirs)) = (out["ttft_ms"].as_f64(), p["ttft_ms"].as_f64()) {
-                    // Above 1: our first token comes sooner.
-                    out["ratio_ttft"] = round(theirs / ours, 2).into();
-                }
-                out["peer"] = p;
-            }
-            Err(e) => out["peer_error"] = e.into(),
+    if let Some(e) = peer_error {
+        out["peer_error"] = e.into();
+    } else if let Some(python) = peer_python {
+        let peer_rounds: Vec<[(&str, f64); 3]> = theirs
+            .iter()
+            .map(|p| {
+                figures(
+                    p["prompt_tok_s"].as_f64().unwrap_or(f64::NAN),
+                    p["gen_tok_s"].as_f64().unwrap_or(f64::NAN),
+                    p["ttft_ms"].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect();
+        let mut peer_out = json!({
+            "llama_cpp": theirs[0]["llama_cpp"],
+            "load_s": round(median(theirs.iter().filter_map(|p| p["load_s"].as_f64()).collect()), 3),
+            "prompt_tokens": prompt.len(),
+            "gen_tokens": tokens_out,
+        });
+        for (i, (key, _)) in ours[0].iter().enumerate() {
+            peer_out[*key] = round(median_of(&peer_rounds, i), 1).into();
+            // Speeds: above 1 we are faster. Times to first token: above 1 ours comes sooner.
+            let ratios =
+                ours.iter().zip(&peer_rounds).map(|(o, p)| if i == 2 { p[i].1 / o[i].1 } else { o[i].1 / p[i].1 });
+            let name = if i == 2 { "ratio_ttft".to_string() } else { format!("ratio_{key}") };
+            out[name] = round(median(ratios.collect()), 2).into();
         }
+        out["peer"] = peer_out;
         match over_http(python, model, threads, &req) {
             Ok(v) => {
                 if let (Some(http), Some(direct)) = (v["gen_tok_s"].as_f64(), out["peer"]["gen_tok_s"].as_f64()) {

@@ -1,9 +1,9 @@
 //! Rewriting a GGUF's Q4_1 tensors as Q8_0.
 //!
-//! candle has SIMD kernels for Q8_0 on x86 but runs Q4_1 on a scalar path: on 2 threads the
-//! Q8_0 copy of SmolLM2-135M reads prompts about four times and generates about twice as fast,
-//! for 50% more bytes. Q4_1 values dequantized and quantized again as Q8_0 lose next to
-//! nothing (8 bits per weight for what were 4).
+//! Our forward pass computes in Q8_0 (`super::q8`) and requantizes any other type as it loads;
+//! rewriting the shipped Q4_1 file once keeps that work out of every load, for 50% more bytes
+//! on disk. Q4_1 values dequantized and quantized again as Q8_0 lose next to nothing (8 bits
+//! per weight for what were 4).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -87,8 +87,8 @@ fn write_err(file: &Path, e: &dyn std::fmt::Display) -> LlmError {
 /// GGUF `general.file_type` of a file whose weights are mostly Q4_1.
 const MOSTLY_Q4_1: u32 = 3;
 
-/// The file to run for `src`: a Q4_1 model is rewritten once as Q8_0 beside it (candle's Q4_1
-/// kernels are scalar on x86; Q8_0 runs about twice as fast) and the rewrite is reused; any
+/// The file to run for `src`: a Q4_1 model is rewritten once as Q8_0 beside it (the type the
+/// forward pass computes in, so loads need not convert it) and the rewrite is reused; any
 /// other file is run as it is. A rewrite that cannot be written (a read-only directory) falls
 /// back to `src`, with a warning.
 pub fn runnable(src: &Path) -> Result<PathBuf, LlmError> {

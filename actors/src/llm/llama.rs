@@ -1,0 +1,389 @@
+//! The forward pass of a llama-architecture model (SmolLM2 and its kin) from a GGUF file, on
+//! the CPU, with the weights in Q8_0 ([`super::q8`]).
+//!
+//! Built for the two shapes of work a small model does here:
+//!
+//! - reading a prompt: all its tokens go through each matrix at once, as tiles of 4 tokens by
+//!   4 weight rows, so the weights come from memory once per prompt rather than once per token;
+//! - generating: one token at a time, where the time is reading the weights, so the products
+//!   that share an input are fused (query, key and value in one matrix; gate and up in one)
+//!   and each product is split among the threads once.
+//!
+//! Weights of any type candle reads (Q4_1, F16, ...) are requantized to Q8_0 at load; Q8_0 is
+//! taken as it is. Norms, rotary embeddings and attention are f32, as in llama.cpp and candle:
+//! rotary embeddings in the interleaved ("normal") form of GGUF llama weights, attention with
+//! grouped key/value heads. The KV cache is the caller's ([`KvCache`]), so requests share the
+//! weights and nothing else.
+
+use std::io::{Read, Seek};
+
+use super::q8::{Out, Q8Matrix, Q8Rows, matmul};
+use super::team::Team;
+use candle_core::Device;
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::gguf_file::Content;
+
+/// The sizes of a llama model, from its GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    pub vocab: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+}
+
+impl LlamaConfig {
+    fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    fn read(content: &Content) -> Result<LlamaConfig, String> {
+        let get = |key: &str| {
+            let v = content.metadata.get(key).ok_or_else(|| format!("no {key} in the metadata"))?;
+            v.to_u32().map(|n| n as usize).map_err(|e| format!("{key}: {e}"))
+        };
+        let float = |key: &str, default: f32| match content.metadata.get(key) {
+            None => Ok(default),
+            Some(v) => v.to_f32().map_err(|e| format!("{key}: {e}")),
+        };
+        if content.metadata.get("llama.expert_count").and_then(|v| v.to_u32().ok()).unwrap_or(0) > 1 {
+            return Err("llama.expert_count: mixtures of experts are not supported".into());
+        }
+        let hidden = get("llama.embedding_length")?;
+        let heads = get("llama.attention.head_count")?;
+        let kv_heads = get("llama.attention.head_count_kv").or_else(|_| get("llama.attention.head_count"))?;
+        let ffn = get("llama.feed_forward_length")?;
+        let layers = get("llama.block_count")?;
+        for (key, v) in [("embedding_length", hidden), ("attention.head_count", heads), ("block_count", layers)] {
+            if v == 0 {
+                return Err(format!("llama.{key}: must be at least 1"));
+            }
+        }
+        if !hidden.is_multiple_of(heads) || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(format!(
+                "llama.attention.head_count {heads} and head_count_kv {kv_heads} do not divide embedding_length {hidden}"
+            ));
+        }
+        let head_dim = hidden / heads;
+        if let Ok(rope) = get("llama.rope.dimension_count")
+            && rope != head_dim
+        {
+            return Err(format!("llama.rope.dimension_count: {rope}, only whole heads ({head_dim}) are supported"));
+        }
+        let vocab = content
+            .tensor_infos
+            .get("token_embd.weight")
+            .map(|t| t.shape.dims()[0])
+            .ok_or("missing tensor token_embd.weight")?;
+        Ok(LlamaConfig {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+            layers,
+            vocab,
+            rms_eps: float("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
+            rope_base: float("llama.rope.freq_base", 10_000.0)?,
+        })
+    }
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// Query, key and value rows, in that order.
+    qkv: Q8Matrix,
+    out: Q8Matrix,
+    ffn_norm: Vec<f32>,
+    /// Gate rows, then up rows.
+    gate_up: Q8Matrix,
+    down: Q8Matrix,
+}
+
+pub struct Llama {
+    cfg: LlamaConfig,
+    /// Token embeddings; also the output projection when the file has none of its own.
+    embed: Q8Matrix,
+    output: Option<Q8Matrix>,
+    norm: Vec<f32>,
+    layers: Vec<Layer>,
+    /// cos and sin of each position's angle for each pair of a head, `[position][pair]`.
+    rope: Vec<(f32, f32)>,
+    context: usize,
+}
+
+/// The keys and values of the tokens read so far, one request's.
+#[derive(Clone)]
+pub struct KvCache {
+    /// Per layer, `[position][kv_heads * head_dim]`.
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Forgets every token from `len` on (a prompt read once, continued several ways).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+/// Buffers of one forward pass.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    normed: Vec<f32>,
+    wide: Vec<f32>,
+    attn: Vec<f32>,
+    q8: Q8Rows,
+}
+
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    v.resize(len, 0.0);
+    &mut v[..len]
+}
+
+impl Llama {
+    /// Reads the weights of a llama GGUF; positions up to `context` can be run.
+    pub fn load<R: Read + Seek>(content: &Content, reader: &mut R, context: usize) -> Result<Llama, String> {
+        let cfg = LlamaConfig::read(content)?;
+        let norm = vector(content, reader, "output_norm.weight", cfg.hidden)?;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let attn_norm = vector(content, reader, &format!("blk.{l}.attn_norm.weight"), cfg.hidden)?;
+            let ffn_norm = vector(content, reader, &format!("blk.{l}.ffn_norm.weight"), cfg.hidden)?;
+            let mut matrix = |name: &str, rows: usize, cols: usize| {
+                matrix(content, reader, &format!("blk.{l}.{name}.weight"), rows, cols)
+            };
+            let (h, kv, f) = (cfg.hidden, cfg.kv_dim(), cfg.ffn);
+            let qkv = Q8Matrix::stack(&[matrix("attn_q", h, h)?, matrix("attn_k", kv, h)?, matrix("attn_v", kv, h)?])?;
+            let out = matrix("attn_output", h, h)?;
+            let gate_up = Q8Matrix::stack(&[matrix("ffn_gate", f, h)?, matrix("ffn_up", f, h)?])?;
+            let down = matrix("ffn_down", h, f)?;
+            layers.push(Layer { attn_norm, qkv, out, ffn_norm, gate_up, down });
+        }
+        let embed = matrix(content, reader, "token_embd.weight", cfg.vocab, cfg.hidden)?;
+        let output = match content.tensor_infos.contains_key("output.weight") {
+            true => Some(matrix(content, reader, "output.weight", cfg.vocab, cfg.hidden)?),
+            false => None,
+        };
+        let pairs = cfg.head_dim / 2;
+        // As candle and llama.cpp compute them: each pair's frequency and angle in f32.
+        let freqs: Vec<f32> =
+            (0..pairs).map(|i| 1.0 / cfg.rope_base.powf((2 * i) as f32 / cfg.head_dim as f32)).collect();
+        let rope = (0..context)
+            .flat_map(|p| freqs.iter().map(move |f| (p as f32 * f).sin_cos()))
+            .map(|(s, c)| (c, s))
+            .collect();
+        Ok(Llama { cfg, embed, output, norm, layers, rope, context })
+    }
+
+    pub fn cache(&self) -> KvCache {
+        KvCache { keys: vec![Vec::new(); self.cfg.layers], values: vec![Vec::new(); self.cfg.layers], len: 0 }
+    }
+
+    /// Reads `ids` after the tokens in `cache`, adding them to it, and returns the logits for
+    /// the token after the last of them. Runs on the threads of `team`.
+    pub fn forward(&self, team: &Team, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, String> {
+        let cfg = &self.cfg;
+        let (n, h, kv) = (ids.len(), cfg.hidden, cfg.kv_dim());
+        if n == 0 {
+            return Err("no tokens to read".into());
+        }
+        if cache.len + n > self.context {
+            return Err(format!("{} tokens in a context of {}", cache.len + n, self.context));
+        }
+        if let Some(bad) = ids.iter().find(|id| **id as usize >= cfg.vocab) {
+            return Err(format!("token {bad} is not in the vocabulary of {}", cfg.vocab));
+        }
+        let pos = cache.len;
+        let mut s = Scratch::default();
+        let x = grow(&mut s.x, n * h);
+        for (row, id) in x.chunks_exact_mut(h).zip(ids) {
+            self.embed.dequantize_row(*id as usize, row);
+        }
+        let qkv_width = h + 2 * kv;
+        for (layer, l) in self.layers.iter().zip(0..) {
+            // Attention.
+            rms_norm(x, grow(&mut s.normed, n * h), &layer.attn_norm, cfg.rms_eps);
+            s.q8.quantize(&s.normed, h);
+            let qkv = grow(&mut s.wide, n * qkv_width);
+            matmul(team, &s.q8, &layer.qkv, qkv);
+            let (keys, values) = (&mut cache.keys[l], &mut cache.values[l]);
+            keys.truncate(pos * kv);
+            values.truncate(pos * kv);
+            for (i, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
+                let (q, rest) = row.split_at_mut(h);
+                let (k, v) = rest.split_at_mut(kv);
+                self.rotate(q, pos + i);
+                self.rotate(k, pos + i);
+                keys.extend_from_slice(k);
+                values.extend_from_slice(v);
+            }
+            let attn = grow(&mut s.attn, n * h);
+            self.attention(team, qkv, keys, values, pos, attn);
+            s.q8.quantize(attn, h);
+            let out = grow(&mut s.normed, n * h);
+            matmul(team, &s.q8, &layer.out, out);
+            add(x, out);
+            // Feed-forward.
+            rms_norm(x, grow(&mut s.normed, n * h), &layer.ffn_norm, cfg.rms_eps);
+            s.q8.quantize(&s.normed, h);
+            let gate_up = grow(&mut s.wide, n * 2 * cfg.ffn);
+            matmul(team, &s.q8, &layer.gate_up, gate_up);
+            let hidden = grow(&mut s.attn, n * cfg.ffn);
+            for (hid, gu) in hidden.chunks_exact_mut(cfg.ffn).zip(gate_up.chunks_exact(2 * cfg.ffn)) {
+                swiglu(hid, &gu[..cfg.ffn], &gu[cfg.ffn..]);
+            }
+            s.q8.quantize(hidden, cfg.ffn);
+            let down = grow(&mut s.normed, n * h);
+            matmul(team, &s.q8, &layer.down, down);
+            add(x, down);
+        }
+        cache.len = pos + n;
+        let last = &x[(n - 1) * h..];
+        let normed = grow(&mut s.normed, h);
+        rms_norm(last, normed, &self.norm, cfg.rms_eps);
+        s.q8.quantize(normed, h);
+        let mut logits = vec![0.0; cfg.vocab];
+        matmul(team, &s.q8, self.output.as_ref().unwrap_or(&self.embed), &mut logits);
+        Ok(logits)
+    }
+
+    /// Rotates each head of `x` (queries or keys of one token) to position `pos`.
+    fn rotate(&self, x: &mut [f32], pos: usize) {
+        let pairs = self.cfg.head_dim / 2;
+        let table = &self.rope[pos * pairs..(pos + 1) * pairs];
+        for head in x.chunks_exact_mut(self.cfg.head_dim) {
+            for (pair, (cos, sin)) in head.chunks_exact_mut(2).zip(table) {
+                let (a, b) = (pair[0], pair[1]);
+                pair[0] = a * cos - b * sin;
+                pair[1] = a * sin + b * cos;
+            }
+        }
+    }
+
+    /// Causal attention of the new tokens' queries (in `qkv`, from position `pos` on) over
+    /// every key and value in the cache, into `out`; (token, head) pairs are dealt out to the
+    /// team's threads in turn, so each gets as many early (short) rows as late ones.
+    fn attention(&self, team: &Team, qkv: &[f32], keys: &[f32], values: &[f32], pos: usize, out: &mut [f32]) {
+        let cfg = &self.cfg;
+        let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
+        let group = cfg.heads / cfg.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let width = h + 2 * kv;
+        let items = out.len() / h * cfg.heads;
+        let out = Out::new(out, h);
+        team.run(&|t| {
+            let mut scores = Vec::new();
+            for item in (t..items).step_by(team.threads()) {
+                let (i, head) = (item / cfg.heads, item % cfg.heads);
+                let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
+                let g = head / group;
+                scores.clear();
+                scores.extend((0..pos + i + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
+                softmax(&mut scores);
+                // SAFETY: (token i, head) is this thread's item alone, within `out`.
+                let out = unsafe { out.slice(i, head * d, d) };
+                out.fill(0.0);
+                for (j, s) in scores.iter().enumerate() {
+                    for (o, v) in out.iter_mut().zip(&values[j * kv + g * d..j * kv + (g + 1) * d]) {
+                        *o += s * v;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A vector of `len` values as f32.
+fn vector<R: Read + Seek>(content: &Content, reader: &mut R, name: &str, len: usize) -> Result<Vec<f32>, String> {
+    let err = |e: String| format!("tensor {name}: {e}");
+    let t = content.tensor(reader, name, &Device::Cpu).map_err(|e| err(e.to_string()))?;
+    let v =
+        t.dequantize(&Device::Cpu).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(|e| err(e.to_string()))?;
+    if v.len() != len {
+        return Err(err(format!("{} values, expected {len}", v.len())));
+    }
+    Ok(v)
+}
+
+/// A weight matrix of `rows` x `cols` in Q8_0, requantized when the file has another type.
+fn matrix<R: Read + Seek>(
+    content: &Content,
+    reader: &mut R,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Q8Matrix, String> {
+    let err = |e: String| format!("tensor {name}: {e}");
+    let t = content.tensor(reader, name, &Device::Cpu).map_err(|e| err(e.to_string()))?;
+    if t.shape().dims() != [rows, cols] {
+        return Err(err(format!("shape {:?}, expected [{rows}, {cols}]", t.shape().dims())));
+    }
+    if t.dtype() == GgmlDType::Q8_0 {
+        let bytes = t.data().map_err(|e| err(e.to_string()))?;
+        return Q8Matrix::from_ggml(&bytes, rows, cols).map_err(err);
+    }
+    let values =
+        t.dequantize(&Device::Cpu).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(|e| err(e.to_string()))?;
+    Q8Matrix::quantize(&values, rows, cols).map_err(err)
+}
+
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums, so the compiler can keep them in one vector register.
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// Each row of `x` scaled to unit root mean square, times `weight`, into `out`.
+fn rms_norm(x: &[f32], out: &mut [f32], weight: &[f32], eps: f32) {
+    let h = weight.len();
+    for (x, out) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+        let mean_sq = dot(x, x) / h as f32;
+        let inv = 1.0 / (mean_sq + eps).sqrt();
+        for ((o, x), w) in out.iter_mut().zip(x).zip(weight) {
+            *o = x * inv * w;
+        }
+    }
+}
+
+fn swiglu(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (x, y) in x.iter_mut().zip(y) {
+        *x += y;
+    }
+}
+
+#[cfg(test)]
+mod tests;

