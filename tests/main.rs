@@ -13,4 +13,5 @@ mod llm;
 mod memory;
 mod models;
 mod plans;
+mod rag;
 mod supervision;

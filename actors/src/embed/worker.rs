@@ -329,7 +329,7 @@ fn model_name(dir: &Path) -> String {
 
 /// Identifies the model for the cache: its configuration, tokenizer, window and the size of its
 /// weights. A changed model gets new keys, so stale vectors are never served.
-fn fingerprint(dir: &Path) -> Key {
+pub(crate) fn fingerprint(dir: &Path) -> Key {
     let mut h = Sha256::new();
     for file in ["config.json", "tokenizer.json", "sentence_bert_config.json"] {
         h.update(file.as_bytes());

@@ -1,0 +1,598 @@
+//! Codebase knowledge for mindfleet: files cut into chunks where their structure is
+//! ([`chunk`]), kept in redb with their int8 embeddings, and searched by a hybrid of BM25 over
+//! words and identifiers (tantivy) and vector similarity, fused by reciprocal rank.
+//!
+//! [`Index`] is synchronous: the index actor of a fleet and the in-process CLI own one each and
+//! run it off the async threads. It needs an embedding model only through [`Embed`]; without
+//! one, or with vectors from another model, search falls back to keywords and says so.
+//!
+//! ```text
+//! <data>/index.redb   files, chunks, texts (+ int8 vectors): the source of truth
+//! <data>/keyword/     tantivy's BM25 index, rebuilt from redb when missing or behind
+//! ```
+
+pub mod chunk;
+mod keyword;
+mod store;
+mod vectors;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use chunk::{Chunker, Lang};
+use keyword::Keyword;
+use store::{ChunkRecord, FileRecord, FileUpdate, Hash, Quantized, Store};
+use vectors::Vectors;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    #[error("{path}: {message}")]
+    Path { path: PathBuf, message: String },
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("index corrupt: {0}")]
+    Corrupt(String),
+    #[error("keyword index: {0}")]
+    Keyword(String),
+    #[error("embedding: {0}")]
+    Embed(String),
+    #[error("{0}")]
+    Request(String),
+}
+
+/// The embedding model, as the index needs it.
+pub trait Embed {
+    /// Names the model and its weights: vectors of different models are not comparable.
+    fn model(&self) -> String;
+    /// The most tokens a text may have, as [`Embed::count_tokens`] counts them.
+    fn window(&self) -> usize;
+    fn count_tokens(&self, text: &str) -> usize;
+    /// Unit vectors, one per text.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String>;
+}
+
+/// What [`Index::update`] takes in.
+#[derive(Debug, Clone)]
+pub struct UpdateOptions {
+    /// Only these languages ([`Lang::name`]); all when `None`.
+    pub types: Option<Vec<String>>,
+    /// Into subdirectories (else the directory's own files only).
+    pub recursive: bool,
+    /// Larger files are skipped and counted.
+    pub max_file_bytes: u64,
+}
+
+impl Default for UpdateOptions {
+    fn default() -> UpdateOptions {
+        UpdateOptions { types: None, recursive: true, max_file_bytes: 1 << 20 }
+    }
+}
+
+/// What an update did.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct UpdateReport {
+    pub root: String,
+    pub files_seen: usize,
+    pub files_indexed: usize,
+    pub files_unchanged: usize,
+    pub files_removed: usize,
+    pub chunks_added: usize,
+    pub chunks_removed: usize,
+    /// Texts embedded now; identical chunks and texts kept from before are not.
+    pub texts_embedded: usize,
+    pub skipped_binary: usize,
+    pub skipped_large: usize,
+    pub skipped_type: usize,
+    /// Files that could not be indexed, each with why (`path: reason`).
+    pub errors: Vec<String>,
+    pub seconds: f64,
+}
+
+/// How results are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Hybrid,
+    Keyword,
+    Vector,
+}
+
+#[derive(Debug, Clone)]
+pub struct SearchOptions {
+    pub limit: usize,
+    /// Only chunks of this language ([`Lang::name`]).
+    pub lang: Option<String>,
+    /// Only chunks whose path (relative to its root) starts with this.
+    pub path_prefix: Option<String>,
+    /// Only results scoring at least this (scores are in 0..=1).
+    pub threshold: Option<f32>,
+    pub mode: Mode,
+    /// Weights of the keyword and the vector ranking in the fusion.
+    pub keyword_weight: f32,
+    pub vector_weight: f32,
+}
+
+impl Default for SearchOptions {
+    fn default() -> SearchOptions {
+        SearchOptions {
+            limit: 10,
+            lang: None,
+            path_prefix: None,
+            threshold: None,
+            mode: Mode::Hybrid,
+            keyword_weight: 1.0,
+            vector_weight: 1.0,
+        }
+    }
+}
+
+/// The most results one search returns.
+pub const MAX_LIMIT: usize = 1000;
+/// Reciprocal rank fusion's constant: a result at rank r counts weight / (RRF_K + r).
+const RRF_K: f32 = 60.0;
+/// Texts embedded per call of the model.
+const EMBED_BATCH: usize = 32;
+
+/// One result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Hit {
+    pub chunk_id: u64,
+    /// Relative to the root it was indexed under.
+    pub path: String,
+    pub root: String,
+    pub lang: &'static str,
+    pub kind: String,
+    pub symbol: Option<String>,
+    pub start_line: usize,
+    pub end_line: usize,
+    /// The fused score, 1 for a result first in every ranking used.
+    pub score: f32,
+    /// Ranks (from 1) in the keyword and the vector ranking, where it was in them.
+    pub keyword_rank: Option<usize>,
+    pub vector_rank: Option<usize>,
+    /// Cosine similarity to the query, when vectors were used.
+    pub similarity: Option<f32>,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SearchResults {
+    pub hits: Vec<Hit>,
+    /// The ranking used: the one asked for, or keywords when vectors could not be.
+    pub mode: Mode,
+    /// Why the mode differs from the one asked for.
+    pub note: Option<String>,
+}
+
+/// Where a chunk is, for filters: its root's id, path and language.
+struct Place {
+    root: String,
+    path: String,
+    lang: Lang,
+}
+
+pub struct Index {
+    store: Store,
+    keyword: Keyword,
+    vectors: Vectors,
+    places: HashMap<u64, Place>,
+    /// What opening had to repair, for the caller to report.
+    repairs: Vec<String>,
+}
+
+impl Index {
+    /// Opens (or creates) the index in `dir`. A keyword index that is missing, unreadable or
+    /// behind redb is rebuilt from it, and [`Index::repairs`] says so.
+    pub fn open(dir: &Path) -> Result<Index, IndexError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| IndexError::Path { path: dir.to_path_buf(), message: e.to_string() })?;
+        let store = Store::open(&dir.join("index.redb"))?;
+        let (keyword, fresh) = Keyword::open(&dir.join("keyword"))?;
+        let mut index =
+            Index { store, keyword, vectors: Vectors::default(), places: HashMap::new(), repairs: Vec::new() };
+        let generation = index.store.meta_u64("generation")?;
+        let behind = index.keyword.generation() != generation;
+        if behind {
+            index.keyword.clear()?;
+        }
+        let mut bad = Vec::new();
+        let (store, keyword, vectors, places) = (&index.store, &index.keyword, &mut index.vectors, &mut index.places);
+        let mut failed = None;
+        store.for_each_chunk(|id, c, t| {
+            places.insert(id, Place { root: String::new(), path: c.path.clone(), lang: c.lang });
+            if let Some(v) = &t.vector
+                && let Err(e) = vectors.insert(id, v)
+            {
+                bad.push(e);
+            }
+            if behind && failed.is_none() {
+                failed = keyword.add(id, &keyword_text(c, &t.text)).err();
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        for (_, rec) in index.store.files()? {
+            for id in &rec.chunks {
+                if let Some(p) = index.places.get_mut(id) {
+                    p.root.clone_from(&rec.root);
+                }
+            }
+        }
+        if behind {
+            index.keyword.commit(generation)?;
+            if generation > 0 {
+                index.repairs.push(format!(
+                    "the keyword index was {} and has been rebuilt from index.redb ({} chunks)",
+                    if fresh { "missing or unreadable" } else { "behind" },
+                    index.places.len()
+                ));
+            }
+        }
+        if !bad.is_empty() {
+            index.repairs.push(format!("{} vectors of another length were left out: {}", bad.len(), bad[0]));
+        }
+        Ok(index)
+    }
+
+    /// What opening had to repair.
+    pub fn repairs(&self) -> &[String] {
+        &self.repairs
+    }
+
+    /// The model the stored vectors come from.
+    pub fn model(&self) -> Result<Option<String>, IndexError> {
+        Ok(self.store.meta("model")?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Files, chunks and distinct texts stored.
+    pub fn counts(&self) -> Result<(u64, u64, u64), IndexError> {
+        self.store.counts()
+    }
+
+    /// Indexes `path` (a directory, or one file) with `embed`: new and changed files are
+    /// chunked and embedded, unchanged ones (same content hash) kept, and files of the root
+    /// that are gone removed. `.gitignore` rules are followed; binary, oversized and
+    /// unreadable files are counted and skipped.
+    pub fn update(&mut self, path: &Path, embed: &dyn Embed, opts: &UpdateOptions) -> Result<UpdateReport, IndexError> {
+        let start = Instant::now();
+        let path_err = |message: String| IndexError::Path { path: path.to_path_buf(), message };
+        let abs = path.canonicalize().map_err(|e| path_err(e.to_string()))?;
+        let (root, single) = if abs.is_file() {
+            (abs.parent().map(Path::to_path_buf).unwrap_or_else(|| abs.clone()), Some(abs.clone()))
+        } else if abs.is_dir() {
+            (abs.clone(), None)
+        } else {
+            return Err(path_err("neither a file nor a directory".into()));
+        };
+        if let Some(types) = &opts.types
+            && let Some(bad) = types.iter().find(|t| !Lang::NAMES.contains(&t.as_str()))
+        {
+            return Err(IndexError::Request(format!("types: unknown {bad:?} (known: {})", Lang::NAMES.join(", "))));
+        }
+        let model = embed.model();
+        if self.model()?.is_some_and(|m| m != model) {
+            // Vectors of another model cannot be compared with this one's: start again.
+            self.clear()?;
+            self.repairs.push(format!("the vectors came from another model; re-embedding with {model}"));
+        }
+        self.store.set_meta("model", model.as_bytes())?;
+        let root_str = root.to_string_lossy().into_owned();
+        let mut report = UpdateReport { root: root_str.clone(), ..Default::default() };
+        let files = match &single {
+            Some(file) => vec![file.clone()],
+            None => walk(&root, opts.recursive),
+        };
+        let count = |text: &str| embed.count_tokens(text);
+        let chunker = Chunker::new(embed.window(), &count);
+        let mut seen = std::collections::HashSet::new();
+        let mut batch: Vec<FileUpdate> = Vec::new();
+        for file in files {
+            report.files_seen += 1;
+            let abs = file.to_string_lossy().into_owned();
+            seen.insert(abs.clone());
+            let rel = file.strip_prefix(&root).unwrap_or(&file).to_string_lossy().into_owned();
+            let lang = Lang::of(&file);
+            if opts.types.as_ref().is_some_and(|t| !t.iter().any(|t| t == lang.name())) {
+                report.skipped_type += 1;
+                continue;
+            }
+            match std::fs::metadata(&file) {
+                Ok(m) if m.len() > opts.max_file_bytes => {
+                    report.skipped_large += 1;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    report.errors.push(format!("{rel}: {e}"));
+                    continue;
+                }
+            }
+            let bytes = match std::fs::read(&file) {
+                Ok(b) => b,
+                Err(e) => {
+                    report.errors.push(format!("{rel}: {e}"));
+                    continue;
+                }
+            };
+            if bytes[..bytes.len().min(8192)].contains(&0) {
+                report.skipped_binary += 1;
+                continue;
+            }
+            let text = match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(e) => {
+                    report
+                        .errors
+                        .push(format!("{rel}: not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()));
+                    continue;
+                }
+            };
+            let hash: Hash = Sha256::digest(text.as_bytes()).into();
+            if self.store.file(&abs)?.is_some_and(|f| f.hash == hash && f.root == root_str) {
+                report.files_unchanged += 1;
+                continue;
+            }
+            let chunks = chunker.chunk(lang, &text);
+            let first = self.store.allocate(chunks.len())?;
+            let ids: Vec<u64> = (first..first + chunks.len() as u64).collect();
+            let update = FileUpdate {
+                abs,
+                record: FileRecord { root: root_str.clone(), rel: rel.clone(), hash, lang, chunks: ids.clone() },
+                chunks: chunks
+                    .iter()
+                    .zip(&ids)
+                    .map(|(c, id)| {
+                        let record = ChunkRecord {
+                            path: rel.clone(),
+                            lang,
+                            kind: c.kind.to_string(),
+                            symbol: c.symbol.clone(),
+                            start_line: c.start_line,
+                            end_line: c.end_line,
+                            text: Sha256::digest(c.text.as_bytes()).into(),
+                        };
+                        (*id, record, c.text.clone(), None)
+                    })
+                    .collect(),
+            };
+            report.files_indexed += 1;
+            report.chunks_added += update.chunks.len();
+            batch.push(update);
+            if batch.len() >= 64 {
+                self.flush(std::mem::take(&mut batch), embed, &mut report)?;
+            }
+        }
+        self.flush(batch, embed, &mut report)?;
+        // Files of this root that are no longer there (or no longer wanted) disappear now.
+        if single.is_none() {
+            let gone: Vec<String> =
+                self.store.files_under(&root_str)?.into_iter().filter(|f| !seen.contains(f)).collect();
+            report.files_removed = gone.len();
+            let removed = self.store.apply(&[], &gone)?;
+            report.chunks_removed += removed.len();
+            self.forget(&removed);
+            self.keyword.commit(self.store.meta_u64("generation")?)?;
+        }
+        report.seconds = start.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Embeds what the files of `batch` need, stores them and makes them searchable.
+    fn flush(
+        &mut self,
+        mut batch: Vec<FileUpdate>,
+        embed: &dyn Embed,
+        report: &mut UpdateReport,
+    ) -> Result<(), IndexError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Each distinct text once: reuse the vector of a text already stored.
+        let mut wanted: HashMap<Hash, Option<Quantized>> = HashMap::new();
+        let mut order: Vec<(Hash, String)> = Vec::new();
+        for u in &batch {
+            for (_, rec, text, _) in &u.chunks {
+                if wanted.contains_key(&rec.text) {
+                    continue;
+                }
+                let stored = self.store.text_vector(&rec.text)?;
+                if stored.is_none() {
+                    order.push((rec.text, text.clone()));
+                }
+                wanted.insert(rec.text, stored);
+            }
+        }
+        for group in order.chunks(EMBED_BATCH) {
+            let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
+            let vectors = embed.embed(&texts).map_err(IndexError::Embed)?;
+            if vectors.len() != texts.len() {
+                return Err(IndexError::Embed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
+            }
+            for ((hash, _), v) in group.iter().zip(vectors) {
+                wanted.insert(*hash, Some(Quantized::new(&v)));
+            }
+            report.texts_embedded += texts.len();
+        }
+        for u in &mut batch {
+            for (_, rec, _, vector) in &mut u.chunks {
+                *vector = wanted.get(&rec.text).cloned().flatten();
+            }
+        }
+        let updates = batch;
+        let removed = self.store.apply(&updates, &[])?;
+        report.chunks_removed += removed.len();
+        self.forget(&removed);
+        for u in &updates {
+            for (id, rec, text, vector) in &u.chunks {
+                self.places.insert(*id, Place { root: u.record.root.clone(), path: rec.path.clone(), lang: rec.lang });
+                if let Some(v) = vector {
+                    self.vectors.insert(*id, v).map_err(IndexError::Corrupt)?;
+                }
+                self.keyword.add(*id, &keyword_text(rec, text))?;
+            }
+        }
+        self.keyword.commit(self.store.meta_u64("generation")?)
+    }
+
+    fn forget(&mut self, ids: &[u64]) {
+        for id in ids {
+            self.places.remove(id);
+            self.vectors.remove(*id);
+            self.keyword.remove(*id);
+        }
+    }
+
+    /// Removes everything (the files stay where they are).
+    fn clear(&mut self) -> Result<(), IndexError> {
+        let all: Vec<String> = self.store.files()?.into_iter().map(|(abs, _)| abs).collect();
+        let removed = self.store.apply(&[], &all)?;
+        self.forget(&removed);
+        self.keyword.commit(self.store.meta_u64("generation")?)
+    }
+
+    /// The chunks that best answer `query`. With [`Mode::Hybrid`] or [`Mode::Vector`] the
+    /// query is embedded with `embed`; when that cannot be (no model, another model than the
+    /// stored vectors', no vectors), the keyword ranking answers and `note` says why.
+    pub fn search(
+        &self,
+        query: &str,
+        embed: Option<&dyn Embed>,
+        opts: &SearchOptions,
+    ) -> Result<SearchResults, IndexError> {
+        if query.trim().is_empty() {
+            return Err(IndexError::Request("query: empty".into()));
+        }
+        if opts.limit == 0 || opts.limit > MAX_LIMIT {
+            return Err(IndexError::Request(format!("limit: {} is not within 1..={MAX_LIMIT}", opts.limit)));
+        }
+        if let Some(lang) = &opts.lang
+            && !Lang::NAMES.contains(&lang.as_str())
+        {
+            return Err(IndexError::Request(format!("lang: unknown {lang:?} (known: {})", Lang::NAMES.join(", "))));
+        }
+        let keep = |id: u64| {
+            self.places.get(&id).is_some_and(|p| {
+                opts.lang.as_ref().is_none_or(|l| p.lang.name() == l)
+                    && opts.path_prefix.as_ref().is_none_or(|pre| p.path.starts_with(pre.as_str()))
+            })
+        };
+        let filtered = opts.lang.is_some() || opts.path_prefix.is_some();
+        let depth = (opts.limit * 5).max(50);
+        let (mut mode, mut note) = (opts.mode, None);
+        let mut query_vector = None;
+        if mode != Mode::Keyword {
+            let stored = self.model()?;
+            let why_not = match (embed, stored) {
+                (None, _) => Some("no embedding model".to_string()),
+                (_, None) => Some("the index has no vectors".to_string()),
+                (Some(e), Some(m)) if e.model() != m => {
+                    Some(format!("the index's vectors come from {m}, the query's model is {}", e.model()))
+                }
+                (Some(e), Some(_)) => match e.embed(&[query]) {
+                    Ok(mut v) if v.len() == 1 => {
+                        query_vector = v.pop();
+                        None
+                    }
+                    Ok(v) => Some(format!("the model gave {} vectors for the query", v.len())),
+                    Err(e) => Some(format!("embedding the query: {e}")),
+                },
+            };
+            if let Some(why) = why_not {
+                note = Some(format!("{why}: keyword search only"));
+                mode = Mode::Keyword;
+            }
+        }
+        let keyword: Vec<(u64, f32)> = if mode == Mode::Vector {
+            Vec::new()
+        } else {
+            let found = self.keyword.search(query, if filtered { depth * 4 } else { depth })?;
+            found.into_iter().filter(|(id, _)| keep(*id)).take(depth).collect()
+        };
+        let vector: Vec<(u64, f32)> = match &query_vector {
+            Some(q) => self.vectors.search(q, depth, keep),
+            None => Vec::new(),
+        };
+        let (wk, wv) = match mode {
+            Mode::Hybrid => (opts.keyword_weight, opts.vector_weight),
+            Mode::Keyword => (1.0, 0.0),
+            Mode::Vector => (0.0, 1.0),
+        };
+        let best = (wk + wv) / (RRF_K + 1.0);
+        let mut fused: HashMap<u64, Fused> = HashMap::new();
+        for (rank, (id, _)) in keyword.iter().enumerate() {
+            let e = fused.entry(*id).or_default();
+            e.score += wk / (RRF_K + rank as f32 + 1.0);
+            e.keyword_rank = Some(rank + 1);
+        }
+        for (rank, (id, sim)) in vector.iter().enumerate() {
+            let e = fused.entry(*id).or_default();
+            e.score += wv / (RRF_K + rank as f32 + 1.0);
+            e.vector_rank = Some(rank + 1);
+            e.similarity = Some(*sim);
+        }
+        let mut ranked: Vec<(u64, Fused)> = fused.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+        let mut hits = Vec::new();
+        for (id, Fused { score, keyword_rank, vector_rank, similarity }) in ranked {
+            let score = if best > 0.0 { score / best } else { 0.0 };
+            if opts.threshold.is_some_and(|t| score < t) || hits.len() == opts.limit {
+                break;
+            }
+            let Some((c, t)) = self.store.chunk(id)? else { continue };
+            hits.push(Hit {
+                chunk_id: id,
+                root: self.places.get(&id).map(|p| p.root.clone()).unwrap_or_default(),
+                path: c.path,
+                lang: c.lang.name(),
+                kind: c.kind,
+                symbol: c.symbol,
+                start_line: c.start_line,
+                end_line: c.end_line,
+                score,
+                keyword_rank,
+                vector_rank,
+                similarity,
+                text: t.text,
+            });
+        }
+        Ok(SearchResults { hits, mode, note })
+    }
+}
+
+/// A result's place in each ranking, and its fused score.
+#[derive(Default)]
+struct Fused {
+    score: f32,
+    keyword_rank: Option<usize>,
+    vector_rank: Option<usize>,
+    similarity: Option<f32>,
+}
+
+/// What the keyword index reads of a chunk: its path and symbol as well as its text.
+fn keyword_text(c: &ChunkRecord, text: &str) -> String {
+    format!("{} {}\n{text}", c.path, c.symbol.as_deref().unwrap_or(""))
+}
+
+/// The files under `root`, in a stable order, following `.gitignore` (in or out of a git
+/// repository) and skipping hidden files.
+fn walk(root: &Path, recursive: bool) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = ignore::WalkBuilder::new(root)
+        .max_depth(if recursive { None } else { Some(1) })
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .map(ignore::DirEntry::into_path)
+        .collect();
+    files.sort();
+    files
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! The codebase index with the real embedding model: chunks within its window, and the `rag`
+//! commands from indexing to search, through the binary.
+
+use std::path::Path;
+use std::process::Command;
+
+use mindfleet_actors::embed::IndexModel;
+use mindfleet_index::Embed;
+use mindfleet_index::chunk::{Chunker, Lang};
+use mindfleet_runtime::models::MINILM;
+use serde_json::Value;
+
+use crate::util::pulled;
+
+fn model() -> IndexModel {
+    IndexModel::load(&pulled().join(MINILM.name)).unwrap()
+}
+
+#[test]
+fn no_chunk_of_this_project_exceeds_the_models_window_by_its_own_tokenizer() {
+    let model = model();
+    let count = |t: &str| model.count_tokens(t);
+    let chunker = Chunker::new(model.window(), &count);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut total = 0;
+    for file in ["actors/src/llm.rs", "index/src/chunk.rs", "docs/ARCHITECTURE.md", "README.md"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let chunks = chunker.chunk(Lang::of(Path::new(file)), &text);
+        assert!(chunks.len() > 3, "{file}: {} chunks", chunks.len());
+        for c in &chunks {
+            let n = model.count_tokens(&c.text);
+            assert!(
+                n <= model.window(),
+                "{file}:{}-{}: {n} tokens, window {}",
+                c.start_line,
+                c.end_line,
+                model.window()
+            );
+            assert!(c.start_line >= 1 && c.end_line >= c.start_line && c.end_line <= text.lines().count());
+        }
+        total += chunks.len();
+    }
+    assert!(total > 50, "{total}");
+}
+
+fn rag(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("rag").args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "rag {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("rag {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn rag_index_then_search_finds_code_by_what_it_does() {
+    let src = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let p = src.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write(
+        "src/retry.rs",
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff<T>(mut f: impl FnMut() -> Option<T>, tries: u32) -> Option<T> {\n    let mut wait = 10;\n    for _ in 0..tries {\n        if let Some(v) = f() {\n            return Some(v);\n        }\n        std::thread::sleep(std::time::Duration::from_millis(wait));\n        wait *= 2;\n    }\n    None\n}\n",
+    );
+    write(
+        "src/money.py",
+        "def add_tax(price, rate):\n    \"\"\"The price with the sales tax added.\"\"\"\n    return price * (1 + rate)\n",
+    );
+    write(
+        "web/cart.ts",
+        "export function cartTotal(items: { price: number }[]): number {\n  return items.reduce((sum, i) => sum + i.price, 0);\n}\n",
+    );
+    write(
+        "docs/setup.md",
+        "# Setup\n\n## Installing\n\nDownload the package and unpack it into your home directory.\n",
+    );
+    let data_dir = data.path().to_str().unwrap();
+    let src_dir = src.path().to_str().unwrap();
+    let report = rag(&["index", src_dir, "--data", data_dir]);
+    assert_eq!(report["indexed"][0]["files_indexed"], 4, "{report}");
+    assert_eq!(report["files"], 4);
+
+    let search = |q: &str, extra: &[&str]| {
+        let mut args = vec!["search", q, "--data", data_dir, "--limit", "3"];
+        args.extend_from_slice(extra);
+        rag(&args)
+    };
+    // Questions in words, none of the code's identifiers.
+    let found = search("retry an operation with exponential delay", &[]);
+    assert_eq!(found["mode"], "hybrid", "{found}");
+    let top = &found["hits"][0];
+    assert_eq!(top["path"], "src/retry.rs", "{found}");
+    assert_eq!((top["start_line"].as_u64(), top["end_line"].as_u64()), (Some(1), Some(12)));
+    assert_eq!((top["kind"].as_str(), top["symbol"].as_str()), (Some("function"), Some("with_backoff")));
+    assert_eq!(search("sum of the prices in a shopping basket", &[])["hits"][0]["path"], "web/cart.ts");
+    assert_eq!(search("how do I install it", &["--lang", "markdown"])["hits"][0]["symbol"], "Setup > Installing");
+    let py = search("compute price including sales tax", &["--path-prefix", "src/"]);
+    assert_eq!(py["hits"][0]["path"], "src/money.py", "{py}");
+    // Unchanged files are not embedded again.
+    let again = rag(&["index", src_dir, "--data", data_dir]);
+    assert_eq!(
+        (again["indexed"][0]["files_unchanged"].as_u64(), again["indexed"][0]["texts_embedded"].as_u64()),
+        (Some(4), Some(0))
+    );
+    // Bad input is named.
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["rag", "search", "x", "--data", data_dir, "--limit", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("limit: 0 is not within 1..=1000"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
