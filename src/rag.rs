@@ -1,15 +1,24 @@
 //! `mindfleet rag ...`: the codebase index from the command line, in process on a data dir.
 //!
-//! `index` (the design's index-codebase), `index-file` and `index-dir` chunk, embed and store;
-//! `search` answers with the hybrid ranking. The index lives in `<data>/index/`.
+//! Low level: `create` stores one entry, `query` ranks entries by their vectors, and `open`,
+//! `fetch`, `close` page through a search's results by handle. Mid level: `index-file`,
+//! `index-dir`, `search`. High level: `index` (the design's index-codebase). The index lives
+//! in `<data>/index/`; the handles of open cursors in `<data>/index/cursors.json`, so paging
+//! works across invocations.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 use mindfleet_actors::embed::IndexModel;
-use mindfleet_index::{Index, Mode, SearchOptions, UpdateOptions, UpdateReport};
+use mindfleet_index::{Embed, Hit, Index, MAX_LIMIT, Mode, SearchOptions, UpdateOptions, UpdateReport};
+use mindfleet_runtime::cursor::{Cursors, Direction, Page};
 use mindfleet_runtime::models;
+use serde_json::json;
+
+/// How long an open cursor lives after its last use, and how many may be open at once.
+const CURSOR_TTL_MS: u64 = 10 * 60 * 1000;
+const MAX_CURSORS: usize = 64;
 
 #[derive(Subcommand)]
 pub enum RagCmd {
@@ -44,20 +53,98 @@ pub enum RagCmd {
         query: String,
         #[arg(long, default_value_t = 10)]
         limit: usize,
-        /// Only chunks of this language.
-        #[arg(long)]
-        lang: Option<String>,
-        /// Only chunks whose path (relative to its root) starts with this.
-        #[arg(long)]
-        path_prefix: Option<String>,
-        /// Only results scoring at least this (0..=1).
-        #[arg(long)]
-        threshold: Option<f32>,
-        #[arg(long, value_enum, default_value = "hybrid")]
-        mode: SearchMode,
+        #[command(flatten)]
+        filters: Filters,
         #[command(flatten)]
         common: Common,
     },
+    /// Store one entry: a text under a path of your choosing (not read from disk).
+    Create {
+        #[arg(long)]
+        file_path: String,
+        #[arg(long)]
+        content: String,
+        /// Its vector as a JSON array (default: the model embeds the content).
+        #[arg(long)]
+        embedding: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The entries nearest the query by their vectors, with their relevance scores.
+    Query {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Search, and keep the ranking under a handle to page through: the first page.
+    Open {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        page_size: usize,
+        #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// A page of an open handle: the next (forward) or previous (backward) one, or at --offset.
+    Fetch {
+        handle: String,
+        #[arg(long, value_enum, default_value = "forward")]
+        direction: FetchDirection,
+        #[arg(long)]
+        offset: Option<usize>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Close a handle.
+    Close {
+        handle: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct Filters {
+    /// Only chunks of this language.
+    #[arg(long)]
+    lang: Option<String>,
+    /// Only chunks whose path (relative to its root) starts with this.
+    #[arg(long)]
+    path_prefix: Option<String>,
+    /// Only results scoring at least this (0..=1).
+    #[arg(long)]
+    threshold: Option<f32>,
+    #[arg(long, value_enum, default_value = "hybrid")]
+    mode: SearchMode,
+}
+
+impl Filters {
+    fn options(self, limit: usize) -> SearchOptions {
+        let mode = match self.mode {
+            SearchMode::Hybrid => Mode::Hybrid,
+            SearchMode::Keyword => Mode::Keyword,
+            SearchMode::Vector => Mode::Vector,
+        };
+        SearchOptions {
+            limit,
+            lang: self.lang,
+            path_prefix: self.path_prefix,
+            threshold: self.threshold,
+            mode,
+            ..SearchOptions::default()
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FetchDirection {
+    Forward,
+    Backward,
 }
 
 #[derive(clap::Args)]
@@ -100,21 +187,8 @@ fn execute(cmd: RagCmd) -> anyhow::Result<()> {
             anyhow::ensure!(path.is_dir(), "{}: not a directory", path.display());
             index(&[path], &UpdateOptions { recursive, ..UpdateOptions::default() }, &common)
         }
-        RagCmd::Search { query, limit, lang, path_prefix, threshold, mode, common } => {
-            let mode = match mode {
-                SearchMode::Hybrid => Mode::Hybrid,
-                SearchMode::Keyword => Mode::Keyword,
-                SearchMode::Vector => Mode::Vector,
-            };
-            let opts = SearchOptions { limit, lang, path_prefix, threshold, mode, ..SearchOptions::default() };
-            let index = open(&common)?;
-            // Keyword search needs no model; the others say so when it is missing.
-            let model = if mode == Mode::Keyword {
-                None
-            } else {
-                model(&common).map_err(|e| eprintln!("mindfleet: {e:#}")).ok()
-            };
-            let found = index.search(&query, model.as_ref().map(|m| m as &dyn mindfleet_index::Embed), &opts)?;
+        RagCmd::Search { query, limit, filters, common } => {
+            let found = search(&query, filters.options(limit), &common)?;
             if common.json {
                 println!("{}", serde_json::to_string(&found)?);
                 return Ok(());
@@ -122,16 +196,118 @@ fn execute(cmd: RagCmd) -> anyhow::Result<()> {
             if let Some(note) = &found.note {
                 eprintln!("mindfleet: {note}");
             }
-            if found.hits.is_empty() {
-                println!("nothing found");
+            print_hits(&found.hits);
+            Ok(())
+        }
+        RagCmd::Create { file_path, content, embedding, common } => {
+            let embedding = embedding
+                .map(|e| serde_json::from_str::<Vec<f32>>(&e))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--embedding: not a JSON array of numbers: {e}"))?;
+            let model = if embedding.is_none() { Some(model(&common)?) } else { None };
+            let mut index = open(&common)?;
+            let id = index.create(&file_path, &content, embedding, model.as_ref().map(|m| m as &dyn Embed))?;
+            println!("{}", json!({ "entry_id": id.to_string(), "indexed": true }));
+            Ok(())
+        }
+        RagCmd::Query { query, limit, common } => {
+            let opts = SearchOptions { limit, mode: Mode::Vector, ..SearchOptions::default() };
+            let found = search(&query, opts, &common)?;
+            anyhow::ensure!(found.mode == Mode::Vector, "{}", found.note.unwrap_or_default());
+            let scores: Vec<f32> = found.hits.iter().map(|h| h.similarity.unwrap_or(0.0)).collect();
+            println!("{}", json!({ "entries": found.hits, "relevance_scores": scores }));
+            Ok(())
+        }
+        RagCmd::Open { query, page_size, filters, common } => {
+            anyhow::ensure!(
+                (1..=MAX_LIMIT).contains(&page_size),
+                "--page-size: {page_size} is not within 1..={MAX_LIMIT}"
+            );
+            let found = search(&query, filters.options(MAX_LIMIT), &common)?;
+            let (handle, page) = with_cursors(&common, |cs, now| Ok(cs.open(found.hits, page_size, now)?))?;
+            print_page(Some(&handle), &page, found.note.as_deref(), &common);
+            Ok(())
+        }
+        RagCmd::Fetch { handle, direction, offset, limit, common } => {
+            if let Some(l) = limit {
+                anyhow::ensure!((1..=MAX_LIMIT).contains(&l), "--limit: {l} is not within 1..={MAX_LIMIT}");
             }
-            for h in &found.hits {
-                let symbol = h.symbol.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
-                println!("{:.3}  {}:{}-{}  {}{symbol}", h.score, h.path, h.start_line, h.end_line, h.kind);
-            }
+            let direction = match direction {
+                FetchDirection::Forward => Direction::Forward,
+                FetchDirection::Backward => Direction::Backward,
+            };
+            let page = with_cursors(&common, |cs, now| Ok(cs.fetch(&handle, direction, offset, limit, now)?))?;
+            print_page(Some(&handle), &page, None, &common);
+            Ok(())
+        }
+        RagCmd::Close { handle, common } => {
+            with_cursors(&common, |cs, now| Ok(cs.close(&handle, now)?))?;
+            println!("{}", json!({ "handle": handle, "closed": true }));
             Ok(())
         }
     }
+}
+
+fn search(query: &str, opts: SearchOptions, common: &Common) -> anyhow::Result<mindfleet_index::SearchResults> {
+    let index = open(common)?;
+    // Keyword search needs no model; the others fall back to keywords, saying why, without one.
+    let model = match opts.mode {
+        Mode::Keyword => None,
+        _ => model(common).map_err(|e| eprintln!("mindfleet: {e:#}")).ok(),
+    };
+    Ok(index.search(query, model.as_ref().map(|m| m as &dyn Embed), &opts)?)
+}
+
+fn print_hits(hits: &[Hit]) {
+    if hits.is_empty() {
+        println!("nothing found");
+    }
+    for h in hits {
+        let symbol = h.symbol.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+        println!("{:.3}  {}:{}-{}  {}{symbol}", h.score, h.path, h.start_line, h.end_line, h.kind);
+    }
+}
+
+fn print_page(handle: Option<&str>, page: &Page<Hit>, note: Option<&str>, common: &Common) {
+    if common.json {
+        let mut v = json!(page);
+        v["handle"] = json!(handle);
+        println!("{v}");
+        return;
+    }
+    if let Some(note) = note {
+        eprintln!("mindfleet: {note}");
+    }
+    println!(
+        "handle {}: {} of {} from offset {}{}{}",
+        handle.unwrap_or("-"),
+        page.entries.len(),
+        page.total_count,
+        page.offset,
+        if page.has_previous { ", more before" } else { "" },
+        if page.has_more { ", more after" } else { "" }
+    );
+    print_hits(&page.entries);
+}
+
+/// Runs `f` on the cursors kept in the data dir, and writes them back (atomically).
+fn with_cursors<T>(common: &Common, f: impl FnOnce(&mut Cursors<Hit>, u64) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let dir = data_dir(common).join("index");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("cursors.json");
+    let mut cursors = match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            eprintln!("mindfleet: {}: unreadable ({e}); open handles are lost", path.display());
+            Cursors::new(CURSOR_TTL_MS, MAX_CURSORS)
+        }),
+        Err(_) => Cursors::new(CURSOR_TTL_MS, MAX_CURSORS),
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let out = f(&mut cursors, now)?;
+    let tmp = dir.join("cursors.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&cursors)?)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(out)
 }
 
 fn data_dir(common: &Common) -> PathBuf {

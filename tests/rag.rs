@@ -115,3 +115,52 @@ fn rag_index_then_search_finds_code_by_what_it_does() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn entries_created_by_hand_are_queried_and_results_page_by_handle_across_invocations() {
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().to_str().unwrap();
+    let topics = [
+        ("notes/cache.md", "Invalidate the cache entry when the record it holds is written."),
+        ("notes/deploy.md", "Deploy by switching traffic from the blue servers to the green ones."),
+        ("notes/tests.md", "Integration tests start a real fleet on a temporary directory."),
+        ("notes/auth.md", "Requests carry a bearer token that the admin API checks."),
+        ("notes/logs.md", "Logs go to standard error with the tracing crate."),
+    ];
+    for (path, content) in topics {
+        let v = rag(&["create", "--file-path", path, "--content", content, "--data", d]);
+        assert_eq!(v["indexed"], true, "{v}");
+        assert!(v["entry_id"].as_str().is_some_and(|id| !id.is_empty()), "{v}");
+    }
+    let q = rag(&["query", "switching production traffic between server pools", "--limit", "2", "--data", d]);
+    assert_eq!(q["entries"][0]["path"], "notes/deploy.md", "{q}");
+    let scores = q["relevance_scores"].as_array().unwrap();
+    assert_eq!(scores.len(), 2);
+    assert!(scores[0].as_f64() >= scores[1].as_f64(), "{q}");
+
+    // All five, two per page: forward to the end, back, and straight to an offset.
+    let first = rag(&["open", "notes", "--page-size", "2", "--data", d]);
+    let handle = first["handle"].as_str().unwrap().to_string();
+    let page = |v: &Value| {
+        (
+            v["offset"].as_u64().unwrap(),
+            v["entries"].as_array().unwrap().len(),
+            v["has_previous"] == true,
+            v["has_more"] == true,
+        )
+    };
+    assert_eq!((page(&first), first["total_count"].as_u64()), ((0, 2, false, true), Some(5)));
+    let second = rag(&["fetch", &handle, "--data", d]);
+    assert_eq!(page(&second), (2, 2, true, true));
+    assert_eq!(page(&rag(&["fetch", &handle, "--data", d])), (4, 1, true, false));
+    let back = rag(&["fetch", &handle, "--direction", "backward", "--data", d]);
+    assert_eq!(page(&back), (2, 2, true, true));
+    assert_eq!(back["entries"], second["entries"], "the snapshot does not move");
+    assert_eq!(page(&rag(&["fetch", &handle, "--offset", "1", "--limit", "3", "--data", d])), (1, 3, true, true));
+    assert_eq!(rag(&["close", &handle, "--data", d])["closed"], true);
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(["rag", "fetch", &handle, "--data", d]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("handle {handle}: expired or closed")), "{err}");
+}

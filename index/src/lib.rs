@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use chunk::{Chunker, Lang};
@@ -139,13 +139,13 @@ const RRF_K: f32 = 60.0;
 const EMBED_BATCH: usize = 32;
 
 /// One result.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Hit {
     pub chunk_id: u64,
-    /// Relative to the root it was indexed under.
+    /// Relative to the root it was indexed under (for an entry of `rag create`, its path).
     pub path: String,
     pub root: String,
-    pub lang: &'static str,
+    pub lang: String,
     pub kind: String,
     pub symbol: Option<String>,
     pub start_line: usize,
@@ -365,10 +365,10 @@ impl Index {
             report.chunks_added += update.chunks.len();
             batch.push(update);
             if batch.len() >= 64 {
-                self.flush(std::mem::take(&mut batch), embed, &mut report)?;
+                self.flush(std::mem::take(&mut batch), Some(embed), &mut report)?;
             }
         }
-        self.flush(batch, embed, &mut report)?;
+        self.flush(batch, Some(embed), &mut report)?;
         // Files of this root that are no longer there (or no longer wanted) disappear now.
         if single.is_none() {
             let gone: Vec<String> =
@@ -387,7 +387,7 @@ impl Index {
     fn flush(
         &mut self,
         mut batch: Vec<FileUpdate>,
-        embed: &dyn Embed,
+        embed: Option<&dyn Embed>,
         report: &mut UpdateReport,
     ) -> Result<(), IndexError> {
         if batch.is_empty() {
@@ -397,7 +397,10 @@ impl Index {
         let mut wanted: HashMap<Hash, Option<Quantized>> = HashMap::new();
         let mut order: Vec<(Hash, String)> = Vec::new();
         for u in &batch {
-            for (_, rec, text, _) in &u.chunks {
+            for (_, rec, text, given) in &u.chunks {
+                if given.is_some() {
+                    wanted.insert(rec.text, given.clone());
+                }
                 if wanted.contains_key(&rec.text) {
                     continue;
                 }
@@ -409,6 +412,7 @@ impl Index {
             }
         }
         for group in order.chunks(EMBED_BATCH) {
+            let Some(embed) = embed else { break };
             let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
             let vectors = embed.embed(&texts).map_err(IndexError::Embed)?;
             if vectors.len() != texts.len() {
@@ -446,6 +450,79 @@ impl Index {
             self.vectors.remove(*id);
             self.keyword.remove(*id);
         }
+    }
+
+    /// Stores one text as an entry of its own (`rag create`): one chunk at `path` (a name; it is
+    /// not read from disk), replacing an entry of the same path. Its vector is `embedding` when
+    /// given (the length of the others, made unit), else the model's; without either it is
+    /// found by keywords only. Returns its chunk id.
+    pub fn create(
+        &mut self,
+        path: &str,
+        content: &str,
+        embedding: Option<Vec<f32>>,
+        embed: Option<&dyn Embed>,
+    ) -> Result<u64, IndexError> {
+        if path.trim().is_empty() {
+            return Err(IndexError::Request("file_path: empty".into()));
+        }
+        if content.trim().is_empty() {
+            return Err(IndexError::Request("content: empty".into()));
+        }
+        let vector = match embedding {
+            Some(v) => {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if v.is_empty() || !norm.is_finite() || norm == 0.0 {
+                    return Err(IndexError::Request("embedding: not a vector of finite numbers, not all zero".into()));
+                }
+                if let Some(dims) = self.vectors.dims().filter(|d| *d != v.len()) {
+                    return Err(IndexError::Request(format!(
+                        "embedding: {} values where the index's vectors have {dims}",
+                        v.len()
+                    )));
+                }
+                Some(Quantized::new(&v.iter().map(|x| x / norm).collect::<Vec<f32>>()))
+            }
+            None => {
+                if let Some(e) = embed
+                    && e.count_tokens(content) > e.window()
+                {
+                    return Err(IndexError::Request(format!(
+                        "content: {} tokens, more than the model's window of {}; index it as a file to have it cut into chunks",
+                        e.count_tokens(content),
+                        e.window()
+                    )));
+                }
+                None
+            }
+        };
+        if let Some(e) = embed {
+            self.store.set_meta("model", e.model().as_bytes())?;
+        }
+        let id = self.store.allocate(1)?;
+        let lang = Lang::of(Path::new(path));
+        let record = ChunkRecord {
+            path: path.to_string(),
+            lang,
+            kind: "entry".into(),
+            symbol: None,
+            start_line: 1,
+            end_line: content.lines().count().max(1),
+            text: Sha256::digest(content.as_bytes()).into(),
+        };
+        let update = FileUpdate {
+            abs: format!("entry:{path}"),
+            record: FileRecord {
+                root: String::new(),
+                rel: path.to_string(),
+                hash: record.text,
+                lang,
+                chunks: vec![id],
+            },
+            chunks: vec![(id, record, content.to_string(), vector)],
+        };
+        self.flush(vec![update], embed, &mut UpdateReport::default())?;
+        Ok(id)
     }
 
     /// Removes everything (the files stay where they are).
@@ -549,7 +626,7 @@ impl Index {
                 chunk_id: id,
                 root: self.places.get(&id).map(|p| p.root.clone()).unwrap_or_default(),
                 path: c.path,
-                lang: c.lang.name(),
+                lang: c.lang.name().to_string(),
                 kind: c.kind,
                 symbol: c.symbol,
                 start_line: c.start_line,

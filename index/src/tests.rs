@@ -218,3 +218,41 @@ fn vectors_of_another_model_are_never_compared_with_its_queries() {
     assert_eq!(r.files_indexed, 3, "{r:?}");
     assert_eq!(index.search("parse config", Some(&other), &SearchOptions::default()).unwrap().mode, Mode::Hybrid);
 }
+
+#[test]
+fn entries_of_their_own_are_stored_found_replaced_and_checked() {
+    let data = tempfile::tempdir().unwrap();
+    let mut index = Index::open(data.path()).unwrap();
+    let model = Hashed::new("hashed");
+    let id = index.create("notes/deploy.md", "Deploy with the blue green switch", None, Some(&model)).unwrap();
+    let found = index.search("blue green deploy", Some(&model), &SearchOptions::default()).unwrap();
+    let hit = &found.hits[0];
+    assert_eq!(
+        (hit.chunk_id, hit.path.as_str(), hit.kind.as_str(), hit.lang.as_str()),
+        (id, "notes/deploy.md", "entry", "markdown")
+    );
+    // The same path again replaces it.
+    let again = index.create("notes/deploy.md", "Deploy by rolling restart", None, Some(&model)).unwrap();
+    let found = index.search("deploy", Some(&model), &SearchOptions::default()).unwrap();
+    assert_eq!(found.hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>(), [again]);
+    // A vector given is used as it is (made unit); one of another length is refused.
+    let mut v = model.embed(&["kubernetes pods"]).unwrap().remove(0);
+    v.iter_mut().for_each(|x| *x *= 3.0);
+    let k8s = index.create("k8s", "unrelated words", Some(v), None).unwrap();
+    let found = index
+        .search("kubernetes pods", Some(&model), &SearchOptions { mode: Mode::Vector, ..SearchOptions::default() })
+        .unwrap();
+    assert_eq!(found.hits[0].chunk_id, k8s);
+    assert!(found.hits[0].similarity.unwrap() > 0.99);
+    let e = |r: Result<u64, IndexError>| r.unwrap_err().to_string();
+    assert_eq!(
+        e(index.create("x", "text", Some(vec![1.0; 3]), None)),
+        "embedding: 3 values where the index's vectors have 64"
+    );
+    assert_eq!(e(index.create("x", " ", None, Some(&model))), "content: empty");
+    assert_eq!(e(index.create("", "text", None, Some(&model))), "file_path: empty");
+    assert!(
+        e(index.create("x", &"word ".repeat(300), None, Some(&model)))
+            .starts_with("content: 302 tokens, more than the model's window of 200")
+    );
+}

@@ -19,6 +19,11 @@ pub struct Vectors {
 }
 
 impl Vectors {
+    /// The length of the vectors held, when there are any.
+    pub fn dims(&self) -> Option<usize> {
+        (!self.ids.is_empty()).then_some(self.dims)
+    }
+
     /// Adds or replaces the vector of chunk `id`; a vector of another length than those
     /// already held is refused.
     pub fn insert(&mut self, id: u64, v: &Quantized) -> Result<(), String> {
