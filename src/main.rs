@@ -462,11 +462,13 @@ fn main() -> ExitCode {
         return print_figures(Ok(bench::gate(*seconds)), *json);
     }
     if let Command::Bench { which: BenchCmd::GateModel { json } } = &cli.command {
-        let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
+        let r = mindfleet::llm_file(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
         return print_figures(r, *json);
     }
     if let Command::Bench { which: BenchCmd::Llm { peer_python, json } } = &cli.command {
-        let r = llm_model(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
+        let r = mindfleet::llm_file(None)
+            .map_err(anyhow::Error::msg)
+            .and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
         return print_figures(r, *json);
     }
     if let Command::Models { dir, cmd } = &cli.command {
@@ -557,17 +559,6 @@ fn main() -> ExitCode {
     })
 }
 
-/// The LLM file to run: `model`, else the pulled SmolLM2 (pulled now if missing), as Q8_0.
-fn llm_model(model: Option<PathBuf>) -> Result<PathBuf, String> {
-    let file = match model {
-        Some(m) => m,
-        None => models::ensure(&models::default_dir(), &models::SMOLLM2, |l| eprintln!("mindfleet: {l}"))
-            .map_err(|e| e.to_string())?
-            .join(models::SMOLLM2.files[0].name),
-    };
-    llm::runnable(&file).map_err(|e| e.to_string())
-}
-
 /// Where `mindfleet generate` asks: a GGUF file (default: the pulled model) or an endpoint.
 enum Backend {
     Local(Option<PathBuf>),
@@ -582,7 +573,7 @@ async fn generate(backend: Backend, req: GenerateRequest, json: bool) -> ExitCod
 
     let args = match backend {
         Backend::OpenAi(config) => LlmArgs { backend: BackendArgs::OpenAi(config), slots: 1 },
-        Backend::Local(model) => match tokio::task::spawn_blocking(move || llm_model(model)).await {
+        Backend::Local(model) => match tokio::task::spawn_blocking(move || mindfleet::llm_file(model)).await {
             Ok(Ok(p)) => LlmArgs::local(p, 1),
             Ok(Err(e)) => return fail(1, e),
             Err(e) => return fail(1, e),

@@ -58,6 +58,23 @@ pub enum RagCmd {
         #[command(flatten)]
         common: Common,
     },
+    /// Answer a question from the index: search, then the LLM answers from the chunks found,
+    /// citing `path:start-end`; says so when the index has nothing relevant.
+    Ask {
+        question: String,
+        /// Chunks given to the model.
+        #[arg(long, default_value_t = 4)]
+        limit: usize,
+        #[arg(long, default_value_t = 160)]
+        max_tokens: usize,
+        /// A GGUF file (default: the pulled SmolLM2, as Q8_0).
+        #[arg(long)]
+        llm: Option<PathBuf>,
+        #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Store one entry: a text under a path of your choosing (not read from disk).
     Create {
         #[arg(long)]
@@ -199,6 +216,23 @@ fn execute(cmd: RagCmd) -> anyhow::Result<()> {
             print_hits(&found.hits);
             Ok(())
         }
+        RagCmd::Ask { question, limit, max_tokens, llm, filters, common } => {
+            anyhow::ensure!((1..=16).contains(&limit), "--limit: {limit} is not within 1..=16");
+            let found = search(&question, filters.options(limit), &common)?;
+            let answer = ask(&question, &found, max_tokens, llm)?;
+            if common.json {
+                println!("{answer}");
+            } else {
+                println!("{}", answer["answer"].as_str().unwrap_or(""));
+                if let Some(sources) = answer["sources"].as_array().filter(|s| !s.is_empty()) {
+                    println!("\nsources:");
+                    for s in sources {
+                        println!("  [{}] {}", s["n"], s["cite"].as_str().unwrap_or(""));
+                    }
+                }
+            }
+            Ok(())
+        }
         RagCmd::Create { file_path, content, embedding, common } => {
             let embedding = embedding
                 .map(|e| serde_json::from_str::<Vec<f32>>(&e))
@@ -256,6 +290,134 @@ fn search(query: &str, opts: SearchOptions, common: &Common) -> anyhow::Result<m
         _ => model(common).map_err(|e| eprintln!("mindfleet: {e:#}")).ok(),
     };
     Ok(index.search(query, model.as_ref().map(|m| m as &dyn Embed), &opts)?)
+}
+
+/// Below this cosine similarity a chunk found only by its vector is not taken as relevant
+/// (all-MiniLM-L6-v2 gives unrelated texts about 0 to 0.2).
+const RELEVANT_SIMILARITY: f32 = 0.3;
+
+/// The answer to `question` from the chunks of `found`: `{"answer", "relevant", "sources",
+/// "citations"}`, each source `{"n", "cite": "path:start-end", "chunk_id"}`; the model's `[n]`
+/// marks are rewritten as `[path:start-end]`.
+fn ask(
+    question: &str,
+    found: &mindfleet_index::SearchResults,
+    max_tokens: usize,
+    llm: Option<PathBuf>,
+) -> anyhow::Result<serde_json::Value> {
+    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Llm};
+    let relevant: Vec<&Hit> = found
+        .hits
+        .iter()
+        .filter(|h| match h.similarity {
+            Some(s) => s >= RELEVANT_SIMILARITY,
+            // Keyword search only: a keyword match is all there is to go on.
+            None => h.keyword_rank.is_some(),
+        })
+        .collect();
+    if relevant.is_empty() {
+        return Ok(json!({
+            "answer": format!("The index has nothing relevant to this question: {question}"),
+            "relevant": false,
+            "sources": [],
+            "citations": [],
+            "note": found.note,
+        }));
+    }
+    let cite = |h: &Hit| format!("{}:{}-{}", h.path, h.start_line, h.end_line);
+    let mut sources = String::new();
+    for (n, h) in relevant.iter().enumerate() {
+        sources.push_str(&format!("[{}] {}\n```\n{}\n```\n\n", n + 1, cite(h), h.text.trim_end()));
+    }
+    let messages = vec![
+        ChatMessage::system(
+            "You answer questions about a codebase in at most three sentences of plain prose, using only the \
+             numbered sources given. After each claim, cite the source it comes from as [1], [2], ... If the \
+             sources do not answer the question, say so.",
+        ),
+        ChatMessage::user(format!("Sources:\n\n{sources}Question: {question}")),
+    ];
+    let llm = Llm::load(&crate::llm_file(llm).map_err(anyhow::Error::msg)?)?;
+    // Prose only: a small model that starts quoting code tends to repeat itself.
+    let req =
+        GenerateRequest { stop: vec!["```".into(), "\n\n\n".into()], ..GenerateRequest::new(messages, max_tokens) };
+    let g = llm.generate(&req, |_| std::ops::ControlFlow::Continue(()))?;
+    let mut answer = g.text.trim().to_string();
+    for (n, h) in relevant.iter().enumerate() {
+        answer = answer.replace(&format!("[{}]", n + 1), &format!("[{}]", cite(h)));
+    }
+    let (answer, citations) = attribute(&answer, &relevant, &cite);
+    let sources: Vec<serde_json::Value> = relevant
+        .iter()
+        .enumerate()
+        .map(|(n, h)| json!({ "n": n + 1, "cite": cite(h), "chunk_id": h.chunk_id, "score": h.score }))
+        .collect();
+    Ok(json!({
+        "answer": answer,
+        "relevant": true,
+        "sources": sources,
+        "citations": citations,
+        "tokens_in": g.tokens_in,
+        "tokens_out": g.tokens_out,
+        "note": found.note,
+    }))
+}
+
+/// Every sentence of `answer` with its citation: the model's own (`[path:start-end]`), else
+/// the source that shares the most words with it (small models rarely cite), else none. The
+/// answer with the added citations, and one `{"sentence", "cite", "by"}` per citation.
+fn attribute(answer: &str, sources: &[&Hit], cite: &dyn Fn(&Hit) -> String) -> (String, Vec<serde_json::Value>) {
+    fn words(text: &str) -> std::collections::HashSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.len() >= 4)
+            .map(str::to_lowercase)
+            .filter(|w| {
+                !["that", "this", "with", "from", "when", "then", "which", "code", "function"].contains(&w.as_str())
+            })
+            .collect()
+    }
+    let source_words: Vec<_> =
+        sources.iter().map(|h| words(&format!("{} {}", h.symbol.as_deref().unwrap_or(""), h.text))).collect();
+    let mut out = String::new();
+    let mut citations = Vec::new();
+    let mut rest = answer;
+    let mut index = 0;
+    while !rest.is_empty() {
+        // A sentence ends at `.`, `!` or `?` followed by a space or the end, or at a line break.
+        let end = rest
+            .char_indices()
+            .find(|(i, c)| *c == '\n' || (matches!(c, '.' | '!' | '?') && rest[i + 1..].starts_with([' ', '\n'])))
+            .map_or(rest.len(), |(i, c)| i + c.len_utf8());
+        let sentence = &rest[..end];
+        rest = &rest[end..];
+        out.push_str(sentence);
+        if sentence.trim().len() < 3 {
+            continue;
+        }
+        index += 1;
+        let own: Vec<String> =
+            sources.iter().map(|h| cite(h)).filter(|c| sentence.contains(&format!("[{c}]"))).collect();
+        if !own.is_empty() {
+            citations.extend(own.into_iter().map(|c| json!({ "sentence": index, "cite": c, "by": "model" })));
+            continue;
+        }
+        let mine = words(sentence);
+        let best = source_words
+            .iter()
+            .enumerate()
+            .map(|(k, w)| (k, mine.intersection(w).count()))
+            .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)));
+        if let Some((k, n)) = best.filter(|(_, n)| *n > 0) {
+            let c = cite(sources[k]);
+            // Before the sentence's closing punctuation.
+            let body = out.trim_end().trim_end_matches(['.', '!', '?']).len();
+            let tail = out[body..].to_string();
+            out.truncate(body);
+            out.push_str(&format!(" [{c}]{tail}"));
+            citations.push(json!({ "sentence": index, "cite": c, "by": "overlap", "shared_words": n }));
+        }
+    }
+    (out, citations)
 }
 
 fn print_hits(hits: &[Hit]) {
@@ -340,7 +502,18 @@ fn index(paths: &[PathBuf], opts: &UpdateOptions, common: &Common) -> anyhow::Re
     let mut index = open(common)?;
     let mut reports: Vec<UpdateReport> = Vec::new();
     for path in paths {
-        let r = index.update(path, &model, opts)?;
+        // A progress bar on a terminal (indicatif draws nothing elsewhere), none with --json.
+        let bar = if common.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(0) };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files, {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let r = index.update_with(path, &model, opts, &mut |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        });
+        bar.finish_and_clear();
+        let r = r?;
         if !common.json {
             println!(
                 "{}: {} files indexed ({} chunks, {} texts embedded), {} unchanged, {} removed, skipped {} binary, {} too large, {} of other types, in {:.2} s",
@@ -367,4 +540,47 @@ fn index(paths: &[PathBuf], opts: &UpdateOptions, common: &Common) -> anyhow::Re
         println!("{out}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(path: &str, text: &str) -> Hit {
+        Hit {
+            chunk_id: 0,
+            path: path.into(),
+            root: String::new(),
+            lang: "rust".into(),
+            kind: "function".into(),
+            symbol: None,
+            start_line: 1,
+            end_line: 3,
+            score: 1.0,
+            keyword_rank: None,
+            vector_rank: None,
+            similarity: None,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn each_sentence_keeps_its_own_citation_or_gets_the_source_it_shares_most_words_with() {
+        let (a, b) = (
+            hit("cache.rs", "fn invalidate cache entry when written"),
+            hit("deploy.rs", "fn switch traffic to green servers"),
+        );
+        let cite = |h: &Hit| format!("{}:{}-{}", h.path, h.start_line, h.end_line);
+        let answer = "Traffic moves to the green servers. The cache entry is dropped [cache.rs:1-3]! Nothing else.";
+        let (out, citations) = attribute(answer, &[&a, &b], &cite);
+        assert_eq!(
+            out,
+            "Traffic moves to the green servers [deploy.rs:1-3]. The cache entry is dropped [cache.rs:1-3]! Nothing else."
+        );
+        let by: Vec<(u64, &str, &str)> = citations
+            .iter()
+            .map(|c| (c["sentence"].as_u64().unwrap(), c["cite"].as_str().unwrap(), c["by"].as_str().unwrap()))
+            .collect();
+        assert_eq!(by, [(1, "deploy.rs:1-3", "overlap"), (2, "cache.rs:1-3", "model")]);
+    }
 }

@@ -164,3 +164,31 @@ fn entries_created_by_hand_are_queried_and_results_page_by_handle_across_invocat
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("handle {handle}: expired or closed")), "{err}");
 }
+
+#[test]
+fn rag_ask_answers_from_the_chunks_found_with_citations_or_says_there_is_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("src")).unwrap();
+    std::fs::write(
+        src.path().join("src/retry.rs"),
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff<T>(mut f: impl FnMut() -> Option<T>, tries: u32) -> Option<T> {\n    let mut wait = 10;\n    for _ in 0..tries {\n        if let Some(v) = f() {\n            return Some(v);\n        }\n        std::thread::sleep(std::time::Duration::from_millis(wait));\n        wait *= 2;\n    }\n    None\n}\n",
+    )
+    .unwrap();
+    let (s, d) = (src.path().to_str().unwrap(), data.path().to_str().unwrap());
+    rag(&["index", s, "--data", d]);
+    let a = rag(&["ask", "how does the retry wait between tries", "--data", d]);
+    assert_eq!(a["relevant"], true, "{a}");
+    assert_eq!(a["sources"][0]["cite"], "src/retry.rs:1-12", "{a}");
+    let answer = a["answer"].as_str().unwrap();
+    assert!(!answer.trim().is_empty());
+    let citations = a["citations"].as_array().unwrap();
+    assert!(!citations.is_empty(), "{a}");
+    for c in citations {
+        assert_eq!(c["cite"], "src/retry.rs:1-12");
+        assert!(answer.contains("[src/retry.rs:1-12]"), "{answer}");
+    }
+    let none = rag(&["ask", "what is the capital of France", "--data", d]);
+    assert_eq!(none["relevant"], false, "{none}");
+    assert!(none["answer"].as_str().unwrap().starts_with("The index has nothing relevant"), "{none}");
+}

@@ -260,6 +260,17 @@ impl Index {
     /// that are gone removed. `.gitignore` rules are followed; binary, oversized and
     /// unreadable files are counted and skipped.
     pub fn update(&mut self, path: &Path, embed: &dyn Embed, opts: &UpdateOptions) -> Result<UpdateReport, IndexError> {
+        self.update_with(path, embed, opts, &mut |_, _| {})
+    }
+
+    /// [`Index::update`], telling `progress` how many of how many files are done as it goes.
+    pub fn update_with(
+        &mut self,
+        path: &Path,
+        embed: &dyn Embed,
+        opts: &UpdateOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<UpdateReport, IndexError> {
         let start = Instant::now();
         let path_err = |message: String| IndexError::Path { path: path.to_path_buf(), message };
         let abs = path.canonicalize().map_err(|e| path_err(e.to_string()))?;
@@ -292,7 +303,9 @@ impl Index {
         let chunker = Chunker::new(embed.window(), &count);
         let mut seen = std::collections::HashSet::new();
         let mut batch: Vec<FileUpdate> = Vec::new();
-        for file in files {
+        let total = files.len();
+        for (done, file) in files.into_iter().enumerate() {
+            progress(done, total);
             report.files_seen += 1;
             let abs = file.to_string_lossy().into_owned();
             seen.insert(abs.clone());
@@ -369,6 +382,7 @@ impl Index {
             }
         }
         self.flush(batch, Some(embed), &mut report)?;
+        progress(total, total);
         // Files of this root that are no longer there (or no longer wanted) disappear now.
         if single.is_none() {
             let gone: Vec<String> =
