@@ -2,6 +2,7 @@
 //! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
 
 pub mod embed;
+pub mod index;
 pub mod llm;
 
 use std::hint::black_box;

@@ -419,6 +419,15 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The codebase index: indexing a tree (files/s, chunks/s, re-index, bytes per chunk, query
+    /// latency) and search latency at 10k and 100k synthetic entries.
+    Index {
+        /// The tree to index (default: the current directory).
+        #[arg(long, default_value = ".")]
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// The gate's model question on labelled cases: label margins, coverage and agreement of
     /// the calibration.
     GateModel {
@@ -469,6 +478,12 @@ fn main() -> ExitCode {
         let r = mindfleet::llm_file(None)
             .map_err(anyhow::Error::msg)
             .and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
+        return print_figures(r, *json);
+    }
+    if let Command::Bench { which: BenchCmd::Index { path, json } } = &cli.command {
+        let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+            .map_err(anyhow::Error::from)
+            .and_then(|dir| bench::index::index(path, &dir));
         return print_figures(r, *json);
     }
     if let Command::Models { dir, cmd } = &cli.command {
@@ -550,7 +565,10 @@ fn main() -> ExitCode {
                 print_figures(bench::inject(clients, events, personas).await, json)
             }
             Command::Check { .. }
-            | Command::Bench { which: BenchCmd::Gate { .. } | BenchCmd::Llm { .. } | BenchCmd::GateModel { .. } }
+            | Command::Bench {
+                which:
+                    BenchCmd::Gate { .. } | BenchCmd::Llm { .. } | BenchCmd::GateModel { .. } | BenchCmd::Index { .. },
+            }
             | Command::Models { .. }
             | Command::Rag { .. } => {
                 unreachable!("handled above")

@@ -56,6 +56,14 @@ pub trait Embed {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String>;
 }
 
+/// One entry of [`Index::create_many`].
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub path: String,
+    pub content: String,
+    pub embedding: Option<Vec<f32>>,
+}
+
 /// What [`Index::update`] takes in.
 #[derive(Debug, Clone)]
 pub struct UpdateOptions {
@@ -477,66 +485,78 @@ impl Index {
         embedding: Option<Vec<f32>>,
         embed: Option<&dyn Embed>,
     ) -> Result<u64, IndexError> {
-        if path.trim().is_empty() {
-            return Err(IndexError::Request("file_path: empty".into()));
-        }
-        if content.trim().is_empty() {
-            return Err(IndexError::Request("content: empty".into()));
-        }
-        let vector = match embedding {
-            Some(v) => {
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                if v.is_empty() || !norm.is_finite() || norm == 0.0 {
-                    return Err(IndexError::Request("embedding: not a vector of finite numbers, not all zero".into()));
-                }
-                if let Some(dims) = self.vectors.dims().filter(|d| *d != v.len()) {
-                    return Err(IndexError::Request(format!(
-                        "embedding: {} values where the index's vectors have {dims}",
-                        v.len()
-                    )));
-                }
-                Some(Quantized::new(&v.iter().map(|x| x / norm).collect::<Vec<f32>>()))
+        let entry = Entry { path: path.to_string(), content: content.to_string(), embedding };
+        Ok(self.create_many(vec![entry], embed)?[0])
+    }
+
+    /// [`Index::create`] for many entries, in one transaction; nothing is stored when one is
+    /// refused. Returns their chunk ids, in order.
+    pub fn create_many(&mut self, entries: Vec<Entry>, embed: Option<&dyn Embed>) -> Result<Vec<u64>, IndexError> {
+        let mut dims = self.vectors.dims();
+        let mut prepared = Vec::with_capacity(entries.len());
+        for Entry { path, content, embedding } in entries {
+            let refuse = |m: String| IndexError::Request(if path.is_empty() { m } else { format!("{path}: {m}") });
+            if path.trim().is_empty() {
+                return Err(IndexError::Request("file_path: empty".into()));
             }
-            None => {
-                if let Some(e) = embed
-                    && e.count_tokens(content) > e.window()
-                {
-                    return Err(IndexError::Request(format!(
-                        "content: {} tokens, more than the model's window of {}; index it as a file to have it cut into chunks",
-                        e.count_tokens(content),
-                        e.window()
-                    )));
-                }
-                None
+            if content.trim().is_empty() {
+                return Err(refuse("content: empty".into()));
             }
-        };
+            let vector = match embedding {
+                Some(v) => {
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    if v.is_empty() || !norm.is_finite() || norm == 0.0 {
+                        return Err(refuse("embedding: not a vector of finite numbers, not all zero".into()));
+                    }
+                    if let Some(d) = dims.filter(|d| *d != v.len()) {
+                        return Err(refuse(format!(
+                            "embedding: {} values where the index's vectors have {d}",
+                            v.len()
+                        )));
+                    }
+                    dims = Some(v.len());
+                    Some(Quantized::new(&v.iter().map(|x| x / norm).collect::<Vec<f32>>()))
+                }
+                None => {
+                    if let Some(e) = embed
+                        && e.count_tokens(&content) > e.window()
+                    {
+                        return Err(refuse(format!(
+                            "content: {} tokens, more than the model's window of {}; index it as a file to have it cut into chunks",
+                            e.count_tokens(&content),
+                            e.window()
+                        )));
+                    }
+                    None
+                }
+            };
+            prepared.push((path, content, vector));
+        }
         if let Some(e) = embed {
             self.store.set_meta("model", e.model().as_bytes())?;
         }
-        let id = self.store.allocate(1)?;
-        let lang = Lang::of(Path::new(path));
-        let record = ChunkRecord {
-            path: path.to_string(),
-            lang,
-            kind: "entry".into(),
-            symbol: None,
-            start_line: 1,
-            end_line: content.lines().count().max(1),
-            text: Sha256::digest(content.as_bytes()).into(),
-        };
-        let update = FileUpdate {
-            abs: format!("entry:{path}"),
-            record: FileRecord {
-                root: String::new(),
-                rel: path.to_string(),
-                hash: record.text,
+        let first = self.store.allocate(prepared.len())?;
+        let mut updates = Vec::with_capacity(prepared.len());
+        for ((path, content, vector), id) in prepared.into_iter().zip(first..) {
+            let lang = Lang::of(Path::new(&path));
+            let record = ChunkRecord {
+                path: path.clone(),
                 lang,
-                chunks: vec![id],
-            },
-            chunks: vec![(id, record, content.to_string(), vector)],
-        };
-        self.flush(vec![update], embed, &mut UpdateReport::default())?;
-        Ok(id)
+                kind: "entry".into(),
+                symbol: None,
+                start_line: 1,
+                end_line: content.lines().count().max(1),
+                text: Sha256::digest(content.as_bytes()).into(),
+            };
+            updates.push(FileUpdate {
+                abs: format!("entry:{path}"),
+                record: FileRecord { root: String::new(), rel: path, hash: record.text, lang, chunks: vec![id] },
+                chunks: vec![(id, record, content, vector)],
+            });
+        }
+        let ids = updates.iter().map(|u| u.record.chunks[0]).collect();
+        self.flush(updates, embed, &mut UpdateReport::default())?;
+        Ok(ids)
     }
 
     /// Removes everything (the files stay where they are).

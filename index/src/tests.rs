@@ -247,12 +247,12 @@ fn entries_of_their_own_are_stored_found_replaced_and_checked() {
     let e = |r: Result<u64, IndexError>| r.unwrap_err().to_string();
     assert_eq!(
         e(index.create("x", "text", Some(vec![1.0; 3]), None)),
-        "embedding: 3 values where the index's vectors have 64"
+        "x: embedding: 3 values where the index's vectors have 64"
     );
-    assert_eq!(e(index.create("x", " ", None, Some(&model))), "content: empty");
+    assert_eq!(e(index.create("x", " ", None, Some(&model))), "x: content: empty");
     assert_eq!(e(index.create("", "text", None, Some(&model))), "file_path: empty");
     assert!(
         e(index.create("x", &"word ".repeat(300), None, Some(&model)))
-            .starts_with("content: 302 tokens, more than the model's window of 200")
+            .starts_with("x: content: 302 tokens, more than the model's window of 200")
     );
 }

@@ -72,11 +72,12 @@ impl Vectors {
             return Vec::new();
         }
         let q = Quantized::new(query);
+        let mut dots = vec![0i32; self.ids.len()];
+        scan(&q.q, &self.values, &mut dots);
         let mut best: Vec<(u64, f32)> = Vec::with_capacity(k + 1);
         let mut floor = f32::NEG_INFINITY;
-        for (row, (id, scale)) in self.ids.iter().zip(&self.scales).enumerate() {
-            let v = &self.values[row * self.dims..(row + 1) * self.dims];
-            let score = dot(&q.q, v) as f32 * q.scale * scale;
+        for ((id, scale), dot) in self.ids.iter().zip(&self.scales).zip(&dots) {
+            let score = *dot as f32 * q.scale * scale;
             if score <= floor || !keep(*id) {
                 continue;
             }
@@ -91,8 +92,36 @@ impl Vectors {
     }
 }
 
-fn dot(a: &[i8], b: &[i8]) -> i32 {
-    a.iter().zip(b).map(|(x, y)| *x as i32 * *y as i32).sum()
+/// `dots[row]` = the dot product of `q` with each row of `values` (rows of `q.len()`). The
+/// loop is compiled for AVX-512 and for AVX2 too, and the best the CPU has runs: the compiler
+/// vectorises it with 16-bit multiplies summed into 32 bits.
+fn scan(q: &[i8], values: &[i8], dots: &mut [i32]) {
+    #[inline(always)]
+    fn body(q: &[i8], values: &[i8], dots: &mut [i32]) {
+        for (row, d) in values.chunks_exact(q.len()).zip(dots) {
+            *d = row.iter().zip(q).map(|(x, y)| *x as i16 as i32 * *y as i16 as i32).sum();
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw")]
+        fn v4(q: &[i8], values: &[i8], dots: &mut [i32]) {
+            body(q, values, dots)
+        }
+        #[target_feature(enable = "avx2")]
+        fn v3(q: &[i8], values: &[i8], dots: &mut [i32]) {
+            body(q, values, dots)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has the features `v4` is compiled for (checked above).
+            return unsafe { v4(q, values, dots) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above, for `v3`.
+            return unsafe { v3(q, values, dots) };
+        }
+    }
+    body(q, values, dots)
 }
 
 #[cfg(test)]
