@@ -177,7 +177,7 @@ pub struct SearchResults {
     pub note: Option<String>,
 }
 
-/// Where a chunk is, for filters: its root's id, path and language.
+/// Where a chunk is, for filters and results: its root, path and language.
 struct Place {
     root: String,
     path: String,
