@@ -88,9 +88,6 @@ pub struct Chunk {
 pub struct Chunker<'a> {
     max_tokens: usize,
     count: &'a dyn Fn(&str) -> usize,
-    /// Lines of a text window, and how many of them the next window repeats.
-    window: usize,
-    overlap: usize,
 }
 
 /// Lines of a window of plain text, and how many the next window repeats.
@@ -99,7 +96,7 @@ const TEXT_OVERLAP: usize = 10;
 
 impl<'a> Chunker<'a> {
     pub fn new(max_tokens: usize, count: &'a dyn Fn(&str) -> usize) -> Chunker<'a> {
-        Chunker { max_tokens: max_tokens.max(8), count, window: TEXT_WINDOW, overlap: TEXT_OVERLAP }
+        Chunker { max_tokens: max_tokens.max(8), count }
     }
 
     pub fn max_tokens(&self) -> usize {
@@ -111,7 +108,7 @@ impl<'a> Chunker<'a> {
         let mut out = Vec::new();
         match lang {
             Lang::Markdown => self.markdown(text, &mut out),
-            Lang::Text => self.windows(text, 0, text.lines().count(), &mut out),
+            Lang::Text => self.windows(text, &mut out),
             code => {
                 let mut parser = Parser::new();
                 let tree =
@@ -122,7 +119,7 @@ impl<'a> Chunker<'a> {
                         Code { chunker: self, lang: code, text, lines: &lines, out: &mut out }
                             .members(tree.root_node(), None);
                     }
-                    None => self.windows(text, 0, text.lines().count(), &mut out),
+                    None => self.windows(text, &mut out),
                 }
             }
         }
@@ -134,13 +131,13 @@ impl<'a> Chunker<'a> {
         (self.count)(text) <= self.max_tokens
     }
 
-    /// Overlapping windows of whole lines `from..to` (0-based) of plain text.
-    fn windows(&self, text: &str, from: usize, to: usize, out: &mut Vec<Chunk>) {
+    /// Overlapping windows of whole lines of plain text.
+    fn windows(&self, text: &str, out: &mut Vec<Chunk>) {
         let lines: Vec<&str> = text.lines().collect();
-        let to = to.min(lines.len());
-        let mut start = from;
+        let to = lines.len();
+        let mut start = 0;
         while start < to {
-            let end = (start + self.window).min(to);
+            let end = (start + TEXT_WINDOW).min(to);
             for (text, a, b) in self.fit_lines(&lines[start..end], "") {
                 out.push(Chunk {
                     kind: "lines",
@@ -153,7 +150,7 @@ impl<'a> Chunker<'a> {
             if end == to {
                 break;
             }
-            start = end.saturating_sub(self.overlap).max(start + 1);
+            start = end.saturating_sub(TEXT_OVERLAP).max(start + 1);
         }
     }
 

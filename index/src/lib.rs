@@ -360,15 +360,12 @@ impl Index {
                 continue;
             }
             let chunks = chunker.chunk(lang, &text);
-            let first = self.store.allocate(chunks.len())?;
-            let ids: Vec<u64> = (first..first + chunks.len() as u64).collect();
             let update = FileUpdate {
                 abs,
-                record: FileRecord { root: root_str.clone(), rel: rel.clone(), hash, lang, chunks: ids.clone() },
+                record: FileRecord { root: root_str.clone(), rel: rel.clone(), hash, lang, chunks: Vec::new() },
                 chunks: chunks
                     .iter()
-                    .zip(&ids)
-                    .map(|(c, id)| {
+                    .map(|c| {
                         let record = ChunkRecord {
                             path: rel.clone(),
                             lang,
@@ -378,7 +375,7 @@ impl Index {
                             end_line: c.end_line,
                             text: Sha256::digest(c.text.as_bytes()).into(),
                         };
-                        (*id, record, c.text.clone(), None)
+                        (0, record, c.text.clone(), None)
                     })
                     .collect(),
             };
@@ -405,15 +402,27 @@ impl Index {
         Ok(report)
     }
 
-    /// Embeds what the files of `batch` need, stores them and makes them searchable.
+    /// Gives the chunks of `batch` their ids, embeds what they need, stores them and makes them
+    /// searchable. Returns the ids, in the batch's order.
     fn flush(
         &mut self,
         mut batch: Vec<FileUpdate>,
         embed: Option<&dyn Embed>,
         report: &mut UpdateReport,
-    ) -> Result<(), IndexError> {
+    ) -> Result<Vec<u64>, IndexError> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
+        }
+        // Ids for the whole batch in one transaction (new chunks never reuse an id).
+        let mut next = self.store.allocate(batch.iter().map(|u| u.chunks.len()).sum())?;
+        let mut ids = Vec::new();
+        for u in &mut batch {
+            for chunk in &mut u.chunks {
+                chunk.0 = next;
+                ids.push(next);
+                next += 1;
+            }
+            u.record.chunks = u.chunks.iter().map(|c| c.0).collect();
         }
         // Each distinct text once: reuse the vector of a text already stored.
         let mut wanted: HashMap<Hash, Option<Quantized>> = HashMap::new();
@@ -463,7 +472,8 @@ impl Index {
                 self.keyword.add(*id, &keyword_text(rec, text))?;
             }
         }
-        self.keyword.commit(self.store.meta_u64("generation")?)
+        self.keyword.commit(self.store.meta_u64("generation")?)?;
+        Ok(ids)
     }
 
     fn forget(&mut self, ids: &[u64]) {
@@ -535,9 +545,8 @@ impl Index {
         if let Some(e) = embed {
             self.store.set_meta("model", e.model().as_bytes())?;
         }
-        let first = self.store.allocate(prepared.len())?;
         let mut updates = Vec::with_capacity(prepared.len());
-        for ((path, content, vector), id) in prepared.into_iter().zip(first..) {
+        for (path, content, vector) in prepared {
             let lang = Lang::of(Path::new(&path));
             let record = ChunkRecord {
                 path: path.clone(),
@@ -550,13 +559,11 @@ impl Index {
             };
             updates.push(FileUpdate {
                 abs: format!("entry:{path}"),
-                record: FileRecord { root: String::new(), rel: path, hash: record.text, lang, chunks: vec![id] },
-                chunks: vec![(id, record, content, vector)],
+                record: FileRecord { root: String::new(), rel: path, hash: record.text, lang, chunks: Vec::new() },
+                chunks: vec![(0, record, content, vector)],
             });
         }
-        let ids = updates.iter().map(|u| u.record.chunks[0]).collect();
-        self.flush(updates, embed, &mut UpdateReport::default())?;
-        Ok(ids)
+        self.flush(updates, embed, &mut UpdateReport::default())
     }
 
     /// Removes everything (the files stay where they are).

@@ -85,7 +85,8 @@ fn db_err(e: impl Into<redb::Error>) -> IndexError {
     IndexError::Storage(e.into().to_string())
 }
 
-/// The pieces of one file's update, written in one transaction.
+/// The pieces of one file's update, written in one transaction: the file's record and, per
+/// chunk, its id, record, text and vector (`Index` gives the ids and fills `record.chunks`).
 pub struct FileUpdate {
     pub abs: String,
     pub record: FileRecord,
