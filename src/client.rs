@@ -1,4 +1,5 @@
-//! A client of the admin API, used by `mindfleet inject` and `mindfleet dump`.
+//! A client of the admin API, used by `mindfleet inject`, `dump`, `ai`, `embed --admin` and
+//! `rag --admin`.
 
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::event::EventInput;
@@ -92,6 +93,11 @@ impl Client {
     /// `POST /ai/embedding/generate`.
     pub async fn embed(&self, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/ai/embedding/generate", self.base)).json(body)).await
+    }
+
+    /// `POST /rag/{command}` with the request's JSON body.
+    pub async fn rag(&self, command: &str, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/rag/{command}", self.base)).json(body)).await
     }
 
     pub async fn health(&self) -> bool {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
+use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
@@ -25,6 +26,7 @@ use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
+use mindfleet_runtime::knowledge::IndexMsg;
 use mindfleet_runtime::llm::LlmMsg;
 use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_runtime::models;
@@ -62,6 +64,7 @@ pub struct Handles {
     pub scheduler: SchedulerHandle,
     pub embedding: ActorRef<EmbedMsg>,
     pub llm: Option<ActorRef<LlmMsg>>,
+    pub index: ActorRef<IndexMsg>,
 }
 
 pub struct FleetArgs {
@@ -86,6 +89,7 @@ pub struct FleetState {
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
+    index: ActorRef<IndexMsg>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -104,6 +108,7 @@ impl FleetState {
             coordinator: self.coordinator.clone(),
             turn_timeout: self.config.coordination.window * 4 + Duration::from_secs(1),
             llm: self.llm.clone(),
+            index: Some(self.index.clone()),
         }
     }
 
@@ -174,6 +179,9 @@ impl Actor for FleetSupervisor {
             Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
             None => None,
         };
+        let index =
+            mindfleet_actors::index::spawn(index_args(&args.config, embedding.clone(), llm.clone()), Some(me.clone()))
+                .await?;
         let admin_args = AdminArgs {
             config: args.config.clone(),
             storage: args.storage.clone(),
@@ -181,6 +189,7 @@ impl Actor for FleetSupervisor {
             coordinator: coordinator.clone(),
             embedding: embedding.clone(),
             llm: llm.clone(),
+            index: index.clone(),
             addr: args.admin_addr,
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
@@ -204,6 +213,7 @@ impl Actor for FleetSupervisor {
             coordinator,
             embedding,
             llm,
+            index,
             slots,
             by_id: HashMap::new(),
         };
@@ -241,6 +251,7 @@ impl Actor for FleetSupervisor {
                     scheduler: st.scheduler.clone(),
                     embedding: st.embedding.clone(),
                     llm: st.llm.clone(),
+                    index: st.index.clone(),
                 });
             }
         }
@@ -261,8 +272,13 @@ impl Actor for FleetSupervisor {
             _ => return Ok(()),
         };
         let Some(i) = st.by_id.remove(&cell.get_id()) else {
-            let core =
-                [st.admin.get_id(), st.scheduler.actor().get_id(), st.coordinator.get_id(), st.embedding.get_id()];
+            let core = [
+                st.admin.get_id(),
+                st.scheduler.actor().get_id(),
+                st.coordinator.get_id(),
+                st.embedding.get_id(),
+                st.index.get_id(),
+            ];
             if core.contains(&cell.get_id()) || st.llm.as_ref().is_some_and(|l| l.get_id() == cell.get_id()) {
                 // Not restarted yet: every persona holds these. Fail the fleet loudly.
                 return Err(format!("core actor failed: {error}").into());
@@ -286,7 +302,7 @@ impl Actor for FleetSupervisor {
 
 /// The embedding worker of a fleet: the configured model directory (else the pulled MiniLM),
 /// with its cache in the data dir.
-fn embed_args(config: &FleetConfig) -> EmbedArgs {
+pub(crate) fn embed_args(config: &FleetConfig) -> EmbedArgs {
     let e = config.embedding;
     EmbedArgs {
         model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name)),
@@ -296,29 +312,53 @@ fn embed_args(config: &FleetConfig) -> EmbedArgs {
     }
 }
 
-/// The LLM worker of a fleet, when a persona's brain uses it: the configured GGUF (else the
-/// pulled SmolLM2, run as Q8_0), one slot per inference slot of the scheduler.
-fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
-    let backend =
-        match &config.llm {
-            LlmBackend::Local => BackendArgs::Local {
+/// The codebase index of a fleet, in `<data>/index`, embedding through the fleet's worker.
+pub(crate) fn index_args(
+    config: &FleetConfig,
+    embedding: ActorRef<EmbedMsg>,
+    llm: Option<ActorRef<LlmMsg>>,
+) -> IndexArgs {
+    IndexArgs {
+        dir: config.storage.data_dir.join("index"),
+        embedding,
+        model_dir: embed_args(config).model_dir,
+        llm,
+        config: config.index.clone(),
+        restrict_paths: !config.admin.addr.ip().is_loopback(),
+        cursor_file: None,
+        progress: None,
+    }
+}
+
+/// Where the LLM of `[llm]` runs: the configured GGUF (else the pulled SmolLM2, run as Q8_0),
+/// or an OpenAI-compatible endpoint.
+pub(crate) fn llm_backend(config: &FleetConfig) -> BackendArgs {
+    match &config.llm {
+        LlmBackend::Local => {
+            BackendArgs::Local {
                 model: config.models.llm.clone().unwrap_or_else(|| {
                     config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)
                 }),
                 config: LlmConfig::default(),
-            },
-            LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
-                url: url.clone(),
-                model: model.clone(),
-                api_key: api_key.clone(),
-                timeout: *timeout,
-            }),
-        };
+            }
+        }
+        LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
+            url: url.clone(),
+            model: model.clone(),
+            api_key: api_key.clone(),
+            timeout: *timeout,
+        }),
+    }
+}
+
+/// The LLM worker of a fleet, when a persona's brain uses it: one slot per inference slot of
+/// the scheduler.
+fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
     config
         .personas
         .iter()
         .any(|p| p.brain == BrainKind::Local)
-        .then_some(LlmArgs { backend, slots: config.scheduler.inference_slots })
+        .then(|| LlmArgs { backend: llm_backend(config), slots: config.scheduler.inference_slots })
 }
 
 /// A running fleet in this process.
@@ -357,7 +397,7 @@ impl Fleet {
         let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
-        let Handles { admin, scheduler, embedding, llm } =
+        let Handles { admin, scheduler, embedding, llm, index } =
             call_t!(supervisor, FleetMsg::Handles, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
         let ready = Arc::new(AtomicBool::new(false));
         let state = HttpState {
@@ -367,6 +407,7 @@ impl Fleet {
             ready: ready.clone(),
             local,
             llm,
+            index,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

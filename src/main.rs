@@ -274,6 +274,9 @@ enum AiCmd {
         /// Only the last while: 90s, 15m, 1h, 2d.
         #[arg(long)]
         since: Option<String>,
+        /// Page through them under a handle (`mindfleet rag fetch HANDLE --admin ...`).
+        #[arg(long)]
+        page_size: Option<usize>,
     },
     /// The decision journal, with the reasons.
     Decisions {
@@ -285,6 +288,9 @@ enum AiCmd {
         /// Only the last while: 90s, 15m, 1h, 2d.
         #[arg(long)]
         since: Option<String>,
+        /// Page through them under a handle (`mindfleet rag fetch HANDLE --admin ...`).
+        #[arg(long)]
+        page_size: Option<usize>,
     },
     /// The plan being run (or the last one); `ai plan history` for the finished ones.
     Plan {
@@ -450,11 +456,12 @@ enum BenchCmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     set_inference_threads(cli.threads);
+    // A fleet reports what it does; a one-shot command only what went wrong.
+    let default_log = if matches!(cli.command, Command::Rag { .. }) { "warn" } else { "warn,mindfleet=info" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG")
-                .unwrap_or_else(|_| "warn,mindfleet=info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG").unwrap_or_else(|_| default_log.into()),
         )
         .init();
     panic_hook::install(true);
@@ -972,18 +979,22 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
         AiCmd::State { persona, update: None } => {
             client.ai("state", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
-        AiCmd::Thoughts { persona, domain, since } => {
-            let p: Vec<_> = [Some(("persona", persona)), opt("domain", domain), opt("since", since)]
-                .into_iter()
-                .flatten()
-                .collect();
+        AiCmd::Thoughts { persona, domain, since, page_size } => {
+            let page_size = page_size.map(|n| n.to_string());
+            let p: Vec<_> =
+                [Some(("persona", persona)), opt("domain", domain), opt("since", since), opt("page_size", page_size)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
             client.ai("thoughts", &p).await
         }
-        AiCmd::Decisions { persona, verdict, since } => {
-            let p: Vec<_> = [Some(("persona", persona)), opt("verdict", verdict), opt("since", since)]
-                .into_iter()
-                .flatten()
-                .collect();
+        AiCmd::Decisions { persona, verdict, since, page_size } => {
+            let page_size = page_size.map(|n| n.to_string());
+            let p: Vec<_> =
+                [Some(("persona", persona)), opt("verdict", verdict), opt("since", since), opt("page_size", page_size)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
             client.ai("decisions", &p).await
         }
         AiCmd::Plan { persona, history: None } => client.ai("plan", &[("persona", persona)]).await,

@@ -1,24 +1,33 @@
-//! `mindfleet rag ...`: the codebase index from the command line, in process on a data dir.
+//! `mindfleet rag ...`: the codebase index from the command line.
 //!
 //! Low level: `create` stores one entry, `query` ranks entries by their vectors, and `open`,
 //! `fetch`, `close` page through a search's results by handle. Mid level: `index-file`,
-//! `index-dir`, `search`. High level: `index` (the design's index-codebase). The index lives
-//! in `<data>/index/`; the handles of open cursors in `<data>/index/cursors.json`, so paging
-//! works across invocations.
+//! `index-dir`, `search`. High level: `index` (the design's index-codebase) and `ask`.
+//!
+//! Every command is a request of the `Index` actor ([`mindfleet_runtime::knowledge`]). With
+//! `--admin` it goes to the running fleet's (`POST /rag/{command}`); without, this process
+//! locks the data dir and runs the actor itself, with an embedding worker (and, for `ask`, the
+//! LLM of `[llm]`) of its own. The index lives in `<data>/index/`, the handles of open cursors
+//! in `<data>/index/cursors.json`, so paging works across invocations.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Subcommand, ValueEnum};
-use mindfleet_actors::embed::IndexModel;
-use mindfleet_index::{Embed, Hit, Index, MAX_LIMIT, Mode, SearchOptions, UpdateOptions, UpdateReport};
-use mindfleet_runtime::cursor::{Cursors, Direction, Page};
+use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_index::Hit;
+use mindfleet_runtime::config::FleetConfig;
+use mindfleet_runtime::cursor::Direction;
+use mindfleet_runtime::knowledge::{
+    AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagRequest, SearchMode,
+    SearchRequest,
+};
 use mindfleet_runtime::models;
-use serde_json::json;
+use serde_json::{Value, json};
 
-/// How long an open cursor lives after its last use, and how many may be open at once.
-const CURSOR_TTL_MS: u64 = 10 * 60 * 1000;
-const MAX_CURSORS: usize = 64;
+use crate::client::Client;
 
 #[derive(Subcommand)]
 pub enum RagCmd {
@@ -50,7 +59,12 @@ pub enum RagCmd {
     },
     /// Search the index: keyword (BM25) and vector rankings fused.
     Search {
-        query: String,
+        #[arg(required_unless_present = "batch", conflicts_with = "batch")]
+        query: Option<String>,
+        /// Answer many queries: a JSONL file of `{"id", "query"}` (`-`: standard input); prints
+        /// one line `{"id", "results"}` per query (`{"id", "error"}` for one that failed).
+        #[arg(long)]
+        batch: Option<PathBuf>,
         #[arg(long, default_value_t = 10)]
         limit: usize,
         #[command(flatten)]
@@ -67,8 +81,8 @@ pub enum RagCmd {
         limit: usize,
         #[arg(long, default_value_t = 160)]
         max_tokens: usize,
-        /// A GGUF file (default: the pulled SmolLM2, as Q8_0).
-        #[arg(long)]
+        /// A GGUF file (default: the LLM of `[llm]`, else the pulled SmolLM2 as Q8_0).
+        #[arg(long, conflicts_with = "admin")]
         llm: Option<PathBuf>,
         #[command(flatten)]
         filters: Filters,
@@ -137,23 +151,18 @@ pub struct Filters {
     #[arg(long)]
     threshold: Option<f32>,
     #[arg(long, value_enum, default_value = "hybrid")]
-    mode: SearchMode,
+    mode: Mode,
 }
 
 impl Filters {
-    fn options(self, limit: usize) -> SearchOptions {
-        let mode = match self.mode {
-            SearchMode::Hybrid => Mode::Hybrid,
-            SearchMode::Keyword => Mode::Keyword,
-            SearchMode::Vector => Mode::Vector,
-        };
-        SearchOptions {
+    fn search(self, query: String, limit: usize) -> SearchRequest {
+        SearchRequest {
+            query,
             limit,
             lang: self.lang,
             path_prefix: self.path_prefix,
             threshold: self.threshold,
-            mode,
-            ..SearchOptions::default()
+            mode: self.mode.into(),
         }
     }
 }
@@ -166,25 +175,53 @@ pub enum FetchDirection {
 
 #[derive(clap::Args)]
 pub struct Common {
-    /// Data dir (default: `[storage] data_dir` of config/fleet.toml, else ./data).
-    #[arg(long)]
+    /// Data dir (default: `[storage] data_dir` of the fleet file, else ./data).
+    #[arg(long, conflicts_with = "admin")]
     data: Option<PathBuf>,
-    /// A HuggingFace-layout BERT directory (default: the pulled all-MiniLM-L6-v2).
-    #[arg(long)]
+    /// Fleet file for the data dir, `[index]`, `[models]` and `[llm]` (default:
+    /// config/fleet.toml when present, else the embedded default fleet).
+    #[arg(long, conflicts_with = "admin")]
+    fleet: Option<PathBuf>,
+    /// A HuggingFace-layout BERT directory (default: `[models] embedding`, else the pulled
+    /// all-MiniLM-L6-v2).
+    #[arg(long, conflicts_with = "admin")]
     model: Option<PathBuf>,
+    /// Ask the index of the fleet running at this admin address instead of opening the data dir.
+    #[arg(long)]
+    admin: Option<String>,
+    /// Bearer token for --admin (default: MINDFLEET_ADMIN_TOKEN).
+    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub enum SearchMode {
+pub enum Mode {
     Hybrid,
     Keyword,
     Vector,
 }
 
+impl From<Mode> for SearchMode {
+    fn from(m: Mode) -> SearchMode {
+        match m {
+            Mode::Hybrid => SearchMode::Hybrid,
+            Mode::Keyword => SearchMode::Keyword,
+            Mode::Vector => SearchMode::Vector,
+        }
+    }
+}
+
 pub fn run(cmd: RagCmd) -> ExitCode {
-    match execute(cmd) {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mindfleet: tokio runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(execute(cmd)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mindfleet: {e:#}");
@@ -193,394 +230,292 @@ pub fn run(cmd: RagCmd) -> ExitCode {
     }
 }
 
-fn execute(cmd: RagCmd) -> anyhow::Result<()> {
-    match cmd {
+/// The command as a request, and the options it runs with.
+fn request(cmd: RagCmd) -> anyhow::Result<(RagRequest, Common)> {
+    let abs = |p: &Path| -> anyhow::Result<String> {
+        Ok(std::path::absolute(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?.display().to_string())
+    };
+    Ok(match cmd {
         RagCmd::Index { paths, types, common } => {
-            let opts = UpdateOptions { types, ..UpdateOptions::default() };
-            index(&paths, &opts, &common)
+            let paths = paths.iter().map(|p| abs(p)).collect::<anyhow::Result<_>>()?;
+            (RagRequest::Index(IndexRequest { paths, types, recursive: true, expect: None }), common)
         }
-        RagCmd::IndexFile { path, common } => index(&[path], &UpdateOptions::default(), &common),
+        RagCmd::IndexFile { path, common } => {
+            let r =
+                IndexRequest { paths: vec![abs(&path)?], types: None, recursive: false, expect: Some(PathKind::File) };
+            (RagRequest::Index(r), common)
+        }
         RagCmd::IndexDir { path, recursive, common } => {
-            anyhow::ensure!(path.is_dir(), "{}: not a directory", path.display());
-            index(&[path], &UpdateOptions { recursive, ..UpdateOptions::default() }, &common)
+            let r = IndexRequest { paths: vec![abs(&path)?], types: None, recursive, expect: Some(PathKind::Dir) };
+            (RagRequest::Index(r), common)
         }
-        RagCmd::Search { query, limit, filters, common } => {
-            let found = search(&query, filters.options(limit), &common)?;
-            if common.json {
-                println!("{}", serde_json::to_string(&found)?);
-                return Ok(());
-            }
-            if let Some(note) = &found.note {
-                eprintln!("mindfleet: {note}");
-            }
-            print_hits(&found.hits);
-            Ok(())
+        RagCmd::Search { query, batch: _, limit, filters, common } => {
+            (RagRequest::Search(filters.search(query.unwrap_or_default(), limit)), common)
         }
-        RagCmd::Ask { question, limit, max_tokens, llm, filters, common } => {
-            anyhow::ensure!((1..=16).contains(&limit), "--limit: {limit} is not within 1..=16");
-            let found = search(&question, filters.options(limit), &common)?;
-            let answer = ask(&question, &found, max_tokens, llm)?;
-            if common.json {
-                println!("{answer}");
-            } else {
-                println!("{}", answer["answer"].as_str().unwrap_or(""));
-                if let Some(sources) = answer["sources"].as_array().filter(|s| !s.is_empty()) {
-                    println!("\nsources:");
-                    for s in sources {
-                        println!("  [{}] {}", s["n"], s["cite"].as_str().unwrap_or(""));
-                    }
-                }
-            }
-            Ok(())
+        RagCmd::Ask { question, limit, max_tokens, llm: _, filters, common } => {
+            let Filters { lang, path_prefix, threshold: _, mode } = filters;
+            let r = AskRequest { question, limit, max_tokens, lang, path_prefix, mode: mode.into() };
+            (RagRequest::Ask(r), common)
         }
         RagCmd::Create { file_path, content, embedding, common } => {
             let embedding = embedding
                 .map(|e| serde_json::from_str::<Vec<f32>>(&e))
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--embedding: not a JSON array of numbers: {e}"))?;
-            let model = if embedding.is_none() { Some(model(&common)?) } else { None };
-            let mut index = open(&common)?;
-            let id = index.create(&file_path, &content, embedding, model.as_ref().map(|m| m as &dyn Embed))?;
-            println!("{}", json!({ "entry_id": id.to_string(), "indexed": true }));
-            Ok(())
+            (RagRequest::Create(CreateRequest { file_path, content, embedding }), common)
         }
-        RagCmd::Query { query, limit, common } => {
-            let opts = SearchOptions { limit, mode: Mode::Vector, ..SearchOptions::default() };
-            let found = search(&query, opts, &common)?;
-            anyhow::ensure!(found.mode == Mode::Vector, "{}", found.note.unwrap_or_default());
-            let scores: Vec<f32> = found.hits.iter().map(|h| h.similarity.unwrap_or(0.0)).collect();
-            println!("{}", json!({ "entries": found.hits, "relevance_scores": scores }));
-            Ok(())
-        }
+        RagCmd::Query { query, limit, common } => (RagRequest::Query(SearchRequest::new(query, limit)), common),
         RagCmd::Open { query, page_size, filters, common } => {
-            anyhow::ensure!(
-                (1..=MAX_LIMIT).contains(&page_size),
-                "--page-size: {page_size} is not within 1..={MAX_LIMIT}"
-            );
-            let found = search(&query, filters.options(MAX_LIMIT), &common)?;
-            let (handle, page) = with_cursors(&common, |cs, now| Ok(cs.open(found.hits, page_size, now)?))?;
-            print_page(Some(&handle), &page, found.note.as_deref(), &common);
-            Ok(())
+            (RagRequest::Open(filters.search(query, page_size)), common)
         }
         RagCmd::Fetch { handle, direction, offset, limit, common } => {
-            if let Some(l) = limit {
-                anyhow::ensure!((1..=MAX_LIMIT).contains(&l), "--limit: {l} is not within 1..={MAX_LIMIT}");
-            }
             let direction = match direction {
                 FetchDirection::Forward => Direction::Forward,
                 FetchDirection::Backward => Direction::Backward,
             };
-            let page = with_cursors(&common, |cs, now| Ok(cs.fetch(&handle, direction, offset, limit, now)?))?;
-            print_page(Some(&handle), &page, None, &common);
-            Ok(())
+            (RagRequest::Fetch(FetchRequest { handle, direction, offset, limit }), common)
         }
-        RagCmd::Close { handle, common } => {
-            with_cursors(&common, |cs, now| Ok(cs.close(&handle, now)?))?;
-            println!("{}", json!({ "handle": handle, "closed": true }));
-            Ok(())
-        }
-    }
+        RagCmd::Close { handle, common } => (RagRequest::Close(CloseRequest { handle }), common),
+    })
 }
 
-fn search(query: &str, opts: SearchOptions, common: &Common) -> anyhow::Result<mindfleet_index::SearchResults> {
-    let index = open(common)?;
-    // Keyword search needs no model; the others fall back to keywords, saying why, without one.
-    let model = match opts.mode {
-        Mode::Keyword => None,
-        _ => model(common).map_err(|e| eprintln!("mindfleet: {e:#}")).ok(),
+async fn execute(cmd: RagCmd) -> anyhow::Result<()> {
+    let (batch, llm) = match &cmd {
+        RagCmd::Search { batch, .. } => (batch.clone(), None),
+        RagCmd::Ask { llm, .. } => (None, llm.clone()),
+        _ => (None, None),
     };
-    Ok(index.search(query, model.as_ref().map(|m| m as &dyn Embed), &opts)?)
+    let (req, common) = request(cmd)?;
+    let needs_llm = matches!(req, RagRequest::Ask(_));
+    let index = Target::new(&common, needs_llm, llm, matches!(req, RagRequest::Index(_))).await?;
+    if let (Some(file), RagRequest::Search(template)) = (batch, &req) {
+        let failed = search_batch(&index, &file, template).await?;
+        index.stop().await;
+        anyhow::ensure!(failed == 0, "{failed} queries of the batch failed");
+        return Ok(());
+    }
+    let answer = index.call(req.clone()).await;
+    index.stop().await;
+    let answer = answer?;
+    if common.json {
+        println!("{answer}");
+        return Ok(());
+    }
+    print_human(&req, &answer);
+    Ok(())
 }
 
-/// Below this cosine similarity a chunk found only by its vector is not taken as relevant
-/// (all-MiniLM-L6-v2 gives unrelated texts about 0 to 0.2).
-const RELEVANT_SIMILARITY: f32 = 0.3;
-
-/// The answer to `question` from the chunks of `found`: `{"answer", "relevant", "sources",
-/// "citations"}`, each source `{"n", "cite": "path:start-end", "chunk_id"}`; the model's `[n]`
-/// marks are rewritten as `[path:start-end]`.
-fn ask(
-    question: &str,
-    found: &mindfleet_index::SearchResults,
-    max_tokens: usize,
-    llm: Option<PathBuf>,
-) -> anyhow::Result<serde_json::Value> {
-    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Llm};
-    let relevant: Vec<&Hit> = found
-        .hits
-        .iter()
-        .filter(|h| match h.similarity {
-            Some(s) => s >= RELEVANT_SIMILARITY,
-            // Keyword search only: a keyword match is all there is to go on.
-            None => h.keyword_rank.is_some(),
-        })
-        .collect();
-    if relevant.is_empty() {
-        return Ok(json!({
-            "answer": format!("The index has nothing relevant to this question: {question}"),
-            "relevant": false,
-            "sources": [],
-            "citations": [],
-            "note": found.note,
-        }));
+/// `rag search --batch`: one line of results per query line; a bad line is reported on its own
+/// line and the others still run. How many failed.
+async fn search_batch(index: &Target, file: &Path, template: &SearchRequest) -> anyhow::Result<usize> {
+    let reader: Box<dyn BufRead> = if file == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?,
+        ))
+    };
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Line {
+        id: Value,
+        query: String,
     }
-    let cite = |h: &Hit| format!("{}:{}-{}", h.path, h.start_line, h.end_line);
-    let mut sources = String::new();
-    for (n, h) in relevant.iter().enumerate() {
-        sources.push_str(&format!("[{}] {}\n```\n{}\n```\n\n", n + 1, cite(h), h.text.trim_end()));
-    }
-    let messages = vec![
-        ChatMessage::system(
-            "You answer questions about a codebase in at most three sentences of plain prose, using only the \
-             numbered sources given. After each claim, cite the source it comes from as [1], [2], ... If the \
-             sources do not answer the question, say so.",
-        ),
-        ChatMessage::user(format!("Sources:\n\n{sources}Question: {question}")),
-    ];
-    let llm = Llm::load(&crate::llm_file(llm).map_err(anyhow::Error::msg)?)?;
-    // Prose only: a small model that starts quoting code tends to repeat itself.
-    let req =
-        GenerateRequest { stop: vec!["```".into(), "\n\n\n".into()], ..GenerateRequest::new(messages, max_tokens) };
-    let g = llm.generate(&req, |_| std::ops::ControlFlow::Continue(()))?;
-    let mut answer = g.text.trim().to_string();
-    for (n, h) in relevant.iter().enumerate() {
-        answer = answer.replace(&format!("[{}]", n + 1), &format!("[{}]", cite(h)));
-    }
-    let (answer, citations) = attribute(&answer, &relevant, &cite);
-    let sources: Vec<serde_json::Value> = relevant
-        .iter()
-        .enumerate()
-        .map(|(n, h)| json!({ "n": n + 1, "cite": cite(h), "chunk_id": h.chunk_id, "score": h.score }))
-        .collect();
-    Ok(json!({
-        "answer": answer,
-        "relevant": true,
-        "sources": sources,
-        "citations": citations,
-        "tokens_in": g.tokens_in,
-        "tokens_out": g.tokens_out,
-        "note": found.note,
-    }))
-}
-
-/// Every sentence of `answer` with its citation: the model's own (`[path:start-end]`), else
-/// the source that shares the most words with it (small models rarely cite), else none. The
-/// answer with the added citations, and one `{"sentence", "cite", "by"}` per citation.
-fn attribute(answer: &str, sources: &[&Hit], cite: &dyn Fn(&Hit) -> String) -> (String, Vec<serde_json::Value>) {
-    fn words(text: &str) -> std::collections::HashSet<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.len() >= 4)
-            .map(str::to_lowercase)
-            .filter(|w| {
-                !["that", "this", "with", "from", "when", "then", "which", "code", "function"].contains(&w.as_str())
-            })
-            .collect()
-    }
-    let source_words: Vec<_> =
-        sources.iter().map(|h| words(&format!("{} {}", h.symbol.as_deref().unwrap_or(""), h.text))).collect();
-    let mut out = String::new();
-    let mut citations = Vec::new();
-    let mut rest = answer;
-    let mut index = 0;
-    while !rest.is_empty() {
-        // A sentence ends at `.`, `!` or `?` followed by a space or the end, or at a line break.
-        let end = rest
-            .char_indices()
-            .find(|(i, c)| *c == '\n' || (matches!(c, '.' | '!' | '?') && rest[i + 1..].starts_with([' ', '\n'])))
-            .map_or(rest.len(), |(i, c)| i + c.len_utf8());
-        let sentence = &rest[..end];
-        rest = &rest[end..];
-        out.push_str(sentence);
-        if sentence.trim().len() < 3 {
+    let mut failed = 0;
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), n + 1))?;
+        if line.trim().is_empty() {
             continue;
         }
-        index += 1;
-        let own: Vec<String> =
-            sources.iter().map(|h| cite(h)).filter(|c| sentence.contains(&format!("[{c}]"))).collect();
-        if !own.is_empty() {
-            citations.extend(own.into_iter().map(|c| json!({ "sentence": index, "cite": c, "by": "model" })));
-            continue;
-        }
-        let mine = words(sentence);
-        let best = source_words
-            .iter()
-            .enumerate()
-            .map(|(k, w)| (k, mine.intersection(w).count()))
-            .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)));
-        if let Some((k, n)) = best.filter(|(_, n)| *n > 0) {
-            let c = cite(sources[k]);
-            // Before the sentence's closing punctuation.
-            let body = out.trim_end().trim_end_matches(['.', '!', '?']).len();
-            let tail = out[body..].to_string();
-            out.truncate(body);
-            out.push_str(&format!(" [{c}]{tail}"));
-            citations.push(json!({ "sentence": index, "cite": c, "by": "overlap", "shared_words": n }));
+        let parsed: Line = match serde_json::from_str(&line) {
+            Ok(l) => l,
+            Err(e) => {
+                failed += 1;
+                let error = format!("{}:{}: {e}", file.display(), n + 1);
+                eprintln!("mindfleet: {error}");
+                println!("{}", json!({ "id": null, "line": n + 1, "error": error }));
+                continue;
+            }
+        };
+        let req = RagRequest::Search(SearchRequest { query: parsed.query, ..template.clone() });
+        match index.call(req).await {
+            Ok(mut v) => println!("{}", json!({ "id": parsed.id, "results": v["hits"].take(), "mode": v["mode"] })),
+            Err(e) => {
+                failed += 1;
+                println!("{}", json!({ "id": parsed.id, "error": format!("{e:#}") }));
+            }
         }
     }
-    (out, citations)
+    Ok(failed)
 }
 
-fn print_hits(hits: &[Hit]) {
+/// Where the requests go: the running fleet's index, or one this process runs on the data dir.
+enum Target {
+    Remote(Client),
+    Local {
+        index: ractor::ActorRef<IndexMsg>,
+        others: Vec<ractor::ActorCell>,
+        _lock: mindfleet_runtime::storage::DataDirLock,
+    },
+}
+
+impl Target {
+    async fn new(common: &Common, needs_llm: bool, llm: Option<PathBuf>, progress: bool) -> anyhow::Result<Target> {
+        if let Some(addr) = &common.admin {
+            return Ok(Target::Remote(Client::new(addr, common.token.clone())));
+        }
+        let mut config = fleet_config(common)?;
+        if let Some(d) = &common.data {
+            config.storage.data_dir = d.clone();
+        }
+        if let Some(m) = &common.model {
+            config.models.embedding = Some(m.clone());
+        }
+        let data = config.storage.data_dir.clone();
+        let lock = mindfleet_runtime::storage::lock_data_dir(&data)
+            .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
+        let mut args = crate::fleet::embed_args(&config);
+        if config.models.embedding.is_none() {
+            args.model_dir = models::ensure(&config.models.dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
+        }
+        let embedding = mindfleet_actors::embed::worker::spawn(args, None).await?;
+        let mut others = vec![embedding.get_cell()];
+        let llm = if needs_llm {
+            // A local model is pulled (and made runnable) as `mindfleet generate` does.
+            let backend = match (llm, crate::fleet::llm_backend(&config)) {
+                (Some(file), _) => BackendArgs::Local {
+                    model: crate::llm_file(Some(file)).map_err(anyhow::Error::msg)?,
+                    config: Default::default(),
+                },
+                (None, BackendArgs::Local { config: tuning, .. }) => BackendArgs::Local {
+                    model: crate::llm_file(config.models.llm.clone()).map_err(anyhow::Error::msg)?,
+                    config: tuning,
+                },
+                (_, b) => b,
+            };
+            let worker = mindfleet_actors::llm::worker::spawn(LlmArgs { backend, slots: 1 }, None).await?;
+            others.push(worker.get_cell());
+            Some(worker)
+        } else {
+            None
+        };
+        let mut args = crate::fleet::index_args(&config, embedding, llm);
+        // This process is the only client: any readable path may be indexed.
+        args.restrict_paths = false;
+        args.cursor_file = Some(data.join("index").join("cursors.json"));
+        if progress && !common.json {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files, {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            args.progress = Some(Arc::new(move |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                if done == total {
+                    bar.finish_and_clear();
+                }
+            }));
+        }
+        let index = mindfleet_actors::index::spawn(args, None).await?;
+        Ok(Target::Local { index, others, _lock: lock })
+    }
+
+    async fn call(&self, req: RagRequest) -> anyhow::Result<Value> {
+        match self {
+            Target::Remote(client) => {
+                let (command, body) = req.to_body();
+                Ok(client.rag(command, &body).await?)
+            }
+            Target::Local { index, .. } => {
+                let answer = ractor::call!(index, IndexMsg::Request, Box::new(req))
+                    .map_err(|e| anyhow::anyhow!("index actor: {e}"))?;
+                Ok(answer?)
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Target::Local { index, others, _lock } = self {
+            // The index first: its thread finishes the request it serves with the workers up.
+            let _ = index.stop_and_wait(None, None).await;
+            for cell in others {
+                let _ = cell.stop_and_wait(None, None).await;
+            }
+        }
+    }
+}
+
+fn fleet_config(common: &Common) -> anyhow::Result<FleetConfig> {
+    let default = Path::new("config/fleet.toml");
+    Ok(match &common.fleet {
+        Some(f) => FleetConfig::load(f)?,
+        None if default.exists() => FleetConfig::load(default)?,
+        None => FleetConfig::embedded_default(),
+    })
+}
+
+fn print_human(req: &RagRequest, answer: &Value) {
+    if let Some(note) = answer["note"].as_str() {
+        eprintln!("mindfleet: {note}");
+    }
+    match req {
+        RagRequest::Index(_) => {
+            for r in answer["indexed"].as_array().into_iter().flatten() {
+                let n = |k: &str| r[k].as_u64().unwrap_or(0);
+                println!(
+                    "{}: {} files indexed ({} chunks, {} texts embedded), {} unchanged, {} removed, skipped {} binary, {} too large, {} of other types, in {:.2} s",
+                    r["root"].as_str().unwrap_or(""),
+                    n("files_indexed"),
+                    n("chunks_added"),
+                    n("texts_embedded"),
+                    n("files_unchanged"),
+                    n("files_removed"),
+                    n("skipped_binary"),
+                    n("skipped_large"),
+                    n("skipped_type"),
+                    r["seconds"].as_f64().unwrap_or(0.0)
+                );
+                for e in r["errors"].as_array().into_iter().flatten() {
+                    eprintln!("mindfleet: {}", e.as_str().unwrap_or(""));
+                }
+            }
+        }
+        RagRequest::Search(_) => print_hits(&answer["hits"]),
+        RagRequest::Query(_) => print_hits(&answer["entries"]),
+        RagRequest::Open(_) | RagRequest::Fetch(_) => {
+            let flag = |k: &str| answer[k].as_bool().unwrap_or(false);
+            println!(
+                "handle {}: {} of {} from offset {}{}{}",
+                answer["handle"].as_str().unwrap_or("-"),
+                answer["entries"].as_array().map_or(0, Vec::len),
+                answer["total_count"],
+                answer["offset"],
+                if flag("has_previous") { ", more before" } else { "" },
+                if flag("has_more") { ", more after" } else { "" }
+            );
+            print_hits(&answer["entries"]);
+        }
+        RagRequest::Ask(_) => {
+            println!("{}", answer["answer"].as_str().unwrap_or(""));
+            if let Some(sources) = answer["sources"].as_array().filter(|s| !s.is_empty()) {
+                println!("\nsources:");
+                for s in sources {
+                    println!("  [{}] {}", s["n"], s["cite"].as_str().unwrap_or(""));
+                }
+            }
+        }
+        RagRequest::Create(_) | RagRequest::Close(_) => println!("{answer}"),
+    }
+}
+
+fn print_hits(hits: &Value) {
+    let hits: Vec<Hit> = serde_json::from_value(hits.clone()).unwrap_or_default();
     if hits.is_empty() {
         println!("nothing found");
     }
     for h in hits {
         let symbol = h.symbol.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
         println!("{:.3}  {}:{}-{}  {}{symbol}", h.score, h.path, h.start_line, h.end_line, h.kind);
-    }
-}
-
-fn print_page(handle: Option<&str>, page: &Page<Hit>, note: Option<&str>, common: &Common) {
-    if common.json {
-        let mut v = json!(page);
-        v["handle"] = json!(handle);
-        println!("{v}");
-        return;
-    }
-    if let Some(note) = note {
-        eprintln!("mindfleet: {note}");
-    }
-    println!(
-        "handle {}: {} of {} from offset {}{}{}",
-        handle.unwrap_or("-"),
-        page.entries.len(),
-        page.total_count,
-        page.offset,
-        if page.has_previous { ", more before" } else { "" },
-        if page.has_more { ", more after" } else { "" }
-    );
-    print_hits(&page.entries);
-}
-
-/// Runs `f` on the cursors kept in the data dir, and writes them back (atomically).
-fn with_cursors<T>(common: &Common, f: impl FnOnce(&mut Cursors<Hit>, u64) -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let dir = data_dir(common).join("index");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("cursors.json");
-    let mut cursors = match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            eprintln!("mindfleet: {}: unreadable ({e}); open handles are lost", path.display());
-            Cursors::new(CURSOR_TTL_MS, MAX_CURSORS)
-        }),
-        Err(_) => Cursors::new(CURSOR_TTL_MS, MAX_CURSORS),
-    };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    let out = f(&mut cursors, now)?;
-    let tmp = dir.join("cursors.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&cursors)?)?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(out)
-}
-
-fn data_dir(common: &Common) -> PathBuf {
-    if let Some(d) = &common.data {
-        return d.clone();
-    }
-    let fleet = Path::new("config/fleet.toml");
-    let cfg = if fleet.exists() { mindfleet_runtime::config::FleetConfig::load(fleet).ok() } else { None };
-    cfg.unwrap_or_else(mindfleet_runtime::config::FleetConfig::embedded_default).storage.data_dir
-}
-
-fn open(common: &Common) -> anyhow::Result<Index> {
-    let index = Index::open(&data_dir(common).join("index"))?;
-    for r in index.repairs() {
-        eprintln!("mindfleet: index: {r}");
-    }
-    Ok(index)
-}
-
-fn model(common: &Common) -> anyhow::Result<IndexModel> {
-    let dir = match &common.model {
-        Some(d) => d.clone(),
-        None => models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))?,
-    };
-    Ok(IndexModel::load(&dir)?)
-}
-
-fn index(paths: &[PathBuf], opts: &UpdateOptions, common: &Common) -> anyhow::Result<()> {
-    let model = model(common)?;
-    let mut index = open(common)?;
-    let mut reports: Vec<UpdateReport> = Vec::new();
-    for path in paths {
-        // A progress bar on a terminal (indicatif draws nothing elsewhere), none with --json.
-        let bar = if common.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(0) };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files, {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let r = index.update_with(path, &model, opts, &mut |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        });
-        bar.finish_and_clear();
-        let r = r?;
-        if !common.json {
-            println!(
-                "{}: {} files indexed ({} chunks, {} texts embedded), {} unchanged, {} removed, skipped {} binary, {} too large, {} of other types, in {:.2} s",
-                r.root,
-                r.files_indexed,
-                r.chunks_added,
-                r.texts_embedded,
-                r.files_unchanged,
-                r.files_removed,
-                r.skipped_binary,
-                r.skipped_large,
-                r.skipped_type,
-                r.seconds
-            );
-            for e in &r.errors {
-                eprintln!("mindfleet: {e}");
-            }
-        }
-        reports.push(r);
-    }
-    if common.json {
-        let (files, chunks, texts) = index.counts()?;
-        let out = serde_json::json!({ "indexed": reports, "files": files, "chunks": chunks, "texts": texts });
-        println!("{out}");
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hit(path: &str, text: &str) -> Hit {
-        Hit {
-            chunk_id: 0,
-            path: path.into(),
-            root: String::new(),
-            lang: "rust".into(),
-            kind: "function".into(),
-            symbol: None,
-            start_line: 1,
-            end_line: 3,
-            score: 1.0,
-            keyword_rank: None,
-            vector_rank: None,
-            similarity: None,
-            text: text.into(),
-        }
-    }
-
-    #[test]
-    fn each_sentence_keeps_its_own_citation_or_gets_the_source_it_shares_most_words_with() {
-        let (a, b) = (
-            hit("cache.rs", "fn invalidate cache entry when written"),
-            hit("deploy.rs", "fn switch traffic to green servers"),
-        );
-        let cite = |h: &Hit| format!("{}:{}-{}", h.path, h.start_line, h.end_line);
-        let answer = "Traffic moves to the green servers. The cache entry is dropped [cache.rs:1-3]! Nothing else.";
-        let (out, citations) = attribute(answer, &[&a, &b], &cite);
-        assert_eq!(
-            out,
-            "Traffic moves to the green servers [deploy.rs:1-3]. The cache entry is dropped [cache.rs:1-3]! Nothing else."
-        );
-        let by: Vec<(u64, &str, &str)> = citations
-            .iter()
-            .map(|c| (c["sentence"].as_u64().unwrap(), c["cite"].as_str().unwrap(), c["by"].as_str().unwrap()))
-            .collect();
-        assert_eq!(by, [(1, "deploy.rs:1-3", "overlap"), (2, "cache.rs:1-3", "model")]);
     }
 }

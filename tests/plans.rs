@@ -48,7 +48,7 @@ async fn replied(fleet: &mindfleet::Fleet, event_id: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn continue_past_a_missing_knowledge_index() {
+async fn continue_past_a_knowledge_search_that_finds_nothing() {
     let (fleet, _dir, plan, id) = run_with(None, "code", "@coder please review the auth module").await;
     assert_eq!(kinds(&plan), ["continue"]);
     assert_eq!(plan.adjustments[0].action, Action::SearchKnowledge);

@@ -192,3 +192,193 @@ fn rag_ask_answers_from_the_chunks_found_with_citations_or_says_there_is_nothing
     assert_eq!(none["relevant"], false, "{none}");
     assert!(none["answer"].as_str().unwrap().starts_with("The index has nothing relevant"), "{none}");
 }
+
+/// `mindfleet ARGS --json` on a blocking thread (the fleet runs on this test's runtime).
+async fn cli(args: Vec<String>) -> (bool, Value, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(&args).arg("--json").output().unwrap();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.success(), v, String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_fleet_serves_the_index_and_its_cursors_through_the_admin_api_and_rag_admin() {
+    use mindfleet::client::{Client, ClientError};
+    use serde_json::json;
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("retry.rs"),
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    pulled();
+    let fleet = crate::util::start(dir.path(), &crate::util::fleet_toml(crate::util::TRIO)).await;
+    let addr = fleet.addr.to_string();
+    let api = Client::new(&addr, None);
+
+    let r = api.rag("index", &json!({ "paths": [src.path()] })).await.unwrap();
+    assert_eq!((r["files"].as_u64(), r["indexed"][0]["files_indexed"].as_u64()), (Some(2), Some(2)), "{r}");
+
+    // The CLI through the admin API: search, and a cursor opened, paged and closed.
+    let a = |args: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["rag"].iter().chain(args).map(|s| s.to_string()).collect();
+        v.extend(["--admin".to_string(), addr.clone()]);
+        v
+    };
+    let (ok, found, err) = cli(a(&["search", "retry with a growing delay", "--limit", "1"])).await;
+    assert!(ok, "{err}");
+    assert_eq!(found["hits"][0]["path"], "retry.rs", "{found}");
+    let (ok, first, err) = cli(a(&["open", "price", "--page-size", "1", "--mode", "keyword"])).await;
+    assert!(ok, "{err}");
+    let handle = first["handle"].as_str().unwrap().to_string();
+    assert_eq!(first["entries"][0]["path"], "tax.py", "{first}");
+    let (ok, closed, _) = cli(a(&["close", &handle])).await;
+    assert!(ok && closed["closed"] == true, "{closed}");
+    let (ok, _, err) = cli(a(&["fetch", &handle])).await;
+    assert!(!ok && err.contains("expired or closed"), "{err}");
+
+    // While the fleet holds the data dir, the in-process CLI refuses and says where to ask.
+    let (ok, _, err) =
+        cli(vec!["rag".into(), "search".into(), "x".into(), "--data".into(), dir.path().display().to_string()]).await;
+    assert!(!ok && err.contains("--admin"), "{err}");
+
+    // Bad requests are named, with their status.
+    let status = |e: ClientError| match e {
+        ClientError::Status { status, message } => (status, message),
+        other => panic!("{other}"),
+    };
+    let (s, m) = status(api.rag("index", &json!({ "paths": ["/no/such/dir"] })).await.unwrap_err());
+    assert!(s == 400 && m.contains("/no/such/dir"), "{s} {m}");
+    let (s, m) = status(api.rag("search", &json!({ "query": "x", "limit": 0 })).await.unwrap_err());
+    assert!(s == 400 && m.contains("limit"), "{s} {m}");
+    let (s, m) = status(api.rag("search", &json!({ "query": "x", "colour": "red" })).await.unwrap_err());
+    assert!(s == 400 && m.contains("colour"), "{s} {m}");
+    assert_eq!(status(api.rag("reindex", &json!({})).await.unwrap_err()).0, 404);
+    assert_eq!(status(api.rag("fetch", &json!({ "handle": "c0-0" })).await.unwrap_err()).0, 404);
+
+    // A persona's thoughts page through the same cursors.
+    fleet.inject(crate::util::chat("general", "alice", "@reviewer please review the rust auth module")).await.unwrap();
+    fleet.inject(crate::util::chat("general", "alice", "@reviewer and the retry loop too")).await.unwrap();
+    assert!(fleet.wait_idle(crate::util::DEADLINE).await);
+    let page = api.ai("thoughts", &[("persona", "reviewer".into()), ("page_size", "1".into())]).await.unwrap();
+    let total = page["total_count"].as_u64().unwrap();
+    assert!(total >= 2 && page["has_more"] == true && page["persona"] == "reviewer", "{page}");
+    let handle = page["handle"].as_str().unwrap();
+    let next = api.rag("fetch", &json!({ "handle": handle })).await.unwrap();
+    assert_eq!((next["offset"].as_u64(), next["has_previous"].as_bool()), (Some(1), Some(true)), "{next}");
+    assert_ne!(next["entries"][0], page["entries"][0]);
+
+    let d = fleet.dump(None).await.unwrap();
+    assert_eq!((d.index.status.as_str(), d.index.files, d.index.open_cursors), ("ready", 2, 1), "{:?}", d.index);
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_behind_a_non_loopback_admin_api_indexes_only_under_its_allowed_roots() {
+    use mindfleet_actors::index::{IndexArgs, spawn};
+    use mindfleet_runtime::config::IndexConfig;
+    use mindfleet_runtime::knowledge::{IndexMsg, IndexRequest, RagError, RagRequest};
+
+    let allowed = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(allowed.path().join("a.md"), "# Notes\n\nThe blue servers take the traffic.\n").unwrap();
+    std::fs::write(other.path().join("secret.md"), "# Keys\n\nnot for the index\n").unwrap();
+    let model_dir = pulled().join(MINILM.name);
+    let embedding = mindfleet_actors::embed::worker::spawn(
+        mindfleet_actors::embed::worker::EmbedArgs {
+            model_dir: model_dir.clone(),
+            cache: None,
+            max_batch: 32,
+            max_wait: std::time::Duration::from_millis(2),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let index = spawn(
+        IndexArgs {
+            dir: data.path().join("index"),
+            embedding,
+            model_dir,
+            llm: None,
+            config: IndexConfig { allowed_roots: vec![allowed.path().to_path_buf()], ..IndexConfig::default() },
+            restrict_paths: true,
+            cursor_file: None,
+            progress: None,
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let ask = |path: &Path| {
+        let req = RagRequest::Index(IndexRequest {
+            paths: vec![path.display().to_string()],
+            types: None,
+            recursive: true,
+            expect: None,
+        });
+        let index = index.clone();
+        async move { ractor::call!(index, IndexMsg::Request, Box::new(req)).unwrap() }
+    };
+    assert_eq!(ask(allowed.path()).await.unwrap()["files"], 1);
+    match ask(other.path()).await {
+        Err(RagError::Forbidden(m)) => assert!(m.contains("outside the allowed roots"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+    // `..` does not lead out of a root.
+    match ask(&allowed.path().join("..").join(other.path().file_name().unwrap())).await {
+        Err(RagError::Forbidden(_)) => {}
+        r => panic!("{r:?}"),
+    }
+    index.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_found() {
+    use mindfleet_runtime::model::{Action, EntryKind, StepState};
+
+    const CODER: &str =
+        "[[persona]]\nname = \"coder\"\nrole = \"code reviewer\"\ndomains = [\"code\"]\nrooms = [\"dev\"]\n";
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("retry.rs"),
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    let fleet = crate::util::start(dir.path(), &crate::util::fleet_toml(CODER)).await;
+    let api = mindfleet::client::Client::new(&fleet.addr.to_string(), None);
+    api.rag("index", &serde_json::json!({ "paths": [src.path()] })).await.unwrap();
+
+    let mut e = crate::util::chat("dev", "alice", "@coder how long does the retry wait between failed attempts?");
+    e.domain = "code".into();
+    let ack = fleet.inject(e).await.unwrap();
+    let reply = crate::util::poll("coder's reply", || async {
+        fleet.dump(None).await.unwrap().outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
+    })
+    .await;
+    assert!(reply.text.contains("[retry.rs:1-7]"), "{}", reply.text);
+    assert!(!reply.text.contains("tax.py"), "only what is relevant: {}", reply.text);
+
+    let storage = fleet.storage.clone();
+    let plan = tokio::task::spawn_blocking(move || storage.recent_plans("coder", 1)).await.unwrap().unwrap().remove(0);
+    let search = plan.plan.steps.iter().find(|s| s.action == Action::SearchKnowledge).unwrap();
+    assert_eq!(search.state, StepState::Done, "{plan:?}");
+    let d = fleet.dump(None).await.unwrap();
+    let observed = crate::util::persona(&d, "coder")
+        .working_memory
+        .recent
+        .iter()
+        .any(|m| m.kind == EntryKind::Observation && m.text.starts_with("[retry.rs:1-7] function with_backoff"));
+    assert!(observed, "{:?}", crate::util::persona(&d, "coder").working_memory.recent);
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}

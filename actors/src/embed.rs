@@ -45,30 +45,28 @@ pub struct Embedder {
     /// Cuts to the window; no padding (the model packs a batch's tokens without it).
     tokenizer: Tokenizer,
     /// No window: counts the tokens of a text that was cut.
-    counter: Tokenizer,
+    tokens: Tokens,
     dimensions: usize,
+}
+
+fn load_err(file: &Path, e: &dyn std::fmt::Display) -> EmbedError {
+    EmbedError::Load { file: file.to_path_buf(), message: e.to_string() }
+}
+
+/// A model's tokenizer and window without its weights: what counting tokens needs.
+pub struct Tokens {
+    /// Never cuts and never pads.
+    counter: Tokenizer,
     window: usize,
     /// Special tokens added to every input ([CLS] and [SEP]).
     specials: usize,
 }
 
-impl Embedder {
-    /// Loads a HuggingFace-layout BERT directory (`config.json`, `tokenizer.json`,
-    /// `model.safetensors`, and `sentence_bert_config.json` for the window when present).
-    pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
-        let load_err = |file: &Path, e: &dyn std::fmt::Display| EmbedError::Load {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        };
-        let config = BertConfig::read(&dir.join("config.json"))?;
-        let weights = dir.join("model.safetensors");
-        if !weights.exists() {
-            return Err(load_err(&weights, &"missing"));
-        }
-        let max_positions = config.max_positions;
-        let dimensions = config.hidden;
-        let model = Bert::load(config, &weights, threads())?;
-
+impl Tokens {
+    /// Reads `config.json`, `tokenizer.json` and, for the window when present,
+    /// `sentence_bert_config.json` of a HuggingFace-layout BERT directory.
+    pub fn load(dir: &Path) -> Result<Tokens, EmbedError> {
+        let max_positions = BertConfig::read(&dir.join("config.json"))?.max_positions;
         // The packaged tokenizer.json truncates and pads to 128; the model was trained and is
         // used (sentence_bert_config.json) with a window of 256.
         let sbert = dir.join("sentence_bert_config.json");
@@ -90,21 +88,43 @@ impl Embedder {
         let mut counter = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, &e))?;
         counter.with_truncation(None).map_err(|e| load_err(&tok_path, &e))?;
         counter.with_padding(None);
-        let mut tokenizer = counter.clone();
-        tokenizer
-            .with_truncation(Some(TruncationParams { max_length: window, ..Default::default() }))
-            .map_err(|e| load_err(&tok_path, &e))?;
         let specials = counter.get_post_processor().map_or(0, |p| p.added_tokens(false));
-        Ok(Embedder { model, tokenizer, counter, dimensions, window, specials })
+        Ok(Tokens { counter, window, specials })
+    }
+
+    /// The most tokens one input can have, [CLS] and [SEP] included.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// Tokens of the whole text, its special tokens included (however long it is).
+    pub fn count(&self, text: &str) -> Result<usize, EmbedError> {
+        Ok(self.counter.encode(text, true).map_err(|e| EmbedError::Tokenize(e.to_string()))?.len())
+    }
+}
+
+impl Embedder {
+    /// Loads a HuggingFace-layout BERT directory (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`, and `sentence_bert_config.json` for the window when present).
+    pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
+        let tokens = Tokens::load(dir)?;
+        let config = BertConfig::read(&dir.join("config.json"))?;
+        let weights = dir.join("model.safetensors");
+        if !weights.exists() {
+            return Err(load_err(&weights, &"missing"));
+        }
+        let dimensions = config.hidden;
+        let model = Bert::load(config, &weights, threads())?;
+        let mut tokenizer = tokens.counter.clone();
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: tokens.window, ..Default::default() }))
+            .map_err(|e| load_err(&dir.join("tokenizer.json"), &e))?;
+        Ok(Embedder { model, tokenizer, tokens, dimensions })
     }
 
     /// Checks a model directory without loading its weights: `config.json` parses, the
     /// tokenizer is there, and the weights file has a well-formed safetensors header.
     pub fn check(dir: &Path) -> Result<(), EmbedError> {
-        let load_err = |file: &Path, e: &dyn std::fmt::Display| EmbedError::Load {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        };
         BertConfig::read(&dir.join("config.json"))?;
         let tok = dir.join("tokenizer.json");
         std::fs::metadata(&tok).map_err(|e| load_err(&tok, &e))?;
@@ -133,24 +153,24 @@ impl Embedder {
 
     /// The most tokens one input can have, [CLS] and [SEP] included.
     pub fn window(&self) -> usize {
-        self.window
+        self.tokens.window
     }
 
     /// Tokens of the whole text, its special tokens included (however long it is).
     pub fn count_tokens(&self, text: &str) -> Result<usize, EmbedError> {
-        Ok(self.counter.encode(text, true).map_err(|e| EmbedError::Tokenize(e.to_string()))?.len())
+        self.tokens.count(text)
     }
 
     /// Byte ranges of `text` that each fit the window once the special tokens are added, cut
     /// between words; a text that fits is one range. The text between two ranges is blank.
     pub fn pieces(&self, text: &str) -> Result<Vec<Range<usize>>, EmbedError> {
-        let enc = self.counter.encode(text, false).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        let enc = self.tokens.counter.encode(text, false).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         let offsets = enc.get_offsets();
         let words = enc.get_word_ids();
         if offsets.is_empty() {
             return Ok(vec![Range { start: 0, end: text.len() }]);
         }
-        let budget = self.window.saturating_sub(self.specials).max(1);
+        let budget = self.tokens.window.saturating_sub(self.tokens.specials).max(1);
         let mut out = Vec::new();
         let mut first = 0;
         while first < offsets.len() {
@@ -192,11 +212,10 @@ impl Embedder {
             .map(|(vector, (e, text))| {
                 let tokens = e.len();
                 // Only a text that fills the window can have been cut: count it whole.
-                let truncated_from = if tokens < self.window {
+                let truncated_from = if tokens < self.tokens.window {
                     None
                 } else {
-                    let whole = self.counter.encode(*text, true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
-                    Some(whole.len()).filter(|len| *len > tokens)
+                    Some(self.tokens.count(text)?).filter(|len| *len > tokens)
                 };
                 Ok(Embedding { vector, tokens, truncated_from })
             })
@@ -214,12 +233,16 @@ pub struct IndexModel {
 
 impl IndexModel {
     pub fn load(dir: &Path) -> Result<IndexModel, EmbedError> {
-        let embedder = Embedder::load(dir)?;
-        let key = worker::fingerprint(dir);
-        let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
-        let base = dir.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
-        Ok(IndexModel { embedder, name: format!("{base}@{hex}") })
+        Ok(IndexModel { embedder: Embedder::load(dir)?, name: model_name(dir) })
     }
+}
+
+/// The model of a directory as the index names it: `<directory name>@<fingerprint>`.
+pub fn model_name(dir: &Path) -> String {
+    let key = worker::fingerprint(dir);
+    let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let base = dir.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    format!("{base}@{hex}")
 }
 
 impl mindfleet_index::Embed for IndexModel {

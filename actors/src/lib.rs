@@ -4,12 +4,14 @@
 //! FleetSupervisor
 //! ├── Scheduler          grants inference and cheap slots, highest class first
 //! ├── Coordinator        turn-taking: who answers an undirected human message
-//! └── (later) EmbeddingWorker, Index
+//! ├── EmbeddingWorker    all-MiniLM-L6-v2 (`embed`), batching every caller's texts
+//! ├── [LlmWorker]        SmolLM2 or an OpenAI-compatible endpoint (`llm`)
+//! └── Index              the codebase knowledge (`index`): rag commands and cursors
+//!       └── index thread       owns the `mindfleet_index::Index`; embeds through the worker
 //! ```
-//!
-//! `embed` is the embedding model the EmbeddingWorker will serve (all-MiniLM-L6-v2 on candle).
 
 pub mod coordinator;
 pub mod embed;
+pub mod index;
 pub mod llm;
 pub mod scheduler;

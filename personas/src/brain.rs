@@ -6,6 +6,7 @@
 //! Model-backed brains plug in behind the same trait.
 
 use mindfleet_runtime::event::Event;
+use mindfleet_runtime::knowledge::Source;
 use mindfleet_runtime::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
 use mindfleet_runtime::model::{
     Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, Verdict,
@@ -36,6 +37,8 @@ pub struct RespondContext<'a> {
     pub role: &'a str,
     pub event: &'a Event,
     pub recalled: &'a [WmEntry],
+    /// What the knowledge search found (cited as `[path:start-end]`).
+    pub found: &'a [Source],
     /// The persona's self-state when it decided to answer.
     pub state: &'a GateState,
 }
@@ -462,8 +465,18 @@ fn persona_preamble(ctx: &RespondContext) -> String {
             system.push_str(&r.text);
         }
     }
+    if !ctx.found.is_empty() {
+        system.push_str("\nWhat the codebase says (cite it as [path:start-end] when you use it):");
+        for f in ctx.found {
+            let text: String = f.text.chars().take(KNOWLEDGE_CHARS).collect();
+            system.push_str(&format!("\n[{}]\n{}", f.cite, text.trim_end()));
+        }
+    }
     system
 }
+
+/// Most characters of one found chunk in a prompt: three of them stay well inside the window.
+const KNOWLEDGE_CHARS: usize = 800;
 
 /// The deterministic brain: plans from per-domain templates, adjusts by error class.
 #[derive(Debug, Default, Clone, Copy)]
@@ -619,7 +632,7 @@ impl Brain for RulesBrain {
     }
 
     fn respond(&self, ctx: &RespondContext) -> String {
-        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled)
+        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.found)
     }
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use mindfleet_runtime::event::{Event, SenderKind};
+use mindfleet_runtime::knowledge::Source;
 use mindfleet_runtime::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
 
 const KEEP_THOUGHTS: usize = 20;
@@ -165,7 +166,7 @@ fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
 /// The deterministic `rules` brain: fills the role's template with what the persona recalls.
 /// Persona senders are named without `@` and quotes lose their `@`, so a reply never
 /// mentions (and so never forces an answer from) a persona.
-pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry]) -> String {
+pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry], found: &[Source]) -> String {
     let to = match event.sender_kind {
         SenderKind::Human => format!("@{}", event.from),
         _ => event.from.clone(),
@@ -180,7 +181,19 @@ pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry
         }
         None => String::new(),
     };
-    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall} I'll take it from here.")
+    let sources = if found.is_empty() {
+        String::new()
+    } else {
+        let cited: Vec<String> = found
+            .iter()
+            .map(|s| match &s.symbol {
+                Some(sym) => format!("{sym} [{}]", s.cite),
+                None => format!("[{}]", s.cite),
+            })
+            .collect();
+        format!(" From the code: {}.", cited.join(", "))
+    };
+    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall}{sources} I'll take it from here.")
 }
 
 #[cfg(test)]
@@ -236,11 +249,11 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let r = rules_reply("helper", "assistant", &e, &[]);
+        let r = rules_reply("helper", "assistant", &e, &[], &[]);
         let m: Vec<_> = mindfleet_runtime::event::text_mentions(&r).collect();
         assert_eq!(m, ["alice"], "{r}");
         let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
-        let r = rules_reply("helper", "assistant", &from_persona, &[]);
+        let r = rules_reply("helper", "assistant", &from_persona, &[], &[]);
         assert_eq!(mindfleet_runtime::event::text_mentions(&r).count(), 0, "{r}");
     }
 

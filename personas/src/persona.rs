@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
+use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
@@ -78,6 +79,8 @@ pub struct PersonaArgs {
     pub turn_timeout: Duration,
     /// The fleet's LLM, when a persona's brain uses it.
     pub llm: Option<ActorRef<LlmMsg>>,
+    /// The fleet's codebase index, for the "search knowledge" step.
+    pub index: Option<ActorRef<IndexMsg>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +145,8 @@ struct InFlight {
     /// Index of the step being run (or next to run).
     cursor: usize,
     recalled: Vec<WmEntry>,
+    /// What the knowledge search found.
+    found: Vec<Source>,
     draft: Option<String>,
     reply: Option<(OutboxEntry, Event)>,
     /// Actions that failed in replaced plans.
@@ -156,6 +161,11 @@ struct InFlight {
     /// rules brain's meanwhile).
     choosing: Option<PlanChoice>,
 }
+
+/// Most chunks a knowledge search brings into working memory and the reply.
+const KNOWLEDGE_CHUNKS: usize = 3;
+/// Longest a knowledge search waits for the index (which may be busy indexing a tree).
+const SEARCH_CALL_MS: u64 = 20_000;
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
@@ -541,6 +551,7 @@ impl PersonaState {
             record,
             cursor: 0,
             recalled: Vec::new(),
+            found: Vec::new(),
             draft: None,
             reply: None,
             avoid: Vec::new(),
@@ -738,6 +749,7 @@ impl PersonaState {
                         role: &self.args.config.role,
                         event: &f.delivery.event,
                         recalled: &f.recalled,
+                        found: &f.found,
                         state: &f.state,
                     },
                     record: &f.record,
@@ -893,7 +905,27 @@ impl PersonaState {
                 Ok(StepRun::Done)
             }
             Action::SearchKnowledge => {
-                Err((ErrorClass::MissingResource, "no knowledge index in this fleet yet".into()))
+                let Some(index) = self.args.index.clone() else {
+                    return Err((ErrorClass::MissingResource, "no knowledge index in this fleet".into()));
+                };
+                // The question in words: mentions say who is asked, not what.
+                let query: String =
+                    e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ");
+                if query.is_empty() {
+                    return Err((ErrorClass::MissingResource, "nothing to search for".into()));
+                }
+                let req = RagRequest::Search(SearchRequest::new(query, KNOWLEDGE_CHUNKS));
+                let (me, task) = (self.myself.clone(), f.task);
+                // Off the persona's loop: the index may be busy with a long indexing run.
+                tokio::spawn(async move {
+                    let answer = match call_t!(index, IndexMsg::Request, SEARCH_CALL_MS, Box::new(req)) {
+                        Ok(Ok(v)) => Ok(Source::relevant_hits(&v)),
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(RagError::Unavailable(format!("the index did not answer: {e}"))),
+                    };
+                    let _ = me.cast(PersonaMsg::Searched { task, answer });
+                });
+                Ok(StepRun::Waiting)
             }
             Action::StudyTopic => Err((ErrorClass::MissingResource, "studying needs the knowledge index".into())),
             Action::DraftReply => {
@@ -902,6 +934,7 @@ impl PersonaState {
                     role: &self.args.config.role,
                     event: &e,
                     recalled: &f.recalled,
+                    found: &f.found,
                     state: &f.state,
                 };
                 let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
@@ -1035,6 +1068,7 @@ impl PersonaState {
             role: &self.args.config.role,
             event: &f.delivery.event,
             recalled: &f.recalled,
+            found: &f.found,
             state: &f.state,
         });
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
@@ -1066,6 +1100,32 @@ impl PersonaState {
             Err(e) => self.draft_by_rules(e.to_string()),
         }
         self.step_done(task, Ok(()));
+    }
+
+    /// The knowledge search's results: into working memory as observations, and into the reply.
+    fn on_searched(&mut self, task: TaskId, answer: Result<Vec<Source>, RagError>) {
+        let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let e = f.delivery.event.clone();
+        let result = match answer {
+            Ok(found) if !found.is_empty() => {
+                f.found = found.clone();
+                for s in &found {
+                    let what = s.symbol.as_deref().map_or_else(|| s.kind.clone(), |sym| format!("{} {sym}", s.kind));
+                    let first: String =
+                        s.text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(160).collect();
+                    self.remember(&e, EntryKind::Observation, format!("[{}] {what}: {}", s.cite, first.trim()), 0.6);
+                }
+                Ok(())
+            }
+            Ok(_) => Err((ErrorClass::MissingResource, "the index has nothing relevant".into())),
+            Err(RagError::Unavailable(m)) if m.starts_with("the index did not answer") => Err((ErrorClass::Timeout, m)),
+            Err(RagError::Unavailable(m)) => Err((ErrorClass::MissingResource, m)),
+            Err(e) => Err((ErrorClass::Unknown, e.to_string())),
+        };
+        self.step_done(task, result);
     }
 
     /// The model's lesson of the plan in flight: the plan is complete.
@@ -1373,6 +1433,7 @@ impl Actor for Persona {
                 st.want_consolidation();
             }
             PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
+            PersonaMsg::Searched { task, answer } => st.on_searched(task, answer),
             PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
             PersonaMsg::Planned { task, answer } => st.on_planned(task, answer),
             PersonaMsg::Evaluated { task, answer } => st.on_evaluated(task, answer),

@@ -18,6 +18,7 @@ use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::embedding::{EmbedMsg, EmbedStats};
 use crate::event::Event;
+use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
 use crate::messages::{AdminMsg, CoordinatorMsg, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
@@ -37,6 +38,7 @@ pub struct AdminArgs {
     pub embedding: ActorRef<EmbedMsg>,
     /// The LLM worker, when a persona's brain uses it.
     pub llm: Option<ActorRef<LlmMsg>>,
+    pub index: ActorRef<IndexMsg>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
 }
@@ -56,6 +58,7 @@ pub struct AdminState {
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
+    index: ActorRef<IndexMsg>,
     addr: String,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
@@ -109,6 +112,7 @@ impl AdminState {
             coordinator: self.coordinator.clone(),
             embedding: self.embedding.clone(),
             llm: self.llm.clone(),
+            index: self.index.clone(),
             admin: AdminDump {
                 addr: self.addr.clone(),
                 rooms: self.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
@@ -169,6 +173,7 @@ impl Actor for Admin {
             coordinator: args.coordinator,
             embedding: args.embedding,
             llm: args.llm,
+            index: args.index,
             addr: args.addr,
             personas,
             rooms,
@@ -323,6 +328,7 @@ struct DumpBase {
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
+    index: ActorRef<IndexMsg>,
     admin: AdminDump,
 }
 
@@ -377,6 +383,11 @@ impl DumpBase {
                 ..Default::default()
             }),
         };
+        let index = call_t!(self.index, IndexMsg::Stats, DUMP_CALL_MS).unwrap_or_else(|e| IndexStats {
+            status: "failed".into(),
+            error: Some(e.to_string()),
+            ..Default::default()
+        });
         if llm.status == "degraded" {
             let why = format!("LLM unavailable: {}", llm.error.as_deref().unwrap_or("unknown"));
             for p in personas.iter_mut().filter(|p| p.brain == "local") {
@@ -395,6 +406,7 @@ impl DumpBase {
             coordination,
             embedding,
             llm,
+            index,
             storage: storage_stats,
             personas,
             outbox,

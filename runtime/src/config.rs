@@ -50,6 +50,7 @@ struct RawFleetFile {
     models: Option<RawModels>,
     embedding: Option<RawEmbedding>,
     llm: Option<RawLlm>,
+    index: Option<RawIndex>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
@@ -131,6 +132,16 @@ struct RawEmbedding {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawIndex {
+    allowed_roots: Option<Vec<Spanned<String>>>,
+    cursor_ttl_secs: Option<Spanned<f64>>,
+    max_cursors: Option<Spanned<i64>>,
+    keyword_weight: Option<Spanned<f64>>,
+    vector_weight: Option<Spanned<f64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawLlm {
     backend: Option<Spanned<String>>,
     url: Option<Spanned<String>>,
@@ -187,6 +198,7 @@ pub struct FleetConfig {
     pub models: ModelsConfig,
     pub embedding: EmbeddingConfig,
     pub llm: LlmBackend,
+    pub index: IndexConfig,
     pub personas: Vec<PersonaConfig>,
 }
 
@@ -233,6 +245,33 @@ pub struct EmbeddingConfig {
 impl Default for EmbeddingConfig {
     fn default() -> Self {
         EmbeddingConfig { max_batch: 32, max_wait: Duration::from_millis(2), cache: true }
+    }
+}
+
+/// The shared codebase index (`[index]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexConfig {
+    /// What an admin API on a non-loopback address may index (absolute; none: nothing). The
+    /// in-process CLI and a loopback admin API index any readable path.
+    pub allowed_roots: Vec<PathBuf>,
+    /// How long an open cursor lives after its last use.
+    pub cursor_ttl: Duration,
+    /// Most cursors open at once; opening one more is refused until one is closed or expires.
+    pub max_cursors: usize,
+    /// Weights of the keyword and the vector ranking in the hybrid fusion.
+    pub keyword_weight: f32,
+    pub vector_weight: f32,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            allowed_roots: Vec::new(),
+            cursor_ttl: Duration::from_secs(600),
+            max_cursors: 64,
+            keyword_weight: 1.0,
+            vector_weight: 1.0,
+        }
     }
 }
 
@@ -651,6 +690,39 @@ impl FleetConfig {
 
         let llm = cx.llm(raw.llm.unwrap_or_default())?;
 
+        let index = {
+            let i = raw.index.unwrap_or_default();
+            let d = IndexConfig::default();
+            let mut allowed_roots = Vec::new();
+            for r in i.allowed_roots.unwrap_or_default() {
+                let root = PathBuf::from(r.get_ref());
+                if !root.is_absolute() {
+                    return Err(
+                        cx.err_at(r.span(), format!("`allowed_roots`: {:?} is not an absolute path", r.get_ref()))
+                    );
+                }
+                allowed_roots.push(root);
+            }
+            let keyword_weight = cx.float(&i.keyword_weight, "keyword_weight", 0.0..=100.0, 1.0)? as f32;
+            let vector_weight = cx.float(&i.vector_weight, "vector_weight", 0.0..=100.0, 1.0)? as f32;
+            if keyword_weight + vector_weight == 0.0 {
+                let at = i.keyword_weight.as_ref().map_or(0..0, Spanned::span);
+                return Err(cx.err_at(at, "`keyword_weight` and `vector_weight`: the weights cannot both be 0"));
+            }
+            IndexConfig {
+                allowed_roots,
+                cursor_ttl: Duration::from_secs_f64(cx.float(
+                    &i.cursor_ttl_secs,
+                    "cursor_ttl_secs",
+                    1.0..=86_400.0,
+                    d.cursor_ttl.as_secs_f64(),
+                )?),
+                max_cursors: cx.int(&i.max_cursors, "max_cursors", 1..=100_000, d.max_cursors as i64)? as usize,
+                keyword_weight,
+                vector_weight,
+            }
+        };
+
         let d = raw.defaults.unwrap_or_default();
         let base = Tuning {
             inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
@@ -760,6 +832,7 @@ impl FleetConfig {
             models,
             embedding,
             llm,
+            index,
             personas,
         })
     }
@@ -875,6 +948,28 @@ mod tests {
         assert!(err.message.contains("fleet_tokens_per_hour"), "{err}");
         let err = parse(&format!("[scheduler]\npromote_after_secs = 0.0\n{ONE}")).unwrap_err();
         assert!(err.message.contains("promote_after_secs"), "{err}");
+    }
+
+    #[test]
+    fn index_keys_are_read_and_a_relative_root_is_refused_where_it_is() {
+        assert_eq!(parse(ONE).unwrap().index, IndexConfig::default());
+        let i = parse(&format!(
+            "[index]\nallowed_roots = [\"/srv/code\"]\ncursor_ttl_secs = 30\nmax_cursors = 5\nvector_weight = 2.0\n{ONE}"
+        ))
+        .unwrap()
+        .index;
+        assert_eq!(i.allowed_roots, [PathBuf::from("/srv/code")]);
+        assert_eq!(
+            (i.cursor_ttl, i.max_cursors, i.keyword_weight, i.vector_weight),
+            (Duration::from_secs(30), 5, 1.0, 2.0)
+        );
+        let err = parse(&format!("[index]\nallowed_roots = [\"/srv\", \"code\"]\n{ONE}")).unwrap_err();
+        assert_eq!(err.line, Some((2, 26)), "{err}");
+        assert!(err.message.contains("\"code\" is not an absolute path"), "{err}");
+        let err = parse(&format!("[index]\nmax_cursors = 0\n{ONE}")).unwrap_err();
+        assert!(err.message.contains("max_cursors"), "{err}");
+        let err = parse(&format!("[index]\nkeyword_weight = 0.0\nvector_weight = 0.0\n{ONE}")).unwrap_err();
+        assert!(err.message.contains("weights"), "{err}");
     }
 
     #[test]

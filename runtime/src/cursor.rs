@@ -137,6 +137,13 @@ impl<T: Clone> Cursors<T> {
         self.open.remove(handle).map(|_| ()).ok_or_else(|| CursorError::Expired(handle.into()))
     }
 
+    /// Sets the time to live and the cap (of cursors read back from a file, to the current
+    /// configuration's).
+    pub fn set_limits(&mut self, ttl_ms: u64, cap: usize) {
+        self.ttl_ms = ttl_ms;
+        self.cap = cap.max(1);
+    }
+
     pub fn len(&self) -> usize {
         self.open.len()
     }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::embedding::EmbedStats;
+use crate::knowledge::IndexStats;
 use crate::llm::LlmStats;
 use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
@@ -29,6 +30,9 @@ pub struct FleetDump {
     /// brain uses a model.
     #[serde(default)]
     pub llm: LlmStats,
+    /// The shared codebase index.
+    #[serde(default)]
+    pub index: IndexStats,
     pub storage: StorageStats,
     pub personas: Vec<PersonaDump>,
     pub outbox: Vec<OutboxEntry>,
@@ -225,6 +229,19 @@ impl FleetDump {
                         l.slots, l.requests, l.tokens_in, l.tokens_out, l.gen_tok_s
                     );
                 }
+            }
+        }
+        let x = &self.index;
+        match &x.error {
+            Some(error) => {
+                let _ = writeln!(out, "├─ Index [{}]: {error}", x.status);
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "├─ Index [{}]  {} files, {} chunks, requests {}, open cursors {}",
+                    x.status, x.files, x.chunks, x.requests, x.open_cursors
+                );
             }
         }
         let _ = writeln!(

@@ -10,6 +10,8 @@
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
+//! | `GET /ai/thoughts?page_size=N`, `GET /ai/decisions?page_size=N` | the list under a cursor: `{"handle", "offset", "entries", "total_count", "has_more", "has_previous"}`, paged with `POST /rag/fetch` |
+//! | `POST /rag/{command}` | the codebase index ([`crate::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
 //! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
@@ -34,6 +36,7 @@ use serde_json::json;
 use crate::ai::{AiQuery, parse_window, window_start};
 use crate::embedding::LongText;
 use crate::event::EventInput;
+use crate::knowledge::{IndexMsg, RagError, RagRequest};
 use crate::llm::LlmMsg;
 use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
 use crate::model::Verdict;
@@ -42,6 +45,8 @@ use crate::time::now_us;
 
 /// How long a handler waits for the admin actor.
 const ADMIN_CALL_MS: u64 = 10_000;
+/// How long a handler waits for the index: indexing a large tree takes minutes.
+const INDEX_CALL_MS: u64 = 3_600_000;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -54,6 +59,8 @@ pub struct HttpState {
     pub local: SocketAddr,
     /// The fleet's LLM worker, when it runs one (served under `/v1`).
     pub llm: Option<ActorRef<LlmMsg>>,
+    /// The fleet's codebase index (served under `/rag`), which also keeps its cursors.
+    pub index: ActorRef<IndexMsg>,
 }
 
 fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
@@ -86,6 +93,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/ai/state", get(get_ai_state).post(post_state))
         .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/{query}", get(get_ai))
+        .route("/rag/{command}", post(post_rag))
         .route("/v1/chat/completions", post(post_chat))
         .route("/v1/models", get(get_models))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
@@ -102,6 +110,8 @@ struct AiParams {
     limit: Option<usize>,
     /// A window back from now: `90s`, `15m`, `1h`, `2d`.
     since: Option<String>,
+    /// Page the list through a cursor, this many entries at a time (`thoughts`, `decisions`).
+    page_size: Option<usize>,
 }
 
 /// The query a path and its parameters ask, or what is missing.
@@ -143,14 +153,75 @@ async fn get_ai_state(State(st): State<HttpState>, Query(p): Query<AiParams>) ->
 }
 
 async fn ai(st: &HttpState, what: &str, p: AiParams) -> Response {
+    let page_size = p.page_size;
+    // The list a cursor pages through.
+    let list = match (what, page_size) {
+        (_, None) => None,
+        ("thoughts", Some(_)) => Some("thoughts"),
+        ("decisions", Some(_)) => Some("decisions"),
+        (other, Some(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("`page_size` is for thoughts and decisions, not {other:?}"),
+                None,
+            );
+        }
+    };
     let q = match ai_query(what, p) {
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e, None),
     };
-    match call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q) {
+    let mut v = match call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return inject_error(e),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    };
+    let (Some(list), Some(page_size)) = (list, page_size) else {
+        return (StatusCode::OK, axum::Json(v)).into_response();
+    };
+    let items = match v.get_mut(list).map(serde_json::Value::take) {
+        Some(serde_json::Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    match call_t!(st.index, |reply| IndexMsg::OpenList { items, page_size, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(mut page)) => {
+            page["persona"] = v["persona"].take();
+            (StatusCode::OK, axum::Json(page)).into_response()
+        }
+        Ok(Err(e)) => rag_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("index unavailable: {e}"), None),
+    }
+}
+
+fn rag_error(e: RagError) -> Response {
+    let status = match &e {
+        RagError::Invalid(_) => StatusCode::BAD_REQUEST,
+        RagError::Forbidden(_) => StatusCode::FORBIDDEN,
+        RagError::NotFound(_) => StatusCode::NOT_FOUND,
+        RagError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string(), None)
+}
+
+async fn post_rag(
+    State(st): State<HttpState>,
+    Path(command): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let req = match RagRequest::parse(&command, &text) {
+        Ok(r) => r,
+        Err(e) => return rag_error(e),
+    };
+    match call_t!(st.index, IndexMsg::Request, INDEX_CALL_MS, Box::new(req)) {
         Ok(Ok(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+        Ok(Err(e)) => rag_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("index unavailable: {e}"), None),
     }
 }
 

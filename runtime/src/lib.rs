@@ -11,7 +11,7 @@
 //! ├── Scheduler                        (crate `mindfleet-actors`; interface in `sched`)
 //! ├── EmbeddingWorker                  (crate `mindfleet-actors`; interface in `embedding`)
 //! ├── [LlmWorker]                      (crate `mindfleet-actors`; interface in `llm`)
-//! ├── [Index]                          (later: shared service actor)
+//! ├── Index                            (crate `mindfleet-actors`; interface in `knowledge`)
 //! └── Persona(name) x N                (crate `mindfleet-personas`)
 //!     ├── Inbox
 //!     ├── SelfState
@@ -28,6 +28,7 @@ pub mod dump;
 pub mod embedding;
 pub mod event;
 pub mod http;
+pub mod knowledge;
 pub mod llm;
 pub mod messages;
 pub mod model;

@@ -172,6 +172,11 @@ pub enum PersonaMsg {
         task: TaskId,
         answer: Result<Vec<Classification>, LlmFailure>,
     },
+    /// The index's relevant results for the knowledge search of the step of `task`.
+    Searched {
+        task: TaskId,
+        answer: Result<Vec<crate::knowledge::Source>, crate::knowledge::RagError>,
+    },
 }
 
 /// Answer to an accepted injection.

@@ -1,0 +1,503 @@
+//! The `Index` actor: the fleet's codebase knowledge, shared by every persona and by people
+//! through the admin API and the CLI.
+//!
+//! The index ([`mindfleet_index::Index`]) is synchronous and its work is long (indexing a tree
+//! embeds thousands of chunks), so a dedicated thread owns it and serves the actor's requests
+//! in order, over a crossbeam channel. It embeds through the fleet's shared `EmbeddingWorker`
+//! (so the index's texts batch with everyone else's and share the embedding cache) and asks
+//! `rag ask`'s answers of the fleet's `LlmWorker`, whatever backend `[llm]` configures.
+//!
+//! Cursors are the actor's own: `fetch` and `close` are answered at once, even while the thread
+//! indexes. `open` searches on the thread and keeps the ranking under a handle; any caller can
+//! also page through a list of its own (`OpenList`: a persona's thoughts).
+//!
+//! Messages: [`IndexMsg`]: `Request` (every `rag` command), `OpenList`, `Stats`.
+
+mod ask;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use mindfleet_index::{Embed, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
+use mindfleet_runtime::config::IndexConfig;
+use mindfleet_runtime::cursor::{CursorError, Cursors, Page};
+use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use mindfleet_runtime::knowledge::{
+    AskRequest, IndexMsg, IndexRequest, IndexStats, PathKind, RagError, RagReply, RagRequest, SearchMode, SearchRequest,
+};
+use mindfleet_runtime::llm::{GenerateJob, LlmMsg};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use serde_json::{Value, json};
+
+use crate::embed::{Tokens, model_name};
+
+/// Longest the index thread waits for the embedding worker on one batch.
+const EMBED_CALL: Duration = Duration::from_secs(300);
+/// Longest it waits for the LLM's answer to `rag ask`.
+const ASK_CALL: Duration = Duration::from_secs(600);
+/// Most chunks `rag ask` gives the model.
+const MAX_ASK_CHUNKS: usize = 16;
+
+/// Called as indexing goes: files done, files in all (for a progress bar).
+pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+pub struct IndexArgs {
+    /// The index's directory (`<data>/index`).
+    pub dir: PathBuf,
+    pub embedding: ActorRef<EmbedMsg>,
+    /// The embedding worker's model directory: the index names its vectors after it and
+    /// counts tokens with its tokenizer.
+    pub model_dir: PathBuf,
+    /// The fleet's LLM, for `rag ask`.
+    pub llm: Option<ActorRef<LlmMsg>>,
+    pub config: IndexConfig,
+    /// Refuse paths outside `config.allowed_roots` (an admin API on a non-loopback address).
+    pub restrict_paths: bool,
+    /// Keep the cursors in this file, so they outlive the process (the in-process CLI).
+    pub cursor_file: Option<PathBuf>,
+    pub progress: Option<Progress>,
+}
+
+pub struct IndexActor;
+
+/// Spawns the actor and its thread (linked to `supervisor` when given). The index opens on the
+/// thread; requests sent meanwhile wait for it.
+pub async fn spawn(args: IndexArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<IndexMsg>, SpawnErr> {
+    let (actor, _) = match supervisor {
+        Some(s) => Actor::spawn_linked(None, IndexActor, args, s).await?,
+        None => Actor::spawn(None, IndexActor, args).await?,
+    };
+    Ok(actor)
+}
+
+struct Job {
+    req: RagRequest,
+    reply: RagReply,
+}
+
+/// Open cursors, and the file that keeps them when there is one.
+struct CursorBook {
+    cursors: Cursors<Value>,
+    file: Option<PathBuf>,
+}
+
+impl CursorBook {
+    fn load(file: Option<PathBuf>, config: &IndexConfig) -> CursorBook {
+        let (ttl, cap) = (config.cursor_ttl.as_millis() as u64, config.max_cursors);
+        let stored = file.as_ref().and_then(|f| match std::fs::read(f) {
+            Ok(bytes) => serde_json::from_slice::<Cursors<Value>>(&bytes)
+                .map_err(
+                    |e| tracing::warn!(file = %f.display(), error = %e, "unreadable cursors; open handles are lost"),
+                )
+                .ok(),
+            Err(_) => None,
+        });
+        let mut cursors = stored.unwrap_or_else(|| Cursors::new(ttl, cap));
+        cursors.set_limits(ttl, cap);
+        CursorBook { cursors, file }
+    }
+
+    /// Runs `f` on the cursors at the current time, then writes them to their file (atomically).
+    fn with<T>(&mut self, f: impl FnOnce(&mut Cursors<Value>, u64) -> Result<T, CursorError>) -> Result<T, RagError> {
+        let out = f(&mut self.cursors, now_ms()).map_err(|e| match e {
+            CursorError::Expired(_) => RagError::NotFound(e.to_string()),
+            CursorError::TooMany(_) => RagError::Invalid(e.to_string()),
+        })?;
+        if let Some(file) = &self.file {
+            let tmp = file.with_extension("json.tmp");
+            let bytes = serde_json::to_vec(&self.cursors).map_err(|e| RagError::Failed(e.to_string()))?;
+            std::fs::write(&tmp, bytes)
+                .and_then(|()| std::fs::rename(&tmp, file))
+                .map_err(|e| RagError::Failed(format!("{}: {e}", file.display())))?;
+        }
+        Ok(out)
+    }
+
+    fn open(&mut self, items: Vec<Value>, page_size: usize, note: Option<String>) -> Result<Value, RagError> {
+        if !(1..=MAX_LIMIT).contains(&page_size) {
+            return Err(RagError::Invalid(format!("page_size: {page_size} is not within 1..={MAX_LIMIT}")));
+        }
+        let (handle, page) = self.with(|c, now| c.open(items, page_size, now))?;
+        let mut v = page_json(&handle, page);
+        if let Some(note) = note {
+            v["note"] = json!(note);
+        }
+        Ok(v)
+    }
+}
+
+fn page_json(handle: &str, page: Page<Value>) -> Value {
+    let mut v = json!(page);
+    v["handle"] = json!(handle);
+    v
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+pub struct IndexState {
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    cursors: Arc<Mutex<CursorBook>>,
+    stats: Arc<Mutex<IndexStats>>,
+}
+
+impl Actor for IndexActor {
+    type Msg = IndexMsg;
+    type State = IndexState;
+    type Arguments = IndexArgs;
+
+    async fn pre_start(&self, _myself: ActorRef<IndexMsg>, args: IndexArgs) -> Result<IndexState, ActorProcessingErr> {
+        let cursors = Arc::new(Mutex::new(CursorBook::load(args.cursor_file.clone(), &args.config)));
+        let stats = Arc::new(Mutex::new(IndexStats { status: "opening".into(), ..Default::default() }));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let service = Service {
+            dir: args.dir,
+            embedding: args.embedding,
+            model_dir: args.model_dir,
+            tokens: None,
+            llm: args.llm,
+            config: args.config,
+            restrict: args.restrict_paths,
+            progress: args.progress,
+            rt: tokio::runtime::Handle::current(),
+            cursors: cursors.clone(),
+            stats: stats.clone(),
+        };
+        let thread = std::thread::Builder::new().name("index".into()).spawn(move || service.serve(rx))?;
+        Ok(IndexState { jobs: Some(tx), thread: Some(thread), cursors, stats })
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<IndexMsg>, st: &mut IndexState) -> Result<(), ActorProcessingErr> {
+        // The thread ends when its channel closes, after the request it is serving.
+        st.jobs = None;
+        if let Some(t) = st.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<IndexMsg>,
+        msg: IndexMsg,
+        st: &mut IndexState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            IndexMsg::Request(req, reply) => match *req {
+                // Cursors are answered here, at once.
+                RagRequest::Fetch(f) => {
+                    let r = match f.limit.filter(|l| !(1..=MAX_LIMIT).contains(l)) {
+                        Some(l) => Err(RagError::Invalid(format!("limit: {l} is not within 1..={MAX_LIMIT}"))),
+                        None => lock(&st.cursors)
+                            .with(|c, now| c.fetch(&f.handle, f.direction, f.offset, f.limit, now))
+                            .map(|page| page_json(&f.handle, page)),
+                    };
+                    let _ = reply.send(r);
+                }
+                RagRequest::Close(c) => {
+                    let r = lock(&st.cursors).with(|cs, now| cs.close(&c.handle, now));
+                    let _ = reply.send(r.map(|()| json!({ "handle": c.handle, "closed": true })));
+                }
+                req => {
+                    lock(&st.stats).in_flight += 1;
+                    let refused = match &st.jobs {
+                        Some(jobs) => jobs.send(Job { req, reply }).err().map(|e| e.into_inner().reply),
+                        None => Some(reply),
+                    };
+                    if let Some(reply) = refused {
+                        let _ = reply.send(Err(RagError::Unavailable("the index thread stopped".into())));
+                    }
+                }
+            },
+            IndexMsg::OpenList { items, page_size, reply } => {
+                let _ = reply.send(lock(&st.cursors).open(items, page_size, None));
+            }
+            IndexMsg::Stats(reply) => {
+                let mut s = lock(&st.stats).clone();
+                s.open_cursors = lock(&st.cursors).cursors.len();
+                let _ = reply.send(s);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the data as consistent as any single update.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The index thread's side.
+struct Service {
+    dir: PathBuf,
+    embedding: ActorRef<EmbedMsg>,
+    model_dir: PathBuf,
+    /// Loaded at the first request that needs the model.
+    tokens: Option<Result<WorkerEmbed, String>>,
+    llm: Option<ActorRef<LlmMsg>>,
+    config: IndexConfig,
+    restrict: bool,
+    progress: Option<Progress>,
+    rt: tokio::runtime::Handle,
+    cursors: Arc<Mutex<CursorBook>>,
+    stats: Arc<Mutex<IndexStats>>,
+}
+
+impl Service {
+    fn serve(mut self, jobs: Receiver<Job>) {
+        let mut index = match Index::open(&self.dir) {
+            Ok(i) => {
+                let mut s = lock(&self.stats);
+                s.status = "ready".into();
+                s.repairs = i.repairs().to_vec();
+                for r in &s.repairs {
+                    tracing::warn!(repair = %r, "index repaired at open");
+                }
+                drop(s);
+                self.count(&i);
+                Ok(i)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "index unavailable");
+                let mut s = lock(&self.stats);
+                s.status = "failed".into();
+                s.error = Some(e.to_string());
+                Err(e.to_string())
+            }
+        };
+        for Job { req, reply } in jobs {
+            let r = match &mut index {
+                Ok(index) => {
+                    let r = self.execute(index, req);
+                    if r.is_ok() {
+                        self.count(index);
+                    }
+                    r
+                }
+                Err(e) => Err(RagError::Unavailable(format!("index: {e}"))),
+            };
+            {
+                let mut s = lock(&self.stats);
+                s.in_flight = s.in_flight.saturating_sub(1);
+                s.requests += 1;
+                s.failures += r.is_err() as u64;
+            }
+            let _ = reply.send(r);
+        }
+    }
+
+    fn count(&self, index: &Index) {
+        if let Ok((files, chunks, texts)) = index.counts() {
+            let mut s = lock(&self.stats);
+            (s.files, s.chunks, s.texts) = (files, chunks, texts);
+        }
+    }
+
+    /// The model through the embedding worker, or why it cannot be had.
+    fn embedder(&mut self) -> Result<&WorkerEmbed, RagError> {
+        let (dir, worker, rt) = (&self.model_dir, &self.embedding, &self.rt);
+        let e = self.tokens.get_or_insert_with(|| {
+            Tokens::load(dir)
+                .map(|tokens| WorkerEmbed { worker: worker.clone(), rt: rt.clone(), name: model_name(dir), tokens })
+                .map_err(|e| format!("embedding model: {e}"))
+        });
+        e.as_ref().map_err(|e| RagError::Unavailable(e.clone()))
+    }
+
+    fn execute(&mut self, index: &mut Index, req: RagRequest) -> Result<Value, RagError> {
+        match req {
+            RagRequest::Index(r) => self.index(index, r),
+            RagRequest::Search(r) => Ok(json!(self.search(index, &r, r.limit)?)),
+            RagRequest::Query(r) => {
+                let r = SearchRequest { mode: SearchMode::Vector, ..r };
+                let found = self.search(index, &r, r.limit)?;
+                if found.mode != Mode::Vector {
+                    return Err(RagError::Unavailable(found.note.unwrap_or_default()));
+                }
+                let scores: Vec<f32> = found.hits.iter().map(|h| h.similarity.unwrap_or(0.0)).collect();
+                Ok(json!({ "entries": found.hits, "relevance_scores": scores }))
+            }
+            RagRequest::Open(r) => {
+                if !(1..=MAX_LIMIT).contains(&r.limit) {
+                    return Err(RagError::Invalid(format!("page_size: {} is not within 1..={MAX_LIMIT}", r.limit)));
+                }
+                let found = self.search(index, &r, MAX_LIMIT)?;
+                let items = found.hits.iter().map(|h| json!(h)).collect();
+                lock(&self.cursors).open(items, r.limit, found.note)
+            }
+            RagRequest::Create(c) => {
+                let embed = if c.embedding.is_none() { Some(self.embedder()? as &dyn Embed) } else { None };
+                let id = index.create(&c.file_path, &c.content, c.embedding, embed).map_err(rag_error)?;
+                Ok(json!({ "entry_id": id.to_string(), "indexed": true }))
+            }
+            RagRequest::Ask(a) => self.ask(index, a),
+            RagRequest::Fetch(_) | RagRequest::Close(_) => {
+                Err(RagError::Invalid("cursors are the actor's, not the index thread's".into()))
+            }
+        }
+    }
+
+    fn search(&mut self, index: &Index, r: &SearchRequest, limit: usize) -> Result<SearchResults, RagError> {
+        let mode = match r.mode {
+            SearchMode::Hybrid => Mode::Hybrid,
+            SearchMode::Keyword => Mode::Keyword,
+            SearchMode::Vector => Mode::Vector,
+        };
+        let opts = SearchOptions {
+            limit,
+            lang: r.lang.clone(),
+            path_prefix: r.path_prefix.clone(),
+            threshold: r.threshold,
+            mode,
+            keyword_weight: self.config.keyword_weight,
+            vector_weight: self.config.vector_weight,
+        };
+        if let Some(t) = r.threshold.filter(|t| !(0.0..=1.0).contains(t)) {
+            return Err(RagError::Invalid(format!("threshold: {t} is not within 0..=1")));
+        }
+        // Keyword search needs no model; the others fall back to keywords, saying why, without one.
+        let embed = match mode {
+            Mode::Keyword => None,
+            _ => self.embedder().ok().map(|e| e as &dyn Embed),
+        };
+        index.search(&r.query, embed, &opts).map_err(rag_error)
+    }
+
+    fn index(&mut self, index: &mut Index, r: IndexRequest) -> Result<Value, RagError> {
+        if r.paths.is_empty() {
+            return Err(RagError::Invalid("paths: none given".into()));
+        }
+        let mut paths = Vec::with_capacity(r.paths.len());
+        for p in &r.paths {
+            let path = Path::new(p);
+            let abs = path.canonicalize().map_err(|e| RagError::Invalid(format!("{p}: {e}")))?;
+            match r.expect {
+                Some(PathKind::File) if !abs.is_file() => return Err(RagError::Invalid(format!("{p}: not a file"))),
+                Some(PathKind::Dir) if !abs.is_dir() => return Err(RagError::Invalid(format!("{p}: not a directory"))),
+                _ => {}
+            }
+            if self.restrict && !self.config.allowed_roots.iter().any(|root| within(&abs, root)) {
+                return Err(RagError::Forbidden(if self.config.allowed_roots.is_empty() {
+                    format!("{p}: this admin API is not on loopback and `[index] allowed_roots` is empty")
+                } else {
+                    let roots: Vec<String> =
+                        self.config.allowed_roots.iter().map(|r| r.display().to_string()).collect();
+                    format!("{p}: outside the allowed roots ({})", roots.join(", "))
+                }));
+            }
+            paths.push(abs);
+        }
+        let opts = UpdateOptions { types: r.types, recursive: r.recursive, ..UpdateOptions::default() };
+        let progress = self.progress.clone();
+        let embed = self.embedder()?;
+        let mut reports = Vec::new();
+        for path in &paths {
+            let report = index
+                .update_with(path, embed, &opts, &mut |done, total| {
+                    if let Some(p) = &progress {
+                        p(done, total);
+                    }
+                })
+                .map_err(rag_error)?;
+            reports.push(report);
+        }
+        let (files, chunks, texts) = index.counts().map_err(rag_error)?;
+        Ok(json!({ "indexed": reports, "files": files, "chunks": chunks, "texts": texts }))
+    }
+
+    fn ask(&mut self, index: &Index, a: AskRequest) -> Result<Value, RagError> {
+        if !(1..=MAX_ASK_CHUNKS).contains(&a.limit) {
+            return Err(RagError::Invalid(format!("limit: {} is not within 1..={MAX_ASK_CHUNKS}", a.limit)));
+        }
+        if !(1..=4096).contains(&a.max_tokens) {
+            return Err(RagError::Invalid(format!("max_tokens: {} is not within 1..=4096", a.max_tokens)));
+        }
+        let search = SearchRequest {
+            query: a.question.clone(),
+            limit: a.limit,
+            lang: a.lang,
+            path_prefix: a.path_prefix,
+            threshold: None,
+            mode: a.mode,
+        };
+        let found = self.search(index, &search, a.limit)?;
+        let sources = ask::relevant(&found.hits);
+        if sources.is_empty() {
+            return Ok(ask::nothing(&a.question, found.note.as_deref()));
+        }
+        let Some(llm) = &self.llm else {
+            return Err(RagError::Unavailable("this fleet runs no LLM (no persona has a model-backed brain)".into()));
+        };
+        let job = GenerateJob {
+            req: ask::request(&a.question, &sources, a.max_tokens),
+            purpose: "ask".into(),
+            persona: None,
+            stream: None,
+        };
+        let g = self
+            .rt
+            .block_on(async {
+                ractor::call_t!(llm, |reply| LlmMsg::Generate { job, reply }, ASK_CALL.as_millis() as u64)
+            })
+            .map_err(|e| RagError::Unavailable(format!("LLM worker: {e}")))?
+            .map_err(|e| RagError::Unavailable(e.to_string()))?;
+        Ok(ask::answer(&g, &sources, found.note.as_deref()))
+    }
+}
+
+/// Whether `path` (absolute, resolved) is `root` or inside it.
+fn within(path: &Path, root: &Path) -> bool {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    path.starts_with(root)
+}
+
+fn rag_error(e: IndexError) -> RagError {
+    match e {
+        IndexError::Request(m) => RagError::Invalid(m),
+        IndexError::Path { .. } => RagError::Invalid(e.to_string()),
+        IndexError::Embed(_) => RagError::Unavailable(e.to_string()),
+        _ => RagError::Failed(e.to_string()),
+    }
+}
+
+/// The embedding model as the index needs it, served by the fleet's embedding worker: the
+/// index's thread waits for the worker's answers.
+struct WorkerEmbed {
+    worker: ActorRef<EmbedMsg>,
+    rt: tokio::runtime::Handle,
+    name: String,
+    tokens: Tokens,
+}
+
+impl Embed for WorkerEmbed {
+    fn model(&self) -> String {
+        self.name.clone()
+    }
+
+    fn window(&self) -> usize {
+        self.tokens.window()
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        // A text the tokenizer cannot read counts as too long, so it is cut.
+        self.tokens.count(text).unwrap_or(usize::MAX)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        let answer = self.rt.block_on(async {
+            ractor::call_t!(
+                self.worker,
+                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply },
+                EMBED_CALL.as_millis() as u64
+            )
+        });
+        let embedded = answer.map_err(|e| format!("embedding worker: {e}"))?.map_err(|e| e.to_string())?;
+        Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
+    }
+}

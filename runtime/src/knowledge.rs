@@ -1,0 +1,309 @@
+//! The interface of the shared `Index` actor (crate `mindfleet-actors`, `index`): the codebase
+//! knowledge of a fleet. Its requests are the `rag` commands, the same whether they come from
+//! the in-process CLI, the admin API (`POST /rag/{command}`) or a persona's plan step, and it
+//! keeps the open cursors of the fleet: over search results, and over any other list a caller
+//! hands it (a persona's thoughts).
+//!
+//! Answers are JSON: the shapes of `mindfleet rag ... --json`.
+
+use ractor::RpcReplyPort;
+use ractor_cluster_derive::RactorMessage;
+use serde::{Deserialize, Serialize};
+
+use crate::cursor::Direction;
+
+/// How a search ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    #[default]
+    Hybrid,
+    Keyword,
+    Vector,
+}
+
+fn ten() -> usize {
+    10
+}
+
+fn four() -> usize {
+    4
+}
+
+fn answer_tokens() -> usize {
+    160
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `rag search`, and the search of `rag open` (whose `limit` is then the page size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: String,
+    #[serde(default = "ten")]
+    pub limit: usize,
+    /// Only chunks of this language.
+    #[serde(default)]
+    pub lang: Option<String>,
+    /// Only chunks whose path (relative to its root) starts with this.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// Only results scoring at least this (0..=1).
+    #[serde(default)]
+    pub threshold: Option<f32>,
+    #[serde(default)]
+    pub mode: SearchMode,
+}
+
+impl SearchRequest {
+    pub fn new(query: impl Into<String>, limit: usize) -> SearchRequest {
+        SearchRequest {
+            query: query.into(),
+            limit,
+            lang: None,
+            path_prefix: None,
+            threshold: None,
+            mode: SearchMode::Hybrid,
+        }
+    }
+}
+
+/// `rag ask`: the chunks `limit` best results give, and the LLM's answer from them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskRequest {
+    pub question: String,
+    #[serde(default = "four")]
+    pub limit: usize,
+    #[serde(default = "answer_tokens")]
+    pub max_tokens: usize,
+    #[serde(default)]
+    pub lang: Option<String>,
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    #[serde(default)]
+    pub mode: SearchMode,
+}
+
+/// What a path of `rag index` must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathKind {
+    File,
+    Dir,
+}
+
+/// `rag index`, `rag index-file`, `rag index-dir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexRequest {
+    /// Files and directories. Relative paths are taken from the index actor's working
+    /// directory: the CLI sends absolute ones.
+    pub paths: Vec<String>,
+    /// Only these languages (`rust`, `typescript`, ...); all when absent.
+    #[serde(default)]
+    pub types: Option<Vec<String>>,
+    /// Into subdirectories (else a directory's own files only).
+    #[serde(default = "yes")]
+    pub recursive: bool,
+    /// Refuse a path that is not of this kind (`rag index-file`, `rag index-dir`).
+    #[serde(default)]
+    pub expect: Option<PathKind>,
+}
+
+/// `rag create`: one entry under a path of the caller's choosing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRequest {
+    pub file_path: String,
+    pub content: String,
+    /// Its vector (default: the model embeds the content).
+    #[serde(default)]
+    pub embedding: Option<Vec<f32>>,
+}
+
+/// `rag fetch`: a page of an open handle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchRequest {
+    pub handle: String,
+    #[serde(default)]
+    pub direction: Direction,
+    #[serde(default)]
+    pub offset: Option<usize>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `rag close`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloseRequest {
+    pub handle: String,
+}
+
+/// A request of the `rag` commands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RagRequest {
+    Index(IndexRequest),
+    Search(SearchRequest),
+    /// The entries nearest a query by their vectors alone, with their similarities.
+    Query(SearchRequest),
+    Open(SearchRequest),
+    Fetch(FetchRequest),
+    Close(CloseRequest),
+    Create(CreateRequest),
+    Ask(AskRequest),
+}
+
+impl RagRequest {
+    /// The request named by `command` (the path of `POST /rag/{command}`), from its JSON body.
+    pub fn parse(command: &str, body: &str) -> Result<RagRequest, RagError> {
+        fn de<T: serde::de::DeserializeOwned>(command: &str, body: &str) -> Result<T, RagError> {
+            serde_json::from_str(body).map_err(|e| RagError::Invalid(format!("{command}: {e}")))
+        }
+        Ok(match command {
+            "index" => RagRequest::Index(de(command, body)?),
+            "search" => RagRequest::Search(de(command, body)?),
+            "query" => RagRequest::Query(de(command, body)?),
+            "open" => RagRequest::Open(de(command, body)?),
+            "fetch" => RagRequest::Fetch(de(command, body)?),
+            "close" => RagRequest::Close(de(command, body)?),
+            "create" => RagRequest::Create(de(command, body)?),
+            "ask" => RagRequest::Ask(de(command, body)?),
+            other => {
+                return Err(RagError::NotFound(format!(
+                    "unknown rag command {other:?} (known: index, search, query, open, fetch, close, create, ask)"
+                )));
+            }
+        })
+    }
+
+    /// The command's name and its JSON body, as [`RagRequest::parse`] reads them.
+    pub fn to_body(&self) -> (&'static str, serde_json::Value) {
+        use serde_json::to_value;
+        let (name, body) = match self {
+            RagRequest::Index(r) => ("index", to_value(r)),
+            RagRequest::Search(r) => ("search", to_value(r)),
+            RagRequest::Query(r) => ("query", to_value(r)),
+            RagRequest::Open(r) => ("open", to_value(r)),
+            RagRequest::Fetch(r) => ("fetch", to_value(r)),
+            RagRequest::Close(r) => ("close", to_value(r)),
+            RagRequest::Create(r) => ("create", to_value(r)),
+            RagRequest::Ask(r) => ("ask", to_value(r)),
+        };
+        (name, body.unwrap_or_default())
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "kind", content = "message", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RagError {
+    /// The request is malformed or out of range (HTTP 400).
+    #[error("{0}")]
+    Invalid(String),
+    /// A path outside the allowed roots (HTTP 403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// An unknown, expired or closed handle; an unknown command (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The index or a model it needs is not there (HTTP 503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Reading, storing or embedding failed (HTTP 500).
+    #[error("{0}")]
+    Failed(String),
+}
+
+pub type RagReply = RpcReplyPort<Result<serde_json::Value, RagError>>;
+
+#[derive(Debug, RactorMessage)]
+pub enum IndexMsg {
+    Request(Box<RagRequest>, RagReply),
+    /// Opens a cursor over a list the caller took (a persona's thoughts): `{"handle", ...page}`.
+    OpenList {
+        items: Vec<serde_json::Value>,
+        page_size: usize,
+        reply: RagReply,
+    },
+    Stats(RpcReplyPort<IndexStats>),
+}
+
+/// The index's figures (in `mindfleet dump` under `index`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct IndexStats {
+    /// `opening`, `ready`, or `failed` (see `error`).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub files: u64,
+    pub chunks: u64,
+    pub texts: u64,
+    /// What opening repaired (a keyword index rebuilt from redb).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<String>,
+    pub requests: u64,
+    pub failures: u64,
+    /// Requests queued for or running on the index thread.
+    pub in_flight: u64,
+    pub open_cursors: usize,
+}
+
+/// Below this cosine similarity a chunk found only by its vector is not taken as relevant
+/// (all-MiniLM-L6-v2 gives unrelated texts about 0 to 0.2).
+pub const RELEVANT_SIMILARITY: f32 = 0.3;
+
+/// Whether a search result is worth reading: a vector match of [`RELEVANT_SIMILARITY`] or
+/// more, or a keyword match when the search had no vectors.
+pub fn is_relevant(similarity: Option<f32>, keyword_rank: Option<usize>) -> bool {
+    match similarity {
+        Some(s) => s >= RELEVANT_SIMILARITY,
+        None => keyword_rank.is_some(),
+    }
+}
+
+/// A chunk a persona found, with the citation it is known by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    /// `path:start-end`.
+    pub cite: String,
+    pub kind: String,
+    pub symbol: Option<String>,
+    pub text: String,
+    pub score: f32,
+}
+
+impl Source {
+    /// The relevant results of a `search` answer (`{"hits": [...]}`), in rank order.
+    pub fn relevant_hits(answer: &serde_json::Value) -> Vec<Source> {
+        #[derive(Deserialize)]
+        struct Hit {
+            path: String,
+            start_line: usize,
+            end_line: usize,
+            kind: String,
+            symbol: Option<String>,
+            score: f32,
+            keyword_rank: Option<usize>,
+            similarity: Option<f32>,
+            text: String,
+        }
+        let hits: Vec<Hit> = serde_json::from_value(answer["hits"].clone()).unwrap_or_default();
+        hits.into_iter()
+            .filter(|h| is_relevant(h.similarity, h.keyword_rank))
+            .map(|h| Source {
+                cite: format!("{}:{}-{}", h.path, h.start_line, h.end_line),
+                kind: h.kind,
+                symbol: h.symbol,
+                text: h.text,
+                score: h.score,
+            })
+            .collect()
+    }
+}
