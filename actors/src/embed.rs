@@ -107,12 +107,12 @@ impl Embedder {
     /// Loads a HuggingFace-layout BERT directory (`config.json`, `tokenizer.json`,
     /// `model.safetensors`, and `sentence_bert_config.json` for the window when present).
     pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
-        let tokens = Tokens::load(dir)?;
         let config = BertConfig::read(&dir.join("config.json"))?;
         let weights = dir.join("model.safetensors");
         if !weights.exists() {
             return Err(load_err(&weights, &"missing"));
         }
+        let tokens = Tokens::load(dir)?;
         let dimensions = config.hidden;
         let model = Bert::load(config, &weights, threads())?;
         let mut tokenizer = tokens.counter.clone();

@@ -117,13 +117,21 @@ pub struct Llama {
     context: usize,
 }
 
-/// The keys and values of the tokens read so far, one request's.
-#[derive(Clone)]
+/// The keys and values of the tokens read so far, one request's, and the buffers its forward
+/// passes reuse (so reading a token allocates nothing but the logits).
 pub struct KvCache {
     /// Per layer, `[position][kv_heads * head_dim]`.
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
     len: usize,
+    scratch: Scratch,
+}
+
+impl Clone for KvCache {
+    /// The tokens read; not the buffers, which hold nothing between passes.
+    fn clone(&self) -> KvCache {
+        KvCache { keys: self.keys.clone(), values: self.values.clone(), len: self.len, scratch: Scratch::default() }
+    }
 }
 
 impl KvCache {
@@ -184,7 +192,12 @@ impl Llama {
     }
 
     pub fn cache(&self) -> KvCache {
-        KvCache { keys: vec![Vec::new(); self.cfg.layers], values: vec![Vec::new(); self.cfg.layers], len: 0 }
+        KvCache {
+            keys: vec![Vec::new(); self.cfg.layers],
+            values: vec![Vec::new(); self.cfg.layers],
+            len: 0,
+            scratch: Scratch::default(),
+        }
     }
 
     /// Reads `ids` after the tokens in `cache`, adding them to it, and returns the logits for
@@ -202,7 +215,7 @@ impl Llama {
             return Err(format!("token {bad} is not in the vocabulary of {}", cfg.vocab));
         }
         let pos = cache.len;
-        let mut s = Scratch::default();
+        let s = &mut cache.scratch;
         let x = grow(&mut s.x, n * h);
         for (row, id) in x.chunks_exact_mut(h).zip(ids) {
             self.embed.dequantize_row(*id as usize, row);
