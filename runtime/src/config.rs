@@ -5,7 +5,7 @@
 //! value that later needs checking; [`FleetConfig::from_toml`] then validates ranges,
 //! duplicates and cross references, and every error names `path:line:column` and the key.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -51,9 +51,44 @@ struct RawFleetFile {
     embedding: Option<RawEmbedding>,
     llm: Option<RawLlm>,
     index: Option<RawIndex>,
+    references: Option<RawReferences>,
+    #[serde(default)]
+    reference: Vec<Spanned<RawReference>>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
+}
+
+/// `[references]`: catalog files to include, and how matching behaves.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReferences {
+    #[serde(default)]
+    include: Vec<Spanned<String>>,
+    semantic_threshold: Option<Spanned<f64>>,
+    discovery_depth: Option<Spanned<i64>>,
+}
+
+/// A catalog file of `[references] include`: `[[reference]]` tables only.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReferenceFile {
+    #[serde(default)]
+    reference: Vec<Spanned<RawReference>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReference {
+    id: Spanned<String>,
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    tags: Vec<String>,
+    path: Spanned<String>,
+    contents: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+    mode: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -199,7 +234,25 @@ pub struct FleetConfig {
     pub embedding: EmbeddingConfig,
     pub llm: LlmBackend,
     pub index: IndexConfig,
+    pub references: ReferencesConfig,
     pub personas: Vec<PersonaConfig>,
+}
+
+/// The reference catalog (`[[reference]]`, `[references]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferencesConfig {
+    pub catalog: crate::refs::Catalog,
+    /// Least cosine similarity of a semantic candidate.
+    pub semantic_threshold: f32,
+    /// How many links away from a selected reference discovery goes.
+    pub discovery_depth: usize,
+}
+
+impl ReferencesConfig {
+    /// The default semantic threshold (see docs/CONFIG.md, `[references]`): with
+    /// all-MiniLM-L6-v2, texts on a reference's subject scored 0.27 to 0.6 against its
+    /// description and tags in a first handful of examples, unrelated ones at most 0.21.
+    pub const DEFAULT_SEMANTIC_THRESHOLD: f64 = 0.25;
 }
 
 /// Where the local models come from (`[models]`).
@@ -490,6 +543,66 @@ impl Ctx<'_> {
         }
     }
 
+    /// Validates `[[reference]]` tables of this file into `out`: ids unique across files,
+    /// paths (relative to this file) present.
+    fn references(
+        &self,
+        raw: &[Spanned<RawReference>],
+        out: &mut Vec<crate::refs::Reference>,
+    ) -> Result<(), ConfigError> {
+        use crate::refs::{RefMode, Reference};
+        for r in raw {
+            let r = r.get_ref();
+            let id = r.id.get_ref();
+            if !valid_name(id) {
+                return Err(self.err_at(
+                    r.id.span(),
+                    format!("reference `id` = {id:?} must be 1-64 characters of a-z, 0-9, '-' or '_'"),
+                ));
+            }
+            if out.iter().any(|o| o.id == *id) {
+                return Err(self.err_at(r.id.span(), format!("duplicate reference id {id:?}")));
+            }
+            let path = self.path.parent().unwrap_or(Path::new(".")).join(r.path.get_ref());
+            if !path.exists() {
+                return Err(
+                    self.err_at(r.path.span(), format!("reference {id:?}: `path` {} does not exist", path.display()))
+                );
+            }
+            let mode = match r.mode.as_ref().map(|m| m.get_ref().as_str()) {
+                None | Some("selectable") => RefMode::Selectable,
+                Some("auto") => RefMode::Auto,
+                Some(other) => {
+                    return Err(self.err_at(
+                        r.mode.as_ref().map_or(0..0, Spanned::span),
+                        format!("reference {id:?}: `mode` = {other:?} is not \"auto\" or \"selectable\""),
+                    ));
+                }
+            };
+            let contents = r.contents.as_ref().map(|c| c.get_ref().clone()).unwrap_or_default();
+            if let Some(bad) =
+                contents.keys().find(|k| !["templates", "validation", "policies", "scripts"].contains(&k.as_str()))
+            {
+                return Err(self.err_at(
+                    r.contents.as_ref().map_or(0..0, Spanned::span),
+                    format!(
+                        "reference {id:?}: `contents` has {bad:?} (known: templates, validation, policies, scripts)"
+                    ),
+                ));
+            }
+            out.push(Reference {
+                id: id.clone(),
+                name: r.name.clone(),
+                description: r.description.clone(),
+                tags: r.tags.clone(),
+                path,
+                contents,
+                mode,
+            });
+        }
+        Ok(())
+    }
+
     fn brain(&self, v: &Spanned<String>) -> Result<BrainKind, ConfigError> {
         match v.get_ref().as_str() {
             "rules" => Ok(BrainKind::Rules),
@@ -723,6 +836,34 @@ impl FleetConfig {
             }
         };
 
+        let references = {
+            let r = raw.references.unwrap_or_default();
+            let mut refs = Vec::new();
+            cx.references(&raw.reference, &mut refs)?;
+            for inc in &r.include {
+                let file = path.parent().unwrap_or(Path::new(".")).join(inc.get_ref());
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| cx.err_at(inc.span(), format!("`include`: cannot read {}: {e}", file.display())))?;
+                let sub = Ctx { path: &file, text: &text };
+                let raw: RawReferenceFile = toml::from_str(&text).map_err(|e| ConfigError {
+                    path: file.clone(),
+                    line: e.span().map(|s| line_col(&text, s.start)),
+                    message: e.message().trim_end_matches('\n').to_string(),
+                })?;
+                sub.references(&raw.reference, &mut refs)?;
+            }
+            ReferencesConfig {
+                catalog: crate::refs::Catalog { refs },
+                semantic_threshold: cx.float(
+                    &r.semantic_threshold,
+                    "semantic_threshold",
+                    0.0..=1.0,
+                    ReferencesConfig::DEFAULT_SEMANTIC_THRESHOLD,
+                )? as f32,
+                discovery_depth: cx.int(&r.discovery_depth, "discovery_depth", 0..=16, 2)? as usize,
+            }
+        };
+
         let d = raw.defaults.unwrap_or_default();
         let base = Tuning {
             inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
@@ -833,6 +974,7 @@ impl FleetConfig {
             embedding,
             llm,
             index,
+            references,
             personas,
         })
     }
@@ -970,6 +1112,40 @@ mod tests {
         assert!(err.message.contains("max_cursors"), "{err}");
         let err = parse(&format!("[index]\nkeyword_weight = 0.0\nvector_weight = 0.0\n{ONE}")).unwrap_err();
         assert!(err.message.contains("weights"), "{err}");
+    }
+
+    #[test]
+    fn references_are_read_from_the_fleet_file_and_its_includes_and_bad_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("guides")).unwrap();
+        std::fs::write(dir.path().join("guides/retry.md"), "# Retry\n").unwrap();
+        std::fs::write(
+            dir.path().join("refs.toml"),
+            "[[reference]]\nid = \"retry\"\nname = \"Retry guide\"\ntags = [\"backoff\"]\npath = \"guides/retry.md\"\nmode = \"auto\"\n",
+        )
+        .unwrap();
+        let fleet = dir.path().join("fleet.toml");
+        let load = |text: &str| FleetConfig::from_toml(&fleet, text);
+        let head = "[references]\ninclude = [\"refs.toml\"]\ndiscovery_depth = 3\n\n[[reference]]\nid = \"guides\"\nname = \"All guides\"\npath = \"guides\"\ncontents = { templates = [\"retry.md\"] }\n";
+        let r = load(&format!("{head}{ONE}")).unwrap().references;
+        let ids: Vec<(&str, crate::refs::RefMode)> = r.catalog.refs.iter().map(|r| (r.id.as_str(), r.mode)).collect();
+        assert_eq!(ids, [("guides", crate::refs::RefMode::Selectable), ("retry", crate::refs::RefMode::Auto)]);
+        assert_eq!(r.catalog.refs[0].path, dir.path().join("guides"));
+        assert_eq!((r.discovery_depth, r.semantic_threshold), (3, 0.25));
+
+        let dup = head.replace("id = \"guides\"", "id = \"retry\"");
+        let err = load(&format!("{dup}{ONE}")).unwrap_err();
+        assert!(err.to_string().contains("refs.toml:2:6: duplicate reference id \"retry\""), "{err}");
+        let missing = head.replace("path = \"guides\"", "path = \"nowhere\"");
+        let err = load(&format!("{missing}{ONE}")).unwrap_err();
+        assert_eq!(err.line, Some((8, 8)), "{err}");
+        assert!(err.message.contains("nowhere does not exist"), "{err}");
+        let err = load(&format!("{}mode = \"sometimes\"\n{ONE}", head)).unwrap_err();
+        assert!(err.message.contains("`mode` = \"sometimes\""), "{err}");
+        let err = load(&format!("{}\n{ONE}", head.replace("templates", "recipes"))).unwrap_err();
+        assert!(err.message.contains("\"recipes\""), "{err}");
+        let err = load(&format!("{}{ONE}", head.replace("refs.toml", "gone.toml"))).unwrap_err();
+        assert!(err.to_string().starts_with(&format!("{}:2:12: `include`: cannot read", fleet.display())), "{err}");
     }
 
     #[test]

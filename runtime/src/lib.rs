@@ -34,6 +34,7 @@ pub mod messages;
 pub mod model;
 pub mod models;
 pub mod openai;
+pub mod refs;
 pub mod restart;
 pub mod sched;
 pub mod storage;

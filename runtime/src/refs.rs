@@ -1,0 +1,346 @@
+//! The reference catalog (`[[reference]]` in the fleet file) and the matching that finds the
+//! references a text calls for.
+//!
+//! A text is matched in three ways, most certain first:
+//! 1. `@id` anywhere names a reference outright.
+//! 2. Tags: each tag of a selectable reference is a case-insensitive phrase whose words may be
+//!    joined by hyphens, spaces or underscores, found only as a whole term: not inside a dotted
+//!    name (`java.util.List`), a path (`/usr/lib/java/`) or a longer identifier.
+//! 3. Semantic: the text's embedding against each reference's description and tags, above a
+//!    threshold (the caller embeds; [`semantic`] ranks).
+//!
+//! [`merge`] keeps one match per reference, explicit before tag before semantic, and
+//! [`Catalog::discover`] follows what selected references name (by `@id` or by a relative
+//! markdown link into another reference's path), breadth first, to a depth.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a reference is offered by matching or only taken when named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RefMode {
+    /// Selected for every persona from the start.
+    Auto,
+    /// Offered as a candidate when a text matches it; the persona selects it.
+    #[default]
+    Selectable,
+}
+
+/// One source of reference knowledge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub tags: Vec<String>,
+    /// A file or directory (absolute: relative paths are resolved against the fleet file's
+    /// directory when the catalog is read).
+    pub path: PathBuf,
+    /// What its files are for: `templates`, `validation`, `policies`, `scripts` (each a list
+    /// of paths within it).
+    pub contents: BTreeMap<String, Vec<String>>,
+    pub mode: RefMode,
+}
+
+impl Reference {
+    /// What its semantic match is computed on.
+    pub fn semantic_text(&self) -> String {
+        format!("{}: {} ({})", self.name, self.description, self.tags.join(", "))
+    }
+}
+
+/// How a reference was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// Named as `@id`.
+    Id,
+    Tag,
+    Semantic,
+    /// Named by a selected reference (`@id` or a relative markdown link in its files).
+    Linked,
+}
+
+/// A reference a text calls for, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefMatch {
+    pub id: String,
+    pub via: Via,
+    /// The `@id`, the tags found, or the reference that linked it.
+    pub matched: Vec<String>,
+    /// 1 for a named reference, the number of tags found for tags, the cosine similarity for
+    /// semantic matches, the depth for linked ones.
+    pub score: f32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Catalog {
+    pub refs: Vec<Reference>,
+}
+
+/// Characters that make a match part of something longer on either side.
+fn joins_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Whether `tag` occurs in `text` as a whole term (see the module doc).
+pub fn tag_matches(tag: &str, text: &str) -> bool {
+    let words: Vec<String> = tag.split(['-', '_', ' ']).filter(|w| !w.is_empty()).map(|w| w.to_lowercase()).collect();
+    if words.is_empty() {
+        return false;
+    }
+    let lower = text.to_lowercase();
+    let first = &words[0];
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(first.as_str()) {
+        let start = from + found;
+        from = start + first.len();
+        if let Some(end) = match_rest(&lower, from, &words[1..])
+            && whole_term(&lower, start, end)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Where the words after the first end, each after one separator (`-`, `_` or a space).
+fn match_rest(text: &str, mut at: usize, words: &[String]) -> Option<usize> {
+    for w in words {
+        let sep = text[at..].chars().next()?;
+        if !matches!(sep, '-' | '_' | ' ') {
+            return None;
+        }
+        at += 1;
+        if !text[at..].starts_with(w.as_str()) {
+            return None;
+        }
+        at += w.len();
+    }
+    Some(at)
+}
+
+/// Whether `text[start..end]` stands alone: no word character, dot or slash joined before it,
+/// and none after it (a dot after it only when a word follows, as in `java.util`).
+fn whole_term(text: &str, start: usize, end: usize) -> bool {
+    let before = text[..start].chars().next_back();
+    if before.is_some_and(|c| joins_word(c) || c == '.' || c == '/' || c == '\\') {
+        return false;
+    }
+    let mut after = text[end..].chars();
+    match after.next() {
+        None => true,
+        Some(c) if joins_word(c) || c == '/' || c == '\\' => false,
+        Some('.') => !after.next().is_some_and(char::is_alphanumeric),
+        Some(_) => true,
+    }
+}
+
+/// The `@id`s of `text` that name a reference of `catalog`, in order, once each.
+fn named<'a>(catalog: &'a Catalog, text: &str) -> Vec<&'a Reference> {
+    let mut out: Vec<&Reference> = Vec::new();
+    for (i, _) in text.match_indices('@') {
+        let rest = &text[i + 1..];
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).unwrap_or(rest.len());
+        let id = rest[..end].to_ascii_lowercase();
+        if let Some(r) = catalog.get(&id)
+            && !out.iter().any(|o| o.id == r.id)
+        {
+            out.push(r);
+        }
+    }
+    out
+}
+
+impl Catalog {
+    pub fn get(&self, id: &str) -> Option<&Reference> {
+        self.refs.iter().find(|r| r.id == id)
+    }
+
+    /// References named as `@id` in `text`.
+    pub fn explicit(&self, text: &str) -> Vec<RefMatch> {
+        named(self, text)
+            .into_iter()
+            .map(|r| RefMatch { id: r.id.clone(), via: Via::Id, matched: vec![format!("@{}", r.id)], score: 1.0 })
+            .collect()
+    }
+
+    /// Selectable references not in `skip` with a tag in `text`, most tags first.
+    pub fn by_tags(&self, text: &str, skip: &BTreeSet<String>) -> Vec<RefMatch> {
+        let mut out: Vec<RefMatch> = self
+            .refs
+            .iter()
+            .filter(|r| r.mode == RefMode::Selectable && !skip.contains(&r.id))
+            .filter_map(|r| {
+                let matched: Vec<String> = r.tags.iter().filter(|t| tag_matches(t, text)).cloned().collect();
+                (!matched.is_empty()).then(|| RefMatch {
+                    id: r.id.clone(),
+                    via: Via::Tag,
+                    score: matched.len() as f32,
+                    matched,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+        out
+    }
+
+    /// References that `selected` name, and those that they name, to `depth` links away,
+    /// breadth first; each found once (a cycle ends where it closes).
+    pub fn discover(&self, selected: &[String], depth: usize) -> Vec<RefMatch> {
+        let mut seen: BTreeSet<String> = selected.iter().cloned().collect();
+        let mut queue: VecDeque<(String, usize)> = selected.iter().map(|s| (s.clone(), 0)).collect();
+        let mut out = Vec::new();
+        while let Some((id, d)) = queue.pop_front() {
+            if d == depth {
+                continue;
+            }
+            let Some(r) = self.get(&id) else { continue };
+            for next in self.named_by(r) {
+                if seen.insert(next.clone()) {
+                    out.push(RefMatch {
+                        id: next.clone(),
+                        via: Via::Linked,
+                        matched: vec![id.clone()],
+                        score: (d + 1) as f32,
+                    });
+                    queue.push_back((next, d + 1));
+                }
+            }
+        }
+        out
+    }
+
+    /// The other references `r`'s text files name: by `@id`, or by a relative markdown link
+    /// to a path inside another reference's path.
+    fn named_by(&self, r: &Reference) -> Vec<String> {
+        let mut out = Vec::new();
+        for file in text_files(&r.path) {
+            let Ok(text) = std::fs::read_to_string(&file) else { continue };
+            for other in named(self, &text) {
+                if other.id != r.id && !out.contains(&other.id) {
+                    out.push(other.id.clone());
+                }
+            }
+            let dir = file.parent().unwrap_or(Path::new("."));
+            for target in markdown_links(&text) {
+                let Ok(abs) = dir.join(target).canonicalize() else { continue };
+                for other in &self.refs {
+                    let root = other.path.canonicalize().unwrap_or_else(|_| other.path.clone());
+                    if other.id != r.id && abs.starts_with(&root) && !out.contains(&other.id) {
+                        out.push(other.id.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Files of a reference that links are read from: the file itself, or the Markdown and text
+/// files of a directory (not hidden, 4 levels deep at most, 256 KiB each at most).
+fn text_files(path: &Path) -> Vec<PathBuf> {
+    const MAX_BYTES: u64 = 256 * 1024;
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for p in entries {
+            let hidden = p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+            if hidden {
+                continue;
+            }
+            if p.is_dir() && depth > 0 {
+                walk(&p, depth - 1, out);
+            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("md" | "markdown" | "txt"))
+                && p.metadata().is_ok_and(|m| m.len() <= MAX_BYTES)
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if path.is_file() {
+        out.push(path.to_path_buf());
+    } else {
+        walk(path, 4, &mut out);
+    }
+    out
+}
+
+/// Relative targets of `[text](target)` links (no scheme, not absolute, anchors cut).
+fn markdown_links(text: &str) -> Vec<&str> {
+    text.match_indices("](")
+        .filter_map(|(i, _)| {
+            let rest = &text[i + 2..];
+            let target = &rest[..rest.find(')')?];
+            let target = target.split('#').next().unwrap_or("").trim();
+            (!target.is_empty()
+                && !target.contains("://")
+                && !target.starts_with('/')
+                && !target.starts_with("mailto:"))
+            .then_some(target)
+        })
+        .collect()
+}
+
+/// Semantic candidates: references (not in `skip`, selectable) whose similarity to the text is
+/// at least `threshold`, best first. `similarity` holds each reference's, by id.
+pub fn semantic(
+    catalog: &Catalog,
+    similarity: &BTreeMap<String, f32>,
+    threshold: f32,
+    skip: &BTreeSet<String>,
+) -> Vec<RefMatch> {
+    let mut out: Vec<RefMatch> = catalog
+        .refs
+        .iter()
+        .filter(|r| r.mode == RefMode::Selectable && !skip.contains(&r.id))
+        .filter_map(|r| {
+            let s = *similarity.get(&r.id)?;
+            (s >= threshold).then(|| RefMatch { id: r.id.clone(), via: Via::Semantic, matched: Vec::new(), score: s })
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    out
+}
+
+/// One match per reference, in order of certainty: named, then tags, then semantic, then
+/// linked; within each, as given.
+pub fn merge(groups: impl IntoIterator<Item = Vec<RefMatch>>) -> Vec<RefMatch> {
+    let mut all: Vec<RefMatch> = groups.into_iter().flatten().collect();
+    // Stable: the given order stays within each way of matching.
+    all.sort_by_key(|m| m.via);
+    let mut out: Vec<RefMatch> = Vec::new();
+    for m in all {
+        if !out.iter().any(|o| o.id == m.id) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// The hint a persona reads: each candidate with why it matched.
+pub fn hint_block(catalog: &Catalog, matches: &[RefMatch]) -> String {
+    if matches.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("References that may help:");
+    for m in matches {
+        let name = catalog.get(&m.id).map_or("", |r| r.name.as_str());
+        let why = match m.via {
+            Via::Id => format!("named: {}", m.matched.join(", ")),
+            Via::Tag => format!("matched: {}", m.matched.join(", ")),
+            Via::Semantic => format!("semantic: {:.2}", m.score),
+            Via::Linked => format!("linked from: {}", m.matched.join(", ")),
+        };
+        out.push_str(&format!("\n- {} ({name}): {why}", m.id));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

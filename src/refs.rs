@@ -1,0 +1,87 @@
+//! `mindfleet refs match TEXT`: the reference catalog's matching on one text, so people can
+//! check what their catalog offers and why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use mindfleet_actors::embed::Embedder;
+use mindfleet_runtime::config::FleetConfig;
+use mindfleet_runtime::models;
+use mindfleet_runtime::refs::{self, Catalog, Via};
+use serde_json::{Value, json};
+
+#[derive(clap::Subcommand)]
+pub enum RefsCmd {
+    /// Every reference a text calls for: named (`@id`), by tag, by meaning, and what those
+    /// link to; best first, each with why.
+    Match {
+        text: String,
+        /// Fleet file (default: config/fleet.toml when present, else the embedded default).
+        #[arg(long)]
+        fleet: Option<PathBuf>,
+        /// Least similarity of a semantic match (default: `[references] semantic_threshold`).
+        #[arg(long)]
+        threshold: Option<f32>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: RefsCmd) -> anyhow::Result<()> {
+    let RefsCmd::Match { text, fleet, threshold, json } = cmd;
+    let config = crate::fleet_config(fleet.as_deref())?;
+    let r = &config.references;
+    let out = matches(&r.catalog, &text, threshold.unwrap_or(r.semantic_threshold), r.discovery_depth, &config);
+    if json {
+        println!("{out}");
+        return Ok(());
+    }
+    if let Some(why) = out["semantic_off"].as_str() {
+        eprintln!("mindfleet: semantic matching is off: {why}");
+    }
+    match out["hint"].as_str() {
+        Some(h) if !h.is_empty() => println!("{h}"),
+        _ => println!("no reference matches"),
+    }
+    Ok(())
+}
+
+/// `{"matches": [{"id", "via", "matched", "score"}], "semantic": "on" | "off", "semantic_off",
+/// "threshold", "similarity": {id: cosine} (every reference's, to tune the threshold), "hint"}`.
+fn matches(catalog: &Catalog, text: &str, threshold: f32, depth: usize, config: &FleetConfig) -> Value {
+    let named = catalog.explicit(text);
+    let mut skip: BTreeSet<String> = named.iter().map(|m| m.id.clone()).collect();
+    let tags = catalog.by_tags(text, &skip);
+    skip.extend(tags.iter().map(|m| m.id.clone()));
+    let (semantic, off, sims) = match similarities(catalog, text, config) {
+        Ok(sims) => (refs::semantic(catalog, &sims, threshold, &skip), None, sims),
+        Err(why) => (Vec::new(), Some(why), BTreeMap::new()),
+    };
+    let mut found = refs::merge([named, tags, semantic]);
+    let selected: Vec<String> = found.iter().filter(|m| m.via != Via::Semantic).map(|m| m.id.clone()).collect();
+    found = refs::merge([found, catalog.discover(&selected, depth)]);
+    json!({
+        "matches": found,
+        "semantic": if off.is_some() { "off" } else { "on" },
+        "semantic_off": off,
+        "threshold": threshold,
+        "similarity": sims,
+        "hint": refs::hint_block(catalog, &found),
+    })
+}
+
+/// Each reference's cosine similarity to `text`, with the embedding model of the fleet file
+/// (not pulled here: without it, matching goes on without meaning and says so).
+fn similarities(catalog: &Catalog, text: &str, config: &FleetConfig) -> Result<BTreeMap<String, f32>, String> {
+    if catalog.refs.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let dir = config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name));
+    let model = Embedder::load(&dir).map_err(|e| e.to_string())?;
+    let texts: Vec<String> =
+        std::iter::once(text.to_string()).chain(catalog.refs.iter().map(|r| r.semantic_text())).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let v = model.embed(&refs).map_err(|e| e.to_string())?;
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    Ok(catalog.refs.iter().zip(&v[1..]).map(|(r, e)| (r.id.clone(), dot(&v[0].vector, &e.vector))).collect())
+}
