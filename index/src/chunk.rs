@@ -9,6 +9,9 @@
 //! - anything else that does not fit is cut into windows of whole lines, each with the
 //!   definition's signature (or the section's heading) repeated above it;
 //! - code between definitions (imports, top-level statements) is gathered into `code` chunks.
+//!
+//! [`line_windows`] is the naive alternative, for comparison: fixed windows of lines whatever the
+//! file, and whatever their length in tokens.
 
 use std::path::Path;
 
@@ -247,6 +250,25 @@ impl<'a> Chunker<'a> {
             }
         }
     }
+}
+
+/// `text` cut into windows of `lines` lines each (the last one shorter), without overlap and
+/// whatever its language or structure: the naive chunking a retrieval evaluation compares the
+/// [`Chunker`]'s with. A window is not cut to fit any model's window, so a model that embeds it
+/// sees its first tokens only. Windows of blank lines only are left out.
+pub fn line_windows(text: &str, lines: usize) -> Vec<Chunk> {
+    let all: Vec<&str> = text.lines().collect();
+    all.chunks(lines.max(1))
+        .enumerate()
+        .map(|(i, window)| Chunk {
+            kind: "lines",
+            symbol: None,
+            start_line: i * lines.max(1) + 1,
+            end_line: i * lines.max(1) + window.len(),
+            text: window.iter().flat_map(|l| [*l, "\n"]).collect(),
+        })
+        .filter(|c| !c.text.trim().is_empty())
+        .collect()
 }
 
 /// Byte offsets of line starts, to turn node positions into whole lines.

@@ -163,6 +163,27 @@ fn re_indexing_touches_only_what_changed_and_deleted_files_vanish_at_once() {
 }
 
 #[test]
+fn windows_of_lines_replace_the_structure_and_a_change_of_chunking_starts_again() {
+    let src = project();
+    let data = tempfile::tempdir().unwrap();
+    let mut index = Index::open(data.path()).unwrap();
+    let model = Hashed::new("hashed");
+    let ours = index.update(src.path(), &model, &UpdateOptions::default()).unwrap();
+    let windows = UpdateOptions { windows: Some(2), ..UpdateOptions::default() };
+    let r = index.update(src.path(), &model, &windows).unwrap();
+    // Every file is cut again (none kept as unchanged), into windows of two lines.
+    assert_eq!((r.files_indexed, r.files_unchanged), (ours.files_indexed, 0), "{r:?}");
+    assert!(index.repairs().iter().any(|m| m.contains("windows of 2 lines")), "{:?}", index.repairs());
+    let hits = index.search("parse config", Some(&model), &SearchOptions::default()).unwrap().hits;
+    assert!(hits.iter().all(|h| h.kind == "lines" && h.end_line - h.start_line < 2), "{hits:?}");
+    assert_eq!(hits[0].path, "src/config.rs");
+    let again = index.update(src.path(), &model, &windows).unwrap();
+    assert_eq!(again.files_unchanged, ours.files_indexed, "{again:?}");
+    let zero = UpdateOptions { windows: Some(0), ..UpdateOptions::default() };
+    assert!(index.update(src.path(), &model, &zero).unwrap_err().to_string().contains("windows: 0"));
+}
+
+#[test]
 fn identical_chunks_are_stored_and_embedded_once() {
     let src = tempfile::tempdir().unwrap();
     let same = b"pub fn shared_helper() -> u32 {\n    42\n}\n";

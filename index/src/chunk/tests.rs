@@ -147,6 +147,18 @@ fn plain_text_goes_in_overlapping_windows_of_lines() {
 }
 
 #[test]
+fn line_windows_are_fixed_whatever_the_language_and_length() {
+    let text: String = (1..=95).map(|i| if i == 50 { "\n".to_string() } else { format!("fn f{i}() {{}}\n") }).collect();
+    let cs = line_windows(&text, 40);
+    assert_eq!(summary(&cs), [("lines", None, 1, 40), ("lines", None, 41, 80), ("lines", None, 81, 95)]);
+    assert_eq!(cs[2].text, (81..=95).map(|i| format!("fn f{i}() {{}}\n")).collect::<String>());
+    // Blank windows are left out; a window is not cut to any token budget.
+    assert_eq!(summary(&line_windows("a\n\n\n\nb\n", 2)), [("lines", None, 1, 2), ("lines", None, 5, 5)]);
+    let long = "word ".repeat(10_000);
+    assert_eq!(line_windows(&long, 40).len(), 1);
+}
+
+#[test]
 fn files_are_typed_by_extension() {
     assert_eq!(Lang::of(Path::new("a/b.rs")), Lang::Rust);
     assert_eq!(Lang::of(Path::new("x.TSX")).name(), "typescript");
