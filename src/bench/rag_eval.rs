@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use mindfleet_actors::embed::IndexModel;
+use mindfleet_index::chunk::{Chunker, Lang, line_windows};
 use mindfleet_index::{Embed, Hit, Index, Mode, SearchOptions, UpdateOptions};
 use mindfleet_runtime::models::SourcePackage;
 use serde::Deserialize;
@@ -191,6 +192,70 @@ impl Sums {
     }
 }
 
+/// The text files under `dir` (hidden ones, binary ones and ones not UTF-8 left out, as the
+/// index leaves them out), with their paths relative to `root`.
+fn text_files(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| dir.display().to_string())?
+        .collect::<Result<_, _>>()
+        .with_context(|| dir.display().to_string())?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            text_files(root, &path, out)?;
+            continue;
+        }
+        let bytes = std::fs::read(&path).with_context(|| path.display().to_string())?;
+        if bytes[..bytes.len().min(8192)].contains(&0) {
+            continue;
+        }
+        if let Ok(text) = String::from_utf8(bytes) {
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            out.push((rel, text));
+        }
+    }
+    Ok(())
+}
+
+/// Sizes of the chunks the index makes of `tree` (cut again here, as the index cuts them): their
+/// tokens as the model counts them and their lines, and the share of them longer than the
+/// model's window (whose ends the model does not see).
+fn chunk_sizes(tree: &Path, model: &IndexModel, windows: Option<usize>) -> anyhow::Result<Value> {
+    let mut files = Vec::new();
+    text_files(tree, tree, &mut files)?;
+    let count = |t: &str| model.count_tokens(t);
+    let chunker = Chunker::new(model.window(), &count);
+    let (mut tokens, mut lines) = (Vec::new(), Vec::new());
+    for (rel, text) in &files {
+        let chunks = match windows {
+            Some(n) => line_windows(text, n),
+            None => chunker.chunk(Lang::of(Path::new(rel)), text),
+        };
+        for c in chunks {
+            tokens.push(model.count_tokens(&c.text));
+            lines.push(c.end_line + 1 - c.start_line);
+        }
+    }
+    anyhow::ensure!(!tokens.is_empty(), "{}: no chunks", tree.display());
+    let over = tokens.iter().filter(|t| **t > model.window()).count();
+    let mean = |xs: &[usize]| round(xs.iter().sum::<usize>() as f64 / xs.len() as f64, 1);
+    let median = |xs: &mut Vec<usize>| {
+        xs.sort_unstable();
+        xs[xs.len() / 2]
+    };
+    Ok(json!({
+        "tokens_mean": mean(&tokens),
+        "lines_mean": mean(&lines),
+        "tokens_p50": median(&mut tokens),
+        "lines_p50": median(&mut lines),
+        "over_window_share": round(over as f64 / tokens.len() as f64, 3),
+    }))
+}
+
 /// One index of the tree, built and asked every question in every mode.
 fn evaluate(
     tree: &Path,
@@ -218,6 +283,7 @@ fn evaluate(
         "chunks": chunks,
         "index_s": round(report.seconds, 1),
         "chunks_per_s": round(chunks as f64 / report.seconds, 1),
+        "chunk_sizes": chunk_sizes(tree, model, windows)?,
     });
     for mode in [Mode::Keyword, Mode::Vector, Mode::Hybrid] {
         let (mut all, mut with, mut without) = (Sums::default(), Sums::default(), Sums::default());
