@@ -148,6 +148,8 @@ impl Default for SearchOptions {
 pub const MAX_LIMIT: usize = 1000;
 /// Reciprocal rank fusion's constant: a result at rank r counts weight / (RRF_K + r).
 const RRF_K: f32 = 60.0;
+/// How [`Chunker`] cuts, as the index records it.
+const CODE_CHUNKING: &str = "code, neighbours merged";
 /// Texts embedded per call of the model.
 const EMBED_BATCH: usize = 32;
 
@@ -309,8 +311,9 @@ impl Index {
             self.repairs.push(format!("the vectors came from another model; re-embedding with {model}"));
         }
         self.store.set_meta("model", model.as_bytes())?;
-        // Unchanged files keep their chunks, so a change of chunking must start again too.
-        let chunking = opts.windows.map_or_else(|| "code".to_string(), |n| format!("windows of {n} lines"));
+        // Unchanged files keep their chunks, so a change of chunking must start again too. (An
+        // index without this record was cut by the structure alone, before neighbours merged.)
+        let chunking = opts.windows.map_or_else(|| CODE_CHUNKING.to_string(), |n| format!("windows of {n} lines"));
         let stored = self.store.meta("chunking")?.map(|b| String::from_utf8_lossy(&b).into_owned());
         if stored.as_deref().unwrap_or("code") != chunking && self.counts()?.0 > 0 {
             self.clear()?;

@@ -8,7 +8,7 @@
 //! against the answers' own names ([`identifiers`]).
 //!
 //! Two indexes of the tree are built with the real MiniLM model:
-//! - ours: code-aware chunks ([`mindfleet_index::chunk::Chunker`]);
+//! - ours: code-aware chunks, small neighbours merged ([`mindfleet_index::chunk::Chunker`]);
 //! - the baseline: fixed windows of 40 lines, not cut to the model's window
 //!   ([`UpdateOptions::windows`]), with the same BM25, the same model and the same fusion.
 //!
@@ -278,7 +278,7 @@ fn evaluate(
     anyhow::ensure!(report.errors.is_empty(), "{label}: indexing: {}", report.errors.join("; "));
     let (files, chunks, _) = index.counts()?;
     let mut out = json!({
-        "chunking": windows.map_or_else(|| "code".to_string(), |n| format!("windows of {n} lines")),
+        "chunking": windows.map_or_else(|| "code, neighbours merged".to_string(), |n| format!("windows of {n} lines")),
         "files": files,
         "chunks": chunks,
         "index_s": round(report.seconds, 1),
