@@ -4,6 +4,7 @@
 pub mod embed;
 pub mod index;
 pub mod llm;
+pub mod rag_eval;
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -73,11 +73,16 @@ pub struct UpdateOptions {
     pub recursive: bool,
     /// Larger files are skipped and counted.
     pub max_file_bytes: u64,
+    /// Cut every file into fixed windows of this many lines ([`chunk::line_windows`]) instead
+    /// of chunking it by its structure: the baseline a retrieval evaluation compares with, not
+    /// for use. An index holds chunks of one kind: updating it with another chunking than its
+    /// chunks were made with starts it again.
+    pub windows: Option<usize>,
 }
 
 impl Default for UpdateOptions {
     fn default() -> UpdateOptions {
-        UpdateOptions { types: None, recursive: true, max_file_bytes: 1 << 20 }
+        UpdateOptions { types: None, recursive: true, max_file_bytes: 1 << 20, windows: None }
     }
 }
 
@@ -143,6 +148,8 @@ impl Default for SearchOptions {
 pub const MAX_LIMIT: usize = 1000;
 /// Reciprocal rank fusion's constant: a result at rank r counts weight / (RRF_K + r).
 const RRF_K: f32 = 60.0;
+/// How [`Chunker`] cuts, as the index records it.
+const CODE_CHUNKING: &str = "code, neighbours merged";
 /// Texts embedded per call of the model.
 const EMBED_BATCH: usize = 32;
 
@@ -294,6 +301,9 @@ impl Index {
         {
             return Err(IndexError::Request(format!("types: unknown {bad:?} (known: {})", Lang::NAMES.join(", "))));
         }
+        if opts.windows == Some(0) {
+            return Err(IndexError::Request("windows: 0 lines".into()));
+        }
         let model = embed.model();
         if self.model()?.is_some_and(|m| m != model) {
             // Vectors of another model cannot be compared with this one's: start again.
@@ -301,6 +311,15 @@ impl Index {
             self.repairs.push(format!("the vectors came from another model; re-embedding with {model}"));
         }
         self.store.set_meta("model", model.as_bytes())?;
+        // Unchanged files keep their chunks, so a change of chunking must start again too. (An
+        // index without this record was cut by the structure alone, before neighbours merged.)
+        let chunking = opts.windows.map_or_else(|| CODE_CHUNKING.to_string(), |n| format!("windows of {n} lines"));
+        let stored = self.store.meta("chunking")?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        if stored.as_deref().unwrap_or("code") != chunking && self.counts()?.0 > 0 {
+            self.clear()?;
+            self.repairs.push(format!("the chunks were cut otherwise; cutting them again as {chunking}"));
+        }
+        self.store.set_meta("chunking", chunking.as_bytes())?;
         let root_str = root.to_string_lossy().into_owned();
         let mut report = UpdateReport { root: root_str.clone(), ..Default::default() };
         let files = match &single {
@@ -359,7 +378,10 @@ impl Index {
                 report.files_unchanged += 1;
                 continue;
             }
-            let chunks = chunker.chunk(lang, &text);
+            let chunks = match opts.windows {
+                Some(n) => chunk::line_windows(&text, n),
+                None => chunker.chunk(lang, &text),
+            };
             let update = FileUpdate {
                 abs,
                 record: FileRecord { root: root_str.clone(), rel: rel.clone(), hash, lang, chunks: Vec::new() },

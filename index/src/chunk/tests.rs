@@ -7,8 +7,9 @@ fn words(text: &str) -> usize {
     text.split_whitespace().count()
 }
 
+/// Without merging, to see the structure; merging has tests of its own.
 fn chunks(lang: Lang, max: usize, text: &str) -> Vec<Chunk> {
-    Chunker::new(max, &words).chunk(lang, text)
+    Chunker::new(max, &words).unmerged().chunk(lang, text)
 }
 
 fn summary(cs: &[Chunk]) -> Vec<(&'static str, Option<&str>, usize, usize)> {
@@ -126,6 +127,30 @@ fn typescript_python_and_go_definitions_are_found() {
 }
 
 #[test]
+fn neighbours_are_merged_under_their_context_while_they_fit() {
+    let py = "import os\n\ndef a():\n    return 1\n\ndef b():\n    return 2\n\nclass Repo:\n    \"\"\"Items.\"\"\"\n\n    def one(self):\n        return [1, 2, 3, 4, 5, 6]\n\n    def two(self):\n        return [1, 2, 3, 4, 5, 6]\n\n    def three(self):\n        return [1, 2, 3, 4, 5, 6]\n";
+    let merged = Chunker::new(24, &words).chunk(Lang::Python, py);
+    assert_eq!(
+        summary(&merged),
+        [
+            ("mixed", Some("a, b"), 1, 7),
+            ("mixed", Some("Repo::one, Repo::two"), 10, 16),
+            ("method", Some("Repo::three"), 18, 19),
+        ]
+    );
+    // The context once, then the lines from the first part's to the last's (blank ones too).
+    let lines = |from: usize, to: usize| py.lines().skip(from - 1).take(to + 1 - from).map(|l| format!("{l}\n"));
+    assert_eq!(merged[1].text, format!("class Repo:\n{}", lines(10, 16).collect::<String>()));
+    assert!(merged.iter().all(|c| words(&c.text) <= 24));
+    // Unmerged, the same file has a chunk per definition.
+    assert_eq!(chunks(Lang::Python, 24, py).len(), 7);
+    // The pieces of a definition cut to fit are full: merging leaves them as they are.
+    let body: String = (0..60).map(|i| format!("    let v{i} = compute({i}) + other({i});\n")).collect();
+    let long = format!("fn long_one(a: u32) -> u32 {{\n{body}    a\n}}\n");
+    assert_eq!(summary(&Chunker::new(40, &words).chunk(Lang::Rust, &long)), summary(&chunks(Lang::Rust, 40, &long)));
+}
+
+#[test]
 fn markdown_is_cut_by_headings_outside_code_fences() {
     let md = "Intro line.\n\n# Guide\n\nText.\n\n## Install\n\n```sh\n# not a heading\ncargo build\n```\n\n## Use\n\nRun it.\n";
     assert_eq!(
@@ -144,6 +169,18 @@ fn plain_text_goes_in_overlapping_windows_of_lines() {
     let text: String = (1..=100).map(|i| format!("line {i}\n")).collect();
     let cs = chunks(Lang::Text, 1000, &text);
     assert_eq!(summary(&cs), [("lines", None, 1, 40), ("lines", None, 31, 70), ("lines", None, 61, 100)]);
+}
+
+#[test]
+fn line_windows_are_fixed_whatever_the_language_and_length() {
+    let text: String = (1..=95).map(|i| if i == 50 { "\n".to_string() } else { format!("fn f{i}() {{}}\n") }).collect();
+    let cs = line_windows(&text, 40);
+    assert_eq!(summary(&cs), [("lines", None, 1, 40), ("lines", None, 41, 80), ("lines", None, 81, 95)]);
+    assert_eq!(cs[2].text, (81..=95).map(|i| format!("fn f{i}() {{}}\n")).collect::<String>());
+    // Blank windows are left out; a window is not cut to any token budget.
+    assert_eq!(summary(&line_windows("a\n\n\n\nb\n", 2)), [("lines", None, 1, 2), ("lines", None, 5, 5)]);
+    let long = "word ".repeat(10_000);
+    assert_eq!(line_windows(&long, 40).len(), 1);
 }
 
 #[test]
