@@ -193,6 +193,18 @@ fn rag_ask_answers_from_the_chunks_found_with_citations_or_says_there_is_nothing
     assert!(none["answer"].as_str().unwrap().starts_with("The index has nothing relevant"), "{none}");
 }
 
+/// A tree of two files: `retry.rs` (a retry with a doubling wait, lines 1-7) and `tax.py`.
+fn two_files() -> tempfile::TempDir {
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("retry.rs"),
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    src
+}
+
 /// `mindfleet ARGS --json` on a blocking thread (the fleet runs on this test's runtime).
 async fn cli(args: Vec<String>) -> (bool, Value, String) {
     tokio::task::spawn_blocking(move || {
@@ -210,13 +222,7 @@ async fn a_running_fleet_serves_the_index_and_its_cursors_through_the_admin_api_
     use serde_json::json;
 
     let dir = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    std::fs::write(
-        src.path().join("retry.rs"),
-        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
-    )
-    .unwrap();
-    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    let src = two_files();
     pulled();
     let fleet = crate::util::start(dir.path(), &crate::util::fleet_toml(crate::util::TRIO)).await;
     let addr = fleet.addr.to_string();
@@ -348,13 +354,7 @@ async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_foun
         "[[persona]]\nname = \"coder\"\nrole = \"code reviewer\"\ndomains = [\"code\"]\nrooms = [\"dev\"]\n";
     pulled();
     let dir = tempfile::tempdir().unwrap();
-    let src = tempfile::tempdir().unwrap();
-    std::fs::write(
-        src.path().join("retry.rs"),
-        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
-    )
-    .unwrap();
-    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    let src = two_files();
     let fleet = crate::util::start(dir.path(), &crate::util::fleet_toml(CODER)).await;
     let api = mindfleet::client::Client::new(&fleet.addr.to_string(), None);
     api.rag("index", &serde_json::json!({ "paths": [src.path()] })).await.unwrap();
