@@ -1,6 +1,7 @@
 //! Codebase knowledge for mindfleet: files cut into chunks where their structure is
 //! ([`chunk`]), kept in redb with their int8 embeddings, and searched by a hybrid of BM25 over
-//! words and identifiers (tantivy) and vector similarity, fused by reciprocal rank.
+//! words and identifiers (tantivy) and vector similarity (an exact scan, or from 20k vectors an
+//! HNSW graph built in the background), fused by reciprocal rank.
 //!
 //! [`Index`] is synchronous: the index actor of a fleet and the in-process CLI own one each and
 //! run it off the async threads. It needs an embedding model only through [`Embed`]; without
@@ -10,6 +11,8 @@
 //! <data>/index.redb   files, chunks, texts (+ int8 vectors): the source of truth
 //! <data>/keyword/     tantivy's BM25 index, rebuilt from redb when missing or behind
 //! ```
+//!
+//! The vectors' HNSW graph has no file: it is built again from redb after each open.
 
 mod ann;
 pub mod chunk;
