@@ -431,7 +431,8 @@ enum BenchCmd {
         json: bool,
     },
     /// The codebase index: indexing a tree (files/s, chunks/s, re-index, bytes per chunk, query
-    /// latency) and search latency at 10k and 100k synthetic entries.
+    /// latency, int8's recall against f32), and search latency at 10k and 100k synthetic entries
+    /// (at 100k the vector graph's build time and recall against the exact scan).
     Index {
         /// The tree to index (default: the current directory).
         #[arg(long, default_value = ".")]

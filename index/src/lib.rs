@@ -1,6 +1,7 @@
 //! Codebase knowledge for mindfleet: files cut into chunks where their structure is
 //! ([`chunk`]), kept in redb with their int8 embeddings, and searched by a hybrid of BM25 over
-//! words and identifiers (tantivy) and vector similarity, fused by reciprocal rank.
+//! words and identifiers (tantivy) and vector similarity (an exact scan, or from 20k vectors an
+//! HNSW graph built in the background), fused by reciprocal rank.
 //!
 //! [`Index`] is synchronous: the index actor of a fleet and the in-process CLI own one each and
 //! run it off the async threads. It needs an embedding model only through [`Embed`]; without
@@ -10,7 +11,10 @@
 //! <data>/index.redb   files, chunks, texts (+ int8 vectors): the source of truth
 //! <data>/keyword/     tantivy's BM25 index, rebuilt from redb when missing or behind
 //! ```
+//!
+//! The vectors' HNSW graph has no file: it is built again from redb after each open.
 
+mod ann;
 pub mod chunk;
 mod keyword;
 mod store;
@@ -26,6 +30,7 @@ use sha2::{Digest, Sha256};
 use chunk::{Chunker, Lang};
 use keyword::Keyword;
 use store::{ChunkRecord, FileRecord, FileUpdate, Hash, Quantized, Store};
+pub use vectors::VectorStatus;
 use vectors::Vectors;
 
 #[derive(Debug, thiserror::Error)]
@@ -258,6 +263,19 @@ impl Index {
     /// What opening had to repair.
     pub fn repairs(&self) -> &[String] {
         &self.repairs
+    }
+
+    /// Where the vector side is: how many vectors, and whether a graph answers (a finished
+    /// build swaps in, and a build that is due starts, as at a search).
+    pub fn vector_status(&self) -> VectorStatus {
+        self.vectors.status()
+    }
+
+    /// The vector ranking alone, for measurements: the `k` chunks most similar to `query` (a
+    /// unit vector of the stored vectors' length) with their cosine similarity, by the graph
+    /// when there is one, or by the exact scan when `exact`.
+    pub fn search_vectors(&self, query: &[f32], k: usize, exact: bool) -> Vec<(u64, f32)> {
+        if exact { self.vectors.search_exact(query, k, |_| true) } else { self.vectors.search(query, k, |_| true) }
     }
 
     /// The model the stored vectors come from.

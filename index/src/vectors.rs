@@ -1,14 +1,18 @@
-//! Exact nearest-neighbour search over the chunks' int8 vectors, in memory.
+//! Nearest-neighbour search over the chunks' int8 vectors, in memory.
 //!
-//! A scan of every vector: at the sizes a codebase gives (thousands to tens of thousands of
-//! chunks) it is exact and takes about a millisecond; the query is quantized like the stored
-//! vectors and each score is an integer dot product times the two scales.
+//! The exact answer is a scan of every vector: the query is quantized like the stored vectors
+//! and each score is an integer dot product times the two scales. At the sizes a codebase
+//! gives (thousands to tens of thousands of chunks) it is exact and takes about a millisecond.
+//! From [`crate::ann::EXACT_BELOW`] vectors on, an HNSW graph built in the background answers
+//! instead once it is ready ([`crate::ann`]); its results are scored the same way.
 
 use std::collections::HashMap;
 
+use serde::Serialize;
+
+use crate::ann::{Ann, EXACT_BELOW};
 use crate::store::Quantized;
 
-#[derive(Default)]
 pub struct Vectors {
     dims: usize,
     ids: Vec<u64>,
@@ -16,9 +20,57 @@ pub struct Vectors {
     values: Vec<i8>,
     /// Row of each id.
     rows: HashMap<u64, usize>,
+    ann: Ann,
+}
+
+/// Where the vector side of an index is: how many vectors, and whether a graph answers.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VectorStatus {
+    pub vectors: usize,
+    /// Below this many vectors the exact scan answers and no graph is built.
+    pub exact_below: usize,
+    /// The vectors in the graph, when there is one (it answers unless too much has changed
+    /// since it was built).
+    pub graph: Option<usize>,
+    /// Vectors added, replaced or removed since the graph's snapshot: filtered out of its
+    /// answers and scored exactly beside it.
+    pub changed: usize,
+    /// A graph is being built in the background.
+    pub building: bool,
+    /// Graph builds started since the index was opened.
+    pub builds: usize,
+    /// How long the last graph took to build: from its snapshot to its swap, at the first
+    /// search or status after it was done.
+    pub last_build_s: Option<f64>,
+    /// Why the graph was given up, when it was (a build or a search failed): the exact scan
+    /// answers.
+    pub error: Option<String>,
+}
+
+impl Default for Vectors {
+    fn default() -> Vectors {
+        Vectors::with_threshold(EXACT_BELOW)
+    }
 }
 
 impl Vectors {
+    /// Vectors searched by exact scan below `exact_below` of them, by a graph from there on.
+    pub fn with_threshold(exact_below: usize) -> Vectors {
+        Vectors {
+            dims: 0,
+            ids: Vec::new(),
+            scales: Vec::new(),
+            values: Vec::new(),
+            rows: HashMap::new(),
+            ann: Ann::new(exact_below),
+        }
+    }
+
+    /// How many vectors are held.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
     /// The length of the vectors held, when there are any.
     pub fn dims(&self) -> Option<usize> {
         (!self.ids.is_empty()).then_some(self.dims)
@@ -45,6 +97,7 @@ impl Vectors {
                 self.values.extend_from_slice(&v.q);
             }
         }
+        self.ann.changed(id);
         Ok(())
     }
 
@@ -63,15 +116,36 @@ impl Vectors {
         self.ids.pop();
         self.scales.pop();
         self.values.truncate(last * self.dims);
+        self.ann.changed(id);
     }
 
     /// The `k` chunks most similar to `query` (a unit vector) that `keep` accepts, best first,
-    /// with their cosine similarity.
+    /// with their cosine similarity: by the graph when there is one, else by the exact scan.
     pub fn search(&self, query: &[f32], k: usize, keep: impl Fn(u64) -> bool) -> Vec<(u64, f32)> {
         if self.ids.is_empty() || query.len() != self.dims || k == 0 {
             return Vec::new();
         }
         let q = Quantized::new(query);
+        match self.ann.search(self, &q, k, &keep) {
+            Some(found) => found,
+            None => self.scan_search(&q, k, keep),
+        }
+    }
+
+    /// [`Vectors::search`] by the exact scan, graph or not.
+    pub fn search_exact(&self, query: &[f32], k: usize, keep: impl Fn(u64) -> bool) -> Vec<(u64, f32)> {
+        if self.ids.is_empty() || query.len() != self.dims || k == 0 {
+            return Vec::new();
+        }
+        self.scan_search(&Quantized::new(query), k, keep)
+    }
+
+    /// Where the graph is; a finished build swaps in, and a build that is due starts.
+    pub fn status(&self) -> VectorStatus {
+        self.ann.status(self)
+    }
+
+    fn scan_search(&self, q: &Quantized, k: usize, keep: impl Fn(u64) -> bool) -> Vec<(u64, f32)> {
         let mut dots = vec![0i32; self.ids.len()];
         scan(&q.q, &self.values, &mut dots);
         let mut best: Vec<(u64, f32)> = Vec::with_capacity(k + 1);
@@ -89,6 +163,19 @@ impl Vectors {
             }
         }
         best
+    }
+
+    /// Chunk `id`'s similarity to `q` as the scan scores it, when it has a vector here.
+    pub(crate) fn score(&self, q: &Quantized, id: u64) -> Option<f32> {
+        let row = *self.rows.get(&id)?;
+        let mut dot = [0i32];
+        scan(&q.q, &self.values[row * self.dims..(row + 1) * self.dims], &mut dot);
+        Some(dot[0] as f32 * q.scale * self.scales[row])
+    }
+
+    /// A copy of the vectors, for a graph to be built from: their length, ids and values.
+    pub(crate) fn snapshot(&self) -> (usize, Vec<u64>, Vec<i8>) {
+        (self.dims, self.ids.clone(), self.values.clone())
     }
 }
 
