@@ -382,3 +382,31 @@ async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_foun
     assert!(observed, "{:?}", crate::util::persona(&d, "coder").working_memory.recent);
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+#[test]
+fn rag_search_batch_answers_each_query_on_its_own_line_and_names_a_bad_line() {
+    let src = two_files();
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().to_str().unwrap();
+    rag(&["index", src.path().to_str().unwrap(), "--data", d]);
+    let queries = data.path().join("queries.jsonl");
+    std::fs::write(
+        &queries,
+        "{\"id\": \"q1\", \"query\": \"retry with a growing delay\"}\nnot json\n\n{\"id\": 7, \"query\": \"sales tax on a price\"}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["rag", "search", "--batch", queries.to_str().unwrap(), "--limit", "1", "--data", d])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "one line failed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("queries.jsonl:2:") && stderr.contains("1 queries of the batch failed"), "{stderr}");
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!((&lines[0]["id"], &lines[0]["results"][0]["path"]), (&Value::from("q1"), &Value::from("retry.rs")));
+    assert_eq!(lines[1]["line"], 2);
+    assert!(lines[1]["error"].as_str().unwrap().contains("queries.jsonl:2:"), "{}", lines[1]);
+    assert_eq!((&lines[2]["id"], &lines[2]["results"][0]["path"]), (&Value::from(7), &Value::from("tax.py")));
+}
