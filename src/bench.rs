@@ -1,10 +1,12 @@
 //! `mindfleet bench NAME --json`: each benchmark prints one JSON object of its figures.
 //! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
 
+pub mod conversation;
 pub mod embed;
 pub mod index;
 pub mod llm;
 pub mod rag_eval;
+pub mod refs_eval;
 
 use std::hint::black_box;
 use std::sync::Arc;

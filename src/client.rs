@@ -90,6 +90,11 @@ impl Client {
         self.send(self.http.post(format!("{}/ai/state", self.base)).json(body)).await
     }
 
+    /// `POST /ai/study`.
+    pub async fn study(&self, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/ai/study", self.base)).json(body)).await
+    }
+
     /// `POST /ai/embedding/generate`.
     pub async fn embed(&self, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/ai/embedding/generate", self.base)).json(body)).await

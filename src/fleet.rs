@@ -19,6 +19,7 @@ use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
@@ -90,6 +91,9 @@ pub struct FleetState {
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
     index: ActorRef<IndexMsg>,
+    enricher: Option<Arc<Enricher>>,
+    /// The conversation index (`[conversation]` on).
+    conversation: Option<ActorRef<IndexMsg>>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -109,6 +113,8 @@ impl FleetState {
             turn_timeout: self.config.coordination.window * 4 + Duration::from_secs(1),
             llm: self.llm.clone(),
             index: Some(self.index.clone()),
+            enricher: self.enricher.clone(),
+            conversation: self.conversation.clone().map(|index| (index, self.config.conversation)),
         }
     }
 
@@ -182,6 +188,22 @@ impl Actor for FleetSupervisor {
         let index =
             mindfleet_actors::index::spawn(index_args(&args.config, embedding.clone(), llm.clone()), Some(me.clone()))
                 .await?;
+        let conversation = if args.config.conversation.enabled {
+            let mut a = index_args(&args.config, embedding.clone(), None);
+            a.dir = args.config.storage.data_dir.join("conversation");
+            Some(mindfleet_actors::index::spawn(a, Some(me.clone())).await?)
+        } else {
+            None
+        };
+        let enricher = Enricher::new(&args.config.references, Some(embedding.clone())).map(Arc::new);
+        if let Some(e) = enricher.clone() {
+            // The catalog's embeddings, made before the first event needs them.
+            tokio::spawn(async move {
+                if let Err(why) = e.warm().await {
+                    tracing::warn!(%why, "semantic reference matching is off: tags and @id only");
+                }
+            });
+        }
         let admin_args = AdminArgs {
             config: args.config.clone(),
             storage: args.storage.clone(),
@@ -190,6 +212,7 @@ impl Actor for FleetSupervisor {
             embedding: embedding.clone(),
             llm: llm.clone(),
             index: index.clone(),
+            conversation: conversation.clone(),
             addr: args.admin_addr,
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
@@ -214,6 +237,8 @@ impl Actor for FleetSupervisor {
             embedding,
             llm,
             index,
+            enricher,
+            conversation,
             slots,
             by_id: HashMap::new(),
         };
@@ -279,7 +304,11 @@ impl Actor for FleetSupervisor {
                 st.embedding.get_id(),
                 st.index.get_id(),
             ];
-            if core.contains(&cell.get_id()) || st.llm.as_ref().is_some_and(|l| l.get_id() == cell.get_id()) {
+            let conversation = st.conversation.as_ref().is_some_and(|c| c.get_id() == cell.get_id());
+            if core.contains(&cell.get_id())
+                || conversation
+                || st.llm.as_ref().is_some_and(|l| l.get_id() == cell.get_id())
+            {
                 // Not restarted yet: every persona holds these. Fail the fleet loudly.
                 return Err(format!("core actor failed: {error}").into());
             }

@@ -304,10 +304,19 @@ enum AiCmd {
         #[command(subcommand)]
         history: Option<PlanCmd>,
     },
-    /// Learnings with their success and failure counts.
+    /// Learnings with their success and failure counts (study sessions add `study: TOPIC`).
     Learnings {
         #[arg(long)]
         persona: Option<String>,
+    },
+    /// Have a persona study a topic in idle time: search the index, quiz itself on what it
+    /// finds, grade the answers, keep learnings and training data. Without --topic, the
+    /// knowledge gap it noted first.
+    Study {
+        #[arg(long)]
+        persona: String,
+        #[arg(long)]
+        topic: Option<String>,
     },
     /// Plans that needed adjustments, and how they recovered.
     Recoveries {
@@ -336,6 +345,23 @@ enum AiCmd {
         priority: f64,
         #[arg(long, default_value = "")]
         text: String,
+    },
+    /// What a persona was told about a topic: its conversation memory, recalled by meaning
+    /// (ranked by similarity, recency, importance and room; `degraded` when only words could
+    /// be matched).
+    Recall {
+        #[arg(long)]
+        persona: String,
+        /// The topic, in words.
+        query: String,
+        /// Rank this room's messages higher.
+        #[arg(long)]
+        room: Option<String>,
+        /// Only what was said within this window: `90s`, `15m`, `1h`, `7d`.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
     },
     /// Model calls and tokens by persona, room and purpose, with latency percentiles.
     Cost {
@@ -412,6 +438,21 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Conversation memory under a stream of chat messages (real MiniLM): embedding lag, its
+    /// promotions, messages embedded per second, recall latency.
+    Conversation {
+        #[arg(long, default_value_t = 4)]
+        personas: usize,
+        /// Messages per second into their one room (each taken in by every persona).
+        #[arg(long, default_value_t = 10.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        #[arg(long, default_value_t = 60)]
+        recalls: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Embeddings per second (batch 1, 8, 32; sentences and code), the shared worker under 100
     /// callers, and sentence-transformers on the same inputs as the peer.
     Embed {
@@ -451,6 +492,19 @@ enum BenchCmd {
         #[arg(long)]
         tree: Option<PathBuf>,
         /// Also each question's rank of its first answer and its first files, per index and mode.
+        #[arg(long)]
+        details: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The semantic threshold of reference matching on labelled texts (bench/refs-eval):
+    /// precision, recall and F1 of each threshold, the best one with its 2-fold held-out F1, and
+    /// the default's figures.
+    RefsEval {
+        /// The set: a fleet file (fleet.toml) whose catalog is matched and labelled.jsonl.
+        #[arg(long, default_value = bench::refs_eval::DEFAULT_DIR)]
+        dir: PathBuf,
+        /// Also each threshold's figures and each text's first three references.
         #[arg(long)]
         details: bool,
         #[arg(long)]
@@ -519,6 +573,18 @@ fn main() -> ExitCode {
     if let Command::Bench { which: BenchCmd::RagEval { questions, tree, details, json } } = &cli.command {
         return print_figures(rag_eval(questions.as_deref(), tree.as_deref(), *details), *json);
     }
+    if let Command::Bench { which: BenchCmd::RefsEval { dir, details, json } } = &cli.command {
+        let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+            .map_err(anyhow::Error::from)
+            .and_then(|model| bench::refs_eval::refs_eval(dir, &model, *details));
+        return match r {
+            Ok(v) if !*json => {
+                print!("{}", bench::refs_eval::render(&v));
+                ExitCode::SUCCESS
+            }
+            r => print_figures(r, true),
+        };
+    }
     if let Command::Models { dir, cmd } = &cli.command {
         return models(dir.clone().unwrap_or_else(models::default_dir), cmd);
     }
@@ -550,6 +616,13 @@ fn main() -> ExitCode {
                 let mut v = mindfleet_actors::scheduler::bench::bench(backlog.max(1), samples.max(1)).await;
                 v["bench"] = "scheduler".into();
                 print_figures(Ok(v), json)
+            }
+            Command::Bench { which: BenchCmd::Conversation { personas, rate, seconds, recalls, json } } => {
+                let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                    Ok(_) => bench::conversation::conversation(personas.max(1), rate.max(0.1), seconds, recalls).await,
+                    Err(e) => Err(e.into()),
+                };
+                print_figures(r, json)
             }
             Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, room_size, json } } => {
                 print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
@@ -611,7 +684,8 @@ fn main() -> ExitCode {
                     | BenchCmd::Llm { .. }
                     | BenchCmd::GateModel { .. }
                     | BenchCmd::Index { .. }
-                    | BenchCmd::RagEval { .. },
+                    | BenchCmd::RagEval { .. }
+                    | BenchCmd::RefsEval { .. },
             }
             | Command::Models { .. }
             | Command::Refs { .. }
@@ -1061,6 +1135,7 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
         AiCmd::Learnings { persona } => {
             client.ai("learnings", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
+        AiCmd::Study { persona, topic } => client.study(&serde_json::json!({"persona": persona, "topic": topic})).await,
         AiCmd::Recoveries { persona } => {
             client.ai("recoveries", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
@@ -1071,6 +1146,14 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
         }
         AiCmd::ActivityMap => client.ai("activity-map", &[]).await,
         AiCmd::Cost { since } => client.ai("cost", &opt("since", since).into_iter().collect::<Vec<_>>()).await,
+        AiCmd::Recall { persona, query, room, since, limit } => {
+            let p: Vec<_> = [Some(("persona", persona)), Some(("text", query)), opt("room", room), opt("since", since)]
+                .into_iter()
+                .flatten()
+                .chain([("limit", limit.to_string())])
+                .collect();
+            client.ai("recall", &p).await
+        }
         AiCmd::SelectForTask { domain, priority, text } => {
             client
                 .ai("select-for-task", &[("domain", domain), ("priority", priority.to_string()), ("text", text)])

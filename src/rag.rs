@@ -495,7 +495,7 @@ fn print_human(req: &RagRequest, answer: &Value) {
                 }
             }
         }
-        RagRequest::Create(_) | RagRequest::Close(_) => println!("{answer}"),
+        RagRequest::Create(_) | RagRequest::CreateMany(_) | RagRequest::Close(_) => println!("{answer}"),
     }
 }
 

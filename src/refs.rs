@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use mindfleet_actors::embed::Embedder;
+use mindfleet_actors::embed::{Embedder, cosine};
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::models;
 use mindfleet_runtime::refs::{self, Catalog, Via};
@@ -49,15 +49,12 @@ pub fn run(cmd: RefsCmd) -> anyhow::Result<()> {
 /// `{"matches": [{"id", "via", "matched", "score"}], "semantic": "on" | "off", "semantic_off",
 /// "threshold", "similarity": {id: cosine} (every reference's, to tune the threshold), "hint"}`.
 fn matches(catalog: &Catalog, text: &str, threshold: f32, depth: usize, config: &FleetConfig) -> Value {
-    let named = catalog.explicit(text);
-    let mut skip: BTreeSet<String> = named.iter().map(|m| m.id.clone()).collect();
-    let tags = catalog.by_tags(text, &skip);
-    skip.extend(tags.iter().map(|m| m.id.clone()));
-    let (semantic, off, sims) = match similarities(catalog, text, config) {
-        Ok(sims) => (refs::semantic(catalog, &sims, threshold, &skip), None, sims),
-        Err(why) => (Vec::new(), Some(why), BTreeMap::new()),
+    let (sims, off) = match similarities(catalog, text, config) {
+        Ok(sims) => (sims, None),
+        Err(why) => (BTreeMap::new(), Some(why)),
     };
-    let mut found = refs::merge([named, tags, semantic]);
+    let similarity = off.is_none().then_some(&sims);
+    let mut found = refs::candidates(catalog, text, similarity, threshold, &BTreeSet::new());
     let selected: Vec<String> = found.iter().filter(|m| m.via != Via::Semantic).map(|m| m.id.clone()).collect();
     found = refs::merge([found, catalog.discover(&selected, depth)]);
     json!({
@@ -82,6 +79,5 @@ fn similarities(catalog: &Catalog, text: &str, config: &FleetConfig) -> Result<B
         std::iter::once(text.to_string()).chain(catalog.refs.iter().map(|r| r.semantic_text())).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let v = model.embed(&refs).map_err(|e| e.to_string())?;
-    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
-    Ok(catalog.refs.iter().zip(&v[1..]).map(|(r, e)| (r.id.clone(), dot(&v[0].vector, &e.vector))).collect())
+    Ok(catalog.refs.iter().zip(&v[1..]).map(|(r, e)| (r.id.clone(), cosine(&v[0].vector, &e.vector))).collect())
 }

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use mindfleet_index::{Embed, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
+use mindfleet_index::{Embed, Entry, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
 use mindfleet_runtime::config::IndexConfig;
 use mindfleet_runtime::cursor::{CursorError, Cursors, Page};
 use mindfleet_runtime::embedding::{EmbedMsg, LongText};
@@ -334,6 +334,24 @@ impl Service {
                 let embed = if c.embedding.is_none() { Some(self.embedder()? as &dyn Embed) } else { None };
                 let id = index.create(&c.file_path, &c.content, c.embedding, embed).map_err(rag_error)?;
                 Ok(json!({ "entry_id": id.to_string(), "indexed": true }))
+            }
+            RagRequest::CreateMany(m) => {
+                // Without the model the entries are kept for keyword search, and the answer
+                // says why they have no vectors.
+                let needs_model = m.entries.iter().any(|c| c.embedding.is_none());
+                let (embed, note) = match needs_model.then(|| self.embedder()) {
+                    Some(Ok(e)) => (Some(e as &dyn Embed), None),
+                    Some(Err(e)) => (None, Some(format!("{e}: kept for keyword search only"))),
+                    None => (None, None),
+                };
+                let entries = m
+                    .entries
+                    .into_iter()
+                    .map(|c| Entry { path: c.file_path, content: c.content, embedding: c.embedding })
+                    .collect();
+                let ids = index.create_many(entries, embed).map_err(rag_error)?;
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                Ok(json!({ "entry_ids": ids, "indexed": true, "note": note }))
             }
             RagRequest::Ask(a) => self.ask(index, a),
             RagRequest::Fetch(_) | RagRequest::Close(_) => {

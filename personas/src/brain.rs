@@ -5,6 +5,7 @@
 //! reply. The persona runs the loop (plan, act, adjust, evaluate); the brain only decides.
 //! Model-backed brains plug in behind the same trait.
 
+use mindfleet_runtime::conversation::Recalled;
 use mindfleet_runtime::event::Event;
 use mindfleet_runtime::knowledge::Source;
 use mindfleet_runtime::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
@@ -29,6 +30,8 @@ pub struct PlanContext<'a> {
     /// What the persona learned so far (patterns with their counts).
     pub learnings: &'a [Learning],
     pub attempt: u32,
+    /// The event calls for references (named, or matched by tag or meaning).
+    pub references: bool,
 }
 
 /// What a brain writes a reply from.
@@ -37,6 +40,8 @@ pub struct RespondContext<'a> {
     pub role: &'a str,
     pub event: &'a Event,
     pub recalled: &'a [WmEntry],
+    /// What conversation memory recalled of what was said before.
+    pub conversation: &'a [Recalled],
     /// What the knowledge search found (cited as `[path:start-end]`).
     pub found: &'a [Source],
     /// The persona's self-state when it decided to answer.
@@ -198,6 +203,7 @@ fn describe(action: Action) -> &'static str {
         Action::AskClarifyingQuestion => "ask what they mean",
         Action::NotePreoccupation => "note it for later",
         Action::StudyTopic => "study the topic",
+        Action::SelectReference => "open the references it calls for",
     }
 }
 
@@ -465,8 +471,14 @@ fn persona_preamble(ctx: &RespondContext) -> String {
             system.push_str(&r.text);
         }
     }
+    if !ctx.conversation.is_empty() {
+        system.push_str("\nWhat was said before:");
+        for r in ctx.conversation {
+            system.push_str(&format!("\n- {} in #{}: {}", r.said.from, r.said.room, r.said.text));
+        }
+    }
     if !ctx.found.is_empty() {
-        system.push_str("\nWhat the codebase says (cite it as [path:start-end] when you use it):");
+        system.push_str("\nWhat the codebase and your references say (cite it as [where] when you use it):");
         for f in ctx.found {
             let text: String = f.text.chars().take(KNOWLEDGE_CHARS).collect();
             system.push_str(&format!("\n[{}]\n{}", f.cite, text.trim_end()));
@@ -528,6 +540,10 @@ impl Brain for RulesBrain {
         if search_fails {
             actions.retain(|a| *a != Action::SearchKnowledge);
         }
+        // References the event calls for are opened first, for a plan that writes an answer.
+        if ctx.references && actions.contains(&Action::DraftReply) && !ctx.avoid.contains(&Action::SelectReference) {
+            actions.insert(0, Action::SelectReference);
+        }
         Plan {
             goal: format!("answer {} in #{} ({})", ctx.event.from, ctx.event.room, ctx.role),
             steps: actions.into_iter().map(step).collect(),
@@ -588,8 +604,14 @@ impl Brain for RulesBrain {
                     }
                 }
                 Action::RecallMemory => (Adjustment::Continue, "nothing to recall: answer without it".into()),
+                Action::SelectReference => {
+                    (Adjustment::Continue, "nothing to read in the references: answer without them".into())
+                }
                 _ => (Adjustment::Abort, format!("{} needs what is missing", action.as_str())),
             },
+            ErrorClass::AccessDenied if action == Action::SelectReference => {
+                (Adjustment::Continue, "not allowed to read the references: answer without them".into())
+            }
             ErrorClass::AccessDenied => (Adjustment::Abort, format!("not allowed to {}", action.as_str())),
             ErrorClass::Unknown if plan.attempt < MAX_REPLANS => {
                 (Adjustment::Replan, format!("{} failed for an unknown reason: plan again without it", action.as_str()))
@@ -632,7 +654,7 @@ impl Brain for RulesBrain {
     }
 
     fn respond(&self, ctx: &RespondContext) -> String {
-        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.found)
+        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.conversation, ctx.found)
     }
 }
 
@@ -674,7 +696,15 @@ mod tests {
     }
 
     fn plan_for(e: &Event, learnings: &[Learning]) -> Plan {
-        RulesBrain.formulate_plan(&PlanContext { persona: "p", role: "r", event: e, avoid: &[], learnings, attempt: 0 })
+        RulesBrain.formulate_plan(&PlanContext {
+            persona: "p",
+            role: "r",
+            event: e,
+            avoid: &[],
+            learnings,
+            attempt: 0,
+            references: false,
+        })
     }
 
     fn record(plan: Plan) -> PlanRecord {
@@ -693,7 +723,15 @@ mod tests {
     #[test]
     fn the_model_chooses_among_registry_plans_only_when_its_pick_survives_reordering() {
         let e = ev("chat", "how do I rotate the admin token?");
-        let ctx = PlanContext { persona: "p", role: "r", event: &e, avoid: &[], learnings: &[], attempt: 0 };
+        let ctx = PlanContext {
+            persona: "p",
+            role: "r",
+            event: &e,
+            avoid: &[],
+            learnings: &[],
+            attempt: 0,
+            references: false,
+        };
         let choice = LocalBrain.plan_request(&ctx).unwrap();
         let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
         assert_eq!(choice.candidates[0], RulesBrain.formulate_plan(&ctx), "the first is the rules plan");
@@ -761,6 +799,43 @@ mod tests {
         let mut late = r.clone();
         late.plan.attempt = MAX_REPLANS;
         assert_eq!(RulesBrain.adjust_plan(&late, 2, ErrorClass::Unknown).0.kind(), "abort");
+    }
+
+    #[test]
+    fn references_an_event_calls_for_are_opened_first_and_a_plan_goes_on_without_them() {
+        let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
+        let e = ev("chat", "how do we ship the new version?");
+        let ctx = PlanContext {
+            persona: "p",
+            role: "r",
+            event: &e,
+            avoid: &[],
+            learnings: &[],
+            attempt: 0,
+            references: true,
+        };
+        let plan = RulesBrain.formulate_plan(&ctx);
+        assert_eq!(
+            actions(&plan),
+            [Action::SelectReference, Action::RecallMemory, Action::DraftReply, Action::PostReply]
+        );
+        // Not for a question asked back, nor once it failed for this event.
+        let vague = ev("chat", "why?");
+        assert!(
+            !actions(&RulesBrain.formulate_plan(&PlanContext { event: &vague, ..ctx }))
+                .contains(&Action::SelectReference)
+        );
+        let avoid = [Action::SelectReference];
+        assert!(
+            !actions(&RulesBrain.formulate_plan(&PlanContext { avoid: &avoid, ..ctx }))
+                .contains(&Action::SelectReference)
+        );
+        // Nothing to read, or not allowed to: answer without them.
+        let r = record(plan);
+        for class in [ErrorClass::MissingResource, ErrorClass::AccessDenied] {
+            let (adjustment, reason) = RulesBrain.adjust_plan(&r, 0, class);
+            assert_eq!(adjustment.kind(), "continue", "{class:?}: {reason}");
+        }
     }
 
     #[test]

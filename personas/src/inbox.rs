@@ -96,6 +96,7 @@ impl InboxState {
             priority: p,
             numbers: vec![("priority".into(), p), ("capacity".into(), self.args.config.inbox_capacity as f64)],
             at_us: now_us(),
+            references: Vec::new(),
         };
         let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
             persona: self.args.name.clone(),
@@ -104,6 +105,7 @@ impl InboxState {
             decision,
             reply: None,
             plan: None,
+            said: None,
         })));
     }
 

@@ -12,6 +12,8 @@
 
 pub mod brain;
 pub mod consolidate;
+pub mod conversation;
+pub mod enrich;
 pub mod faults;
 pub mod gate;
 pub mod inbox;
@@ -19,6 +21,7 @@ pub mod memory;
 pub mod mind;
 pub mod persona;
 pub mod self_state;
+pub mod study;
 pub mod working_memory;
 
 pub use faults::FaultBook;

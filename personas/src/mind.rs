@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use mindfleet_runtime::conversation::Recalled;
 use mindfleet_runtime::event::{Event, SenderKind};
 use mindfleet_runtime::knowledge::Source;
 use mindfleet_runtime::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
@@ -166,7 +167,17 @@ fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
 /// The deterministic `rules` brain: fills the role's template with what the persona recalls.
 /// Persona senders are named without `@` and quotes lose their `@`, so a reply never
 /// mentions (and so never forces an answer from) a persona.
-pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry], found: &[Source]) -> String {
+/// The kind of a [`Source`] read from a reference (not found in the index).
+pub const REFERENCE_KIND: &str = "reference";
+
+pub fn rules_reply(
+    persona: &str,
+    role: &str,
+    event: &Event,
+    recalled: &[WmEntry],
+    earlier: &[Recalled],
+    found: &[Source],
+) -> String {
     let to = match event.sender_kind {
         SenderKind::Human => format!("@{}", event.from),
         _ => event.from.clone(),
@@ -181,19 +192,32 @@ pub fn rules_reply(persona: &str, role: &str, event: &Event, recalled: &[WmEntry
         }
         None => String::new(),
     };
-    let sources = if found.is_empty() {
-        String::new()
-    } else {
-        let cited: Vec<String> = found
+    let earlier = match earlier.first() {
+        Some(r) => {
+            let t: String = r.said.text.chars().take(120).filter(|c| *c != '@').collect();
+            format!(" Earlier, {} said in #{}: \"{t}\".", r.said.from, r.said.room)
+        }
+        None => String::new(),
+    };
+    let cite = |kind: fn(&str) -> bool| -> Vec<String> {
+        found
             .iter()
+            .filter(|s| kind(&s.kind))
             .map(|s| match &s.symbol {
                 Some(sym) => format!("{sym} [{}]", s.cite),
                 None => format!("[{}]", s.cite),
             })
-            .collect();
-        format!(" From the code: {}.", cited.join(", "))
+            .collect()
     };
-    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall}{sources} I'll take it from here.")
+    let mut sources = String::new();
+    for (label, cited) in
+        [("the references", cite(|k| k == REFERENCE_KIND)), ("the code", cite(|k| k != REFERENCE_KIND))]
+    {
+        if !cited.is_empty() {
+            sources.push_str(&format!(" From {label}: {}.", cited.join(", ")));
+        }
+    }
+    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall}{earlier}{sources} I'll take it from here.")
 }
 
 #[cfg(test)]
@@ -249,11 +273,11 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let r = rules_reply("helper", "assistant", &e, &[], &[]);
+        let r = rules_reply("helper", "assistant", &e, &[], &[], &[]);
         let m: Vec<_> = mindfleet_runtime::event::text_mentions(&r).collect();
         assert_eq!(m, ["alice"], "{r}");
         let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
-        let r = rules_reply("helper", "assistant", &from_persona, &[], &[]);
+        let r = rules_reply("helper", "assistant", &from_persona, &[], &[], &[]);
         assert_eq!(mindfleet_runtime::event::text_mentions(&r).count(), 0, "{r}");
     }
 

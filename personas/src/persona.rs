@@ -16,24 +16,26 @@
 //!
 //! Messages: [`PersonaMsg`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::{BrainKind, PersonaConfig, SupervisionConfig};
+use mindfleet_runtime::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
+use mindfleet_runtime::conversation::{self, Recall, RecallQuery, Recalled, Said};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
+use mindfleet_runtime::knowledge::{CreateManyRequest, IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
-    StateChange, Turn,
+    StateChange, StudyStep, Turn,
 };
 use mindfleet_runtime::model::{
     Action, Adjustment, AdjustmentRecord, Decision, EntryKind, ErrorClass, Learning, OutboxEntry, PlanRecord,
-    Preoccupation, SelfStateData, Step, StepState, Verdict, WmEntry,
+    Preoccupation, SelfStateData, Step, StepState, StudySession, Verdict, WmEntry,
 };
+use mindfleet_runtime::refs::{self as refs, Enrichment, RefMatch, RefMode, Via};
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_runtime::storage::Storage;
@@ -43,6 +45,8 @@ use tracing::Instrument;
 
 use crate::brain::{Brain, LessonContext, LocalBrain, PlanChoice, PlanContext, RespondContext, RulesBrain};
 use crate::consolidate::consolidate;
+use crate::conversation::ConversationBook;
+use crate::enrich::{Enricher, RefBook};
 use crate::faults::FaultBook;
 use crate::gate::{
     ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
@@ -50,8 +54,9 @@ use crate::gate::{
 };
 use crate::inbox::{Inbox, InboxArgs, InboxMsg};
 use crate::memory::Draft;
-use crate::mind::{Activity, Update, cadence};
+use crate::mind::{Activity, REFERENCE_KIND, Update, cadence};
 use crate::self_state::{SelfState, SelfStateArgs, SelfStateMsg};
+use crate::study::{self, StudyBook};
 use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
 use mindfleet_runtime::team::suitability;
 
@@ -81,6 +86,10 @@ pub struct PersonaArgs {
     pub llm: Option<ActorRef<LlmMsg>>,
     /// The fleet's codebase index, for the "search knowledge" step.
     pub index: Option<ActorRef<IndexMsg>>,
+    /// The fleet's enrichment pipeline, when it has a reference catalog.
+    pub enricher: Option<Arc<Enricher>>,
+    /// The fleet's conversation index and how recall ranks, when conversation memory is on.
+    pub conversation: Option<(ActorRef<IndexMsg>, ConversationConfig)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +154,8 @@ struct InFlight {
     /// Index of the step being run (or next to run).
     cursor: usize,
     recalled: Vec<WmEntry>,
+    /// What conversation memory recalled.
+    conversation: Vec<Recalled>,
     /// What the knowledge search found.
     found: Vec<Source>,
     draft: Option<String>,
@@ -166,6 +177,13 @@ struct InFlight {
 const KNOWLEDGE_CHUNKS: usize = 3;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
 const SEARCH_CALL_MS: u64 = 20_000;
+/// Longest the embedding of a batch of conversation memory waits for its index.
+const REMEMBER_CALL_MS: u64 = 60_000;
+/// How long conversation memory gathers messages before it asks to embed them (unless a batch
+/// fills first).
+const GATHER: Duration = Duration::from_secs(1);
+/// Most messages conversation memory brings into a reply.
+const CONVERSATION_RECALLED: usize = 3;
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
@@ -176,9 +194,15 @@ const PLAN_TOKENS_RESERVED: u32 = 768;
 /// Tokens the lesson of a plan reserves: its prompt and its answer.
 const LESSON_TOKENS_RESERVED: u32 = 768;
 
-/// How a step ended its run: done, or waiting for the model's answer (a message to come).
+/// Most references one `select_reference` step selects from the candidates offered.
+const REFS_SELECTED_PER_STEP: usize = 3;
+/// Most references one `select_reference` step reads a passage of.
+const REFS_READ_PER_STEP: usize = 3;
+
+/// How a step ended its run: done (with its result's text, which the enrichment pipeline reads
+/// before the persona goes on), or waiting for an answer (a message to come).
 enum StepRun {
-    Done,
+    Done(Option<String>),
     Waiting,
 }
 
@@ -191,6 +215,8 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     snapshot: SelfStateData,
     in_flight: Option<InFlight>,
+    /// An event in the enrichment pipeline, before the gate (with the inbox's backlog).
+    enriching: Option<(Delivery, usize)>,
     judging: Option<Judging>,
     waiting: Option<Waiting>,
     done: VecDeque<u64>,
@@ -207,6 +233,13 @@ pub struct PersonaState {
     cadence: Duration,
     /// Share of the model budget left, as of the last grant.
     budget_left: f64,
+    refs: RefBook,
+    /// Conversation memory, when the fleet keeps one.
+    convo: Option<ConversationBook>,
+    /// The message of the event in hand as conversation memory keeps it, for its commit.
+    taking_in: Option<Said>,
+    /// Knowledge gaps noted and the study session under way.
+    study: StudyBook,
 }
 
 async fn spawn_inbox(
@@ -322,6 +355,7 @@ impl PersonaState {
             .map(|f| &f.delivery)
             .or_else(|| self.judging.as_ref().map(|j| &j.delivery))
             .or_else(|| self.waiting.as_ref().map(|w| &w.delivery))
+            .or_else(|| self.enriching.as_ref().map(|(d, _)| d))
     }
 
     fn busy(&self) -> bool {
@@ -340,10 +374,14 @@ impl PersonaState {
         }
     }
 
+    /// A task of this persona in a cheap slot.
+    fn own_task(&self, class: Class, priority: f64, label: &'static str) -> Task {
+        Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
+    }
+
     /// A task of this persona for the event `e` (its class, priority and room).
     fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
-        Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
-            .in_room(&e.room)
+        self.own_task(class, priority, label).in_room(&e.room)
     }
 
     /// Sends the scheduler a new cadence when mood or budget changed it.
@@ -413,6 +451,81 @@ impl PersonaState {
         if self.args.faults.text_triggers(&d.event.text) {
             panic!("injected fault: persona {} panics on event {}", self.name, d.event.id);
         }
+        if let Some(enricher) = self.args.enricher.clone() {
+            // The pipeline first: what the event calls for is known before the gate.
+            let (me, seq, text) = (self.myself.clone(), d.seq, d.event.text.clone());
+            self.enriching = Some((d, backlog));
+            tokio::spawn(async move {
+                let enrichment = enricher.enrich(&text).await;
+                let _ = me.cast(PersonaMsg::Enriched { seq, enrichment });
+            });
+            return;
+        }
+        self.gate(d, backlog);
+    }
+
+    /// What the event of delivery `seq` calls for: references it names are selected at once;
+    /// then the gate.
+    fn on_enriched(&mut self, seq: u64, enrichment: Enrichment) {
+        let Some((d, backlog)) = self.enriching.take_if(|(d, _)| d.seq == seq) else { return };
+        self.take_matches(&d.event.id, "event", enrichment);
+        self.gate(d, backlog);
+    }
+
+    /// Records what a text of the current event called for (logging each match), and selects
+    /// the references it names, with those they lead to; returns the new matches.
+    fn take_matches(&mut self, event_id: &str, stage: &str, enrichment: Enrichment) -> Vec<RefMatch> {
+        let Some(enricher) = self.args.enricher.clone() else { return Vec::new() };
+        if let Some(why) = &enrichment.semantic_off
+            && self.refs.semantic_off.as_ref() != Some(why)
+        {
+            tracing::warn!(persona = %self.name, %why, "semantic reference matching is off: tags and @id only");
+        }
+        let fresh = self.refs.note(enrichment);
+        self.log_matches(event_id, stage, &fresh);
+        let named: Vec<RefMatch> = fresh.iter().filter(|m| m.via == Via::Id).cloned().collect();
+        self.select_all(&enricher, event_id, named);
+        fresh
+    }
+
+    /// Selects each of `chosen` (authorising its path, keeping the choice in storage) and then
+    /// what the newly selected ones lead to, breadth first.
+    fn select_all(&mut self, enricher: &Enricher, event_id: &str, chosen: Vec<RefMatch>) {
+        let mut new_ids = Vec::new();
+        for m in chosen {
+            if self.refs.select(enricher.catalog(), m.clone()) {
+                self.args.storage.select_reference(self.name.clone(), m.clone());
+                new_ids.push(m.id);
+            }
+        }
+        if new_ids.is_empty() {
+            return;
+        }
+        let known: BTreeSet<String> =
+            self.refs.selected.keys().chain(self.refs.current.iter().map(|m| &m.id)).cloned().collect();
+        let linked = enricher.discover(&new_ids, &known);
+        self.log_matches(event_id, "linked", &linked);
+        self.refs.matches += linked.len() as u64;
+        self.refs.current.extend(linked.iter().cloned());
+        for m in linked {
+            if self.refs.select(enricher.catalog(), m.clone()) {
+                self.args.storage.select_reference(self.name.clone(), m);
+            }
+        }
+    }
+
+    fn log_matches(&self, event_id: &str, stage: &str, matches: &[RefMatch]) {
+        for m in matches {
+            tracing::info!(
+                persona = %self.name, event = event_id, stage, reference = %m.id, via = m.via.as_str(),
+                score = m.score, matched = ?m.matched, "reference matched"
+            );
+        }
+    }
+
+    /// The gate chain on an event: the fast path and the thermal adapter inline, else the
+    /// brain's judgement as a task.
+    fn gate(&mut self, d: Delivery, backlog: usize) {
         let now = now_us();
         let p = priority(&PriorityInput {
             event: &d.event,
@@ -421,6 +534,7 @@ impl PersonaState {
             now_us: now,
             spoke_recently: self.spoke_recently(&d.event.room, now),
         });
+        self.take_in(&d, p, now);
         let state = self.gate_state(&d.event, now);
         match fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state)) {
             Some(gate) => self.decided(d, backlog, p, gate, state),
@@ -518,6 +632,7 @@ impl PersonaState {
             avoid: &[],
             learnings: &self.learnings,
             attempt: 0,
+            references: !self.refs.current.is_empty(),
         };
         let plan = self.brain.formulate_plan(&ctx);
         let choosing = self.args.llm.as_ref().and_then(|_| self.brain.plan_request(&ctx));
@@ -551,6 +666,7 @@ impl PersonaState {
             record,
             cursor: 0,
             recalled: Vec::new(),
+            conversation: Vec::new(),
             found: Vec::new(),
             draft: None,
             reply: None,
@@ -608,17 +724,120 @@ impl PersonaState {
         if self.consolidating.is_some() {
             return;
         }
-        let t = Task::new(
-            self.name.clone(),
-            Class::Background,
-            0.3,
-            Slot::Cheap,
-            "consolidate",
-            Owner::Persona(self.myself.clone()),
-        )
-        .paced();
+        let t = self.own_task(Class::Background, 0.3, "consolidate").paced();
         self.consolidating = Some(t.id);
         self.args.scheduler.submit(t);
+    }
+
+    /// Takes a chat message in for conversation memory: embedded by a `Background` task, and
+    /// stored with the event's decision.
+    fn take_in(&mut self, d: &Delivery, importance: f64, now: i64) {
+        let e = &d.event;
+        let Some(c) = self.convo.as_mut() else { return };
+        if !matches!(e.domain.as_str(), "chat" | "voice") || e.from == *self.name {
+            return;
+        }
+        let said = Said {
+            seq: d.seq,
+            event_id: e.id.clone(),
+            room: e.room.clone(),
+            from: e.from.clone(),
+            text: e.text.clone(),
+            at_us: e.accepted_us.min(now),
+            importance: importance.clamp(0.0, 1.0),
+            embedded: false,
+            recalled: 0,
+            last_recalled_us: 0,
+        };
+        c.pending.push_back(said.clone());
+        // Kept with the event's decision (the event stays pending until then).
+        self.taking_in = Some(said);
+        self.gather();
+    }
+
+    /// Asks for the embedding of what waits once a batch is full, else after gathering for
+    /// [`GATHER`]: one index commit per batch, not one per message.
+    fn gather(&mut self) {
+        let Some(c) = self.convo.as_mut().filter(|c| c.asked.is_empty() && !c.pending.is_empty()) else { return };
+        if c.pending.len() >= crate::conversation::BATCH {
+            self.want_remember();
+        } else if !c.gathering {
+            c.gathering = true;
+            self.myself.send_after(GATHER, || PersonaMsg::RememberDue);
+        }
+    }
+
+    /// Asks for a `Background` slot to embed what conversation memory has waiting, and checks
+    /// the wait after `max_lag`.
+    fn want_remember(&mut self) {
+        let t = self.own_task(Class::Background, 0.2, "remember");
+        let Some(c) = self.convo.as_mut() else { return };
+        c.asked.push(t.id);
+        self.myself.send_after(c.max_lag, || PersonaMsg::ConversationLag);
+        self.args.scheduler.submit(t);
+    }
+
+    /// A message waited past `max_lag`: the embedding also asks for a `work` slot.
+    fn on_conversation_lag(&mut self) {
+        let t = self.own_task(Class::Work, 0.5, "remember");
+        let Some(c) = self.convo.as_mut().filter(|c| c.overdue(now_us())) else { return };
+        c.asked.push(t.id);
+        c.promotions += 1;
+        tracing::info!(persona = %self.name, lag_ms = c.lag_us(now_us()) / 1000, "conversation memory behind: promoted to work");
+        self.args.scheduler.submit(t);
+    }
+
+    /// A batch of conversation memory is embedded (or goes back in line).
+    fn on_remembered(&mut self, task: TaskId, result: Result<(), String>) {
+        let Some(c) = self.convo.as_mut() else { return };
+        c.asked.retain(|t| *t != task);
+        if let Err(e) = &result {
+            tracing::warn!(persona = %self.name, error = %e, "conversation memory: embedding failed; kept to retry");
+        }
+        let failed = result.is_err();
+        let stored = c.batch_done(result, now_us());
+        if !stored.is_empty() {
+            self.args.storage.conversation_embedded(self.name.clone(), stored);
+        }
+        // More waiting: gather again (after a failure, at the next message or check).
+        if !failed {
+            self.gather();
+        }
+    }
+
+    /// What conversation memory recalled for the recall step: into the reply, and (when it
+    /// could only match words) reported.
+    fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>) {
+        let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let seq = f.delivery.seq;
+        let mut degraded = None;
+        match recall {
+            Ok(r) => {
+                f.conversation = r.items.into_iter().filter(|i| i.said.seq != seq).collect();
+                degraded = r.degraded;
+            }
+            Err(e) => f.notes.push(format!("conversation memory did not answer: {e}")),
+        }
+        if let Some(why) = &degraded {
+            f.notes.push(format!("conversation recall degraded (words only): {why}"));
+        }
+        let text = f
+            .recalled
+            .iter()
+            .map(|m| m.text.clone())
+            .chain(f.conversation.iter().map(|r| r.said.content()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if let Some(c) = self.convo.as_mut() {
+            if degraded.is_some() && c.degraded != degraded {
+                tracing::warn!(persona = %self.name, why = degraded.as_deref().unwrap_or(""), "conversation recall is degraded: words only, not meaning");
+            }
+            c.degraded = degraded;
+        }
+        self.step_result(task, Ok(Some(text)));
     }
 
     /// One consolidation pass: working memory and recent plans into long-term memory.
@@ -657,6 +876,10 @@ impl PersonaState {
             "gate"
         } else if self.consolidating == Some(g.task) {
             "consolidate"
+        } else if self.convo.as_ref().is_some_and(|c| c.asked.contains(&g.task)) {
+            "remember"
+        } else if self.study.run.as_ref().is_some_and(|r| r.task == Some(g.task)) {
+            "study"
         } else if let Some(f) = self.in_flight.as_ref().filter(|f| f.task == g.task) {
             if f.choosing.is_some() {
                 "plan"
@@ -700,6 +923,40 @@ impl PersonaState {
                 self.args.scheduler.done(g.task);
             }
             self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
+            return;
+        }
+        if let (Some(c), Some((index, _))) =
+            (self.convo.as_mut().filter(|c| c.asked.contains(&g.task)), self.args.conversation.clone())
+        {
+            let batch = if ran { c.take_batch(&self.name) } else { Vec::new() };
+            if batch.is_empty() {
+                // The other request took the batch, or no slot was given: done with this one.
+                c.asked.retain(|t| *t != g.task);
+                if ran {
+                    self.args.scheduler.done(g.task);
+                }
+                if c.embedding.is_empty() && !c.pending.is_empty() && c.asked.is_empty() {
+                    self.want_remember();
+                }
+                return;
+            }
+            let (me, task) = (self.myself.clone(), g.task);
+            let req = RagRequest::CreateMany(CreateManyRequest { entries: batch });
+            tokio::spawn(async move {
+                let result = match call_t!(index, IndexMsg::Request, REMEMBER_CALL_MS, Box::new(req)) {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(e) => Err(format!("the conversation index did not answer: {e}")),
+                };
+                let _ = me.cast(PersonaMsg::Remembered { task, result });
+            });
+            // The slot is free again at once: the embedding runs on the worker and the index's
+            // thread, and holding the slot would keep the persona's own next steps waiting.
+            self.args.scheduler.done(g.task);
+            return;
+        }
+        if self.study.run.as_ref().is_some_and(|r| r.task == Some(g.task)) {
+            self.run_study(g);
             return;
         }
         if self.consolidating == Some(g.task) {
@@ -749,6 +1006,7 @@ impl PersonaState {
                         role: &self.args.config.role,
                         event: &f.delivery.event,
                         recalled: &f.recalled,
+                        conversation: &f.conversation,
                         found: &f.found,
                         state: &f.state,
                     },
@@ -803,12 +1061,48 @@ impl PersonaState {
             }
             _ => false,
         };
-        let result = self.run_step(rules_only).await;
-        if matches!(result, Ok(StepRun::Waiting)) {
-            // The grant is held until the model answers (`PersonaMsg::Drafted`).
-            return;
+        match self.run_step(rules_only).await {
+            // The grant is held until the answer comes (`PersonaMsg::Drafted`, `Searched`).
+            Ok(StepRun::Waiting) => {}
+            Ok(StepRun::Done(text)) => self.step_result(g.task, Ok(text)),
+            Err(e) => self.step_result(g.task, Err(e)),
         }
-        self.step_done(g.task, result.map(|_| ()));
+    }
+
+    /// The step of `task` ended: its result's text goes through the enrichment pipeline (the
+    /// grant held meanwhile) before the plan goes on.
+    fn step_result(&mut self, task: TaskId, result: Result<Option<String>, (ErrorClass, String)>) {
+        match (result, self.args.enricher.clone()) {
+            (Ok(Some(text)), Some(enricher)) if !text.trim().is_empty() => {
+                let me = self.myself.clone();
+                tokio::spawn(async move {
+                    let enrichment = enricher.enrich(&text).await;
+                    let _ = me.cast(PersonaMsg::StepEnriched { task, enrichment });
+                });
+            }
+            (result, _) => self.step_done(task, result.map(drop)),
+        }
+    }
+
+    /// What the result of the step of `task` calls for. References it names are selected at
+    /// once; new candidates get a `select_reference` step before the answer is drafted.
+    fn on_step_enriched(&mut self, task: TaskId, enrichment: Enrichment) {
+        let Some(f) = self.in_flight.as_ref().filter(|f| f.task == task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let event_id = f.delivery.event.id.clone();
+        let stage = format!("step:{}", f.record.plan.steps[f.cursor].action.as_str());
+        let fresh = self.take_matches(&event_id, &stage, enrichment);
+        let f = self.in_flight.as_mut().expect("checked above");
+        let ahead = &f.record.plan.steps[f.cursor + 1..];
+        let drafts_later = ahead.iter().any(|s| s.action == Action::DraftReply);
+        let selects_later = ahead.iter().any(|s| s.action == Action::SelectReference);
+        if !fresh.is_empty() && drafts_later && !selects_later {
+            let step = Step { action: Action::SelectReference, state: StepState::Pending, contingency: false };
+            f.record.plan.steps.insert(f.cursor + 1, step);
+        }
+        self.step_done(task, Ok(()));
     }
 
     /// The step of `task` is over: release its grant, then go on with the plan as its outcome
@@ -863,6 +1157,7 @@ impl PersonaState {
                             avoid: &f.avoid,
                             learnings: &self.learnings,
                             attempt,
+                            references: !self.refs.current.is_empty(),
                         });
                         let old = std::mem::replace(&mut f.record.plan, plan);
                         f.record.replaced.push(old);
@@ -900,9 +1195,30 @@ impl PersonaState {
                     CHILD_CALL_MS
                 )
                 .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
+                let text = got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>().join("\n");
                 let f = self.in_flight.as_mut().expect("still in flight");
                 f.recalled = got;
-                Ok(StepRun::Done)
+                let Some((index, config)) = self.args.conversation.clone() else {
+                    return Ok(StepRun::Done(Some(text)));
+                };
+                // And what was said before, from conversation memory, off the persona's loop.
+                let q = RecallQuery {
+                    persona: self.name.to_string(),
+                    query: e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" "),
+                    room: Some(e.room.clone()),
+                    since_us: None,
+                    limit: CONVERSATION_RECALLED,
+                };
+                if q.query.is_empty() {
+                    return Ok(StepRun::Done(Some(text)));
+                }
+                let (storage, weights) = (self.args.storage.clone(), config.weights);
+                let (me, task) = (self.myself.clone(), f.task);
+                tokio::spawn(async move {
+                    let recall = conversation::recall(&index, &storage, &q, &weights).await;
+                    let _ = me.cast(PersonaMsg::Recalled { task, recall });
+                });
+                Ok(StepRun::Waiting)
             }
             Action::SearchKnowledge => {
                 let Some(index) = self.args.index.clone() else {
@@ -927,13 +1243,24 @@ impl PersonaState {
                 });
                 Ok(StepRun::Waiting)
             }
-            Action::StudyTopic => Err((ErrorClass::MissingResource, "studying needs the knowledge index".into())),
+            Action::StudyTopic => {
+                if self.args.index.is_none() {
+                    return Err((ErrorClass::MissingResource, "studying needs the knowledge index".into()));
+                }
+                // Studied later, in idle time: the step only notes the topic.
+                let topic = study::topic_of(&e.text);
+                if !self.study.note(&topic, "a plan step asked to study it", now_us(), false) {
+                    return Ok(StepRun::Done(None));
+                }
+                Ok(StepRun::Done(Some(format!("noted for study: {topic}"))))
+            }
             Action::DraftReply => {
                 let ctx = RespondContext {
                     persona: &self.name,
                     role: &self.args.config.role,
                     event: &e,
                     recalled: &f.recalled,
+                    conversation: &f.conversation,
                     found: &f.found,
                     state: &f.state,
                 };
@@ -942,13 +1269,13 @@ impl PersonaState {
                     let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
                     let text = brain.respond(&ctx);
                     let f = self.in_flight.as_mut().expect("still in flight");
-                    f.draft = Some(text);
+                    f.draft = Some(text.clone());
                     f.drafted_by = brain.name();
-                    return Ok(StepRun::Done);
+                    return Ok(StepRun::Done(Some(text)));
                 };
                 let Some(llm) = self.args.llm.clone() else {
                     self.draft_by_rules("no LLM in this fleet".into());
-                    return Ok(StepRun::Done);
+                    return Ok(StepRun::Done(self.in_flight.as_ref().and_then(|f| f.draft.clone())));
                 };
                 let job =
                     GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
@@ -960,9 +1287,10 @@ impl PersonaState {
                 let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
                 let text = format!("{to} {} here: could you say more about \"{about}\"?", self.name);
                 self.in_flight.as_mut().expect("still in flight").draft = Some(text);
-                Ok(StepRun::Done)
+                Ok(StepRun::Done(None))
             }
-            Action::NotePreoccupation => Ok(StepRun::Done),
+            Action::NotePreoccupation => Ok(StepRun::Done(None)),
+            Action::SelectReference => self.select_references(&e).map(|text| StepRun::Done(Some(text))),
             Action::PostReply => {
                 let Some(text) = f.draft.clone() else {
                     return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
@@ -993,7 +1321,7 @@ impl PersonaState {
                     at_us: now,
                 };
                 self.in_flight.as_mut().expect("still in flight").reply = Some((entry, reply_event));
-                Ok(StepRun::Done)
+                Ok(StepRun::Done(None))
             }
         }
     }
@@ -1061,6 +1389,73 @@ impl PersonaState {
     }
 
     /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
+    /// The `select_reference` step: selects the candidates the event's texts were offered (by
+    /// tag or meaning, best first), then reads, from each selected reference the event called
+    /// for, the passage that bears most on it (only where its selection authorises). Returns
+    /// the passages.
+    fn select_references(&mut self, e: &Event) -> Result<String, (ErrorClass, String)> {
+        let Some(enricher) = self.args.enricher.clone() else {
+            return Err((ErrorClass::MissingResource, "no reference catalog in this fleet".into()));
+        };
+        let offered: Vec<RefMatch> = self
+            .refs
+            .current
+            .iter()
+            .filter(|m| matches!(m.via, Via::Tag | Via::Semantic) && !self.refs.selected.contains_key(&m.id))
+            .take(REFS_SELECTED_PER_STEP)
+            .cloned()
+            .collect();
+        if !offered.is_empty() {
+            let hint = refs::hint_block(enricher.catalog(), &offered);
+            tracing::info!(persona = %self.name, event = %e.id, %hint, "selecting references");
+        }
+        self.select_all(&enricher, &e.id, offered);
+        let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
+        let read = |id: &str| f.found.iter().any(|s| s.cite.starts_with(&format!("ref:{id}/")));
+        let to_read: Vec<String> = self
+            .refs
+            .current
+            .iter()
+            .filter(|m| self.refs.selected.contains_key(&m.id) && !read(&m.id))
+            .take(REFS_READ_PER_STEP)
+            .map(|m| m.id.clone())
+            .collect();
+        let (mut found, mut refused) = (Vec::new(), Vec::new());
+        for id in to_read {
+            let Some(r) = enricher.catalog().get(&id) else { continue };
+            let (passage, denied) = refs::excerpt(r, &e.text, &self.refs.authorised);
+            refused.extend(denied.into_iter().map(|file| format!("@{id}/{file}")));
+            if let Some(x) = passage {
+                found.push(Source {
+                    cite: format!("ref:{id}/{}:{}-{}", x.file, x.start_line, x.end_line),
+                    kind: REFERENCE_KIND.into(),
+                    symbol: Some(r.name.clone()),
+                    text: x.text,
+                    score: 1.0,
+                });
+            }
+        }
+        if found.is_empty() {
+            return Err(if refused.is_empty() {
+                (ErrorClass::MissingResource, "the references have no passage to read".into())
+            } else {
+                (ErrorClass::AccessDenied, format!("not authorised to read {}", refused.join(", ")))
+            });
+        }
+        for s in &found {
+            let first: String = s.text.lines().next().unwrap_or("").chars().take(160).collect();
+            let name = s.symbol.as_deref().unwrap_or("");
+            self.remember(e, EntryKind::Observation, format!("[{}] {name}: {}", s.cite, first.trim()), 0.6);
+        }
+        let text = found.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n");
+        let f = self.in_flight.as_mut().expect("still in flight");
+        if !refused.is_empty() {
+            f.notes.push(format!("select_reference: not authorised to read {}", refused.join(", ")));
+        }
+        f.found.extend(found);
+        Ok(text)
+    }
+
     fn draft_by_rules(&mut self, why: String) {
         let f = self.in_flight.as_mut().expect("a draft is for the event in flight");
         let text = RulesBrain.respond(&RespondContext {
@@ -1068,6 +1463,7 @@ impl PersonaState {
             role: &self.args.config.role,
             event: &f.delivery.event,
             recalled: &f.recalled,
+            conversation: &f.conversation,
             found: &f.found,
             state: &f.state,
         });
@@ -1099,7 +1495,8 @@ impl PersonaState {
             Ok(g) => self.draft_by_rules(format!("the model answered nothing ({:?})", g.stop)),
             Err(e) => self.draft_by_rules(e.to_string()),
         }
-        self.step_done(task, Ok(()));
+        let draft = self.in_flight.as_ref().and_then(|f| f.draft.clone());
+        self.step_result(task, Ok(draft));
     }
 
     /// The knowledge search's results: into working memory as observations, and into the reply.
@@ -1111,21 +1508,21 @@ impl PersonaState {
         let e = f.delivery.event.clone();
         let result = match answer {
             Ok(found) if !found.is_empty() => {
-                f.found = found.clone();
+                f.found.extend(found.iter().cloned());
                 for s in &found {
                     let what = s.symbol.as_deref().map_or_else(|| s.kind.clone(), |sym| format!("{} {sym}", s.kind));
                     let first: String =
                         s.text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(160).collect();
                     self.remember(&e, EntryKind::Observation, format!("[{}] {what}: {}", s.cite, first.trim()), 0.6);
                 }
-                Ok(())
+                Ok(Some(found.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n")))
             }
             Ok(_) => Err((ErrorClass::MissingResource, "the index has nothing relevant".into())),
             Err(RagError::Unavailable(m)) if m.starts_with("the index did not answer") => Err((ErrorClass::Timeout, m)),
             Err(RagError::Unavailable(m)) => Err((ErrorClass::MissingResource, m)),
             Err(e) => Err((ErrorClass::Unknown, e.to_string())),
         };
-        self.step_done(task, result);
+        self.step_result(task, result);
     }
 
     /// The model's lesson of the plan in flight: the plan is complete.
@@ -1188,9 +1585,138 @@ impl PersonaState {
             }),
         }
         let failed = !evaluation.success;
+        self.note_gap(&f, failed);
         f.record.evaluation = Some(evaluation);
         self.last_plan = Some(f.record.clone());
         self.finish(f.delivery, f.backlog, f.priority, f.gate, f.state, f.reply, Some((f.record, failed, f.notes)));
+    }
+
+    /// Notes a gap in what the persona knows when the event showed one: its knowledge search
+    /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
+    /// is the question's content words; a topic that comes up again while it waits counts up.
+    fn note_gap(&mut self, f: &InFlight, failed: bool) {
+        if self.args.index.is_none() {
+            return;
+        }
+        let searched = f.record.plan.steps.iter().any(|s| s.action == Action::SearchKnowledge);
+        let why = if searched && f.found.is_empty() {
+            "knowledge search found nothing relevant"
+        } else if f.draft.as_deref().is_some_and(study::says_unsure) {
+            "its reply said it does not know"
+        } else if failed {
+            "its plan failed"
+        } else {
+            return;
+        };
+        let topic = study::topic_of(&f.delivery.event.text);
+        if self.study.note(&topic, why, now_us(), false) {
+            tracing::info!(persona = %self.name, %topic, why, event = %f.delivery.event.id, "knowledge gap noted for study");
+        }
+    }
+
+    /// A person asks for study: `topic`, else the gap noted first. Answers with the topic.
+    fn on_study(&mut self, topic: Option<String>) -> Result<String, String> {
+        if self.args.index.is_none() {
+            return Err("studying needs the knowledge index ([index] in the fleet config)".into());
+        }
+        let topic = match topic.as_deref().map(str::trim) {
+            Some("") => return Err("the topic is empty".into()),
+            Some(t) => t.to_string(),
+            None => match self.study.gaps.front() {
+                Some(g) => g.topic.clone(),
+                None => return Err(format!("{} has noted no knowledge gap: name a topic", self.name)),
+            },
+        };
+        self.study.note(&topic, "asked by a person", now_us(), true);
+        self.study_next();
+        Ok(topic)
+    }
+
+    /// Asks for a `background` slot for the next stage of study, when the persona is idle and
+    /// has something to study (one stage at a time; busy, it asks again once it is done).
+    fn study_next(&mut self) {
+        if self.args.index.is_none() || self.busy() {
+            return;
+        }
+        let with_model = self.study_llm().is_some();
+        let mut t = self.own_task(Class::Background, 0.2, "study");
+        let Some(run) = self.study.start(now_us()).filter(|r| r.task.is_none()) else { return };
+        if run.stage.uses_model() && with_model {
+            t.slot = Slot::Inference;
+            t = t.with_max_tokens(study::STAGE_TOKENS_RESERVED);
+        }
+        run.task = Some(t.id);
+        self.args.scheduler.submit(t);
+    }
+
+    /// The model study asks, when this persona's brain is the local one.
+    fn study_llm(&self) -> Option<ActorRef<LlmMsg>> {
+        self.args.llm.clone().filter(|_| self.args.config.brain == BrainKind::Local)
+    }
+
+    /// The slot for a stage of study: run it off the persona's loop, unless work came first
+    /// (then the slot goes back and the stage waits for the persona to be idle again).
+    fn run_study(&mut self, g: Grant) {
+        let busy = self.busy();
+        let rules_only = match g.outcome {
+            Outcome::Run => false,
+            Outcome::RulesOnly(_) => true,
+            Outcome::Skipped(why) => {
+                if let Some(mut run) = self.study.run.take() {
+                    self.keep_study(run.abandon(&format!("stopped: {why:?}"), now_us()));
+                }
+                return;
+            }
+        };
+        let svc = study::Services {
+            index: self.args.index.clone().expect("study needs the index"),
+            llm: if rules_only { None } else { self.study_llm() },
+            persona: self.name.to_string(),
+        };
+        let Some(run) = self.study.run.as_mut() else { return };
+        if busy {
+            run.task = None;
+            self.args.scheduler.done(g.task);
+            return;
+        }
+        let (copy, me, task) = (run.clone(), self.myself.clone(), g.task);
+        tokio::spawn(async move {
+            let step = study::run_stage(copy, svc).await;
+            let _ = me.cast(PersonaMsg::Studied { task, step });
+        });
+    }
+
+    /// A stage of study is done: the next one, or the end of the session.
+    fn on_studied(&mut self, task: TaskId, step: StudyStep) {
+        let tokens = match &step {
+            StudyStep::Asked { tokens, .. } | StudyStep::Answered { tokens, .. } => *tokens,
+            StudyStep::Found(_) => 0,
+        };
+        self.args.scheduler.done_with_tokens(task, tokens);
+        let Some(run) = self.study.run.as_mut().filter(|r| r.task == Some(task)) else { return };
+        if run.apply(step)
+            && let Some(session) = self.study.finish(now_us())
+        {
+            self.keep_study(session);
+        }
+        self.study_next();
+    }
+
+    /// Keeps a finished session (storage, with its learning and knowledge) and appends its
+    /// passed answers to the persona's training data.
+    fn keep_study(&self, session: StudySession) {
+        tracing::info!(
+            persona = %self.name, topic = %session.topic, outcome = %session.outcome, score = session.score,
+            answers = session.answers.len(), tokens = session.tokens, "study session over"
+        );
+        let file = study::training_file(self.args.storage.data_dir(), &self.name);
+        let (name, role, copy) = (self.name.clone(), self.args.config.role.clone(), session.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = study::append_training(&file, &name, &role, &copy) {
+                tracing::warn!(persona = %name, file = %file.display(), error = %e, "study: training data not written");
+            }
+        });
+        self.args.storage.study(self.name.clone(), session.clone(), study::knowledge_of(&session));
     }
 
     /// Journals the decision (with the reply and plan) through the admin, updates self-state
@@ -1234,6 +1760,7 @@ impl PersonaState {
                 ("recent_persona_msgs".into(), state.recent_persona_msgs as f64),
             ],
             at_us: now_us(),
+            references: self.refs.finish(&e.id),
         };
         let mut activity = Activity {
             event_id: e.id.clone(),
@@ -1276,6 +1803,12 @@ impl PersonaState {
             decision,
             reply,
             plan: plan.map(|(r, _, _)| r),
+            said: self.taking_in.take().filter(|s| s.seq == d.seq).map(|mut s| {
+                // Embedded already when it is no longer waiting.
+                s.embedded =
+                    self.convo.as_ref().is_some_and(|c| !c.pending.iter().chain(&c.embedding).any(|p| p.seq == s.seq));
+                s
+            }),
         })));
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
@@ -1283,6 +1816,7 @@ impl PersonaState {
         }
         self.args.marker.store(0, Ordering::SeqCst);
         self.pull();
+        self.study_next();
     }
 
     fn remember(&self, e: &Event, kind: EntryKind, text: String, importance: f64) {
@@ -1323,6 +1857,9 @@ impl PersonaState {
             cadence_ms: self.cadence.as_millis() as u64,
             budget_left: self.budget_left,
             plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
+            references: self.args.enricher.as_ref().map(|_| self.refs.dump()),
+            conversation: self.convo.as_ref().map(|c| c.dump(now_us())),
+            study: self.args.index.as_ref().map(|_| self.study.dump()),
         }
     }
 
@@ -1371,6 +1908,30 @@ impl Actor for Persona {
         let inbox = spawn_inbox(&args, &name, &myself).await?;
         let sup = args.supervision;
         let learnings = args.storage.learnings(&name)?;
+        let mut refs = RefBook::default();
+        if let Some(enricher) = &args.enricher {
+            // Its choices so far, and the references every persona has.
+            let auto = enricher.catalog().refs.iter().filter(|r| r.mode == RefMode::Auto).map(|r| RefMatch {
+                id: r.id.clone(),
+                via: Via::Auto,
+                matched: Vec::new(),
+                score: 1.0,
+            });
+            for m in args.storage.selected_references(&name)?.into_iter().chain(auto) {
+                refs.select(enricher.catalog(), m);
+            }
+        }
+        let mut study = StudyBook::default();
+        if args.index.is_some() {
+            study.recent = args.storage.studies(&name, study::RECENT_KEPT)?.into();
+        }
+        let convo = match &args.conversation {
+            Some((_, config)) => {
+                let (unembedded, kept) = args.storage.unembedded(&name)?;
+                Some(ConversationBook::new(config.max_lag, unembedded, kept))
+            }
+            None => None,
+        };
         Ok(PersonaState {
             snapshot: SelfStateData { dormant: args.config.dormant, ..SelfStateData::default() },
             name,
@@ -1379,6 +1940,7 @@ impl Actor for Persona {
             self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
             memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
             in_flight: None,
+            enriching: None,
             judging: None,
             waiting: None,
             done: VecDeque::new(),
@@ -1392,6 +1954,10 @@ impl Actor for Persona {
             consolidating: None,
             cadence: Duration::ZERO,
             budget_left: 1.0,
+            refs,
+            convo,
+            taking_in: None,
+            study,
             args,
         })
     }
@@ -1404,6 +1970,10 @@ impl Actor for Persona {
             st.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || PersonaMsg::Consolidate);
         st.retune();
+        if st.convo.as_ref().is_some_and(|c| !c.pending.is_empty()) {
+            // What was taken in before a restart and not embedded.
+            st.want_remember();
+        }
         st.pull();
         Ok(())
     }
@@ -1428,12 +1998,29 @@ impl Actor for Persona {
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),
+            PersonaMsg::Study { topic, reply } => {
+                let _ = reply.send(st.on_study(topic));
+            }
+            PersonaMsg::Studied { task, step } => st.on_studied(task, step),
             PersonaMsg::Consolidate => {
                 myself.send_after(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
                 st.want_consolidation();
             }
             PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
             PersonaMsg::Searched { task, answer } => st.on_searched(task, answer),
+            PersonaMsg::Enriched { seq, enrichment } => st.on_enriched(seq, enrichment),
+            PersonaMsg::StepEnriched { task, enrichment } => st.on_step_enriched(task, enrichment),
+            PersonaMsg::Remembered { task, result } => st.on_remembered(task, result),
+            PersonaMsg::ConversationLag => st.on_conversation_lag(),
+            PersonaMsg::RememberDue => {
+                if let Some(c) = st.convo.as_mut() {
+                    c.gathering = false;
+                    if c.asked.is_empty() && !c.pending.is_empty() {
+                        st.want_remember();
+                    }
+                }
+            }
+            PersonaMsg::Recalled { task, recall } => st.on_recalled(task, recall),
             PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
             PersonaMsg::Planned { task, answer } => st.on_planned(task, answer),
             PersonaMsg::Evaluated { task, answer } => st.on_evaluated(task, answer),

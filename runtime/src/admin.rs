@@ -39,6 +39,8 @@ pub struct AdminArgs {
     /// The LLM worker, when a persona's brain uses it.
     pub llm: Option<ActorRef<LlmMsg>>,
     pub index: ActorRef<IndexMsg>,
+    /// The conversation index (`[conversation]` on), for `ai recall`.
+    pub conversation: Option<ActorRef<IndexMsg>>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
 }
@@ -59,6 +61,7 @@ pub struct AdminState {
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
     index: ActorRef<IndexMsg>,
+    conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
@@ -174,6 +177,7 @@ impl Actor for Admin {
             embedding: args.embedding,
             llm: args.llm,
             index: args.index,
+            conversation: args.conversation,
             addr: args.addr,
             personas,
             rooms,
@@ -244,6 +248,26 @@ impl Actor for Admin {
                     let _ = reply.send(r);
                 });
             }
+            AdminMsg::Ai(AiQuery::Recall(q), reply) => {
+                let Some(index) = st.conversation.clone() else {
+                    let _ = reply.send(Err(InjectError::Unavailable(
+                        "conversation memory is off ([conversation] enabled = false)".into(),
+                    )));
+                    return Ok(());
+                };
+                if !st.personas.contains_key(q.persona.as_str()) {
+                    let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {:?}", q.persona))));
+                    return Ok(());
+                }
+                let (storage, weights) = (st.storage.clone(), st.config.conversation.weights);
+                tokio::spawn(async move {
+                    let r = crate::conversation::recall(&index, &storage, &q, &weights)
+                        .await
+                        .map(|r| serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r }))
+                        .map_err(InjectError::Unavailable);
+                    let _ = reply.send(r);
+                });
+            }
             AdminMsg::Ai(query, reply) => {
                 let base = st.dump_base();
                 let work = match st.dump_work(query.persona()) {
@@ -274,6 +298,20 @@ impl Actor for Admin {
                         (Ok(Ok(mut e)), Ok(s)) => Ok(e.remove(0).to_json(&s.model.model)),
                         (Ok(Err(e)), _) => Err(InjectError::Unavailable(e.to_string())),
                         (Err(e), _) | (_, Err(e)) => Err(InjectError::Unavailable(format!("embedding worker: {e}"))),
+                    };
+                    let _ = reply.send(r);
+                });
+            }
+            AdminMsg::Study { persona, topic, reply } => {
+                let Some(actor) = st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) else {
+                    let _ = reply.send(Err(InjectError::NotFound(format!("unknown or stopped persona {persona:?}"))));
+                    return Ok(());
+                };
+                tokio::spawn(async move {
+                    let r = match call_t!(actor, |r| PersonaMsg::Study { topic, reply: r }, DUMP_CALL_MS) {
+                        Ok(Ok(topic)) => Ok(topic),
+                        Ok(Err(why)) => Err(InjectError::Invalid(why)),
+                        Err(e) => Err(InjectError::NotFound(format!("persona {persona:?} did not answer: {e}"))),
                     };
                     let _ = reply.send(r);
                 });

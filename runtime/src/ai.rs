@@ -103,6 +103,9 @@ pub enum AiQuery {
         priority: f64,
         text: String,
     },
+    /// What a persona was told about a topic: its conversation memory, recalled by meaning.
+    /// Answered by the conversation index.
+    Recall(crate::conversation::RecallQuery),
     /// Model calls and tokens over the last `since_secs` (at most the budget's hour), by
     /// persona, room and purpose, with latency percentiles. Answered by the scheduler.
     Cost {
@@ -123,6 +126,7 @@ impl AiQuery {
             | AiQuery::Plan { persona }
             | AiQuery::PlanHistory { persona, .. }
             | AiQuery::Memory { persona } => Some(persona),
+            AiQuery::Recall(q) => Some(&q.persona),
             AiQuery::Health | AiQuery::ActivityMap | AiQuery::SelectForTask { .. } | AiQuery::Cost { .. } => None,
         }
     }
@@ -231,7 +235,7 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
             })
         }
         // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
-        AiQuery::Cost { .. } => Value::Null,
+        AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
     })
 }
 

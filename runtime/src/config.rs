@@ -54,9 +54,23 @@ struct RawFleetFile {
     references: Option<RawReferences>,
     #[serde(default)]
     reference: Vec<Spanned<RawReference>>,
+    conversation: Option<RawConversation>,
     defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     persona: Vec<Spanned<RawPersona>>,
+}
+
+/// `[conversation]`: conversation memory.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConversation {
+    enabled: Option<bool>,
+    similarity_weight: Option<Spanned<f64>>,
+    recency_weight: Option<Spanned<f64>>,
+    importance_weight: Option<Spanned<f64>>,
+    room_weight: Option<Spanned<f64>>,
+    half_life_hours: Option<Spanned<f64>>,
+    max_lag_secs: Option<Spanned<f64>>,
 }
 
 /// `[references]`: catalog files to include, and how matching behaves.
@@ -235,7 +249,29 @@ pub struct FleetConfig {
     pub llm: LlmBackend,
     pub index: IndexConfig,
     pub references: ReferencesConfig,
+    pub conversation: ConversationConfig,
     pub personas: Vec<PersonaConfig>,
+}
+
+/// Conversation memory (`[conversation]`): every chat message a persona takes in, embedded by
+/// a `Background` task into its namespace of the conversation index, recalled by meaning.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConversationConfig {
+    pub enabled: bool,
+    pub weights: crate::conversation::RecallWeights,
+    /// A message waiting longer than this to be embedded promotes the task to `work`.
+    pub max_lag: Duration,
+}
+
+impl Default for ConversationConfig {
+    fn default() -> Self {
+        ConversationConfig {
+            // Off until its cost under a backlog is brought down (docs/BENCHMARKS.md).
+            enabled: false,
+            weights: crate::conversation::RecallWeights::default(),
+            max_lag: Duration::from_secs(30),
+        }
+    }
 }
 
 /// The reference catalog (`[[reference]]`, `[references]`).
@@ -249,10 +285,9 @@ pub struct ReferencesConfig {
 }
 
 impl ReferencesConfig {
-    /// The default semantic threshold (see docs/CONFIG.md, `[references]`): with
-    /// all-MiniLM-L6-v2, texts on a reference's subject scored 0.27 to 0.6 against its
-    /// description and tags in a first handful of examples, unrelated ones at most 0.21.
-    pub const DEFAULT_SEMANTIC_THRESHOLD: f64 = 0.25;
+    /// The default semantic threshold (see docs/CONFIG.md, `[references]`): the best F1 of
+    /// all-MiniLM-L6-v2 on the labelled set of `mindfleet bench refs-eval` (docs/BENCHMARKS.md).
+    pub const DEFAULT_SEMANTIC_THRESHOLD: f64 = 0.26;
 }
 
 /// Where the local models come from (`[models]`).
@@ -864,6 +899,33 @@ impl FleetConfig {
             }
         };
 
+        let conversation = {
+            let c = raw.conversation.unwrap_or_default();
+            let d = ConversationConfig::default();
+            let w = |v: &Option<Spanned<f64>>, name, default| cx.float(v, name, 0.0..=100.0, default);
+            let weights = crate::conversation::RecallWeights {
+                similarity: w(&c.similarity_weight, "similarity_weight", d.weights.similarity)?,
+                recency: w(&c.recency_weight, "recency_weight", d.weights.recency)?,
+                importance: w(&c.importance_weight, "importance_weight", d.weights.importance)?,
+                same_room: w(&c.room_weight, "room_weight", d.weights.same_room)?,
+                half_life: Duration::from_secs_f64(
+                    3600.0
+                        * cx.float(
+                            &c.half_life_hours,
+                            "half_life_hours",
+                            0.01..=1e6,
+                            d.weights.half_life.as_secs_f64() / 3600.0,
+                        )?,
+                ),
+            };
+            let max_lag = cx.float(&c.max_lag_secs, "max_lag_secs", 0.01..=86_400.0, d.max_lag.as_secs_f64())?;
+            ConversationConfig {
+                enabled: c.enabled.unwrap_or(d.enabled),
+                weights,
+                max_lag: Duration::from_secs_f64(max_lag),
+            }
+        };
+
         let d = raw.defaults.unwrap_or_default();
         let base = Tuning {
             inbox_capacity: cx.int(&d.inbox_capacity, "inbox_capacity", 1..=10_000_000, 1000)?,
@@ -975,12 +1037,13 @@ impl FleetConfig {
             llm,
             index,
             references,
+            conversation,
             personas,
         })
     }
 
     /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin,
-    /// every one on the rules brain.
+    /// every one on the rules brain (conversation memory off, as by default).
     pub fn synthetic(n: usize, data_dir: PathBuf) -> Self {
         let mut cfg = Self::embedded_default();
         cfg.name = format!("synthetic-{n}");
@@ -1131,7 +1194,7 @@ mod tests {
         let ids: Vec<(&str, crate::refs::RefMode)> = r.catalog.refs.iter().map(|r| (r.id.as_str(), r.mode)).collect();
         assert_eq!(ids, [("guides", crate::refs::RefMode::Selectable), ("retry", crate::refs::RefMode::Auto)]);
         assert_eq!(r.catalog.refs[0].path, dir.path().join("guides"));
-        assert_eq!((r.discovery_depth, r.semantic_threshold), (3, 0.25));
+        assert_eq!((r.discovery_depth, r.semantic_threshold), (3, 0.26));
 
         let dup = head.replace("id = \"guides\"", "id = \"retry\"");
         let err = load(&format!("{dup}{ONE}")).unwrap_err();

@@ -121,6 +121,62 @@ pub struct PersonaDump {
     /// Share of its model budget left over the last hour, as of its last grant.
     #[serde(default)]
     pub budget_left: f64,
+    /// Its references, when the fleet has a catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub references: Option<ReferencesDump>,
+    /// Its conversation memory, when the fleet keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationDump>,
+    /// Its self-directed study, when the fleet has a knowledge index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub study: Option<StudyDump>,
+}
+
+/// A persona's self-directed study (`study` of a persona in the dump).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StudyDump {
+    /// Gaps noted and waiting for idle time, next first.
+    pub gaps: Vec<crate::model::StudyGap>,
+    /// The session under way: its topic and stage (`search`, `ask 2/3`, `answer 2/3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<(String, String)>,
+    /// Sessions finished since the start.
+    pub sessions: u64,
+    /// The newest sessions kept, newest first, with their answers and scores.
+    pub recent: Vec<crate::model::StudySession>,
+}
+
+/// A persona's conversation memory (`conversation` of a persona in the dump).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ConversationDump {
+    /// Messages taken in and not embedded yet.
+    pub pending: u64,
+    /// How long the oldest of them has waited, and the longest any waited, ms.
+    pub lag_ms: i64,
+    pub max_lag_ms: i64,
+    /// Messages in its namespace of the conversation index.
+    pub stored: u64,
+    /// Times the embedding task was promoted from `background` to `work` by a long wait.
+    pub promotions: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// `semantic`, or `degraded: why` when the last recall could not use the vectors.
+    pub recall: String,
+}
+
+/// A persona's references (`references` of a persona in the dump).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReferencesDump {
+    /// What it selected, each with how it was found.
+    pub selected: Vec<crate::refs::RefMatch>,
+    /// `on`, or `off: why` (tags and `@id` still match).
+    pub semantic: String,
+    /// Matches made so far (events and step results), and those offered to it as candidates.
+    pub matches: u64,
+    /// The matches of its last event that called for any, with its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<String>,
+    pub last: Vec<crate::refs::RefMatch>,
 }
 
 impl PersonaDump {
@@ -149,6 +205,9 @@ impl PersonaDump {
             plan: None,
             cadence_ms: 0,
             budget_left: 0.0,
+            references: None,
+            conversation: None,
+            study: None,
         }
     }
 }

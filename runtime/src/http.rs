@@ -8,7 +8,8 @@
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
-//! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
+//! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task`, `recall` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `room`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
+//! | `POST /ai/study` | `{"persona", "topic"?}`: the persona studies the topic (else the knowledge gap it noted first) in idle time; answers `{"persona", "topic", "queued": true}` |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
 //! | `GET /ai/thoughts?page_size=N`, `GET /ai/decisions?page_size=N` | the list under a cursor: `{"handle", "offset", "entries", "total_count", "has_more", "has_previous"}`, paged with `POST /rag/fetch` |
 //! | `POST /rag/{command}` | the codebase index ([`crate::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
@@ -92,6 +93,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/faults", post(post_fault))
         .route("/ai/state", get(get_ai_state).post(post_state))
         .route("/ai/embedding/generate", post(post_embedding))
+        .route("/ai/study", post(post_study))
         .route("/ai/{query}", get(get_ai))
         .route("/rag/{command}", post(post_rag))
         .route("/v1/chat/completions", post(post_chat))
@@ -107,6 +109,7 @@ struct AiParams {
     verdict: Option<Verdict>,
     priority: Option<f64>,
     text: Option<String>,
+    room: Option<String>,
     limit: Option<usize>,
     /// A window back from now: `90s`, `15m`, `1h`, `2d`.
     since: Option<String>,
@@ -133,6 +136,13 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,
         "cost" => AiQuery::Cost { since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs() },
+        "recall" => AiQuery::Recall(crate::conversation::RecallQuery {
+            persona: need(p.persona, "persona")?,
+            query: need(p.text, "text")?,
+            room: p.room,
+            since_us,
+            limit: p.limit.unwrap_or(10).clamp(1, 100),
+        }),
         "select-for-task" => {
             let priority = p.priority.unwrap_or(0.5);
             if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {
@@ -248,6 +258,33 @@ async fn post_state(State(st): State<HttpState>, headers: HeaderMap, body: Body)
     }
     match call_t!(st.admin, |reply| AdminMsg::SetState { persona, change, reply }, ADMIN_CALL_MS) {
         Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StudyBody {
+    persona: String,
+    #[serde(default)]
+    topic: Option<String>,
+}
+
+async fn post_study(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let StudyBody { persona, topic } = match serde_json::from_str(&text) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid study request: {e}"), None),
+    };
+    let asked = persona.clone();
+    match call_t!(st.admin, |reply| AdminMsg::Study { persona, topic, reply }, ADMIN_CALL_MS) {
+        Ok(Ok(topic)) => {
+            (StatusCode::OK, axum::Json(json!({"persona": asked, "topic": topic, "queued": true}))).into_response()
+        }
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
     }

@@ -125,6 +125,13 @@ pub struct CreateRequest {
     pub embedding: Option<Vec<f32>>,
 }
 
+/// `rag create` for many entries at once, in one transaction (`POST /rag/create-many`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateManyRequest {
+    pub entries: Vec<CreateRequest>,
+}
+
 /// `rag fetch`: a page of an open handle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,6 +163,7 @@ pub enum RagRequest {
     Fetch(FetchRequest),
     Close(CloseRequest),
     Create(CreateRequest),
+    CreateMany(CreateManyRequest),
     Ask(AskRequest),
 }
 
@@ -173,10 +181,11 @@ impl RagRequest {
             "fetch" => RagRequest::Fetch(de(command, body)?),
             "close" => RagRequest::Close(de(command, body)?),
             "create" => RagRequest::Create(de(command, body)?),
+            "create-many" => RagRequest::CreateMany(de(command, body)?),
             "ask" => RagRequest::Ask(de(command, body)?),
             other => {
                 return Err(RagError::NotFound(format!(
-                    "unknown rag command {other:?} (known: index, search, query, open, fetch, close, create, ask)"
+                    "unknown rag command {other:?} (known: index, search, query, open, fetch, close, create, create-many, ask)"
                 )));
             }
         })
@@ -193,6 +202,7 @@ impl RagRequest {
             RagRequest::Fetch(r) => ("fetch", to_value(r)),
             RagRequest::Close(r) => ("close", to_value(r)),
             RagRequest::Create(r) => ("create", to_value(r)),
+            RagRequest::CreateMany(r) => ("create-many", to_value(r)),
             RagRequest::Ask(r) => ("ask", to_value(r)),
         };
         (name, body.unwrap_or_default())

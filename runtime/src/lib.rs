@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod ai;
 pub mod config;
+pub mod conversation;
 pub mod cursor;
 pub mod dump;
 pub mod embedding;

@@ -147,6 +147,16 @@ pub enum PersonaMsg {
     Resync,
     /// The room coordinator's answer to a claim (or the persona's own timeout).
     Turn(Turn),
+    /// Study `topic` (else the gap noted first) in idle time; answers with the topic.
+    Study {
+        topic: Option<String>,
+        reply: RpcReplyPort<Result<String, String>>,
+    },
+    /// A stage of the study session of `task` is done.
+    Studied {
+        task: TaskId,
+        step: StudyStep,
+    },
     /// Time to consolidate working memory (the persona's own timer).
     Consolidate,
     /// A person changes the self-state.
@@ -176,6 +186,32 @@ pub enum PersonaMsg {
     Searched {
         task: TaskId,
         answer: Result<Vec<crate::knowledge::Source>, crate::knowledge::RagError>,
+    },
+    /// The references the event of delivery `seq` calls for (the enrichment pipeline ran on
+    /// it before the gate).
+    Enriched {
+        seq: u64,
+        enrichment: crate::refs::Enrichment,
+    },
+    /// The references the result of the step of `task` calls for.
+    StepEnriched {
+        task: TaskId,
+        enrichment: crate::refs::Enrichment,
+    },
+    /// The batch of conversation memory that the task `task` embedded is in the index (or why
+    /// not).
+    Remembered {
+        task: TaskId,
+        result: Result<(), String>,
+    },
+    /// Time to check how long conversation memory has waited to be embedded.
+    ConversationLag,
+    /// Conversation memory has gathered long enough: time to embed what waits.
+    RememberDue,
+    /// What conversation memory recalled for the recall step of `task`.
+    Recalled {
+        task: TaskId,
+        recall: Result<crate::conversation::Recall, String>,
     },
 }
 
@@ -220,6 +256,9 @@ pub struct PersonaCommit {
     pub reply: Option<(OutboxEntry, Event)>,
     /// The plan the persona ran for the event, with its adjustments and evaluation.
     pub plan: Option<PlanRecord>,
+    /// The chat message as conversation memory keeps it (written with the decision, so taking
+    /// it in costs no commit of its own; until then the event is pending, so not lost).
+    pub said: Option<crate::conversation::Said>,
 }
 
 /// What the fleet supervisor reports about a persona.
@@ -268,6 +307,12 @@ pub enum AdminMsg {
         long: crate::embedding::LongText,
         reply: RpcReplyPort<Result<serde_json::Value, InjectError>>,
     },
+    /// Have a persona study a topic (`mindfleet ai study`); answers with the topic.
+    Study {
+        persona: String,
+        topic: Option<String>,
+        reply: RpcReplyPort<Result<String, InjectError>>,
+    },
     /// Change a persona's self-state by hand (`mindfleet ai state update`).
     SetState {
         persona: String,
@@ -276,4 +321,15 @@ pub enum AdminMsg {
     },
     /// Stop accepting events (shutdown).
     Close(RpcReplyPort<()>),
+}
+
+/// What one stage of a study session produced.
+#[derive(Debug)]
+pub enum StudyStep {
+    /// The search for the topic: the passages to study.
+    Found(Result<Vec<crate::knowledge::Source>, String>),
+    /// A question asked of the next passage, by `model` or `rules`.
+    Asked { question: String, by: &'static str, tokens: u32 },
+    /// The question answered with retrieval, and graded.
+    Answered { answer: crate::model::StudyAnswer, tokens: u32 },
 }

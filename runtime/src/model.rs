@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::refs::RefMatch;
+
 /// What the engagement gate (or the runtime on its behalf) decided about an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -49,6 +51,9 @@ pub struct Decision {
     /// Named inputs of the decision (priority, threshold, load, ...).
     pub numbers: Vec<(String, f64)>,
     pub at_us: i64,
+    /// The references the event and the results of its steps called for, each with why.
+    #[serde(default)]
+    pub references: Vec<RefMatch>,
 }
 
 /// A reply a persona posted into a room.
@@ -218,10 +223,13 @@ pub enum Action {
     AskClarifyingQuestion,
     NotePreoccupation,
     StudyTopic,
+    /// Selects the references the text calls for (authorising their paths) and reads the
+    /// passages of them that bear on it.
+    SelectReference,
 }
 
 impl Action {
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 8] = [
         Action::RecallMemory,
         Action::SearchKnowledge,
         Action::DraftReply,
@@ -229,6 +237,7 @@ impl Action {
         Action::AskClarifyingQuestion,
         Action::NotePreoccupation,
         Action::StudyTopic,
+        Action::SelectReference,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -240,6 +249,7 @@ impl Action {
             Action::AskClarifyingQuestion => "ask_clarifying_question",
             Action::NotePreoccupation => "note_preoccupation",
             Action::StudyTopic => "study_topic",
+            Action::SelectReference => "select_reference",
         }
     }
 }
@@ -460,4 +470,59 @@ pub struct Consolidation {
     /// Working-memory entries up to this id are consolidated.
     pub watermark: u64,
     pub report: ConsolidationReport,
+}
+
+/// A gap in what a persona knows, noted for study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudyGap {
+    /// What to study: the content words of the question that showed the gap.
+    pub topic: String,
+    /// How the gap showed (`knowledge search found nothing relevant`, `said it does not know`,
+    /// `plan failed`, `asked by the admin`).
+    pub why: String,
+    pub noted_us: i64,
+    /// How often the topic came up unanswered while it waited.
+    pub mentions: u32,
+}
+
+/// One question of a study session, its answer and its grade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudyAnswer {
+    pub question: String,
+    pub answer: String,
+    /// The passage the question was asked of (`path:start-end`): what the answer is graded
+    /// against.
+    pub source: String,
+    /// What the search for the question found, best first (the answer's context).
+    pub cited: Vec<String>,
+    /// 0..=1: half for finding the source again, half for the share of the answer's words the
+    /// source supports.
+    pub grade: f64,
+    /// `model` or `rules`: who asked and answered.
+    pub by: String,
+}
+
+/// The grade a study answer needs to count as learned (and to become training data).
+pub const STUDY_PASS_MARK: f64 = 0.5;
+
+impl StudyAnswer {
+    pub fn passed(&self) -> bool {
+        self.grade >= STUDY_PASS_MARK
+    }
+}
+
+/// A finished (or abandoned) study session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudySession {
+    pub topic: String,
+    pub why: String,
+    pub started_us: i64,
+    pub finished_us: i64,
+    pub answers: Vec<StudyAnswer>,
+    /// Mean grade of the answers (0 without any).
+    pub score: f64,
+    /// `studied`, or why it stopped (`nothing in the index about it`, ...).
+    pub outcome: String,
+    /// Model tokens the session spent.
+    pub tokens: u32,
 }

@@ -62,6 +62,20 @@ pub enum Via {
     Semantic,
     /// Named by a selected reference (`@id` or a relative markdown link in its files).
     Linked,
+    /// Selected for every persona from the start (`mode = "auto"`).
+    Auto,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Id => "id",
+            Via::Tag => "tag",
+            Via::Semantic => "semantic",
+            Via::Linked => "linked",
+            Via::Auto => "auto",
+        }
+    }
 }
 
 /// A reference a text calls for, and why.
@@ -74,6 +88,15 @@ pub struct RefMatch {
     /// 1 for a named reference, the number of tags found for tags, the cosine similarity for
     /// semantic matches, the depth for linked ones.
     pub score: f32,
+}
+
+/// What the enrichment pipeline found in one text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Enrichment {
+    /// Best first: named, tags, semantic.
+    pub matches: Vec<RefMatch>,
+    /// Why semantic matching did not run on it, when it did not.
+    pub semantic_off: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -271,6 +294,82 @@ fn text_files(path: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The paths a persona may read: those of the references it selected (each a file or a
+/// directory, resolved, so neither `..` nor a link leads out of them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Authorised {
+    roots: Vec<PathBuf>,
+}
+
+impl Authorised {
+    pub fn allow(&mut self, path: &Path) {
+        let root = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        if !self.roots.contains(&root) {
+            self.roots.push(root);
+        }
+    }
+
+    /// Whether `path`, resolved, is one of the allowed paths or inside one.
+    pub fn allows(&self, path: &Path) -> bool {
+        path.canonicalize().is_ok_and(|p| self.roots.iter().any(|r| p.starts_with(r)))
+    }
+}
+
+/// A passage of a reference's files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Excerpt {
+    /// The file, relative to the reference's path (its name when the reference is a file).
+    pub file: String,
+    pub start_line: usize,
+    pub end_line: usize,
+    pub text: String,
+}
+
+/// Longest passage an excerpt keeps, in characters.
+const EXCERPT_CHARS: usize = 700;
+
+/// The passage (a paragraph: lines between blank lines) of `r`'s text files that shares the
+/// most words of four letters or more with `text`, the first one when none shares any. Only
+/// files `auth` allows are read; the others are returned, by name, as refused.
+pub fn excerpt(r: &Reference, text: &str, auth: &Authorised) -> (Option<Excerpt>, Vec<String>) {
+    let words = |t: &str| -> BTreeSet<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect()
+    };
+    let wanted = words(text);
+    let mut refused = Vec::new();
+    let mut best: Option<(usize, Excerpt)> = None;
+    for file in text_files(&r.path) {
+        let name = file.strip_prefix(&r.path).ok().filter(|p| !p.as_os_str().is_empty()).unwrap_or(&file);
+        let name = if r.path.is_file() {
+            file.file_name().map_or_else(|| name.display().to_string(), |n| n.to_string_lossy().into_owned())
+        } else {
+            name.display().to_string()
+        };
+        if !auth.allows(&file) {
+            refused.push(name);
+            continue;
+        }
+        let Ok(content) = std::fs::read_to_string(&file) else { continue };
+        let lines: Vec<&str> = content.lines().collect();
+        let mut start = 0;
+        while start < lines.len() {
+            if lines[start].trim().is_empty() {
+                start += 1;
+                continue;
+            }
+            let end = (start..lines.len()).find(|&i| lines[i].trim().is_empty()).unwrap_or(lines.len());
+            let para = lines[start..end].join("\n");
+            let shared = words(&para).intersection(&wanted).count();
+            if best.as_ref().is_none_or(|(s, _)| shared > *s) {
+                let text: String = para.chars().take(EXCERPT_CHARS).collect();
+                best = Some((shared, Excerpt { file: name.clone(), start_line: start + 1, end_line: end, text }));
+            }
+            start = end;
+        }
+    }
+    (best.map(|(_, e)| e), refused)
+}
+
 /// Relative targets of `[text](target)` links (no scheme, not absolute, anchors cut).
 fn markdown_links(text: &str) -> Vec<&str> {
     text.match_indices("](")
@@ -308,6 +407,26 @@ pub fn semantic(
     out
 }
 
+/// What `text` calls for, before discovery: the references it names, then those whose tags it
+/// has, then (with each reference's `similarity` to it, when semantic matching is on) those
+/// at least `threshold` alike; one match each, in that order. References in `skip` are not
+/// offered by tag or meaning (an `@id` names them all the same).
+pub fn candidates(
+    catalog: &Catalog,
+    text: &str,
+    similarity: Option<&BTreeMap<String, f32>>,
+    threshold: f32,
+    skip: &BTreeSet<String>,
+) -> Vec<RefMatch> {
+    let named = catalog.explicit(text);
+    let mut skip = skip.clone();
+    skip.extend(named.iter().map(|m| m.id.clone()));
+    let tags = catalog.by_tags(text, &skip);
+    skip.extend(tags.iter().map(|m| m.id.clone()));
+    let meaning = similarity.map(|s| semantic(catalog, s, threshold, &skip)).unwrap_or_default();
+    merge([named, tags, meaning])
+}
+
 /// One match per reference, in order of certainty: named, then tags, then semantic, then
 /// linked; within each, as given.
 pub fn merge(groups: impl IntoIterator<Item = Vec<RefMatch>>) -> Vec<RefMatch> {
@@ -336,6 +455,7 @@ pub fn hint_block(catalog: &Catalog, matches: &[RefMatch]) -> String {
             Via::Tag => format!("matched: {}", m.matched.join(", ")),
             Via::Semantic => format!("semantic: {:.2}", m.score),
             Via::Linked => format!("linked from: {}", m.matched.join(", ")),
+            Via::Auto => "selected for every persona".to_string(),
         };
         out.push_str(&format!("\n- {} ({name}): {why}", m.id));
     }

@@ -23,19 +23,24 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::config::StorageConfig;
+use crate::conversation::Said;
 use crate::event::Event;
 use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use crate::model::{
     Consolidation, ConsolidationReport, DeadLetter, Decision, Eviction, Experience, Knowledge, Learning, OutboxEntry,
-    PlanRecord, Procedure, SelfStateData, UserProfile, Verdict, WmEntry,
+    PlanRecord, Procedure, SelfStateData, StudySession, UserProfile, Verdict, WmEntry,
 };
+use crate::refs::RefMatch;
 use crate::time::now_us;
 
 /// Version of the layout below. Older files are migrated on open, newer ones refused.
 /// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
 /// 3: adds `plans` and `learnings` (the reasoning loop's journal) and long-term memory:
-/// `experiences`, `procedures`, `knowledge`, `profiles`, `consolidations`.
-pub const SCHEMA_VERSION: u64 = 4;
+/// `experiences`, `procedures`, `knowledge`, `profiles`, `consolidations`. 4: pending
+/// deliveries keyed by sequence number first. 5: decisions carry the references their event
+/// called for; adds `references` (what each persona selected), `conversation` (the chat
+/// messages each persona took in) and `studies` (self-directed study sessions).
+pub const SCHEMA_VERSION: u64 = 5;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -61,10 +66,16 @@ const PROCEDURES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("p
 const KNOWLEDGE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("knowledge");
 const PROFILES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("profiles");
 const CONSOLIDATIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("consolidations");
+/// The references each persona selected: (persona, reference id) -> how it was found.
+const REFERENCES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("references");
+/// The chat messages each persona took in: (persona, delivery seq) -> `Said`.
+const CONVERSATION: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("conversation");
+/// Each persona's study sessions: (persona, start time in µs) -> `StudySession`.
+const STUDIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("studies");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4];
+const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -89,7 +100,11 @@ const PLANS_KEPT: u64 = 200;
 pub const EXPERIENCES_KEPT: u64 = 1000;
 pub const PROCEDURES_PER_DOMAIN: usize = 50;
 pub const KNOWLEDGE_KEPT: u64 = 500;
+/// Study sessions kept per persona.
+pub const STUDIES_KEPT: u64 = 200;
 const CONSOLIDATIONS_KEPT: u64 = 100;
+/// Chat messages kept per persona for conversation memory.
+pub const CONVERSATION_KEPT: u64 = 10_000;
 
 /// Version 3 adds tables that start empty.
 fn migrate_2_to_3(txn: &WriteTransaction) -> Result<(), redb::Error> {
@@ -111,6 +126,56 @@ fn migrate_3_to_4(txn: &WriteTransaction) -> Result<(), redb::Error> {
     }
     txn.delete_table(DELIVERIES_V3)?;
     Ok(())
+}
+
+/// A decision as version 4 stored it: without the references.
+#[derive(Deserialize)]
+struct DecisionV4 {
+    event_id: String,
+    verdict: Verdict,
+    reason: String,
+    by: String,
+    priority: f64,
+    numbers: Vec<(String, f64)>,
+    at_us: i64,
+}
+
+impl From<DecisionV4> for Decision {
+    fn from(d: DecisionV4) -> Decision {
+        let DecisionV4 { event_id, verdict, reason, by, priority, numbers, at_us } = d;
+        Decision { event_id, verdict, reason, by, priority, numbers, at_us, references: Vec::new() }
+    }
+}
+
+/// Version 5 adds the references to decisions (rewritten without any), and the `references`
+/// and `conversation` tables (empty).
+fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    {
+        let mut t = txn.open_table(DECISIONS)?;
+        let old: Vec<((String, u64), DecisionV4)> = t
+            .iter()?
+            .map(|r| {
+                let (k, v) = r?;
+                let (p, n) = k.value();
+                Ok(((p.to_string(), n), dec(v.value())?))
+            })
+            .collect::<Result<_, redb::Error>>()?;
+        for ((p, n), d) in old {
+            t.insert((p.as_str(), n), enc(&Decision::from(d)).as_slice())?;
+        }
+        let mut log = txn.open_table(DECISION_LOG)?;
+        let old: Vec<(u64, (String, DecisionV4))> = log
+            .iter()?
+            .map(|r| {
+                let (k, v) = r?;
+                Ok((k.value(), dec(v.value())?))
+            })
+            .collect::<Result<_, redb::Error>>()?;
+        for (k, (p, d)) in old {
+            log.insert(k, enc(&(p, Decision::from(d))).as_slice())?;
+        }
+    }
+    Tables::open(txn).map(drop)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +273,15 @@ enum Op {
     },
     /// A persona joined a room it was not configured in (a directed event).
     JoinRoom(String, Arc<str>),
+    /// A persona selected a reference.
+    SelectReference(Arc<str>, Box<RefMatch>),
+    /// These messages of a persona are in the conversation index now.
+    SaidEmbedded(Arc<str>, Vec<u64>),
+    /// These messages of a persona were recalled at this time.
+    SaidRecalled(Arc<str>, Vec<u64>, i64),
     Consolidate(Arc<str>, Box<Consolidation>),
+    /// A finished study session, with the knowledge it left.
+    Study(Arc<str>, Box<StudySession>, Option<Box<Knowledge>>),
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
@@ -312,6 +385,11 @@ impl Storage {
         Ok(Storage { tx, db, path })
     }
 
+    /// The data dir the database lives in.
+    pub fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -352,6 +430,78 @@ impl Storage {
                 out.entry(room.to_string()).or_default().push(persona.to_string());
             }
             Ok(out)
+        })
+    }
+
+    /// Keeps a persona's selection of a reference (and why) across restarts.
+    pub fn select_reference(&self, persona: Arc<str>, m: RefMatch) {
+        self.send(Op::SelectReference(persona, Box::new(m)));
+    }
+
+    /// The references a persona selected, by id (blocking read).
+    pub fn selected_references(&self, persona: &str) -> Result<Vec<RefMatch>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(REFERENCES)?;
+            t.range((persona, "")..)?
+                .map_while(|r| match r {
+                    Ok((k, v)) if k.value().0 == persona => Some(dec(v.value())),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e.into())),
+                })
+                .collect::<Result<_, _>>()
+        })
+    }
+
+    /// Keeps a finished study session with its learning and the knowledge it left.
+    pub fn study(&self, persona: Arc<str>, session: StudySession, knowledge: Option<Knowledge>) {
+        self.send(Op::Study(persona, Box::new(session), knowledge.map(Box::new)));
+    }
+
+    /// A persona's newest `n` study sessions, newest first (blocking read).
+    pub fn studies(&self, persona: &str, n: usize) -> Result<Vec<StudySession>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(STUDIES)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    pub fn conversation_embedded(&self, persona: Arc<str>, seqs: Vec<u64>) {
+        self.send(Op::SaidEmbedded(persona, seqs));
+    }
+
+    pub fn conversation_recalled(&self, persona: Arc<str>, seqs: Vec<u64>, at_us: i64) {
+        self.send(Op::SaidRecalled(persona, seqs, at_us));
+    }
+
+    /// The messages `seqs` of a persona that are kept, in the order asked (blocking read).
+    pub fn conversation(&self, persona: &str, seqs: &[u64]) -> Result<Vec<Said>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(CONVERSATION)?;
+            let mut out = Vec::with_capacity(seqs.len());
+            for &seq in seqs {
+                if let Some(v) = t.get((persona, seq))? {
+                    out.push(dec(v.value())?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// A persona's messages not yet in the conversation index, oldest first, and how many are
+    /// kept in all (blocking read).
+    pub fn unembedded(&self, persona: &str) -> Result<(Vec<Said>, u64), StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(CONVERSATION)?;
+            let mut out = Vec::new();
+            let mut n = 0;
+            for r in t.range((persona, 0)..=(persona, u64::MAX))? {
+                let said: Said = dec(r?.1.value())?;
+                n += 1;
+                if !said.embedded {
+                    out.push(said);
+                }
+            }
+            Ok((out, n))
         })
     }
 
@@ -637,6 +787,9 @@ struct Tables<'t> {
     knowledge: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     profiles: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
     consolidations: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    references: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    conversation: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    studies: redb::Table<'t, (&'static str, u64), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -663,6 +816,9 @@ impl<'t> Tables<'t> {
             knowledge: txn.open_table(KNOWLEDGE)?,
             profiles: txn.open_table(PROFILES)?,
             consolidations: txn.open_table(CONSOLIDATIONS)?,
+            references: txn.open_table(REFERENCES)?,
+            conversation: txn.open_table(CONVERSATION)?,
+            studies: txn.open_table(STUDIES)?,
         })
     }
 }
@@ -1114,7 +1270,7 @@ impl Writer {
                 Ok(true)
             }
             Op::Commit { commit, reply_targets } => {
-                let PersonaCommit { persona, seq, accepted_us, decision, reply, plan } = *commit;
+                let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
                 if !self.finish_delivery(t, &persona, seq)? {
                     self.stats.stale_finishes += 1;
                     return Ok(false);
@@ -1126,6 +1282,9 @@ impl Writer {
                 }
                 self.put_decision(t, &persona, decision)?;
                 self.stats.decisions += 1;
+                if let Some(said) = said {
+                    put_said(t, &persona, &said)?;
+                }
                 if let Some(plan) = plan {
                     self.put_plan(t, &persona, &plan)?;
                 }
@@ -1149,6 +1308,25 @@ impl Writer {
             }
             Op::JoinRoom(room, persona) => {
                 t.rooms.insert((room.as_str(), &*persona), ())?;
+                Ok(true)
+            }
+            Op::SelectReference(persona, m) => {
+                t.references.insert((&*persona, m.id.as_str()), enc(&*m).as_slice())?;
+                Ok(true)
+            }
+            Op::Study(persona, session, knowledge) => {
+                self.put_study(t, &persona, &session, knowledge.as_deref())?;
+                Ok(true)
+            }
+            Op::SaidEmbedded(persona, seqs) => {
+                update_said(&mut t.conversation, &persona, &seqs, |s| s.embedded = true)?;
+                Ok(true)
+            }
+            Op::SaidRecalled(persona, seqs, at_us) => {
+                update_said(&mut t.conversation, &persona, &seqs, |s| {
+                    s.recalled += 1;
+                    s.last_recalled_us = at_us;
+                })?;
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {
@@ -1200,6 +1378,7 @@ impl Writer {
                     priority: 0.0,
                     numbers: vec![("crashes".into(), crashes as f64)],
                     at_us: now,
+                    references: Vec::new(),
                 };
                 self.put_decision(t, &persona, decision)?;
                 self.stats.dead_letters += 1;
@@ -1430,6 +1609,40 @@ impl Writer {
         Ok(())
     }
 
+    /// Keeps a study session, counts its answers in the learning `study: TOPIC` (passed ones
+    /// as successes) and keeps the knowledge it left.
+    fn put_study(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: &str,
+        s: &StudySession,
+        knowledge: Option<&Knowledge>,
+    ) -> Result<(), redb::Error> {
+        t.studies.insert((persona, s.started_us.max(0) as u64), enc(s).as_slice())?;
+        bounded(&mut t.studies, &mut t.counters, persona, "studies", STUDIES_KEPT)?;
+        if !s.answers.is_empty() {
+            let pattern = format!("study: {}", s.topic);
+            let mut l = match t.learnings.get((persona, pattern.as_str()))? {
+                Some(b) => dec(b.value())?,
+                None => {
+                    Learning { pattern: pattern.clone(), domain: "study".into(), successes: 0, failures: 0, last_us: 0 }
+                }
+            };
+            let passed = s.answers.iter().filter(|a| a.passed()).count() as u32;
+            l.successes += passed;
+            l.failures += s.answers.len() as u32 - passed;
+            l.last_us = s.finished_us;
+            t.learnings.insert((persona, pattern.as_str()), enc(&l).as_slice())?;
+        }
+        if let Some(k) = knowledge {
+            let key = self.meta.next_memory;
+            self.meta.next_memory += 1;
+            t.knowledge.insert((persona, key), enc(k).as_slice())?;
+            bounded(&mut t.knowledge, &mut t.counters, persona, "knowledge", KNOWLEDGE_KEPT)?;
+        }
+        Ok(())
+    }
+
     /// Journals a finished plan and counts its pattern as a success or a failure.
     fn put_plan(&mut self, t: &mut Tables<'_>, persona: &str, p: &PlanRecord) -> Result<(), redb::Error> {
         let key = self.meta.next_plan;
@@ -1568,6 +1781,28 @@ fn trim_journal(
 
 /// Keeps at most `limit` rows of `persona` in a journal table keyed by (persona, n), counted in
 /// `counters` (the long-term tables, whose counts are shown).
+/// Keeps a chat message a persona took in (the oldest go past [`CONVERSATION_KEPT`]).
+fn put_said(t: &mut Tables<'_>, persona: &str, said: &Said) -> Result<(), redb::Error> {
+    t.conversation.insert((persona, said.seq), enc(said).as_slice())?;
+    bounded(&mut t.conversation, &mut t.counters, persona, "conversation", CONVERSATION_KEPT)?;
+    Ok(())
+}
+
+/// Applies `f` to the kept messages `seqs` of `persona`.
+fn update_said(
+    t: &mut redb::Table<(&str, u64), &[u8]>,
+    persona: &str,
+    seqs: &[u64],
+    f: impl Fn(&mut Said),
+) -> Result<(), redb::Error> {
+    for &seq in seqs {
+        let Some(mut said) = t.get((persona, seq))?.map(|v| dec::<Said>(v.value())).transpose()? else { continue };
+        f(&mut said);
+        t.insert((persona, seq), enc(&said).as_slice())?;
+    }
+    Ok(())
+}
+
 fn bounded(
     t: &mut redb::Table<(&str, u64), &[u8]>,
     counters: &mut redb::Table<(&str, &str), u64>,
@@ -1601,6 +1836,7 @@ fn skipped(event: &Event, reason: &str) -> Decision {
         priority: event.priority.unwrap_or(0.0),
         numbers: Vec::new(),
         at_us: now_us(),
+        references: Vec::new(),
     }
 }
 
@@ -1757,6 +1993,7 @@ mod tests {
             priority: 0.0,
             numbers: Vec::new(),
             at_us: 0,
+            references: Vec::new(),
         }
     }
 
@@ -1780,6 +2017,7 @@ mod tests {
                 decision: decision(&id),
                 reply: None,
                 plan: None,
+                said: None,
             };
             s.commit(Box::new(commit), Vec::new());
         }
@@ -1838,6 +2076,7 @@ mod tests {
                 decision: decision("e1"),
                 reply: None,
                 plan: None,
+                said: None,
             };
             s.commit(Box::new(commit), Vec::new());
         }
@@ -1956,6 +2195,34 @@ mod tests {
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
         let txn = db.begin_read().unwrap();
         assert!(txn.open_table(DELIVERIES_V3).is_err(), "the version 3 table is gone");
+    }
+
+    #[tokio::test]
+    async fn a_version_4_database_keeps_its_decisions_without_references() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            Tables::open(&txn).unwrap();
+            txn.delete_table(REFERENCES).unwrap();
+            txn.open_table(META).unwrap().insert("schema_version", 4).unwrap();
+            // Version 4 decisions: the fields of today's, in order, without the references.
+            let numbers: Vec<(String, f64)> = vec![("priority".into(), 0.5)];
+            let stored = enc(&("d0", Verdict::Ignore, "old reason", "test", 0.5, numbers, 42_i64));
+            txn.open_table(DECISIONS).unwrap().insert(("helper", 0), stored.as_slice()).unwrap();
+            let logged =
+                ("d1", Verdict::Engage, "logged", "fast_path/mention", 0.9, Vec::<(String, f64)>::new(), 43_i64);
+            txn.open_table(DECISION_LOG).unwrap().insert(1, enc(&("helper", logged)).as_slice()).unwrap();
+            txn.commit().unwrap();
+        }
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        let got = s.recent_decisions("helper", 10).unwrap();
+        let ids: Vec<(&str, &str, usize)> =
+            got.iter().map(|d| (d.event_id.as_str(), d.reason.as_str(), d.references.len())).collect();
+        assert_eq!(ids, [("d1", "logged", 0), ("d0", "old reason", 0)]);
+        assert_eq!(got[1].numbers, [("priority".to_string(), 0.5)]);
+        assert!(s.selected_references("helper").unwrap().is_empty(), "the new table starts empty");
+        s.close().await.unwrap();
     }
 
     #[tokio::test]

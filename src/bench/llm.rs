@@ -273,8 +273,15 @@ fn plan_choice(llm: &Llm) -> anyhow::Result<Value> {
         }
         .validate()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let ctx =
-            PlanContext { persona: "helper", role: "assistant", event: &event, avoid: &[], learnings: &[], attempt: 0 };
+        let ctx = PlanContext {
+            persona: "helper",
+            role: "assistant",
+            event: &event,
+            avoid: &[],
+            learnings: &[],
+            attempt: 0,
+            references: false,
+        };
         let choice = LocalBrain.plan_request(&ctx).expect("the local brain asks");
         let mut answers = Vec::new();
         for (k, (_, job)) in choice.orders.iter().enumerate() {

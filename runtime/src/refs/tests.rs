@@ -96,3 +96,64 @@ fn discovery_follows_ids_and_relative_links_breadth_first_and_stops_at_a_cycle_a
     assert_eq!(catalog.discover(&["a".into()], 2).len(), 2, "two links deep at most");
     assert!(catalog.discover(&["d".into()], 5).is_empty());
 }
+
+#[test]
+fn candidates_are_the_pipeline_in_one_call_with_semantic_off_when_there_is_no_similarity() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = Catalog {
+        refs: vec![
+            reference("resilience", &["circuit-breaker"], dir.path()),
+            reference("style", &["naming"], dir.path()),
+            reference("deploy", &["rollout"], dir.path()),
+        ],
+    };
+    let text = "@style: the circuit breaker";
+    let sims = BTreeMap::from([("deploy".to_string(), 0.4), ("resilience".to_string(), 0.9), ("style".into(), 0.9)]);
+    let got = candidates(&catalog, text, Some(&sims), 0.3, &BTreeSet::new());
+    let order: Vec<(&str, Via)> = got.iter().map(|m| (m.id.as_str(), m.via)).collect();
+    assert_eq!(order, [("style", Via::Id), ("resilience", Via::Tag), ("deploy", Via::Semantic)]);
+    // Below the threshold: not offered.
+    let got = candidates(&catalog, text, Some(&sims), 0.5, &BTreeSet::new());
+    assert_eq!(got.len(), 2, "{got:?}");
+    // Skipped references are still named by @id, never offered by tag or meaning.
+    let skip = BTreeSet::from(["style".to_string(), "resilience".to_string()]);
+    let got = candidates(&catalog, text, None, 0.3, &skip);
+    assert_eq!(got.iter().map(|m| (m.id.as_str(), m.via)).collect::<Vec<_>>(), [("style", Via::Id)]);
+}
+
+#[test]
+fn an_excerpt_is_the_paragraph_sharing_most_words_and_reads_only_authorised_files() {
+    let root = tempfile::tempdir().unwrap();
+    let guide = root.path().join("guide");
+    std::fs::create_dir_all(&guide).unwrap();
+    std::fs::write(
+        guide.join("a.md"),
+        "# Retries\n\nRetry idempotent calls only.\n\nBack off exponentially with jitter\nbetween attempts.\n",
+    )
+    .unwrap();
+    let outside = root.path().join("secret.md");
+    std::fs::write(&outside, "the jitter secrets").unwrap();
+    std::os::unix::fs::symlink(&outside, guide.join("z.md")).unwrap();
+    let r = reference("retry", &[], &guide);
+
+    let mut auth = Authorised::default();
+    let (got, refused) = excerpt(&r, "how much jitter between attempts?", &auth);
+    assert_eq!(got, None, "nothing is read before the reference is selected");
+    assert_eq!(refused, ["a.md", "z.md"]);
+
+    auth.allow(&guide);
+    let (got, refused) = excerpt(&r, "how much jitter between attempts?", &auth);
+    let got = got.unwrap();
+    assert_eq!((got.file.as_str(), got.start_line, got.end_line), ("a.md", 5, 6));
+    assert_eq!(got.text, "Back off exponentially with jitter\nbetween attempts.");
+    assert_eq!(refused, ["z.md"], "a link out of the reference is not followed");
+    assert!(!auth.allows(&guide.join("../secret.md")), "nor is `..`");
+
+    // Nothing in common: the first paragraph.
+    let (got, _) = excerpt(&r, "lunch?", &auth);
+    assert_eq!(got.unwrap().text, "# Retries");
+    // A reference that is one file is named by its file name.
+    let one = reference("one", &[], &guide.join("a.md"));
+    auth.allow(&one.path);
+    assert_eq!(excerpt(&one, "idempotent", &auth).0.unwrap().file, "a.md");
+}

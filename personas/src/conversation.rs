@@ -1,0 +1,170 @@
+//! A persona's side of conversation memory (see `mindfleet_runtime::conversation`): the chat
+//! messages it took in and has not embedded yet, the `Background` task that embeds them into
+//! its namespace of the conversation index, and the lag between the two.
+//!
+//! The task asks for a `Background` slot, which work of every other class goes before. A
+//! message waiting longer than `max_lag` promotes it: a second request, in the `work` class,
+//! whichever is granted first takes the batch, so the lag stays bounded under load and is
+//! reported (the dump's `conversation`) rather than growing unseen.
+
+use std::collections::VecDeque;
+
+use std::time::Duration;
+
+use mindfleet_runtime::conversation::Said;
+use mindfleet_runtime::dump::ConversationDump;
+use mindfleet_runtime::knowledge::CreateRequest;
+use mindfleet_runtime::sched::TaskId;
+
+/// Most messages one task embeds.
+pub const BATCH: usize = 64;
+
+#[derive(Debug)]
+pub struct ConversationBook {
+    /// A wait past this promotes the embedding to `work`.
+    pub max_lag: Duration,
+    /// Taken in, not embedded yet, oldest first.
+    pub pending: VecDeque<Said>,
+    /// The batch being embedded.
+    pub embedding: Vec<Said>,
+    /// The tasks asked for: the `Background` one, and the `work` one a long wait adds.
+    pub asked: Vec<TaskId>,
+    /// Gathering messages for a batch (a timer is set).
+    pub gathering: bool,
+    pub promotions: u64,
+    /// Messages embedded (those kept from before included).
+    pub stored: u64,
+    /// The longest a message waited to be embedded, µs.
+    pub max_lag_us: i64,
+    pub last_error: Option<String>,
+    /// Why the last recall could not use the vectors.
+    pub degraded: Option<String>,
+}
+
+impl ConversationBook {
+    pub fn new(max_lag: Duration, unembedded: Vec<Said>, kept: u64) -> Self {
+        ConversationBook {
+            max_lag,
+            stored: kept.saturating_sub(unembedded.len() as u64),
+            pending: unembedded.into(),
+            embedding: Vec::new(),
+            asked: Vec::new(),
+            gathering: false,
+            promotions: 0,
+            max_lag_us: 0,
+            last_error: None,
+            degraded: None,
+        }
+    }
+
+    /// How long the oldest waiting message has waited, µs.
+    pub fn lag_us(&self, now_us: i64) -> i64 {
+        self.embedding.first().or(self.pending.front()).map_or(0, |s| (now_us - s.at_us).max(0))
+    }
+
+    /// Whether to ask for a `work` slot: a message waited past `max_lag` and only the
+    /// `Background` request is out.
+    pub fn overdue(&self, now_us: i64) -> bool {
+        self.asked.len() == 1 && self.embedding.is_empty() && self.lag_us(now_us) >= self.max_lag.as_micros() as i64
+    }
+
+    /// The next batch, for the task granted: the index's entries, one per message, in the
+    /// persona's namespace. Empty when another grant took it.
+    pub fn take_batch(&mut self, persona: &str) -> Vec<CreateRequest> {
+        if !self.embedding.is_empty() {
+            return Vec::new();
+        }
+        let n = self.pending.len().min(BATCH);
+        self.embedding = self.pending.drain(..n).collect();
+        self.embedding
+            .iter()
+            .map(|s| CreateRequest { file_path: Said::path(persona, s.seq), content: s.content(), embedding: None })
+            .collect()
+    }
+
+    /// The batch is in the index (`Ok`: its oldest message's wait counts in the longest), or
+    /// goes back first in line; returns the sequence numbers stored.
+    pub fn batch_done(&mut self, result: Result<(), String>, now_us: i64) -> Vec<u64> {
+        let batch = std::mem::take(&mut self.embedding);
+        match result {
+            Ok(()) => {
+                let waited = batch.first().map_or(0, |s| (now_us - s.at_us).max(0));
+                self.max_lag_us = self.max_lag_us.max(waited);
+                self.last_error = None;
+                self.stored += batch.len() as u64;
+                batch.into_iter().map(|s| s.seq).collect()
+            }
+            Err(e) => {
+                self.last_error = Some(e);
+                for s in batch.into_iter().rev() {
+                    self.pending.push_front(s);
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    pub fn dump(&self, now_us: i64) -> ConversationDump {
+        ConversationDump {
+            pending: (self.pending.len() + self.embedding.len()) as u64,
+            lag_ms: self.lag_us(now_us) / 1000,
+            max_lag_ms: self.max_lag_us.max(self.lag_us(now_us)) / 1000,
+            stored: self.stored,
+            promotions: self.promotions,
+            last_error: self.last_error.clone(),
+            recall: self.degraded.as_ref().map_or_else(|| "semantic".to_string(), |why| format!("degraded: {why}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(seq: u64, at_us: i64) -> Said {
+        Said {
+            seq,
+            event_id: format!("e{seq}"),
+            room: "general".into(),
+            from: "alice".into(),
+            text: format!("message {seq}"),
+            at_us,
+            importance: 0.5,
+            embedded: false,
+            recalled: 0,
+            last_recalled_us: 0,
+        }
+    }
+
+    #[test]
+    fn a_long_wait_promotes_once_batches_go_out_once_and_a_failed_batch_goes_back_first() {
+        const S: i64 = 1_000_000;
+        // One message kept from before a restart, embedded ones counted as stored.
+        let mut c = ConversationBook::new(Duration::from_secs(30), vec![said(1, 0)], 10);
+        assert_eq!(c.stored, 9);
+        c.pending.extend((2..=BATCH as u64 + 5).map(|i| said(i, i as i64 * S)));
+        c.asked.push(7);
+        assert!(!c.overdue(29 * S), "within max_lag");
+        assert!(c.overdue(30 * S), "the oldest waited 30 s");
+        c.asked.push(8);
+        assert!(!c.overdue(60 * S), "promoted once: both requests are out");
+
+        let batch = c.take_batch("helper");
+        assert_eq!(batch.len(), BATCH);
+        assert_eq!(batch[0].file_path, "helper/1");
+        assert_eq!(batch[0].content, "alice in #general: message 1");
+        assert!(c.take_batch("helper").is_empty(), "the other grant finds the batch taken");
+        assert_eq!(c.lag_us(40 * S), 40 * S, "the batch being embedded still counts");
+
+        assert!(c.batch_done(Err("index down".into()), 41 * S).is_empty());
+        assert_eq!(c.pending.front().map(|s| s.seq), Some(1), "back first in line");
+        assert_eq!(c.pending.len(), BATCH + 5);
+        c.take_batch("helper");
+        let stored = c.batch_done(Ok(()), 42 * S);
+        assert_eq!(stored, (1..=BATCH as u64).collect::<Vec<_>>());
+        assert_eq!((c.stored, c.max_lag_us), (9 + BATCH as u64, 42 * S));
+        let d = c.dump(43 * S);
+        // The 5 left came in after 43 s: no wait yet.
+        assert_eq!((d.pending, d.lag_ms, d.max_lag_ms), (5, 0, 42_000));
+    }
+}

@@ -1,0 +1,154 @@
+//! The enrichment pipeline: what every text flowing to a persona (the event it receives, the
+//! result of each step) calls for from the fleet's reference catalog.
+//!
+//! One [`Enricher`] serves the fleet. Named references and tags are matched on the spot; for
+//! semantic matching the text is embedded by the fleet's embedding worker and compared with
+//! the catalog's embeddings, made once (at the first text, which the fleet sends at start) and
+//! kept; the worker's cache, keyed by content hash, spares the model the catalog's unchanged
+//! texts on the next start. Without the model, matching goes on by names and tags, and every
+//! enrichment says why semantic matching is off.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mindfleet_runtime::config::ReferencesConfig;
+use mindfleet_runtime::dump::ReferencesDump;
+use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use mindfleet_runtime::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
+use ractor::{ActorRef, call_t};
+use tokio::sync::OnceCell;
+
+/// Longest an enrichment waits for the embedding worker (batching, or loading the model at the
+/// first text).
+const EMBED_CALL_MS: u64 = 30_000;
+
+pub struct Enricher {
+    catalog: Catalog,
+    threshold: f32,
+    depth: usize,
+    embedding: Option<ActorRef<EmbedMsg>>,
+    /// Each reference's embedding (of [`refs::Reference::semantic_text`]), in catalog order.
+    vectors: OnceCell<Vec<Vec<f32>>>,
+}
+
+impl Enricher {
+    /// The fleet's pipeline, or `None` when its catalog is empty (nothing to match).
+    pub fn new(config: &ReferencesConfig, embedding: Option<ActorRef<EmbedMsg>>) -> Option<Enricher> {
+        (!config.catalog.refs.is_empty()).then(|| Enricher {
+            catalog: config.catalog.clone(),
+            threshold: config.semantic_threshold,
+            depth: config.discovery_depth,
+            embedding,
+            vectors: OnceCell::new(),
+        })
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Embeds the catalog, once; `Err`: why semantic matching is off (tried again at the next
+    /// text, so a worker that recovers turns it on).
+    pub async fn warm(&self) -> Result<(), String> {
+        self.catalog_vectors().await.map(drop)
+    }
+
+    async fn catalog_vectors(&self) -> Result<&Vec<Vec<f32>>, String> {
+        self.vectors
+            .get_or_try_init(|| async {
+                let texts = self.catalog.refs.iter().map(|r| r.semantic_text()).collect();
+                self.embed(texts).await
+            })
+            .await
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
+        let Some(worker) = &self.embedding else { return Err("no embedding worker".into()) };
+        let answer = call_t!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply }, EMBED_CALL_MS)
+            .map_err(|e| format!("the embedding worker did not answer: {e}"))?;
+        let embedded = answer.map_err(|e| e.to_string())?;
+        Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
+    }
+
+    /// The references `text` calls for, best first.
+    pub async fn enrich(&self, text: &str) -> Enrichment {
+        let (similarity, semantic_off) = match self.similarities(text).await {
+            Ok(s) => (Some(s), None),
+            Err(why) => (None, Some(why)),
+        };
+        let matches = refs::candidates(&self.catalog, text, similarity.as_ref(), self.threshold, &BTreeSet::new());
+        Enrichment { matches, semantic_off }
+    }
+
+    async fn similarities(&self, text: &str) -> Result<BTreeMap<String, f32>, String> {
+        if text.trim().is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let catalog = self.catalog_vectors().await?;
+        let query = self.embed(vec![text.to_string()]).await?.pop().ok_or("the worker answered no vector")?;
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        Ok(self.catalog.refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
+    }
+
+    /// The references `selected` lead to (see [`Catalog::discover`]), not already in `known`.
+    pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
+        self.catalog.discover(selected, self.depth).into_iter().filter(|m| !known.contains(&m.id)).collect()
+    }
+}
+
+/// One persona's references: what it selected and why, the paths that lets it read, and the
+/// matches of the event it is on.
+#[derive(Debug, Default)]
+pub struct RefBook {
+    pub selected: BTreeMap<String, RefMatch>,
+    pub authorised: Authorised,
+    /// Why semantic matching is off, as of the last enrichment.
+    pub semantic_off: Option<String>,
+    /// Matches made so far.
+    pub matches: u64,
+    /// The matches of the event being handled and of its steps' results, each reference once.
+    pub current: Vec<RefMatch>,
+    /// The last event that called for any, and its matches.
+    pub last: Option<(String, Vec<RefMatch>)>,
+}
+
+impl RefBook {
+    /// Selects `m`'s reference and authorises its path; `false` when it was selected already.
+    pub fn select(&mut self, catalog: &Catalog, m: RefMatch) -> bool {
+        let Some(r) = catalog.get(&m.id) else { return false };
+        if self.selected.contains_key(&m.id) {
+            return false;
+        }
+        self.authorised.allow(&r.path);
+        self.selected.insert(m.id.clone(), m);
+        true
+    }
+
+    /// Adds to the current event's matches those of `e` it did not have; returns them.
+    pub fn note(&mut self, e: Enrichment) -> Vec<RefMatch> {
+        self.semantic_off = e.semantic_off;
+        let fresh: Vec<RefMatch> =
+            e.matches.into_iter().filter(|m| !self.current.iter().any(|c| c.id == m.id)).collect();
+        self.matches += fresh.len() as u64;
+        self.current.extend(fresh.iter().cloned());
+        fresh
+    }
+
+    /// The current event's matches, for its decision; kept as the last ones when there are any.
+    pub fn finish(&mut self, event_id: &str) -> Vec<RefMatch> {
+        let current = std::mem::take(&mut self.current);
+        if !current.is_empty() {
+            self.last = Some((event_id.to_string(), current.clone()));
+        }
+        current
+    }
+
+    pub fn dump(&self) -> ReferencesDump {
+        ReferencesDump {
+            selected: self.selected.values().cloned().collect(),
+            semantic: self.semantic_off.as_ref().map_or_else(|| "on".to_string(), |why| format!("off: {why}")),
+            matches: self.matches,
+            last_event: self.last.as_ref().map(|(id, _)| id.clone()),
+            last: self.last.as_ref().map(|(_, m)| m.clone()).unwrap_or_default(),
+        }
+    }
+}
