@@ -12,6 +12,7 @@
 //! Messages: [`CoordinatorMsg`].
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mindfleet_runtime::messages::{Claim, CoordinationStats, CoordinatorMsg, PersonaMsg, Turn};
@@ -36,8 +37,9 @@ struct Pending {
 pub struct CoordinatorState {
     args: CoordinatorArgs,
     pending: HashMap<String, Pending>,
-    /// Recently decided messages and who holds their turn, for claims that come late.
-    decided: HashMap<String, String>,
+    /// Recently decided messages and who holds their turn, for claims that come late (or
+    /// again).
+    decided: HashMap<String, Vec<Arc<str>>>,
     decided_order: VecDeque<String>,
     stats: CoordinationStats,
 }
@@ -51,7 +53,7 @@ fn turn(c: &Claim, granted: bool, assigned: bool, reason: String) {
 }
 
 impl CoordinatorState {
-    fn remember(&mut self, event_id: &str, holders: String) {
+    fn remember(&mut self, event_id: &str, holders: Vec<Arc<str>>) {
         self.decided.insert(event_id.to_string(), holders);
         self.decided_order.push_back(event_id.to_string());
         if self.decided_order.len() > DECIDED_KEPT
@@ -81,8 +83,8 @@ impl CoordinatorState {
             claims.iter().take_while(|c| c.wants).count().min(self.args.responders)
         };
         let answered = if granted > 0 {
-            let holders: Vec<&str> = claims[..granted].iter().map(|c| &*c.persona).collect();
-            let holders = holders.join(", ");
+            let holders: Vec<Arc<str>> = claims[..granted].iter().map(|c| c.persona.clone()).collect();
+            let names = holders.join(", ");
             for (i, c) in claims.iter().enumerate() {
                 if i < granted {
                     let why = if c.mentioned { "mentioned" } else { "most confident claim" };
@@ -91,7 +93,7 @@ impl CoordinatorState {
                     if c.wants {
                         self.stats.redundant += 1;
                     }
-                    turn(c, false, false, format!("redundant: {holders} has the turn"));
+                    turn(c, false, false, format!("redundant: {names} has the turn"));
                 }
             }
             self.remember(event_id, holders);
@@ -108,7 +110,7 @@ impl CoordinatorState {
                 for c in &claims {
                     turn(c, false, false, "nobody claimed it and nobody can take it".into());
                 }
-                self.remember(event_id, "nobody".into());
+                self.remember(event_id, Vec::new());
                 self.count(true, 0);
                 return;
             };
@@ -119,14 +121,14 @@ impl CoordinatorState {
                 }
             }
             self.stats.assigned += 1;
-            self.remember(event_id, chosen.persona.to_string());
+            self.remember(event_id, vec![chosen.persona.clone()]);
             1
         } else {
             // An unclaimed persona message ends its chatter chain.
             for c in &claims {
                 turn(c, false, false, "nobody claimed this persona message".into());
             }
-            self.remember(event_id, "nobody".into());
+            self.remember(event_id, Vec::new());
             0
         };
         self.count(human, answered);
@@ -180,11 +182,21 @@ impl Actor for Coordinator {
             CoordinatorMsg::Claim(c) => {
                 let id = c.event_id.clone();
                 if let Some(holders) = st.decided.get(&id) {
-                    // Came after the window closed: the turn is taken.
-                    if c.wants {
+                    if holders.contains(&c.persona) {
+                        // A claim sent again by a persona that holds the turn.
+                        turn(&c, true, !c.wants, "it holds the turn".into());
+                        return Ok(());
+                    }
+                    // Came after the window closed (or again): the turn is taken.
+                    if c.wants && c.retry == 0 {
                         st.stats.redundant += 1;
                     }
-                    turn(&c, false, false, format!("redundant: {holders} has the turn"));
+                    let why = if holders.is_empty() {
+                        "decided already: nobody answers it".to_string()
+                    } else {
+                        format!("redundant: {} has the turn", holders.join(", "))
+                    };
+                    turn(&c, false, false, why);
                     return Ok(());
                 }
                 let p = st.pending.entry(id.clone()).or_insert_with(|| Pending {
@@ -229,4 +241,104 @@ pub async fn spawn(args: CoordinatorArgs, supervisor: Option<ActorCell>) -> Resu
         None => Actor::spawn(None, Coordinator, args).await?,
     };
     Ok(actor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mindfleet_runtime::messages::PersonaMsg;
+    use ractor::call_t;
+    use tokio::sync::mpsc;
+
+    /// Stands in for a persona: passes on every turn it is given.
+    struct Listener;
+
+    impl Actor for Listener {
+        type Msg = PersonaMsg;
+        type State = mpsc::UnboundedSender<Turn>;
+        type Arguments = mpsc::UnboundedSender<Turn>;
+
+        async fn pre_start(
+            &self,
+            _: ActorRef<PersonaMsg>,
+            tx: mpsc::UnboundedSender<Turn>,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(tx)
+        }
+
+        async fn handle(
+            &self,
+            _: ActorRef<PersonaMsg>,
+            msg: PersonaMsg,
+            tx: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            if let PersonaMsg::Turn(t) = msg {
+                let _ = tx.send(t);
+            }
+            Ok(())
+        }
+    }
+
+    async fn persona() -> (ActorRef<PersonaMsg>, mpsc::UnboundedReceiver<Turn>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (actor, _) = Actor::spawn(None, Listener, tx).await.unwrap();
+        (actor, rx)
+    }
+
+    fn claim(name: &str, actor: &ActorRef<PersonaMsg>, wants: bool, confidence: f64) -> Box<Claim> {
+        Box::new(Claim {
+            event_id: "e1".into(),
+            room: "team".into(),
+            persona: name.into(),
+            actor: actor.clone(),
+            wants,
+            mentioned: false,
+            confidence,
+            suitability: 0.5,
+            audience: 2,
+            from_human: true,
+            retry: 0,
+        })
+    }
+
+    const ARGS: CoordinatorArgs = CoordinatorArgs { responders: 1, window: Duration::from_millis(100) };
+
+    #[tokio::test]
+    async fn a_claim_sent_again_gets_the_same_answer_and_counts_once() {
+        let coordinator = spawn(ARGS, None).await.unwrap();
+        let (ada, mut ada_turns) = persona().await;
+        let (bob, mut bob_turns) = persona().await;
+        coordinator.cast(CoordinatorMsg::Claim(claim("ada", &ada, true, 0.9))).unwrap();
+        coordinator.cast(CoordinatorMsg::Claim(claim("bob", &bob, true, 0.4))).unwrap();
+        assert!(ada_turns.recv().await.unwrap().granted);
+        assert!(!bob_turns.recv().await.unwrap().granted);
+        // Both send their claims again, as if the answers were overdue.
+        for (name, actor) in [("ada", &ada), ("bob", &bob)] {
+            let mut again = claim(name, actor, true, 0.5);
+            again.retry = 1;
+            coordinator.cast(CoordinatorMsg::Claim(again)).unwrap();
+        }
+        let holder = ada_turns.recv().await.unwrap();
+        assert!(holder.granted && !holder.assigned, "{holder:?}");
+        let other = bob_turns.recv().await.unwrap();
+        assert!(!other.granted, "{other:?}");
+        assert_eq!(other.reason, "redundant: ada has the turn");
+        let stats = call_t!(coordinator, CoordinatorMsg::Stats, 1000).unwrap();
+        assert_eq!((stats.messages, stats.answered_by_one, stats.redundant), (1, 1, 1), "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn a_claim_a_new_coordinator_never_saw_is_decided_after_its_window() {
+        // A coordinator restarted after the first claim: the retry alone is decided by the
+        // window, since the other receiver's claim went to the one before.
+        let coordinator = spawn(ARGS, None).await.unwrap();
+        let (ada, mut ada_turns) = persona().await;
+        let mut again = claim("ada", &ada, true, 0.9);
+        again.retry = 1;
+        coordinator.cast(CoordinatorMsg::Claim(again)).unwrap();
+        let t = tokio::time::timeout(Duration::from_secs(10), ada_turns.recv()).await.unwrap().unwrap();
+        assert!(t.granted, "{t:?}");
+        let stats = call_t!(coordinator, CoordinatorMsg::Stats, 1000).unwrap();
+        assert_eq!(stats.by_window, 1, "{stats:?}");
+    }
 }

@@ -138,6 +138,8 @@ struct Waiting {
     priority: f64,
     gate: GateDecision,
     state: GateState,
+    /// The claim, to send again while its answer is overdue.
+    claim: Claim,
 }
 
 /// The event being worked on and its plan.
@@ -175,6 +177,8 @@ struct InFlight {
 
 /// Most chunks a knowledge search brings into working memory and the reply.
 const KNOWLEDGE_CHUNKS: usize = 3;
+/// How many times a claim goes again to a coordinator that has not answered it.
+const TURN_RETRIES: u32 = 5;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
 const SEARCH_CALL_MS: u64 = 20_000;
 /// Longest the embedding of a batch of conversation memory waits for its index.
@@ -574,18 +578,17 @@ impl PersonaState {
                 },
                 audience: d.audience,
                 from_human: e.sender_kind == SenderKind::Human,
+                retry: 0,
             };
-            let _ = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim)));
-            let (id, wants) = (e.id.clone(), gate.verdict == Verdict::Engage);
-            self.myself.send_after(self.args.turn_timeout, move || {
-                PersonaMsg::Turn(Turn {
-                    event_id: id,
-                    granted: wants,
-                    assigned: false,
-                    reason: "the coordinator did not answer in time".into(),
-                })
-            });
-            self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state });
+            let gone = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_err();
+            let id = e.id.clone();
+            if gone {
+                self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state, claim });
+                self.go_on_alone(&id);
+                return;
+            }
+            self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(id));
+            self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state, claim });
             return;
         }
         if gate.verdict == Verdict::Engage {
@@ -593,6 +596,30 @@ impl PersonaState {
         } else {
             self.finish(d, backlog, p, gate, state, None, None);
         }
+    }
+
+    /// The coordinator has not answered the claim on `event_id` in time. While it runs, the
+    /// claim goes again (a restarted coordinator forgot it; a busy one answers it once): a
+    /// persona that went ahead on its own would answer a message somebody else holds. Only
+    /// a coordinator that stays gone leaves the persona to its own verdict.
+    fn on_turn_overdue(&mut self, event_id: String) {
+        let Some(w) = self.waiting.as_mut().filter(|w| w.delivery.event.id == event_id) else { return };
+        w.claim.retry += 1;
+        tracing::warn!(persona = %self.name, event = %event_id, retry = w.claim.retry, "the coordinator has not answered the claim: sent again");
+        let sent = w.claim.retry <= TURN_RETRIES
+            && self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(w.claim.clone()))).is_ok();
+        if sent {
+            self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(event_id));
+        } else {
+            self.go_on_alone(&event_id);
+        }
+    }
+
+    /// No coordinator answers: the persona follows its own gate.
+    fn go_on_alone(&mut self, event_id: &str) {
+        let Some(wants) = self.waiting.as_ref().map(|w| w.gate.verdict == Verdict::Engage) else { return };
+        let reason = "no coordinator answered: the persona's own verdict".into();
+        self.on_turn(Turn { event_id: event_id.to_string(), granted: wants, assigned: false, reason });
     }
 
     /// The coordinator's answer: go ahead, stay silent, or take a message nobody claimed.
@@ -1998,6 +2025,7 @@ impl Actor for Persona {
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),
+            PersonaMsg::TurnOverdue(id) => st.on_turn_overdue(id),
             PersonaMsg::Study { topic, reply } => {
                 let _ = reply.send(st.on_study(topic));
             }

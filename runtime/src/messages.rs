@@ -48,6 +48,8 @@ pub struct Claim {
     pub audience: u32,
     /// Sent by a human: then somebody must answer, and the figures count it.
     pub from_human: bool,
+    /// The same claim sent again because its answer was overdue (not counted again).
+    pub retry: u32,
 }
 
 /// The coordinator's answer to a claim.
@@ -145,8 +147,11 @@ pub enum PersonaMsg {
     /// From the admin once it routes to this actor: deliveries stored while the persona
     /// was unreachable are in storage only, so the inbox reloads them.
     Resync,
-    /// The room coordinator's answer to a claim (or the persona's own timeout).
+    /// The room coordinator's answer to a claim (or, when the coordinator is gone, the
+    /// persona's own decision to go on).
     Turn(Turn),
+    /// The persona's own timer: the coordinator has not answered its claim on this event yet.
+    TurnOverdue(String),
     /// Study `topic` (else the gap noted first) in idle time; answers with the topic.
     Study {
         topic: Option<String>,
