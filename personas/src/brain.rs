@@ -44,6 +44,8 @@ pub struct RespondContext<'a> {
     pub conversation: &'a [Recalled],
     /// What the knowledge search found (cited as `[path:start-end]`).
     pub found: &'a [Source],
+    /// The hint block of the references the event called for (empty: none).
+    pub hints: &'a str,
     /// The persona's self-state when it decided to answer.
     pub state: &'a GateState,
 }
@@ -477,6 +479,10 @@ fn persona_preamble(ctx: &RespondContext) -> String {
             system.push_str(&format!("\n- {} in #{}: {}", r.said.from, r.said.room, r.said.text));
         }
     }
+    if !ctx.hints.is_empty() {
+        system.push('\n');
+        system.push_str(ctx.hints);
+    }
     if !ctx.found.is_empty() {
         system.push_str("\nWhat the codebase and your references say (cite it as [where] when you use it):");
         for f in ctx.found {
@@ -693,6 +699,27 @@ mod tests {
         }
         .validate()
         .unwrap()
+    }
+
+    #[test]
+    fn the_local_brain_reads_the_hint_block_of_the_references_an_event_called_for() {
+        let e = ev("chat", "how does the breaker recover?");
+        let state = GateState::default();
+        let hints = "References that may help:\n- resilience (Resilience guide): matched: circuit-breaker";
+        let ctx = |hints| RespondContext {
+            persona: "p",
+            role: "r",
+            event: &e,
+            recalled: &[],
+            conversation: &[],
+            found: &[],
+            hints,
+            state: &state,
+        };
+        let with = LocalBrain.reply_request(&ctx(hints)).unwrap();
+        assert!(with.messages[0].content.contains(hints), "{}", with.messages[0].content);
+        let without = LocalBrain.reply_request(&ctx("")).unwrap();
+        assert!(!without.messages[0].content.contains("References"), "{}", without.messages[0].content);
     }
 
     fn plan_for(e: &Event, learnings: &[Learning]) -> Plan {

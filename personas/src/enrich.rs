@@ -112,6 +112,13 @@ pub struct RefBook {
 }
 
 impl RefBook {
+    /// The hint block of the event in hand: what its texts called for and why (the references
+    /// every persona has are left out); empty when nothing was called for.
+    pub fn hint(&self, catalog: &Catalog) -> String {
+        let called: Vec<RefMatch> = self.current.iter().filter(|m| m.via != refs::Via::Auto).cloned().collect();
+        refs::hint_block(catalog, &called)
+    }
+
     /// Selects `m`'s reference and authorises its path; `false` when it was selected already.
     pub fn select(&mut self, catalog: &Catalog, m: RefMatch) -> bool {
         let Some(r) = catalog.get(&m.id) else { return false };

@@ -994,6 +994,7 @@ impl PersonaState {
             }
             return;
         }
+        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_mut().expect("on_grant checked the task");
         if let Some(choice) = f.choosing.take() {
             if let (Outcome::Run, Some(llm)) = (&g.outcome, self.args.llm.clone()) {
@@ -1035,6 +1036,7 @@ impl PersonaState {
                         recalled: &f.recalled,
                         conversation: &f.conversation,
                         found: &f.found,
+                        hints: &hints,
                         state: &f.state,
                     },
                     record: &f.record,
@@ -1204,6 +1206,7 @@ impl PersonaState {
 
     /// One action of the registry; `rules_only`: without a model (the budget's hard limit).
     async fn run_step(&mut self, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
+        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let action = f.record.plan.steps[f.cursor].action;
         if let Some(delay) = self.args.faults.take_action_delay(action) {
@@ -1289,6 +1292,7 @@ impl PersonaState {
                     recalled: &f.recalled,
                     conversation: &f.conversation,
                     found: &f.found,
+                    hints: &hints,
                     state: &f.state,
                 };
                 let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
@@ -1415,7 +1419,6 @@ impl PersonaState {
         self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
     }
 
-    /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
     /// The `select_reference` step: selects the candidates the event's texts were offered (by
     /// tag or meaning, best first), then reads, from each selected reference the event called
     /// for, the passage that bears most on it (only where its selection authorises). Returns
@@ -1483,7 +1486,9 @@ impl PersonaState {
         Ok(text)
     }
 
+    /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
     fn draft_by_rules(&mut self, why: String) {
+        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_mut().expect("a draft is for the event in flight");
         let text = RulesBrain.respond(&RespondContext {
             persona: &self.name,
@@ -1492,6 +1497,7 @@ impl PersonaState {
             recalled: &f.recalled,
             conversation: &f.conversation,
             found: &f.found,
+            hints: &hints,
             state: &f.state,
         });
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
@@ -1689,8 +1695,11 @@ impl PersonaState {
             Outcome::Run => false,
             Outcome::RulesOnly(_) => true,
             Outcome::Skipped(why) => {
-                if let Some(mut run) = self.study.run.take() {
-                    self.keep_study(run.abandon(&format!("stopped: {why:?}"), now_us()));
+                if let Some(run) = self.study.run.as_mut() {
+                    run.stop(&format!("stopped: {}", why.as_str()));
+                }
+                if let Some(session) = self.study.finish(now_us()) {
+                    self.keep_study(session);
                 }
                 return;
             }

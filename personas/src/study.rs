@@ -177,11 +177,9 @@ impl Run {
         true
     }
 
-    /// Ends the session early (the persona stopped, or the model failed).
-    pub fn abandon(&mut self, why: &str, now_us: i64) -> StudySession {
+    /// Ends the session early: `why` is its outcome.
+    pub fn stop(&mut self, why: &str) {
         self.end(why);
-        self.session.finished_us = now_us;
-        self.session.clone()
     }
 }
 
