@@ -7,6 +7,8 @@ pub mod index;
 pub mod llm;
 pub mod rag_eval;
 pub mod refs_eval;
+pub mod replay;
+pub mod study;
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -453,6 +453,30 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// A backlog of stored chat events replayed at start, with conversation memory off and on
+    /// (real MiniLM): seconds until every delivery is decided, and until every message is
+    /// embedded.
+    Replay {
+        #[arg(long, default_value_t = 1000)]
+        events: usize,
+        #[arg(long, default_value_t = 3)]
+        personas: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Self-directed study with the real local models over a small corpus (bench/study): session
+    /// time and tokens, grades, training lines, and a person's reply while a session runs
+    /// against the same reply to the idle persona.
+    Study {
+        /// The corpus indexed and studied.
+        #[arg(long, default_value = "bench/study")]
+        corpus: PathBuf,
+        /// Questions asked idle and while studying, each.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Embeddings per second (batch 1, 8, 32; sentences and code), the shared worker under 100
     /// callers, and sentence-transformers on the same inputs as the peer.
     Embed {
@@ -620,6 +644,21 @@ fn main() -> ExitCode {
             Command::Bench { which: BenchCmd::Conversation { personas, rate, seconds, recalls, json } } => {
                 let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
                     Ok(_) => bench::conversation::conversation(personas.max(1), rate.max(0.1), seconds, recalls).await,
+                    Err(e) => Err(e.into()),
+                };
+                print_figures(r, json)
+            }
+            Command::Bench { which: BenchCmd::Replay { events, personas, json } } => {
+                let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                    Ok(_) => bench::replay::replay(events.max(1), personas.max(1)).await,
+                    Err(e) => Err(e.into()),
+                };
+                print_figures(r, json)
+            }
+            Command::Bench { which: BenchCmd::Study { corpus, rounds, json } } => {
+                let dir = models::default_dir();
+                let r = match models::pull(&dir, &models::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
+                    Ok(_) => bench::study::study(&corpus, rounds.max(1)).await,
                     Err(e) => Err(e.into()),
                 };
                 print_figures(r, json)
