@@ -97,8 +97,8 @@ use std::time::{Duration, Instant};
 
 use mindfleet_runtime::config::{PersonaConfig, SchedulerConfig};
 use mindfleet_runtime::sched::{
-    self, BudgetStats, Class, CostReport, Grant, Outcome, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats,
-    SubmitQueues, Task, TaskId,
+    self, BudgetStats, Class, CostReport, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg,
+    SchedulerStats, SubmitQueues, Task, TaskId,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, SpawnErr};
@@ -168,6 +168,8 @@ struct Running {
     pool: usize,
     /// Budget entry and tokens reserved.
     reservation: Option<(u64, u64)>,
+    /// Who to ask for the slot back, for a preemptible task not asked yet.
+    preempt: Option<Owner>,
 }
 
 /// Task ids are sequential: a multiplicative hash spreads them at a fraction of SipHash's cost.
@@ -497,6 +499,32 @@ impl SchedulerState {
                 let w = self.ready.take(idx);
                 self.offer(w, now);
             }
+            if self.free[pool] == 0 {
+                self.preempt_for(pool);
+            }
+        }
+    }
+
+    /// Higher-class work waits for a slot of `pool` that none is free of: the owners of as
+    /// many preemptible background tasks holding one are asked for it back (once each; the
+    /// slot frees when the owner calls `done`).
+    fn preempt_for(&mut self, pool: usize) {
+        let mut waiting: usize =
+            [Class::Urgent, Class::Interactive, Class::Work].into_iter().map(|c| self.ready.len(pool, c)).sum();
+        if waiting == 0 {
+            return;
+        }
+        for (id, r) in self.running.iter_mut() {
+            if waiting == 0 {
+                break;
+            }
+            if r.pool == pool
+                && let Some(owner) = r.preempt.take()
+                && owner.preempt(*id)
+            {
+                waiting -= 1;
+                self.stats.preempted += 1;
+            }
         }
     }
 
@@ -668,7 +696,8 @@ impl SchedulerState {
             self.personas[p as usize].last_grant = Some(now);
             self.schedule_due(p);
         }
-        self.running.insert(t.id, Running { persona: t.persona, class: t.class, pool, reservation });
+        let preempt = (t.preemptible && t.class == Class::Background).then_some(t.owner);
+        self.running.insert(t.id, Running { persona: t.persona, class: t.class, pool, reservation, preempt });
     }
 
     fn finish(&mut self, task: TaskId, tokens_used: u32, now: Instant) {

@@ -177,6 +177,8 @@ struct InFlight {
 
 /// Most chunks a knowledge search brings into working memory and the reply.
 const KNOWLEDGE_CHUNKS: usize = 3;
+/// How long a study stage that gave its slot back waits before it asks again.
+const STUDY_RETRY: Duration = Duration::from_secs(2);
 /// How many times a claim goes again to a coordinator that has not answered it.
 const TURN_RETRIES: u32 = 5;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
@@ -1672,7 +1674,7 @@ impl PersonaState {
             return;
         }
         let with_model = self.study_llm().is_some();
-        let mut t = self.own_task(Class::Background, 0.2, "study");
+        let mut t = self.own_task(Class::Background, 0.2, "study").preemptible();
         let Some(run) = self.study.start(now_us()).filter(|r| r.task.is_none()) else { return };
         if run.stage.uses_model() && with_model {
             t.slot = Slot::Inference;
@@ -1716,10 +1718,23 @@ impl PersonaState {
             return;
         }
         let (copy, me, task) = (run.clone(), self.myself.clone(), g.task);
-        tokio::spawn(async move {
+        self.study.stage = Some(tokio::spawn(async move {
             let step = study::run_stage(copy, svc).await;
             let _ = me.cast(PersonaMsg::Studied { task, step });
-        });
+        }));
+    }
+
+    /// Higher-class work waits for the slot of the study stage of `task`: the stage stops (its
+    /// model call with it) and gives the slot back, to run again later.
+    fn on_preempt(&mut self, task: TaskId) {
+        let Some(run) = self.study.run.as_mut().filter(|r| r.task == Some(task)) else { return };
+        run.task = None;
+        if let Some(stage) = self.study.stage.take() {
+            stage.abort();
+        }
+        self.args.scheduler.done(task);
+        tracing::debug!(persona = %self.name, topic = %run.session.topic, "study stage yielded its slot");
+        self.myself.send_after(STUDY_RETRY, || PersonaMsg::StudyDue);
     }
 
     /// A stage of study is done: the next one, or the end of the session.
@@ -1730,6 +1745,7 @@ impl PersonaState {
         };
         self.args.scheduler.done_with_tokens(task, tokens);
         let Some(run) = self.study.run.as_mut().filter(|r| r.task == Some(task)) else { return };
+        self.study.stage = None;
         if run.apply(step)
             && let Some(session) = self.study.finish(now_us())
         {
@@ -2039,6 +2055,8 @@ impl Actor for Persona {
                 let _ = reply.send(st.on_study(topic));
             }
             PersonaMsg::Studied { task, step } => st.on_studied(task, step),
+            PersonaMsg::Preempt(task) => st.on_preempt(task),
+            PersonaMsg::StudyDue => st.study_next(),
             PersonaMsg::Consolidate => {
                 myself.send_after(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
                 st.want_consolidation();

@@ -190,6 +190,8 @@ pub struct StudyBook {
     /// When each topic was last studied.
     studied: HashMap<String, i64>,
     pub run: Option<Run>,
+    /// The stage under way, off the persona's loop (aborted when its slot is asked back).
+    pub stage: Option<tokio::task::JoinHandle<()>>,
     /// Sessions finished since the start.
     pub sessions: u64,
     /// The newest finished sessions, newest first.
@@ -341,7 +343,9 @@ async fn generate(
     purpose: &str,
     req: GenerateRequest,
 ) -> Result<(String, u32), LlmFailure> {
-    let job = GenerateJob { req, purpose: purpose.into(), persona: Some(svc.persona.clone()), stream: None };
+    // Streamed, so that dropping this future (the stage aborted) stops the generation too.
+    let (tx, _pieces) = tokio::sync::mpsc::unbounded_channel();
+    let job = GenerateJob { req, purpose: purpose.into(), persona: Some(svc.persona.clone()), stream: Some(tx) };
     let g = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
         .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())))?;
     Ok((g.text, (g.tokens_in + g.tokens_out) as u32))

@@ -152,6 +152,11 @@ pub enum PersonaMsg {
     Turn(Turn),
     /// The persona's own timer: the coordinator has not answered its claim on this event yet.
     TurnOverdue(String),
+    /// The scheduler asks for the slot of this preemptible background task back: higher-class
+    /// work waits for it.
+    Preempt(TaskId),
+    /// Time to try the study session again (after a preemption).
+    StudyDue,
     /// Study `topic` (else the gap noted first) in idle time; answers with the topic.
     Study {
         topic: Option<String>,

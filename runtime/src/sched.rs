@@ -97,6 +97,14 @@ impl Owner {
             Owner::Channel(tx) => tx.send(grant).is_ok(),
         }
     }
+
+    /// Asks for the slot of `task` back; false when the owner cannot be asked (or is gone).
+    pub fn preempt(&self, task: TaskId) -> bool {
+        match self {
+            Owner::Persona(a) => a.cast(PersonaMsg::Preempt(task)).is_ok(),
+            Owner::Channel(_) => false,
+        }
+    }
 }
 
 /// A unit of cognitive work waiting for a grant.
@@ -123,6 +131,9 @@ pub struct Task {
     pub paced: bool,
     /// The room the work is for, for cost accounting.
     pub room: Option<Arc<str>>,
+    /// A `Background` task whose slot the owner gives back when asked (`PersonaMsg::Preempt`)
+    /// because higher-class work waits for it.
+    pub preemptible: bool,
 }
 
 impl Task {
@@ -141,7 +152,14 @@ impl Task {
             max_tokens: 0,
             paced: false,
             room: None,
+            preemptible: false,
         }
+    }
+
+    /// The same task, its slot given back when higher-class work waits for one.
+    pub fn preemptible(mut self) -> Task {
+        self.preemptible = true;
+        self
     }
 
     /// The same task, paced by its persona's cadence.
@@ -447,6 +465,8 @@ pub struct SchedulerStats {
     /// Background tasks granted ahead of waiting higher-class tasks because they waited
     /// their period.
     pub background_turns: u64,
+    /// Preemptible background tasks asked for their slot back by waiting higher-class work.
+    pub preempted: u64,
     /// `Skipped` answers by reason.
     pub skipped: SkipCounts,
     /// `RulesOnly` answers by reason.

@@ -25,6 +25,7 @@ fn task(id: TaskId, class: Class, priority: f64, age: Duration, tx: &crossbeam_c
         max_tokens: 0,
         paced: false,
         room: None,
+        preemptible: false,
     }
 }
 
@@ -498,4 +499,84 @@ async fn release_drops_tasks_aside_and_keeps_the_charge_of_running_calls() {
     let s = rig.stats().await;
     assert_eq!((s.queued(), s.running_inference, s.released, s.budget.tokens_last_hour), (0, 0, 2, 300));
     rig.stop();
+}
+
+/// Stands in for a persona that studies: forwards its grants as `Ok(task)` and the
+/// scheduler's requests for a slot back as `Err(task)`.
+struct Yielder;
+
+impl Actor for Yielder {
+    type Msg = PersonaMsg;
+    type State = mpsc::UnboundedSender<Result<TaskId, TaskId>>;
+    type Arguments = mpsc::UnboundedSender<Result<TaskId, TaskId>>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<PersonaMsg>,
+        tx: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<PersonaMsg>,
+        msg: PersonaMsg,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PersonaMsg::Granted(g) => drop(tx.send(Ok(g.task))),
+            PersonaMsg::Preempt(t) => drop(tx.send(Err(t))),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_work_takes_the_slot_of_a_preemptible_background_task_once_it_is_given_back() {
+    let h = spawn(config(1), None).await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (owner, _) = Actor::spawn(None, Yielder, tx).await.unwrap();
+    let next = async |rx: &mut mpsc::UnboundedReceiver<Result<TaskId, TaskId>>| {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("an answer within 5 s").unwrap()
+    };
+    let background = |preemptible: bool| {
+        let t =
+            Task::new("study".into(), Class::Background, 0.2, Slot::Inference, "study", Owner::Persona(owner.clone()));
+        if preemptible { t.preemptible() } else { t }
+    };
+    // A background task that cannot be asked keeps its slot until it is done.
+    let plain = background(false);
+    let plain_id = plain.id;
+    h.submit(plain);
+    assert_eq!(next(&mut rx).await, Ok(plain_id));
+    let (ctx, crx) = crossbeam_channel::unbounded();
+    let mut first = task(SchedulerHandle::next_id(), Class::Interactive, 0.9, Duration::ZERO, &ctx);
+    first.slot = Slot::Inference;
+    let first_id = first.id;
+    h.submit(first);
+    let stats = call_t!(h.actor(), SchedulerMsg::Stats, 5000).unwrap();
+    assert_eq!(stats.preempted, 0);
+    h.done(plain_id);
+    assert_eq!(recv(&crx), first_id);
+    h.done(first_id);
+
+    // A preemptible one is asked for it back as soon as interactive work waits, once.
+    let study = background(true);
+    let study_id = study.id;
+    h.submit(study);
+    assert_eq!(next(&mut rx).await, Ok(study_id));
+    let mut reply = task(SchedulerHandle::next_id(), Class::Interactive, 0.9, Duration::ZERO, &ctx);
+    reply.slot = Slot::Inference;
+    let reply_id = reply.id;
+    h.submit(reply);
+    assert_eq!(next(&mut rx).await, Err(study_id));
+    assert!(crx.try_recv().is_err(), "the slot is still held");
+    h.done(study_id);
+    assert_eq!(recv(&crx), reply_id);
+    let stats = call_t!(h.actor(), SchedulerMsg::Stats, 5000).unwrap();
+    assert_eq!(stats.preempted, 1);
+    h.actor().stop(None);
+    owner.stop(None);
 }
