@@ -113,10 +113,12 @@ pub struct RefBook {
 
 impl RefBook {
     /// The hint block of the event in hand: what its texts called for and why (the references
-    /// every persona has are left out); empty when nothing was called for.
-    pub fn hint(&self, catalog: &Catalog) -> String {
+    /// every persona has are left out); empty when nothing was called for or there is no
+    /// catalog.
+    pub fn hint(&self, enricher: Option<&Enricher>) -> String {
+        let Some(enricher) = enricher else { return String::new() };
         let called: Vec<RefMatch> = self.current.iter().filter(|m| m.via != refs::Via::Auto).cloned().collect();
-        refs::hint_block(catalog, &called)
+        refs::hint_block(enricher.catalog(), &called)
     }
 
     /// Selects `m`'s reference and authorises its path; `false` when it was selected already.

@@ -996,7 +996,6 @@ impl PersonaState {
             }
             return;
         }
-        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_mut().expect("on_grant checked the task");
         if let Some(choice) = f.choosing.take() {
             if let (Outcome::Run, Some(llm)) = (&g.outcome, self.args.llm.clone()) {
@@ -1038,7 +1037,7 @@ impl PersonaState {
                         recalled: &f.recalled,
                         conversation: &f.conversation,
                         found: &f.found,
-                        hints: &hints,
+                        hints: &self.refs.hint(self.args.enricher.as_deref()),
                         state: &f.state,
                     },
                     record: &f.record,
@@ -1208,7 +1207,6 @@ impl PersonaState {
 
     /// One action of the registry; `rules_only`: without a model (the budget's hard limit).
     async fn run_step(&mut self, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
-        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let action = f.record.plan.steps[f.cursor].action;
         if let Some(delay) = self.args.faults.take_action_delay(action) {
@@ -1294,7 +1292,7 @@ impl PersonaState {
                     recalled: &f.recalled,
                     conversation: &f.conversation,
                     found: &f.found,
-                    hints: &hints,
+                    hints: &self.refs.hint(self.args.enricher.as_deref()),
                     state: &f.state,
                 };
                 let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
@@ -1490,7 +1488,6 @@ impl PersonaState {
 
     /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
     fn draft_by_rules(&mut self, why: String) {
-        let hints = self.args.enricher.as_ref().map(|e| self.refs.hint(e.catalog())).unwrap_or_default();
         let f = self.in_flight.as_mut().expect("a draft is for the event in flight");
         let text = RulesBrain.respond(&RespondContext {
             persona: &self.name,
@@ -1499,7 +1496,7 @@ impl PersonaState {
             recalled: &f.recalled,
             conversation: &f.conversation,
             found: &f.found,
-            hints: &hints,
+            hints: &self.refs.hint(self.args.enricher.as_deref()),
             state: &f.state,
         });
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
@@ -1698,7 +1695,7 @@ impl PersonaState {
             Outcome::RulesOnly(_) => true,
             Outcome::Skipped(why) => {
                 if let Some(run) = self.study.run.as_mut() {
-                    run.stop(&format!("stopped: {}", why.as_str()));
+                    run.end(&format!("stopped: {}", why.as_str()));
                 }
                 if let Some(session) = self.study.finish(now_us()) {
                     self.keep_study(session);

@@ -169,17 +169,13 @@ impl Run {
         false
     }
 
-    fn end(&mut self, outcome: &str) -> bool {
+    /// Ends the session with `outcome` (also early: why it stopped); `true`.
+    pub fn end(&mut self, outcome: &str) -> bool {
         self.session.outcome = outcome.to_string();
         let n = self.session.answers.len();
         self.session.score =
             if n == 0 { 0.0 } else { self.session.answers.iter().map(|a| a.grade).sum::<f64>() / n as f64 };
         true
-    }
-
-    /// Ends the session early: `why` is its outcome.
-    pub fn stop(&mut self, why: &str) {
-        self.end(why);
     }
 }
 
@@ -304,7 +300,7 @@ pub async fn run_stage(run: Run, svc: Services) -> StudyStep {
             }
         }
         Stage::Answer(i) => {
-            let (question, asked_by) = run.questions[i].clone();
+            let question = run.questions[i].0.clone();
             let source = &run.passages[i];
             let found = search(&svc.index, &question).await.unwrap_or_default();
             let context: Vec<&Source> = found.iter().take(2).collect();
@@ -319,7 +315,6 @@ pub async fn run_stage(run: Run, svc: Services) -> StudyStep {
                 }
                 _ => (rules_answer(&question, &context), "rules", 0),
             };
-            let by = if asked_by == "model" && by == "model" { "model" } else { by };
             let grade = grade(&text, source, &cited);
             let answer =
                 StudyAnswer { question, answer: text, source: source.cite.clone(), cited, grade, by: by.into() };

@@ -498,7 +498,7 @@ pub struct StudyAnswer {
     /// 0..=1: half for finding the source again, half for the share of the answer's words the
     /// source supports.
     pub grade: f64,
-    /// `model` or `rules`: who asked and answered.
+    /// `model` or `rules`: who wrote the answer.
     pub by: String,
 }
 
