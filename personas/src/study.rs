@@ -113,7 +113,7 @@ pub struct Run {
     pub session: StudySession,
     pub passages: Vec<Source>,
     /// The question asked of passage `i`, once asked.
-    pub questions: Vec<(String, &'static str)>,
+    pub questions: Vec<String>,
     pub stage: Stage,
     /// The scheduler task of the stage, while it is asked for or running.
     pub task: Option<TaskId>,
@@ -151,9 +151,9 @@ impl Run {
                 self.stage = Stage::Ask(0);
             }
             StudyStep::Found(Err(e)) => return self.end(&format!("the index did not answer: {e}")),
-            StudyStep::Asked { question, by, tokens } => {
+            StudyStep::Asked { question, tokens } => {
                 self.session.tokens += tokens;
-                self.questions.push((question, by));
+                self.questions.push(question);
                 self.stage = Stage::Answer(self.questions.len() - 1);
             }
             StudyStep::Answered { answer, tokens } => {
@@ -287,20 +287,16 @@ pub async fn run_stage(run: Run, svc: Services) -> StudyStep {
                 Some(llm) => generate(llm, &svc, "study-ask", question_request(&run.session.topic, passage)).await,
                 None => Err(LlmFailure::Failed("no LLM in this fleet".into())),
             };
-            match asked {
-                Ok((text, tokens)) => match parse_question(&text) {
-                    Some(question) => StudyStep::Asked { question, by: "model", tokens },
-                    None => {
-                        StudyStep::Asked { question: rules_question(&run.session.topic, passage), by: "rules", tokens }
-                    }
-                },
-                Err(_) => {
-                    StudyStep::Asked { question: rules_question(&run.session.topic, passage), by: "rules", tokens: 0 }
-                }
-            }
+            // The rules ask when the model cannot, or writes no question.
+            let (question, tokens) = match asked {
+                Ok((text, tokens)) => (parse_question(&text), tokens),
+                Err(_) => (None, 0),
+            };
+            let question = question.unwrap_or_else(|| rules_question(&run.session.topic, passage));
+            StudyStep::Asked { question, tokens }
         }
         Stage::Answer(i) => {
-            let question = run.questions[i].0.clone();
+            let question = run.questions[i].clone();
             let source = &run.passages[i];
             let found = search(&svc.index, &question).await.unwrap_or_default();
             let context: Vec<&Source> = found.iter().take(2).collect();

@@ -338,8 +338,8 @@ pub enum AdminMsg {
 pub enum StudyStep {
     /// The search for the topic: the passages to study.
     Found(Result<Vec<crate::knowledge::Source>, String>),
-    /// A question asked of the next passage, by `model` or `rules`.
-    Asked { question: String, by: &'static str, tokens: u32 },
+    /// A question asked of the next passage (by the model, else by the rules).
+    Asked { question: String, tokens: u32 },
     /// The question answered with retrieval, and graded.
     Answered { answer: crate::model::StudyAnswer, tokens: u32 },
 }

@@ -160,36 +160,43 @@ async fn release_frees_the_slots_of_a_gone_persona() {
     assert_eq!(recv(&rx), 3);
 }
 
-/// Stands in for a persona: forwards its grants to a tokio channel, so tests on a paused
-/// clock can await them. `Resync` forwards a `None` marker (see [`Rig::quiet`]).
-struct Probe;
+/// Stands in for a persona: forwards what `pick` keeps of its messages to a tokio channel, so
+/// tests on a paused clock can await them.
+struct Probe<T>(std::marker::PhantomData<T>);
 
-impl Actor for Probe {
+type Pick<T> = fn(PersonaMsg) -> Option<T>;
+
+impl<T: Send + Sync + 'static> Actor for Probe<T> {
     type Msg = PersonaMsg;
-    type State = mpsc::UnboundedSender<Option<Grant>>;
-    type Arguments = mpsc::UnboundedSender<Option<Grant>>;
+    type State = (Pick<T>, mpsc::UnboundedSender<T>);
+    type Arguments = (Pick<T>, mpsc::UnboundedSender<T>);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<PersonaMsg>,
-        tx: Self::Arguments,
+        args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(tx)
+        Ok(args)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<PersonaMsg>,
         msg: PersonaMsg,
-        tx: &mut Self::State,
+        (pick, tx): &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            PersonaMsg::Granted(g) => drop(tx.send(Some(g))),
-            PersonaMsg::Resync => drop(tx.send(None)),
-            _ => {}
+        if let Some(seen) = pick(msg) {
+            let _ = tx.send(seen);
         }
         Ok(())
     }
+}
+
+/// A probe's channel and the actor feeding it.
+async fn probe<T: Send + Sync + 'static>(pick: Pick<T>) -> (ActorRef<PersonaMsg>, mpsc::UnboundedReceiver<T>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (actor, _) = Actor::spawn(None, Probe(std::marker::PhantomData), (pick, tx)).await.unwrap();
+    (actor, rx)
 }
 
 /// A scheduler and a probe owning every task submitted through it.
@@ -207,8 +214,13 @@ impl Rig {
 
     async fn with_budgets(config: SchedulerConfig, budgets: HashMap<Arc<str>, PersonaBudget>) -> Rig {
         let h = spawn_with_budgets(config, budgets, None).await.unwrap();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (probe, _) = Actor::spawn(None, Probe, tx).await.unwrap();
+        // Its grants, and `None` for a `Resync` (see [`Rig::quiet`]).
+        let (probe, rx) = probe(|m| match m {
+            PersonaMsg::Granted(g) => Some(Some(g)),
+            PersonaMsg::Resync => Some(None),
+            _ => None,
+        })
+        .await;
         Rig { h, probe, rx, start: sched::now() }
     }
 
@@ -501,43 +513,17 @@ async fn release_drops_tasks_aside_and_keeps_the_charge_of_running_calls() {
     rig.stop();
 }
 
-/// Stands in for a persona that studies: forwards its grants as `Ok(task)` and the
-/// scheduler's requests for a slot back as `Err(task)`.
-struct Yielder;
-
-impl Actor for Yielder {
-    type Msg = PersonaMsg;
-    type State = mpsc::UnboundedSender<Result<TaskId, TaskId>>;
-    type Arguments = mpsc::UnboundedSender<Result<TaskId, TaskId>>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<PersonaMsg>,
-        tx: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(tx)
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<PersonaMsg>,
-        msg: PersonaMsg,
-        tx: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            PersonaMsg::Granted(g) => drop(tx.send(Ok(g.task))),
-            PersonaMsg::Preempt(t) => drop(tx.send(Err(t))),
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interactive_work_takes_the_slot_of_a_preemptible_background_task_once_it_is_given_back() {
     let h = spawn(config(1), None).await.unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (owner, _) = Actor::spawn(None, Yielder, tx).await.unwrap();
+    // A persona that studies: its grants as `Ok(task)`, the scheduler asking for a slot back
+    // as `Err(task)`.
+    let (owner, mut rx) = probe(|m| match m {
+        PersonaMsg::Granted(g) => Some(Ok(g.task)),
+        PersonaMsg::Preempt(t) => Some(Err(t)),
+        _ => None,
+    })
+    .await;
     let next = async |rx: &mut mpsc::UnboundedReceiver<Result<TaskId, TaskId>>| {
         tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("an answer within 5 s").unwrap()
     };

@@ -69,7 +69,7 @@ fn a_session_asks_and_answers_each_passage_then_ends_with_its_score() {
     assert!(!run.apply(StudyStep::Found(Ok(passages))));
     for i in 0..2 {
         assert_eq!(run.stage, Stage::Ask(i));
-        assert!(!run.apply(StudyStep::Asked { question: format!("q{i}?"), by: "model", tokens: 5 }));
+        assert!(!run.apply(StudyStep::Asked { question: format!("q{i}?"), tokens: 5 }));
         assert_eq!(run.stage, Stage::Answer(i));
         let answer = StudyAnswer {
             question: format!("q{i}?"),
