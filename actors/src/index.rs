@@ -36,6 +36,10 @@ use crate::embed::{Tokens, model_name};
 
 /// Longest the index thread waits for the embedding worker on one batch.
 const EMBED_CALL: Duration = Duration::from_secs(300);
+/// Texts the index thread sends the embedding worker at once: the worker cuts them into its own
+/// batches and runs them back to back, where a call per batch would leave the model idle
+/// between them.
+const WORKER_CALL_TEXTS: usize = 256;
 /// Longest it waits for the LLM's answer to `rag ask`.
 const ASK_CALL: Duration = Duration::from_secs(600);
 /// Most chunks `rag ask` gives the model.
@@ -517,5 +521,9 @@ impl Embed for WorkerEmbed {
         });
         let embedded = answer.map_err(|e| format!("embedding worker: {e}"))?.map_err(|e| e.to_string())?;
         Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
+    }
+
+    fn batch(&self) -> usize {
+        WORKER_CALL_TEXTS
     }
 }

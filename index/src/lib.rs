@@ -59,6 +59,11 @@ pub trait Embed {
     fn count_tokens(&self, text: &str) -> usize;
     /// Unit vectors, one per text.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String>;
+    /// Most texts the index gives [`Embed::embed`] in one call. A model that batches on its
+    /// own (a worker behind a queue) takes more, so it is never idle between calls.
+    fn batch(&self) -> usize {
+        EMBED_BATCH
+    }
 }
 
 /// One entry of [`Index::create_many`].
@@ -155,7 +160,7 @@ pub const MAX_LIMIT: usize = 1000;
 const RRF_K: f32 = 60.0;
 /// How [`Chunker`] cuts, as the index records it.
 const CODE_CHUNKING: &str = "code, neighbours merged";
-/// Texts embedded per call of the model.
+/// Texts embedded per call of the model, unless [`Embed::batch`] says otherwise.
 const EMBED_BATCH: usize = 32;
 
 /// One result.
@@ -482,17 +487,18 @@ impl Index {
                 wanted.insert(rec.text, stored);
             }
         }
-        for group in order.chunks(EMBED_BATCH) {
-            let Some(embed) = embed else { break };
-            let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
-            let vectors = embed.embed(&texts).map_err(IndexError::Embed)?;
-            if vectors.len() != texts.len() {
-                return Err(IndexError::Embed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
+        if let Some(embed) = embed {
+            for group in order.chunks(embed.batch().max(1)) {
+                let texts: Vec<&str> = group.iter().map(|(_, t)| t.as_str()).collect();
+                let vectors = embed.embed(&texts).map_err(IndexError::Embed)?;
+                if vectors.len() != texts.len() {
+                    return Err(IndexError::Embed(format!("{} vectors for {} texts", vectors.len(), texts.len())));
+                }
+                for ((hash, _), v) in group.iter().zip(vectors) {
+                    wanted.insert(*hash, Some(Quantized::new(&v)));
+                }
+                report.texts_embedded += texts.len();
             }
-            for ((hash, _), v) in group.iter().zip(vectors) {
-                wanted.insert(*hash, Some(Quantized::new(&v)));
-            }
-            report.texts_embedded += texts.len();
         }
         for u in &mut batch {
             for (_, rec, _, vector) in &mut u.chunks {
