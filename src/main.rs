@@ -455,7 +455,7 @@ enum BenchCmd {
     },
     /// A backlog of stored chat events replayed at start, with conversation memory off and on
     /// (real MiniLM): seconds until every delivery is decided, and until every message is
-    /// embedded.
+    /// embedded, against the bare model on the same texts.
     Replay {
         #[arg(long, default_value_t = 1000)]
         events: usize,
@@ -650,7 +650,7 @@ fn main() -> ExitCode {
             }
             Command::Bench { which: BenchCmd::Replay { events, personas, json } } => {
                 let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
-                    Ok(_) => bench::replay::replay(events.max(1), personas.max(1)).await,
+                    Ok(dir) => bench::replay::replay(&dir, events.max(1), personas.max(1)).await,
                     Err(e) => Err(e.into()),
                 };
                 print_figures(r, json)

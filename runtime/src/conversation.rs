@@ -16,7 +16,7 @@ use crate::knowledge::{IndexMsg, RagError, RagRequest, SearchMode, SearchRequest
 use crate::storage::Storage;
 
 /// A message a persona took in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Said {
     /// The delivery's sequence number: its key, and its entry's path in the index.
     pub seq: u64,
