@@ -3,13 +3,16 @@
 
 use mindfleet::Fleet;
 use mindfleet::client::Client;
+use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
+use mindfleet_runtime::model::Action;
+use mindfleet_runtime::sched::SchedulerMsg;
 use serde_json::Value;
 
 use crate::util::{chat, fleet_toml, persona, poll, pulled, start};
 
-const HELPER: &str = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\", \"ops\"]\n\n[[persona]]\nname = \"scribe\"\nrole = \"note taker\"\nrooms = [\"general\"]\n";
-
 const ON: &str = "\n[conversation]\nenabled = true\n";
+
+const HELPER: &str = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\", \"ops\"]\n\n[[persona]]\nname = \"scribe\"\nrole = \"note taker\"\nrooms = [\"general\"]\n";
 
 /// Four messages on two subjects, then waits until `helper` has embedded them all.
 async fn told(fleet: &Fleet) {
@@ -108,5 +111,56 @@ async fn without_the_embedding_model_recall_matches_words_and_says_it_is_degrade
         c.recall.starts_with("degraded: ").then_some(())
     })
     .await;
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_by_default_nothing_is_kept_and_recall_says_it_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(HELPER)).await;
+    fleet.inject(chat("ops", "alice", "the canary ran out of memory")).await.unwrap();
+    poll("the message to be decided", || async { (fleet.storage.stats().await.unwrap().pending == 0).then_some(()) })
+        .await;
+    let d = fleet.dump(None).await.unwrap();
+    assert!(persona(&d, "helper").conversation.is_none(), "no conversation memory in the dump");
+    let api = Client::new(&fleet.addr.to_string(), None);
+    let params = [("persona", "helper".to_string()), ("text", "canary".to_string())];
+    match api.ai("recall", &params).await {
+        Err(mindfleet::client::ClientError::Status { status: 503, message }) => {
+            assert!(message.contains("[conversation] enabled = false"), "{message}")
+        }
+        other => panic!("recall should answer 503: {other:?}"),
+    }
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedding_kept_waiting_for_a_slot_is_promoted_to_work_and_catches_up() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!("{}\n[scheduler]\ncheap_slots = 1\n{ON}max_lag_secs = 0.05\n", fleet_toml(HELPER));
+    let fleet = start(dir.path(), &toml).await;
+    // The helper's slow recall holds the fleet's one cheap slot for 4 s ...
+    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 4000, times: 1 };
+    fleet.fault("helper", Fault { target: FaultTarget::Persona, when: slow }).await.unwrap();
+    fleet.inject(chat("general", "alice", "@helper what changed in the release?")).await.unwrap();
+    poll("the helper's slow step holding the slot", || async {
+        let s = ractor::call_t!(fleet.scheduler.actor(), SchedulerMsg::Stats, 5000).unwrap();
+        (s.interactive.running + s.work.running == 1).then_some(())
+    })
+    .await;
+    // ... while the scribe takes in what is said: its `background` embedding waits past
+    // `max_lag` and asks for a `work` slot too, which goes first once the slot is free.
+    for i in 0..3 {
+        fleet.inject(chat("general", "bob", &format!("note {i}: the release moved to Thursday"))).await.unwrap();
+    }
+    let c = poll("the scribe to embed the three notes", || async {
+        let d = fleet.dump(None).await.unwrap();
+        let c = persona(&d, "scribe").conversation.clone().unwrap();
+        (c.stored >= 3 && c.pending == 0).then_some(c)
+    })
+    .await;
+    assert!(c.promotions >= 1, "the wait was promoted: {c:?}");
+    assert!(c.max_lag_ms >= 50, "and reported: {c:?}");
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }

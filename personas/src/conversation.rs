@@ -6,6 +6,10 @@
 //! message waiting longer than `max_lag` promotes it: a second request, in the `work` class,
 //! whichever is granted first takes the batch, so the lag stays bounded under load and is
 //! reported (the dump's `conversation`) rather than growing unseen.
+//!
+//! Memory stays bounded when messages come faster than the model embeds them: at most
+//! [`QUEUED`] wait in memory, and the rest only in storage (every message is written there with
+//! its event's decision), by sequence number, read back as the queue runs low.
 
 use std::collections::VecDeque;
 
@@ -15,9 +19,12 @@ use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::dump::ConversationDump;
 use mindfleet_runtime::knowledge::CreateRequest;
 use mindfleet_runtime::sched::TaskId;
+use mindfleet_runtime::storage::CONVERSATION_KEPT;
 
 /// Most messages one task embeds.
 pub const BATCH: usize = 64;
+/// Most messages waiting in memory; later ones wait in storage.
+pub const QUEUED: usize = 4 * BATCH;
 
 #[derive(Debug)]
 pub struct ConversationBook {
@@ -25,6 +32,9 @@ pub struct ConversationBook {
     pub max_lag: Duration,
     /// Taken in, not embedded yet, oldest first.
     pub pending: VecDeque<Said>,
+    /// Taken in after these, waiting in storage only: their sequence numbers, oldest first
+    /// (no more than storage keeps, [`CONVERSATION_KEPT`]).
+    pub spilled: VecDeque<u64>,
     /// The batch being embedded.
     pub embedding: Vec<Said>,
     /// The tasks asked for: the `Background` one, and the `work` one a long wait adds.
@@ -43,10 +53,14 @@ pub struct ConversationBook {
 
 impl ConversationBook {
     pub fn new(max_lag: Duration, unembedded: Vec<Said>, kept: u64) -> Self {
+        let stored = kept.saturating_sub(unembedded.len() as u64);
+        let mut unembedded = unembedded.into_iter();
+        let pending = unembedded.by_ref().take(QUEUED).collect();
         ConversationBook {
             max_lag,
-            stored: kept.saturating_sub(unembedded.len() as u64),
-            pending: unembedded.into(),
+            stored,
+            pending,
+            spilled: unembedded.map(|s| s.seq).collect(),
             embedding: Vec::new(),
             asked: Vec::new(),
             gathering: false,
@@ -54,6 +68,61 @@ impl ConversationBook {
             max_lag_us: 0,
             last_error: None,
             degraded: None,
+        }
+    }
+
+    /// Takes a message in: into the queue, or, once [`QUEUED`] wait, into storage only.
+    pub fn take(&mut self, said: Said) {
+        if self.spilled.is_empty() && self.pending.len() < QUEUED {
+            self.pending.push_back(said);
+            return;
+        }
+        self.spilled.push_back(said.seq);
+        // Storage keeps no more: the oldest are gone from it.
+        while self.spilled.len() > CONVERSATION_KEPT as usize {
+            self.spilled.pop_front();
+        }
+    }
+
+    /// Whether message `seq` is still to be embedded.
+    pub fn waiting(&self, seq: u64) -> bool {
+        self.pending.iter().chain(&self.embedding).any(|s| s.seq == seq) || self.spilled.contains(&seq)
+    }
+
+    /// Messages taken in and not embedded yet, in memory or in storage.
+    pub fn waiting_count(&self) -> usize {
+        self.pending.len() + self.embedding.len() + self.spilled.len()
+    }
+
+    /// The messages to read back from storage when the queue runs low (under a batch).
+    pub fn to_refill(&self) -> Vec<u64> {
+        if self.pending.len() >= BATCH {
+            return Vec::new();
+        }
+        self.spilled.iter().take(QUEUED - self.pending.len()).copied().collect()
+    }
+
+    /// The messages of [`ConversationBook::to_refill`] that storage had. Messages are written in
+    /// the order taken in, so one missing after a later one was found never will be (its event
+    /// was not decided: dead-lettered); one missing after the last found is not committed yet
+    /// and stays first in line for the next read.
+    pub fn refill(&mut self, asked: &[u64], found: Vec<Said>) {
+        let newest_found = found.last().map(|s| s.seq);
+        let mut found = found.into_iter().peekable();
+        let mut later = Vec::new();
+        for &seq in asked {
+            if self.spilled.front() != Some(&seq) {
+                break;
+            }
+            self.spilled.pop_front();
+            match found.next_if(|s| s.seq == seq) {
+                Some(said) => self.pending.push_back(said),
+                None if newest_found.is_none_or(|n| seq > n) => later.push(seq),
+                None => {}
+            }
+        }
+        for seq in later.into_iter().rev() {
+            self.spilled.push_front(seq);
         }
     }
 
@@ -106,7 +175,7 @@ impl ConversationBook {
 
     pub fn dump(&self, now_us: i64) -> ConversationDump {
         ConversationDump {
-            pending: (self.pending.len() + self.embedding.len()) as u64,
+            pending: self.waiting_count() as u64,
             lag_ms: self.lag_us(now_us) / 1000,
             max_lag_ms: self.max_lag_us.max(self.lag_us(now_us)) / 1000,
             stored: self.stored,
@@ -166,5 +235,50 @@ mod tests {
         let d = c.dump(43 * S);
         // The 5 left came in after 43 s: no wait yet.
         assert_eq!((d.pending, d.lag_ms, d.max_lag_ms), (5, 0, 42_000));
+    }
+
+    #[test]
+    fn past_the_queue_messages_wait_in_storage_and_are_read_back_in_order_as_it_runs_low() {
+        const S: i64 = 1_000_000;
+        // A restart finds more waiting than the queue holds: the rest wait in storage.
+        let unembedded: Vec<Said> = (1..=QUEUED as u64 + 10).map(|i| said(i, 0)).collect();
+        let mut c = ConversationBook::new(Duration::from_secs(30), unembedded, QUEUED as u64 + 10);
+        assert_eq!((c.pending.len(), c.spilled.len(), c.dump(S).pending), (QUEUED, 10, QUEUED as u64 + 10));
+        // A message taken in now waits behind them, in storage.
+        let next = QUEUED as u64 + 11;
+        c.take(said(next, S));
+        assert_eq!((c.pending.len(), c.spilled.back()), (QUEUED, Some(&next)));
+        assert!(c.waiting(next) && c.waiting(1) && !c.waiting(next + 1));
+        assert!(c.to_refill().is_empty(), "a full queue reads nothing back");
+
+        // Embed down to under a batch, then read back.
+        while c.pending.len() >= BATCH {
+            c.take_batch("helper");
+            c.batch_done(Ok(()), 2 * S);
+        }
+        let asked = c.to_refill();
+        assert_eq!(asked, (QUEUED as u64 + 1..=next).collect::<Vec<_>>());
+        // Storage has all but the newest (its decision is not committed yet) and one whose
+        // event was never decided (dead-lettered).
+        let dead = QUEUED as u64 + 3;
+        let found: Vec<Said> = asked.iter().filter(|s| **s != next && **s != dead).map(|&s| said(s, S)).collect();
+        c.refill(&asked, found);
+        assert_eq!(c.spilled, VecDeque::from([next]), "the uncommitted one is read again next time");
+        let seqs: Vec<u64> = c.pending.iter().map(|s| s.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]) && !seqs.contains(&dead), "{seqs:?}");
+        assert_eq!(c.to_refill(), vec![next]);
+        c.refill(&[next], vec![said(next, S)]);
+        assert!(c.spilled.is_empty() && c.pending.back().map(|s| s.seq) == Some(next));
+        // Empty spill: taken in goes to the queue again.
+        c.take(said(next + 1, S));
+        assert_eq!(c.pending.back().map(|s| s.seq), Some(next + 1));
+
+        // Storage keeps no more than CONVERSATION_KEPT; nor does the spill.
+        let mut c = ConversationBook::new(Duration::from_secs(30), Vec::new(), 0);
+        for i in 0..QUEUED as u64 + CONVERSATION_KEPT + 5 {
+            c.take(said(i, 0));
+        }
+        assert_eq!(c.spilled.len() as u64, CONVERSATION_KEPT);
+        assert_eq!(c.spilled.front(), Some(&(QUEUED as u64 + 5)), "the oldest went first");
     }
 }

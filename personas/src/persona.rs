@@ -778,7 +778,7 @@ impl PersonaState {
             recalled: 0,
             last_recalled_us: 0,
         };
-        c.pending.push_back(said.clone());
+        c.take(said.clone());
         // Kept with the event's decision (the event stays pending until then).
         self.taking_in = Some(said);
         self.gather();
@@ -787,7 +787,7 @@ impl PersonaState {
     /// Asks for the embedding of what waits once a batch is full, else after gathering for
     /// [`GATHER`]: one index commit per batch, not one per message.
     fn gather(&mut self) {
-        let Some(c) = self.convo.as_mut().filter(|c| c.asked.is_empty() && !c.pending.is_empty()) else { return };
+        let Some(c) = self.convo.as_mut().filter(|c| c.asked.is_empty() && c.waiting_count() > 0) else { return };
         if c.pending.len() >= crate::conversation::BATCH {
             self.want_remember();
         } else if !c.gathering {
@@ -830,7 +830,24 @@ impl PersonaState {
         }
         // More waiting: gather again (after a failure, at the next message or check).
         if !failed {
+            self.refill_conversation();
             self.gather();
+        }
+    }
+
+    /// Reads back what waits in storage once the queue runs low (a bounded read: at most
+    /// `QUEUED` messages).
+    fn refill_conversation(&mut self) {
+        let Some(c) = self.convo.as_mut() else { return };
+        let asked = c.to_refill();
+        if asked.is_empty() {
+            return;
+        }
+        match self.args.storage.conversation(&self.name, &asked) {
+            Ok(found) => c.refill(&asked, found),
+            Err(e) => {
+                tracing::warn!(persona = %self.name, error = %e, "conversation memory: reading back what waits failed")
+            }
         }
     }
 
@@ -954,18 +971,23 @@ impl PersonaState {
             self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
             return;
         }
-        if let (Some(c), Some((index, _))) =
-            (self.convo.as_mut().filter(|c| c.asked.contains(&g.task)), self.args.conversation.clone())
+        if self.convo.as_ref().is_some_and(|c| c.asked.contains(&g.task))
+            && let Some((index, _)) = self.args.conversation.clone()
         {
+            if ran {
+                self.refill_conversation();
+            }
+            let c = self.convo.as_mut().expect("checked above");
             let batch = if ran { c.take_batch(&self.name) } else { Vec::new() };
             if batch.is_empty() {
-                // The other request took the batch, or no slot was given: done with this one.
+                // The other request took the batch, or no slot was given (or what waits in
+                // storage is not committed yet): done with this one.
                 c.asked.retain(|t| *t != g.task);
                 if ran {
                     self.args.scheduler.done(g.task);
                 }
-                if c.embedding.is_empty() && !c.pending.is_empty() && c.asked.is_empty() {
-                    self.want_remember();
+                if c.embedding.is_empty() {
+                    self.gather();
                 }
                 return;
             }
@@ -1854,8 +1876,7 @@ impl PersonaState {
             plan: plan.map(|(r, _, _)| r),
             said: self.taking_in.take().filter(|s| s.seq == d.seq).map(|mut s| {
                 // Embedded already when it is no longer waiting.
-                s.embedded =
-                    self.convo.as_ref().is_some_and(|c| !c.pending.iter().chain(&c.embedding).any(|p| p.seq == s.seq));
+                s.embedded = self.convo.as_ref().is_some_and(|c| !c.waiting(s.seq));
                 s
             }),
         })));
@@ -2019,7 +2040,7 @@ impl Actor for Persona {
             st.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || PersonaMsg::Consolidate);
         st.retune();
-        if st.convo.as_ref().is_some_and(|c| !c.pending.is_empty()) {
+        if st.convo.as_ref().is_some_and(|c| c.waiting_count() > 0) {
             // What was taken in before a restart and not embedded.
             st.want_remember();
         }
@@ -2067,7 +2088,7 @@ impl Actor for Persona {
             PersonaMsg::RememberDue => {
                 if let Some(c) = st.convo.as_mut() {
                     c.gathering = false;
-                    if c.asked.is_empty() && !c.pending.is_empty() {
+                    if c.asked.is_empty() && c.waiting_count() > 0 {
                         st.want_remember();
                     }
                 }
