@@ -266,7 +266,8 @@ pub struct ConversationConfig {
 impl Default for ConversationConfig {
     fn default() -> Self {
         ConversationConfig {
-            // Off until its cost under a backlog is brought down (docs/BENCHMARKS.md).
+            // Off until recall no longer waits behind the embedding of a backlog: at an intake
+            // past what the model embeds, plans that recall stall (docs/BENCHMARKS.md, replay).
             enabled: false,
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
