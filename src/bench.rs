@@ -253,9 +253,17 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
 /// A steady open-loop load: `rate` undirected events per second into rooms of `room_size` personas,
 /// for `seconds`, sampling RSS, queue lengths and the inject-to-decision latency every
 /// `every` seconds. Flat RSS and queues mean the fleet keeps up.
-pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_size: usize) -> anyhow::Result<Value> {
+pub async fn soak(
+    personas: usize,
+    rate: usize,
+    seconds: u64,
+    every: u64,
+    room_size: usize,
+    conversation: bool,
+) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    cfg.conversation.enabled = conversation;
     let rooms = personas.div_ceil(room_size).max(1);
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{}", i % rooms)];
@@ -358,6 +366,9 @@ pub async fn soak(personas: usize, rate: usize, seconds: u64, every: u64, room_s
         "personas": personas,
         "rate_per_s": rate,
         "room_size": room_size,
+        "conversation": conversation,
+        "conversation_pending": d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(|c| c.pending).sum::<u64>(),
+        "conversation_stored": d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(|c| c.stored).sum::<u64>(),
         "seconds": seconds,
         "sent": sent,
         "achieved_per_s": round(sent as f64 / elapsed, 1),

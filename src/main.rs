@@ -435,6 +435,9 @@ enum BenchCmd {
         /// Personas per room: each event goes to every persona of its room.
         #[arg(long, default_value_t = 4)]
         room_size: usize,
+        /// With conversation memory on (and the embedding model).
+        #[arg(long)]
+        conversation: bool,
         #[arg(long)]
         json: bool,
     },
@@ -663,8 +666,18 @@ fn main() -> ExitCode {
                 };
                 print_figures(r, json)
             }
-            Command::Bench { which: BenchCmd::Soak { personas, rate, seconds, every, room_size, json } } => {
-                print_figures(bench::soak(personas, rate, seconds, every.max(1), room_size.max(1)).await, json)
+            Command::Bench {
+                which: BenchCmd::Soak { personas, rate, seconds, every, room_size, conversation, json },
+            } => {
+                let r = match conversation {
+                    true => models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")).map(|_| ()),
+                    false => Ok(()),
+                };
+                let r = match r {
+                    Ok(()) => bench::soak(personas, rate, seconds, every.max(1), room_size.max(1), conversation).await,
+                    Err(e) => Err(e.into()),
+                };
+                print_figures(r, json)
             }
             Command::Embed { text, long, model, admin, token, json } => {
                 embed(text, long, model, admin.map(|a| Client::new(&a, token)), json).await
@@ -962,7 +975,7 @@ async fn embed(text: String, long: Long, model: Option<PathBuf>, remote: Option<
             Ok(w) => w,
             Err(e) => return fail(1, e),
         };
-        let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, reply });
+        let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, bulk: false, reply });
         let stats = ractor::call!(worker, EmbedMsg::Stats);
         worker.stop(None);
         match (answer, stats) {

@@ -86,7 +86,7 @@ mod worker {
 
     async fn embed(w: &ActorRef<EmbedMsg>, texts: &[impl AsRef<str>], long: LongText) -> EmbedReply {
         let texts = texts.iter().map(|t| t.as_ref().to_string()).collect();
-        call!(w, |reply| EmbedMsg::Embed { texts, long, reply }).expect("worker answers")
+        call!(w, |reply| EmbedMsg::Embed { texts, long, bulk: false, reply }).expect("worker answers")
     }
 
     async fn stats(w: &ActorRef<EmbedMsg>) -> EmbedStats {
@@ -116,6 +116,45 @@ mod worker {
         assert!(s.batches < 64 && s.mean_batch > 1.0, "not coalesced: {s:?}");
         assert_eq!((s.model.dimensions, s.model.window), (384, 256));
         assert!(s.p99_ms >= s.p50_ms && s.p50_ms > 0.0, "{s:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_query_goes_ahead_of_a_bulk_backlog_and_a_repeated_text_is_embedded_once() {
+        let w = spawn(args(&pulled().join(MINILM.name), None), None).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Eight bulk requests of 32 texts, each text twice, then one query; sent while the model
+        // loads, so they are all queued at once.
+        for r in 0..8 {
+            let distinct: Vec<String> = (0..16).map(|i| format!("backlog {r}: message {i} of the replay")).collect();
+            let texts: Vec<String> = distinct.iter().chain(&distinct).cloned().collect();
+            let (w, tx) = (w.clone(), tx.clone());
+            tokio::spawn(async move {
+                let got = call!(w, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: true, reply })
+                    .unwrap()
+                    .unwrap();
+                assert!((0..16).all(|i| got[i].pieces == got[i + 16].pieces), "a copy has the same vector");
+                tx.send(format!("bulk {r}")).unwrap();
+            });
+        }
+        let (w2, tx2) = (w.clone(), tx.clone());
+        tokio::spawn(async move {
+            embed(&w2, &["what did we decide about the release?"], LongText::Truncate).await.unwrap();
+            tx2.send("query".to_string()).unwrap();
+        });
+        drop(tx);
+        let mut order = Vec::new();
+        while let Some(done) = rx.recv().await {
+            order.push(done);
+        }
+        assert_eq!(order.len(), 9, "{order:?}");
+        let query = order.iter().position(|d| d == "query").unwrap();
+        // At most the batch the model was running when the query came in goes first.
+        assert!(query <= 2, "the query waited for the backlog: {order:?}");
+        let s = stats(&w).await;
+        assert_eq!((s.requests, s.texts), (9, 8 * 32 + 1));
+        let model_inputs = (s.mean_batch * s.batches as f64).round() as u64;
+        assert_eq!(model_inputs, 8 * 16 + 1, "each distinct text once: {s:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
 
@@ -202,7 +241,9 @@ mod fleet {
         assert_eq!(d.embedding.status, "idle", "{:?}", d.embedding);
         let worker = fleet.embedding.clone();
         let texts = vec!["the fleet's shared worker".to_string()];
-        let got = call!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply }).unwrap().unwrap();
+        let got = call!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply })
+            .unwrap()
+            .unwrap();
         assert_eq!(got[0].vector().len(), 384);
         let d = dump(&fleet).await;
         assert_eq!((d.embedding.status.as_str(), d.embedding.model.dimensions), ("ready", 384), "{:?}", d.embedding);

@@ -63,8 +63,12 @@ impl Enricher {
 
     async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
         let Some(worker) = &self.embedding else { return Err("no embedding worker".into()) };
-        let answer = call_t!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply }, EMBED_CALL_MS)
-            .map_err(|e| format!("the embedding worker did not answer: {e}"))?;
+        let answer = call_t!(
+            worker,
+            |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply },
+            EMBED_CALL_MS
+        )
+        .map_err(|e| format!("the embedding worker did not answer: {e}"))?;
         let embedded = answer.map_err(|e| e.to_string())?;
         Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
     }

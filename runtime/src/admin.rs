@@ -292,7 +292,8 @@ impl Actor for Admin {
             AdminMsg::Embed { text, long, reply } => {
                 let worker = st.embedding.clone();
                 tokio::spawn(async move {
-                    let answer = ractor::call!(worker, |r| EmbedMsg::Embed { texts: vec![text], long, reply: r });
+                    let answer =
+                        ractor::call!(worker, |r| EmbedMsg::Embed { texts: vec![text], long, bulk: false, reply: r });
                     let stats = ractor::call!(worker, EmbedMsg::Stats);
                     let r = match (answer, stats) {
                         (Ok(Ok(mut e)), Ok(s)) => Ok(e.remove(0).to_json(&s.model.model)),

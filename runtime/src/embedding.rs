@@ -111,6 +111,9 @@ pub enum EmbedMsg {
     Embed {
         texts: Vec<String>,
         long: LongText,
+        /// Background work (a backlog of conversation memory): the model takes it only when no
+        /// other request waits, so a query is never queued behind it.
+        bulk: bool,
         reply: RpcReplyPort<EmbedReply>,
     },
     Stats(RpcReplyPort<EmbedStats>),

@@ -120,8 +120,13 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
         None,
     )
     .await?;
-    ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec!["warm up".into()], long: LongText::Truncate, reply })?
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ractor::call!(worker, |reply| EmbedMsg::Embed {
+        texts: vec!["warm up".into()],
+        long: LongText::Truncate,
+        bulk: false,
+        reply
+    })?
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
     let callers = (0..CALLERS).map(|c| {
         let worker = worker.clone();
@@ -129,8 +134,13 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
             (0..REQUESTS_PER_CALLER).map(|r| short[(c * REQUESTS_PER_CALLER + r) % short.len()].clone()).collect();
         tokio::spawn(async move {
             for text in texts {
-                ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long: LongText::Truncate, reply })?
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                ractor::call!(worker, |reply| EmbedMsg::Embed {
+                    texts: vec![text],
+                    long: LongText::Truncate,
+                    bulk: false,
+                    reply
+                })?
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             }
             anyhow::Ok(())
         })

@@ -4,9 +4,11 @@
 //! channel to a dedicated inference thread that owns the model. The thread coalesces jobs
 //! into batches: it takes what is queued, waits up to `max_wait` for more while the batch is
 //! short of `max_batch` inputs, and runs the model on inputs sorted by length (so a batch
-//! pads little). Under load, callers' requests queue while the model runs, so throughput is
-//! batch throughput. Results come back to the actor as a message; it fills the cache and
-//! answers.
+//! pads little). A text already on its way to the model (the same message taken in by every
+//! persona of a room) is not sent again: its answer serves every request that asked for it.
+//! Under load, callers' requests queue while the model runs, so throughput is batch throughput. A `bulk` request (a backlog of background work)
+//! waits until no other request is queued, so a query waits for at most the batch running.
+//! Results come back to the actor as a message; it fills the cache and answers.
 //!
 //! The thread checks the model's files at once and loads the weights with the first request. If
 //! the model cannot be loaded the worker keeps running, degraded: it answers from the cache
@@ -60,14 +62,26 @@ struct Job {
     id: u64,
     texts: Vec<String>,
     long: LongText,
+    bulk: bool,
 }
 
 struct Request {
     reply: RpcReplyPort<mindfleet_runtime::embedding::EmbedReply>,
     results: Vec<Option<Embedded>>,
-    /// Index in `results` and cache key of each text sent to the model.
+    /// Index in `results` and cache key of each text sent to the model in this request's job
+    /// (cleared when the job is done).
     misses: Vec<(usize, Key)>,
+    /// Texts of this request already being embedded for another (or twice in this one),
+    /// not answered yet.
+    shared: usize,
+    failure: Option<EmbedFailure>,
     received: Instant,
+}
+
+impl Request {
+    fn answered(&self) -> bool {
+        self.misses.is_empty() && self.shared == 0
+    }
 }
 
 enum Status {
@@ -87,6 +101,9 @@ pub struct WorkerState {
     /// File I/O: used off the tokio workers (`spawn_blocking`).
     cache: Option<Arc<Mutex<Cache>>>,
     waiting: HashMap<u64, Request>,
+    /// Texts sent to the model and not back yet, with the other requests (id, index in its
+    /// results) that asked for the same text meanwhile: it is embedded once for all of them.
+    in_flight: HashMap<Key, Vec<(u64, usize)>>,
     next_id: u64,
     stats: EmbedStats,
     latencies: VecDeque<f64>,
@@ -201,6 +218,7 @@ impl Actor for EmbeddingWorker {
             model_path: args.model_dir,
             cache,
             waiting: HashMap::new(),
+            in_flight: HashMap::new(),
             next_id: 0,
             stats,
             latencies: VecDeque::with_capacity(LATENCIES_KEPT),
@@ -214,12 +232,19 @@ impl Actor for EmbeddingWorker {
         st: &mut WorkerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            EmbedMsg::Embed { texts, long, reply } => {
+            EmbedMsg::Embed { texts, long, bulk, reply } => {
                 let received = Instant::now();
                 let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&st.fingerprint, long, t)).collect();
                 let lookup = keys.clone();
                 let found = st.with_cache(move |c| c.get_many(&lookup)).await.unwrap_or_else(|| vec![None; keys.len()]);
-                let mut req = Request { reply, results: Vec::with_capacity(texts.len()), misses: Vec::new(), received };
+                let mut req = Request {
+                    reply,
+                    results: Vec::with_capacity(texts.len()),
+                    misses: Vec::new(),
+                    shared: 0,
+                    failure: None,
+                    received,
+                };
                 let mut missed = Vec::new();
                 for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
                     match hit {
@@ -244,28 +269,68 @@ impl Actor for EmbeddingWorker {
                 }
                 let id = st.next_id;
                 st.next_id += 1;
-                let sent = st.jobs.as_ref().is_some_and(|tx| tx.send(Job { id, texts: missed, long }).is_ok());
-                if sent {
-                    st.waiting.insert(id, req);
-                } else {
-                    st.finish(req, Err(EmbedFailure::Stopped));
+                // A text already on its way to the model waits for that answer.
+                let mut job = Vec::new();
+                for ((i, key), text) in std::mem::take(&mut req.misses).into_iter().zip(missed) {
+                    match st.in_flight.get_mut(&key) {
+                        Some(others) => {
+                            others.push((id, i));
+                            req.shared += 1;
+                        }
+                        None => {
+                            st.in_flight.insert(key, Vec::new());
+                            req.misses.push((i, key));
+                            job.push(text);
+                        }
+                    }
                 }
+                if !job.is_empty()
+                    && st.jobs.as_ref().is_none_or(|tx| tx.send(Job { id, texts: job, long, bulk }).is_err())
+                {
+                    for (_, key) in &req.misses {
+                        st.in_flight.remove(key);
+                    }
+                    st.finish(req, Err(EmbedFailure::Stopped));
+                    return Ok(());
+                }
+                st.waiting.insert(id, req);
             }
             EmbedMsg::Computed { model_calls, inputs, jobs } => {
                 st.stats.batches += model_calls as u64;
                 let total = st.stats.mean_batch * (st.stats.batches - model_calls as u64) as f64 + inputs as f64;
                 st.stats.mean_batch = if st.stats.batches > 0 { total / st.stats.batches as f64 } else { 0.0 };
                 let mut fresh: Vec<(Key, Vec<Piece>)> = Vec::new();
-                let mut done = Vec::with_capacity(jobs.len());
+                let mut outcomes: Vec<(Key, Result<Vec<Piece>, EmbedFailure>)> = Vec::new();
+                let mut touched = Vec::with_capacity(jobs.len());
                 for (id, outcome) in jobs {
-                    let Some(mut req) = st.waiting.remove(&id) else { continue };
-                    let outcome = outcome.map(|all| {
-                        for ((i, key), pieces) in req.misses.iter().zip(all) {
-                            fresh.push((*key, pieces.clone()));
-                            req.results[*i] = Some(Embedded { pieces, cached: false });
+                    let Some(req) = st.waiting.get_mut(&id) else { continue };
+                    touched.push(id);
+                    let misses = std::mem::take(&mut req.misses);
+                    match outcome {
+                        Ok(all) => {
+                            for ((i, key), pieces) in misses.into_iter().zip(all) {
+                                fresh.push((key, pieces.clone()));
+                                outcomes.push((key, Ok(pieces.clone())));
+                                req.results[i] = Some(Embedded { pieces, cached: false });
+                            }
                         }
-                    });
-                    done.push((req, outcome));
+                        Err(e) => {
+                            outcomes.extend(misses.into_iter().map(|(_, key)| (key, Err(e.clone()))));
+                            req.failure = Some(e);
+                        }
+                    }
+                }
+                // The requests that asked for the same texts meanwhile.
+                for (key, outcome) in outcomes {
+                    for (id, i) in st.in_flight.remove(&key).unwrap_or_default() {
+                        let Some(req) = st.waiting.get_mut(&id) else { continue };
+                        req.shared -= 1;
+                        match &outcome {
+                            Ok(pieces) => req.results[i] = Some(Embedded { pieces: pieces.clone(), cached: false }),
+                            Err(e) => req.failure = Some(e.clone()),
+                        }
+                        touched.push(id);
+                    }
                 }
                 if !fresh.is_empty() {
                     let put = move |c: &mut Cache| {
@@ -276,8 +341,12 @@ impl Actor for EmbeddingWorker {
                         st.stats.cache_entries = Some(entries);
                     }
                 }
-                for (req, outcome) in done {
-                    st.finish(req, outcome);
+                for id in touched {
+                    if st.waiting.get(&id).is_some_and(Request::answered) {
+                        let mut req = st.waiting.remove(&id).expect("checked above");
+                        let outcome = req.failure.take().map_or(Ok(()), Err);
+                        st.finish(req, outcome);
+                    }
                 }
             }
             EmbedMsg::Checked(Ok(())) => {
@@ -371,22 +440,48 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
             }
         };
     };
-    while let Ok(first) = jobs.recv() {
-        load(&mut model);
-        let mut batch = vec![first];
-        let mut inputs = batch[0].texts.len();
-        let deadline = Instant::now() + max_wait;
-        while inputs < max_batch {
-            let next = match jobs.try_recv() {
-                Ok(j) => j,
-                Err(_) => match jobs.recv_deadline(deadline) {
-                    Ok(j) => j,
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-                },
-            };
-            inputs += next.texts.len();
-            batch.push(next);
+    // Bulk jobs wait here while other jobs are queued.
+    let mut deferred: VecDeque<Job> = VecDeque::new();
+    let sort = |job: Job, batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| match job.bulk {
+        true => deferred.push_back(job),
+        false => batch.push(job),
+    };
+    loop {
+        let mut batch = Vec::new();
+        // Block only when nothing is deferred.
+        if deferred.is_empty() {
+            match jobs.recv() {
+                Ok(job) => sort(job, &mut batch, &mut deferred),
+                Err(_) => return,
+            }
         }
+        while let Ok(job) = jobs.try_recv() {
+            sort(job, &mut batch, &mut deferred);
+        }
+        if batch.is_empty() {
+            // No other work: a batch of the backlog.
+            let mut inputs = 0;
+            while inputs < max_batch
+                && let Some(job) = deferred.pop_front()
+            {
+                inputs += job.texts.len();
+                batch.push(job);
+            }
+        } else {
+            // Requests come in bursts: wait a little for more while the batch is short.
+            let mut inputs: usize = batch.iter().map(|j| j.texts.len()).sum();
+            let deadline = Instant::now() + max_wait;
+            while inputs < max_batch {
+                match jobs.recv_deadline(deadline) {
+                    Ok(job) => {
+                        inputs += if job.bulk { 0 } else { job.texts.len() };
+                        sort(job, &mut batch, &mut deferred);
+                    }
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        }
+        load(&mut model);
         let msg = match &model {
             Ok(Some(m)) => run_batch(m, batch, max_batch),
             Ok(None) => unreachable!("loaded above"),
