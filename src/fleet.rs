@@ -20,7 +20,7 @@ use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_personas::enrich::Enricher;
-use mindfleet_personas::{FaultBook, Persona, PersonaArgs};
+use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs};
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
@@ -114,7 +114,11 @@ impl FleetState {
             llm: self.llm.clone(),
             index: Some(self.index.clone()),
             enricher: self.enricher.clone(),
-            conversation: self.conversation.clone().map(|index| (index, self.config.conversation)),
+            conversation: self.conversation.clone().map(|index| ConversationArgs {
+                index,
+                embedding: self.embedding.clone(),
+                config: self.config.conversation,
+            }),
         }
     }
 

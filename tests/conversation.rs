@@ -146,7 +146,7 @@ async fn embedding_kept_waiting_for_a_slot_is_promoted_to_work_and_catches_up() 
     fleet.inject(chat("general", "alice", "@helper what changed in the release?")).await.unwrap();
     poll("the helper's slow step holding the slot", || async {
         let s = ractor::call_t!(fleet.scheduler.actor(), SchedulerMsg::Stats, 5000).unwrap();
-        (s.interactive.running + s.work.running == 1).then_some(())
+        (s.urgent.running + s.interactive.running + s.work.running == 1).then_some(())
     })
     .await;
     // ... while the scribe takes in what is said: its `background` embedding waits past

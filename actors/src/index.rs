@@ -342,11 +342,14 @@ impl Service {
             RagRequest::CreateMany(m) => {
                 // Without the model the entries are kept for keyword search, and the answer
                 // says why they have no vectors.
+                // The model names the vectors also when every entry brings its own (conversation
+                // memory embeds at the worker, as background work), so queries are compared
+                // with them.
                 let needs_model = m.entries.iter().any(|c| c.embedding.is_none());
-                let (embed, note) = match needs_model.then(|| self.embedder()) {
-                    Some(Ok(e)) => (Some(e as &dyn Embed), None),
-                    Some(Err(e)) => (None, Some(format!("{e}: kept for keyword search only"))),
-                    None => (None, None),
+                let (embed, note) = match self.embedder() {
+                    Ok(e) => (Some(e as &dyn Embed), None),
+                    Err(e) if needs_model => (None, Some(format!("{e}: kept for keyword search only"))),
+                    Err(_) => (None, None),
                 };
                 let entries = m
                     .entries
@@ -515,7 +518,7 @@ impl Embed for WorkerEmbed {
         let answer = self.rt.block_on(async {
             ractor::call_t!(
                 self.worker,
-                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, reply },
+                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply },
                 EMBED_CALL.as_millis() as u64
             )
         });

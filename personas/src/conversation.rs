@@ -17,14 +17,50 @@ use std::time::Duration;
 
 use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::dump::ConversationDump;
-use mindfleet_runtime::knowledge::CreateRequest;
+use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText};
+use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagRequest};
 use mindfleet_runtime::sched::TaskId;
 use mindfleet_runtime::storage::CONVERSATION_KEPT;
+use ractor::{ActorRef, call_t};
 
 /// Most messages one task embeds.
 pub const BATCH: usize = 64;
 /// Most messages waiting in memory; later ones wait in storage.
 pub const QUEUED: usize = 4 * BATCH;
+/// Longest a batch waits for its vectors: bulk work, after every query, so under a backlog it
+/// waits its turn for long.
+const EMBED_CALL_MS: u64 = 600_000;
+/// Longest the index takes to store a batch that has its vectors.
+const STORE_CALL_MS: u64 = 60_000;
+
+/// Embeds a batch at the worker as bulk work (queries go first), then stores it with its
+/// vectors in the conversation index, whose thread so never waits for the model and answers
+/// recall in between. Without the model the batch is stored without vectors.
+pub async fn remember(
+    worker: &ActorRef<EmbedMsg>,
+    index: &ActorRef<IndexMsg>,
+    mut batch: Vec<CreateRequest>,
+) -> Result<(), String> {
+    let texts = batch.iter().map(|e| e.content.clone()).collect();
+    let asked =
+        call_t!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: true, reply }, EMBED_CALL_MS);
+    match asked.map_err(|e| format!("the embedding worker did not answer: {e}"))? {
+        Ok(embedded) => {
+            for (entry, e) in batch.iter_mut().zip(embedded) {
+                entry.embedding = Some(e.vector().to_vec());
+            }
+        }
+        // No model: kept without vectors, for recall by words (which says it is degraded).
+        Err(EmbedFailure::Degraded(_)) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let req = RagRequest::CreateMany(CreateManyRequest { entries: batch });
+    match call_t!(index, IndexMsg::Request, STORE_CALL_MS, Box::new(req)) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("the conversation index did not answer: {e}")),
+    }
+}
 
 #[derive(Debug)]
 pub struct ConversationBook {

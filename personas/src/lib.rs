@@ -25,4 +25,4 @@ pub mod study;
 pub mod working_memory;
 
 pub use faults::FaultBook;
-pub use persona::{Persona, PersonaArgs};
+pub use persona::{ConversationArgs, Persona, PersonaArgs};

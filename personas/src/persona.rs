@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use mindfleet_runtime::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::conversation::{self, Recall, RecallQuery, Recalled, Said};
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
+use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::knowledge::{CreateManyRequest, IndexMsg, RagError, RagRequest, SearchRequest, Source};
+use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
@@ -88,8 +89,17 @@ pub struct PersonaArgs {
     pub index: Option<ActorRef<IndexMsg>>,
     /// The fleet's enrichment pipeline, when it has a reference catalog.
     pub enricher: Option<Arc<Enricher>>,
-    /// The fleet's conversation index and how recall ranks, when conversation memory is on.
-    pub conversation: Option<(ActorRef<IndexMsg>, ConversationConfig)>,
+    /// Conversation memory, when it is on.
+    pub conversation: Option<ConversationArgs>,
+}
+
+/// What conversation memory uses: the fleet's conversation index, the embedding worker that
+/// makes its vectors, and how recall ranks.
+#[derive(Clone)]
+pub struct ConversationArgs {
+    pub index: ActorRef<IndexMsg>,
+    pub embedding: ActorRef<EmbedMsg>,
+    pub config: ConversationConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,8 +193,6 @@ const STUDY_RETRY: Duration = Duration::from_secs(2);
 const TURN_RETRIES: u32 = 5;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
 const SEARCH_CALL_MS: u64 = 20_000;
-/// Longest the embedding of a batch of conversation memory waits for its index.
-const REMEMBER_CALL_MS: u64 = 60_000;
 /// How long conversation memory gathers messages before it asks to embed them (unless a batch
 /// fills first).
 const GATHER: Duration = Duration::from_secs(1);
@@ -972,7 +980,7 @@ impl PersonaState {
             return;
         }
         if self.convo.as_ref().is_some_and(|c| c.asked.contains(&g.task))
-            && let Some((index, _)) = self.args.conversation.clone()
+            && let Some(convo) = self.args.conversation.clone()
         {
             if ran {
                 self.refill_conversation();
@@ -991,14 +999,9 @@ impl PersonaState {
                 }
                 return;
             }
-            let (me, task) = (self.myself.clone(), g.task);
-            let req = RagRequest::CreateMany(CreateManyRequest { entries: batch });
+            let (me, task, worker) = (self.myself.clone(), g.task, convo.embedding.clone());
             tokio::spawn(async move {
-                let result = match call_t!(index, IndexMsg::Request, REMEMBER_CALL_MS, Box::new(req)) {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(format!("the conversation index did not answer: {e}")),
-                };
+                let result = crate::conversation::remember(&worker, &convo.index, batch).await;
                 let _ = me.cast(PersonaMsg::Remembered { task, result });
             });
             // The slot is free again at once: the embedding runs on the worker and the index's
@@ -1250,7 +1253,7 @@ impl PersonaState {
                 let text = got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>().join("\n");
                 let f = self.in_flight.as_mut().expect("still in flight");
                 f.recalled = got;
-                let Some((index, config)) = self.args.conversation.clone() else {
+                let Some(ConversationArgs { index, config, .. }) = self.args.conversation.clone() else {
                     return Ok(StepRun::Done(Some(text)));
                 };
                 // And what was said before, from conversation memory, off the persona's loop.
@@ -1996,7 +1999,7 @@ impl Actor for Persona {
             study.recent = args.storage.studies(&name, study::RECENT_KEPT)?.into();
         }
         let convo = match &args.conversation {
-            Some((_, config)) => {
+            Some(ConversationArgs { config, .. }) => {
                 let (unembedded, kept) = args.storage.unembedded(&name)?;
                 Some(ConversationBook::new(config.max_lag, unembedded, kept))
             }

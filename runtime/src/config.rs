@@ -266,8 +266,8 @@ pub struct ConversationConfig {
 impl Default for ConversationConfig {
     fn default() -> Self {
         ConversationConfig {
-            // Off until recall no longer waits behind the embedding of a backlog: at an intake
-            // past what the model embeds, plans that recall stall (docs/BENCHMARKS.md, replay).
+            // Off until recall holds up under load: its query is embedded on the conversation
+            // index's one thread, so a busy fleet's recalls queue (docs/BENCHMARKS.md, replay).
             enabled: false,
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),

@@ -87,7 +87,9 @@ async fn drain(events: usize, personas: usize, conversation: bool) -> anyhow::Re
             let embedded_s = t.elapsed().as_secs_f64();
             let worker = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?.embedding;
             fleet.shutdown(Duration::from_secs(5)).await;
-            let embedded = conversation.then_some((embedded_s, worker.cache_misses));
+            // What the model ran: a text asked for again while on its way is embedded once.
+            let model_inputs = (worker.mean_batch * worker.batches as f64).round() as u64;
+            let embedded = conversation.then_some((embedded_s, model_inputs));
             return Ok(Drained { drained, embedded, max_batch: worker.max_batch });
         }
         anyhow::ensure!(t.elapsed() < DEADLINE, "the backlog did not drain in {DEADLINE:?}");
