@@ -6,9 +6,10 @@
 //! short of `max_batch` inputs, and runs the model on inputs sorted by length (so a batch
 //! pads little). A text already on its way to the model (the same message taken in by every
 //! persona of a room) is not sent again: its answer serves every request that asked for it.
-//! Under load, callers' requests queue while the model runs, so throughput is batch throughput. A `bulk` request (a backlog of background work)
-//! waits until no other request is queued, so a query waits for at most the batch running.
-//! Results come back to the actor as a message; it fills the cache and answers.
+//! Under load, callers' requests queue while the model runs, so throughput is batch
+//! throughput. A `bulk` request (a backlog of background work) waits until no other request is
+//! queued, so a query waits for at most the batch running. Results come back to the actor as a
+//! message; it fills the cache and answers.
 //!
 //! The thread checks the model's files at once and loads the weights with the first request. If
 //! the model cannot be loaded the worker keeps running, degraded: it answers from the cache
