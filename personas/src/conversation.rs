@@ -77,6 +77,8 @@ pub struct ConversationBook {
     pub asked: Vec<TaskId>,
     /// Gathering messages for a batch (a timer is set).
     pub gathering: bool,
+    /// Reading spilled messages back from storage.
+    pub reading: bool,
     pub promotions: u64,
     /// Messages embedded (those kept from before included).
     pub stored: u64,
@@ -100,6 +102,7 @@ impl ConversationBook {
             embedding: Vec::new(),
             asked: Vec::new(),
             gathering: false,
+            reading: false,
             promotions: 0,
             max_lag_us: 0,
             last_error: None,
@@ -130,9 +133,10 @@ impl ConversationBook {
         self.pending.len() + self.embedding.len() + self.spilled.len()
     }
 
-    /// The messages to read back from storage when the queue runs low (under a batch).
+    /// The messages to read back from storage when the queue runs low (under a batch) and no
+    /// read is under way.
     pub fn to_refill(&self) -> Vec<u64> {
-        if self.pending.len() >= BATCH {
+        if self.reading || self.pending.len() >= BATCH {
             return Vec::new();
         }
         self.spilled.iter().take(QUEUED - self.pending.len()).copied().collect()

@@ -843,20 +843,33 @@ impl PersonaState {
         }
     }
 
-    /// Reads back what waits in storage once the queue runs low (a bounded read: at most
-    /// `QUEUED` messages).
+    /// Reads back what waits in storage once the queue runs low: at most `QUEUED` messages,
+    /// off the persona's loop (`ReadBack`).
     fn refill_conversation(&mut self) {
         let Some(c) = self.convo.as_mut() else { return };
         let asked = c.to_refill();
         if asked.is_empty() {
             return;
         }
-        match self.args.storage.conversation(&self.name, &asked) {
+        c.reading = true;
+        let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
+        tokio::task::spawn_blocking(move || {
+            let found = storage.conversation(&name, &asked).map_err(|e| e.to_string());
+            let _ = me.cast(PersonaMsg::ReadBack { asked, found });
+        });
+    }
+
+    /// What waited in storage is back in the queue.
+    fn on_read_back(&mut self, asked: Vec<u64>, found: Result<Vec<Said>, String>) {
+        let Some(c) = self.convo.as_mut() else { return };
+        c.reading = false;
+        match found {
             Ok(found) => c.refill(&asked, found),
             Err(e) => {
                 tracing::warn!(persona = %self.name, error = %e, "conversation memory: reading back what waits failed")
             }
         }
+        self.gather();
     }
 
     /// What conversation memory recalled for the recall step: into the reply, and (when it
@@ -2087,6 +2100,7 @@ impl Actor for Persona {
             PersonaMsg::Enriched { seq, enrichment } => st.on_enriched(seq, enrichment),
             PersonaMsg::StepEnriched { task, enrichment } => st.on_step_enriched(task, enrichment),
             PersonaMsg::Remembered { task, result } => st.on_remembered(task, result),
+            PersonaMsg::ReadBack { asked, found } => st.on_read_back(asked, found),
             PersonaMsg::ConversationLag => st.on_conversation_lag(),
             PersonaMsg::RememberDue => {
                 if let Some(c) = st.convo.as_mut() {

@@ -214,6 +214,11 @@ pub enum PersonaMsg {
         task: TaskId,
         result: Result<(), String>,
     },
+    /// Conversation memory's messages `asked`, read back from storage (those it had).
+    ReadBack {
+        asked: Vec<u64>,
+        found: Result<Vec<crate::conversation::Said>, String>,
+    },
     /// Time to check how long conversation memory has waited to be embedded.
     ConversationLag,
     /// Conversation memory has gathered long enough: time to embed what waits.
