@@ -340,11 +340,10 @@ impl Service {
                 Ok(json!({ "entry_id": id.to_string(), "indexed": true }))
             }
             RagRequest::CreateMany(m) => {
-                // Without the model the entries are kept for keyword search, and the answer
-                // says why they have no vectors.
                 // The model names the vectors also when every entry brings its own (conversation
-                // memory embeds at the worker, as background work), so queries are compared
-                // with them.
+                // memory embeds at the worker, as bulk work), so queries are compared with them.
+                // Without it, entries that needed it are kept for keyword search and the answer
+                // says why they have no vectors.
                 let needs_model = m.entries.iter().any(|c| c.embedding.is_none());
                 let (embed, note) = match self.embedder() {
                     Ok(e) => (Some(e as &dyn Embed), None),

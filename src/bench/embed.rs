@@ -52,7 +52,7 @@ fn code_windows() -> Vec<String> {
 }
 
 /// Embeddings per second over `texts` in calls of `batch`.
-fn per_s(model: &Embedder, texts: &[String], batch: usize) -> anyhow::Result<f64> {
+pub(crate) fn per_s(model: &Embedder, texts: &[String], batch: usize) -> anyhow::Result<f64> {
     let t = Instant::now();
     for chunk in texts.chunks(batch) {
         let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();

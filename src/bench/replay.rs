@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::Embedder;
-use mindfleet_runtime::conversation::Said;
-
 use mindfleet_runtime::config::FleetConfig;
+use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::storage::{Storage, lock_data_dir};
 use serde_json::{Value, json};
@@ -100,19 +99,13 @@ async fn drain(events: usize, personas: usize, conversation: bool) -> anyhow::Re
 /// Texts per second of the bare model on the backlog's texts as conversation memory writes
 /// them, in calls of `batch`, on the threads the fleet's worker has.
 fn model_per_s(model_dir: &Path, events: usize, batch: usize) -> anyhow::Result<f64> {
-    let model = Embedder::load(model_dir)?;
     let texts: Vec<String> = (0..events)
         .map(|i| {
             let m = message(i);
             Said { from: m.from, room: m.room, text: m.text, ..Said::default() }.content()
         })
         .collect();
-    let t = Instant::now();
-    for chunk in texts.chunks(batch.max(1)) {
-        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        std::hint::black_box(model.embed(&refs)?);
-    }
-    Ok(texts.len() as f64 / t.elapsed().as_secs_f64())
+    super::embed::per_s(&Embedder::load(model_dir)?, &texts, batch.max(1))
 }
 
 pub async fn replay(model_dir: &Path, events: usize, personas: usize) -> anyhow::Result<Value> {
