@@ -342,6 +342,9 @@ pub async fn soak(
             "rss_mb": round(rss as f64 / 1024.0, 1),
             "pending": stats.pending,
             "queued": sched.queued(),
+            // urgent, interactive, work, background
+            "queued_by_class": [sched.urgent.queued, sched.interactive.queued, sched.work.queued, sched.background.queued],
+            "running_by_class": [sched.urgent.running, sched.interactive.running, sched.work.running, sched.background.running],
             "decision_p99_ms": round(stats.decision_p99_ms, 1),
             "writer_busy": round((stats.busy_s - busy_before) / at_before.elapsed().as_secs_f64(), 3),
             "mean_batch": round(stats.mean_batch, 1),
@@ -361,14 +364,19 @@ pub async fn soak(
     let fleet = Arc::into_inner(fleet).ok_or_else(|| anyhow::anyhow!("fleet still shared"))?;
     fleet.shutdown(Duration::from_secs(5)).await;
     let sent = sent.load(Ordering::Relaxed);
+    let convo = |f: fn(&mindfleet_runtime::dump::ConversationDump) -> u64| {
+        d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(f).sum::<u64>()
+    };
     Ok(json!({
         "bench": "soak",
         "personas": personas,
         "rate_per_s": rate,
         "room_size": room_size,
         "conversation": conversation,
-        "conversation_pending": d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(|c| c.pending).sum::<u64>(),
-        "conversation_stored": d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(|c| c.stored).sum::<u64>(),
+        "conversation_pending": convo(|c| c.pending),
+        "conversation_stored": convo(|c| c.stored),
+        "recalls": convo(|c| c.recalls),
+        "recalls_by_words": convo(|c| c.recalls_by_words),
         "seconds": seconds,
         "sent": sent,
         "achieved_per_s": round(sent as f64 / elapsed, 1),

@@ -942,7 +942,7 @@ fn pull_missing(m: &mindfleet_runtime::config::ModelsConfig) {
 /// the running fleet.
 async fn embed(text: String, long: Long, model: Option<PathBuf>, remote: Option<Client>, json: bool) -> ExitCode {
     use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
-    use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+    use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
 
     let text = if text == "-" {
         let mut buf = String::new();
@@ -975,7 +975,8 @@ async fn embed(text: String, long: Long, model: Option<PathBuf>, remote: Option<
             Ok(w) => w,
             Err(e) => return fail(1, e),
         };
-        let answer = ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, bulk: false, reply });
+        let answer =
+            ractor::call!(worker, |reply| EmbedMsg::Embed { texts: vec![text], long, urgency: Urgency::Normal, reply });
         let stats = ractor::call!(worker, EmbedMsg::Stats);
         worker.stop(None);
         match (answer, stats) {

@@ -162,6 +162,7 @@ impl Filters {
             path_prefix: self.path_prefix,
             threshold: self.threshold,
             mode: self.mode.into(),
+            embed_wait_ms: None,
         }
     }
 }

@@ -115,6 +115,32 @@ async fn without_the_embedding_model_recall_matches_words_and_says_it_is_degrade
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recall_whose_query_is_not_embedded_within_its_wait_goes_on_by_words_and_says_so() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    // The worker gathers a query for half a second before running it: longer than a persona's
+    // recall waits, not longer than a person's.
+    let toml = format!("{}{ON}recall_wait_secs = 0.05\n\n[embedding]\nmax_wait_ms = 500\n", fleet_toml(HELPER));
+    let fleet = start(dir.path(), &toml).await;
+    told(&fleet).await;
+    let ack = fleet.inject(chat("ops", "erin", "@helper any news on the canary?")).await.unwrap();
+    let reply = poll("helper's reply", || async {
+        fleet.dump(None).await.unwrap().outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
+    })
+    .await;
+    assert!(reply.text.contains("the canary ran out of memory"), "found by its words: {}", reply.text);
+    let d = fleet.dump(None).await.unwrap();
+    let c = persona(&d, "helper").conversation.clone().unwrap();
+    assert!(c.recall.contains("busy past the query's wait"), "{c:?}");
+    assert!(c.recalls >= 1 && c.recalls_by_words >= 1, "{c:?}");
+    // A person asking waits for the model.
+    let api = Client::new(&fleet.addr.to_string(), None);
+    let v = recall(&api, "helper", "what went wrong with the release to production?").await;
+    assert!(v["recall"].get("degraded").is_none(), "{v}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_by_default_nothing_is_kept_and_recall_says_it_is_off() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = start(dir.path(), &fleet_toml(HELPER)).await;

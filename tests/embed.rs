@@ -69,7 +69,7 @@ mod worker {
 
     use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
     use mindfleet_actors::embed::{Embedder, cosine};
-    use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText};
+    use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
     use mindfleet_runtime::models::MINILM;
     use ractor::{ActorRef, call};
 
@@ -86,7 +86,7 @@ mod worker {
 
     async fn embed(w: &ActorRef<EmbedMsg>, texts: &[impl AsRef<str>], long: LongText) -> EmbedReply {
         let texts = texts.iter().map(|t| t.as_ref().to_string()).collect();
-        call!(w, |reply| EmbedMsg::Embed { texts, long, bulk: false, reply }).expect("worker answers")
+        call!(w, |reply| EmbedMsg::Embed { texts, long, urgency: Urgency::Normal, reply }).expect("worker answers")
     }
 
     async fn stats(w: &ActorRef<EmbedMsg>) -> EmbedStats {
@@ -130,9 +130,14 @@ mod worker {
             let texts: Vec<String> = distinct.iter().chain(&distinct).cloned().collect();
             let (w, tx) = (w.clone(), tx.clone());
             tokio::spawn(async move {
-                let got = call!(w, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: true, reply })
-                    .unwrap()
-                    .unwrap();
+                let got = call!(w, |reply| EmbedMsg::Embed {
+                    texts,
+                    long: LongText::Truncate,
+                    urgency: Urgency::Bulk,
+                    reply
+                })
+                .unwrap()
+                .unwrap();
                 assert!((0..16).all(|i| got[i].pieces == got[i + 16].pieces), "a copy has the same vector");
                 tx.send(format!("bulk {r}")).unwrap();
             });
@@ -155,6 +160,44 @@ mod worker {
         assert_eq!((s.requests, s.texts), (9, 8 * 32 + 1));
         let model_inputs = (s.mean_batch * s.batches as f64).round() as u64;
         assert_eq!(model_inputs, 8 * 16 + 1, "each distinct text once: {s:?}");
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_past_its_deadline_is_answered_late_without_the_model_and_fails_no_one_else() {
+        let w = spawn(args(&pulled().join(MINILM.name), None), None).await.unwrap();
+        embed(&w, &["load the model"], LongText::Truncate).await.unwrap();
+        let inputs = |s: EmbedStats| (s.mean_batch * s.batches as f64).round() as u64;
+        let before = inputs(stats(&w).await);
+        let ask = |text: &str, urgency| {
+            let (w, texts) = (w.clone(), vec![text.to_string()]);
+            tokio::spawn(async move {
+                call!(w, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency, reply }).unwrap()
+            })
+        };
+        // Past its deadline before the model could take it: answered, not run.
+        let late = ask("nobody waits for this any more", Urgency::Before(std::time::Instant::now())).await.unwrap();
+        assert_eq!(late.unwrap_err(), EmbedFailure::Late);
+        assert_eq!(inputs(stats(&w).await), before, "the model ran a late text");
+        // The same text asked for in time, right behind a late copy, is answered.
+        let late = ask("asked twice", Urgency::Before(std::time::Instant::now()));
+        let in_time = ask("asked twice", Urgency::Normal);
+        assert_eq!(late.await.unwrap().unwrap_err(), EmbedFailure::Late);
+        assert_eq!(in_time.await.unwrap().unwrap()[0].pieces[0].vector.len(), 384);
+        // And a request with a deadline it meets is answered like any other.
+        let soon = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        assert!(ask("in good time", Urgency::Before(soon)).await.unwrap().is_ok());
+        // Behind 512 queued texts, a query that may wait 20 ms is refused at once, by the
+        // model's pace, not left to wait in vain.
+        let (w2, backlog) = (w.clone(), (0..512).map(|i| format!("queued text number {i}")).collect::<Vec<_>>());
+        let backlog = tokio::spawn(async move { embed(&w2, &backlog, LongText::Truncate).await.unwrap() });
+        poll("the backlog to be queued", || async { (stats(&w).await.in_flight == 1).then_some(()) }).await;
+        let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        assert_eq!(ask("a hurried query", Urgency::Before(soon)).await.unwrap().unwrap_err(), EmbedFailure::Late);
+        assert!(!backlog.is_finished(), "refused while the backlog still ran");
+        assert_eq!(backlog.await.unwrap().len(), 512);
+        let s = stats(&w).await;
+        assert!(s.late == 3 && s.inputs_per_s > 0.0, "{s:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
 
@@ -222,7 +265,7 @@ mod worker {
 }
 
 mod fleet {
-    use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+    use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
     use ractor::call;
 
     use crate::util::{TRIO, chat, config, decision, dump, fleet_toml, poll, pulled};
@@ -241,9 +284,10 @@ mod fleet {
         assert_eq!(d.embedding.status, "idle", "{:?}", d.embedding);
         let worker = fleet.embedding.clone();
         let texts = vec!["the fleet's shared worker".to_string()];
-        let got = call!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply })
-            .unwrap()
-            .unwrap();
+        let got =
+            call!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency: Urgency::Normal, reply })
+                .unwrap()
+                .unwrap();
         assert_eq!(got[0].vector().len(), 384);
         let d = dump(&fleet).await;
         assert_eq!((d.embedding.status.as_str(), d.embedding.model.dimensions), ("ready", 384), "{:?}", d.embedding);

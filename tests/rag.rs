@@ -3,14 +3,19 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use mindfleet_actors::embed::IndexModel;
 use mindfleet_index::Embed;
 use mindfleet_index::chunk::{Chunker, Lang};
+use mindfleet_runtime::config::IndexConfig;
+use mindfleet_runtime::embedding::EmbedMsg;
+use mindfleet_runtime::knowledge::{IndexMsg, IndexRequest, RagError, RagRequest, SearchRequest};
 use mindfleet_runtime::models::MINILM;
+use ractor::ActorRef;
 use serde_json::Value;
 
-use crate::util::pulled;
+use crate::util::{poll, pulled};
 
 fn model() -> IndexModel {
     IndexModel::load(&pulled().join(MINILM.name)).unwrap()
@@ -285,44 +290,153 @@ async fn a_running_fleet_serves_the_index_and_its_cursors_through_the_admin_api_
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
+/// An index actor in `dir` on its own embedding worker (MiniLM), and the worker.
+async fn index_actor(
+    dir: &Path,
+    config: IndexConfig,
+    restrict_paths: bool,
+) -> (ActorRef<IndexMsg>, ActorRef<EmbedMsg>) {
+    use mindfleet_actors::embed::worker::{EmbedArgs, spawn as embedder};
+    use mindfleet_actors::index::{IndexArgs, spawn};
+    let model_dir = pulled().join(MINILM.name);
+    let args =
+        EmbedArgs { model_dir: model_dir.clone(), cache: None, max_batch: 32, max_wait: Duration::from_millis(2) };
+    let embedding = embedder(args, None).await.unwrap();
+    let args = IndexArgs {
+        dir: dir.to_path_buf(),
+        embedding: embedding.clone(),
+        model_dir,
+        llm: None,
+        config,
+        restrict_paths,
+        cursor_file: None,
+        progress: None,
+    };
+    (spawn(args, None).await.unwrap(), embedding)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_searches_embed_their_queries_together_and_a_query_late_for_its_wait_is_searched_by_words() {
+    let docs = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("ops.md"), "# Deploys\n\nThe canary ran out of memory during the deploy.\n")
+        .unwrap();
+    std::fs::write(docs.path().join("food.md"), "# Lunch\n\nPizza on Friday at noon.\n").unwrap();
+    let (index, embedding) = index_actor(&data.path().join("index"), IndexConfig::default(), false).await;
+    let ask = |req: RagRequest| {
+        let index = index.clone();
+        async move { ractor::call!(index, IndexMsg::Request, Box::new(req)).unwrap() }
+    };
+    let paths = vec![docs.path().display().to_string()];
+    let req = RagRequest::Index(IndexRequest { paths, types: None, recursive: true, expect: None });
+    assert_eq!(ask(req).await.unwrap()["files"], 2);
+    let batches = || async { ractor::call!(embedding, EmbedMsg::Stats).unwrap().batches };
+    let before = batches().await;
+
+    // Eight searches at once: their queries are embedded beside each other, not one by one on
+    // the index's thread.
+    let searches: Vec<_> = (0..8)
+        .map(|i| tokio::spawn(ask(RagRequest::Search(SearchRequest::new(format!("what broke in deploy {i}?"), 2)))))
+        .collect();
+    for s in searches {
+        let v = s.await.unwrap().unwrap();
+        assert_eq!(v["mode"], "hybrid", "searched by meaning: {v}");
+        assert!(v["hits"][0]["path"].as_str().unwrap().ends_with("ops.md"), "{v}");
+    }
+    let model_calls = batches().await - before;
+    assert!(model_calls < 8, "eight queries took {model_calls} model calls");
+
+    // A query the model cannot take up within its wait (none) is searched by its words.
+    let mut late = SearchRequest::new("canary memory", 2);
+    late.embed_wait_ms = Some(0);
+    let v = ask(RagRequest::Search(late)).await.unwrap();
+    assert_eq!(v["mode"], "keyword", "{v}");
+    assert!(v["note"].as_str().unwrap().contains("busy past the query's wait"), "{v}");
+    assert!(v["hits"][0]["path"].as_str().unwrap().ends_with("ops.md"), "{v}");
+    index.stop(None);
+    embedding.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_queued_together_are_stored_in_one_commit_and_a_bad_one_fails_only_its_own_request() {
+    use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest};
+    let data = tempfile::tempdir().unwrap();
+    let (index, embedding) = index_actor(&data.path().join("index"), IndexConfig::default(), false).await;
+    let send = |req: RagRequest| {
+        let index = index.clone();
+        tokio::spawn(async move { ractor::call!(index, IndexMsg::Request, Box::new(req)).unwrap() })
+    };
+    let stats = || async { ractor::call!(index, IndexMsg::Stats).unwrap() };
+    // Requests sent while a directory of this project is indexed: they queue behind it.
+    let behind_indexing = |dir: &str, requests: Vec<Vec<CreateRequest>>| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).display().to_string();
+        let indexing =
+            send(RagRequest::Index(IndexRequest { paths: vec![dir], types: None, recursive: true, expect: None }));
+        async move {
+            poll("the thread to be indexing", || async { (stats().await.in_flight == 1).then_some(()) }).await;
+            let sent: Vec<_> = requests
+                .into_iter()
+                .map(|entries| send(RagRequest::CreateMany(CreateManyRequest { entries })))
+                .collect();
+            let mut answers = Vec::new();
+            for s in sent {
+                answers.push(s.await.unwrap());
+            }
+            assert!(indexing.await.unwrap().is_ok());
+            answers
+        }
+    };
+    let entry = |path: String, content: &str| CreateRequest {
+        file_path: path,
+        content: content.into(),
+        embedding: Some(vec![1.0; 384]),
+    };
+    let two = |i: usize| vec![entry(format!("notes/{i}/a"), "first"), entry(format!("notes/{i}/b"), "second")];
+
+    let answers = behind_indexing("bench/study", (0..3).map(two).collect()).await;
+    let mut ids: Vec<String> = answers
+        .iter()
+        .flat_map(|a| a.as_ref().unwrap()["entry_ids"].as_array().unwrap().clone())
+        .map(|v| v.to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "each entry stored once, with an id of its own: {answers:?}");
+    assert_eq!(stats().await.grouped_writes, 3, "stored in one commit");
+
+    // A bad entry refuses its group's commit: each request is then stored alone.
+    let mut bad = two(3);
+    bad[1].content = " ".into();
+    let answers = behind_indexing("bench/refs-eval", vec![two(4), bad]).await;
+    assert!(answers[0].is_ok(), "{answers:?}");
+    match &answers[1] {
+        Err(RagError::Invalid(m)) => assert!(m.contains("notes/3/b: content: empty"), "{m}"),
+        r => panic!("the bad entry's request: {r:?}"),
+    }
+    assert_eq!(stats().await.grouped_writes, 3);
+    assert_eq!(ask_search(&index, "notes/").await, 8, "the bad request stored nothing");
+    index.stop(None);
+    embedding.stop(None);
+}
+
+/// How many entries are under `prefix` (a keyword search for what every test entry says).
+async fn ask_search(index: &ActorRef<IndexMsg>, prefix: &str) -> usize {
+    let mut s = SearchRequest::new("first second", 50);
+    s.path_prefix = Some(prefix.into());
+    s.mode = mindfleet_runtime::knowledge::SearchMode::Keyword;
+    let v = ractor::call!(index, IndexMsg::Request, Box::new(RagRequest::Search(s))).unwrap().unwrap();
+    v["hits"].as_array().unwrap().len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_behind_a_non_loopback_admin_api_indexes_only_under_its_allowed_roots() {
-    use mindfleet_actors::index::{IndexArgs, spawn};
-    use mindfleet_runtime::config::IndexConfig;
-    use mindfleet_runtime::knowledge::{IndexMsg, IndexRequest, RagError, RagRequest};
-
     let allowed = tempfile::tempdir().unwrap();
     let other = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(allowed.path().join("a.md"), "# Notes\n\nThe blue servers take the traffic.\n").unwrap();
     std::fs::write(other.path().join("secret.md"), "# Keys\n\nnot for the index\n").unwrap();
-    let model_dir = pulled().join(MINILM.name);
-    let embedding = mindfleet_actors::embed::worker::spawn(
-        mindfleet_actors::embed::worker::EmbedArgs {
-            model_dir: model_dir.clone(),
-            cache: None,
-            max_batch: 32,
-            max_wait: std::time::Duration::from_millis(2),
-        },
-        None,
-    )
-    .await
-    .unwrap();
-    let index = spawn(
-        IndexArgs {
-            dir: data.path().join("index"),
-            embedding,
-            model_dir,
-            llm: None,
-            config: IndexConfig { allowed_roots: vec![allowed.path().to_path_buf()], ..IndexConfig::default() },
-            restrict_paths: true,
-            cursor_file: None,
-            progress: None,
-        },
-        None,
-    )
-    .await
-    .unwrap();
+    let config = IndexConfig { allowed_roots: vec![allowed.path().to_path_buf()], ..IndexConfig::default() };
+    let (index, _) = index_actor(&data.path().join("index"), config, true).await;
     let ask = |path: &Path| {
         let req = RagRequest::Index(IndexRequest {
             paths: vec![path.display().to_string()],

@@ -7,6 +7,10 @@
 //! (so the index's texts batch with everyone else's and share the embedding cache) and asks
 //! `rag ask`'s answers of the fleet's `LlmWorker`, whatever backend `[llm]` configures.
 //!
+//! A search's query is embedded by the actor, off the thread (a task per request), so the
+//! queries of concurrent searches batch at the worker and the thread only searches; a request
+//! may bound that wait (`embed_wait_ms`), past which it searches by words and says so.
+//!
 //! Cursors are the actor's own: `fetch` and `close` are answered at once, even while the thread
 //! indexes. `open` searches on the thread and keeps the ranking under a handle; any caller can
 //! also page through a list of its own (`OpenList`: a persona's thoughts).
@@ -18,13 +22,13 @@ mod ask;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use mindfleet_index::{Embed, Entry, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
 use mindfleet_runtime::config::IndexConfig;
 use mindfleet_runtime::cursor::{CursorError, Cursors, Page};
-use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
 use mindfleet_runtime::knowledge::{
     AskRequest, IndexMsg, IndexRequest, IndexStats, PathKind, RagError, RagReply, RagRequest, SearchMode, SearchRequest,
 };
@@ -80,6 +84,33 @@ pub async fn spawn(args: IndexArgs, supervisor: Option<ActorCell>) -> Result<Act
 struct Job {
     req: RagRequest,
     reply: RagReply,
+    /// The query's vector, embedded by the actor (or why not), for a request that searches.
+    query: Option<Result<Vec<f32>, String>>,
+}
+
+/// The text a request searches by meaning, and how long it may wait for its vector.
+fn query_of(req: &RagRequest) -> Option<(String, Option<Duration>)> {
+    let (query, mode, wait) = match req {
+        RagRequest::Search(r) | RagRequest::Query(r) | RagRequest::Open(r) => (&r.query, r.mode, r.embed_wait_ms),
+        RagRequest::Ask(a) => (&a.question, a.mode, None),
+        _ => return None,
+    };
+    let by_meaning = mode != SearchMode::Keyword || matches!(req, RagRequest::Query(_));
+    (by_meaning && !query.trim().is_empty()).then(|| (query.clone(), wait.map(Duration::from_millis)))
+}
+
+/// Vectors of `texts` from the embedding worker, at `urgency`.
+async fn embed_at(worker: &ActorRef<EmbedMsg>, texts: Vec<String>, urgency: Urgency) -> Result<Vec<Vec<f32>>, String> {
+    let answer = ractor::call_t!(
+        worker,
+        |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency, reply },
+        EMBED_CALL.as_millis() as u64
+    );
+    let embedded = answer.map_err(|e| format!("embedding worker: {e}"))?.map_err(|e| match e {
+        EmbedFailure::Late => "the embedding model was busy past the query's wait".to_string(),
+        e => e.to_string(),
+    })?;
+    Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
 }
 
 /// Open cursors, and the file that keeps them when there is one.
@@ -145,6 +176,7 @@ fn now_ms() -> u64 {
 
 pub struct IndexState {
     jobs: Option<Sender<Job>>,
+    embedding: ActorRef<EmbedMsg>,
     thread: Option<JoinHandle<()>>,
     cursors: Arc<Mutex<CursorBook>>,
     stats: Arc<Mutex<IndexStats>>,
@@ -159,6 +191,7 @@ impl Actor for IndexActor {
         let cursors = Arc::new(Mutex::new(CursorBook::load(args.cursor_file.clone(), &args.config)));
         let stats = Arc::new(Mutex::new(IndexStats { status: "opening".into(), ..Default::default() }));
         let (tx, rx) = crossbeam_channel::unbounded();
+        let embedding = args.embedding.clone();
         let service = Service {
             dir: args.dir,
             embedding: args.embedding,
@@ -173,7 +206,7 @@ impl Actor for IndexActor {
             stats: stats.clone(),
         };
         let thread = std::thread::Builder::new().name("index".into()).spawn(move || service.serve(rx))?;
-        Ok(IndexState { jobs: Some(tx), thread: Some(thread), cursors, stats })
+        Ok(IndexState { jobs: Some(tx), embedding, thread: Some(thread), cursors, stats })
     }
 
     async fn post_stop(&self, _myself: ActorRef<IndexMsg>, st: &mut IndexState) -> Result<(), ActorProcessingErr> {
@@ -209,12 +242,30 @@ impl Actor for IndexActor {
                 }
                 req => {
                     lock(&st.stats).in_flight += 1;
-                    let refused = match &st.jobs {
-                        Some(jobs) => jobs.send(Job { req, reply }).err().map(|e| e.into_inner().reply),
-                        None => Some(reply),
-                    };
-                    if let Some(reply) = refused {
+                    let Some(jobs) = st.jobs.clone() else {
                         let _ = reply.send(Err(RagError::Unavailable("the index thread stopped".into())));
+                        return Ok(());
+                    };
+                    let send = move |job: Job| {
+                        if let Err(e) = jobs.send(job) {
+                            let _ = e
+                                .into_inner()
+                                .reply
+                                .send(Err(RagError::Unavailable("the index thread stopped".into())));
+                        }
+                    };
+                    match query_of(&req) {
+                        Some((query, wait)) => {
+                            let worker = st.embedding.clone();
+                            tokio::spawn(async move {
+                                let urgency = wait.map_or(Urgency::Normal, |w| Urgency::Before(Instant::now() + w));
+                                let vector = embed_at(&worker, vec![query], urgency)
+                                    .await
+                                    .and_then(|mut v| v.pop().ok_or_else(|| "no vector for the query".to_string()));
+                                send(Job { req, reply, query: Some(vector) });
+                            });
+                        }
+                        None => send(Job { req, reply, query: None }),
                     }
                 }
             },
@@ -274,24 +325,85 @@ impl Service {
                 Err(e.to_string())
             }
         };
-        for Job { req, reply } in jobs {
-            let r = match &mut index {
-                Ok(index) => {
-                    let r = self.execute(index, req);
-                    if r.is_ok() {
-                        self.count(index);
-                    }
-                    r
-                }
-                Err(e) => Err(RagError::Unavailable(format!("index: {e}"))),
-            };
-            {
-                let mut s = lock(&self.stats);
-                s.in_flight = s.in_flight.saturating_sub(1);
-                s.requests += 1;
-                s.failures += r.is_err() as u64;
+        while let Ok(first) = jobs.recv() {
+            // What queued meanwhile: searches first (someone waits on each), then the entries
+            // to store, in one commit, then the rest in order. A caller that needs its write
+            // seen by its search waits for the write's answer before it searches.
+            let queued: Vec<Job> = std::iter::once(first).chain(jobs.try_iter()).collect();
+            let (reads, rest): (Vec<Job>, Vec<Job>) = queued
+                .into_iter()
+                .partition(|j| matches!(j.req, RagRequest::Search(_) | RagRequest::Query(_) | RagRequest::Open(_)));
+            let (writes, rest): (Vec<Job>, Vec<Job>) =
+                rest.into_iter().partition(|j| matches!(j.req, RagRequest::CreateMany(_)));
+            for job in reads {
+                self.serve_one(&mut index, job);
             }
-            let _ = reply.send(r);
+            match (&mut index, writes.len()) {
+                (Ok(index), 2..) => self.create_together(index, writes),
+                _ => writes.into_iter().for_each(|job| self.serve_one(&mut index, job)),
+            }
+            for job in rest {
+                self.serve_one(&mut index, job);
+            }
+        }
+    }
+
+    fn serve_one(&mut self, index: &mut Result<Index, String>, Job { req, reply, query }: Job) {
+        let r = match index {
+            Ok(index) => {
+                let r = self.execute(index, req, query.as_ref());
+                if r.is_ok() {
+                    self.count(index);
+                }
+                r
+            }
+            Err(e) => Err(RagError::Unavailable(format!("index: {e}"))),
+        };
+        self.answer(reply, r);
+    }
+
+    fn answer(&self, reply: RagReply, r: Result<Value, RagError>) {
+        {
+            let mut s = lock(&self.stats);
+            s.in_flight = s.in_flight.saturating_sub(1);
+            s.requests += 1;
+            s.failures += r.is_err() as u64;
+        }
+        let _ = reply.send(r);
+    }
+
+    /// Several `create-many` requests stored in one transaction and one keyword commit (under
+    /// load, the commits are what the thread's time goes to). If that is refused, each is
+    /// tried alone, so one bad entry fails only its own request.
+    fn create_together(&mut self, index: &mut Index, writes: Vec<Job>) {
+        let mut entries = Vec::new();
+        let mut counts = Vec::with_capacity(writes.len());
+        for job in &writes {
+            let RagRequest::CreateMany(m) = &job.req else { unreachable!("partitioned above") };
+            counts.push(m.entries.len());
+            entries.extend(m.entries.iter().cloned());
+        }
+        let (embed, unembedded) = self.model_for_entries();
+        let entries = entries
+            .into_iter()
+            .map(|c| Entry { path: c.file_path, content: c.content, embedding: c.embedding })
+            .collect();
+        let Ok(ids) = index.create_many(entries, embed) else {
+            for job in writes {
+                let r = self.execute(index, job.req, None);
+                self.answer(job.reply, r);
+            }
+            self.count(index);
+            return;
+        };
+        self.count(index);
+        lock(&self.stats).grouped_writes += writes.len() as u64;
+        let mut ids = ids.into_iter();
+        for (job, n) in writes.into_iter().zip(counts) {
+            let RagRequest::CreateMany(m) = &job.req else { unreachable!("partitioned above") };
+            let note = unembedded.as_ref().filter(|_| m.entries.iter().any(|c| c.embedding.is_none()));
+            let mine: Vec<String> = ids.by_ref().take(n).map(|id| id.to_string()).collect();
+            self.answer(job.reply, Ok(json!({ "entry_ids": mine, "indexed": true, "note": note })));
         }
     }
 
@@ -313,13 +425,19 @@ impl Service {
         e.as_ref().map_err(|e| RagError::Unavailable(e.clone()))
     }
 
-    fn execute(&mut self, index: &mut Index, req: RagRequest) -> Result<Value, RagError> {
+    /// Serves `req`; `query` is the vector of what it searches for, embedded beforehand.
+    fn execute(
+        &mut self,
+        index: &mut Index,
+        req: RagRequest,
+        query: Option<&Result<Vec<f32>, String>>,
+    ) -> Result<Value, RagError> {
         match req {
             RagRequest::Index(r) => self.index(index, r),
-            RagRequest::Search(r) => Ok(json!(self.search(index, &r, r.limit)?)),
+            RagRequest::Search(r) => Ok(json!(self.search(index, &r, r.limit, query)?)),
             RagRequest::Query(r) => {
                 let r = SearchRequest { mode: SearchMode::Vector, ..r };
-                let found = self.search(index, &r, r.limit)?;
+                let found = self.search(index, &r, r.limit, query)?;
                 if found.mode != Mode::Vector {
                     return Err(RagError::Unavailable(found.note.unwrap_or_default()));
                 }
@@ -330,7 +448,7 @@ impl Service {
                 if !(1..=MAX_LIMIT).contains(&r.limit) {
                     return Err(RagError::Invalid(format!("page_size: {} is not within 1..={MAX_LIMIT}", r.limit)));
                 }
-                let found = self.search(index, &r, MAX_LIMIT)?;
+                let found = self.search(index, &r, MAX_LIMIT, query)?;
                 let items = found.hits.iter().map(|h| json!(h)).collect();
                 lock(&self.cursors).open(items, r.limit, found.note)
             }
@@ -340,16 +458,9 @@ impl Service {
                 Ok(json!({ "entry_id": id.to_string(), "indexed": true }))
             }
             RagRequest::CreateMany(m) => {
-                // The model names the vectors also when every entry brings its own (conversation
-                // memory embeds at the worker, as bulk work), so queries are compared with them.
-                // Without it, entries that needed it are kept for keyword search and the answer
-                // says why they have no vectors.
                 let needs_model = m.entries.iter().any(|c| c.embedding.is_none());
-                let (embed, note) = match self.embedder() {
-                    Ok(e) => (Some(e as &dyn Embed), None),
-                    Err(e) if needs_model => (None, Some(format!("{e}: kept for keyword search only"))),
-                    Err(_) => (None, None),
-                };
+                let (embed, unembedded) = self.model_for_entries();
+                let note = unembedded.filter(|_| needs_model);
                 let entries = m
                     .entries
                     .into_iter()
@@ -359,14 +470,30 @@ impl Service {
                 let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
                 Ok(json!({ "entry_ids": ids, "indexed": true, "note": note }))
             }
-            RagRequest::Ask(a) => self.ask(index, a),
+            RagRequest::Ask(a) => self.ask(index, a, query),
             RagRequest::Fetch(_) | RagRequest::Close(_) => {
                 Err(RagError::Invalid("cursors are the actor's, not the index thread's".into()))
             }
         }
     }
 
-    fn search(&mut self, index: &Index, r: &SearchRequest, limit: usize) -> Result<SearchResults, RagError> {
+    /// The model for stored entries, or why entries that need it are kept for keyword search
+    /// only. The model names the vectors also when every entry brings its own (conversation
+    /// memory embeds at the worker, as bulk work), so queries are compared with them.
+    fn model_for_entries(&mut self) -> (Option<&dyn Embed>, Option<String>) {
+        match self.embedder() {
+            Ok(e) => (Some(e as &dyn Embed), None),
+            Err(e) => (None, Some(format!("{e}: kept for keyword search only"))),
+        }
+    }
+
+    fn search(
+        &mut self,
+        index: &Index,
+        r: &SearchRequest,
+        limit: usize,
+        query: Option<&Result<Vec<f32>, String>>,
+    ) -> Result<SearchResults, RagError> {
         let mode = match r.mode {
             SearchMode::Hybrid => Mode::Hybrid,
             SearchMode::Keyword => Mode::Keyword,
@@ -385,9 +512,14 @@ impl Service {
             return Err(RagError::Invalid(format!("threshold: {t} is not within 0..=1")));
         }
         // Keyword search needs no model; the others fall back to keywords, saying why, without one.
-        let embed = match mode {
+        let model = match mode {
             Mode::Keyword => None,
-            _ => self.embedder().ok().map(|e| e as &dyn Embed),
+            _ => self.embedder().ok(),
+        };
+        let prepared = model.zip(query).map(|(model, vector)| Prepared { model, query: &r.query, vector });
+        let embed = match &prepared {
+            Some(p) => Some(p as &dyn Embed),
+            None => model.map(|e| e as &dyn Embed),
         };
         index.search(&r.query, embed, &opts).map_err(rag_error)
     }
@@ -434,7 +566,12 @@ impl Service {
         Ok(json!({ "indexed": reports, "files": files, "chunks": chunks, "texts": texts }))
     }
 
-    fn ask(&mut self, index: &Index, a: AskRequest) -> Result<Value, RagError> {
+    fn ask(
+        &mut self,
+        index: &Index,
+        a: AskRequest,
+        query: Option<&Result<Vec<f32>, String>>,
+    ) -> Result<Value, RagError> {
         if !(1..=MAX_ASK_CHUNKS).contains(&a.limit) {
             return Err(RagError::Invalid(format!("limit: {} is not within 1..={MAX_ASK_CHUNKS}", a.limit)));
         }
@@ -448,8 +585,9 @@ impl Service {
             path_prefix: a.path_prefix,
             threshold: None,
             mode: a.mode,
+            embed_wait_ms: None,
         };
-        let found = self.search(index, &search, a.limit)?;
+        let found = self.search(index, &search, a.limit, query)?;
         let sources = ask::relevant(&found.hits);
         if sources.is_empty() {
             return Ok(ask::nothing(&a.question, found.note.as_deref()));
@@ -514,18 +652,38 @@ impl Embed for WorkerEmbed {
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
         let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
-        let answer = self.rt.block_on(async {
-            ractor::call_t!(
-                self.worker,
-                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply },
-                EMBED_CALL.as_millis() as u64
-            )
-        });
-        let embedded = answer.map_err(|e| format!("embedding worker: {e}"))?.map_err(|e| e.to_string())?;
-        Ok(embedded.into_iter().map(|e| e.vector().to_vec()).collect())
+        self.rt.block_on(embed_at(&self.worker, texts, Urgency::Normal))
     }
 
     fn batch(&self) -> usize {
         WORKER_CALL_TEXTS
+    }
+}
+
+/// The model, with the vector of a search's query already had (embedded by the actor).
+struct Prepared<'a> {
+    model: &'a WorkerEmbed,
+    query: &'a str,
+    vector: &'a Result<Vec<f32>, String>,
+}
+
+impl Embed for Prepared<'_> {
+    fn model(&self) -> String {
+        self.model.model()
+    }
+
+    fn window(&self) -> usize {
+        self.model.window()
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        self.model.count_tokens(text)
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        match texts {
+            [t] if *t == self.query => self.vector.clone().map(|v| vec![v]),
+            _ => self.model.embed(texts),
+        }
     }
 }

@@ -5,13 +5,19 @@
 //! `ParseConfig` each give `parse` and `config` as well as the whole identifier, so a question
 //! in words finds code that names the same things. Words are lower-cased and stemmed (English),
 //! and the commonest English words are dropped.
+//!
+//! Each document also holds its chunk's path as one untokenized term, so a search within a path
+//! prefix (a persona's namespace of conversation memory) is a term range of the index, not a
+//! filter over the best matches of the whole of it; and its id as a fast field, so a hit costs
+//! no read of the document store.
 
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::Mutex;
 
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, NumericOptions, STRING, Schema, TextFieldIndexing, TextOptions};
 use tantivy::tokenizer::{Language, Stemmer, TextAnalyzer, Token, TokenStream, Tokenizer};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
@@ -26,6 +32,7 @@ pub struct Keyword {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
     id: Field,
+    path: Field,
     body: Field,
 }
 
@@ -38,7 +45,8 @@ impl Keyword {
     /// read: the caller then finds its generation behind and rebuilds it).
     pub fn open(dir: &Path) -> Result<(Keyword, bool), IndexError> {
         let mut schema = Schema::builder();
-        let id = schema.add_u64_field("id", NumericOptions::default().set_indexed().set_stored());
+        let id = schema.add_u64_field("id", NumericOptions::default().set_indexed().set_fast());
+        let path = schema.add_text_field("path", STRING);
         let indexing =
             TextFieldIndexing::default().set_tokenizer(TOKENIZER).set_index_option(IndexRecordOption::WithFreqs);
         let body = schema.add_text_field("body", TextOptions::default().set_indexing_options(indexing));
@@ -59,7 +67,7 @@ impl Keyword {
         let writer = index.writer_with_num_threads(1, WRITER_BYTES).map_err(|e| err("writer", e))?;
         let reader =
             index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().map_err(|e| err("reader", e))?;
-        Ok((Keyword { index, reader, writer: Mutex::new(writer), id, body }, fresh))
+        Ok((Keyword { index, reader, writer: Mutex::new(writer), id, path, body }, fresh))
     }
 
     /// The redb generation the index was last committed at.
@@ -68,9 +76,10 @@ impl Keyword {
         metas.and_then(|m| m.payload).and_then(|p| p.parse().ok()).unwrap_or(0)
     }
 
-    pub fn add(&self, id: u64, text: &str) -> Result<(), IndexError> {
+    pub fn add(&self, id: u64, path: &str, text: &str) -> Result<(), IndexError> {
         let mut doc = TantivyDocument::default();
         doc.add_u64(self.id, id);
+        doc.add_text(self.path, path);
         doc.add_text(self.body, text);
         self.writer.lock().unwrap_or_else(|e| e.into_inner()).add_document(doc).map_err(|e| err("add", e))?;
         Ok(())
@@ -107,8 +116,9 @@ impl Keyword {
         out
     }
 
-    /// The `n` best chunks for `query` by BM25, best first, with their scores.
-    pub fn search(&self, query: &str, n: usize) -> Result<Vec<(u64, f32)>, IndexError> {
+    /// The `n` best chunks for `query` by BM25 among those whose path starts with `prefix`,
+    /// best first, with their scores.
+    pub fn search(&self, query: &str, n: usize, prefix: Option<&str>) -> Result<Vec<(u64, f32)>, IndexError> {
         let terms = self.terms(query);
         if terms.is_empty() || n == 0 {
             return Ok(Vec::new());
@@ -120,14 +130,36 @@ impl Keyword {
                 (Occur::Should, Box::new(q) as Box<dyn Query>)
             })
             .collect();
+        let words = BooleanQuery::new(clauses);
+        let query: Box<dyn Query> = match prefix {
+            // Every path that starts with the prefix sorts between it and it followed by the
+            // last code point; the range scores nothing, so BM25 alone ranks.
+            Some(p) => {
+                let within = RangeQuery::new(
+                    Bound::Included(Term::from_field_text(self.path, p)),
+                    Bound::Excluded(Term::from_field_text(self.path, &format!("{p}{}", char::MAX))),
+                );
+                Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, Box::new(words)),
+                    (Occur::Must, Box::new(ConstScoreQuery::new(Box::new(within), 0.0))),
+                ]))
+            }
+            None => Box::new(words),
+        };
         let searcher = self.reader.searcher();
-        let top = searcher
-            .search(&BooleanQuery::new(clauses), &TopDocs::with_limit(n).order_by_score())
-            .map_err(|e| err("search", e))?;
+        let top = searcher.search(&query, &TopDocs::with_limit(n).order_by_score()).map_err(|e| err("search", e))?;
+        let mut ids = Vec::new();
         let mut out = Vec::with_capacity(top.len());
         for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr).map_err(|e| err("search", e))?;
-            if let Some(id) = doc.get_first(self.id).and_then(|v| v.as_u64()) {
+            let seg = addr.segment_ord as usize;
+            if ids.len() <= seg {
+                ids.resize_with(seg + 1, || None);
+            }
+            if ids[seg].is_none() {
+                let column = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id");
+                ids[seg] = Some(column.map_err(|e| err("search", e))?);
+            }
+            if let Some(id) = ids[seg].as_ref().and_then(|c| c.first(addr.doc_id)) {
                 out.push((id, score));
             }
         }

@@ -236,7 +236,7 @@ impl Index {
                 bad.push(e);
             }
             if behind && failed.is_none() {
-                failed = keyword.add(id, &keyword_text(c, &t.text)).err();
+                failed = keyword.add(id, &c.path, &keyword_text(c, &t.text)).err();
             }
         })?;
         if let Some(e) = failed {
@@ -515,7 +515,7 @@ impl Index {
                 if let Some(v) = vector {
                     self.vectors.insert(*id, v).map_err(IndexError::Corrupt)?;
                 }
-                self.keyword.add(*id, &keyword_text(rec, text))?;
+                self.keyword.add(*id, &rec.path, &keyword_text(rec, text))?;
             }
         }
         self.keyword.commit(self.store.meta_u64("generation")?)?;
@@ -646,7 +646,6 @@ impl Index {
                     && opts.path_prefix.as_ref().is_none_or(|pre| p.path.starts_with(pre.as_str()))
             })
         };
-        let filtered = opts.lang.is_some() || opts.path_prefix.is_some();
         let depth = (opts.limit * 5).max(50);
         let (mut mode, mut note) = (opts.mode, None);
         let mut query_vector = None;
@@ -675,7 +674,9 @@ impl Index {
         let keyword: Vec<(u64, f32)> = if mode == Mode::Vector {
             Vec::new()
         } else {
-            let found = self.keyword.search(query, if filtered { depth * 4 } else { depth })?;
+            // The prefix is applied by the keyword index itself; the language after it.
+            let n = if opts.lang.is_some() { depth * 4 } else { depth };
+            let found = self.keyword.search(query, n, opts.path_prefix.as_deref())?;
             found.into_iter().filter(|(id, _)| keep(*id)).take(depth).collect()
         };
         let vector: Vec<(u64, f32)> = match &query_vector {

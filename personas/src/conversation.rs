@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::dump::ConversationDump;
-use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText};
+use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
 use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagRequest};
 use mindfleet_runtime::sched::TaskId;
 use mindfleet_runtime::storage::CONVERSATION_KEPT;
@@ -42,8 +42,11 @@ pub async fn remember(
     mut batch: Vec<CreateRequest>,
 ) -> Result<(), String> {
     let texts = batch.iter().map(|e| e.content.clone()).collect();
-    let asked =
-        call_t!(worker, |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: true, reply }, EMBED_CALL_MS);
+    let asked = call_t!(
+        worker,
+        |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency: Urgency::Bulk, reply },
+        EMBED_CALL_MS
+    );
     match asked.map_err(|e| format!("the embedding worker did not answer: {e}"))? {
         Ok(embedded) => {
             for (entry, e) in batch.iter_mut().zip(embedded) {
@@ -87,6 +90,9 @@ pub struct ConversationBook {
     pub last_error: Option<String>,
     /// Why the last recall could not use the vectors.
     pub degraded: Option<String>,
+    /// Recalls answered, and those of them by words only.
+    pub recalls: u64,
+    pub recalls_by_words: u64,
 }
 
 impl ConversationBook {
@@ -107,6 +113,8 @@ impl ConversationBook {
             max_lag_us: 0,
             last_error: None,
             degraded: None,
+            recalls: 0,
+            recalls_by_words: 0,
         }
     }
 
@@ -222,6 +230,8 @@ impl ConversationBook {
             promotions: self.promotions,
             last_error: self.last_error.clone(),
             recall: self.degraded.as_ref().map_or_else(|| "semantic".to_string(), |why| format!("degraded: {why}")),
+            recalls: self.recalls,
+            recalls_by_words: self.recalls_by_words,
         }
     }
 }

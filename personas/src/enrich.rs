@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mindfleet_runtime::config::ReferencesConfig;
 use mindfleet_runtime::dump::ReferencesDump;
-use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_runtime::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
@@ -65,7 +65,7 @@ impl Enricher {
         let Some(worker) = &self.embedding else { return Err("no embedding worker".into()) };
         let answer = call_t!(
             worker,
-            |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, bulk: false, reply },
+            |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency: Urgency::Normal, reply },
             EMBED_CALL_MS
         )
         .map_err(|e| format!("the embedding worker did not answer: {e}"))?;

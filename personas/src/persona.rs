@@ -902,6 +902,8 @@ impl PersonaState {
             if degraded.is_some() && c.degraded != degraded {
                 tracing::warn!(persona = %self.name, why = degraded.as_deref().unwrap_or(""), "conversation recall is degraded: words only, not meaning");
             }
+            c.recalls += 1;
+            c.recalls_by_words += u64::from(degraded.is_some());
             c.degraded = degraded;
         }
         self.step_result(task, Ok(Some(text)));
@@ -1280,10 +1282,10 @@ impl PersonaState {
                 if q.query.is_empty() {
                     return Ok(StepRun::Done(Some(text)));
                 }
-                let (storage, weights) = (self.args.storage.clone(), config.weights);
+                let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
                 let (me, task) = (self.myself.clone(), f.task);
                 tokio::spawn(async move {
-                    let recall = conversation::recall(&index, &storage, &q, &weights).await;
+                    let recall = conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
                     let _ = me.cast(PersonaMsg::Recalled { task, recall });
                 });
                 Ok(StepRun::Waiting)

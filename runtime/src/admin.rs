@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::ai::AiQuery;
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
-use crate::embedding::{EmbedMsg, EmbedStats};
+use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
 use crate::event::Event;
 use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
@@ -261,7 +261,8 @@ impl Actor for Admin {
                 }
                 let (storage, weights) = (st.storage.clone(), st.config.conversation.weights);
                 tokio::spawn(async move {
-                    let r = crate::conversation::recall(&index, &storage, &q, &weights)
+                    // A person asking waits for the model: its answer is what they asked for.
+                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None)
                         .await
                         .map(|r| serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r }))
                         .map_err(InjectError::Unavailable);
@@ -292,8 +293,12 @@ impl Actor for Admin {
             AdminMsg::Embed { text, long, reply } => {
                 let worker = st.embedding.clone();
                 tokio::spawn(async move {
-                    let answer =
-                        ractor::call!(worker, |r| EmbedMsg::Embed { texts: vec![text], long, bulk: false, reply: r });
+                    let answer = ractor::call!(worker, |r| EmbedMsg::Embed {
+                        texts: vec![text],
+                        long,
+                        urgency: Urgency::Normal,
+                        reply: r
+                    });
                     let stats = ractor::call!(worker, EmbedMsg::Stats);
                     let r = match (answer, stats) {
                         (Ok(Ok(mut e)), Ok(s)) => Ok(e.remove(0).to_json(&s.model.model)),

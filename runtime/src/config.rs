@@ -71,6 +71,7 @@ struct RawConversation {
     room_weight: Option<Spanned<f64>>,
     half_life_hours: Option<Spanned<f64>>,
     max_lag_secs: Option<Spanned<f64>>,
+    recall_wait_secs: Option<Spanned<f64>>,
 }
 
 /// `[references]`: catalog files to include, and how matching behaves.
@@ -261,6 +262,9 @@ pub struct ConversationConfig {
     pub weights: crate::conversation::RecallWeights,
     /// A message waiting longer than this to be embedded promotes the task to `work`.
     pub max_lag: Duration,
+    /// Longest a persona's recall waits for the embedding model to take its query; past it,
+    /// recall goes on by words (reported as degraded).
+    pub recall_wait: Duration,
 }
 
 impl Default for ConversationConfig {
@@ -271,6 +275,7 @@ impl Default for ConversationConfig {
             enabled: false,
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
+            recall_wait: Duration::from_millis(250),
         }
     }
 }
@@ -920,10 +925,13 @@ impl FleetConfig {
                 ),
             };
             let max_lag = cx.float(&c.max_lag_secs, "max_lag_secs", 0.01..=86_400.0, d.max_lag.as_secs_f64())?;
+            let recall_wait =
+                cx.float(&c.recall_wait_secs, "recall_wait_secs", 0.01..=600.0, d.recall_wait.as_secs_f64())?;
             ConversationConfig {
                 enabled: c.enabled.unwrap_or(d.enabled),
                 weights,
                 max_lag: Duration::from_secs_f64(max_lag),
+                recall_wait: Duration::from_secs_f64(recall_wait),
             }
         };
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use ractor::{ActorRef, call_t};
 use serde::{Deserialize, Serialize};
 
-use crate::knowledge::{IndexMsg, RagError, RagRequest, SearchMode, SearchRequest};
+use crate::knowledge::{IndexMsg, RagRequest, SearchMode, SearchRequest};
 use crate::storage::Storage;
 
 /// A message a persona took in.
@@ -133,32 +133,26 @@ pub fn rank(candidates: Vec<(Said, f32)>, q: &RecallQuery, w: &RecallWeights, no
 }
 
 /// Recalls what `q.persona` took in about `q.query`: its namespace's nearest vectors, ranked
-/// (see [`rank`]); without vectors, the keyword matches, reported as `degraded`. The recalled
-/// messages are marked so in storage.
+/// (see [`rank`]); without vectors (no model, or none had within `wait` for the query), the
+/// keyword matches, reported as `degraded`. The recalled messages are marked so in storage.
 pub async fn recall(
     index: &ActorRef<IndexMsg>,
     storage: &Storage,
     q: &RecallQuery,
     w: &RecallWeights,
+    wait: Option<Duration>,
 ) -> Result<Recall, String> {
-    let search = |mode| {
-        let mut s = SearchRequest::new(q.query.clone(), (q.limit * DEPTH_PER_ITEM).clamp(10, 500));
-        s.path_prefix = Some(format!("{}/", q.persona));
-        s.mode = mode;
-        Box::new(s)
-    };
-    let ask = |req: RagRequest| async move {
-        call_t!(index, IndexMsg::Request, INDEX_CALL_MS, Box::new(req))
-            .map_err(|e| format!("the conversation index did not answer: {e}"))
-    };
-    let (hits, degraded) = match ask(RagRequest::Query(*search(SearchMode::Vector))).await? {
-        Ok(v) => (hits(&v["entries"], true), None),
-        Err(RagError::Unavailable(why)) => {
-            let v = ask(RagRequest::Search(*search(SearchMode::Keyword))).await?.map_err(|e| e.to_string())?;
-            (hits(&v["hits"], false), Some(why))
-        }
-        Err(e) => return Err(e.to_string()),
-    };
+    // One search by meaning; the index answers it by words, saying why, when it cannot.
+    let mut s = SearchRequest::new(q.query.clone(), (q.limit * DEPTH_PER_ITEM).clamp(10, 500));
+    s.path_prefix = Some(format!("{}/", q.persona));
+    s.mode = SearchMode::Vector;
+    s.embed_wait_ms = wait.map(|w| w.as_millis() as u64);
+    let v = call_t!(index, IndexMsg::Request, INDEX_CALL_MS, Box::new(RagRequest::Search(s)))
+        .map_err(|e| format!("the conversation index did not answer: {e}"))?
+        .map_err(|e| e.to_string())?;
+    let by_meaning = v["mode"] == "vector";
+    let degraded = (!by_meaning).then(|| v["note"].as_str().unwrap_or("no vectors: keyword search only").to_string());
+    let hits = hits(&v["hits"], by_meaning);
     let seqs: Vec<u64> = hits.iter().map(|(seq, _)| *seq).collect();
     let (persona, reader) = (q.persona.clone(), storage.clone());
     let said = tokio::task::spawn_blocking(move || reader.conversation(&persona, &seqs))

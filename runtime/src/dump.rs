@@ -162,6 +162,11 @@ pub struct ConversationDump {
     pub last_error: Option<String>,
     /// `semantic`, or `degraded: why` when the last recall could not use the vectors.
     pub recall: String,
+    /// Recalls answered, and those of them by words only (no model, or none had in time).
+    #[serde(default)]
+    pub recalls: u64,
+    #[serde(default)]
+    pub recalls_by_words: u64,
 }
 
 /// A persona's references (`references` of a persona in the dump).

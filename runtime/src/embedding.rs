@@ -98,6 +98,23 @@ pub enum EmbedFailure {
     /// The worker is stopping or gone.
     #[error("embedding worker stopped")]
     Stopped,
+    /// The model had not taken the request up by its deadline ([`Urgency::Before`]).
+    #[error("the embedding model was busy past the request's deadline")]
+    Late,
+}
+
+/// How a request waits its turn at the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// In turn with the other requests.
+    Normal,
+    /// In turn, and worth nothing after this instant (a query someone waits for): the worker
+    /// answers [`EmbedFailure::Late`] instead of running the model on it after then, so an
+    /// overloaded model does not spend itself on answers nobody waits for any more.
+    Before(std::time::Instant),
+    /// Background work (a backlog of conversation memory): the model takes it only when no
+    /// other request waits, so a query is never queued behind it.
+    Bulk,
 }
 
 /// A job's pieces per text, in order.
@@ -111,9 +128,7 @@ pub enum EmbedMsg {
     Embed {
         texts: Vec<String>,
         long: LongText,
-        /// Background work (a backlog of conversation memory): the model takes it only when no
-        /// other request waits, so a query is never queued behind it.
-        bulk: bool,
+        urgency: Urgency,
         reply: RpcReplyPort<EmbedReply>,
     },
     Stats(RpcReplyPort<EmbedStats>),
@@ -122,10 +137,11 @@ pub enum EmbedMsg {
     /// From the inference thread: the model is loaded (or failed to load), at the first request.
     Loaded(Result<ModelInfo, String>),
     /// From the inference thread: a batch of jobs is done, in `model_calls` calls over
-    /// `inputs` texts or pieces; each job's pieces per text, in order.
+    /// `inputs` texts or pieces taking `seconds`; each job's pieces per text, in order.
     Computed {
         model_calls: u32,
         inputs: u32,
+        seconds: f64,
         jobs: Vec<(u64, JobResult)>,
     },
     /// Make every cached embedding durable (also done periodically and at stop).
@@ -175,4 +191,11 @@ pub struct EmbedStats {
     pub p99_ms: f64,
     /// Requests waiting for the model now.
     pub in_flight: usize,
+    /// Requests answered `Late`: past their deadline, or refused at once because the queue
+    /// ahead would have kept them past it.
+    #[serde(default)]
+    pub late: u64,
+    /// The model's recent pace, inputs a second while it runs (what admission is judged by).
+    #[serde(default)]
+    pub inputs_per_s: f64,
 }

@@ -56,6 +56,10 @@ pub struct SearchRequest {
     pub threshold: Option<f32>,
     #[serde(default)]
     pub mode: SearchMode,
+    /// Longest the query may wait for the embedding model, in ms: past it the search goes on
+    /// with words only and says so in its `note`. None: as long as the model takes.
+    #[serde(default)]
+    pub embed_wait_ms: Option<u64>,
 }
 
 impl SearchRequest {
@@ -67,6 +71,7 @@ impl SearchRequest {
             path_prefix: None,
             threshold: None,
             mode: SearchMode::Hybrid,
+            embed_wait_ms: None,
         }
     }
 }
@@ -263,6 +268,9 @@ pub struct IndexStats {
     /// Requests queued for or running on the index thread.
     pub in_flight: u64,
     pub open_cursors: usize,
+    /// `create-many` requests stored in one commit with others that queued beside them.
+    #[serde(default)]
+    pub grouped_writes: u64,
 }
 
 /// Below this cosine similarity a chunk found only by its vector is not taken as relevant

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::Embedder;
 use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
-use mindfleet_runtime::embedding::{EmbedMsg, LongText};
+use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
 use serde_json::{Value, json};
 
 use super::round;
@@ -123,7 +123,7 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
     ractor::call!(worker, |reply| EmbedMsg::Embed {
         texts: vec!["warm up".into()],
         long: LongText::Truncate,
-        bulk: false,
+        urgency: Urgency::Normal,
         reply
     })?
     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -137,7 +137,7 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
                 ractor::call!(worker, |reply| EmbedMsg::Embed {
                     texts: vec![text],
                     long: LongText::Truncate,
-                    bulk: false,
+                    urgency: Urgency::Normal,
                     reply
                 })?
                 .map_err(|e| anyhow::anyhow!("{e}"))?;

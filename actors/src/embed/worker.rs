@@ -7,9 +7,13 @@
 //! pads little). A text already on its way to the model (the same message taken in by every
 //! persona of a room) is not sent again: its answer serves every request that asked for it.
 //! Under load, callers' requests queue while the model runs, so throughput is batch
-//! throughput. A `bulk` request (a backlog of background work) waits until no other request is
-//! queued, so a query waits for at most the batch running. Results come back to the actor as a
-//! message; it fills the cache and answers.
+//! throughput. A `bulk` request (a backlog of background work) waits while other requests are
+//! queued, so a query waits for at most the batch running; but while they keep the model busy,
+//! the backlog gets one batch in every `BULK_EVERY + 1`, so it still moves. A request with a deadline is answered
+//! `Late` instead of run when the model has not taken it up by then, or at once when the inputs
+//! queued ahead of it, at the model's recent pace, would keep it past it: under overload the
+//! model works on answers someone still waits for, and who would wait in vain learns it at once.
+//! Results come back to the actor as a message; it fills the cache and answers.
 //!
 //! The thread checks the model's files at once and loads the weights with the first request. If
 //! the model cannot be loaded the worker keeps running, degraded: it answers from the cache
@@ -23,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece};
+use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece, Urgency};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use sha2::{Digest, Sha256};
 
@@ -33,6 +37,9 @@ use crate::scheduler::nearest_rank;
 
 /// Latencies kept for the p50/p99 in stats.
 const LATENCIES_KEPT: usize = 4096;
+/// While other work keeps the model busy, the backlog (bulk work) gets a batch for every this
+/// many batches of it: queries go first, and the backlog still moves (at least a quarter).
+const BULK_EVERY: usize = 3;
 
 #[derive(Debug, Clone)]
 pub struct EmbedArgs {
@@ -63,7 +70,21 @@ struct Job {
     id: u64,
     texts: Vec<String>,
     long: LongText,
+    urgency: Urgency,
+}
+
+impl Job {
+    fn bulk(&self) -> bool {
+        self.urgency == Urgency::Bulk
+    }
+}
+
+/// A text on its way to the model, and the other requests (id, index in its results) that
+/// asked for it meanwhile: it is embedded once for all of them.
+struct InFlight {
+    /// Sent as bulk work: a request that is not waits for no bulk job, so it sends its own copy.
     bulk: bool,
+    sharers: Vec<(u64, usize)>,
 }
 
 struct Request {
@@ -77,6 +98,8 @@ struct Request {
     shared: usize,
     failure: Option<EmbedFailure>,
     received: Instant,
+    /// Inputs of its job counted in `WorkerState::queued` (none for bulk work).
+    queued: usize,
 }
 
 impl Request {
@@ -102,10 +125,12 @@ pub struct WorkerState {
     /// File I/O: used off the tokio workers (`spawn_blocking`).
     cache: Option<Arc<Mutex<Cache>>>,
     waiting: HashMap<u64, Request>,
-    /// Texts sent to the model and not back yet, with the other requests (id, index in its
-    /// results) that asked for the same text meanwhile: it is embedded once for all of them.
-    in_flight: HashMap<Key, Vec<(u64, usize)>>,
+    /// Texts sent to the model and not back yet. A request with a deadline owns none (it may
+    /// be dropped as late), but it may share one.
+    in_flight: HashMap<Key, InFlight>,
     next_id: u64,
+    /// Texts of jobs other than bulk at the model or waiting for it.
+    queued: usize,
     stats: EmbedStats,
     latencies: VecDeque<f64>,
 }
@@ -221,6 +246,7 @@ impl Actor for EmbeddingWorker {
             waiting: HashMap::new(),
             in_flight: HashMap::new(),
             next_id: 0,
+            queued: 0,
             stats,
             latencies: VecDeque::with_capacity(LATENCIES_KEPT),
         })
@@ -233,7 +259,7 @@ impl Actor for EmbeddingWorker {
         st: &mut WorkerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            EmbedMsg::Embed { texts, long, bulk, reply } => {
+            EmbedMsg::Embed { texts, long, urgency, reply } => {
                 let received = Instant::now();
                 let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&st.fingerprint, long, t)).collect();
                 let lookup = keys.clone();
@@ -245,6 +271,7 @@ impl Actor for EmbeddingWorker {
                     shared: 0,
                     failure: None,
                     received,
+                    queued: 0,
                 };
                 let mut missed = Vec::new();
                 for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
@@ -268,35 +295,58 @@ impl Actor for EmbeddingWorker {
                     st.finish(req, Err(e));
                     return Ok(());
                 }
+                if let Urgency::Before(deadline) = urgency
+                    && st.stats.inputs_per_s > 0.0
+                    && received + Duration::from_secs_f64((st.queued + missed.len()) as f64 / st.stats.inputs_per_s)
+                        > deadline
+                {
+                    st.stats.late += 1;
+                    st.finish(req, Err(EmbedFailure::Late));
+                    return Ok(());
+                }
                 let id = st.next_id;
                 st.next_id += 1;
                 // A text already on its way to the model waits for that answer.
-                let mut job = Vec::new();
+                let bulk = urgency == Urgency::Bulk;
+                let (mut job, mut owned) = (Vec::new(), Vec::new());
                 for ((i, key), text) in std::mem::take(&mut req.misses).into_iter().zip(missed) {
                     match st.in_flight.get_mut(&key) {
-                        Some(others) => {
-                            others.push((id, i));
+                        Some(f) if bulk || !f.bulk => {
+                            f.sharers.push((id, i));
                             req.shared += 1;
                         }
-                        None => {
-                            st.in_flight.insert(key, Vec::new());
+                        sent => {
+                            if sent.is_none() && !matches!(urgency, Urgency::Before(_)) {
+                                st.in_flight.insert(key, InFlight { bulk, sharers: Vec::new() });
+                                owned.push(key);
+                            }
                             req.misses.push((i, key));
                             job.push(text);
                         }
                     }
                 }
                 if !job.is_empty()
-                    && st.jobs.as_ref().is_none_or(|tx| tx.send(Job { id, texts: job, long, bulk }).is_err())
+                    && st.jobs.as_ref().is_none_or(|tx| tx.send(Job { id, texts: job, long, urgency }).is_err())
                 {
-                    for (_, key) in &req.misses {
+                    for key in &owned {
                         st.in_flight.remove(key);
                     }
                     st.finish(req, Err(EmbedFailure::Stopped));
                     return Ok(());
                 }
+                if !bulk {
+                    req.queued = req.misses.len();
+                    st.queued += req.queued;
+                }
                 st.waiting.insert(id, req);
             }
-            EmbedMsg::Computed { model_calls, inputs, jobs } => {
+            EmbedMsg::Computed { model_calls, inputs, seconds, jobs } => {
+                if inputs > 0 && seconds > 0.0 {
+                    // Recent batches count most: the texts' lengths drift.
+                    let pace = f64::from(inputs) / seconds;
+                    let s = &mut st.stats;
+                    s.inputs_per_s = if s.inputs_per_s > 0.0 { 0.8 * s.inputs_per_s + 0.2 * pace } else { pace };
+                }
                 st.stats.batches += model_calls as u64;
                 let total = st.stats.mean_batch * (st.stats.batches - model_calls as u64) as f64 + inputs as f64;
                 st.stats.mean_batch = if st.stats.batches > 0 { total / st.stats.batches as f64 } else { 0.0 };
@@ -306,6 +356,7 @@ impl Actor for EmbeddingWorker {
                 for (id, outcome) in jobs {
                     let Some(req) = st.waiting.get_mut(&id) else { continue };
                     touched.push(id);
+                    st.queued -= std::mem::take(&mut req.queued);
                     let misses = std::mem::take(&mut req.misses);
                     match outcome {
                         Ok(all) => {
@@ -315,6 +366,12 @@ impl Actor for EmbeddingWorker {
                                 req.results[i] = Some(Embedded { pieces, cached: false });
                             }
                         }
+                        // A late job owned none of its texts: whoever shares them waits for their
+                        // owner's answer.
+                        Err(EmbedFailure::Late) => {
+                            st.stats.late += 1;
+                            req.failure = Some(EmbedFailure::Late);
+                        }
                         Err(e) => {
                             outcomes.extend(misses.into_iter().map(|(_, key)| (key, Err(e.clone()))));
                             req.failure = Some(e);
@@ -323,7 +380,8 @@ impl Actor for EmbeddingWorker {
                 }
                 // The requests that asked for the same texts meanwhile.
                 for (key, outcome) in outcomes {
-                    for (id, i) in st.in_flight.remove(&key).unwrap_or_default() {
+                    let sharers = st.in_flight.remove(&key).map(|f| f.sharers).unwrap_or_default();
+                    for (id, i) in sharers {
                         let Some(req) = st.waiting.get_mut(&id) else { continue };
                         req.shared -= 1;
                         match &outcome {
@@ -443,10 +501,12 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
     };
     // Bulk jobs wait here while other jobs are queued.
     let mut deferred: VecDeque<Job> = VecDeque::new();
-    let sort = |job: Job, batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| match job.bulk {
+    let sort = |job: Job, batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| match job.bulk() {
         true => deferred.push_back(job),
         false => batch.push(job),
     };
+    // Inputs of other work run since the backlog last had a batch, while it waited.
+    let mut since_bulk = 0;
     loop {
         let mut batch = Vec::new();
         // Block only when nothing is deferred.
@@ -459,8 +519,9 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
         while let Ok(job) = jobs.try_recv() {
             sort(job, &mut batch, &mut deferred);
         }
-        if batch.is_empty() {
-            // No other work: a batch of the backlog.
+        // A batch of the backlog: when there is no other work, and (beside it) once other work
+        // has kept the backlog waiting for `BULK_EVERY` batches' worth.
+        let backlog = |batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| {
             let mut inputs = 0;
             while inputs < max_batch
                 && let Some(job) = deferred.pop_front()
@@ -468,6 +529,10 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
                 inputs += job.texts.len();
                 batch.push(job);
             }
+        };
+        if batch.is_empty() {
+            backlog(&mut batch, &mut deferred);
+            since_bulk = 0;
         } else {
             // Requests come in bursts: wait a little for more while the batch is short.
             let mut inputs: usize = batch.iter().map(|j| j.texts.len()).sum();
@@ -475,23 +540,43 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
             while inputs < max_batch {
                 match jobs.recv_deadline(deadline) {
                     Ok(job) => {
-                        inputs += if job.bulk { 0 } else { job.texts.len() };
+                        inputs += if job.bulk() { 0 } else { job.texts.len() };
                         sort(job, &mut batch, &mut deferred);
                     }
                     Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                 }
             }
+            if !deferred.is_empty() {
+                since_bulk += inputs;
+            }
+            if since_bulk >= BULK_EVERY * max_batch {
+                backlog(&mut batch, &mut deferred);
+                since_bulk = 0;
+            }
         }
-        load(&mut model);
-        let msg = match &model {
+        // What is past its deadline is answered, not run.
+        let now = Instant::now();
+        let (late, batch): (Vec<Job>, Vec<Job>) =
+            batch.into_iter().partition(|j| matches!(j.urgency, Urgency::Before(t) if t <= now));
+        if !batch.is_empty() {
+            load(&mut model);
+        }
+        let mut msg = match &model {
             Ok(Some(m)) => run_batch(m, batch, max_batch),
+            Ok(None) if batch.is_empty() => {
+                EmbedMsg::Computed { model_calls: 0, inputs: 0, seconds: 0.0, jobs: Vec::new() }
+            }
             Ok(None) => unreachable!("loaded above"),
             Err(e) => EmbedMsg::Computed {
                 model_calls: 0,
                 inputs: 0,
+                seconds: 0.0,
                 jobs: batch.into_iter().map(|j| (j.id, Err(EmbedFailure::Degraded(e.clone())))).collect(),
             },
         };
+        if let EmbedMsg::Computed { jobs, .. } = &mut msg {
+            jobs.extend(late.into_iter().map(|j| (j.id, Err(EmbedFailure::Late))));
+        }
         if actor.cast(msg).is_err() {
             return;
         }
@@ -521,6 +606,7 @@ fn run_batch(model: &Embedder, jobs: Vec<Job>, max_batch: usize) -> EmbedMsg {
     order.sort_by_key(|&i| text_of(&inputs[i]).len());
     let mut vectors: Vec<Option<Piece>> = vec![None; inputs.len()];
     let mut model_calls = 0u32;
+    let started = Instant::now();
     for chunk in order.chunks(max_batch) {
         let texts: Vec<&str> = chunk.iter().map(|&i| text_of(&inputs[i])).collect();
         model_calls += 1;
@@ -558,5 +644,10 @@ fn run_batch(model: &Embedder, jobs: Vec<Job>, max_batch: usize) -> EmbedMsg {
         .enumerate()
         .map(|(j, (job, pieces))| (job.id, failed.remove(&j).map_or(Ok(pieces), Err)))
         .collect();
-    EmbedMsg::Computed { model_calls, inputs: inputs.len() as u32, jobs: results }
+    EmbedMsg::Computed {
+        model_calls,
+        inputs: inputs.len() as u32,
+        seconds: started.elapsed().as_secs_f64(),
+        jobs: results,
+    }
 }
