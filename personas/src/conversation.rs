@@ -30,6 +30,9 @@ pub const QUEUED: usize = 4 * BATCH;
 /// Longest a batch waits for its vectors: bulk work, after every query, so under a backlog it
 /// waits its turn for long.
 const EMBED_CALL_MS: u64 = 600_000;
+/// Texts per bulk request: the model takes a request whole, so small ones let a query in
+/// between.
+const PIECE: usize = 8;
 /// Longest the index takes to store a batch that has its vectors.
 const STORE_CALL_MS: u64 = 60_000;
 
@@ -41,21 +44,28 @@ pub async fn remember(
     index: &ActorRef<IndexMsg>,
     mut batch: Vec<CreateRequest>,
 ) -> Result<(), String> {
-    let texts = batch.iter().map(|e| e.content.clone()).collect();
-    let asked = call_t!(
-        worker,
-        |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency: Urgency::Bulk, reply },
-        EMBED_CALL_MS
-    );
-    match asked.map_err(|e| format!("the embedding worker did not answer: {e}"))? {
-        Ok(embedded) => {
-            for (entry, e) in batch.iter_mut().zip(embedded) {
-                entry.embedding = Some(e.vector().to_vec());
-            }
+    let asks = batch.chunks(PIECE).map(|piece| {
+        let texts = piece.iter().map(|e| e.content.clone()).collect();
+        async move {
+            call_t!(
+                worker,
+                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency: Urgency::Bulk, reply },
+                EMBED_CALL_MS
+            )
         }
-        // No model: kept without vectors, for recall by words (which says it is degraded).
-        Err(EmbedFailure::Degraded(_)) => {}
-        Err(e) => return Err(e.to_string()),
+    });
+    let answers = futures::future::join_all(asks).await;
+    for (piece, asked) in batch.chunks_mut(PIECE).zip(answers) {
+        match asked.map_err(|e| format!("the embedding worker did not answer: {e}"))? {
+            Ok(embedded) => {
+                for (entry, e) in piece.iter_mut().zip(embedded) {
+                    entry.embedding = Some(e.vector().to_vec());
+                }
+            }
+            // No model: kept without vectors, for recall by words (which says it is degraded).
+            Err(EmbedFailure::Degraded(_)) => {}
+            Err(e) => return Err(e.to_string()),
+        }
     }
     let req = RagRequest::CreateMany(CreateManyRequest { entries: batch });
     match call_t!(index, IndexMsg::Request, STORE_CALL_MS, Box::new(req)) {

@@ -40,6 +40,8 @@ const LATENCIES_KEPT: usize = 4096;
 /// While other work keeps the model busy, the backlog (bulk work) gets a batch for every this
 /// many batches of it: queries go first, and the backlog still moves (at least a quarter).
 const BULK_EVERY: usize = 3;
+/// Other work that came this recently makes the backlog's batches small.
+const QUERIES_RECENT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct EmbedArgs {
@@ -505,8 +507,9 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
         true => deferred.push_back(job),
         false => batch.push(job),
     };
-    // Inputs of other work run since the backlog last had a batch, while it waited.
-    let mut since_bulk = 0;
+    // Inputs of other work run since the backlog last had a batch, while it waited; and when
+    // other work last came.
+    let (mut since_bulk, mut last_other) = (0, None::<Instant>);
     loop {
         let mut batch = Vec::new();
         // Block only when nothing is deferred.
@@ -520,10 +523,17 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
             sort(job, &mut batch, &mut deferred);
         }
         // A batch of the backlog: when there is no other work, and (beside it) once other work
-        // has kept the backlog waiting for `BULK_EVERY` batches' worth.
+        // has kept the backlog waiting for `BULK_EVERY` batches' worth. While other work keeps
+        // coming, the backlog's batches are a quarter of the size, so a query that comes
+        // while one runs waits a quarter as long.
+        if !batch.is_empty() {
+            last_other = Some(Instant::now());
+        }
+        let busy = last_other.is_some_and(|t| t.elapsed() < QUERIES_RECENT);
+        let bulk_batch = if busy { (max_batch / 4).max(1) } else { max_batch };
         let backlog = |batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| {
             let mut inputs = 0;
-            while inputs < max_batch
+            while inputs < bulk_batch
                 && let Some(job) = deferred.pop_front()
             {
                 inputs += job.texts.len();
@@ -549,7 +559,7 @@ fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Rece
             if !deferred.is_empty() {
                 since_bulk += inputs;
             }
-            if since_bulk >= BULK_EVERY * max_batch {
+            if since_bulk >= BULK_EVERY * bulk_batch {
                 backlog(&mut batch, &mut deferred);
                 since_bulk = 0;
             }
