@@ -270,8 +270,8 @@ pub struct ConversationConfig {
 impl Default for ConversationConfig {
     fn default() -> Self {
         ConversationConfig {
-            // Off until recall holds up under load: its query is embedded on the conversation
-            // index's one thread, so a busy fleet's recalls queue (docs/BENCHMARKS.md, replay).
+            // Off until a busy fleet holds up with it: at 1,000 events/s its writes saturate
+            // the storage writer (docs/BENCHMARKS.md, replay, "Under load").
             enabled: false,
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
