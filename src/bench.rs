@@ -341,6 +341,7 @@ pub async fn soak(
             "sent": sent.load(Ordering::Relaxed),
             "rss_mb": round(rss as f64 / 1024.0, 1),
             "pending": stats.pending,
+            "writer_queue": stats.queued_ops,
             "queued": sched.queued(),
             // urgent, interactive, work, background
             "queued_by_class": [sched.urgent.queued, sched.interactive.queued, sched.work.queued, sched.background.queued],

@@ -93,9 +93,17 @@ pub struct FileUpdate {
     pub chunks: Vec<(u64, ChunkRecord, String, Option<Quantized>)>,
 }
 
+/// redb's page cache for the index's file.
+const CACHE_BYTES: usize = 128 << 20;
+
 impl Store {
     pub fn open(path: &Path) -> Result<Store, IndexError> {
-        let db = Database::create(path).map_err(|e| IndexError::Storage(format!("{}: {e}", path.display())))?;
+        // redb's own default is 1 GiB, which an index written all the time (conversation
+        // memory) fills; search reads chunks' texts only for the hits it returns.
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| IndexError::Storage(format!("{}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(db_err)?;
         for t in [META, FILES] {
             txn.open_table(t).map_err(db_err)?;

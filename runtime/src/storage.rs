@@ -225,6 +225,9 @@ pub struct InboxRestore {
 pub struct StorageStats {
     pub path: String,
     pub schema_version: u64,
+    /// Operations waiting for the writer when the stats were asked for.
+    #[serde(default)]
+    pub queued_ops: u64,
     /// Deliveries accepted and not finished yet.
     pub pending: u64,
     pub accepted: u64,
@@ -541,7 +544,10 @@ impl Storage {
     }
 
     pub async fn stats(&self) -> Result<StorageStats, StorageError> {
-        self.ask(Op::Stats).await
+        let queued = self.tx.len() as u64;
+        let mut s: StorageStats = self.ask(Op::Stats).await?;
+        s.queued_ops = queued;
+        Ok(s)
     }
 
     /// Waits until everything sent before is committed.

@@ -33,13 +33,18 @@ pub struct Cache {
     dirty: bool,
 }
 
+/// redb's page cache for the file: recent entries are read again (a room's copies of a
+/// message), old ones rarely.
+const CACHE_BYTES: usize = 64 << 20;
+
 impl Cache {
     pub fn open(path: &Path) -> Result<Cache, CacheError> {
         let err = |e: &dyn std::fmt::Display| CacheError { path: path.to_path_buf(), message: e.to_string() };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| err(&e))?;
         }
-        let db = Database::create(path).map_err(|e| err(&e))?;
+        // redb's own default is 1 GiB, which a cache written with every new text fills.
+        let db = Database::builder().set_cache_size(CACHE_BYTES).create(path).map_err(|e| err(&e))?;
         let txn = db.begin_write().map_err(|e| err(&e))?;
         txn.open_table(ENTRIES).map_err(|e| err(&e))?;
         txn.commit().map_err(|e| err(&e))?;
