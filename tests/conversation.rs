@@ -8,7 +8,7 @@ use mindfleet_runtime::model::Action;
 use mindfleet_runtime::sched::SchedulerMsg;
 use serde_json::Value;
 
-use crate::util::{chat, fleet_toml, persona, poll, pulled, start};
+use crate::util::{chat, fleet_toml, persona, poll, pulled, reply_to, start};
 
 const ON: &str = "\n[conversation]\nenabled = true\n";
 
@@ -78,10 +78,7 @@ async fn a_persona_recalls_what_it_was_told_about_a_topic_and_only_that_and_uses
 
     // The recall step brings what was said into the reply.
     let ack = fleet.inject(chat("ops", "erin", "@helper what happened with the production deploy?")).await.unwrap();
-    let reply = poll("helper's reply", || async {
-        fleet.dump(None).await.unwrap().outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
-    })
-    .await;
+    let reply = reply_to(&fleet, &ack.event_id).await;
     assert!(reply.text.contains("Earlier, alice said in #ops: \"the deploy to production failed"), "{}", reply.text);
     // Unknown persona: named.
     let err = api.ai("recall", &[("persona", "nobody".into()), ("text", "x".into())]).await.unwrap_err();
@@ -124,10 +121,7 @@ async fn a_recall_whose_query_is_not_embedded_within_its_wait_goes_on_by_words_a
     let fleet = start(dir.path(), &toml).await;
     told(&fleet).await;
     let ack = fleet.inject(chat("ops", "erin", "@helper any news on the canary?")).await.unwrap();
-    let reply = poll("helper's reply", || async {
-        fleet.dump(None).await.unwrap().outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
-    })
-    .await;
+    let reply = reply_to(&fleet, &ack.event_id).await;
     assert!(reply.text.contains("the canary ran out of memory"), "found by its words: {}", reply.text);
     let d = fleet.dump(None).await.unwrap();
     let c = persona(&d, "helper").conversation.clone().unwrap();

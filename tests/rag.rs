@@ -476,10 +476,7 @@ async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_foun
     let mut e = crate::util::chat("dev", "alice", "@coder how long does the retry wait between failed attempts?");
     e.domain = "code".into();
     let ack = fleet.inject(e).await.unwrap();
-    let reply = crate::util::poll("coder's reply", || async {
-        fleet.dump(None).await.unwrap().outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
-    })
-    .await;
+    let reply = crate::util::reply_to(&fleet, &ack.event_id).await;
     assert!(reply.text.contains("[retry.rs:1-7]"), "{}", reply.text);
     assert!(!reply.text.contains("tax.py"), "only what is relevant: {}", reply.text);
 

@@ -8,7 +8,7 @@ use mindfleet::Fleet;
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::dump::{FleetDump, PersonaDump};
 use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::model::{Decision, Verdict};
+use mindfleet_runtime::model::{Decision, OutboxEntry, Verdict};
 
 /// Long enough for a local persona's reply (gate, plan, draft and lesson by the model) on a
 /// loaded 2-core machine in the test profile: a deadline finds hangs, it measures nothing.
@@ -84,6 +84,14 @@ pub async fn dump(fleet: &Fleet) -> FleetDump {
 
 pub fn persona<'a>(d: &'a FleetDump, name: &str) -> &'a PersonaDump {
     d.personas.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("persona {name} in dump"))
+}
+
+/// The reply to `event_id` in the outbox, once there is one.
+pub async fn reply_to(fleet: &Fleet, event_id: &str) -> OutboxEntry {
+    poll(&format!("the reply to {event_id}"), || async {
+        dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id)
+    })
+    .await
 }
 
 /// The decision `name` journaled for `event_id`, once there is one.
