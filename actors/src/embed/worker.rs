@@ -9,10 +9,11 @@
 //! Under load, callers' requests queue while the model runs, so throughput is batch
 //! throughput. A `bulk` request (a backlog of background work) waits while other requests are
 //! queued, so a query waits for at most the batch running; but while they keep the model busy,
-//! the backlog gets one batch in every `BULK_EVERY + 1`, so it still moves. A request with a deadline is answered
-//! `Late` instead of run when the model has not taken it up by then, or at once when the inputs
-//! queued ahead of it, at the model's recent pace, would keep it past it: under overload the
-//! model works on answers someone still waits for, and who would wait in vain learns it at once.
+//! the backlog gets one batch in every `BULK_EVERY + 1`, so it still moves. A request with a
+//! deadline is answered `Late` instead of run when the model has not taken it up by then, or at
+//! once when the inputs queued ahead of it, at the model's recent pace, would keep it past it:
+//! under overload the model works on answers someone still waits for, and who would wait in
+//! vain learns it at once.
 //! Results come back to the actor as a message; it fills the cache and answers.
 //!
 //! The thread checks the model's files at once and loads the weights with the first request. If
