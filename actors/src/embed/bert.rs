@@ -245,6 +245,7 @@ impl Bert {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(|i| format!("embed-{i}"))
+                .start_handler(|_| crate::lower_model_thread_priority())
                 .build()
                 .map_err(|e| EmbedError::Load { file: weights.to_path_buf(), message: format!("thread pool: {e}") })?;
             Some(pool)

@@ -473,6 +473,7 @@ pub(crate) fn fingerprint(dir: &Path) -> Key {
 
 /// Loads the model, then serves batches until the actor drops its end of the channel.
 fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Receiver<Job>, actor: ActorRef<EmbedMsg>) {
+    crate::lower_model_thread_priority();
     // The files are checked now, so a broken model is reported at once; the weights load with
     // the first request, so a fleet that embeds nothing does not hold them.
     let checked = Embedder::check(dir).map_err(|e| e.to_string());

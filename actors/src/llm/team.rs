@@ -132,6 +132,7 @@ fn wait(done: impl Fn() -> bool) {
 }
 
 fn work(s: &Shared, index: usize) {
+    crate::lower_model_thread_priority();
     let mut seen = 0;
     loop {
         let start = Instant::now();

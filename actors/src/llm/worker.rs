@@ -313,6 +313,7 @@ fn failure(e: LlmError) -> LlmFailure {
 
 /// One slot: runs requests until the channel closes.
 fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+    crate::lower_model_thread_priority();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {
