@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use std::time::Duration;
 
-use mindfleet_runtime::conversation::Said;
+use mindfleet_runtime::conversation::{Said, SaidMarks};
 use mindfleet_runtime::dump::ConversationDump;
 use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
 use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagRequest};
@@ -25,8 +25,11 @@ use ractor::{ActorRef, call_t};
 
 /// Most messages one task embeds.
 pub const BATCH: usize = 64;
-/// Most messages waiting in memory; later ones wait in storage.
-pub const QUEUED: usize = 4 * BATCH;
+/// Most messages waiting in memory; later ones wait in storage. One batch: a backlog costs a
+/// read per batch, and a thousand personas behind hold no more than a batch each.
+pub const QUEUED: usize = BATCH;
+/// Messages with marks (embedded, recalled) gathered before they are written anyway.
+pub const MARKS: usize = 64;
 /// Longest a batch waits for its vectors: bulk work, after every query, so under a backlog it
 /// waits its turn for long.
 const EMBED_CALL_MS: u64 = 600_000;
@@ -100,6 +103,8 @@ pub struct ConversationBook {
     pub last_error: Option<String>,
     /// Why the last recall could not use the vectors.
     pub degraded: Option<String>,
+    /// Marks not written yet: with the next batch stored, or once [`MARKS`] gather.
+    pub marks: SaidMarks,
     /// Recalls answered, and those of them by words only.
     pub recalls: u64,
     pub recalls_by_words: u64,
@@ -123,6 +128,7 @@ impl ConversationBook {
             max_lag_us: 0,
             last_error: None,
             degraded: None,
+            marks: SaidMarks::default(),
             recalls: 0,
             recalls_by_words: 0,
         }
@@ -209,9 +215,9 @@ impl ConversationBook {
             .collect()
     }
 
-    /// The batch is in the index (`Ok`: its oldest message's wait counts in the longest), or
-    /// goes back first in line; returns the sequence numbers stored.
-    pub fn batch_done(&mut self, result: Result<(), String>, now_us: i64) -> Vec<u64> {
+    /// The batch is in the index (`Ok`: its oldest message's wait counts in the longest, and
+    /// its messages are marked embedded), or goes back first in line.
+    pub fn batch_done(&mut self, result: Result<(), String>, now_us: i64) {
         let batch = std::mem::take(&mut self.embedding);
         match result {
             Ok(()) => {
@@ -219,16 +225,22 @@ impl ConversationBook {
                 self.max_lag_us = self.max_lag_us.max(waited);
                 self.last_error = None;
                 self.stored += batch.len() as u64;
-                batch.into_iter().map(|s| s.seq).collect()
+                self.marks.embedded.extend(batch.into_iter().map(|s| s.seq));
             }
             Err(e) => {
                 self.last_error = Some(e);
                 for s in batch.into_iter().rev() {
                     self.pending.push_front(s);
                 }
-                Vec::new()
             }
         }
+    }
+
+    /// The marks to write now: all of them after a batch is stored (`force`), or once
+    /// [`MARKS`] messages have one; recall marks in between are only ranking hints, so a crash
+    /// may lose a few of them, never a message.
+    pub fn marks_due(&mut self, force: bool) -> Option<SaidMarks> {
+        (!self.marks.is_empty() && (force || self.marks.len() >= MARKS)).then(|| std::mem::take(&mut self.marks))
     }
 
     pub fn dump(&self, now_us: i64) -> ConversationDump {
@@ -285,16 +297,29 @@ mod tests {
         assert!(c.take_batch("helper").is_empty(), "the other grant finds the batch taken");
         assert_eq!(c.lag_us(40 * S), 40 * S, "the batch being embedded still counts");
 
-        assert!(c.batch_done(Err("index down".into()), 41 * S).is_empty());
+        c.batch_done(Err("index down".into()), 41 * S);
+        assert_eq!(c.marks_due(true), None, "nothing stored, nothing to mark");
         assert_eq!(c.pending.front().map(|s| s.seq), Some(1), "back first in line");
         assert_eq!(c.pending.len(), BATCH + 5);
         c.take_batch("helper");
-        let stored = c.batch_done(Ok(()), 42 * S);
-        assert_eq!(stored, (1..=BATCH as u64).collect::<Vec<_>>());
+        c.batch_done(Ok(()), 42 * S);
+        assert_eq!(c.marks_due(true).unwrap().embedded, (1..=BATCH as u64).collect::<Vec<_>>());
         assert_eq!((c.stored, c.max_lag_us), (9 + BATCH as u64, 42 * S));
         let d = c.dump(43 * S);
         // The 5 left came in after 43 s: no wait yet.
         assert_eq!((d.pending, d.lag_ms, d.max_lag_ms), (5, 0, 42_000));
+    }
+
+    #[test]
+    fn recall_marks_gather_one_per_message_until_enough_or_a_batch_is_stored() {
+        let mut c = ConversationBook::new(Duration::from_secs(30), Vec::new(), 0);
+        c.marks.recall([3, 5], 10);
+        c.marks.recall([3], 20);
+        assert_eq!(c.marks_due(false), None, "a few marks wait");
+        c.marks.recall(100..100 + MARKS as u64 - 2, 30);
+        let marks = c.marks_due(false).expect("enough to write");
+        assert_eq!((marks.recalled.len(), marks.recalled[&3], marks.recalled[&5]), (MARKS, (2, 20), (1, 10)));
+        assert!(c.marks.is_empty() && c.marks_due(true).is_none());
     }
 
     #[test]

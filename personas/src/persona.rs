@@ -832,9 +832,9 @@ impl PersonaState {
             tracing::warn!(persona = %self.name, error = %e, "conversation memory: embedding failed; kept to retry");
         }
         let failed = result.is_err();
-        let stored = c.batch_done(result, now_us());
-        if !stored.is_empty() {
-            self.args.storage.conversation_embedded(self.name.clone(), stored);
+        c.batch_done(result, now_us());
+        if let Some(marks) = c.marks_due(!failed) {
+            self.args.storage.conversation_marks(self.name.clone(), marks);
         }
         // More waiting: gather again (after a failure, at the next message or check).
         if !failed {
@@ -905,6 +905,10 @@ impl PersonaState {
             c.recalls += 1;
             c.recalls_by_words += u64::from(degraded.is_some());
             c.degraded = degraded;
+            c.marks.recall(f.conversation.iter().map(|r| r.said.seq), now_us());
+            if let Some(marks) = c.marks_due(false) {
+                self.args.storage.conversation_marks(self.name.clone(), marks);
+            }
         }
         self.step_result(task, Ok(Some(text)));
     }
@@ -2124,6 +2128,14 @@ impl Actor for Persona {
                 };
                 let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
             }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+        // Recall marks still gathering: written, as a stop loses nothing it can keep.
+        if let Some(marks) = st.convo.as_mut().and_then(|c| c.marks_due(true)) {
+            st.args.storage.conversation_marks(st.name.clone(), marks);
         }
         Ok(())
     }

@@ -262,10 +262,13 @@ impl Actor for Admin {
                 let (storage, weights) = (st.storage.clone(), st.config.conversation.weights);
                 tokio::spawn(async move {
                     // A person asking waits for the model: its answer is what they asked for.
-                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None)
-                        .await
-                        .map(|r| serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r }))
-                        .map_err(InjectError::Unavailable);
+                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None).await.map(|r| {
+                        let mut marks = crate::conversation::SaidMarks::default();
+                        marks.recall(r.items.iter().map(|i| i.said.seq), crate::time::now_us());
+                        storage.conversation_marks(q.persona.as_str().into(), marks);
+                        serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r })
+                    });
+                    let r = r.map_err(InjectError::Unavailable);
                     let _ = reply.send(r);
                 });
             }

@@ -7,6 +7,7 @@
 //! vectors find by similarity, recency, importance and the room, and says when it could not
 //! use the vectors (`degraded`) instead of passing keyword guesses off as recall.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ractor::{ActorRef, call_t};
@@ -43,6 +44,35 @@ impl Said {
     /// What is embedded and searched.
     pub fn content(&self) -> String {
         format!("{} in #{}: {}", self.from, self.room, self.text)
+    }
+}
+
+/// Marks on a persona's messages, gathered so that a message marked many times is rewritten
+/// once ([`Storage::conversation_marks`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SaidMarks {
+    /// Now in the conversation index.
+    pub embedded: Vec<u64>,
+    /// Recalled: how many times, and when last (µs).
+    pub recalled: BTreeMap<u64, (u32, i64)>,
+}
+
+impl SaidMarks {
+    /// Marks `seqs` recalled at `at_us`.
+    pub fn recall(&mut self, seqs: impl IntoIterator<Item = u64>, at_us: i64) {
+        for seq in seqs {
+            let m = self.recalled.entry(seq).or_default();
+            (m.0, m.1) = (m.0 + 1, m.1.max(at_us));
+        }
+    }
+
+    /// Messages with a mark.
+    pub fn len(&self) -> usize {
+        self.embedded.len() + self.recalled.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -134,7 +164,8 @@ pub fn rank(candidates: Vec<(Said, f32)>, q: &RecallQuery, w: &RecallWeights, no
 
 /// Recalls what `q.persona` took in about `q.query`: its namespace's nearest vectors, ranked
 /// (see [`rank`]); without vectors (no model, or none had within `wait` for the query), the
-/// keyword matches, reported as `degraded`. The recalled messages are marked so in storage.
+/// keyword matches, reported as `degraded`. Marking the recalled messages is the caller's
+/// ([`SaidMarks::recall`]).
 pub async fn recall(
     index: &ActorRef<IndexMsg>,
     storage: &Storage,
@@ -163,11 +194,7 @@ pub async fn recall(
         .into_iter()
         .filter_map(|(seq, sim)| said.iter().find(|s| s.seq == seq).map(|s| (s.clone(), sim)))
         .collect();
-    let now = crate::time::now_us();
-    let items = rank(candidates, q, w, now);
-    if !items.is_empty() {
-        storage.conversation_recalled(q.persona.as_str().into(), items.iter().map(|r| r.said.seq).collect(), now);
-    }
+    let items = rank(candidates, q, w, crate::time::now_us());
     Ok(Recall { items, degraded })
 }
 

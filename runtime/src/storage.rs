@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::config::StorageConfig;
-use crate::conversation::Said;
+use crate::conversation::{Said, SaidMarks};
 use crate::event::Event;
 use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use crate::model::{
@@ -278,10 +278,8 @@ enum Op {
     JoinRoom(String, Arc<str>),
     /// A persona selected a reference.
     SelectReference(Arc<str>, Box<RefMatch>),
-    /// These messages of a persona are in the conversation index now.
-    SaidEmbedded(Arc<str>, Vec<u64>),
-    /// These messages of a persona were recalled at this time.
-    SaidRecalled(Arc<str>, Vec<u64>, i64),
+    /// Marks on a persona's messages: embedded, recalled.
+    SaidMarks(Arc<str>, SaidMarks),
     Consolidate(Arc<str>, Box<Consolidation>),
     /// A finished study session, with the knowledge it left.
     Study(Arc<str>, Box<StudySession>, Option<Box<Knowledge>>),
@@ -468,12 +466,12 @@ impl Storage {
         })
     }
 
-    pub fn conversation_embedded(&self, persona: Arc<str>, seqs: Vec<u64>) {
-        self.send(Op::SaidEmbedded(persona, seqs));
-    }
-
-    pub fn conversation_recalled(&self, persona: Arc<str>, seqs: Vec<u64>, at_us: i64) {
-        self.send(Op::SaidRecalled(persona, seqs, at_us));
+    /// Marks messages of a persona embedded or recalled: each message is rewritten once,
+    /// whatever the marks on it.
+    pub fn conversation_marks(&self, persona: Arc<str>, marks: SaidMarks) {
+        if !marks.is_empty() {
+            self.send(Op::SaidMarks(persona, marks));
+        }
     }
 
     /// The messages `seqs` of a persona that are kept, in the order asked (blocking read).
@@ -1324,15 +1322,8 @@ impl Writer {
                 self.put_study(t, &persona, &session, knowledge.as_deref())?;
                 Ok(true)
             }
-            Op::SaidEmbedded(persona, seqs) => {
-                update_said(&mut t.conversation, &persona, &seqs, |s| s.embedded = true)?;
-                Ok(true)
-            }
-            Op::SaidRecalled(persona, seqs, at_us) => {
-                update_said(&mut t.conversation, &persona, &seqs, |s| {
-                    s.recalled += 1;
-                    s.last_recalled_us = at_us;
-                })?;
+            Op::SaidMarks(persona, marks) => {
+                mark_said(&mut t.conversation, &persona, marks)?;
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {
@@ -1794,16 +1785,21 @@ fn put_said(t: &mut Tables<'_>, persona: &str, said: &Said) -> Result<(), redb::
     Ok(())
 }
 
-/// Applies `f` to the kept messages `seqs` of `persona`.
-fn update_said(
-    t: &mut redb::Table<(&str, u64), &[u8]>,
-    persona: &str,
-    seqs: &[u64],
-    f: impl Fn(&mut Said),
-) -> Result<(), redb::Error> {
-    for &seq in seqs {
+/// Applies `marks` to the kept messages of `persona`, rewriting each once.
+fn mark_said(t: &mut redb::Table<(&str, u64), &[u8]>, persona: &str, marks: SaidMarks) -> Result<(), redb::Error> {
+    let mut by_seq: BTreeMap<u64, (bool, u32, i64)> = BTreeMap::new();
+    for seq in marks.embedded {
+        by_seq.entry(seq).or_default().0 = true;
+    }
+    for (seq, (times, at_us)) in marks.recalled {
+        let m = by_seq.entry(seq).or_default();
+        (m.1, m.2) = (times, at_us);
+    }
+    for (seq, (embedded, times, at_us)) in by_seq {
         let Some(mut said) = t.get((persona, seq))?.map(|v| dec::<Said>(v.value())).transpose()? else { continue };
-        f(&mut said);
+        said.embedded |= embedded;
+        said.recalled += times;
+        said.last_recalled_us = said.last_recalled_us.max(at_us);
         t.insert((persona, seq), enc(&said).as_slice())?;
     }
     Ok(())
