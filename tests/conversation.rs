@@ -135,9 +135,9 @@ async fn a_recall_whose_query_is_not_embedded_within_its_wait_goes_on_by_words_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn off_by_default_nothing_is_kept_and_recall_says_it_is_off() {
+async fn turned_off_nothing_is_kept_and_recall_says_it_is_off() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = start(dir.path(), &fleet_toml(HELPER)).await;
+    let fleet = start(dir.path(), &format!("{}\n[conversation]\nenabled = false\n", fleet_toml(HELPER))).await;
     fleet.inject(chat("ops", "alice", "the canary ran out of memory")).await.unwrap();
     poll("the message to be decided", || async { (fleet.storage.stats().await.unwrap().pending == 0).then_some(()) })
         .await;

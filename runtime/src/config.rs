@@ -270,9 +270,9 @@ pub struct ConversationConfig {
 impl Default for ConversationConfig {
     fn default() -> Self {
         ConversationConfig {
-            // Off until a busy fleet holds up with it: at 1,000 events/s its writes saturate
-            // the storage writer (docs/BENCHMARKS.md, replay, "Under load").
-            enabled: false,
+            // On: a 1,000-persona fleet holds 300 events/s with it on 2 cores; past that its
+            // writes saturate the storage writer (docs/BENCHMARKS.md, replay, "Under load").
+            enabled: true,
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
             recall_wait: Duration::from_millis(250),
@@ -1052,10 +1052,12 @@ impl FleetConfig {
     }
 
     /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin,
-    /// every one on the rules brain (conversation memory off, as by default).
+    /// every one on the rules brain, conversation memory off: the runtime's own figures (a
+    /// benchmark of conversation memory turns it on).
     pub fn synthetic(n: usize, data_dir: PathBuf) -> Self {
         let mut cfg = Self::embedded_default();
         cfg.name = format!("synthetic-{n}");
+        cfg.conversation.enabled = false;
         cfg.storage.data_dir = data_dir;
         cfg.admin.addr = "127.0.0.1:0".parse().expect("literal address");
         let template = cfg.personas[0].clone();
