@@ -441,6 +441,7 @@ impl Fleet {
             local,
             llm,
             index,
+            feed: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

@@ -6,6 +6,7 @@ mod ai;
 mod api;
 mod config;
 mod conversation;
+mod dashboard;
 mod durability;
 mod embed;
 mod flow;

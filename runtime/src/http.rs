@@ -3,6 +3,9 @@
 //!
 //! | route | answer |
 //! |---|---|
+//! | `GET /` | the dashboard ([`crate::dashboard`]): one card per persona, rendered on the server |
+//! | `GET /dashboard/events` | the dashboard's live cards as Server-Sent Events: a `cards` event with the latest at once, then one whenever a card changes (checked each second) |
+//! | `GET /dashboard/dashboard.js`, `GET /dashboard/dashboard.css` | the page's script and style, embedded in the binary |
 //! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
@@ -35,6 +38,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::ai::{AiQuery, parse_window, window_start};
+use crate::dashboard;
 use crate::embedding::LongText;
 use crate::event::EventInput;
 use crate::knowledge::{IndexMsg, RagError, RagRequest};
@@ -62,6 +66,8 @@ pub struct HttpState {
     pub llm: Option<ActorRef<LlmMsg>>,
     /// The fleet's codebase index (served under `/rag`), which also keeps its cursors.
     pub index: ActorRef<IndexMsg>,
+    /// What the dashboard's open pages are streamed.
+    pub feed: dashboard::Feed,
 }
 
 fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
@@ -86,6 +92,9 @@ fn inject_error(e: InjectError) -> Response {
 /// Builds the router for a bound address.
 pub fn router(state: HttpState) -> Router {
     Router::new()
+        .route("/", get(get_page))
+        .route("/dashboard/events", get(get_dashboard_events))
+        .route("/dashboard/{asset}", get(get_asset))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
         .route("/personas/{name}", get(get_persona))
@@ -439,6 +448,29 @@ async fn get_persona(State(st): State<HttpState>, Path(name): Path<String>) -> R
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
     }
+}
+
+async fn get_page(State(st): State<HttpState>) -> Response {
+    match dashboard::page(&st.admin).await {
+        Ok(html) => axum::response::Html(html).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
+    }
+}
+
+async fn get_dashboard_events(State(st): State<HttpState>) -> Response {
+    if !st.ready.load(Ordering::Acquire) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "restoring stored state", None);
+    }
+    dashboard::events(st.feed.subscribe(&st.admin, st.ready.clone())).into_response()
+}
+
+async fn get_asset(Path(asset): Path<String>) -> Response {
+    let (body, kind) = match asset.as_str() {
+        "dashboard.js" => (dashboard::SCRIPT, "text/javascript; charset=utf-8"),
+        "dashboard.css" => (dashboard::STYLE, "text/css; charset=utf-8"),
+        _ => return error(StatusCode::NOT_FOUND, format!("no dashboard asset {asset:?}"), None),
+    };
+    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 async fn health(State(st): State<HttpState>) -> Response {

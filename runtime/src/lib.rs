@@ -8,6 +8,7 @@
 //! FleetSupervisor                      (crate `mindfleet`)
 //! ├── Admin                            (this crate: routing, injection, dumps)
 //! │     └── HTTP API (axum)            handlers call the Admin (`/v1`: the LlmWorker)
+//! │           └── [dashboard feed]     one dump a second while a page listens (`dashboard`)
 //! ├── Scheduler                        (crate `mindfleet-actors`; interface in `sched`)
 //! ├── EmbeddingWorker                  (crate `mindfleet-actors`; interface in `embedding`)
 //! ├── [LlmWorker]                      (crate `mindfleet-actors`; interface in `llm`)
@@ -25,6 +26,7 @@ pub mod ai;
 pub mod config;
 pub mod conversation;
 pub mod cursor;
+pub mod dashboard;
 pub mod dump;
 pub mod embedding;
 pub mod event;

@@ -1,0 +1,367 @@
+//! The fleet dashboard: a page at `/` with one card per persona, rendered on the server from
+//! the dump, so it is useful at once and without scripts; `GET /dashboard/events` then streams
+//! the cards as Server-Sent Events, and the page's script updates them in place.
+//!
+//! One poller per server feeds every open page: it takes a dump a second while anyone listens,
+//! sends the cards when one changed, and stops when the last page leaves, so ten tabs cost what
+//! one does. A failed dump (the fleet
+//! stopping) ends every stream; the page then reconnects by itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use ractor::{ActorRef, call_t};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::dump::{FleetDump, PersonaDump};
+use crate::messages::{AdminMsg, PersonaStatus};
+use crate::model::Mood;
+use crate::team;
+
+/// How often the poller takes a dump while a page listens.
+const TICK: Duration = Duration::from_secs(1);
+/// How long the poller waits for a dump.
+const DUMP_CALL_MS: u64 = 10_000;
+/// What a page waits before reconnecting, told to the browser with each stream.
+const RETRY: Duration = Duration::from_secs(1);
+
+pub const SCRIPT: &str = include_str!("dashboard/dashboard.js");
+pub const STYLE: &str = include_str!("dashboard/dashboard.css");
+
+/// What a card shows of a persona.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Card {
+    pub name: String,
+    pub role: String,
+    /// `thinking`, `working`, `idle`, `overloaded`, `dormant`, `failed`, `restarting`,
+    /// `starting` or `stopped` ([`status_of`]).
+    pub status: &'static str,
+    /// Cognitive load, 0..=1 (the badge's colour).
+    pub load: f64,
+    pub activity: String,
+    pub objective: String,
+    pub intensity: f64,
+    pub capacity: f64,
+    pub inbox: usize,
+    pub inbox_capacity: usize,
+    /// Share of its hourly model budget used, as of its last grant.
+    pub budget_used: f64,
+    /// Its concerns, most pressing first (at most three).
+    pub preoccupations: Vec<String>,
+    /// Its last decision, and why.
+    pub last_decision: Option<(String, String)>,
+}
+
+/// The status badge of a persona: its supervisor's word when it is not running, else dormant,
+/// overloaded, working on a plan, thinking (an event in hand, no plan running yet), or idle.
+pub fn status_of(p: &PersonaDump) -> &'static str {
+    match p.status {
+        PersonaStatus::Failed => return "failed",
+        PersonaStatus::Restarting => return "restarting",
+        PersonaStatus::Starting => return "starting",
+        PersonaStatus::Stopped => return "stopped",
+        PersonaStatus::Running => {}
+    }
+    let Some(s) = &p.self_state else { return "starting" };
+    if s.dormant {
+        "dormant"
+    } else if team::overloaded(s) || s.mood == Mood::Overwhelmed {
+        "overloaded"
+    } else if p.in_flight.is_some() {
+        if p.plan.as_ref().is_some_and(|r| r.finished_us.is_none()) { "working" } else { "thinking" }
+    } else {
+        "idle"
+    }
+}
+
+pub fn card(p: &PersonaDump) -> Card {
+    let s = p.self_state.clone().unwrap_or_default();
+    let mut worries = s.preoccupations.clone();
+    worries.sort_by(|a, b| b.priority.total_cmp(&a.priority));
+    Card {
+        name: p.name.clone(),
+        role: p.role.clone(),
+        status: status_of(p),
+        load: s.cognitive_load,
+        activity: s.focus.activity,
+        objective: s.focus.objective,
+        intensity: s.focus.intensity,
+        capacity: s.available_capacity,
+        inbox: p.inbox.len,
+        inbox_capacity: p.inbox.capacity,
+        budget_used: (1.0 - p.budget_left).clamp(0.0, 1.0),
+        preoccupations: worries.into_iter().take(3).map(|w| w.concern).collect(),
+        last_decision: s
+            .recent_decisions
+            .last()
+            .map(|d| (d.decision.clone(), d.reason.clone()))
+            .or_else(|| p.decisions.first().map(|d| (format!("{:?}", d.verdict).to_lowercase(), d.reason.clone()))),
+    }
+}
+
+/// What a page is sent each tick.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Frame {
+    pub fleet: String,
+    pub generated_at: String,
+    pub cards: Vec<Card>,
+}
+
+impl Frame {
+    pub fn of(d: &FleetDump) -> Frame {
+        Frame {
+            fleet: d.fleet.clone(),
+            generated_at: d.generated_at.clone(),
+            cards: d.personas.iter().map(card).collect(),
+        }
+    }
+}
+
+/// Escapes text for HTML content and quoted attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.0}%", (x * 100.0).clamp(0.0, 100.0))
+}
+
+/// One card's HTML. The script renders the same markup from a [`Card`]'s JSON
+/// (`dashboard.js`, `render`): a change here goes there too.
+pub fn render_card(c: &Card) -> String {
+    let e = escape;
+    let hover = {
+        let mut lines = vec![format!("objective: {}", if c.objective.is_empty() { "-" } else { &c.objective })];
+        if !c.preoccupations.is_empty() {
+            lines.push(format!("preoccupations: {}", c.preoccupations.join("; ")));
+        }
+        if let Some((what, why)) = &c.last_decision {
+            lines.push(format!("last decision: {what}: {why}"));
+        }
+        lines.join("\n")
+    };
+    format!(
+        concat!(
+            r#"<article class="card" id="card-{id}" data-persona="{id}" data-status="{status}" tabindex="0" title="{hover}">"#,
+            r#"<header><h2>{name}</h2><span class="badge" style="--load:{load:.2}">{status}</span></header>"#,
+            r#"<p class="role">{role}</p>"#,
+            r#"<dl>"#,
+            r#"<dt>focus</dt><dd class="focus">{activity} <meter min="0" max="1" value="{intensity:.2}" title="intensity {intensity_pct}"></meter></dd>"#,
+            r#"<dt>load</dt><dd class="load">{load_pct}</dd>"#,
+            r#"<dt>capacity</dt><dd class="capacity">{capacity_pct}</dd>"#,
+            r#"<dt>inbox</dt><dd class="inbox">{inbox} / {inbox_capacity}</dd>"#,
+            r#"<dt>budget used</dt><dd class="budget">{budget_pct}</dd>"#,
+            r#"</dl>"#,
+            r#"<p class="decision">{decision}</p>"#,
+            r#"</article>"#
+        ),
+        id = e(&c.name),
+        name = e(&c.name),
+        role = e(&c.role),
+        status = c.status,
+        hover = e(&hover),
+        load = c.load,
+        load_pct = percent(c.load),
+        activity = e(&c.activity),
+        intensity = c.intensity,
+        intensity_pct = percent(c.intensity),
+        capacity_pct = percent(c.capacity),
+        inbox = c.inbox,
+        inbox_capacity = c.inbox_capacity,
+        budget_pct = percent(c.budget_used),
+        decision = c.last_decision.as_ref().map_or_else(String::new, |(what, why)| format!("{}: {}", e(what), e(why))),
+    )
+}
+
+/// The whole page, cards included.
+pub fn render_page(f: &Frame) -> String {
+    let cards: String = f.cards.iter().map(render_card).collect();
+    format!(
+        concat!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+            "<title>{fleet}: mindfleet</title><link rel=\"stylesheet\" href=\"/dashboard/dashboard.css\"></head>",
+            "<body><header class=\"top\"><h1>{fleet}</h1>",
+            "<p class=\"live\" id=\"live\" role=\"status\" data-state=\"static\">as of <time id=\"at\">{at}</time></p></header>",
+            "<main id=\"cards\" aria-label=\"personas\">{cards}</main>",
+            "<script src=\"/dashboard/dashboard.js\" defer></script></body></html>\n"
+        ),
+        fleet = escape(&f.fleet),
+        at = escape(&f.generated_at),
+        cards = cards,
+    )
+}
+
+/// The dump of the whole fleet, as the admin gives it.
+async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
+    match call_t!(admin, |reply| AdminMsg::Dump { persona: None, reply }, DUMP_CALL_MS) {
+        Ok(Ok(d)) => Ok(Frame::of(&d)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("admin unavailable: {e}")),
+    }
+}
+
+pub async fn page(admin: &ActorRef<AdminMsg>) -> Result<String, String> {
+    frame(admin).await.map(|f| render_page(&f))
+}
+
+type Poller = watch::Sender<Option<Arc<Frame>>>;
+
+/// The latest frame (none before the first dump).
+pub type Frames = watch::Receiver<Option<Arc<Frame>>>;
+
+/// The frames every open page listens to: one poller, started by the first listener.
+#[derive(Clone, Default)]
+pub struct Feed {
+    live: Arc<Mutex<Option<Poller>>>,
+}
+
+impl Feed {
+    /// A receiver of the frames, starting the poller if none runs.
+    /// The poller stops when `ready` turns false (the fleet stopping) or a dump fails.
+    pub fn subscribe(&self, admin: &ActorRef<AdminMsg>, ready: Arc<AtomicBool>) -> Frames {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = live.as_ref() {
+            return tx.subscribe();
+        }
+        let (tx, rx) = watch::channel(None);
+        *live = Some(tx.clone());
+        let (feed, admin) = (self.clone(), admin.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                {
+                    // Nobody listens: stop (under the lock, so no one subscribes meanwhile).
+                    let mut live = feed.live.lock().unwrap_or_else(|e| e.into_inner());
+                    if tx.receiver_count() == 0 {
+                        *live = None;
+                        return;
+                    }
+                }
+                let next = if ready.load(Ordering::Acquire) { frame(&admin).await } else { Err("stopping".into()) };
+                match next {
+                    // Sent when a card changed: a quiet fleet sends nothing.
+                    Ok(f) => {
+                        tx.send_if_modified(|last| {
+                            let changed = last.as_ref().is_none_or(|l| l.cards != f.cards);
+                            if changed {
+                                *last = Some(Arc::new(f));
+                            }
+                            changed
+                        });
+                    }
+                    Err(e) => {
+                        // The fleet is going: every stream ends, and its page reconnects.
+                        tracing::debug!(error = %e, "dashboard feed stops");
+                        *feed.live.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                        return;
+                    }
+                }
+            }
+        });
+        rx
+    }
+}
+
+/// The stream of one page: a `cards` event per new frame, until the feed stops.
+pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    // A page (re)connecting gets the latest frame at once.
+    rx.mark_changed();
+    let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+        if first {
+            // The reconnect delay, before anything else.
+            return Some((Ok(Event::default().retry(RETRY).comment("hello")), (rx, false)));
+        }
+        loop {
+            rx.changed().await.ok()?;
+            let frame = rx.borrow_and_update().clone();
+            if let Some(f) = frame {
+                let data = serde_json::to_string(&*f).unwrap_or_else(|_| "null".into());
+                return Some((Ok(Event::default().event("cards").data(data)), (rx, false)));
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dump::{ActorsDump, ChildDump, InboxDump, WorkingMemoryDump};
+    use crate::model::{RecentDecision, SelfStateData};
+
+    fn persona(name: &str) -> PersonaDump {
+        PersonaDump {
+            name: name.into(),
+            role: "assistant".into(),
+            status: PersonaStatus::Running,
+            brain: "rules".into(),
+            brain_degraded: None,
+            rooms: vec!["general".into()],
+            domains: vec!["chat".into()],
+            actors: ActorsDump {
+                persona: ChildDump::running(0),
+                inbox: ChildDump::running(0),
+                self_state: ChildDump::running(0),
+                working_memory: ChildDump::running(0),
+            },
+            self_state: Some(SelfStateData::default()),
+            inbox: InboxDump { len: 2, capacity: 64, shed: 0, duplicates: 0, top: Vec::new() },
+            working_memory: WorkingMemoryDump::default(),
+            decisions: Vec::new(),
+            in_flight: None,
+            plan: None,
+            cadence_ms: 0,
+            budget_left: 0.75,
+            references: None,
+            conversation: None,
+            study: None,
+        }
+    }
+
+    #[test]
+    fn the_badge_says_what_the_persona_is_doing_failure_and_dormancy_first() {
+        let mut p = persona("helper");
+        assert_eq!(status_of(&p), "idle");
+        p.in_flight = Some("e1".into());
+        assert_eq!(status_of(&p), "thinking", "an event in hand, no plan yet");
+        p.self_state.as_mut().unwrap().cognitive_load = 0.95;
+        assert_eq!(status_of(&p), "overloaded");
+        p.self_state.as_mut().unwrap().dormant = true;
+        assert_eq!(status_of(&p), "dormant");
+        p.status = PersonaStatus::Failed;
+        assert_eq!(status_of(&p), "failed");
+    }
+
+    #[test]
+    fn a_card_escapes_what_people_typed() {
+        let mut p = persona("helper");
+        p.self_state.as_mut().unwrap().recent_decisions.push(RecentDecision {
+            decision: "engage".into(),
+            reason: "<script>alert('x')</script> & more".into(),
+            at_us: 1,
+        });
+        let c = card(&p);
+        assert_eq!(c.budget_used, 0.25);
+        let html = render_card(&c);
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"), "{html}");
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains(r#"data-status="idle""#) && html.contains("2 / 64"), "{html}");
+    }
+}

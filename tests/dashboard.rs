@@ -1,0 +1,99 @@
+//! The dashboard: the page the admin server renders at `/`, its assets, and the live cards it
+//! streams, over real HTTP on loopback.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::{DEADLINE, TRIO, fleet_toml, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let http = reqwest::Client::new();
+    let r = http.get(format!("http://{}/", fleet.addr)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = r.text().await.unwrap();
+    for (name, role, status) in
+        [("helper", "assistant", "idle"), ("reviewer", "code reviewer", "idle"), ("scribe", "note taker", "dormant")]
+    {
+        let card =
+            &html[html.find(&format!(r#"id="card-{name}""#)).unwrap_or_else(|| panic!("{name}'s card: {html}"))..];
+        let card = &card[..card.find("</article>").unwrap()];
+        assert!(card.contains(&format!(r#"data-status="{status}""#)) && card.contains(role), "{card}");
+        assert!(card.contains("inbox</dt><dd class=\"inbox\">0 / "), "{card}");
+    }
+    assert!(html.contains("<title>test: mindfleet</title>"), "{html}");
+
+    let js = http.get(format!("http://{}/dashboard/dashboard.js", fleet.addr)).send().await.unwrap();
+    assert_eq!(
+        (js.status().as_u16(), js.headers()["content-type"].to_str().unwrap()),
+        (200, "text/javascript; charset=utf-8")
+    );
+    assert!(js.text().await.unwrap().contains("new EventSource(\"/dashboard/events\")"));
+    let missing = http.get(format!("http://{}/dashboard/nope.js", fleet.addr)).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    // The guard covers the page like the API: a foreign Host is refused.
+    let foreign = http.get(format!("http://{}/", fleet.addr)).header("host", "evil.example").send().await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Reads `cards` events from a stream until `want` accepts one, within [`DEADLINE`].
+async fn next_cards(stream: &mut reqwest::Response, buf: &mut String, want: impl Fn(&Value) -> bool) -> Value {
+    let read = async {
+        loop {
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                if let Some(data) = event.strip_prefix("event: cards\ndata: ") {
+                    let frame: Value = serde_json::from_str(data.trim_end()).unwrap();
+                    if want(&frame) {
+                        return frame;
+                    }
+                }
+            }
+            let chunk = stream.chunk().await.unwrap().expect("the stream goes on");
+            buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    };
+    tokio::time::timeout(DEADLINE, read).await.expect("the wanted cards within the deadline")
+}
+
+fn status<'a>(frame: &'a Value, name: &str) -> &'a str {
+    frame["cards"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()["status"].as_str().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/dashboard/events", fleet.addr);
+    let mut one = http.get(&url).send().await.unwrap();
+    assert_eq!(one.headers()["content-type"], "text/event-stream");
+    let mut two = http.get(&url).send().await.unwrap();
+    let (mut buf1, mut buf2) = (String::new(), String::new());
+    let first = next_cards(&mut one, &mut buf1, |_| true).await;
+    assert_eq!((first["fleet"].as_str(), status(&first, "helper")), (Some("test"), "idle"), "{first}");
+    next_cards(&mut two, &mut buf2, |_| true).await;
+
+    // Made dormant through the API: both pages see it, without reloading.
+    let r = http
+        .post(format!("http://{}/ai/state", fleet.addr))
+        .json(&serde_json::json!({"persona": "helper", "change": "dormant"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let dormant = |f: &Value| status(f, "helper") == "dormant";
+    let seen = next_cards(&mut one, &mut buf1, dormant).await;
+    assert_eq!(status(&seen, "reviewer"), "idle", "{seen}");
+    next_cards(&mut two, &mut buf2, dormant).await;
+
+    // The fleet stops: the streams end (the page then reconnects), they do not hang.
+    fleet.shutdown(Duration::from_secs(5)).await;
+    let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.chunk().await {} }).await;
+    assert!(ended.is_ok(), "the stream ended with the fleet");
+}
