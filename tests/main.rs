@@ -4,6 +4,7 @@ mod util;
 
 mod ai;
 mod api;
+mod browser;
 mod config;
 mod conversation;
 mod dashboard;

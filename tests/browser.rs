@@ -1,0 +1,156 @@
+//! The dashboard in a real browser: headless Chromium driven over WebDriver (Debian's
+//! `chromium` and `chromium-driver`, installed by `scripts/install-browser.sh`), through a few
+//! calls of the W3C protocol over the HTTP client the tests already use.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::util::{TRIO, fleet_toml, poll, start};
+
+/// Where the screenshot of the run is left, for people to look at.
+fn artefact() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e/dashboard.png")
+}
+
+fn tool(env: &str, default: &str) -> String {
+    let path = std::env::var(env).unwrap_or_else(|_| default.to_string());
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is missing: run scripts/install-browser.sh (or set {env} to the binary)"
+    );
+    path
+}
+
+/// A chromedriver of its own, on a free port, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn driver() -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(tool("MINDFLEET_CHROMEDRIVER", "/usr/bin/chromedriver"))
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let d = Driver { child, url: format!("http://127.0.0.1:{port}") };
+    let http = reqwest::Client::new();
+    poll("chromedriver to be ready", || async {
+        let v: Value = http.get(format!("{}/status", d.url)).send().await.ok()?.json().await.ok()?;
+        (v["value"]["ready"] == true).then_some(())
+    })
+    .await;
+    d
+}
+
+/// One browser session.
+struct Session {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Session {
+    async fn new(driver: &Driver, profile: &std::path::Path) -> Session {
+        let http = reqwest::Client::new();
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,800",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([format!("--user-data-dir={}", profile.display())])
+        .collect::<Vec<_>>();
+        let caps = json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
+            "binary": tool("MINDFLEET_CHROMIUM", "/usr/bin/chromium"),
+            "args": args,
+        }}}});
+        let v: Value =
+            http.post(format!("{}/session", driver.url)).json(&caps).send().await.unwrap().json().await.unwrap();
+        let id = v["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}"));
+        Session { base: format!("{}/session/{id}", driver.url), http }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let v: Value =
+            self.http.post(format!("{}{path}", self.base)).json(&body).send().await.unwrap().json().await.unwrap();
+        assert!(v["value"].get("error").is_none(), "{path}: {v}");
+        v["value"].clone()
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let v: Value = self.http.get(format!("{}{path}", self.base)).send().await.unwrap().json().await.unwrap();
+        v["value"].clone()
+    }
+
+    /// Runs `script` in the page and gives back what it returns.
+    async fn eval(&self, script: &str) -> Value {
+        self.post("/execute/sync", json!({"script": script, "args": []})).await
+    }
+
+    async fn end(self) {
+        let _ = self.http.delete(&self.base).send().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_cards_go_live_follow_the_fleet_and_take_the_keyboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let driver = driver().await;
+    let browser = Session::new(&driver, &dir.path().join("profile")).await;
+    browser.post("/url", json!({"url": format!("http://{}/", fleet.addr)})).await;
+
+    // Rendered by the server, then live once the script's stream is open.
+    let status = |name: &str| format!("return document.getElementById('card-{name}').dataset.status");
+    assert_eq!(browser.eval(&status("scribe")).await, "dormant");
+    poll("the page to go live", || async {
+        (browser.eval("return document.getElementById('live').dataset.state").await == "live").then_some(())
+    })
+    .await;
+
+    // A change through the API reaches the open page without a reload.
+    let api = reqwest::Client::new();
+    let wake = json!({"persona": "scribe", "change": "wake"});
+    let r = api.post(format!("http://{}/ai/state", fleet.addr)).json(&wake).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    poll("scribe's card to wake", || async { (browser.eval(&status("scribe")).await == "idle").then_some(()) }).await;
+    assert_eq!(browser.eval("return performance.getEntriesByType('navigation').length").await, 1, "no reload");
+
+    // The cards take the keyboard focus in order, and a focused card shows what hovering does.
+    let tab = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+        {"type": "keyDown", "value": "\u{E004}"}, {"type": "keyUp", "value": "\u{E004}"}]}]});
+    browser.post("/actions", tab).await;
+    let focused = browser.eval("return document.activeElement.dataset.persona").await;
+    assert_eq!(focused, "helper", "the first card");
+    let title = browser.eval("return document.activeElement.title").await;
+    assert!(title.as_str().unwrap().starts_with("objective: "), "{title}");
+
+    let png = browser.get("/screenshot").await;
+    let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    std::fs::create_dir_all(artefact().parent().unwrap()).unwrap();
+    std::fs::write(artefact(), png).unwrap();
+    eprintln!("screenshot: {}", artefact().display());
+
+    browser.end().await;
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
