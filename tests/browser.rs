@@ -112,7 +112,7 @@ impl Session {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_a_browser_the_cards_go_live_follow_the_fleet_and_take_the_keyboard() {
+async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_the_form_reaches_a_persona() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
     let driver = driver().await;
@@ -143,6 +143,31 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_and_take_the_keyboard()
     assert_eq!(focused, "helper", "the first card");
     let title = browser.eval("return document.activeElement.title").await;
     assert!(title.as_str().unwrap().starts_with("objective: "), "{title}");
+
+    // Through the page's form: a mention in the room; the reply appears there, answering the
+    // event the form reports it sent, and the mentioned persona's card shows its decision.
+    let fill = r#"const f = document.getElementById('inject').elements;
+        f.text.value = 'could you check the release notes?'; f.mentions.value = '@helper';
+        document.querySelector('#inject button').click();"#;
+    browser.eval(fill).await;
+    let sent = poll("the form to report the event sent", || async {
+        let out = browser.eval("return document.querySelector('#inject output').value").await;
+        out.as_str().filter(|o| o.starts_with("sent ")).map(str::to_string)
+    })
+    .await;
+    let event_id = sent.split_whitespace().nth(1).unwrap().to_string();
+    assert!(sent.ends_with("to helper, reviewer, scribe"), "{sent}");
+    let reply = format!(
+        "return [...document.querySelectorAll('#room-general li')].filter(li => li.dataset.replyTo === '{event_id}').map(li => li.dataset.persona)"
+    );
+    let repliers = poll("the reply in the room", || async {
+        let v = browser.eval(&reply).await;
+        (!v.as_array().unwrap().is_empty()).then_some(v)
+    })
+    .await;
+    assert_eq!(repliers, json!(["helper"]), "the mentioned persona answers");
+    let decision = browser.eval("return document.querySelector('#card-helper .decision').textContent").await;
+    assert!(!decision.as_str().unwrap().is_empty(), "{decision}");
 
     let png = browser.get("/screenshot").await;
     let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();

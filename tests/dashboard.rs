@@ -26,6 +26,16 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
         assert!(card.contains("inbox</dt><dd class=\"inbox\">0 / "), "{card}");
     }
     assert!(html.contains("<title>test: mindfleet</title>"), "{html}");
+    // The room with its members, and the forms that drive the fleet.
+    assert!(html.contains(r#"<article class="room" id="room-general"><h3>#general</h3><p class="members">helper, reviewer, scribe</p>"#), "{html}");
+    assert!(
+        html.contains(r#"<form id="inject">"#) && html.contains(r#"<option value="general">general</option>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<form id="state">"#) && html.contains(r#"<option value="scribe">scribe</option>"#),
+        "{html}"
+    );
 
     let js = http.get(format!("http://{}/dashboard/dashboard.js", fleet.addr)).send().await.unwrap();
     assert_eq!(
@@ -90,7 +100,23 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     let dormant = |f: &Value| status(f, "helper") == "dormant";
     let seen = next_cards(&mut one, &mut buf1, dormant).await;
     assert_eq!(status(&seen, "reviewer"), "idle", "{seen}");
+    let card = seen["cards"].as_array().unwrap().iter().find(|c| c["name"] == "helper").unwrap();
+    assert!(
+        card["html"].as_str().unwrap().contains(r#"data-status="dormant""#),
+        "the card as the page shows it: {card}"
+    );
     next_cards(&mut two, &mut buf2, dormant).await;
+
+    // A reply in the room reaches the pages with who wrote it and what it answers.
+    let ack = fleet.inject(crate::util::chat("general", "alice", "@reviewer please look at the parser")).await.unwrap();
+    let answered = |f: &Value| {
+        f["rooms"][0]["messages"].as_array().unwrap().iter().any(|m| m["in_reply_to"] == ack.event_id.as_str())
+    };
+    let seen = next_cards(&mut one, &mut buf1, answered).await;
+    let room = &seen["rooms"][0];
+    assert_eq!(room["name"], "general");
+    assert_eq!(room["messages"].as_array().unwrap().last().unwrap()["persona"], "reviewer", "{room}");
+    assert!(seen["rooms_html"].as_str().unwrap().contains(r#"<b>reviewer</b>"#), "{seen}");
 
     // The fleet stops: the streams end (the page then reconnects), they do not hang.
     fleet.shutdown(Duration::from_secs(5)).await;

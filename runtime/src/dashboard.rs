@@ -53,6 +53,9 @@ pub struct Card {
     pub preoccupations: Vec<String>,
     /// Its last decision, and why.
     pub last_decision: Option<(String, String)>,
+    /// The card as the page shows it ([`render_card`]): the script swaps it in as it is, so
+    /// the page has one renderer.
+    pub html: String,
 }
 
 /// The status badge of a persona: its supervisor's word when it is not running, else dormant,
@@ -81,7 +84,7 @@ pub fn card(p: &PersonaDump) -> Card {
     let s = p.self_state.clone().unwrap_or_default();
     let mut worries = s.preoccupations.clone();
     worries.sort_by(|a, b| b.priority.total_cmp(&a.priority));
-    Card {
+    let mut card = Card {
         name: p.name.clone(),
         role: p.role.clone(),
         status: status_of(p),
@@ -99,24 +102,134 @@ pub fn card(p: &PersonaDump) -> Card {
             .last()
             .map(|d| (d.decision.clone(), d.reason.clone()))
             .or_else(|| p.decisions.first().map(|d| (format!("{:?}", d.verdict).to_lowercase(), d.reason.clone()))),
-    }
+        html: String::new(),
+    };
+    card.html = render_card(&card);
+    card
 }
 
-/// What a page is sent each tick.
+/// A message in a room: a persona's reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Said {
+    pub persona: String,
+    pub text: String,
+    pub in_reply_to: String,
+    pub at_us: i64,
+}
+
+/// A room: who is in it, and its latest replies, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Room {
+    pub name: String,
+    pub members: Vec<String>,
+    pub messages: Vec<Said>,
+}
+
+/// Replies shown per room.
+const ROOM_MESSAGES: usize = 5;
+
+pub fn rooms(d: &FleetDump) -> Vec<Room> {
+    d.admin
+        .rooms
+        .iter()
+        .map(|(name, members)| {
+            // The outbox is newest first.
+            let mut messages: Vec<Said> = d
+                .outbox
+                .iter()
+                .filter(|o| &o.room == name)
+                .take(ROOM_MESSAGES)
+                .map(|o| Said {
+                    persona: o.persona.clone(),
+                    text: o.text.clone(),
+                    in_reply_to: o.in_reply_to.clone(),
+                    at_us: o.at_us,
+                })
+                .collect();
+            messages.reverse();
+            Room { name: name.clone(), members: members.clone(), messages }
+        })
+        .collect()
+}
+
+pub fn render_rooms(rooms: &[Room]) -> String {
+    let e = escape;
+    let mut out = String::from(r#"<section id="rooms" aria-label="rooms"><h2>Rooms</h2>"#);
+    for r in rooms {
+        out.push_str(&format!(
+            r#"<article class="room" id="room-{n}"><h3>#{n}</h3><p class="members">{m}</p><ol class="messages">"#,
+            n = e(&r.name),
+            m = e(&r.members.join(", "))
+        ));
+        for m in &r.messages {
+            out.push_str(&format!(
+                r#"<li data-persona="{p}" data-reply-to="{to}"><b>{p}</b> {t}</li>"#,
+                p = e(&m.persona),
+                to = e(&m.in_reply_to),
+                t = e(&m.text)
+            ));
+        }
+        out.push_str("</ol></article>");
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// The forms that drive the fleet through the admin API (the script sends them).
+fn render_controls(cards: &[Card], rooms: &[Room]) -> String {
+    let e = escape;
+    let options = |names: &mut dyn Iterator<Item = &String>| {
+        names.map(|n| format!(r#"<option value="{n}">{n}</option>"#, n = e(n))).collect::<String>()
+    };
+    format!(
+        concat!(
+            r#"<section id="controls" aria-label="controls"><h2>Controls</h2>"#,
+            r#"<form id="inject"><fieldset><legend>Say in a room</legend>"#,
+            r#"<label>room <select name="room">{rooms}</select></label>"#,
+            r#"<label>from <input name="from" value="operator" required></label>"#,
+            r#"<label>text <input name="text" required size="40"></label>"#,
+            r#"<label>mentions <input name="mentions" placeholder="@helper @ops"></label>"#,
+            r#"<button>Send</button> <output name="result" role="status"></output></fieldset></form>"#,
+            r#"<form id="state"><fieldset><legend>Change a persona</legend>"#,
+            r#"<label>persona <select name="persona">{personas}</select></label>"#,
+            r#"<label>change <select name="change"><option value="dormant">make dormant</option>"#,
+            r#"<option value="wake">wake</option><option value="focus">set focus</option></select></label>"#,
+            r#"<label>objective <input name="objective"></label>"#,
+            r#"<label>intensity <input name="intensity" type="number" min="0" max="1" step="0.1" value="0.5"></label>"#,
+            r#"<button>Apply</button> <output name="result" role="status"></output></fieldset></form>"#,
+            r#"</section>"#
+        ),
+        rooms = options(&mut rooms.iter().map(|r| &r.name)),
+        personas = options(&mut cards.iter().map(|c| &c.name)),
+    )
+}
+
+/// What a page is sent when something changed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Frame {
     pub fleet: String,
     pub generated_at: String,
     pub cards: Vec<Card>,
+    pub rooms: Vec<Room>,
+    /// The rooms as the page shows them ([`render_rooms`]).
+    pub rooms_html: String,
 }
 
 impl Frame {
     pub fn of(d: &FleetDump) -> Frame {
+        let rooms = rooms(d);
         Frame {
             fleet: d.fleet.clone(),
             generated_at: d.generated_at.clone(),
             cards: d.personas.iter().map(card).collect(),
+            rooms_html: render_rooms(&rooms),
+            rooms,
         }
+    }
+
+    /// Whether a page would show anything else than `other` (the time aside).
+    fn differs(&self, other: &Frame) -> bool {
+        self.cards != other.cards || self.rooms != other.rooms
     }
 }
 
@@ -140,8 +253,7 @@ fn percent(x: f64) -> String {
     format!("{:.0}%", (x * 100.0).clamp(0.0, 100.0))
 }
 
-/// One card's HTML. The script renders the same markup from a [`Card`]'s JSON
-/// (`dashboard.js`, `render`): a change here goes there too.
+/// One card's HTML.
 pub fn render_card(c: &Card) -> String {
     let e = escape;
     let hover = {
@@ -189,7 +301,7 @@ pub fn render_card(c: &Card) -> String {
 
 /// The whole page, cards included.
 pub fn render_page(f: &Frame) -> String {
-    let cards: String = f.cards.iter().map(render_card).collect();
+    let cards: String = f.cards.iter().map(|c| c.html.as_str()).collect();
     format!(
         concat!(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -197,12 +309,15 @@ pub fn render_page(f: &Frame) -> String {
             "<title>{fleet}: mindfleet</title><link rel=\"stylesheet\" href=\"/dashboard/dashboard.css\"></head>",
             "<body><header class=\"top\"><h1>{fleet}</h1>",
             "<p class=\"live\" id=\"live\" role=\"status\" data-state=\"static\">as of <time id=\"at\">{at}</time></p></header>",
-            "<main id=\"cards\" aria-label=\"personas\">{cards}</main>",
+            "<main><section id=\"cards\" aria-label=\"personas\">{cards}</section>",
+            "<div class=\"side\">{rooms}{controls}</div></main>",
             "<script src=\"/dashboard/dashboard.js\" defer></script></body></html>\n"
         ),
         fleet = escape(&f.fleet),
         at = escape(&f.generated_at),
         cards = cards,
+        rooms = f.rooms_html,
+        controls = render_controls(&f.cards, &f.rooms),
     )
 }
 
@@ -259,7 +374,7 @@ impl Feed {
                     // Sent when a card changed: a quiet fleet sends nothing.
                     Ok(f) => {
                         tx.send_if_modified(|last| {
-                            let changed = last.as_ref().is_none_or(|l| l.cards != f.cards);
+                            let changed = last.as_ref().is_none_or(|l| l.differs(&f));
                             if changed {
                                 *last = Some(Arc::new(f));
                             }

@@ -1,45 +1,43 @@
-// Live updates of the server-rendered cards: `cards` events from /dashboard/events, each the
-// whole fleet's cards, rendered with the same markup as the server's (dashboard.rs,
-// render_card). The browser reconnects by itself after a dropped stream; after a refused one
+// Live updates and controls for the server-rendered page (dashboard.rs). `cards` events from
+// /dashboard/events carry each card and the rooms as the server renders them; the script swaps
+// in what changed. The browser reconnects by itself after a dropped stream; after a refused one
 // (a fleet restarting answers 503) it gives up, so the page opens a new stream a second later.
+// The forms go to the admin API: POST /events and POST /ai/state.
 "use strict";
 
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
-const pct = (x) => `${Math.round(Math.min(Math.max(x, 0), 1) * 100)}%`;
-
-function render(c) {
-  const hover = [`objective: ${c.objective || "-"}`];
-  if (c.preoccupations.length) hover.push(`preoccupations: ${c.preoccupations.join("; ")}`);
-  if (c.last_decision) hover.push(`last decision: ${c.last_decision[0]}: ${c.last_decision[1]}`);
-  const decision = c.last_decision ? `${esc(c.last_decision[0])}: ${esc(c.last_decision[1])}` : "";
-  return `<article class="card" id="card-${esc(c.name)}" data-persona="${esc(c.name)}" data-status="${c.status}" tabindex="0" title="${esc(hover.join("\n"))}">`
-    + `<header><h2>${esc(c.name)}</h2><span class="badge" style="--load:${c.load.toFixed(2)}">${c.status}</span></header>`
-    + `<p class="role">${esc(c.role)}</p><dl>`
-    + `<dt>focus</dt><dd class="focus">${esc(c.activity)} <meter min="0" max="1" value="${c.intensity.toFixed(2)}" title="intensity ${pct(c.intensity)}"></meter></dd>`
-    + `<dt>load</dt><dd class="load">${pct(c.load)}</dd>`
-    + `<dt>capacity</dt><dd class="capacity">${pct(c.capacity)}</dd>`
-    + `<dt>inbox</dt><dd class="inbox">${c.inbox} / ${c.inbox_capacity}</dd>`
-    + `<dt>budget used</dt><dd class="budget">${pct(c.budget_used)}</dd>`
-    + `</dl><p class="decision">${decision}</p></article>`;
+function swap(old, html) {
+  const tpl = document.createElement("template");
+  tpl.innerHTML = html;
+  const fresh = tpl.content.firstElementChild;
+  old.replaceWith(fresh);
+  return fresh;
 }
 
+// The html each card was last given, by persona.
+const shown = new Map();
+
 function apply(frame) {
-  const main = document.getElementById("cards");
+  const list = document.getElementById("cards");
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.persona : null;
   const seen = new Set();
   frame.cards.forEach((c, i) => {
     seen.add(c.name);
-    const html = render(c);
     const old = document.getElementById(`card-${c.name}`);
-    if (old && old.outerHTML === html) return;
-    const tpl = document.createElement("template");
-    tpl.innerHTML = html;
-    const card = tpl.content.firstElementChild;
-    if (old) old.replaceWith(card);
-    else main.insertBefore(card, main.children[i] || null);
+    let card;
+    if (old) {
+      if (shown.get(c.name) === c.html) return;
+      card = swap(old, c.html);
+    } else {
+      const tpl = document.createElement("template");
+      tpl.innerHTML = c.html;
+      card = tpl.content.firstElementChild;
+      list.insertBefore(card, list.children[i] || null);
+    }
+    shown.set(c.name, c.html);
     if (focused === c.name) card.focus();
   });
-  for (const el of [...main.children]) if (!seen.has(el.dataset.persona)) el.remove();
+  for (const el of [...list.children]) if (!seen.has(el.dataset.persona)) el.remove();
+  swap(document.getElementById("rooms"), frame.rooms_html);
   document.getElementById("at").textContent = frame.generated_at;
 }
 
@@ -53,5 +51,36 @@ function connect() {
     if (source.readyState === EventSource.CLOSED) setTimeout(connect, 1000);
   });
 }
+
+// Sends `body` to `path`, and says in the form's output what came of it.
+async function send(form, path, body) {
+  const out = form.elements.result;
+  out.value = "sending…";
+  try {
+    const r = await fetch(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    const v = await r.json();
+    out.value = r.ok ? (v.event_id ? `sent ${v.event_id} to ${v.personas.join(", ")}` : "done") : `refused: ${v.error}`;
+    out.dataset.ok = r.ok;
+  } catch (e) {
+    out.value = `not sent: ${e}`;
+    out.dataset.ok = false;
+  }
+}
+
+document.getElementById("inject").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const f = e.target.elements;
+  const mentions = f.mentions.value.split(/[\s,]+/).filter((m) => m);
+  send(e.target, "/events", { domain: "chat", room: f.room.value, from: f.from.value, text: f.text.value, mentions });
+});
+
+document.getElementById("state").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const f = e.target.elements;
+  const change = f.change.value === "focus"
+    ? { focus: { objective: f.objective.value, intensity: Number(f.intensity.value) } }
+    : f.change.value;
+  send(e.target, "/ai/state", { persona: f.persona.value, change });
+});
 
 connect();
