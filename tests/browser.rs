@@ -169,6 +169,22 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     let decision = browser.eval("return document.querySelector('#card-helper .decision').textContent").await;
     assert!(!decision.as_str().unwrap().is_empty(), "{decision}");
 
+    // Enter on the focused card opens its panel, with the reason of its decision.
+    assert_eq!(browser.eval("return document.activeElement.dataset.persona").await, "helper");
+    let enter = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+        {"type": "keyDown", "value": "\u{E007}"}, {"type": "keyUp", "value": "\u{E007}"}]}]});
+    browser.post("/actions", enter).await;
+    let why = crate::util::decision(&fleet, "helper", &event_id).await.reason;
+    poll("the decision's reason in the panel", || async {
+        let text = browser
+            .eval(
+                "return document.getElementById('panel').open ? document.getElementById('panel-body').textContent : ''",
+            )
+            .await;
+        text.as_str().unwrap().contains(&why).then_some(())
+    })
+    .await;
+
     let png = browser.get("/screenshot").await;
     let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::util::{DEADLINE, TRIO, fleet_toml, start};
+use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
@@ -117,6 +117,21 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     assert_eq!(room["name"], "general");
     assert_eq!(room["messages"].as_array().unwrap().last().unwrap()["persona"], "reviewer", "{room}");
     assert!(seen["rooms_html"].as_str().unwrap().contains(r#"<b>reviewer</b>"#), "{seen}");
+
+    // The reviewer's panel: why it engaged, and the plan that answered, step by step.
+    let why = crate::util::decision(&fleet, "reviewer", &ack.event_id).await;
+    let html = poll("the decision in the reviewer's panel", || async {
+        let panel = http.get(format!("http://{}/dashboard/persona/reviewer", fleet.addr)).send().await.unwrap();
+        assert_eq!(panel.status(), 200);
+        let html = panel.text().await.unwrap();
+        html.contains(&format!("<b>engage</b> {}: ", ack.event_id)).then_some(html)
+    })
+    .await;
+    let journal = &html[html.find("<h3>Decisions</h3>").expect("the journal")..];
+    assert!(journal.contains(&mindfleet_runtime::dashboard::escape(&why.reason)), "{journal}");
+    assert!(html.contains(r#"<li data-state="done">"#) && html.contains("<h3>Working memory</h3>"), "{html}");
+    let unknown = http.get(format!("http://{}/dashboard/persona/nobody", fleet.addr)).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
 
     // The fleet stops: the streams end (the page then reconnects), they do not hang.
     fleet.shutdown(Duration::from_secs(5)).await;

@@ -16,9 +16,10 @@ use ractor::{ActorRef, call_t};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::ai::AiQuery;
 use crate::dump::{FleetDump, PersonaDump};
-use crate::messages::{AdminMsg, PersonaStatus};
-use crate::model::Mood;
+use crate::messages::{AdminMsg, InjectError, PersonaStatus};
+use crate::model::{Mood, StepState};
 use crate::team;
 
 /// How often the poller takes a dump while a page listens.
@@ -311,6 +312,8 @@ pub fn render_page(f: &Frame) -> String {
             "<p class=\"live\" id=\"live\" role=\"status\" data-state=\"static\">as of <time id=\"at\">{at}</time></p></header>",
             "<main><section id=\"cards\" aria-label=\"personas\">{cards}</section>",
             "<div class=\"side\">{rooms}{controls}</div></main>",
+            "<dialog id=\"panel\" aria-label=\"introspection\"><form method=\"dialog\"><button class=\"close\">Close</button></form>",
+            "<div id=\"panel-body\"></div></dialog>",
             "<script src=\"/dashboard/dashboard.js\" defer></script></body></html>\n"
         ),
         fleet = escape(&f.fleet),
@@ -318,6 +321,135 @@ pub fn render_page(f: &Frame) -> String {
         cards = cards,
         rooms = f.rooms_html,
         controls = render_controls(&f.cards, &f.rooms),
+    )
+}
+
+/// A value's name as the API spells it (`snake_case`), or its compact JSON.
+fn named<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// A list section of the panel: `items` (already HTML), or what an empty one means.
+fn section(title: &str, empty: &str, items: Vec<String>) -> String {
+    let body = if items.is_empty() {
+        format!(r#"<p class="empty">{empty}</p>"#)
+    } else {
+        format!("<ol>{}</ol>", items.into_iter().map(|i| format!("<li>{i}</li>")).collect::<String>())
+    };
+    format!("<section><h3>{title}</h3>{body}</section>")
+}
+
+/// The introspection panel of a persona: its thoughts, working memory by domain, plan with the
+/// state of each step, decision journal, learnings and recoveries. `learnings` and
+/// `recoveries` are the answers of `ai learnings` and `ai recoveries` for it.
+pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
+    let e = escape;
+    let at = |us: i64| crate::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
+    let s = p.self_state.clone().unwrap_or_default();
+    let thoughts =
+        s.recent_thoughts.iter().rev().map(|t| format!("<time>{}</time> {}", at(t.at_us), e(&t.text))).collect();
+    let mut memory: Vec<String> = Vec::new();
+    let mut domains: Vec<&String> = p.working_memory.per_domain.keys().collect();
+    domains.sort();
+    for d in domains {
+        let entries: String = p
+            .working_memory
+            .recent
+            .iter()
+            .filter(|m| &m.domain == d)
+            .map(|m| format!("<li>{}: {} <small>({:.2})</small></li>", named(&m.kind), e(&m.text), m.importance))
+            .collect();
+        memory.push(format!("<b>{}</b> ({})<ul>{entries}</ul>", e(d), p.working_memory.per_domain[d]));
+    }
+    let plan = match &p.plan {
+        None => r#"<p class="empty">no plan yet</p>"#.to_string(),
+        Some(r) => {
+            let steps: String = r
+                .plan
+                .steps
+                .iter()
+                .map(|st| {
+                    let (state, failed) = match &st.state {
+                        StepState::Pending => ("pending", String::new()),
+                        StepState::Running => ("running", String::new()),
+                        StepState::Done => ("done", String::new()),
+                        StepState::Skipped => ("skipped", String::new()),
+                        StepState::Failed { class, message } => {
+                            ("failed", format!(" <small>{}: {}</small>", named(class), e(message)))
+                        }
+                    };
+                    format!(
+                        r#"<li data-state="{state}">{action} <span class="state">{state}</span>{contingency}{failed}</li>"#,
+                        action = e(&named(&st.action)),
+                        contingency = if st.contingency { " <small>(contingency)</small>" } else { "" },
+                    )
+                })
+                .collect();
+            let outcome = match (&r.evaluation, r.finished_us) {
+                (Some(ev), _) => format!("{}: {}", if ev.success { "succeeded" } else { "failed" }, e(&ev.pattern)),
+                (None, Some(_)) => "finished".into(),
+                (None, None) => "running".into(),
+            };
+            format!(
+                r#"<p>{goal} <small>for {event}, {outcome}, {n} adjustments</small></p><ol class="steps">{steps}</ol>"#,
+                goal = e(&r.plan.goal),
+                event = e(&r.event_id),
+                n = r.adjustments.len(),
+            )
+        }
+    };
+    let decisions = p
+        .decisions
+        .iter()
+        .take(20)
+        .map(|d| {
+            format!("<time>{}</time> <b>{}</b> {}: {}", at(d.at_us), named(&d.verdict), e(&d.event_id), e(&d.reason))
+        })
+        .collect();
+    let list = |v: &serde_json::Value, key: &str| v[key].as_array().cloned().unwrap_or_default();
+    let learnings = list(learnings, "learnings")
+        .iter()
+        .map(|l| {
+            format!(
+                "{} <small>({}) {} succeeded, {} failed</small>",
+                e(l["pattern"].as_str().unwrap_or("")),
+                e(l["domain"].as_str().unwrap_or("")),
+                l["successes"],
+                l["failures"]
+            )
+        })
+        .collect();
+    let recoveries = list(recoveries, "recoveries")
+        .iter()
+        .map(|r| {
+            format!(
+                "{} <small>{} adjustments, {}</small>",
+                e(r["event_id"].as_str().unwrap_or("")),
+                r["adjustments"].as_array().map_or(0, Vec::len),
+                if r["recovered"] == true { "recovered" } else { "not recovered" }
+            )
+        })
+        .collect();
+    format!(
+        concat!(
+            r#"<div class="panel" id="panel-{id}" data-persona="{id}"><header><h2>{name}</h2> <span class="role">{role}</span> "#,
+            r#"<span class="badge">{status}</span></header>{thoughts}<section><h3>Working memory</h3>{memory}</section>"#,
+            r#"<section><h3>Plan</h3>{plan}</section>{decisions}{learnings}{recoveries}</div>"#
+        ),
+        id = e(&p.name),
+        name = e(&p.name),
+        role = e(&p.role),
+        status = status_of(p),
+        thoughts = section("Thoughts", "no thoughts yet", thoughts),
+        memory = if memory.is_empty() { r#"<p class="empty">empty</p>"#.to_string() } else { memory.join("") },
+        plan = plan,
+        decisions = section("Decisions", "none yet", decisions),
+        learnings = section("Learnings", "none yet", learnings),
+        recoveries = section("Recoveries", "none yet", recoveries),
     )
 }
 
@@ -332,6 +464,25 @@ async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
 
 pub async fn page(admin: &ActorRef<AdminMsg>) -> Result<String, String> {
     frame(admin).await.map(|f| render_page(&f))
+}
+
+/// What the panel of `persona` is made of: its dump, its learnings and its recoveries (three
+/// calls to the Admin, one after the other). `Ok(None)`: no such persona.
+pub async fn panel(admin: &ActorRef<AdminMsg>, persona: String) -> Result<Option<String>, String> {
+    let unavailable = |e| format!("admin unavailable: {e}");
+    let d = match call_t!(admin, |reply| AdminMsg::Dump { persona: Some(persona.clone()), reply }, DUMP_CALL_MS) {
+        Ok(Ok(d)) => d,
+        Ok(Err(InjectError::NotFound(_))) => return Ok(None),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(e) => return Err(unavailable(e)),
+    };
+    let Some(p) = d.personas.into_iter().next() else { return Ok(None) };
+    let ask = |q: AiQuery| async move {
+        call_t!(admin, AdminMsg::Ai, DUMP_CALL_MS, q).map_err(unavailable)?.map_err(|e| e.to_string())
+    };
+    let learnings = ask(AiQuery::Learnings { persona: Some(persona.clone()) }).await?;
+    let recoveries = ask(AiQuery::Recoveries { persona: Some(persona), limit: 20 }).await?;
+    Ok(Some(render_panel(&p, &learnings, &recoveries)))
 }
 
 type Poller = watch::Sender<Option<Arc<Frame>>>;

@@ -6,6 +6,7 @@
 //! | `GET /` | the dashboard ([`crate::dashboard`]): one card per persona, rendered on the server |
 //! | `GET /dashboard/events` | the dashboard's live cards as Server-Sent Events: a `cards` event with the latest at once, then one whenever a card changes (checked each second) |
 //! | `GET /dashboard/dashboard.js`, `GET /dashboard/dashboard.css` | the page's script and style, embedded in the binary |
+//! | `GET /dashboard/persona/{name}` | a persona's introspection panel, an HTML fragment (404: no such persona) |
 //! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
@@ -95,6 +96,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/", get(get_page))
         .route("/dashboard/events", get(get_dashboard_events))
         .route("/dashboard/{asset}", get(get_asset))
+        .route("/dashboard/persona/{name}", get(get_panel))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
         .route("/personas/{name}", get(get_persona))
@@ -453,6 +455,14 @@ async fn get_persona(State(st): State<HttpState>, Path(name): Path<String>) -> R
 async fn get_page(State(st): State<HttpState>) -> Response {
     match dashboard::page(&st.admin).await {
         Ok(html) => axum::response::Html(html).into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
+    }
+}
+
+async fn get_panel(State(st): State<HttpState>, Path(name): Path<String>) -> Response {
+    match dashboard::panel(&st.admin, name.clone()).await {
+        Ok(Some(html)) => axum::response::Html(html).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no persona {name:?}"), None),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
     }
 }

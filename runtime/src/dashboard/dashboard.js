@@ -35,11 +35,39 @@ function apply(frame) {
     }
     shown.set(c.name, c.html);
     if (focused === c.name) card.focus();
+    if (panel.open && panel.dataset.persona === c.name) openPanel(c.name);
   });
   for (const el of [...list.children]) if (!seen.has(el.dataset.persona)) el.remove();
   swap(document.getElementById("rooms"), frame.rooms_html);
   document.getElementById("at").textContent = frame.generated_at;
 }
+
+// The introspection panel: a card clicked, or Enter on a focused one; Escape closes it.
+const panel = document.getElementById("panel");
+
+async function openPanel(name) {
+  const body = document.getElementById("panel-body");
+  panel.dataset.persona = name;
+  const r = await fetch(`/dashboard/persona/${encodeURIComponent(name)}`);
+  body.innerHTML = r.ok ? await r.text() : `<p class="empty">${r.status}: not available</p>`;
+  if (!panel.open) panel.showModal();
+}
+
+document.getElementById("cards").addEventListener("click", (e) => {
+  const card = e.target.closest(".card");
+  if (card) openPanel(card.dataset.persona);
+});
+document.getElementById("cards").addEventListener("keydown", (e) => {
+  const card = e.target.closest(".card");
+  if (card && (e.key === "Enter" || e.key === " ")) {
+    e.preventDefault();
+    openPanel(card.dataset.persona);
+  }
+});
+panel.addEventListener("close", () => {
+  const card = document.getElementById(`card-${panel.dataset.persona}`);
+  if (card) card.focus();
+});
 
 function connect() {
   const live = document.getElementById("live");
