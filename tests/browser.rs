@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use crate::util::{TRIO, fleet_toml, poll, start};
 
-/// Where the screenshot of the run is left, for people to look at.
-fn artefact() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e/dashboard.png")
+/// Where the screenshots of the run are left, for people to look at.
+fn artefact(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/e2e").join(name)
 }
 
 fn tool(env: &str, default: &str) -> String {
@@ -106,6 +106,16 @@ impl Session {
         self.post("/execute/sync", json!({"script": script, "args": []})).await
     }
 
+    /// Leaves a screenshot of the page in `target/e2e/NAME`.
+    async fn screenshot(&self, name: &str) {
+        let png = self.get("/screenshot").await;
+        let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::create_dir_all(artefact(name).parent().unwrap()).unwrap();
+        std::fs::write(artefact(name), png).unwrap();
+        eprintln!("screenshot: {}", artefact(name).display());
+    }
+
     async fn end(self) {
         let _ = self.http.delete(&self.base).send().await;
     }
@@ -169,6 +179,8 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     let decision = browser.eval("return document.querySelector('#card-helper .decision').textContent").await;
     assert!(!decision.as_str().unwrap().is_empty(), "{decision}");
 
+    browser.screenshot("dashboard.png").await;
+
     // Enter on the focused card opens its panel, with the reason of its decision.
     assert_eq!(browser.eval("return document.activeElement.dataset.persona").await, "helper");
     let enter = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
@@ -185,12 +197,7 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     })
     .await;
 
-    let png = browser.get("/screenshot").await;
-    let png = base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap()).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    std::fs::create_dir_all(artefact().parent().unwrap()).unwrap();
-    std::fs::write(artefact(), png).unwrap();
-    eprintln!("screenshot: {}", artefact().display());
+    browser.screenshot("panel.png").await;
 
     browser.end().await;
     fleet.shutdown(Duration::from_secs(5)).await;

@@ -26,6 +26,17 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
         assert!(card.contains("inbox</dt><dd class=\"inbox\">0 / "), "{card}");
     }
     assert!(html.contains("<title>test: mindfleet</title>"), "{html}");
+    // The fleet: its health, the scheduler's classes, the supervision tree.
+    let fleet_view = &html[html.find(r#"<section id="fleet""#).expect("the fleet view")..];
+    let fleet_view = &fleet_view[..fleet_view.find("</section>").unwrap()];
+    assert!(fleet_view.contains(r#"data-recommendation=""#) && fleet_view.contains("1 dormant"), "{fleet_view}");
+    for class in ["urgent", "interactive", "work", "background"] {
+        assert!(fleet_view.contains(&format!(r#"<th scope="row">{class}</th>"#)), "{fleet_view}");
+    }
+    assert!(
+        fleet_view.contains(r#"<li data-persona="scribe">scribe <small>restarts: 0, its actors: 0</small>"#),
+        "{fleet_view}"
+    );
     // The room with its members, and the forms that drive the fleet.
     assert!(html.contains(r#"<article class="room" id="room-general"><h3>#general</h3><p class="members">helper, reviewer, scribe</p>"#), "{html}");
     assert!(

@@ -102,11 +102,104 @@ pub fn card(p: &PersonaDump) -> Card {
             .recent_decisions
             .last()
             .map(|d| (d.decision.clone(), d.reason.clone()))
-            .or_else(|| p.decisions.first().map(|d| (format!("{:?}", d.verdict).to_lowercase(), d.reason.clone()))),
+            .or_else(|| p.decisions.first().map(|d| (named(&d.verdict), d.reason.clone()))),
         html: String::new(),
     };
     card.html = render_card(&card);
     card
+}
+
+/// The fleet as a whole: health, the scheduler's classes, and the supervision tree.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetView {
+    /// `healthy`, `reduce_load` or `assign_work`, with the counts it comes from.
+    pub recommendation: String,
+    pub overloaded: usize,
+    pub idle: usize,
+    pub dormant: usize,
+    pub average_capacity: f64,
+    /// Per class, highest first: (class, queued, running, deadline misses).
+    pub classes: Vec<(&'static str, usize, usize, u64)>,
+    /// Tasks skipped for the budget, and answered by rules only.
+    pub skipped: u64,
+    pub deadline_misses: u64,
+    /// The supervisor's restarts, then each persona's: (persona, its own, its children's).
+    pub supervisor_restarts: u32,
+    pub restarts: Vec<(String, u32, u32)>,
+}
+
+pub fn fleet_view(d: &FleetDump) -> FleetView {
+    let h = team::health(d.personas.iter().filter_map(|p| p.self_state.as_ref()));
+    let s = &d.scheduler;
+    let class = |name, c: &crate::sched::ClassStats| (name, c.queued, c.running, c.deadline_misses);
+    FleetView {
+        recommendation: named(&h.recommendation).to_lowercase(),
+        overloaded: h.overloaded,
+        idle: h.idle,
+        dormant: h.dormant,
+        average_capacity: h.average_capacity,
+        classes: vec![
+            class("urgent", &s.urgent),
+            class("interactive", &s.interactive),
+            class("work", &s.work),
+            class("background", &s.background),
+        ],
+        skipped: s.skipped.total(),
+        deadline_misses: s.deadline_misses,
+        supervisor_restarts: d.supervisor.restarts,
+        restarts: d
+            .personas
+            .iter()
+            .map(|p| {
+                let a = &p.actors;
+                (
+                    p.name.clone(),
+                    a.persona.restarts,
+                    a.inbox.restarts + a.self_state.restarts + a.working_memory.restarts,
+                )
+            })
+            .collect(),
+    }
+}
+
+pub fn render_fleet(f: &FleetView) -> String {
+    let e = escape;
+    let classes: String = f
+        .classes
+        .iter()
+        .map(|(c, q, r, m)| format!("<tr><th scope=\"row\">{c}</th><td>{q}</td><td>{r}</td><td>{m}</td></tr>"))
+        .collect();
+    let tree: String = f
+        .restarts
+        .iter()
+        .map(|(p, own, children)| {
+            format!(
+                r#"<li data-persona="{p}">{p} <small>restarts: {own}, its actors: {children}</small></li>"#,
+                p = e(p)
+            )
+        })
+        .collect();
+    format!(
+        concat!(
+            r#"<section id="fleet" aria-label="fleet"><h2>Fleet</h2>"#,
+            r#"<p class="health" data-recommendation="{rec}"><b>{rec}</b> <small>{over} overloaded, {idle} idle, {dormant} dormant, "#,
+            r#"capacity {cap} on average</small></p>"#,
+            r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
+            r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
+            r#"<details><summary>supervision tree <small>(supervisor restarts: {sup})</small></summary><ul class="tree">{tree}</ul></details>"#,
+            r#"</section>"#
+        ),
+        rec = e(&f.recommendation),
+        over = f.overloaded,
+        idle = f.idle,
+        dormant = f.dormant,
+        cap = percent(f.average_capacity),
+        classes = classes,
+        misses = f.deadline_misses,
+        skipped = f.skipped,
+        sup = f.supervisor_restarts,
+        tree = tree,
+    )
 }
 
 /// A message in a room: a persona's reply.
@@ -214,23 +307,28 @@ pub struct Frame {
     pub rooms: Vec<Room>,
     /// The rooms as the page shows them ([`render_rooms`]).
     pub rooms_html: String,
+    pub fleet_view: FleetView,
+    /// The fleet view as the page shows it ([`render_fleet`]).
+    pub fleet_html: String,
 }
 
 impl Frame {
     pub fn of(d: &FleetDump) -> Frame {
-        let rooms = rooms(d);
+        let (rooms, fleet_view) = (rooms(d), fleet_view(d));
         Frame {
             fleet: d.fleet.clone(),
             generated_at: d.generated_at.clone(),
             cards: d.personas.iter().map(card).collect(),
             rooms_html: render_rooms(&rooms),
             rooms,
+            fleet_html: render_fleet(&fleet_view),
+            fleet_view,
         }
     }
 
     /// Whether a page would show anything else than `other` (the time aside).
     fn differs(&self, other: &Frame) -> bool {
-        self.cards != other.cards || self.rooms != other.rooms
+        self.cards != other.cards || self.rooms != other.rooms || self.fleet_view != other.fleet_view
     }
 }
 
@@ -311,7 +409,7 @@ pub fn render_page(f: &Frame) -> String {
             "<body><header class=\"top\"><h1>{fleet}</h1>",
             "<p class=\"live\" id=\"live\" role=\"status\" data-state=\"static\">as of <time id=\"at\">{at}</time></p></header>",
             "<main><section id=\"cards\" aria-label=\"personas\">{cards}</section>",
-            "<div class=\"side\">{rooms}{controls}</div></main>",
+            "<div class=\"side\">{fleet_view}{rooms}{controls}</div></main>",
             "<dialog id=\"panel\" aria-label=\"introspection\"><form method=\"dialog\"><button class=\"close\">Close</button></form>",
             "<div id=\"panel-body\"></div></dialog>",
             "<script src=\"/dashboard/dashboard.js\" defer></script></body></html>\n"
@@ -319,6 +417,7 @@ pub fn render_page(f: &Frame) -> String {
         fleet = escape(&f.fleet),
         at = escape(&f.generated_at),
         cards = cards,
+        fleet_view = f.fleet_html,
         rooms = f.rooms_html,
         controls = render_controls(&f.cards, &f.rooms),
     )

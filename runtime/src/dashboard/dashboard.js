@@ -39,6 +39,9 @@ function apply(frame) {
   });
   for (const el of [...list.children]) if (!seen.has(el.dataset.persona)) el.remove();
   swap(document.getElementById("rooms"), frame.rooms_html);
+  const fleet = document.getElementById("fleet");
+  const open = fleet.querySelector("details").open;
+  swap(fleet, frame.fleet_html).querySelector("details").open = open;
   document.getElementById("at").textContent = frame.generated_at;
 }
 
