@@ -1,11 +1,14 @@
-//! The fleet dashboard: a page at `/` with one card per persona, rendered on the server from
-//! the dump, so it is useful at once and without scripts; `GET /dashboard/events` then streams
-//! the cards as Server-Sent Events, and the page's script updates them in place.
+//! The fleet dashboard: a page at `/` rendered on the server from the dump, so it is useful at
+//! once and without scripts: a card per persona, the fleet (health, scheduler classes,
+//! supervision tree), the rooms with their latest replies, and forms that drive the fleet
+//! through the admin API. `GET /dashboard/persona/{name}` renders a persona's introspection
+//! panel. `GET /dashboard/events` streams the same markup as Server-Sent Events, and the page's
+//! script swaps in what changed: the page has one renderer, this module.
 //!
 //! One poller per server feeds every open page: it takes a dump a second while anyone listens,
-//! sends the cards when one changed, and stops when the last page leaves, so ten tabs cost what
-//! one does. A failed dump (the fleet
-//! stopping) ends every stream; the page then reconnects by itself.
+//! sends a frame when something shown changed, and stops when the last page leaves, so ten tabs
+//! cost what one does. The fleet stopping (or a failed dump) ends every stream; the page then
+//! reconnects by itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
