@@ -149,3 +149,49 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.chunk().await {} }).await;
     assert!(ended.is_ok(), "the stream ended with the fleet");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_token_the_page_asks_for_it_and_its_cookie_opens_the_page_and_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = crate::util::config(dir.path(), &fleet_toml(TRIO));
+    cfg.admin.token = Some("s3cret".into());
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+
+    let r = http.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let html = r.text().await.unwrap();
+    assert!(
+        html.contains(r#"<form method="post" action="/dashboard/login">"#) && !html.contains("card-helper"),
+        "{html}"
+    );
+    // The login page's style is served without the token; nothing else is.
+    assert_eq!(http.get(format!("{base}/dashboard/dashboard.css")).send().await.unwrap().status(), 200);
+    assert_eq!(http.get(format!("{base}/dashboard/events")).send().await.unwrap().status(), 401);
+
+    let login = |token: &str| {
+        let form =
+            http.post(format!("{base}/dashboard/login")).header("content-type", "application/x-www-form-urlencoded");
+        form.body(format!("token={token}")).send()
+    };
+    let wrong = login("guess").await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    assert!(wrong.text().await.unwrap().contains("That is not the token."));
+    let right = login("s3cret").await.unwrap();
+    assert_eq!((right.status().as_u16(), right.headers()["location"].to_str().unwrap()), (303, "/"));
+    let cookie = right.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let cookie = cookie.split(';').next().unwrap().to_string();
+
+    let page = http.get(format!("{base}/")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains(r#"id="card-helper""#));
+    let stream = http.get(format!("{base}/dashboard/events")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    drop(stream);
+    let forged = http.get(format!("{base}/")).header("cookie", "mindfleet_token=s3cres").send().await.unwrap();
+    assert_eq!(forged.status(), 401);
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}

@@ -555,6 +555,20 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
     )
 }
 
+/// The page that asks for the admin token (the fleet has one); `wrong` after a refused try.
+pub fn render_login(wrong: bool) -> String {
+    format!(
+        concat!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>mindfleet: sign in</title>",
+            "<link rel=\"stylesheet\" href=\"/dashboard/dashboard.css\"></head><body><main class=\"login\">",
+            "<form method=\"post\" action=\"/dashboard/login\"><h1>mindfleet</h1>{wrong}",
+            "<label>admin token <input name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus></label> ",
+            "<button>Sign in</button></form></main></body></html>\n"
+        ),
+        wrong = if wrong { r#"<p class="error" role="alert">That is not the token.</p>"# } else { "" },
+    )
+}
+
 /// The dump of the whole fleet, as the admin gives it.
 async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
     match call_t!(admin, |reply| AdminMsg::Dump { persona: None, reply }, DUMP_CALL_MS) {

@@ -7,6 +7,7 @@
 //! | `GET /dashboard/events` | the dashboard's live cards as Server-Sent Events: a `cards` event with the latest at once, then one whenever a card changes (checked each second) |
 //! | `GET /dashboard/dashboard.js`, `GET /dashboard/dashboard.css` | the page's script and style, embedded in the binary |
 //! | `GET /dashboard/persona/{name}` | a persona's introspection panel, an HTML fragment (404: no such persona) |
+//! | `POST /dashboard/login` | a form's `token=...`: the right one sets the dashboard's cookie and redirects to `/` |
 //! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
@@ -20,7 +21,9 @@
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
 //! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
-//! without the bearer token when one is configured (`/health` excepted).
+//! without the bearer token when one is configured (`/health`, the login and the page's style
+//! and script excepted); the
+//! dashboard's cookie counts as the token, and `/` without either answers the login form.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -97,6 +100,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/dashboard/events", get(get_dashboard_events))
         .route("/dashboard/{asset}", get(get_asset))
         .route("/dashboard/persona/{name}", get(get_panel))
+        .route("/dashboard/login", post(post_login))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
         .route("/personas/{name}", get(get_persona))
@@ -374,13 +378,26 @@ async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Respons
             return error(StatusCode::FORBIDDEN, format!("Origin {origin:?} may not drive this admin API"), None);
         }
     }
+    let path = req.uri().path();
+    // Open without the token: health, the dashboard's login and its (static) style and script.
+    let open = matches!(path, "/health" | "/dashboard/login" | "/dashboard/dashboard.css" | "/dashboard/dashboard.js");
     if let Some(token) = &st.token
-        && req.uri().path() != "/health"
+        && !open
         && !bearer_matches(headers, token)
+        && !cookie_matches(headers, token)
     {
+        if path == "/" {
+            // A person at the dashboard: the form that sets the cookie.
+            return (StatusCode::UNAUTHORIZED, axum::response::Html(dashboard::render_login(false))).into_response();
+        }
         return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer ...)", None);
     }
     next.run(req).await
+}
+
+/// Compares in constant time in the token's length.
+fn same_token(given: &str, token: &str) -> bool {
+    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
@@ -389,8 +406,38 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "))
         .unwrap_or("");
-    // Constant-time in the token's length.
-    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    same_token(given, token)
+}
+
+/// The dashboard's cookie, set by `POST /dashboard/login`: a browser cannot send the bearer
+/// header from a page or an `EventSource`.
+const TOKEN_COOKIE: &str = "mindfleet_token";
+
+fn cookie_matches(headers: &HeaderMap, token: &str) -> bool {
+    headers.get_all(header::COOKIE).iter().filter_map(|h| h.to_str().ok()).flat_map(|h| h.split(';')).any(|c| {
+        c.trim().strip_prefix(TOKEN_COOKIE).and_then(|v| v.strip_prefix('=')).is_some_and(|v| same_token(v, token))
+    })
+}
+
+#[derive(Deserialize)]
+struct Login {
+    token: String,
+}
+
+/// The dashboard's login: the right token sets the cookie (HttpOnly, SameSite=Strict, so no
+/// other site's page sends it) and goes to the page; a wrong one gets the form again.
+async fn post_login(State(st): State<HttpState>, axum::Form(login): axum::Form<Login>) -> Response {
+    let to_page = [(header::LOCATION, "/".to_string())];
+    match &st.token {
+        None => (StatusCode::SEE_OTHER, to_page).into_response(),
+        Some(token) if !same_token(&login.token, token) => {
+            (StatusCode::UNAUTHORIZED, axum::response::Html(dashboard::render_login(true))).into_response()
+        }
+        Some(token) => {
+            let cookie = format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+            (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie)], to_page).into_response()
+        }
+    }
 }
 
 async fn read_body(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<String, Response> {
