@@ -168,7 +168,7 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     let event_id = sent.split_whitespace().nth(1).unwrap().to_string();
     assert!(sent.ends_with("to helper, reviewer, scribe"), "{sent}");
     let reply = format!(
-        "return [...document.querySelectorAll('#room-general li')].filter(li => li.dataset.replyTo === '{event_id}').map(li => li.dataset.persona)"
+        "return [...document.querySelectorAll('#room-general li')].filter(li => li.dataset.replyTo === '{event_id}').map(li => li.dataset.from)"
     );
     let repliers = poll("the reply in the room", || async {
         let v = browser.eval(&reply).await;

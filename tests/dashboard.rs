@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
 
@@ -120,14 +120,26 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
 
     // A reply in the room reaches the pages with who wrote it and what it answers.
     let ack = fleet.inject(crate::util::chat("general", "alice", "@reviewer please look at the parser")).await.unwrap();
-    let answered = |f: &Value| {
-        f["rooms"][0]["messages"].as_array().unwrap().iter().any(|m| m["in_reply_to"] == ack.event_id.as_str())
+    let reply_of = |f: &Value| {
+        let messages = f["rooms"][0]["messages"].as_array().unwrap().clone();
+        messages.into_iter().find(|m| m["in_reply_to"] == ack.event_id.as_str())
     };
-    let seen = next_cards(&mut one, &mut buf1, answered).await;
+    let seen = next_cards(&mut one, &mut buf1, |f| reply_of(f).is_some()).await;
     let room = &seen["rooms"][0];
     assert_eq!(room["name"], "general");
-    assert_eq!(room["messages"].as_array().unwrap().last().unwrap()["persona"], "reviewer", "{room}");
-    assert!(seen["rooms_html"].as_str().unwrap().contains(r#"<b>reviewer</b>"#), "{seen}");
+    let asked = room["messages"].as_array().unwrap().iter().find(|m| m["event_id"] == ack.event_id.as_str());
+    let asked = asked.expect("the person's message is in the room too");
+    assert_eq!(
+        (&asked["from"], &asked["persona"], &asked["answered_by"]),
+        (&json!("alice"), &json!(false), &json!(["reviewer"]))
+    );
+    let reply = reply_of(&seen).unwrap();
+    assert_eq!((&reply["from"], &reply["persona"]), (&json!("reviewer"), &json!(true)), "{reply}");
+    let html = seen["rooms_html"].as_str().unwrap();
+    assert!(
+        html.contains(r#"data-from="alice" data-kind="person""#) && html.contains("answered by reviewer"),
+        "{html}"
+    );
 
     // The reviewer's panel: why it engaged, and the plan that answered, step by step.
     let why = crate::util::decision(&fleet, "reviewer", &ack.event_id).await;

@@ -401,11 +401,12 @@ impl DumpBase {
         let mut personas = futures::future::join_all(calls).await;
         let storage = self.storage.clone();
         let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
-        let (journals, outbox, dead_letters) = tokio::task::spawn_blocking(move || {
+        let (journals, outbox, recent_events, dead_letters) = tokio::task::spawn_blocking(move || {
             let decisions = storage.recent_decisions_of(&names, 50)?;
             let evictions: Result<Vec<_>, _> = names.iter().map(|n| storage.recent_evictions(n, 20)).collect();
             let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
-            Ok::<_, crate::storage::StorageError>((journals, storage.recent_outbox(100)?, storage.dead_letters()?))
+            let (outbox, events) = (storage.recent_outbox(100)?, storage.recent_events(100)?);
+            Ok::<_, crate::storage::StorageError>((journals, outbox, events, storage.dead_letters()?))
         })
         .await
         .map_err(|e| InjectError::Storage(e.to_string()))?
@@ -457,6 +458,7 @@ impl DumpBase {
             storage: storage_stats,
             personas,
             outbox,
+            recent_events,
             dead_letters,
         })
     }

@@ -205,16 +205,22 @@ pub fn render_fleet(f: &FleetView) -> String {
     )
 }
 
-/// A message in a room: a persona's reply.
+/// A message in a room, from a person or a persona.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Said {
-    pub persona: String,
+    pub event_id: String,
+    pub from: String,
+    /// A persona's reply (else a person's message).
+    pub persona: bool,
     pub text: String,
-    pub in_reply_to: String,
+    /// The event a reply answers.
+    pub in_reply_to: Option<String>,
+    /// The personas that answered this message.
+    pub answered_by: Vec<String>,
     pub at_us: i64,
 }
 
-/// A room: who is in it, and its latest replies, oldest first.
+/// A room: who is in it, and its latest messages, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Room {
     pub name: String,
@@ -222,25 +228,28 @@ pub struct Room {
     pub messages: Vec<Said>,
 }
 
-/// Replies shown per room.
-const ROOM_MESSAGES: usize = 5;
+/// Messages shown per room.
+const ROOM_MESSAGES: usize = 8;
 
 pub fn rooms(d: &FleetDump) -> Vec<Room> {
     d.admin
         .rooms
         .iter()
         .map(|(name, members)| {
-            // The outbox is newest first.
+            // The dump's events are newest first.
             let mut messages: Vec<Said> = d
-                .outbox
+                .recent_events
                 .iter()
-                .filter(|o| &o.room == name)
+                .filter(|e| &e.room == name)
                 .take(ROOM_MESSAGES)
-                .map(|o| Said {
-                    persona: o.persona.clone(),
-                    text: o.text.clone(),
-                    in_reply_to: o.in_reply_to.clone(),
-                    at_us: o.at_us,
+                .map(|e| Said {
+                    event_id: e.id.clone(),
+                    from: e.from.clone(),
+                    persona: e.sender_kind == crate::event::SenderKind::Persona,
+                    text: e.text.clone(),
+                    in_reply_to: e.in_reply_to.clone(),
+                    answered_by: d.outbox.iter().filter(|o| o.in_reply_to == e.id).map(|o| o.persona.clone()).collect(),
+                    at_us: e.accepted_us,
                 })
                 .collect();
             messages.reverse();
@@ -259,10 +268,17 @@ pub fn render_rooms(rooms: &[Room]) -> String {
             m = e(&r.members.join(", "))
         ));
         for m in &r.messages {
+            let answered = if m.answered_by.is_empty() {
+                String::new()
+            } else {
+                format!(r#" <small class="answered">answered by {}</small>"#, e(&m.answered_by.join(", ")))
+            };
             out.push_str(&format!(
-                r#"<li data-persona="{p}" data-reply-to="{to}"><b>{p}</b> {t}</li>"#,
-                p = e(&m.persona),
-                to = e(&m.in_reply_to),
+                r#"<li id="msg-{id}" data-from="{f}" data-kind="{kind}" data-reply-to="{to}"><b>{f}</b> {t}{answered}</li>"#,
+                id = e(&m.event_id),
+                f = e(&m.from),
+                kind = if m.persona { "persona" } else { "person" },
+                to = e(m.in_reply_to.as_deref().unwrap_or("")),
                 t = e(&m.text)
             ));
         }

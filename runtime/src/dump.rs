@@ -36,6 +36,10 @@ pub struct FleetDump {
     pub storage: StorageStats,
     pub personas: Vec<PersonaDump>,
     pub outbox: Vec<OutboxEntry>,
+    /// The 100 events accepted last, newest first: what was said in the rooms, by people and
+    /// by personas (whose replies come back as events).
+    #[serde(default)]
+    pub recent_events: Vec<crate::event::Event>,
     pub dead_letters: Vec<DeadLetter>,
 }
 

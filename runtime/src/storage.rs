@@ -691,6 +691,15 @@ impl Storage {
         })
     }
 
+    /// The `n` events accepted last, newest first: what was said in the rooms, by people and
+    /// by personas.
+    pub fn recent_events(&self, n: usize) -> Result<Vec<Event>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(EVENTS)?;
+            t.iter()?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
     pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StorageError> {
         self.read(|txn| {
             let t = txn.open_table(DEAD_LETTERS)?;
