@@ -123,7 +123,7 @@ pub struct FleetView {
     pub average_capacity: f64,
     /// Per class, highest first: (class, queued, running, deadline misses).
     pub classes: Vec<(&'static str, usize, usize, u64)>,
-    /// Tasks skipped for the budget, and answered by rules only.
+    /// Tasks skipped for the budget.
     pub skipped: u64,
     pub deadline_misses: u64,
     /// The supervisor's restarts, then each persona's: (persona, its own, its children's).
