@@ -1,8 +1,8 @@
 // Live updates and controls for the server-rendered page (dashboard.rs). `cards` events from
-// /dashboard/events carry each card, the fleet view and the rooms as the server renders them; the script swaps
-// in what changed. The browser reconnects by itself after a dropped stream; after a refused one
-// (a fleet restarting answers 503) it gives up, so the page opens a new stream a second later.
-// The forms go to the admin API: POST /events and POST /ai/state.
+// /dashboard/events carry each card, the fleet view and the rooms as the server renders them;
+// the script swaps in what changed. The browser reconnects by itself after a dropped stream;
+// after a refused one (a fleet restarting answers 503) it gives up, so the page opens a new
+// stream a second later. The forms go to the admin API: POST /events and POST /ai/state.
 "use strict";
 
 function swap(old, html) {
