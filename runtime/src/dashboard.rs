@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::ai::AiQuery;
 use crate::dump::{FleetDump, PersonaDump};
 use crate::messages::{AdminMsg, InjectError, PersonaStatus};
-use crate::model::{Mood, StepState};
+use crate::model::{Mood, SelfStateData, StepState};
 use crate::team;
 
 /// How often the poller takes a dump while a page listens.
@@ -85,22 +85,23 @@ pub fn status_of(p: &PersonaDump) -> &'static str {
 }
 
 pub fn card(p: &PersonaDump) -> Card {
-    let s = p.self_state.clone().unwrap_or_default();
-    let mut worries = s.preoccupations.clone();
+    let fallback = SelfStateData::default();
+    let s = p.self_state.as_ref().unwrap_or(&fallback);
+    let mut worries: Vec<_> = s.preoccupations.iter().collect();
     worries.sort_by(|a, b| b.priority.total_cmp(&a.priority));
     let mut card = Card {
         name: p.name.clone(),
         role: p.role.clone(),
         status: status_of(p),
         load: s.cognitive_load,
-        activity: s.focus.activity,
-        objective: s.focus.objective,
+        activity: s.focus.activity.clone(),
+        objective: s.focus.objective.clone(),
         intensity: s.focus.intensity,
         capacity: s.available_capacity,
         inbox: p.inbox.len,
         inbox_capacity: p.inbox.capacity,
         budget_used: (1.0 - p.budget_left).clamp(0.0, 1.0),
-        preoccupations: worries.into_iter().take(3).map(|w| w.concern).collect(),
+        preoccupations: worries.into_iter().take(3).map(|w| w.concern.clone()).collect(),
         last_decision: s
             .recent_decisions
             .last()
@@ -207,7 +208,7 @@ pub fn render_fleet(f: &FleetView) -> String {
 
 /// A message in a room, from a person or a persona.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Said {
+pub struct RoomMessage {
     pub event_id: String,
     pub from: String,
     /// A persona's reply (else a person's message).
@@ -225,7 +226,7 @@ pub struct Said {
 pub struct Room {
     pub name: String,
     pub members: Vec<String>,
-    pub messages: Vec<Said>,
+    pub messages: Vec<RoomMessage>,
 }
 
 /// Messages shown per room.
@@ -237,12 +238,12 @@ pub fn rooms(d: &FleetDump) -> Vec<Room> {
         .iter()
         .map(|(name, members)| {
             // The dump's events are newest first.
-            let mut messages: Vec<Said> = d
+            let mut messages: Vec<RoomMessage> = d
                 .recent_events
                 .iter()
                 .filter(|e| &e.room == name)
                 .take(ROOM_MESSAGES)
-                .map(|e| Said {
+                .map(|e| RoomMessage {
                     event_id: e.id.clone(),
                     from: e.from.clone(),
                     persona: e.sender_kind == crate::event::SenderKind::Persona,
@@ -467,7 +468,8 @@ fn section(title: &str, empty: &str, items: Vec<String>) -> String {
 pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
     let e = escape;
     let at = |us: i64| crate::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
-    let s = p.self_state.clone().unwrap_or_default();
+    let fallback = SelfStateData::default();
+    let s = p.self_state.as_ref().unwrap_or(&fallback);
     let thoughts =
         s.recent_thoughts.iter().rev().map(|t| format!("<time>{}</time> {}", at(t.at_us), e(&t.text))).collect();
     let mut memory: Vec<String> = Vec::new();
@@ -702,7 +704,7 @@ pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, s
 mod tests {
     use super::*;
     use crate::dump::{ActorsDump, ChildDump, InboxDump, WorkingMemoryDump};
-    use crate::model::{RecentDecision, SelfStateData};
+    use crate::model::RecentDecision;
 
     fn persona(name: &str) -> PersonaDump {
         PersonaDump {
