@@ -368,6 +368,9 @@ enum AiCmd {
         /// How far back: `90s`, `15m`, `1h` (default and most: the budget's hour).
         #[arg(long)]
         since: Option<String>,
+        /// Also each persona's tokens over this many equal slices of the window (`timeline`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=120))]
+        buckets: Option<u32>,
     },
 }
 
@@ -1142,7 +1145,7 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
     // Checked here too, so a typo is reported without a round trip (same message as the API's).
     if let AiCmd::Thoughts { since: Some(since), .. }
     | AiCmd::Decisions { since: Some(since), .. }
-    | AiCmd::Cost { since: Some(since) } = &query
+    | AiCmd::Cost { since: Some(since), .. } = &query
         && let Err(e) = mindfleet_runtime::ai::parse_window(since)
     {
         return fail(2, e);
@@ -1198,7 +1201,11 @@ async fn ai(remote: Remote, format: AiFormat, query: AiCmd) -> ExitCode {
             client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
         AiCmd::ActivityMap => client.ai("activity-map", &[]).await,
-        AiCmd::Cost { since } => client.ai("cost", &opt("since", since).into_iter().collect::<Vec<_>>()).await,
+        AiCmd::Cost { since, buckets } => {
+            let params: Vec<_> =
+                opt("since", since).into_iter().chain(opt("buckets", buckets.map(|b| b.to_string()))).collect();
+            client.ai("cost", &params).await
+        }
         AiCmd::Recall { persona, query, room, since, limit } => {
             let p: Vec<_> = [Some(("persona", persona)), Some(("text", query)), opt("room", room), opt("since", since)]
                 .into_iter()

@@ -291,7 +291,15 @@ async fn cost_breaks_model_calls_down_by_persona_room_and_purpose() {
     assert_eq!(rows("by_purpose")[0], ("draft_reply".to_string(), 550));
     assert!(v["latency_p99_ms"].as_f64().unwrap() >= v["latency_p50_ms"].as_f64().unwrap());
     fleet.scheduler.done_with_tokens(running, 80);
+    // Over time: each persona's tokens in equal slices of the window, the newest last.
+    let (s, v) = get(&base, "/ai/cost?since=15m&buckets=3").await;
+    assert_eq!((s, v["bucket_secs"].as_f64()), (200, Some(300.0)), "{v}");
+    assert_eq!(v["timeline"][0], json!({"key": "reviewer", "tokens": [0, 0, 380]}), "{v}");
+    assert_eq!(v["timeline"][1], json!({"key": "helper", "tokens": [0, 0, 270]}), "{v}");
     let (s, v) = get(&base, "/ai/cost?since=1x").await;
     assert_eq!(s, 400, "{v}");
+    let (s, v) = get(&base, "/ai/cost?buckets=0").await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("`buckets` must be within 1..=120"), "{v}");
     fleet.shutdown(DEADLINE).await;
 }

@@ -156,6 +156,28 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     let unknown = http.get(format!("http://{}/dashboard/persona/nobody", fleet.addr)).send().await.unwrap();
     assert_eq!(unknown.status(), 404);
 
+    // Model calls (as a model brain makes them) draw the cost chart: tokens per persona.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (persona, used) in [("helper", 250), ("scribe", 40)] {
+        use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));
+        fleet.scheduler.submit(t.with_max_tokens(400));
+        fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
+    }
+    let charted = next_cards(&mut one, &mut buf1, |f| f["fleet_view"]["cost"].as_array().unwrap().len() == 2).await;
+    let cost = &charted["fleet_view"]["cost"];
+    assert_eq!(
+        (&cost[0][0], &cost[0][1], &cost[1][0], &cost[1][1]),
+        (&json!("helper"), &json!(250), &json!("scribe"), &json!(40))
+    );
+    assert_eq!(cost[0][2].as_array().unwrap().last(), Some(&json!(250)), "the newest bucket: {cost}");
+    let html = charted["fleet_html"].as_str().unwrap();
+    assert!(
+        html.contains(r#"<tr data-persona="helper"><th scope="row">helper</th><td>250</td>"#)
+            && html.contains("<polyline"),
+        "{html}"
+    );
+
     // The fleet stops: the streams end (the page then reconnects), they do not hang.
     fleet.shutdown(Duration::from_secs(5)).await;
     let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.chunk().await {} }).await;

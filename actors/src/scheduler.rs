@@ -826,10 +826,10 @@ impl SchedulerState {
         }
     }
 
-    fn cost(&mut self, since: Duration, now: Instant) -> CostReport {
+    fn cost(&mut self, since: Duration, buckets: u32, now: Instant) -> CostReport {
         let budget = self.budget_stats(now);
         let names: Vec<Arc<str>> = self.personas.iter().map(|p| p.name.clone()).collect();
-        CostReport { budget, ..self.window.cost(now, since, &names) }
+        CostReport { budget, ..self.window.cost(now, since, buckets, &names) }
     }
 }
 
@@ -870,8 +870,8 @@ impl Actor for Scheduler {
             SchedulerMsg::Cadence { persona, interval } => st.set_cadence(persona, interval, now),
             SchedulerMsg::Budget { persona, budget } => st.set_budget(persona, budget),
             SchedulerMsg::Release(persona) => st.release(&persona, now),
-            SchedulerMsg::Cost { since, reply } => {
-                let _ = reply.send(st.cost(since, now));
+            SchedulerMsg::Cost { since, buckets, reply } => {
+                let _ = reply.send(st.cost(since, buckets, now));
                 return Ok(());
             }
             SchedulerMsg::Tick(at) => {

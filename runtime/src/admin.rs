@@ -238,11 +238,11 @@ impl Actor for Admin {
                     }
                 }
             }
-            AdminMsg::Ai(AiQuery::Cost { since_secs }, reply) => {
+            AdminMsg::Ai(AiQuery::Cost { since_secs, buckets }, reply) => {
                 let scheduler = st.scheduler.actor().clone();
                 let since = Duration::from_secs(since_secs);
                 tokio::spawn(async move {
-                    let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, reply }, DUMP_CALL_MS)
+                    let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, buckets, reply }, DUMP_CALL_MS)
                         .map(|c| serde_json::to_value(c).unwrap_or_default())
                         .map_err(|e| InjectError::Storage(format!("scheduler: {e}")));
                     let _ = reply.send(r);

@@ -107,9 +107,12 @@ pub enum AiQuery {
     /// Answered by the conversation index.
     Recall(crate::conversation::RecallQuery),
     /// Model calls and tokens over the last `since_secs` (at most the budget's hour), by
-    /// persona, room and purpose, with latency percentiles. Answered by the scheduler.
+    /// persona, room and purpose, with latency percentiles, and with `buckets` > 0 each
+    /// persona's tokens over time. Answered by the scheduler.
     Cost {
         since_secs: u64,
+        #[serde(default)]
+        buckets: u32,
     },
 }
 

@@ -23,6 +23,7 @@ use crate::ai::AiQuery;
 use crate::dump::{FleetDump, PersonaDump};
 use crate::messages::{AdminMsg, InjectError, PersonaStatus};
 use crate::model::{Mood, SelfStateData, StepState};
+use crate::sched::CostReport;
 use crate::team;
 
 /// How often the poller takes a dump while a page listens.
@@ -31,6 +32,11 @@ const TICK: Duration = Duration::from_secs(1);
 const DUMP_CALL_MS: u64 = 10_000;
 /// What a page waits before reconnecting, told to the browser with each stream.
 const RETRY: Duration = Duration::from_secs(1);
+/// The cost chart: tokens per persona over this window, in this many buckets, for the
+/// personas that used most.
+const COST_WINDOW: Duration = Duration::from_secs(15 * 60);
+const COST_BUCKETS: u32 = 30;
+const COST_PERSONAS: usize = 8;
 
 pub const SCRIPT: &str = include_str!("dashboard/dashboard.js");
 pub const STYLE: &str = include_str!("dashboard/dashboard.css");
@@ -130,9 +136,14 @@ pub struct FleetView {
     /// The supervisor's restarts, then each persona's: (persona, its own, its children's).
     pub supervisor_restarts: u32,
     pub restarts: Vec<(String, u32, u32)>,
+    /// The personas that used most tokens over the cost window: (persona, tokens, tokens per
+    /// bucket, oldest first).
+    pub cost: Vec<(String, u64, Vec<u64>)>,
+    pub cost_bucket_secs: f64,
 }
 
-pub fn fleet_view(d: &FleetDump) -> FleetView {
+/// The fleet view of a dump, with the scheduler's cost report (asked with a timeline).
+pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
     let h = team::health(d.personas.iter().filter_map(|p| p.self_state.as_ref()));
     let s = &d.scheduler;
     let class = |name, c: &crate::sched::ClassStats| (name, c.queued, c.running, c.deadline_misses);
@@ -163,7 +174,61 @@ pub fn fleet_view(d: &FleetDump) -> FleetView {
                 )
             })
             .collect(),
+        cost: cost
+            .by_persona
+            .iter()
+            .zip(&cost.timeline)
+            .take(COST_PERSONAS)
+            .map(|(row, series)| (row.key.clone(), row.tokens, series.tokens.clone()))
+            .collect(),
+        cost_bucket_secs: cost.bucket_secs,
     }
+}
+
+/// A persona's tokens over time as a line, on a scale whose top is `max`.
+fn sparkline(series: &[u64], max: u64) -> String {
+    const W: f64 = 120.0;
+    const H: f64 = 24.0;
+    let step = W / series.len().saturating_sub(1).max(1) as f64;
+    let points: Vec<String> = series
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| format!("{:.1},{:.1}", i as f64 * step, H - 1.0 - v as f64 / max.max(1) as f64 * (H - 2.0)))
+        .collect();
+    format!(
+        r#"<svg class="spark" viewBox="0 0 {W} {H}" width="{W}" height="{H}" aria-hidden="true"><polyline points="{}"/></svg>"#,
+        points.join(" ")
+    )
+}
+
+/// The cost chart: a row per persona, its tokens over the window as a line.
+fn render_cost(f: &FleetView) -> String {
+    let window = COST_WINDOW.as_secs() / 60;
+    if f.cost.is_empty() {
+        return format!(r#"<p class="empty" id="cost">no model calls in the last {window} min</p>"#);
+    }
+    let max = f.cost.iter().flat_map(|(_, _, s)| s.iter().copied()).max().unwrap_or(0);
+    let rows: String = f
+        .cost
+        .iter()
+        .map(|(p, tokens, series)| {
+            format!(
+                r#"<tr data-persona="{p}"><th scope="row">{p}</th><td>{tokens}</td><td title="{series}">{line}</td></tr>"#,
+                p = escape(p),
+                series = series.iter().map(u64::to_string).collect::<Vec<_>>().join(" "),
+                line = sparkline(series, max),
+            )
+        })
+        .collect();
+    format!(
+        concat!(
+            r#"<table id="cost"><caption>model tokens, last {window} min <small>(per {bucket:.0} s)</small></caption>"#,
+            r#"<thead><tr><th>persona</th><th>tokens</th><th>over time</th></tr></thead><tbody>{rows}</tbody></table>"#
+        ),
+        window = window,
+        bucket = f.cost_bucket_secs,
+        rows = rows,
+    )
 }
 
 pub fn render_fleet(f: &FleetView) -> String {
@@ -190,6 +255,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
+            "{cost}",
             r#"<details><summary>supervision tree <small>(supervisor restarts: {sup})</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
@@ -201,6 +267,7 @@ pub fn render_fleet(f: &FleetView) -> String {
         classes = classes,
         misses = f.deadline_misses,
         skipped = f.skipped,
+        cost = render_cost(f),
         sup = f.supervisor_restarts,
         tree = tree,
     )
@@ -333,8 +400,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    pub fn of(d: &FleetDump) -> Frame {
-        let (rooms, fleet_view) = (rooms(d), fleet_view(d));
+    pub fn of(d: &FleetDump, cost: &CostReport) -> Frame {
+        let (rooms, fleet_view) = (rooms(d), fleet_view(d, cost));
         Frame {
             fleet: d.fleet.clone(),
             generated_at: d.generated_at.clone(),
@@ -587,13 +654,20 @@ pub fn render_login(wrong: bool) -> String {
     )
 }
 
-/// The dump of the whole fleet, as the admin gives it.
+/// The dump of the whole fleet and its cost timeline, as the admin gives them. Without a cost
+/// report (the scheduler busy past the wait) the chart is empty for this frame.
 async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
-    match call_t!(admin, |reply| AdminMsg::Dump { persona: None, reply }, DUMP_CALL_MS) {
-        Ok(Ok(d)) => Ok(Frame::of(&d)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(format!("admin unavailable: {e}")),
-    }
+    let d = match call_t!(admin, |reply| AdminMsg::Dump { persona: None, reply }, DUMP_CALL_MS) {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(e) => return Err(format!("admin unavailable: {e}")),
+    };
+    let ask = AiQuery::Cost { since_secs: COST_WINDOW.as_secs(), buckets: COST_BUCKETS };
+    let cost = match call_t!(admin, AdminMsg::Ai, DUMP_CALL_MS, ask) {
+        Ok(Ok(v)) => serde_json::from_value(v).unwrap_or_default(),
+        _ => CostReport::default(),
+    };
+    Ok(Frame::of(&d, &cost))
 }
 
 pub async fn page(admin: &ActorRef<AdminMsg>) -> Result<String, String> {
@@ -763,5 +837,49 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains(r#"data-status="idle""#) && html.contains("2 / 64"), "{html}");
+    }
+
+    #[test]
+    fn the_cost_chart_draws_the_top_personas_on_one_scale() {
+        use crate::sched::{CostRow, CostSeries};
+        let row = |k: &str, tokens| CostRow { key: k.into(), inferences: 1, tokens };
+        let series = |k: &str, tokens: Vec<u64>| CostSeries { key: k.into(), tokens };
+        let mut cost = CostReport {
+            by_persona: vec![row("ada", 300), row("bob", 100)],
+            timeline: vec![series("ada", vec![0, 200, 100]), series("bob", vec![100, 0, 0])],
+            bucket_secs: 30.0,
+            ..CostReport::default()
+        };
+        let mut d = FleetDump {
+            fleet: "t".into(),
+            generated_at: String::new(),
+            supervisor: ChildDump::running(0),
+            admin: Default::default(),
+            scheduler: Default::default(),
+            coordination: Default::default(),
+            embedding: Default::default(),
+            llm: Default::default(),
+            index: Default::default(),
+            storage: Default::default(),
+            personas: vec![persona("ada")],
+            outbox: Vec::new(),
+            recent_events: Vec::new(),
+            dead_letters: Vec::new(),
+        };
+        let html = render_fleet(&fleet_view(&d, &cost));
+        // ada's peak (200) is the top of the shared scale, bob's 100 half way.
+        assert!(
+            html.contains(r#"<tr data-persona="ada"><th scope="row">ada</th><td>300</td><td title="0 200 100">"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"points="0.0,23.0 60.0,1.0 120.0,12.0""#), "{html}");
+        assert!(html.contains(r#"points="0.0,12.0 60.0,23.0 120.0,23.0""#), "{html}");
+        assert!(html.contains("(per 30 s)"), "{html}");
+        cost.by_persona = (0..12).map(|i| row(&format!("p{i}"), 1)).collect();
+        cost.timeline = (0..12).map(|i| series(&format!("p{i}"), vec![1])).collect();
+        assert_eq!(fleet_view(&d, &cost).cost.len(), COST_PERSONAS, "the top ones only");
+        d.personas.clear();
+        let quiet = render_fleet(&fleet_view(&d, &CostReport::default()));
+        assert!(quiet.contains("no model calls in the last 15 min"), "{quiet}");
     }
 }

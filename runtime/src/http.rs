@@ -50,6 +50,7 @@ use crate::llm::LlmMsg;
 use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
 use crate::model::Verdict;
 use crate::openai;
+use crate::sched::MAX_COST_BUCKETS;
 use crate::time::now_us;
 
 /// How long a handler waits for the admin actor.
@@ -130,6 +131,8 @@ struct AiParams {
     since: Option<String>,
     /// Page the list through a cursor, this many entries at a time (`thoughts`, `decisions`).
     page_size: Option<usize>,
+    /// `cost`: also each persona's tokens over this many equal slices of the window.
+    buckets: Option<u32>,
 }
 
 /// The query a path and its parameters ask, or what is missing.
@@ -150,7 +153,15 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
         "health" => AiQuery::Health,
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,
-        "cost" => AiQuery::Cost { since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs() },
+        "cost" => AiQuery::Cost {
+            since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs(),
+            buckets: match p.buckets {
+                Some(b) if !(1..=MAX_COST_BUCKETS).contains(&b) => {
+                    return Err(format!("`buckets` must be within 1..={MAX_COST_BUCKETS}, not {b}"));
+                }
+                b => b.unwrap_or(0),
+            },
+        },
         "recall" => AiQuery::Recall(crate::conversation::RecallQuery {
             persona: need(p.persona, "persona")?,
             query: need(p.text, "text")?,

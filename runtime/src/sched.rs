@@ -284,9 +284,11 @@ pub enum SchedulerMsg {
         persona: Arc<str>,
         budget: Option<PersonaBudget>,
     },
-    /// Model use over the last `since` (at most an hour, the budget window).
+    /// Model use over the last `since` (at most an hour, the budget window); with `buckets`
+    /// above 0 (at most [`MAX_COST_BUCKETS`]), each persona's tokens over time too.
     Cost {
         since: Duration,
+        buckets: u32,
         reply: RpcReplyPort<CostReport>,
     },
     /// Internal: the scheduler's own timer (a cadence or a promotion is due at this instant).
@@ -537,4 +539,25 @@ pub struct CostReport {
     pub latency_p95_ms: f64,
     pub latency_p99_ms: f64,
     pub budget: BudgetStats,
+    /// Width of the timeline's buckets (0: no timeline was asked for).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub bucket_secs: f64,
+    /// Each persona's tokens per bucket, oldest first, the window's last bucket ending now;
+    /// in the order of `by_persona`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<CostSeries>,
+}
+
+/// Most buckets a cost timeline has.
+pub const MAX_COST_BUCKETS: u32 = 120;
+
+/// One persona's tokens over time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CostSeries {
+    pub key: String,
+    pub tokens: Vec<u64>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::sched::{CostReport, CostRow, PersonaBudget, SkipReason};
+use mindfleet_runtime::sched::{CostReport, CostRow, CostSeries, MAX_COST_BUCKETS, PersonaBudget, SkipReason};
 
 pub(super) const WINDOW: Duration = Duration::from_secs(3600);
 
@@ -202,15 +202,24 @@ impl Window {
     }
 
     /// The calls granted within `since` of `now` (after `expire`), by persona, room and purpose,
-    /// with the latency of the finished ones. `names` maps persona indices to names.
-    pub fn cost(&self, now: Instant, since: Duration, names: &[Arc<str>]) -> CostReport {
+    /// with the latency of the finished ones, and with `buckets` > 0 each persona's tokens over
+    /// `buckets` equal slices of `since`. `names` maps persona indices to names.
+    pub fn cost(&self, now: Instant, since: Duration, buckets: u32, names: &[Arc<str>]) -> CostReport {
         let since = since.min(WINDOW);
+        let buckets = buckets.min(MAX_COST_BUCKETS) as usize;
+        let width = if buckets == 0 { Duration::ZERO } else { since / buckets as u32 };
         let (mut persona, mut room, mut purpose) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let mut series: HashMap<&str, Vec<u64>> = HashMap::new();
         let mut r = CostReport { since_secs: since.as_secs_f64(), ..CostReport::default() };
         let mut ran = Vec::new();
         for e in self.entries.iter().rev().take_while(|e| now.saturating_duration_since(e.at) < since) {
             if e.inferences == 0 {
                 continue; // granted, then released before it ran: not a call
+            }
+            if !width.is_zero() {
+                let name = names.get(e.persona as usize).map_or("?", |n| &**n);
+                let back = (now.saturating_duration_since(e.at).as_nanos() / width.as_nanos()) as usize;
+                series.entry(name).or_insert_with(|| vec![0; buckets])[buckets - 1 - back.min(buckets - 1)] += e.tokens;
             }
             r.inferences += e.inferences;
             r.tokens += e.tokens;
@@ -236,6 +245,17 @@ impl Window {
         r.by_persona = rows(persona);
         r.by_room = rows(room);
         r.by_purpose = rows(purpose);
+        if !width.is_zero() {
+            r.bucket_secs = width.as_secs_f64();
+            r.timeline = r
+                .by_persona
+                .iter()
+                .map(|row| CostSeries {
+                    tokens: series.remove(row.key.as_str()).unwrap_or_default(),
+                    key: row.key.clone(),
+                })
+                .collect();
+        }
         ran.sort_unstable();
         let pct = |p: f64| super::nearest_rank(&ran, p).map_or(0.0, |d| d.as_secs_f64() * 1e3);
         (r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) = (pct(0.50), pct(0.95), pct(0.99));
@@ -326,15 +346,23 @@ mod tests {
         w.settle(b, Some(100), t0 + Duration::from_millis(1100));
         w.settle(c, None, t0 + Duration::from_secs(2));
         w.reserve(t0 + Duration::from_secs(3), 1, 70, "gate", None);
-        let r = w.cost(t0 + Duration::from_secs(3), Duration::from_secs(3600), &names);
+        let r = w.cost(t0 + Duration::from_secs(3), Duration::from_secs(3600), 0, &names);
         assert_eq!((r.inferences, r.tokens, r.tokens_reserved), (3, 370, 70), "a call that never ran is not counted");
         let keys = |v: &[CostRow]| v.iter().map(|x| (x.key.clone(), x.inferences, x.tokens)).collect::<Vec<_>>();
         assert_eq!(keys(&r.by_persona), [("ada".into(), 1, 200), ("bob".into(), 2, 170)]);
         assert_eq!(keys(&r.by_room), [("dev".into(), 2, 300), ("-".into(), 1, 70)]);
         assert_eq!(keys(&r.by_purpose), [("draft_reply".into(), 1, 200), ("gate".into(), 2, 170)]);
         assert!((r.latency_p50_ms - 100.0).abs() < 1e-6 && (r.latency_p99_ms - 400.0).abs() < 1e-6, "{r:?}");
-        let recent = w.cost(t0 + Duration::from_secs(3), Duration::from_millis(1500), &names);
+        assert!(r.timeline.is_empty() && r.bucket_secs == 0.0, "no timeline unless asked for");
+        let recent = w.cost(t0 + Duration::from_secs(3), Duration::from_millis(1500), 0, &names);
         assert_eq!((recent.inferences, recent.tokens), (1, 70), "only the last 1.5 s");
+        // Over 4 s in buckets of 1 s, oldest first: ada's call 3 s ago, bob's 2 s ago and now.
+        let t = w.cost(t0 + Duration::from_secs(3), Duration::from_secs(4), 4, &names);
+        assert_eq!(t.bucket_secs, 1.0);
+        let series = |k: &str| t.timeline.iter().find(|s| s.key == k).map(|s| s.tokens.clone());
+        assert_eq!(series("ada"), Some(vec![200, 0, 0, 0]));
+        assert_eq!(series("bob"), Some(vec![0, 100, 0, 70]));
+        assert_eq!(t.timeline.len(), 2);
     }
 
     #[test]
