@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::util::{TRIO, fleet_toml, poll, start};
+use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
 
 /// Where the screenshots of the run are left, for people to look at.
 fn artefact(name: &str) -> PathBuf {
@@ -179,6 +179,21 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     let decision = browser.eval("return document.querySelector('#card-helper .decision').textContent").await;
     assert!(!decision.as_str().unwrap().is_empty(), "{decision}");
 
+    // Model calls (as a model brain makes them) draw the cost chart.
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (persona, used) in [("helper", 300), ("reviewer", 120)] {
+        use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));
+        fleet.scheduler.submit(t.with_max_tokens(400));
+        fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
+    }
+    poll("the cost chart", || async {
+        let rows =
+            browser.eval("return [...document.querySelectorAll('#cost tr[data-persona] polyline')].length").await;
+        (rows == 2).then_some(())
+    })
+    .await;
+
     browser.screenshot("dashboard.png").await;
 
     // Enter on the focused card opens its panel, with the reason of its decision.
@@ -198,6 +213,46 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     .await;
 
     browser.screenshot("panel.png").await;
+
+    // More decisions than a page: the open panel follows them, and its journal's next page
+    // comes through a cursor. The focus stays on the button, and closing the panel closes the
+    // cursor.
+    let mut last = String::new();
+    for i in 0..11 {
+        last = fleet
+            .inject(crate::util::chat("general", "alice", &format!("note {i} on the docs")))
+            .await
+            .unwrap()
+            .event_id;
+    }
+    crate::util::decision(&fleet, "helper", &last).await;
+
+    let journal = "document.querySelector('#panel-body section[data-list=\"decisions\"]')";
+    let older = format!("{journal}.querySelector('button[data-page=\"forward\"]')");
+    poll("a second page of decisions", || async {
+        (browser.eval(&format!("const b = {older}; return !!b && !b.disabled")).await == true).then_some(())
+    })
+    .await;
+    browser.eval(&format!("{older}.click()")).await;
+    let handle = poll("the journal's second page", || async {
+        let v = browser
+            .eval(&format!("const j = {journal}; return [j.querySelector('h3').textContent, j.dataset.handle]"))
+            .await;
+        v[0].as_str().unwrap().starts_with("Decisions 11–").then(|| v[1].as_str().unwrap().to_string())
+    })
+    .await;
+    assert!(!handle.is_empty());
+    assert_eq!(browser.eval("return document.activeElement.dataset.page").await, "backward", "the only enabled button");
+    let escape = json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+        {"type": "keyDown", "value": "\u{E00C}"}, {"type": "keyUp", "value": "\u{E00C}"}]}]});
+    browser.post("/actions", escape).await;
+    poll("the panel's cursor to close", || async {
+        let r =
+            api.post(format!("http://{}/rag/fetch", fleet.addr)).json(&json!({"handle": handle})).send().await.unwrap();
+        (r.status() == 404).then_some(())
+    })
+    .await;
+    assert_eq!(browser.eval("return document.activeElement.dataset.persona").await, "helper", "the focus goes back");
 
     browser.end().await;
     fleet.shutdown(Duration::from_secs(5)).await;

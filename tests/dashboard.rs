@@ -150,9 +150,9 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
         html.contains(&format!("<b>engage</b> {}: ", ack.event_id)).then_some(html)
     })
     .await;
-    let journal = &html[html.find("<h3>Decisions</h3>").expect("the journal")..];
+    let journal = &html[html.find("<h3>Decisions <small>1–").expect("the journal")..];
     assert!(journal.contains(&mindfleet_runtime::dashboard::escape(&why.reason)), "{journal}");
-    assert!(html.contains(r#"<li data-state="done">"#) && html.contains("<h3>Working memory</h3>"), "{html}");
+    assert!(html.contains(r#"<li data-state="done">"#) && html.contains("<h3>Working memory"), "{html}");
     let unknown = http.get(format!("http://{}/dashboard/persona/nobody", fleet.addr)).send().await.unwrap();
     assert_eq!(unknown.status(), 404);
 
@@ -182,6 +182,77 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     fleet.shutdown(Duration::from_secs(5)).await;
     let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.chunk().await {} }).await;
     assert!(ended.is_ok(), "the stream ended with the fleet");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_panel_pages_its_long_lists_through_a_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", fleet.addr);
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        ids.push(
+            fleet
+                .inject(crate::util::chat("general", "alice", &format!("note {i} on the docs")))
+                .await
+                .unwrap()
+                .event_id,
+        );
+    }
+    // The panel opens on the newest ten decisions, no cursor yet.
+    let html = poll("twelve decisions in the panel", || async {
+        let html = http.get(format!("{base}/dashboard/persona/helper")).send().await.unwrap().text().await.unwrap();
+        html.contains("<h3>Decisions <small>1–10 of 12</small></h3>").then_some(html)
+    })
+    .await;
+    let journal = &html[html.find(r#"data-list="decisions""#).unwrap()..];
+    let journal = &journal[..journal.find("</section>").unwrap()];
+    assert!(journal.contains(r#"data-handle="" data-offset="0""#), "{journal}");
+    assert!(
+        journal.contains(r#"<button type="button" data-page="backward" disabled>newer</button> <button type="button" data-page="forward">older</button>"#),
+        "{journal}"
+    );
+    assert!(journal.contains(&format!("{}: ", ids[11])) && !journal.contains(&format!("{}: ", ids[0])), "{journal}");
+
+    // Older: a cursor is opened over the journal, and its second page comes back.
+    let list = |q: &str| http.get(format!("{base}/dashboard/persona/helper/decisions?{q}")).send();
+    let older = list("direction=forward").await.unwrap();
+    assert_eq!(older.status(), 200);
+    let older = older.text().await.unwrap();
+    assert!(
+        older.contains("<h3>Decisions <small>11–12 of 12</small></h3>") && older.contains(r#"<ol start="11">"#),
+        "{older}"
+    );
+    assert!(older.contains(&format!("{}: ", ids[0])), "the oldest: {older}");
+    let handle = older.split(r#"data-handle=""#).nth(1).unwrap().split('"').next().unwrap().to_string();
+    assert!(!handle.is_empty(), "{older}");
+    // The same cursor as the CLI's: it pages back, and `rag fetch` reads it too.
+    let newer = list(&format!("handle={handle}&direction=backward")).await.unwrap().text().await.unwrap();
+    assert!(newer.contains("1–10 of 12") && newer.contains(&format!("{}: ", ids[11])), "{newer}");
+    let r = http.post(format!("{base}/rag/fetch")).json(&json!({"handle": handle, "offset": 10})).send().await.unwrap();
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(
+        (page["total_count"].as_u64(), page["entries"][1]["event_id"].as_str()),
+        (Some(12), Some(ids[0].as_str())),
+        "{page}"
+    );
+
+    // Closed (as the page does when the panel closes), the cursor is gone: a clear 404.
+    let r = http.post(format!("{base}/rag/close")).json(&json!({"handle": handle})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let gone = list(&format!("handle={handle}&direction=forward")).await.unwrap();
+    assert_eq!(gone.status(), 404);
+    assert!(gone.text().await.unwrap().contains("cursor expired or was closed: reopen the panel"));
+    // Working memory pages the same way; an unknown list or persona is a 404.
+    let memory = http.get(format!("{base}/dashboard/persona/helper/memory")).send().await.unwrap();
+    assert_eq!(memory.status(), 200);
+    assert!(memory.text().await.unwrap().contains(r#"data-list="memory""#));
+    for path in ["helper/plans", "nobody/decisions"] {
+        let r = http.get(format!("{base}/dashboard/persona/{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    fleet.shutdown(Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,9 +20,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::ai::AiQuery;
+use crate::cursor::{Direction, Page};
 use crate::dump::{FleetDump, PersonaDump};
+use crate::knowledge::{FetchRequest, IndexMsg, RagError, RagRequest};
 use crate::messages::{AdminMsg, InjectError, PersonaStatus};
-use crate::model::{Mood, SelfStateData, StepState};
+use crate::model::{Decision, Mood, SelfStateData, StepState, WmEntry};
 use crate::sched::CostReport;
 use crate::team;
 
@@ -529,8 +531,129 @@ fn section(title: &str, empty: &str, items: Vec<String>) -> String {
     format!("<section><h3>{title}</h3>{body}</section>")
 }
 
+/// Entries per page of the panel's long lists.
+pub const PAGE: usize = 10;
+
+/// A long list of the panel, paged through the same cursor as `ai thoughts --page-size` and
+/// `ai decisions --page-size`: its first page comes with the panel, the next ones from a cursor
+/// opened when the first page is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    /// The decision journal, newest first.
+    Decisions,
+    /// Working memory's entries (the `thoughts` of `ai thoughts`).
+    Memory,
+}
+
+impl List {
+    /// The list named by the panel's path, `decisions` or `memory`.
+    pub fn parse(name: &str) -> Option<List> {
+        match name {
+            "decisions" => Some(List::Decisions),
+            "memory" => Some(List::Memory),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            List::Decisions => "decisions",
+            List::Memory => "memory",
+        }
+    }
+
+    fn items(self, p: &PersonaDump) -> Vec<serde_json::Value> {
+        let json = |v: Result<serde_json::Value, _>| v.unwrap_or_default();
+        match self {
+            List::Decisions => p.decisions.iter().map(|d| json(serde_json::to_value(d))).collect(),
+            List::Memory => p.working_memory.recent.iter().map(|m| json(serde_json::to_value(m))).collect(),
+        }
+    }
+
+    /// The page the panel opens with, before any cursor.
+    fn first_page(self, p: &PersonaDump) -> Page<serde_json::Value> {
+        let mut entries = self.items(p);
+        let total_count = entries.len();
+        entries.truncate(PAGE);
+        Page { offset: 0, entries, total_count, has_more: total_count > PAGE, has_previous: false }
+    }
+
+    /// One entry as the panel shows it.
+    fn entry(self, v: &serde_json::Value) -> String {
+        let e = escape;
+        let at = |us: i64| crate::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
+        match self {
+            List::Decisions => match serde_json::from_value::<Decision>(v.clone()) {
+                Ok(d) => format!(
+                    "<time>{}</time> <b>{}</b> {}: {}",
+                    at(d.at_us),
+                    named(&d.verdict),
+                    e(&d.event_id),
+                    e(&d.reason)
+                ),
+                Err(_) => e(&v.to_string()),
+            },
+            List::Memory => match serde_json::from_value::<WmEntry>(v.clone()) {
+                Ok(m) => format!(
+                    "<small>{}</small> {}: {} <small>({:.2})</small>",
+                    e(&m.domain),
+                    named(&m.kind),
+                    e(&m.text),
+                    m.importance
+                ),
+                Err(_) => e(&v.to_string()),
+            },
+        }
+    }
+}
+
+/// A page of a list: the cursor it came from (none for the first page), its entries, and
+/// buttons for the pages before and after.
+pub fn render_list(persona: &str, list: List, handle: Option<&str>, page: &Page<serde_json::Value>) -> String {
+    let (title, empty) = match list {
+        List::Decisions => ("Decisions", "none yet"),
+        List::Memory => ("Working memory", "empty"),
+    };
+    let body = if page.entries.is_empty() {
+        format!(r#"<p class="empty">{empty}</p>"#)
+    } else {
+        let items: String = page.entries.iter().map(|v| format!("<li>{}</li>", list.entry(v))).collect();
+        format!(r#"<ol start="{}">{items}</ol>"#, page.offset + 1)
+    };
+    let nav = if page.has_more || page.has_previous {
+        let button = |dir: &str, label: &str, on: bool| {
+            let disabled = if on { "" } else { " disabled" };
+            format!(r#"<button type="button" data-page="{dir}"{disabled}>{label}</button>"#)
+        };
+        let (newer, older) = match list {
+            List::Decisions => ("newer", "older"),
+            List::Memory => ("previous", "next"),
+        };
+        format!(
+            "<nav>{} {}</nav>",
+            button("backward", newer, page.has_previous),
+            button("forward", older, page.has_more)
+        )
+    } else {
+        String::new()
+    };
+    let range = if page.entries.is_empty() {
+        String::new()
+    } else {
+        format!(" <small>{}–{} of {}</small>", page.offset + 1, page.offset + page.entries.len(), page.total_count)
+    };
+    format!(
+        r#"<section class="paged" data-persona="{p}" data-list="{l}" data-handle="{h}" data-offset="{o}"><h3>{title}{range}</h3>{body}{nav}</section>"#,
+        p = escape(persona),
+        l = list.name(),
+        h = escape(handle.unwrap_or("")),
+        o = page.offset,
+    )
+}
+
 /// The introspection panel of a persona: its thoughts, working memory by domain, plan with the
-/// state of each step, decision journal, learnings and recoveries. `learnings` and
+/// state of each step, decision journal, learnings and recoveries; working memory and the journal
+/// are paged ([`List`]). `learnings` and
 /// `recoveries` are the answers of `ai learnings` and `ai recoveries` for it.
 pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
     let e = escape;
@@ -539,19 +662,9 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
     let s = p.self_state.as_ref().unwrap_or(&fallback);
     let thoughts =
         s.recent_thoughts.iter().rev().map(|t| format!("<time>{}</time> {}", at(t.at_us), e(&t.text))).collect();
-    let mut memory: Vec<String> = Vec::new();
-    let mut domains: Vec<&String> = p.working_memory.per_domain.keys().collect();
+    let mut domains: Vec<(&String, &usize)> = p.working_memory.per_domain.iter().collect();
     domains.sort();
-    for d in domains {
-        let entries: String = p
-            .working_memory
-            .recent
-            .iter()
-            .filter(|m| &m.domain == d)
-            .map(|m| format!("<li>{}: {} <small>({:.2})</small></li>", named(&m.kind), e(&m.text), m.importance))
-            .collect();
-        memory.push(format!("<b>{}</b> ({})<ul>{entries}</ul>", e(d), p.working_memory.per_domain[d]));
-    }
+    let domains: Vec<String> = domains.into_iter().map(|(d, n)| format!("{} ({n})", e(d))).collect();
     let plan = match &p.plan {
         None => r#"<p class="empty">no plan yet</p>"#.to_string(),
         Some(r) => {
@@ -589,14 +702,6 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
             )
         }
     };
-    let decisions = p
-        .decisions
-        .iter()
-        .take(20)
-        .map(|d| {
-            format!("<time>{}</time> <b>{}</b> {}: {}", at(d.at_us), named(&d.verdict), e(&d.event_id), e(&d.reason))
-        })
-        .collect();
     let list = |v: &serde_json::Value, key: &str| v[key].as_array().cloned().unwrap_or_default();
     let learnings = list(learnings, "learnings")
         .iter()
@@ -624,7 +729,7 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
     format!(
         concat!(
             r#"<div class="panel" id="panel-{id}" data-persona="{id}"><header><h2>{name}</h2> <span class="role">{role}</span> "#,
-            r#"<span class="badge">{status}</span></header>{thoughts}<section><h3>Working memory</h3>{memory}</section>"#,
+            r#"<span class="badge">{status}</span></header>{thoughts}<p class="domains">by domain: {domains}</p>{memory}"#,
             r#"<section><h3>Plan</h3>{plan}</section>{decisions}{learnings}{recoveries}</div>"#
         ),
         id = e(&p.name),
@@ -632,9 +737,10 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
         role = e(&p.role),
         status = status_of(p),
         thoughts = section("Thoughts", "no thoughts yet", thoughts),
-        memory = if memory.is_empty() { r#"<p class="empty">empty</p>"#.to_string() } else { memory.join("") },
+        domains = if domains.is_empty() { "none".to_string() } else { domains.join(", ") },
+        memory = render_list(&p.name, List::Memory, None, &List::Memory.first_page(p)),
         plan = plan,
-        decisions = section("Decisions", "none yet", decisions),
+        decisions = render_list(&p.name, List::Decisions, None, &List::Decisions.first_page(p)),
         learnings = section("Learnings", "none yet", learnings),
         recoveries = section("Recoveries", "none yet", recoveries),
     )
@@ -691,6 +797,51 @@ pub async fn panel(admin: &ActorRef<AdminMsg>, persona: String) -> Result<Option
     let learnings = ask(AiQuery::Learnings { persona: Some(persona.clone()) }).await?;
     let recoveries = ask(AiQuery::Recoveries { persona: Some(persona), limit: 20 }).await?;
     Ok(Some(render_panel(&p, &learnings, &recoveries)))
+}
+
+/// Another page of a panel's list: with `handle`, the page in `direction` of the cursor's last
+/// one; without, a cursor is opened over the persona's list as it is now, and its second page
+/// returned. `Ok(None)`: no such persona, or the cursor expired or was closed.
+pub async fn list_page(
+    admin: &ActorRef<AdminMsg>,
+    index: &ActorRef<IndexMsg>,
+    persona: String,
+    list: List,
+    handle: Option<String>,
+    direction: Direction,
+) -> Result<Option<String>, String> {
+    let unavailable = |who: &str, e: &dyn std::fmt::Display| format!("{who} unavailable: {e}");
+    let fetch = |handle: String, direction| async move {
+        let req = RagRequest::Fetch(FetchRequest { handle, direction, offset: None, limit: None });
+        call_t!(index, IndexMsg::Request, DUMP_CALL_MS, Box::new(req)).map_err(|e| unavailable("index", &e))
+    };
+    let answer = match handle {
+        Some(h) => fetch(h, direction).await?,
+        None => {
+            let p = match call_t!(admin, |reply| AdminMsg::Dump { persona: Some(persona.clone()), reply }, DUMP_CALL_MS)
+            {
+                Ok(Ok(d)) => d.personas.into_iter().next(),
+                Ok(Err(InjectError::NotFound(_))) => None,
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(e) => return Err(unavailable("admin", &e)),
+            };
+            let Some(p) = p else { return Ok(None) };
+            let items = list.items(&p);
+            let opened = call_t!(index, |reply| IndexMsg::OpenList { items, page_size: PAGE, reply }, DUMP_CALL_MS)
+                .map_err(|e| unavailable("index", &e))?
+                .map_err(|e| e.to_string())?;
+            let Some(h) = opened["handle"].as_str() else { return Err(format!("no handle in {opened}")) };
+            fetch(h.to_string(), Direction::Forward).await?
+        }
+    };
+    let mut v = match answer {
+        Ok(v) => v,
+        Err(RagError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let handle = v["handle"].take();
+    let page: Page<serde_json::Value> = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    Ok(Some(render_list(&persona, list, handle.as_str(), &page)))
 }
 
 type Poller = watch::Sender<Option<Arc<Frame>>>;

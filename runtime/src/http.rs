@@ -7,6 +7,7 @@
 //! | `GET /dashboard/events` | the dashboard's live cards as Server-Sent Events: a `cards` event with the latest at once, then one whenever a card changes (checked each second) |
 //! | `GET /dashboard/dashboard.js`, `GET /dashboard/dashboard.css` | the page's script and style, embedded in the binary |
 //! | `GET /dashboard/persona/{name}` | a persona's introspection panel, an HTML fragment (404: no such persona) |
+//! | `GET /dashboard/persona/{name}/{list}[?handle=H&direction=forward]` | another page of the panel's `decisions` or `memory`: without a handle a cursor is opened over the list (its second page comes back), with one the cursor is fetched; 404 once it expired |
 //! | `POST /dashboard/login` | a form's `token=...`: the right one sets the dashboard's cookie and redirects to `/` |
 //! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
@@ -101,6 +102,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/dashboard/events", get(get_dashboard_events))
         .route("/dashboard/{asset}", get(get_asset))
         .route("/dashboard/persona/{name}", get(get_panel))
+        .route("/dashboard/persona/{name}/{list}", get(get_panel_list))
         .route("/dashboard/login", post(post_login))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
@@ -521,6 +523,33 @@ async fn get_panel(State(st): State<HttpState>, Path(name): Path<String>) -> Res
     match dashboard::panel(&st.admin, name.clone()).await {
         Ok(Some(html)) => axum::response::Html(html).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no persona {name:?}"), None),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    handle: Option<String>,
+    #[serde(default)]
+    direction: crate::cursor::Direction,
+}
+
+async fn get_panel_list(
+    State(st): State<HttpState>,
+    Path((name, list)): Path<(String, String)>,
+    Query(q): Query<ListParams>,
+) -> Response {
+    let Some(which) = dashboard::List::parse(&list) else {
+        return error(StatusCode::NOT_FOUND, format!("no panel list {list:?} (known: decisions, memory)"), None);
+    };
+    match dashboard::list_page(&st.admin, &st.index, name.clone(), which, q.handle, q.direction).await {
+        Ok(Some(html)) => axum::response::Html(html).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("no persona {name:?}, or its {list} cursor expired or was closed: reopen the panel"),
+            None,
+        ),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
     }
 }

@@ -48,12 +48,53 @@ function apply(frame) {
 // The introspection panel: a card clicked, or Enter on a focused one; Escape closes it.
 const panel = document.getElementById("panel");
 
+// Reopened on each change of its persona's card, the panel keeps the lists paged away from
+// their first page.
 async function openPanel(name) {
   const body = document.getElementById("panel-body");
+  const same = panel.open && panel.dataset.persona === name;
+  if (!same) closeCursors();
   panel.dataset.persona = name;
   const r = await fetch(`/dashboard/persona/${encodeURIComponent(name)}`);
-  body.innerHTML = r.ok ? await r.text() : `<p class="empty">${r.status}: not available</p>`;
+  const html = r.ok ? await r.text() : `<p class="empty">${r.status}: not available</p>`;
+  const paged = same ? [...body.querySelectorAll("section.paged")].filter((s) => s.dataset.handle) : [];
+  body.innerHTML = html;
+  for (const old of paged) {
+    const fresh = body.querySelector(`section.paged[data-list="${old.dataset.list}"]`);
+    if (fresh) fresh.replaceWith(old);
+  }
   if (!panel.open) panel.showModal();
+}
+
+// The panel's long lists page through a cursor (the same as `ai decisions --page-size`),
+// opened when the first page is left.
+document.getElementById("panel-body").addEventListener("click", async (e) => {
+  const button = e.target.closest("button[data-page]");
+  if (!button) return;
+  const section = button.closest("section.paged");
+  const q = new URLSearchParams({ direction: button.dataset.page });
+  if (section.dataset.handle) q.set("handle", section.dataset.handle);
+  const path = `/dashboard/persona/${encodeURIComponent(section.dataset.persona)}/${section.dataset.list}?${q}`;
+  const r = await fetch(path);
+  const text = r.ok ? await r.text() : null;
+  // The panel may have been refreshed meanwhile: the list's section as it is now.
+  const current = document.querySelector(`#panel-body section.paged[data-list="${section.dataset.list}"]`) || section;
+  if (text === null) {
+    current.querySelector("nav").textContent = `${r.status}: ${(await r.json()).error}`;
+    return;
+  }
+  const fresh = swap(current, text);
+  const again = fresh.querySelector(`button[data-page="${button.dataset.page}"]:not([disabled])`);
+  (again || fresh.querySelector("button[data-page]:not([disabled])") || fresh).focus();
+});
+
+// The panel's cursors are closed with it rather than left to expire.
+function closeCursors() {
+  for (const s of document.querySelectorAll("#panel-body section.paged")) {
+    if (!s.dataset.handle) continue;
+    fetch("/rag/close", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ handle: s.dataset.handle }) });
+    s.dataset.handle = "";
+  }
 }
 
 document.getElementById("cards").addEventListener("click", (e) => {
@@ -68,6 +109,7 @@ document.getElementById("cards").addEventListener("keydown", (e) => {
   }
 });
 panel.addEventListener("close", () => {
+  closeCursors();
   const card = document.getElementById(`card-${panel.dataset.persona}`);
   if (card) card.focus();
 });
