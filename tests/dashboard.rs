@@ -34,9 +34,10 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
         assert!(fleet_view.contains(&format!(r#"<th scope="row">{class}</th>"#)), "{fleet_view}");
     }
     assert!(
-        fleet_view.contains(r#"<li data-persona="scribe">scribe <small>restarts: 0, its actors: 0</small>"#),
+        fleet_view.contains(r#"<li data-persona="scribe">scribe <small>running, restarts 0</small><ul><li data-actor="inbox">inbox <small>running, restarts 0</small></li>"#),
         "{fleet_view}"
     );
+    assert!(fleet_view.contains("shared: admin <small>running</small>, scheduler"), "{fleet_view}");
     // The room with its members, and the forms that drive the fleet.
     assert!(html.contains(r#"<article class="room" id="room-general"><h3>#general</h3><p class="members">helper, reviewer, scribe</p>"#), "{html}");
     assert!(
@@ -46,6 +47,23 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
     assert!(
         html.contains(r#"<form id="state">"#) && html.contains(r#"<option value="scribe">scribe</option>"#),
         "{html}"
+    );
+
+    // A persona that crashed, and another whose working memory did: the tree counts both.
+    use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
+    fleet.fault("helper", Fault { target: FaultTarget::Persona, when: FaultWhen::Now }).await.unwrap();
+    fleet.fault("reviewer", Fault { target: FaultTarget::WorkingMemory, when: FaultWhen::Now }).await.unwrap();
+    let tree = poll("helper running again", || async {
+        let html = http.get(format!("http://{}/", fleet.addr)).send().await.unwrap().text().await.unwrap();
+        html.contains("helper <small>running, restarts 1").then_some(html)
+    })
+    .await;
+    assert!(tree.contains("supervision tree <small>(2 restarts)</small>"), "{tree}");
+    assert!(tree.contains(r#"helper <small>running, restarts 1, last: injected fault"#), "{tree}");
+    let reviewer = &tree[tree.find(r#"<li data-persona="reviewer">"#).unwrap()..];
+    assert!(
+        reviewer.contains(r#"<li data-actor="working_memory">working_memory <small>running, restarts 1</small>"#),
+        "{reviewer}"
     );
 
     let js = http.get(format!("http://{}/dashboard/dashboard.js", fleet.addr)).send().await.unwrap();

@@ -108,7 +108,8 @@ pub fn card(p: &PersonaDump) -> Card {
         capacity: s.available_capacity,
         inbox: p.inbox.len,
         inbox_capacity: p.inbox.capacity,
-        budget_used: (1.0 - p.budget_left).clamp(0.0, 1.0),
+        // Unknown while it is not running.
+        budget_used: if p.self_state.is_some() { (1.0 - p.budget_left).clamp(0.0, 1.0) } else { 0.0 },
         preoccupations: worries.into_iter().take(3).map(|w| w.concern.clone()).collect(),
         last_decision: s
             .recent_decisions
@@ -135,13 +136,26 @@ pub struct FleetView {
     /// Tasks skipped for the budget.
     pub skipped: u64,
     pub deadline_misses: u64,
-    /// The supervisor's restarts, then each persona's: (persona, its own, its children's).
-    pub supervisor_restarts: u32,
-    pub restarts: Vec<(String, u32, u32)>,
+    /// The supervision tree: the fleet's supervisor (its status), the shared actors it stops
+    /// the fleet for (name, status), and each persona with its actors.
+    pub supervisor: String,
+    pub shared: Vec<(&'static str, String)>,
+    pub tree: Vec<Supervised>,
     /// The personas that used most tokens over the cost window: (persona, tokens, tokens per
     /// bucket, oldest first).
     pub cost: Vec<(String, u64, Vec<u64>)>,
     pub cost_bucket_secs: f64,
+}
+
+/// A persona in the supervision tree: its status, restarts and last error, then its actors'
+/// (name, status, restarts).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Supervised {
+    pub persona: String,
+    pub status: String,
+    pub restarts: u32,
+    pub last_error: Option<String>,
+    pub actors: Vec<(&'static str, String, u32)>,
 }
 
 /// The fleet view of a dump, with the scheduler's cost report (asked with a timeline).
@@ -163,17 +177,32 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
         ],
         skipped: s.skipped.total(),
         deadline_misses: s.deadline_misses,
-        supervisor_restarts: d.supervisor.restarts,
-        restarts: d
+        supervisor: d.supervisor.status.clone(),
+        shared: vec![
+            ("admin", "running".into()),
+            ("scheduler", "running".into()),
+            ("coordinator", "running".into()),
+            ("embedding", d.embedding.status.clone()),
+            ("llm", d.llm.status.clone()),
+            ("index", d.index.status.clone()),
+        ],
+        tree: d
             .personas
             .iter()
             .map(|p| {
                 let a = &p.actors;
-                (
-                    p.name.clone(),
-                    a.persona.restarts,
-                    a.inbox.restarts + a.self_state.restarts + a.working_memory.restarts,
-                )
+                let child = |name, c: &crate::dump::ChildDump| (name, c.status.clone(), c.restarts);
+                Supervised {
+                    persona: p.name.clone(),
+                    status: a.persona.status.clone(),
+                    restarts: a.persona.restarts,
+                    last_error: a.persona.last_error.clone(),
+                    actors: vec![
+                        child("inbox", &a.inbox),
+                        child("self_state", &a.self_state),
+                        child("working_memory", &a.working_memory),
+                    ],
+                }
             })
             .collect(),
         cost: cost
@@ -240,16 +269,36 @@ pub fn render_fleet(f: &FleetView) -> String {
         .iter()
         .map(|(c, q, r, m)| format!("<tr><th scope=\"row\">{c}</th><td>{q}</td><td>{r}</td><td>{m}</td></tr>"))
         .collect();
-    let tree: String = f
-        .restarts
+    let shared: String = f
+        .shared
         .iter()
-        .map(|(p, own, children)| {
+        .map(|(name, status)| format!("{name} <small>{}</small>", e(status)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let personas: String = f
+        .tree
+        .iter()
+        .map(|p| {
+            let error = p.last_error.as_deref().map_or_else(String::new, |err| format!(", last: {}", e(err)));
+            let actors: String = p
+                .actors
+                .iter()
+                .map(|(name, status, restarts)| {
+                    format!(r#"<li data-actor="{name}">{name} <small>{}, restarts {restarts}</small></li>"#, e(status))
+                })
+                .collect();
             format!(
-                r#"<li data-persona="{p}">{p} <small>restarts: {own}, its actors: {children}</small></li>"#,
-                p = e(p)
+                r#"<li data-persona="{p}">{p} <small>{status}, restarts {restarts}{error}</small><ul>{actors}</ul></li>"#,
+                p = e(&p.persona),
+                status = e(&p.status),
+                restarts = p.restarts,
             )
         })
         .collect();
+    let tree = format!(
+        r#"<li>supervisor <small>{sup}</small><ul><li>shared: {shared} <small>(not restarted: their failure stops the fleet)</small></li>{personas}</ul></li>"#,
+        sup = e(&f.supervisor),
+    );
     format!(
         concat!(
             r#"<section id="fleet" aria-label="fleet"><h2>Fleet</h2>"#,
@@ -258,7 +307,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
             "{cost}",
-            r#"<details><summary>supervision tree <small>(supervisor restarts: {sup})</small></summary><ul class="tree">{tree}</ul></details>"#,
+            r#"<details><summary>supervision tree <small>({restarts} restarts)</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
         rec = e(&f.recommendation),
@@ -270,7 +319,7 @@ pub fn render_fleet(f: &FleetView) -> String {
         misses = f.deadline_misses,
         skipped = f.skipped,
         cost = render_cost(f),
-        sup = f.supervisor_restarts,
+        restarts = f.tree.iter().map(|p| p.restarts + p.actors.iter().map(|a| a.2).sum::<u32>()).sum::<u32>(),
         tree = tree,
     )
 }

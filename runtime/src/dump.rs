@@ -18,6 +18,8 @@ use crate::storage::StorageStats;
 pub struct FleetDump {
     pub fleet: String,
     pub generated_at: String,
+    /// The fleet's root supervisor. Nothing restarts it (its `restarts` stay 0): it restarts
+    /// personas, and stops the fleet when a shared actor fails.
     pub supervisor: ChildDump,
     pub admin: AdminDump,
     pub scheduler: SchedulerStats,
