@@ -2,6 +2,7 @@
 //! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
 
 pub mod conversation;
+pub mod dashboard;
 pub mod embed;
 pub mod index;
 pub mod llm;
@@ -31,6 +32,17 @@ pub fn rss_kib() -> u64 {
             s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// CPU time this process used so far (user and system, every thread), in seconds.
+pub fn cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -250,17 +262,24 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
     }))
 }
 
-/// A steady open-loop load: `rate` undirected events per second into rooms of `room_size` personas,
-/// for `seconds`, sampling RSS, queue lengths and the inject-to-decision latency every
-/// `every` seconds. Flat RSS and queues mean the fleet keeps up.
-pub async fn soak(
-    personas: usize,
-    rate: usize,
-    seconds: u64,
-    every: u64,
-    room_size: usize,
-    conversation: bool,
-) -> anyhow::Result<Value> {
+/// A steady open-loop load: `rate` undirected events per second into rooms of `room_size`
+/// personas, for `seconds`, sampled every `every` seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct SoakLoad {
+    pub personas: usize,
+    pub rate: usize,
+    pub seconds: u64,
+    pub every: u64,
+    pub room_size: usize,
+    /// Conversation memory on (and the embedding model).
+    pub conversation: bool,
+}
+
+/// Runs `load` on a new fleet, sampling RSS, queue lengths and the inject-to-decision latency;
+/// flat RSS and queues mean the fleet keeps up. With `pages` > 0, that many dashboard pages are
+/// open on it meanwhile ([`dashboard::Pages`]), and what they saw is under `pages`.
+pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
+    let SoakLoad { personas, rate, seconds, every, room_size, conversation } = load;
     let dir = tempfile::tempdir()?;
     let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
@@ -270,6 +289,8 @@ pub async fn soak(
     }
     let fleet = Arc::new(Fleet::start(cfg).await?);
     let rss_start = rss_kib();
+    let cpu_start = cpu_s();
+    let pages = (pages > 0).then(|| dashboard::Pages::open(fleet.addr, pages, "p0"));
     let sent = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let in_flight = Arc::new(AtomicU64::new(0));
@@ -324,6 +345,7 @@ pub async fn soak(
     };
     let started = Instant::now();
     let mut samples = Vec::new();
+    let mut writer_busy = Vec::new();
     let (mut busy_before, mut at_before) = (0.0, Instant::now());
     let (mut rss_max, mut pending_max, mut queued_max, mut p99_max) = (0u64, 0u64, 0usize, 0f64);
     while started.elapsed() < Duration::from_secs(seconds) {
@@ -336,6 +358,7 @@ pub async fn soak(
         pending_max = pending_max.max(stats.pending);
         queued_max = queued_max.max(sched.queued());
         p99_max = p99_max.max(stats.decision_p99_ms);
+        writer_busy.push((stats.busy_s - busy_before) / at_before.elapsed().as_secs_f64());
         samples.push(json!({
             "t_s": started.elapsed().as_secs(),
             "sent": sent.load(Ordering::Relaxed),
@@ -347,7 +370,7 @@ pub async fn soak(
             "queued_by_class": [sched.urgent.queued, sched.interactive.queued, sched.work.queued, sched.background.queued],
             "running_by_class": [sched.urgent.running, sched.interactive.running, sched.work.running, sched.background.running],
             "decision_p99_ms": round(stats.decision_p99_ms, 1),
-            "writer_busy": round((stats.busy_s - busy_before) / at_before.elapsed().as_secs_f64(), 3),
+            "writer_busy": round(writer_busy.last().copied().unwrap_or(0.0), 3),
             "mean_batch": round(stats.mean_batch, 1),
             "commit_p50_ms": round(stats.commit_p50_ms, 2),
         }));
@@ -359,6 +382,11 @@ pub async fn soak(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_s() - cpu_start;
+    let pages = match pages {
+        Some(p) => p.finish().await,
+        None => Value::Null,
+    };
     let idle = fleet.wait_idle(Duration::from_secs(60)).await;
     let stats = fleet.storage.stats().await?;
     let d = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -392,12 +420,15 @@ pub async fn soak(
         "decision_p99_max_ms": round(p99_max, 2),
         "decision_p99_all_ms": round(stats.decision_p99_all_ms, 2),
         "decision_max_ms": round(stats.decision_max_ms, 1),
+        "cpu_s": round(cpu, 1),
+        "writer_busy_mean": round(writer_busy.iter().sum::<f64>() / writer_busy.len().max(1) as f64, 3),
         "mean_batch": round(stats.mean_batch, 1),
         "commit_p50_ms": round(stats.commit_p50_ms, 2),
         "commit_p99_ms": round(stats.commit_p99_ms, 2),
         "fsync_p50_ms": round(stats.fsync_p50_ms, 2),
         "drained": idle,
         "coordination_efficiency": round(d.coordination.efficiency, 3),
+        "pages": pages,
         "samples": samples,
     }))
 }

@@ -444,6 +444,21 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The same load on a fleet without a page and with open dashboard pages (each streaming
+    /// the live cards and refreshing a panel every second): decision latency, throughput and
+    /// CPU of both, and their ratios.
+    Dashboard {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long, default_value_t = 300)]
+        rate: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 4)]
+        pages: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Conversation memory under a stream of chat messages (real MiniLM): embedding lag, its
     /// promotions, messages embedded per second, recall latency.
     Conversation {
@@ -676,11 +691,23 @@ fn main() -> ExitCode {
                     true => models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")).map(|_| ()),
                     false => Ok(()),
                 };
+                let load = bench::SoakLoad {
+                    personas,
+                    rate,
+                    seconds,
+                    every: every.max(1),
+                    room_size: room_size.max(1),
+                    conversation,
+                };
                 let r = match r {
-                    Ok(()) => bench::soak(personas, rate, seconds, every.max(1), room_size.max(1), conversation).await,
+                    Ok(()) => bench::soak(load, 0).await,
                     Err(e) => Err(e.into()),
                 };
                 print_figures(r, json)
+            }
+            Command::Bench { which: BenchCmd::Dashboard { personas, rate, seconds, pages, json } } => {
+                let load = bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false };
+                print_figures(bench::dashboard::dashboard(load, pages.max(1)).await, json)
             }
             Command::Embed { text, long, model, admin, token, json } => {
                 embed(text, long, model, admin.map(|a| Client::new(&a, token)), json).await

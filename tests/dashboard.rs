@@ -80,24 +80,64 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
     fleet.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Reads `cards` events from a stream until `want` accepts one, within [`DEADLINE`].
-async fn next_cards(stream: &mut reqwest::Response, buf: &mut String, want: impl Fn(&Value) -> bool) -> Value {
-    let read = async {
-        loop {
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                if let Some(data) = event.strip_prefix("event: cards\ndata: ") {
-                    let frame: Value = serde_json::from_str(data.trim_end()).unwrap();
-                    if want(&frame) {
-                        return frame;
+/// An open page's stream, and what the page shows: its updates applied in order.
+struct Page {
+    stream: reqwest::Response,
+    buf: String,
+    shows: Value,
+}
+
+impl Page {
+    async fn open(http: &reqwest::Client, url: &str) -> Page {
+        let stream = http.get(url).send().await.unwrap();
+        assert_eq!(stream.headers()["content-type"], "text/event-stream");
+        Page { stream, buf: String::new(), shows: json!({"cards": []}) }
+    }
+
+    /// Applies updates until what the page shows satisfies `want`, within [`DEADLINE`]; that,
+    /// and the update that made it so.
+    async fn until(&mut self, want: impl Fn(&Value) -> bool) -> (Value, Value) {
+        let read = async {
+            loop {
+                while let Some(end) = self.buf.find("\n\n") {
+                    let event: String = self.buf.drain(..end + 2).collect();
+                    if let Some(data) = event.strip_prefix("event: cards\ndata: ") {
+                        let update: Value = serde_json::from_str(data.trim_end()).unwrap();
+                        apply(&mut self.shows, &update);
+                        if want(&self.shows) {
+                            return (self.shows.clone(), update);
+                        }
                     }
                 }
+                let chunk = self.stream.chunk().await.unwrap().expect("the stream goes on");
+                self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
             }
-            let chunk = stream.chunk().await.unwrap().expect("the stream goes on");
-            buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        };
+        tokio::time::timeout(DEADLINE, read).await.expect("the wanted cards within the deadline")
+    }
+}
+
+/// What the page's script does with an update.
+fn apply(shows: &mut Value, update: &Value) {
+    let mut cards: Vec<Value> = shows["cards"].as_array().unwrap().clone();
+    for c in update["cards"].as_array().unwrap() {
+        match cards.iter_mut().find(|x| x["name"] == c["name"]) {
+            Some(x) => *x = c.clone(),
+            None => cards.push(c.clone()),
         }
-    };
-    tokio::time::timeout(DEADLINE, read).await.expect("the wanted cards within the deadline")
+    }
+    if let Some(order) = update["order"].as_array() {
+        cards = order
+            .iter()
+            .map(|n| cards.iter().find(|c| &c["name"] == n).expect("a card for each name").clone())
+            .collect();
+    }
+    shows["cards"] = Value::Array(cards);
+    for k in ["fleet", "generated_at", "rooms", "rooms_html", "fleet_view", "fleet_html"] {
+        if let Some(v) = update.get(k) {
+            shows[k] = v.clone();
+        }
+    }
 }
 
 fn status<'a>(frame: &'a Value, name: &str) -> &'a str {
@@ -110,13 +150,11 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
     let http = reqwest::Client::new();
     let url = format!("http://{}/dashboard/events", fleet.addr);
-    let mut one = http.get(&url).send().await.unwrap();
-    assert_eq!(one.headers()["content-type"], "text/event-stream");
-    let mut two = http.get(&url).send().await.unwrap();
-    let (mut buf1, mut buf2) = (String::new(), String::new());
-    let first = next_cards(&mut one, &mut buf1, |_| true).await;
+    let (mut one, mut two) = (Page::open(&http, &url).await, Page::open(&http, &url).await);
+    let (first, update) = one.until(|_| true).await;
     assert_eq!((first["fleet"].as_str(), status(&first, "helper")), (Some("test"), "idle"), "{first}");
-    next_cards(&mut two, &mut buf2, |_| true).await;
+    assert_eq!(update["order"], json!(["helper", "reviewer", "scribe"]), "the first update holds every card");
+    two.until(|_| true).await;
 
     // Made dormant through the API: both pages see it, without reloading.
     let r = http
@@ -127,14 +165,17 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let dormant = |f: &Value| status(f, "helper") == "dormant";
-    let seen = next_cards(&mut one, &mut buf1, dormant).await;
+    let (seen, update) = one.until(dormant).await;
     assert_eq!(status(&seen, "reviewer"), "idle", "{seen}");
+    let sent: Vec<&str> = update["cards"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(sent.contains(&"helper") && !sent.contains(&"scribe"), "only the cards that changed: {update}");
+    assert!(update.get("order").is_none(), "{update}");
     let card = seen["cards"].as_array().unwrap().iter().find(|c| c["name"] == "helper").unwrap();
     assert!(
         card["html"].as_str().unwrap().contains(r#"data-status="dormant""#),
         "the card as the page shows it: {card}"
     );
-    next_cards(&mut two, &mut buf2, dormant).await;
+    two.until(dormant).await;
 
     // A reply in the room reaches the pages with who wrote it and what it answers.
     let ack = fleet.inject(crate::util::chat("general", "alice", "@reviewer please look at the parser")).await.unwrap();
@@ -142,7 +183,7 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
         let messages = f["rooms"][0]["messages"].as_array().unwrap().clone();
         messages.into_iter().find(|m| m["in_reply_to"] == ack.event_id.as_str())
     };
-    let seen = next_cards(&mut one, &mut buf1, |f| reply_of(f).is_some()).await;
+    let (seen, _) = one.until(|f| reply_of(f).is_some()).await;
     let room = &seen["rooms"][0];
     assert_eq!(room["name"], "general");
     let asked = room["messages"].as_array().unwrap().iter().find(|m| m["event_id"] == ack.event_id.as_str());
@@ -182,7 +223,7 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
         fleet.scheduler.submit(t.with_max_tokens(400));
         fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
     }
-    let charted = next_cards(&mut one, &mut buf1, |f| f["fleet_view"]["cost"].as_array().unwrap().len() == 2).await;
+    let (charted, _) = one.until(|f| f["fleet_view"]["cost"].as_array().unwrap().len() == 2).await;
     let cost = &charted["fleet_view"]["cost"];
     assert_eq!(
         (&cost[0][0], &cost[0][1], &cost[1][0], &cost[1][1]),
@@ -198,7 +239,7 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
 
     // The fleet stops: the streams end (the page then reconnects), they do not hang.
     fleet.shutdown(Duration::from_secs(5)).await;
-    let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.chunk().await {} }).await;
+    let ended = tokio::time::timeout(DEADLINE, async { while let Ok(Some(_)) = one.stream.chunk().await {} }).await;
     assert!(ended.is_ok(), "the stream ended with the fleet");
 }
 

@@ -436,7 +436,7 @@ fn render_controls(cards: &[Card], rooms: &[Room]) -> String {
     )
 }
 
-/// What a page is sent when something changed.
+/// What a page shows, as of one dump; pages are sent [`Update`]s of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Frame {
     pub fleet: String,
@@ -468,6 +468,56 @@ impl Frame {
     fn differs(&self, other: &Frame) -> bool {
         self.cards != other.cards || self.rooms != other.rooms || self.fleet_view != other.fleet_view
     }
+
+    /// What a page that shows `shown` needs to show this frame; everything without `shown`.
+    pub fn update<'a>(&'a self, shown: Option<&Frame>) -> Update<'a> {
+        let names = |f: &'a Frame| f.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>();
+        let order = names(self);
+        let (cards, order) = match shown {
+            None => (self.cards.iter().collect(), Some(order)),
+            Some(prev) => {
+                let before: std::collections::HashMap<&str, &Card> =
+                    prev.cards.iter().map(|c| (c.name.as_str(), c)).collect();
+                let changed = self.cards.iter().filter(|c| before.get(c.name.as_str()).is_none_or(|b| *b != *c));
+                let same_order =
+                    prev.cards.len() == order.len() && prev.cards.iter().zip(&order).all(|(c, n)| c.name == *n);
+                (changed.collect(), (!same_order).then_some(order))
+            }
+        };
+        let rooms_changed = shown.is_none_or(|p| p.rooms != self.rooms);
+        let fleet_changed = shown.is_none_or(|p| p.fleet_view != self.fleet_view);
+        Update {
+            fleet: &self.fleet,
+            generated_at: &self.generated_at,
+            cards,
+            order,
+            rooms: rooms_changed.then_some(&self.rooms),
+            rooms_html: rooms_changed.then_some(&self.rooms_html),
+            fleet_view: fleet_changed.then_some(&self.fleet_view),
+            fleet_html: fleet_changed.then_some(&self.fleet_html),
+        }
+    }
+}
+
+/// What a page is sent: the first of its stream holds everything, the next ones only what
+/// changed since the one before (a page's stream sends them in order, none skipped).
+#[derive(Debug, Serialize)]
+pub struct Update<'a> {
+    pub fleet: &'a str,
+    pub generated_at: &'a str,
+    /// The cards that changed (all of them, first).
+    pub cards: Vec<&'a Card>,
+    /// Every persona's name in the order of the cards, when a card came or went (and first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rooms: Option<&'a Vec<Room>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rooms_html: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_view: Option<&'a FleetView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_html: Option<&'a String>,
 }
 
 /// Escapes text for HTML content and quoted attribute values.
@@ -953,21 +1003,23 @@ impl Feed {
     }
 }
 
-/// The stream of one page: a `cards` event per new frame, until the feed stops.
+/// The stream of one page: a `cards` event per new frame, until the feed stops: the first with
+/// everything, the next ones with what changed since ([`Frame::update`]).
 pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
     // A page (re)connecting gets the latest frame at once.
     rx.mark_changed();
-    let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+    let shown: Option<Arc<Frame>> = None;
+    let stream = futures::stream::unfold((rx, shown, true), |(mut rx, shown, first)| async move {
         if first {
             // The reconnect delay, before anything else.
-            return Some((Ok(Event::default().retry(RETRY).comment("hello")), (rx, false)));
+            return Some((Ok(Event::default().retry(RETRY).comment("hello")), (rx, shown, false)));
         }
         loop {
             rx.changed().await.ok()?;
             let frame = rx.borrow_and_update().clone();
             if let Some(f) = frame {
-                let data = serde_json::to_string(&*f).unwrap_or_else(|_| "null".into());
-                return Some((Ok(Event::default().event("cards").data(data)), (rx, false)));
+                let data = serde_json::to_string(&f.update(shown.as_deref())).unwrap_or_else(|_| "null".into());
+                return Some((Ok(Event::default().event("cards").data(data)), (rx, Some(f), false)));
             }
         }
     });
@@ -1007,6 +1059,49 @@ mod tests {
             conversation: None,
             study: None,
         }
+    }
+
+    fn dump(personas: Vec<PersonaDump>) -> FleetDump {
+        FleetDump {
+            fleet: "t".into(),
+            generated_at: String::new(),
+            supervisor: ChildDump::running(0),
+            admin: Default::default(),
+            scheduler: Default::default(),
+            coordination: Default::default(),
+            embedding: Default::default(),
+            llm: Default::default(),
+            index: Default::default(),
+            storage: Default::default(),
+            personas,
+            outbox: Vec::new(),
+            recent_events: Vec::new(),
+            dead_letters: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_update_holds_what_changed_and_the_order_when_a_card_came_or_went() {
+        let cost = CostReport::default();
+        let before = Frame::of(&dump(vec![persona("ada"), persona("bob")]), &cost);
+        let first = before.update(None);
+        assert_eq!((first.cards.len(), first.order.clone()), (2, Some(vec!["ada", "bob"])));
+        assert!(first.rooms_html.is_some() && first.fleet_html.is_some());
+        assert!(before.update(Some(&before)).cards.is_empty(), "nothing changed");
+
+        let mut ada = persona("ada");
+        ada.inbox.len = 9;
+        let after = Frame::of(&dump(vec![ada, persona("bob")]), &cost);
+        let u = after.update(Some(&before));
+        assert_eq!(u.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["ada"]);
+        assert!(u.order.is_none() && u.rooms_html.is_none(), "same cards, same rooms");
+        let json = serde_json::to_value(&u).unwrap();
+        assert!(json.get("order").is_none() && json.get("rooms").is_none(), "{json}");
+
+        let gone = Frame::of(&dump(vec![persona("ada"), persona("cy")]), &cost);
+        let u = gone.update(Some(&before));
+        assert_eq!(u.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["cy"]);
+        assert_eq!(u.order, Some(vec!["ada", "cy"]), "bob went, cy came");
     }
 
     #[test]
@@ -1050,22 +1145,7 @@ mod tests {
             bucket_secs: 30.0,
             ..CostReport::default()
         };
-        let mut d = FleetDump {
-            fleet: "t".into(),
-            generated_at: String::new(),
-            supervisor: ChildDump::running(0),
-            admin: Default::default(),
-            scheduler: Default::default(),
-            coordination: Default::default(),
-            embedding: Default::default(),
-            llm: Default::default(),
-            index: Default::default(),
-            storage: Default::default(),
-            personas: vec![persona("ada")],
-            outbox: Vec::new(),
-            recent_events: Vec::new(),
-            dead_letters: Vec::new(),
-        };
+        let mut d = dump(vec![persona("ada")]);
         let html = render_fleet(&fleet_view(&d, &cost));
         // ada's peak (200) is the top of the shared scale, bob's 100 half way.
         assert!(

@@ -1,6 +1,6 @@
 // Live updates and controls for the server-rendered page (dashboard.rs). `cards` events from
-// /dashboard/events carry each card, the fleet view and the rooms as the server renders them;
-// the script swaps in what changed. The browser reconnects by itself after a dropped stream;
+// /dashboard/events carry the cards, the fleet view and the rooms that changed, as the server
+// renders them; the script swaps them in. The browser reconnects by itself after a dropped stream;
 // after a refused one (a fleet restarting answers 503) it gives up, so the page opens a new
 // stream a second later. The forms go to the admin API: POST /events and POST /ai/state.
 "use strict";
@@ -16,33 +16,51 @@ function swap(old, html) {
 // The html each card was last given, by persona.
 const shown = new Map();
 
-function apply(frame) {
+// An update holds the cards that changed (all of them in a stream's first), the order of every
+// card when one came or went, and the rooms and the fleet view when they changed.
+function apply(update) {
   const list = document.getElementById("cards");
   const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.persona : null;
-  const seen = new Set();
-  frame.cards.forEach((c, i) => {
-    seen.add(c.name);
+  for (const c of update.cards) {
+    if (shown.get(c.name) === c.html) continue;
     const old = document.getElementById(`card-${c.name}`);
     let card;
     if (old) {
-      if (shown.get(c.name) === c.html) return;
       card = swap(old, c.html);
     } else {
       const tpl = document.createElement("template");
       tpl.innerHTML = c.html;
-      card = tpl.content.firstElementChild;
-      list.insertBefore(card, list.children[i] || null);
+      card = list.appendChild(tpl.content.firstElementChild);
     }
     shown.set(c.name, c.html);
     if (focused === c.name) card.focus();
     if (panel.open && panel.dataset.persona === c.name) openPanel(c.name);
-  });
-  for (const el of [...list.children]) if (!seen.has(el.dataset.persona)) el.remove();
-  swap(document.getElementById("rooms"), frame.rooms_html);
-  const fleet = document.getElementById("fleet");
-  const open = fleet.querySelector("details").open;
-  swap(fleet, frame.fleet_html).querySelector("details").open = open;
-  document.getElementById("at").textContent = frame.generated_at;
+  }
+  if (update.order) {
+    const keep = new Set(update.order);
+    for (const el of [...list.children]) {
+      if (!keep.has(el.dataset.persona)) {
+        el.remove();
+        shown.delete(el.dataset.persona);
+      }
+    }
+    const now = [...list.children].map((el) => el.dataset.persona);
+    if (now.join("\n") !== update.order.join("\n")) {
+      for (const name of update.order) {
+        const el = document.getElementById(`card-${name}`);
+        if (el) list.appendChild(el);
+      }
+      const again = focused && document.getElementById(`card-${focused}`);
+      if (again) again.focus();
+    }
+  }
+  if (update.rooms_html) swap(document.getElementById("rooms"), update.rooms_html);
+  if (update.fleet_html) {
+    const fleet = document.getElementById("fleet");
+    const open = fleet.querySelector("details").open;
+    swap(fleet, update.fleet_html).querySelector("details").open = open;
+  }
+  document.getElementById("at").textContent = update.generated_at;
 }
 
 // The introspection panel: a card clicked, or Enter on a focused one; Escape closes it.
