@@ -29,7 +29,9 @@ use mindfleet_runtime::event::EventInput;
 use mindfleet_runtime::http::{self, HttpState};
 use mindfleet_runtime::knowledge::IndexMsg;
 use mindfleet_runtime::llm::LlmMsg;
-use mindfleet_runtime::messages::{AdminMsg, CoordinatorMsg, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus};
+use mindfleet_runtime::messages::{
+    AdminMsg, CoordinatorMsg, DumpDepth, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus,
+};
 use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
@@ -498,7 +500,7 @@ impl Fleet {
     }
 
     pub async fn dump(&self, persona: Option<String>) -> Result<FleetDump, InjectError> {
-        call_t!(self.admin, |reply| AdminMsg::Dump { persona, reply }, 10_000)
+        call_t!(self.admin, |reply| AdminMsg::Dump { persona, depth: DumpDepth::Full, reply }, 10_000)
             .map_err(|e| InjectError::Storage(format!("admin: {e}")))?
     }
 

@@ -23,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use mindfleet_runtime::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
 use mindfleet_runtime::conversation::{self, Recall, RecallQuery, Recalled, Said};
-use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump};
+use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
 use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_runtime::messages::{
-    AdminMsg, Claim, CoordinatorMsg, Delivery, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg, PersonaStatus,
-    StateChange, StudyStep, Turn,
+    AdminMsg, Claim, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg,
+    PersonaStatus, StateChange, StudyStep, Turn,
 };
 use mindfleet_runtime::model::{
     Action, Adjustment, AdjustmentRecord, Decision, EntryKind, ErrorClass, Learning, OutboxEntry, PlanRecord,
@@ -1923,11 +1923,12 @@ impl PersonaState {
         }));
     }
 
-    async fn dump(&self) -> PersonaDump {
-        let inbox = call_t!(self.inbox.actor, InboxMsg::Stats, CHILD_CALL_MS).unwrap_or_default();
-        let working_memory = call_t!(self.memory.actor, MemoryMsg::Dump, CHILD_CALL_MS).unwrap_or_default();
+    /// Answers a dump. What the children know comes from a task, so the persona goes on with
+    /// its events meanwhile (a dashboard asks every persona each second).
+    fn dump(&self, depth: DumpDepth, reply: RpcReplyPort<PersonaDump>) {
+        let full = depth == DumpDepth::Full;
         let c = &self.args.config;
-        PersonaDump {
+        let mut d = PersonaDump {
             name: self.name.to_string(),
             role: c.role.clone(),
             status: PersonaStatus::Running,
@@ -1942,17 +1943,25 @@ impl PersonaState {
                 working_memory: self.memory.dump(),
             },
             self_state: Some(self.snapshot.clone()),
-            inbox,
-            working_memory,
+            inbox: Default::default(),
+            working_memory: WorkingMemoryDump::default(),
             decisions: Vec::new(),
             in_flight: self.current_event().map(|d| d.event.id.clone()),
             cadence_ms: self.cadence.as_millis() as u64,
             budget_left: self.budget_left,
             plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
-            references: self.args.enricher.as_ref().map(|_| self.refs.dump()),
-            conversation: self.convo.as_ref().map(|c| c.dump(now_us())),
-            study: self.args.index.as_ref().map(|_| self.study.dump()),
-        }
+            references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.refs.dump()),
+            conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
+            study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
+        };
+        let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
+        tokio::spawn(async move {
+            d.inbox = call_t!(inbox, InboxMsg::Stats, CHILD_CALL_MS).unwrap_or_default();
+            if full {
+                d.working_memory = call_t!(memory, MemoryMsg::Dump, CHILD_CALL_MS).unwrap_or_default();
+            }
+            let _ = reply.send(d);
+        });
     }
 
     fn fault(&mut self, f: Fault) {
@@ -2084,9 +2093,7 @@ impl Actor for Persona {
                 st.retune();
             }
             PersonaMsg::Granted(g) => st.on_grant(g).await,
-            PersonaMsg::Dump(reply) => {
-                let _ = reply.send(st.dump().await);
-            }
+            PersonaMsg::Dump(depth, reply) => st.dump(depth, reply),
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),

@@ -20,7 +20,7 @@ use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
 use crate::event::Event;
 use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
-use crate::messages::{AdminMsg, CoordinatorMsg, InjectError, PersonaMsg, PersonaStatus};
+use crate::messages::{AdminMsg, CoordinatorMsg, DumpDepth, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
 use crate::storage::{Storage, Target};
 use crate::time::{now_us, rfc3339};
@@ -283,7 +283,7 @@ impl Actor for Admin {
                 };
                 tokio::spawn(async move {
                     let storage = base.storage.clone();
-                    let r = match base.gather(work).await {
+                    let r = match base.gather(work, DumpDepth::Full).await {
                         Ok(dump) => tokio::task::spawn_blocking(move || crate::ai::answer(&query, &dump, &storage))
                             .await
                             .map_err(|e| InjectError::Storage(e.to_string()))
@@ -334,12 +334,12 @@ impl Actor for Admin {
                 };
                 let _ = reply.send(r);
             }
-            AdminMsg::Dump { persona, reply } => match st.dump_work(persona.as_deref()) {
+            AdminMsg::Dump { persona, depth, reply } => match st.dump_work(persona.as_deref()) {
                 Ok(work) => {
                     let base = st.dump_base();
                     // Gathering waits on every persona: do it off the admin's loop.
                     tokio::spawn(async move {
-                        let _ = reply.send(base.gather(work).await);
+                        let _ = reply.send(base.gather(work, depth).await);
                     });
                 }
                 Err(e) => {
@@ -382,10 +382,14 @@ struct DumpBase {
 type DumpWork = Vec<(Arc<str>, Option<ActorRef<PersonaMsg>>, PersonaStatus, u32, Option<String>)>;
 
 impl DumpBase {
-    async fn gather(self, work: DumpWork) -> Result<FleetDump, InjectError> {
+    async fn gather(self, work: DumpWork, depth: DumpDepth) -> Result<FleetDump, InjectError> {
+        let (decisions, evictions) = match depth {
+            DumpDepth::Full => (50, 20),
+            DumpDepth::Cards => (1, 0),
+        };
         let calls = work.into_iter().map(|(name, actor, status, restarts, error)| async move {
             let live = match (&actor, status) {
-                (Some(a), PersonaStatus::Running) => call_t!(a, PersonaMsg::Dump, DUMP_CALL_MS).ok(),
+                (Some(a), PersonaStatus::Running) => call_t!(a, PersonaMsg::Dump, DUMP_CALL_MS, depth).ok(),
                 _ => None,
             };
             let mut d = live.unwrap_or_else(|| {
@@ -402,8 +406,11 @@ impl DumpBase {
         let storage = self.storage.clone();
         let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
         let (journals, outbox, recent_events, dead_letters) = tokio::task::spawn_blocking(move || {
-            let decisions = storage.recent_decisions_of(&names, 50)?;
-            let evictions: Result<Vec<_>, _> = names.iter().map(|n| storage.recent_evictions(n, 20)).collect();
+            let decisions = storage.recent_decisions_of(&names, decisions)?;
+            let evictions: Result<Vec<_>, _> = match evictions {
+                0 => Ok(vec![Vec::new(); names.len()]),
+                n => names.iter().map(|name| storage.recent_evictions(name, n)).collect(),
+            };
             let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
             let (outbox, events) = (storage.recent_outbox(100)?, storage.recent_events(100)?);
             Ok::<_, crate::storage::StorageError>((journals, outbox, events, storage.dead_letters()?))

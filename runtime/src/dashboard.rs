@@ -11,7 +11,7 @@
 //! reconnects by itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -23,7 +23,7 @@ use crate::ai::AiQuery;
 use crate::cursor::{Direction, Page};
 use crate::dump::{FleetDump, PersonaDump};
 use crate::knowledge::{FetchRequest, IndexMsg, RagError, RagRequest};
-use crate::messages::{AdminMsg, InjectError, PersonaStatus};
+use crate::messages::{AdminMsg, DumpDepth, InjectError, PersonaStatus};
 use crate::model::{Decision, Mood, SelfStateData, StepState, WmEntry};
 use crate::sched::CostReport;
 use crate::team;
@@ -464,21 +464,26 @@ impl Frame {
         }
     }
 
-    /// Whether a page would show anything else than `other` (the time aside).
+    /// Whether a page would show anything else than `other` (the time aside). Cards compare by
+    /// their markup: a load that moved by less than the page shows is no change.
     fn differs(&self, other: &Frame) -> bool {
-        self.cards != other.cards || self.rooms != other.rooms || self.fleet_view != other.fleet_view
+        self.cards.len() != other.cards.len()
+            || self.cards.iter().zip(&other.cards).any(|(a, b)| a.name != b.name || a.html != b.html)
+            || self.rooms != other.rooms
+            || self.fleet_view != other.fleet_view
     }
 
     /// What a page that shows `shown` needs to show this frame; everything without `shown`.
     pub fn update<'a>(&'a self, shown: Option<&Frame>) -> Update<'a> {
         let names = |f: &'a Frame| f.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>();
         let order = names(self);
-        let (cards, order) = match shown {
+        let (cards, order): (Vec<&Card>, _) = match shown {
             None => (self.cards.iter().collect(), Some(order)),
             Some(prev) => {
                 let before: std::collections::HashMap<&str, &Card> =
                     prev.cards.iter().map(|c| (c.name.as_str(), c)).collect();
-                let changed = self.cards.iter().filter(|c| before.get(c.name.as_str()).is_none_or(|b| *b != *c));
+                let changed =
+                    self.cards.iter().filter(|c| before.get(c.name.as_str()).is_none_or(|b| b.html != c.html));
                 let same_order =
                     prev.cards.len() == order.len() && prev.cards.iter().zip(&order).all(|(c, n)| c.name == *n);
                 (changed.collect(), (!same_order).then_some(order))
@@ -489,7 +494,7 @@ impl Frame {
         Update {
             fleet: &self.fleet,
             generated_at: &self.generated_at,
-            cards,
+            cards: cards.into_iter().map(|c| CardUpdate { name: &c.name, status: c.status, html: &c.html }).collect(),
             order,
             rooms: rooms_changed.then_some(&self.rooms),
             rooms_html: rooms_changed.then_some(&self.rooms_html),
@@ -499,6 +504,15 @@ impl Frame {
     }
 }
 
+/// A card as a page is sent it: the markup, with the name and the status (the rest of
+/// [`Card`] is in the markup, and in the dump).
+#[derive(Debug, Serialize)]
+pub struct CardUpdate<'a> {
+    pub name: &'a str,
+    pub status: &'static str,
+    pub html: &'a str,
+}
+
 /// What a page is sent: the first of its stream holds everything, the next ones only what
 /// changed since the one before (a page's stream sends them in order, none skipped).
 #[derive(Debug, Serialize)]
@@ -506,7 +520,7 @@ pub struct Update<'a> {
     pub fleet: &'a str,
     pub generated_at: &'a str,
     /// The cards that changed (all of them, first).
-    pub cards: Vec<&'a Card>,
+    pub cards: Vec<CardUpdate<'a>>,
     /// Every persona's name in the order of the cards, when a card came or went (and first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<Vec<&'a str>>,
@@ -861,8 +875,9 @@ pub fn render_login(wrong: bool) -> String {
 
 /// The dump of the whole fleet and its cost timeline, as the admin gives them. Without a cost
 /// report (the scheduler busy past the wait) the chart is empty for this frame.
-async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
-    let d = match call_t!(admin, |reply| AdminMsg::Dump { persona: None, reply }, DUMP_CALL_MS) {
+async fn frame(admin: &ActorRef<AdminMsg>) -> Result<(FleetDump, CostReport), String> {
+    let d = match call_t!(admin, |reply| AdminMsg::Dump { persona: None, depth: DumpDepth::Cards, reply }, DUMP_CALL_MS)
+    {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return Err(e.to_string()),
         Err(e) => return Err(format!("admin unavailable: {e}")),
@@ -872,18 +887,23 @@ async fn frame(admin: &ActorRef<AdminMsg>) -> Result<Frame, String> {
         Ok(Ok(v)) => serde_json::from_value(v).unwrap_or_default(),
         _ => CostReport::default(),
     };
-    Ok(Frame::of(&d, &cost))
+    Ok((d, cost))
 }
 
 pub async fn page(admin: &ActorRef<AdminMsg>) -> Result<String, String> {
-    frame(admin).await.map(|f| render_page(&f))
+    let (d, cost) = frame(admin).await?;
+    tokio::task::spawn_blocking(move || render_page(&Frame::of(&d, &cost))).await.map_err(|e| e.to_string())
 }
 
 /// What the panel of `persona` is made of: its dump, its learnings and its recoveries (three
 /// calls to the Admin, one after the other). `Ok(None)`: no such persona.
 pub async fn panel(admin: &ActorRef<AdminMsg>, persona: String) -> Result<Option<String>, String> {
     let unavailable = |e| format!("admin unavailable: {e}");
-    let d = match call_t!(admin, |reply| AdminMsg::Dump { persona: Some(persona.clone()), reply }, DUMP_CALL_MS) {
+    let d = match call_t!(
+        admin,
+        |reply| AdminMsg::Dump { persona: Some(persona.clone()), depth: DumpDepth::Full, reply },
+        DUMP_CALL_MS
+    ) {
         Ok(Ok(d)) => d,
         Ok(Err(InjectError::NotFound(_))) => return Ok(None),
         Ok(Err(e)) => return Err(e.to_string()),
@@ -917,8 +937,11 @@ pub async fn list_page(
     let answer = match handle {
         Some(h) => fetch(h, direction).await?,
         None => {
-            let p = match call_t!(admin, |reply| AdminMsg::Dump { persona: Some(persona.clone()), reply }, DUMP_CALL_MS)
-            {
+            let p = match call_t!(
+                admin,
+                |reply| AdminMsg::Dump { persona: Some(persona.clone()), depth: DumpDepth::Full, reply },
+                DUMP_CALL_MS
+            ) {
                 Ok(Ok(d)) => d.personas.into_iter().next(),
                 Ok(Err(InjectError::NotFound(_))) => None,
                 Ok(Err(e)) => return Err(e.to_string()),
@@ -943,10 +966,41 @@ pub async fn list_page(
     Ok(Some(render_list(&persona, list, handle.as_str(), &page)))
 }
 
-type Poller = watch::Sender<Option<Arc<Frame>>>;
+/// A frame as the feed publishes it, with its update from the frame published before it,
+/// serialized once for every page that was sent that one.
+pub struct Published {
+    frame: Arc<Frame>,
+    prev: Option<Arc<Frame>>,
+    /// `frame.update(prev)`, as JSON.
+    delta: String,
+    /// `frame.update(None)`, as JSON, made when a page first needs it.
+    full: OnceLock<String>,
+}
+
+impl Published {
+    fn new(frame: Frame, prev: Option<Arc<Frame>>) -> Published {
+        let delta = json(&frame.update(prev.as_deref()));
+        Published { frame: Arc::new(frame), prev, delta, full: OnceLock::new() }
+    }
+
+    /// The update for a page that was last sent `shown`.
+    fn data_for(&self, shown: Option<&Arc<Frame>>) -> String {
+        match shown {
+            None => self.full.get_or_init(|| json(&self.frame.update(None))).clone(),
+            Some(s) if self.prev.as_ref().is_some_and(|p| Arc::ptr_eq(p, s)) => self.delta.clone(),
+            Some(s) => json(&self.frame.update(Some(s))),
+        }
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+type Poller = watch::Sender<Option<Arc<Published>>>;
 
 /// The latest frame (none before the first dump).
-pub type Frames = watch::Receiver<Option<Arc<Frame>>>;
+pub type Frames = watch::Receiver<Option<Arc<Published>>>;
 
 /// The frames every open page listens to: one poller, started by the first listener.
 #[derive(Clone, Default)]
@@ -980,15 +1034,17 @@ impl Feed {
                 }
                 let next = if ready.load(Ordering::Acquire) { frame(&admin).await } else { Err("stopping".into()) };
                 match next {
-                    // Sent when a card changed: a quiet fleet sends nothing.
-                    Ok(f) => {
-                        tx.send_if_modified(|last| {
-                            let changed = last.as_ref().is_none_or(|l| l.differs(&f));
-                            if changed {
-                                *last = Some(Arc::new(f));
-                            }
-                            changed
+                    // Published when something shown changed: a quiet fleet sends nothing. The
+                    // rendering and the JSON are made off the runtime's workers, once for all pages.
+                    Ok((d, cost)) => {
+                        let prev = tx.borrow().as_ref().map(|p| p.frame.clone());
+                        let made = tokio::task::spawn_blocking(move || {
+                            let f = Frame::of(&d, &cost);
+                            prev.as_ref().is_none_or(|p| f.differs(p)).then(|| Published::new(f, prev))
                         });
+                        if let Ok(Some(p)) = made.await {
+                            tx.send_replace(Some(Arc::new(p)));
+                        }
                     }
                     Err(e) => {
                         // The fleet is going: every stream ends, and its page reconnects.
@@ -1016,10 +1072,10 @@ pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, s
         }
         loop {
             rx.changed().await.ok()?;
-            let frame = rx.borrow_and_update().clone();
-            if let Some(f) = frame {
-                let data = serde_json::to_string(&f.update(shown.as_deref())).unwrap_or_else(|_| "null".into());
-                return Some((Ok(Event::default().event("cards").data(data)), (rx, Some(f), false)));
+            let published = rx.borrow_and_update().clone();
+            if let Some(p) = published {
+                let data = p.data_for(shown.as_ref());
+                return Some((Ok(Event::default().event("cards").data(data)), (rx, Some(p.frame.clone()), false)));
             }
         }
     });
@@ -1088,19 +1144,23 @@ mod tests {
         assert_eq!((first.cards.len(), first.order.clone()), (2, Some(vec!["ada", "bob"])));
         assert!(first.rooms_html.is_some() && first.fleet_html.is_some());
         assert!(before.update(Some(&before)).cards.is_empty(), "nothing changed");
+        let mut calm = persona("ada");
+        calm.self_state.as_mut().unwrap().cognitive_load = 0.001;
+        let calm = Frame::of(&dump(vec![calm, persona("bob")]), &cost);
+        assert!(!calm.differs(&before) && calm.update(Some(&before)).cards.is_empty(), "no change the page shows");
 
         let mut ada = persona("ada");
         ada.inbox.len = 9;
         let after = Frame::of(&dump(vec![ada, persona("bob")]), &cost);
         let u = after.update(Some(&before));
-        assert_eq!(u.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["ada"]);
+        assert_eq!(u.cards.iter().map(|c| c.name).collect::<Vec<_>>(), ["ada"]);
         assert!(u.order.is_none() && u.rooms_html.is_none(), "same cards, same rooms");
         let json = serde_json::to_value(&u).unwrap();
         assert!(json.get("order").is_none() && json.get("rooms").is_none(), "{json}");
 
         let gone = Frame::of(&dump(vec![persona("ada"), persona("cy")]), &cost);
         let u = gone.update(Some(&before));
-        assert_eq!(u.cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["cy"]);
+        assert_eq!(u.cards.iter().map(|c| c.name).collect::<Vec<_>>(), ["cy"]);
         assert_eq!(u.order, Some(vec!["ada", "cy"]), "bob went, cy came");
     }
 

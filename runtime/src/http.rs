@@ -48,7 +48,7 @@ use crate::embedding::LongText;
 use crate::event::EventInput;
 use crate::knowledge::{IndexMsg, RagError, RagRequest};
 use crate::llm::LlmMsg;
-use crate::messages::{AdminMsg, Fault, InjectError, StateChange};
+use crate::messages::{AdminMsg, DumpDepth, Fault, InjectError, StateChange};
 use crate::model::Verdict;
 use crate::openai;
 use crate::sched::MAX_COST_BUCKETS;
@@ -492,7 +492,7 @@ struct DumpQuery {
 }
 
 async fn dump(st: &HttpState, persona: Option<String>) -> Response {
-    match call_t!(st.admin, |reply| AdminMsg::Dump { persona, reply }, ADMIN_CALL_MS) {
+    match call_t!(st.admin, |reply| AdminMsg::Dump { persona, depth: DumpDepth::Full, reply }, ADMIN_CALL_MS) {
         Ok(Ok(d)) => (StatusCode::OK, axum::Json(d)).into_response(),
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
@@ -504,7 +504,11 @@ async fn get_dump(State(st): State<HttpState>, Query(q): Query<DumpQuery>) -> Re
 }
 
 async fn get_persona(State(st): State<HttpState>, Path(name): Path<String>) -> Response {
-    match call_t!(st.admin, |reply| AdminMsg::Dump { persona: Some(name), reply }, ADMIN_CALL_MS) {
+    match call_t!(
+        st.admin,
+        |reply| AdminMsg::Dump { persona: Some(name), depth: DumpDepth::Full, reply },
+        ADMIN_CALL_MS
+    ) {
         Ok(Ok(mut d)) if !d.personas.is_empty() => (StatusCode::OK, axum::Json(d.personas.remove(0))).into_response(),
         Ok(Ok(_)) => error(StatusCode::NOT_FOUND, "no such persona", None),
         Ok(Err(e)) => inject_error(e),

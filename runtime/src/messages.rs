@@ -142,7 +142,9 @@ pub enum PersonaMsg {
     SelfState(Box<SelfStateData>),
     /// The scheduler granted a submitted task.
     Granted(Grant),
-    Dump(RpcReplyPort<PersonaDump>),
+    /// Its dump; at [`DumpDepth::Cards`] without working memory's entries nor the references,
+    /// conversation and study parts.
+    Dump(DumpDepth, RpcReplyPort<PersonaDump>),
     Fault(Fault),
     /// From the admin once it routes to this actor: deliveries stored while the persona
     /// was unreachable are in storage only, so the inbox reloads them.
@@ -288,6 +290,16 @@ pub enum PersonaStatus {
     Stopped,
 }
 
+/// How much of each persona's journals a dump reads from storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpDepth {
+    /// Its 50 latest decisions and 20 latest evictions (`mindfleet dump`).
+    Full,
+    /// Its latest decision only, no evictions: what the dashboard's cards show, taken each
+    /// second while a page is open.
+    Cards,
+}
+
 /// The admin actor's messages.
 #[derive(Debug, RactorMessage)]
 pub enum AdminMsg {
@@ -307,6 +319,7 @@ pub enum AdminMsg {
     },
     Dump {
         persona: Option<String>,
+        depth: DumpDepth,
         reply: RpcReplyPort<Result<FleetDump, InjectError>>,
     },
     Fault {
