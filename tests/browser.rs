@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
+use crate::util::{TRIO, fleet_toml, poll, start};
 
 /// Where the screenshots of the run are left, for people to look at.
 fn artefact(name: &str) -> PathBuf {
@@ -180,13 +180,7 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     assert!(!decision.as_str().unwrap().is_empty(), "{decision}");
 
     // Model calls (as a model brain makes them) draw the cost chart.
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for (persona, used) in [("helper", 300), ("reviewer", 120)] {
-        use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
-        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));
-        fleet.scheduler.submit(t.with_max_tokens(400));
-        fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
-    }
+    crate::util::model_calls(&fleet, &[("helper", 300), ("reviewer", 120)]);
     poll("the cost chart", || async {
         let rows =
             browser.eval("return [...document.querySelectorAll('#cost tr[data-persona] polyline')].length").await;

@@ -216,13 +216,7 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     assert_eq!(unknown.status(), 404);
 
     // Model calls (as a model brain makes them) draw the cost chart: tokens per persona.
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for (persona, used) in [("helper", 250), ("scribe", 40)] {
-        use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
-        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));
-        fleet.scheduler.submit(t.with_max_tokens(400));
-        fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
-    }
+    crate::util::model_calls(&fleet, &[("helper", 250), ("scribe", 40)]);
     let (charted, _) = one.until(|f| f["fleet_view"]["cost"].as_array().unwrap().len() == 2).await;
     let cost = &charted["fleet_view"]["cost"];
     assert_eq!(

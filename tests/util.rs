@@ -107,3 +107,15 @@ pub async fn decision(fleet: &Fleet, name: &str, event_id: &str) -> Decision {
 pub fn verdicts(d: &FleetDump, name: &str, verdict: Verdict) -> Vec<String> {
     persona(d, name).decisions.iter().filter(|x| x.verdict == verdict).map(|x| x.event_id.clone()).collect()
 }
+
+/// Model calls as a model brain makes them, through the fleet's scheduler: each persona's call
+/// reserves 400 tokens at grant and settles to what it `used` (the cost report counts them).
+pub fn model_calls(fleet: &Fleet, calls: &[(&str, u32)]) {
+    use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for &(persona, used) in calls {
+        let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));
+        fleet.scheduler.submit(t.with_max_tokens(400));
+        fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
+    }
+}

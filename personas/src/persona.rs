@@ -1923,9 +1923,9 @@ impl PersonaState {
         }));
     }
 
-    /// Answers a dump. What the children know comes from a task, so the persona goes on with
-    /// its events meanwhile (a dashboard asks every persona each second).
-    fn dump(&self, depth: DumpDepth, reply: RpcReplyPort<PersonaDump>) {
+    /// Its dump: what it holds now, then what its children answer (the returned future asks
+    /// them).
+    fn dump(&self, depth: DumpDepth) -> impl Future<Output = PersonaDump> + Send + 'static {
         let full = depth == DumpDepth::Full;
         let c = &self.args.config;
         let mut d = PersonaDump {
@@ -1955,13 +1955,13 @@ impl PersonaState {
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
         };
         let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
-        tokio::spawn(async move {
+        async move {
             d.inbox = call_t!(inbox, InboxMsg::Stats, CHILD_CALL_MS).unwrap_or_default();
             if full {
                 d.working_memory = call_t!(memory, MemoryMsg::Dump, CHILD_CALL_MS).unwrap_or_default();
             }
-            let _ = reply.send(d);
-        });
+            d
+        }
     }
 
     fn fault(&mut self, f: Fault) {
@@ -2093,7 +2093,18 @@ impl Actor for Persona {
                 st.retune();
             }
             PersonaMsg::Granted(g) => st.on_grant(g).await,
-            PersonaMsg::Dump(depth, reply) => st.dump(depth, reply),
+            // A full dump is one moment of the persona: its events wait for the children's
+            // answers. The dashboard's, asked of every persona each second, does not hold them
+            // back: the inbox's length may then be a moment younger than the rest.
+            PersonaMsg::Dump(DumpDepth::Full, reply) => {
+                let _ = reply.send(st.dump(DumpDepth::Full).await);
+            }
+            PersonaMsg::Dump(DumpDepth::Cards, reply) => {
+                let d = st.dump(DumpDepth::Cards);
+                tokio::spawn(async move {
+                    let _ = reply.send(d.await);
+                });
+            }
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),
