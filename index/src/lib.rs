@@ -336,9 +336,13 @@ impl Index {
         self.store.set_meta("model", model.as_bytes())?;
         // Unchanged files keep their chunks, so a change of chunking must start again too. (An
         // index without this record was cut by the structure alone, before neighbours merged.)
+        // Only files indexed from a root were cut: entries of their own (`create`, which records
+        // no chunking) are one chunk each, and an index of entries alone is not cut otherwise.
         let chunking = opts.windows.map_or_else(|| CODE_CHUNKING.to_string(), |n| format!("windows of {n} lines"));
         let stored = self.store.meta("chunking")?.map(|b| String::from_utf8_lossy(&b).into_owned());
-        if stored.as_deref().unwrap_or("code") != chunking && self.counts()?.0 > 0 {
+        if stored.as_deref().unwrap_or("code") != chunking
+            && self.store.files()?.iter().any(|(_, f)| !f.root.is_empty())
+        {
             self.clear()?;
             self.repairs.push(format!("the chunks were cut otherwise; cutting them again as {chunking}"));
         }

@@ -185,6 +185,21 @@ fn windows_of_lines_replace_the_structure_and_a_change_of_chunking_starts_again(
 }
 
 #[test]
+fn entries_stored_before_the_first_indexing_are_kept_by_it() {
+    let src = project();
+    let data = tempfile::tempdir().unwrap();
+    let mut index = Index::open(data.path()).unwrap();
+    let model = Hashed::new("hashed");
+    // No chunking is recorded yet: the entries were not cut, so indexing keeps them.
+    let id = index.create("notes/0/a", "first words", None, Some(&model)).unwrap();
+    index.update(src.path(), &model, &UpdateOptions::default()).unwrap();
+    assert!(index.repairs().is_empty(), "{:?}", index.repairs());
+    let opts = SearchOptions { path_prefix: Some("notes/".into()), mode: Mode::Keyword, ..SearchOptions::default() };
+    let hits = index.search("first", Some(&model), &opts).unwrap().hits;
+    assert_eq!(hits.iter().map(|h| h.chunk_id).collect::<Vec<_>>(), [id]);
+}
+
+#[test]
 fn identical_chunks_are_stored_and_embedded_once() {
     let src = tempfile::tempdir().unwrap();
     let same = b"pub fn shared_helper() -> u32 {\n    42\n}\n";
