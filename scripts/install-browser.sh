@@ -12,5 +12,6 @@ sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver
+$sudo apt-get clean
 chromium --version
 chromedriver --version
