@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use mindfleet_runtime::event::EventInput;
 use serde_json::{Value, json};
 
 use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
@@ -244,14 +245,14 @@ async fn the_panel_pages_its_long_lists_through_a_cursor() {
     let http = reqwest::Client::new();
     let base = format!("http://{}", fleet.addr);
     let mut ids = Vec::new();
+    // Addressed to helper in a room of its own: its journal holds these twelve and nothing
+    // else (in `general`, the others' replies would come to it too).
     for i in 0..12 {
-        ids.push(
-            fleet
-                .inject(crate::util::chat("general", "alice", &format!("note {i} on the docs")))
-                .await
-                .unwrap()
-                .event_id,
-        );
+        let event = EventInput {
+            persona: Some("helper".into()),
+            ..crate::util::chat("notes", "alice", &format!("note {i} on the docs"))
+        };
+        ids.push(fleet.inject(event).await.unwrap().event_id);
     }
     // The panel opens on the newest ten decisions, no cursor yet.
     let html = poll("twelve decisions in the panel", || async {
