@@ -21,7 +21,7 @@ use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
-use mindfleet_runtime::admin::{Admin, AdminArgs};
+use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
@@ -51,6 +51,15 @@ pub enum FleetError {
     TokenRequired { addr: SocketAddr },
     #[error("fleet supervisor failed to start: {0}")]
     Spawn(String),
+    #[error(
+        "the cluster needs a shared cookie: set {env} (it would listen on {listen}; no node joins or is joined \
+         without it)"
+    )]
+    CookieRequired { env: String, listen: SocketAddr },
+    #[error("cluster: {0}")]
+    Cluster(String),
+    #[error("the cluster refused this node: {0}")]
+    JoinRefused(String),
 }
 
 #[derive(Debug, RactorMessage)]
@@ -74,6 +83,8 @@ pub struct FleetArgs {
     pub config: Arc<FleetConfig>,
     pub storage: Storage,
     pub admin_addr: String,
+    /// This node's part in a fleet that spans nodes: only the personas placed here run here.
+    pub cluster: Option<AdminCluster>,
 }
 
 struct Slot {
@@ -220,12 +231,17 @@ impl Actor for FleetSupervisor {
             index: index.clone(),
             conversation: conversation.clone(),
             addr: args.admin_addr,
+            cluster: args.cluster.clone(),
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
+        let here = |p: &&PersonaConfig| {
+            args.cluster.as_ref().is_none_or(|c| c.placement.get(&p.name).is_some_and(|n| n == c.view.me()))
+        };
         let slots = args
             .config
             .personas
             .iter()
+            .filter(here)
             .map(|p| Slot {
                 config: Arc::new(p.clone()),
                 marker: Arc::new(AtomicU64::new(0)),
@@ -396,6 +412,26 @@ fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
         .then(|| LlmArgs { backend: llm_backend(config), slots: config.scheduler.inference_slots })
 }
 
+/// Where each persona of the fleet runs, as node `o.node` computes it (every node computes the
+/// same: docs/ARCHITECTURE.md, "A fleet across nodes").
+fn placement(config: &FleetConfig, o: &crate::cluster::ClusterOptions) -> Result<AdminCluster, FleetError> {
+    let nodes = config.cluster_nodes();
+    if !nodes.is_empty() && !nodes.contains(&o.node) {
+        return Err(FleetError::Cluster(format!(
+            "--node {:?} is not one of the fleet's nodes in {} ({})",
+            o.node,
+            config.source.display(),
+            nodes.join(", ")
+        )));
+    }
+    let placed = mindfleet_runtime::cluster::place(&config.personas, &nodes)
+        .map_err(|e| FleetError::Cluster(format!("{}: {e}", config.source.display())))?;
+    Ok(AdminCluster {
+        view: mindfleet_runtime::cluster::ClusterView::new(&o.node, &nodes),
+        placement: config.personas.iter().map(|p| p.name.clone()).zip(placed).collect(),
+    })
+}
+
 /// A running fleet in this process.
 pub struct Fleet {
     pub config: Arc<FleetConfig>,
@@ -412,6 +448,9 @@ pub struct Fleet {
     http_task: Option<tokio::task::JoinHandle<()>>,
     /// Turns true when the supervisor has stopped (shutdown, or a core actor failed).
     supervisor_done: tokio::sync::watch::Receiver<bool>,
+    /// This process as a node of a cluster, and where the fleet's personas run.
+    node: Option<crate::cluster::Node>,
+    placement: Option<AdminCluster>,
     _lock: DataDirLock,
 }
 
@@ -419,17 +458,35 @@ impl Fleet {
     /// Locks the data dir, opens storage, starts the tree and the admin API, restores
     /// every persona, and only then reports healthy.
     pub async fn start(config: FleetConfig) -> Result<Fleet, FleetError> {
+        Self::start_node(config, None).await
+    }
+
+    /// Starts this process's part of a fleet: all of it, or, as a node of a cluster, the
+    /// personas placed on this node; then joins the cluster.
+    pub async fn start_node(
+        config: FleetConfig,
+        cluster: Option<crate::cluster::ClusterOptions>,
+    ) -> Result<Fleet, FleetError> {
         crate::panic_hook::install(false);
         let addr = config.admin.addr;
         if !addr.ip().is_loopback() && config.admin.token.is_none() {
             return Err(FleetError::TokenRequired { addr });
         }
+        let placement = match &cluster {
+            Some(o) => Some(placement(&config, o)?),
+            None => None,
+        };
         let lock = lock_data_dir(&config.storage.data_dir)?;
         let storage = Storage::open(&config.storage)?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| FleetError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| FleetError::Bind { addr, source })?;
         let config = Arc::new(config);
-        let args = FleetArgs { config: config.clone(), storage: storage.clone(), admin_addr: local.to_string() };
+        let args = FleetArgs {
+            config: config.clone(),
+            storage: storage.clone(),
+            admin_addr: local.to_string(),
+            cluster: placement.clone(),
+        };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
         let Handles { admin, scheduler, embedding, llm, index } =
@@ -462,6 +519,18 @@ impl Fleet {
             ready_flag.store(false, Ordering::Release);
             let _ = done_tx.send(true);
         });
+        let node = match (&cluster, &placement) {
+            (Some(o), Some(p)) => match crate::cluster::start(o, p.view.clone(), admin.clone()).await {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    supervisor.stop(None);
+                    let _ = tx.send(());
+                    let _ = storage.clone().close().await;
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         // Every persona restored its state in `pre_start`: the fleet is ready.
         ready.store(true, Ordering::Release);
         tracing::info!(fleet = %config.name, personas = config.personas.len(), admin = %local, "fleet ready");
@@ -477,8 +546,18 @@ impl Fleet {
             http_stop: Some(tx),
             http_task: Some(http_task),
             supervisor_done,
+            node,
+            placement,
             _lock: lock,
         })
+    }
+
+    /// How many personas run in this process (all of the fleet's, unless it is one node of
+    /// several).
+    pub fn personas_here(&self) -> usize {
+        self.placement
+            .as_ref()
+            .map_or(self.config.personas.len(), |c| c.placement.values().filter(|n| n.as_str() == c.view.me()).count())
     }
 
     pub fn is_ready(&self) -> bool {
@@ -559,6 +638,9 @@ impl Fleet {
         }
         if let Some(tx) = self.http_stop.take() {
             let _ = tx.send(());
+        }
+        if let Some(node) = self.node.take() {
+            node.stop();
         }
         self.supervisor.stop(Some("shutdown".into()));
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stopped()).await;

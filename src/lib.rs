@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod cluster;
 pub mod fleet;
 pub mod panic_hook;
 pub mod rag;

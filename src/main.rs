@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mindfleet::client::Client;
+use mindfleet::cluster::ClusterOptions;
 use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet::{bench, panic_hook};
 use mindfleet_actors::llm::{self, ChatMessage, GenerateRequest, Sampling};
@@ -189,6 +190,19 @@ struct RunArgs {
     /// Write the final dump (JSON) here before stopping.
     #[arg(long)]
     dump_out: Option<PathBuf>,
+    /// Run as this node of a fleet that spans nodes: only the personas placed on it run here
+    /// (one of `[cluster] nodes`, else of the nodes that personas name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Where this node listens for the other nodes' links (default: 127.0.0.1 on a free port).
+    #[arg(long, requires = "node")]
+    cluster_listen: Option<std::net::SocketAddr>,
+    /// A node of the cluster to join: its `--cluster-listen` address (repeatable).
+    #[arg(long, requires = "node")]
+    cluster_join: Vec<String>,
+    /// The environment variable that holds the cluster's shared cookie (required).
+    #[arg(long, default_value = "MINDFLEET_COOKIE")]
+    cookie_env: String,
 }
 
 #[derive(clap::Args)]
@@ -1051,16 +1065,27 @@ async fn run(args: RunArgs) -> ExitCode {
         let m = cfg.models.clone();
         let _ = tokio::task::spawn_blocking(move || pull_missing(&m)).await;
     }
-    let fleet = match Fleet::start(cfg).await {
+    let cluster = args.node.clone().map(|node| ClusterOptions {
+        node,
+        listen: args.cluster_listen.unwrap_or_else(|| (std::net::Ipv4Addr::LOCALHOST, 0).into()),
+        join: args.cluster_join.clone(),
+        cookie: std::env::var(&args.cookie_env).unwrap_or_default(),
+        cookie_env: args.cookie_env.clone(),
+    });
+    let fleet = match Fleet::start_node(cfg, cluster).await {
         Ok(f) => f,
         Err(e @ FleetError::Storage(StorageError::InUse { .. })) => return fail(4, e),
-        Err(e @ FleetError::TokenRequired { .. }) => return fail(2, e),
+        Err(e @ (FleetError::TokenRequired { .. } | FleetError::CookieRequired { .. } | FleetError::Cluster(_))) => {
+            return fail(2, e);
+        }
+        Err(e @ FleetError::JoinRefused(_)) => return fail(3, e),
         Err(e) => return fail(1, e),
     };
+    let node = args.node.as_ref().map(|n| format!(" as node {n:?}")).unwrap_or_default();
     eprintln!(
-        "mindfleet: fleet {:?} ready: {} personas, data in {}, admin API on http://{}",
+        "mindfleet: fleet {:?} ready{node}: {} personas, data in {}, admin API on http://{}",
         fleet.config.name,
-        fleet.config.personas.len(),
+        fleet.personas_here(),
         fleet.config.storage.data_dir.display(),
         fleet.addr
     );

@@ -1930,6 +1930,7 @@ impl PersonaState {
         let c = &self.args.config;
         let mut d = PersonaDump {
             name: self.name.to_string(),
+            node: None,
             role: c.role.clone(),
             status: PersonaStatus::Running,
             brain: self.brain.name().into(),

@@ -8,19 +8,20 @@
 //!
 //! Messages: [`AdminMsg`].
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, call_t};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ai::AiQuery;
+use crate::cluster::{ClusterView, NodeMsg, REMOTE_CALL_MS, StoreRequest};
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
 use crate::event::Event;
 use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
-use crate::messages::{AdminMsg, CoordinatorMsg, DumpDepth, InjectError, PersonaMsg, PersonaStatus};
+use crate::messages::{AdminMsg, CoordinatorMsg, DumpDepth, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
 use crate::storage::{Storage, Target};
 use crate::time::{now_us, rfc3339};
@@ -43,10 +44,22 @@ pub struct AdminArgs {
     pub conversation: Option<ActorRef<IndexMsg>>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
+    /// This node's part in a fleet that spans nodes.
+    pub cluster: Option<AdminCluster>,
+}
+
+/// What the admin of one node of a cluster knows: the links, and where each persona runs.
+#[derive(Clone)]
+pub struct AdminCluster {
+    pub view: ClusterView,
+    /// The node of every persona of the fleet.
+    pub placement: BTreeMap<String, String>,
 }
 
 struct PersonaEntry {
     name: Arc<str>,
+    /// The node it runs on, when that is another node.
+    node: Option<Arc<str>>,
     actor: Option<ActorRef<PersonaMsg>>,
     status: PersonaStatus,
     restarts: u32,
@@ -63,6 +76,7 @@ pub struct AdminState {
     index: ActorRef<IndexMsg>,
     conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
+    cluster: Option<AdminCluster>,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
     rejected: u64,
@@ -76,19 +90,14 @@ impl AdminState {
 
     /// Personas an event goes to: the addressed one, else the room's members and anyone
     /// mentioned. The addressed persona joins a room it was not in.
-    fn route(&mut self, event: &Event) -> Result<Vec<Target>, InjectError> {
+    fn route(&mut self, event: &Event) -> Result<Vec<Arc<str>>, InjectError> {
         if let Some(p) = &event.persona {
             let Some((name, _)) = self.personas.get_key_value(p.as_str()) else {
                 return Err(InjectError::NotFound(format!("unknown persona {p:?}")));
             };
             let name = name.clone();
-            let members = self.rooms.entry(event.room.clone()).or_default();
-            if !members.contains(&name) {
-                members.push(name.clone());
-                // Sent before the event itself: the membership is stored no later than it.
-                self.storage.join_room(event.room.clone(), name.clone());
-            }
-            return Ok(vec![self.target(&name)]);
+            self.join(&event.room, name.clone());
+            return Ok(vec![name]);
         }
         let Some(members) = self.rooms.get(&event.room) else {
             return Err(InjectError::NotFound(format!("no persona is in room {:?}", event.room)));
@@ -101,8 +110,99 @@ impl AdminState {
                 names.push(name.clone());
             }
         }
-        Ok(names.iter().map(|n| self.target(n)).collect())
+        Ok(names)
     }
+
+    /// `name` joins `room` if it was not in it.
+    fn join(&mut self, room: &str, name: Arc<str>) {
+        let members = self.rooms.entry(room.to_string()).or_default();
+        if !members.contains(&name) {
+            members.push(name.clone());
+            // Sent before the event itself: the membership is stored no later than it.
+            self.storage.join_room(room.to_string(), name);
+        }
+    }
+
+    /// `names` split by where they run: the targets on this node, and the names on each other
+    /// node.
+    fn split(&self, names: &[Arc<str>]) -> (Vec<Target>, BTreeMap<Arc<str>, Vec<String>>) {
+        let mut remote: BTreeMap<Arc<str>, Vec<String>> = BTreeMap::new();
+        let mut local = Vec::new();
+        for n in names {
+            match self.personas.get(n).and_then(|p| p.node.clone()) {
+                Some(node) => remote.entry(node).or_default().push(n.to_string()),
+                None => local.push(self.target(n)),
+            }
+        }
+        (local, remote)
+    }
+
+    /// Stores `event` for `local` here and for `remote` on their nodes, and answers once every
+    /// node has: accepted only if every one accepted. Refused at once (503, naming the node)
+    /// when a node is unreachable, so nothing is accepted that could not be delivered.
+    fn inject_across(
+        &self,
+        event: Box<Event>,
+        local: Vec<Target>,
+        remote: BTreeMap<Arc<str>, Vec<String>>,
+        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
+    ) {
+        let mut agents = Vec::with_capacity(remote.len());
+        for (node, names) in remote {
+            match crate::cluster::agent_of(&node) {
+                Some(agent) => agents.push((node, agent, names)),
+                None => {
+                    let _ = reply.send(Err(unreachable(&node, &names)));
+                    return;
+                }
+            }
+        }
+        let here = (!local.is_empty()).then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.storage.inject(event.clone(), local, tx.into());
+            rx
+        });
+        tokio::spawn(async move {
+            let remote = agents.into_iter().map(|(node, agent, personas)| {
+                let request =
+                    crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas: personas.clone() });
+                async move {
+                    match call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request) {
+                        Ok(bytes) => crate::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r),
+                        Err(_) => Err(unreachable(&node, &personas)),
+                    }
+                }
+            });
+            let mut acks = futures::future::join_all(remote).await;
+            if let Some(rx) = here {
+                acks.push(rx.await.unwrap_or_else(|_| Err(InjectError::Storage("storage writer stopped".into()))));
+            }
+            let _ = reply.send(merge_acks(&event.id, acks));
+        });
+    }
+}
+
+/// The refusal of an event for personas on a node that cannot be reached.
+fn unreachable(node: &str, personas: &[String]) -> InjectError {
+    InjectError::Unavailable(format!(
+        "node {node:?} is unreachable (it runs {}); retry when it is back",
+        personas.join(", ")
+    ))
+}
+
+/// One answer from the answers of every node an event went to: the first refusal, else an
+/// acceptance for every persona (a duplicate only if it was one everywhere).
+fn merge_acks(event_id: &str, acks: Vec<Result<InjectAck, InjectError>>) -> Result<InjectAck, InjectError> {
+    let mut merged =
+        InjectAck { event_id: event_id.to_string(), accepted: true, duplicate: true, personas: Vec::new() };
+    for a in acks {
+        let a = a?;
+        merged.accepted &= a.accepted;
+        merged.duplicate &= a.duplicate;
+        merged.personas.extend(a.personas);
+    }
+    merged.personas.sort();
+    Ok(merged)
 }
 
 impl AdminState {
@@ -125,13 +225,22 @@ impl AdminState {
         }
     }
 
-    /// The personas a dump covers: one (which must exist) or all.
+    /// The personas of this node a dump covers: one (which must exist, here) or all.
     fn dump_work(&self, persona: Option<&str>) -> Result<DumpWork, InjectError> {
         let selected: Vec<&PersonaEntry> = match persona {
-            Some(name) => vec![
-                self.personas.get(name).ok_or_else(|| InjectError::NotFound(format!("unknown persona {name:?}")))?,
-            ],
-            None => self.personas.values().collect(),
+            Some(name) => {
+                let p = self
+                    .personas
+                    .get(name)
+                    .ok_or_else(|| InjectError::NotFound(format!("unknown persona {name:?}")))?;
+                if let Some(node) = &p.node {
+                    return Err(InjectError::NotFound(format!(
+                        "persona {name:?} runs on node {node:?}: ask that node's admin"
+                    )));
+                }
+                vec![p]
+            }
+            None => self.personas.values().filter(|p| p.node.is_none()).collect(),
         };
         Ok(selected
             .into_iter()
@@ -153,9 +262,13 @@ impl Actor for Admin {
             for r in &p.rooms {
                 rooms.entry(r.clone()).or_default().push(name.clone());
             }
+            let node = args.cluster.as_ref().and_then(|c| {
+                let node = c.placement.get(&p.name)?;
+                (node != c.view.me()).then(|| Arc::from(node.as_str()))
+            });
             personas.insert(
                 name.clone(),
-                PersonaEntry { name, actor: None, status: PersonaStatus::Starting, restarts: 0, error: None },
+                PersonaEntry { name, node, actor: None, status: PersonaStatus::Starting, restarts: 0, error: None },
             );
         }
         // Memberships made by directed events in earlier runs.
@@ -179,6 +292,7 @@ impl Actor for Admin {
             index: args.index,
             conversation: args.conversation,
             addr: args.addr,
+            cluster: args.cluster,
             personas,
             rooms,
             rejected: 0,
@@ -199,22 +313,56 @@ impl Actor for Admin {
                     return Ok(());
                 }
                 match st.route(&event) {
-                    Ok(targets) => st.storage.inject(event, targets, reply),
+                    Ok(names) => {
+                        let (local, remote) = st.split(&names);
+                        if remote.is_empty() {
+                            st.storage.inject(event, local, reply);
+                        } else {
+                            st.inject_across(event, local, remote, reply);
+                        }
+                    }
                     Err(e) => {
                         st.rejected += 1;
                         let _ = reply.send(Err(e));
                     }
                 }
             }
+            AdminMsg::StoreHere(event, names, reply) => {
+                // Accepted by another node for personas of this one: they must be here.
+                let mut targets = Vec::with_capacity(names.len());
+                for n in &names {
+                    match st.personas.get_key_value(n.as_str()) {
+                        Some((name, p)) if p.node.is_none() => targets.push(name.clone()),
+                        _ => {
+                            let _ = reply.send(Err(InjectError::NotFound(format!(
+                                "persona {n:?} does not run on node {:?}",
+                                st.cluster.as_ref().map_or("", |c| c.view.me())
+                            ))));
+                            return Ok(());
+                        }
+                    }
+                }
+                if let Some(p) = &event.persona
+                    && let Some(name) = targets.iter().find(|t| ***t == **p)
+                {
+                    st.join(&event.room, name.clone());
+                }
+                let local = targets.iter().map(|n| st.target(n)).collect();
+                st.storage.inject(event, local, reply);
+            }
             AdminMsg::Commit(commit) => {
-                let targets = match &commit.reply {
+                let names: Vec<Arc<str>> = match &commit.reply {
                     Some((entry, _)) => st
                         .rooms
                         .get(&entry.room)
-                        .map(|m| m.iter().filter(|n| ***n != *commit.persona).map(|n| st.target(n)).collect())
+                        .map(|m| m.iter().filter(|n| ***n != *commit.persona).cloned().collect())
                         .unwrap_or_default(),
                     None => Vec::new(),
                 };
+                let (targets, remote) = st.split(&names);
+                if let (false, Some((_, reply))) = (remote.is_empty(), &commit.reply) {
+                    forward_reply(Box::new(reply.clone()), remote);
+                }
                 st.storage.commit(commit, targets);
             }
             AdminMsg::PersonaUp { name, actor } => {
@@ -334,18 +482,50 @@ impl Actor for Admin {
                 };
                 let _ = reply.send(r);
             }
-            AdminMsg::Dump { persona, depth, reply } => match st.dump_work(persona.as_deref()) {
-                Ok(work) => {
-                    let base = st.dump_base();
-                    // Gathering waits on every persona: do it off the admin's loop.
-                    tokio::spawn(async move {
-                        let _ = reply.send(base.gather(work, depth).await);
-                    });
+            AdminMsg::Dump { persona, depth, reply } => {
+                let remote = st.cluster_part(persona.as_deref());
+                // A persona of another node: only its node's part.
+                let here = match (&persona, &remote) {
+                    (Some(p), Some(c)) if c.personas.iter().any(|(n, _)| n == p) => Ok(Vec::new()),
+                    _ => st.dump_work(persona.as_deref()),
+                };
+                match here {
+                    Ok(work) => {
+                        let base = st.dump_base();
+                        // Gathering waits on every persona: do it off the admin's loop.
+                        tokio::spawn(async move {
+                            let mut r = base.gather(work, depth).await;
+                            if let (Ok(d), Some(c)) = (&mut r, remote) {
+                                c.complete(d, depth).await;
+                            }
+                            let _ = reply.send(r);
+                        });
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
                 }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+            }
+            AdminMsg::NodeDump { depth, reply } => {
+                let work = st.dump_work(None);
+                let base = st.dump_base();
+                let node = st.cluster.as_ref().map(|c| (c.view.clone(), c.placement.clone()));
+                tokio::spawn(async move {
+                    let r = match work {
+                        Ok(work) => base.gather(work, depth).await,
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r.map(|mut d| {
+                        if let Some((view, placement)) = node {
+                            for p in &mut d.personas {
+                                p.node = Some(view.me().to_string());
+                            }
+                            d.nodes = view.dump(&per_node(&placement));
+                        }
+                        d
+                    }));
+                });
+            }
             AdminMsg::Fault { persona, fault, reply } => {
                 let r = if !st.config.admin.faults {
                     Err(InjectError::Invalid("fault injection is disabled (set `[admin] faults = true`)".into()))
@@ -367,6 +547,135 @@ impl Actor for Admin {
         Ok(())
     }
 }
+
+/// Sends a persona's reply to the room's members on other nodes. A node that cannot be reached
+/// gets it once it is back: tried every second for up to [`FORWARD_FOR`] (held in memory, so
+/// lost if this node stops before: docs/RUNTIME-SEMANTICS.md, "A fleet across nodes").
+fn forward_reply(event: Box<Event>, remote: BTreeMap<Arc<str>, Vec<String>>) {
+    for (node, personas) in remote {
+        let request = crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas });
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + FORWARD_FOR;
+            loop {
+                if let Some(agent) = crate::cluster::agent_of(&node)
+                    && let Ok(bytes) = call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request.clone())
+                {
+                    match crate::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r) {
+                        Ok(_) => return,
+                        Err(InjectError::QueueFull { .. } | InjectError::ShuttingDown) => {}
+                        Err(e) => {
+                            tracing::error!(node = %node, error = %e, "a reply was refused by its room's node");
+                            return;
+                        }
+                    }
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::error!(node = %node, "a reply for the room's personas on this node was dropped: unreachable");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
+}
+
+/// How long a reply for another node's personas is kept while that node is unreachable.
+const FORWARD_FOR: Duration = Duration::from_secs(600);
+
+/// How many personas are placed on each node.
+fn per_node(placement: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    for node in placement.values() {
+        *n.entry(node.clone()).or_insert(0) += 1;
+    }
+    n
+}
+
+/// The part of a cluster dump that other nodes give: their personas, journals and links.
+struct ClusterPart {
+    view: ClusterView,
+    placement: BTreeMap<String, String>,
+    /// The personas of other nodes the dump covers, with their node.
+    personas: Vec<(String, Arc<str>)>,
+}
+
+impl AdminState {
+    fn cluster_part(&self, persona: Option<&str>) -> Option<ClusterPart> {
+        let c = self.cluster.as_ref()?;
+        let personas = self
+            .personas
+            .values()
+            .filter(|p| persona.is_none_or(|name| *p.name == *name))
+            .filter_map(|p| Some((p.name.to_string(), p.node.clone()?)))
+            .collect();
+        Some(ClusterPart { view: c.view.clone(), placement: c.placement.clone(), personas })
+    }
+}
+
+impl ClusterPart {
+    /// Completes this node's dump `d` with the other nodes' parts: their personas (each with
+    /// its node; placeholders, `unreachable`, for a node that does not answer), one outbox and
+    /// event list for the cluster, and `nodes[]` with their links.
+    async fn complete(self, d: &mut FleetDump, depth: DumpDepth) {
+        let me = self.view.me().to_string();
+        for p in &mut d.personas {
+            p.node = Some(me.clone());
+        }
+        let mut nodes: Vec<Arc<str>> = self.personas.iter().map(|(_, n)| n.clone()).collect();
+        nodes.sort();
+        nodes.dedup();
+        let asks = nodes.iter().map(|node| async move {
+            let Some(agent) = crate::cluster::agent_of(node) else {
+                return Err(format!("node {node:?} is unreachable"));
+            };
+            let bytes = call_t!(agent, NodeMsg::Dump, DUMP_CALL_MS + 1000, crate::cluster::encode(&depth))
+                .map_err(|e| format!("node {node:?} did not answer: {e}"))?;
+            crate::cluster::decode::<Result<FleetDump, InjectError>>(&bytes)
+                .and_then(|r| r)
+                .map_err(|e| format!("node {node:?}: {e}"))
+        });
+        let answers = futures::future::join_all(asks).await;
+        let mut parts: BTreeMap<Arc<str>, Result<FleetDump, String>> = nodes.into_iter().zip(answers).collect();
+        for (name, node) in &self.personas {
+            let found = match parts.get_mut(node) {
+                Some(Ok(part)) => part.personas.iter().position(|p| p.name == *name).map(|i| part.personas.remove(i)),
+                _ => None,
+            };
+            let p = found.unwrap_or_else(|| {
+                let why = match parts.get(node) {
+                    Some(Err(e)) => e.clone(),
+                    _ => format!("not running on node {node:?}"),
+                };
+                PersonaDump::placeholder(name, PersonaStatus::Unreachable, 0, Some(why))
+            });
+            d.personas.push(PersonaDump { node: Some(node.to_string()), ..p });
+        }
+        d.personas.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut nodes = self.view.dump(&per_node(&self.placement));
+        for (node, part) in parts {
+            let Ok(part) = part else { continue };
+            if let Some(n) = nodes.iter_mut().find(|n| *n.name == *node)
+                && let Some(theirs) = part.nodes.first()
+            {
+                n.links = theirs.links.clone();
+            }
+            d.outbox.extend(part.outbox);
+            d.recent_events.extend(part.recent_events);
+            d.dead_letters.extend(part.dead_letters);
+            d.admin.accepted += part.admin.accepted;
+            d.admin.duplicates += part.admin.duplicates;
+            d.admin.rejected += part.admin.rejected;
+        }
+        d.outbox.sort_by_key(|o| std::cmp::Reverse(o.at_us));
+        d.outbox.truncate(RECENT);
+        d.recent_events.sort_by_key(|e| std::cmp::Reverse(e.accepted_us));
+        d.recent_events.truncate(RECENT);
+        d.nodes = nodes;
+    }
+}
+
+/// How many outbox entries and events a dump shows.
+const RECENT: usize = 100;
 
 struct DumpBase {
     fleet: String,
@@ -412,7 +721,7 @@ impl DumpBase {
                 n => names.iter().map(|name| storage.recent_evictions(name, n)).collect(),
             };
             let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
-            let (outbox, events) = (storage.recent_outbox(100)?, storage.recent_events(100)?);
+            let (outbox, events) = (storage.recent_outbox(RECENT)?, storage.recent_events(RECENT)?);
             Ok::<_, crate::storage::StorageError>((journals, outbox, events, storage.dead_letters()?))
         })
         .await
@@ -467,6 +776,7 @@ impl DumpBase {
             outbox,
             recent_events,
             dead_letters,
+            nodes: Vec::new(),
         })
     }
 }

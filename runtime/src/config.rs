@@ -47,6 +47,7 @@ struct RawFleetFile {
     supervision: Option<RawSupervision>,
     scheduler: Option<RawScheduler>,
     coordination: Option<RawCoordination>,
+    cluster: Option<RawCluster>,
     models: Option<RawModels>,
     embedding: Option<RawEmbedding>,
     llm: Option<RawLlm>,
@@ -163,6 +164,14 @@ struct RawCoordination {
     window_ms: Option<Spanned<i64>>,
 }
 
+/// `[cluster]`: the nodes a fleet spans.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    #[serde(default)]
+    nodes: Vec<Spanned<String>>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModels {
@@ -225,6 +234,8 @@ struct RawPersona {
     #[serde(default)]
     dormant: bool,
     brain: Option<Spanned<String>>,
+    /// The node it runs on when the fleet spans nodes.
+    node: Option<Spanned<String>>,
     // The tuning keys of `[defaults]`, repeated: `serde(flatten)` would lose their spans.
     inbox_capacity: Option<Spanned<i64>>,
     wm_capacity: Option<Spanned<i64>>,
@@ -245,6 +256,7 @@ pub struct FleetConfig {
     pub supervision: SupervisionConfig,
     pub scheduler: SchedulerConfig,
     pub coordination: CoordinationConfig,
+    pub cluster: ClusterConfig,
     pub models: ModelsConfig,
     pub embedding: EmbeddingConfig,
     pub llm: LlmBackend,
@@ -252,6 +264,30 @@ pub struct FleetConfig {
     pub references: ReferencesConfig,
     pub conversation: ConversationConfig,
     pub personas: Vec<PersonaConfig>,
+}
+
+/// `[cluster]`: the nodes a fleet spans, when it runs on several (`mindfleet run --node`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Every node of the fleet, in the order placement fills them; empty: the nodes that
+    /// personas name with `node = ...`.
+    pub nodes: Vec<String>,
+}
+
+impl FleetConfig {
+    /// The nodes the fleet is placed on: `[cluster] nodes`, else those that personas name.
+    pub fn cluster_nodes(&self) -> Vec<String> {
+        if !self.cluster.nodes.is_empty() {
+            return self.cluster.nodes.clone();
+        }
+        let mut nodes: Vec<String> = Vec::new();
+        for n in self.personas.iter().filter_map(|p| p.node.as_ref()) {
+            if !nodes.contains(n) {
+                nodes.push(n.clone());
+            }
+        }
+        nodes
+    }
 }
 
 /// Conversation memory (`[conversation]`): every chat message a persona takes in, embedded by
@@ -491,6 +527,8 @@ pub struct PersonaConfig {
     pub tokens_per_hour: u64,
     /// How often working memory is consolidated into long-term memory (a Background task).
     pub consolidate_every: Duration,
+    /// The node it runs on (`node = ...`), when the fleet spans nodes; else placement picks one.
+    pub node: Option<String>,
 }
 
 /// The domains a persona may name.
@@ -820,6 +858,24 @@ impl FleetConfig {
             }
         };
 
+        let cluster = {
+            let c = raw.cluster.unwrap_or_default();
+            let mut nodes: Vec<String> = Vec::new();
+            for n in &c.nodes {
+                if !valid_name(n.get_ref()) {
+                    return Err(cx.err_at(
+                        n.span(),
+                        format!("[cluster] node {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'", n.get_ref()),
+                    ));
+                }
+                if nodes.contains(n.get_ref()) {
+                    return Err(cx.err_at(n.span(), format!("[cluster] node {:?} is listed twice", n.get_ref())));
+                }
+                nodes.push(n.get_ref().clone());
+            }
+            ClusterConfig { nodes }
+        };
+
         let models = {
             let m = raw.models.unwrap_or_default();
             ModelsConfig {
@@ -990,6 +1046,27 @@ impl FleetConfig {
                     ));
                 }
             }
+            if let Some(node) = &p.node {
+                if !valid_name(node.get_ref()) {
+                    return Err(cx.err_at(
+                        node.span(),
+                        format!(
+                            "persona {name:?}: node {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'",
+                            node.get_ref()
+                        ),
+                    ));
+                }
+                if !cluster.nodes.is_empty() && !cluster.nodes.contains(node.get_ref()) {
+                    return Err(cx.err_at(
+                        node.span(),
+                        format!(
+                            "persona {name:?}: node {:?} is not in `[cluster] nodes` ({})",
+                            node.get_ref(),
+                            cluster.nodes.join(", ")
+                        ),
+                    ));
+                }
+            }
             let t = p;
             let tuning = Tuning {
                 inbox_capacity: cx.int(&t.inbox_capacity, "inbox_capacity", 1..=10_000_000, base.inbox_capacity)?,
@@ -1030,6 +1107,7 @@ impl FleetConfig {
                 inferences_per_hour: tuning.inferences_per_hour as u64,
                 tokens_per_hour: tuning.tokens_per_hour as u64,
                 consolidate_every: Duration::from_secs_f64(tuning.consolidate_every_secs),
+                node: p.node.as_ref().map(|n| n.get_ref().clone()),
             });
         }
 
@@ -1041,6 +1119,7 @@ impl FleetConfig {
             supervision,
             scheduler,
             coordination,
+            cluster,
             models,
             embedding,
             llm,
@@ -1127,6 +1206,20 @@ mod tests {
         let err = parse(&format!("{ONE}{ONE}")).unwrap_err();
         assert_eq!(err.line, Some((5, 8)), "{err}");
         assert!(err.message.contains("duplicate persona name \"a\""));
+    }
+
+    #[test]
+    fn a_persona_node_must_be_one_of_the_cluster_nodes() {
+        let text = "[cluster]\nnodes = [\"a\", \"b\"]\n[[persona]]\nname = \"x\"\nrole = \"r\"\nnode = \"c\"\n";
+        let err = parse(text).unwrap_err();
+        assert_eq!(err.line, Some((6, 8)), "{err}");
+        assert!(err.message.contains("persona \"x\": node \"c\" is not in `[cluster] nodes` (a, b)"), "{err}");
+        let err = parse("[cluster]\nnodes = [\"a\", \"a\"]\n").unwrap_err();
+        assert!(err.message.contains("[cluster] node \"a\" is listed twice"), "{err}");
+        // Without `[cluster] nodes`, the nodes are those that personas name, in file order.
+        let cfg =
+            parse(&format!("{ONE}node = \"n2\"\n[[persona]]\nname = \"b\"\nrole = \"r\"\nnode = \"n1\"\n")).unwrap();
+        assert_eq!(cfg.cluster_nodes(), ["n2", "n1"]);
     }
 
     #[test]

@@ -78,6 +78,7 @@ pub fn status_of(p: &PersonaDump) -> &'static str {
         PersonaStatus::Restarting => return "restarting",
         PersonaStatus::Starting => return "starting",
         PersonaStatus::Stopped => return "stopped",
+        PersonaStatus::Unreachable => return "unreachable",
         PersonaStatus::Running => {}
     }
     let Some(s) = &p.self_state else { return "starting" };
@@ -1091,6 +1092,7 @@ mod tests {
     fn persona(name: &str) -> PersonaDump {
         PersonaDump {
             name: name.into(),
+            node: None,
             role: "assistant".into(),
             status: PersonaStatus::Running,
             brain: "rules".into(),
@@ -1133,6 +1135,7 @@ mod tests {
             outbox: Vec::new(),
             recent_events: Vec::new(),
             dead_letters: Vec::new(),
+            nodes: Vec::new(),
         }
     }
 

@@ -43,6 +43,34 @@ pub struct FleetDump {
     #[serde(default)]
     pub recent_events: Vec<crate::event::Event>,
     pub dead_letters: Vec<DeadLetter>,
+    /// The nodes of a fleet that spans several (`mindfleet run --node`), this one first, with
+    /// their links; empty on a single node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeDump>,
+}
+
+/// One node of a fleet that spans several, as the node that answers the dump sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct NodeDump {
+    pub name: String,
+    /// `self` (the node that answered), `up` (linked) or `unreachable` (its link dropped, or
+    /// it never joined).
+    pub status: String,
+    /// Its cluster address, as its link reports it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub addr: String,
+    /// Personas placed on it.
+    pub personas: usize,
+    /// The nodes it is linked to (for the answering node: its links; for another node: as
+    /// that node reported them in this dump).
+    #[serde(default)]
+    pub links: Vec<String>,
+    /// When its link last changed (RFC 3339), if it ever did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Why it is unreachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -100,6 +128,9 @@ pub struct WorkingMemoryDump {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PersonaDump {
     pub name: String,
+    /// The node it runs on, when the fleet spans nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub role: String,
     pub status: PersonaStatus,
     pub brain: String,
@@ -196,6 +227,7 @@ impl PersonaDump {
         let down = ChildDump { status: "stopped".into(), restarts: 0, last_error: None };
         PersonaDump {
             name: name.to_string(),
+            node: None,
             role: String::new(),
             status,
             brain: String::new(),
@@ -230,6 +262,7 @@ pub fn status_str(s: PersonaStatus) -> &'static str {
         PersonaStatus::Restarting => "restarting",
         PersonaStatus::Failed => "failed",
         PersonaStatus::Stopped => "stopped",
+        PersonaStatus::Unreachable => "unreachable",
     }
 }
 

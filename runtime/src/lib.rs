@@ -23,6 +23,7 @@
 
 pub mod admin;
 pub mod ai;
+pub mod cluster;
 pub mod config;
 pub mod conversation;
 pub mod cursor;

@@ -245,7 +245,7 @@ pub struct InjectAck {
 }
 
 /// Why an injection was refused; each maps to one HTTP status.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum InjectError {
     #[error("{0}")]
     Invalid(String),
@@ -288,10 +288,13 @@ pub enum PersonaStatus {
     /// Failed more than the restart policy allows; stopped, the fleet runs on.
     Failed,
     Stopped,
+    /// Placed on another node of the cluster whose link is down: events for it are refused
+    /// (503) until the node is back.
+    Unreachable,
 }
 
 /// How much of each persona's journals a dump reads from storage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DumpDepth {
     /// Its 50 latest decisions and 20 latest evictions (`mindfleet dump`).
     Full,
@@ -304,6 +307,8 @@ pub enum DumpDepth {
 #[derive(Debug, RactorMessage)]
 pub enum AdminMsg {
     Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),
+    /// From another node: store an event it accepted for these personas of this node.
+    StoreHere(Box<Event>, Vec<String>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
@@ -319,6 +324,11 @@ pub enum AdminMsg {
     },
     Dump {
         persona: Option<String>,
+        depth: DumpDepth,
+        reply: RpcReplyPort<Result<FleetDump, InjectError>>,
+    },
+    /// This node's own part of a cluster dump: its personas, journals and links.
+    NodeDump {
         depth: DumpDepth,
         reply: RpcReplyPort<Result<FleetDump, InjectError>>,
     },

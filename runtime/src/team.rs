@@ -137,6 +137,8 @@ pub enum Unavailable {
     /// It failed more often than the restart policy allows.
     Failed,
     Stopped,
+    /// On another node of the cluster whose link is down.
+    Unreachable,
     /// Made dormant (fleet file or `ai state update --dormant`).
     Dormant,
     /// Not idle, and focused above [`DEEP_FOCUS`].
@@ -178,6 +180,7 @@ pub fn availability(p: &PersonaDump) -> Availability {
         PersonaStatus::Restarting => reasons.push(Unavailable::Restarting),
         PersonaStatus::Failed => reasons.push(Unavailable::Failed),
         PersonaStatus::Stopped => reasons.push(Unavailable::Stopped),
+        PersonaStatus::Unreachable => reasons.push(Unavailable::Unreachable),
     }
     let s = p.self_state.as_ref();
     if let Some(s) = s {

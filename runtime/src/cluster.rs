@@ -1,0 +1,294 @@
+//! A fleet across nodes: where each persona runs ([`place`]), what this node knows of the
+//! others ([`ClusterView`]), and the [`NodeAgent`], the one actor of a node that the other
+//! nodes talk to (through ractor_cluster; its messages travel as bytes).
+//!
+//! Discovery is by ractor process groups in the [`SCOPE`] scope: each node's agent joins
+//! [`node_group`] of its node, so any node's admin finds the agent of the node a persona is
+//! placed on. A node whose link is down has no member there: events for its personas are
+//! refused, never accepted and lost.
+//!
+//! Messages: [`NodeMsg`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, call_t};
+use ractor_cluster_derive::RactorClusterMessage;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::config::PersonaConfig;
+use crate::dump::{FleetDump, NodeDump};
+use crate::event::Event;
+use crate::messages::{AdminMsg, DumpDepth, InjectAck, InjectError};
+use crate::time::{now_us, rfc3339};
+
+/// The process-group scope of a fleet's nodes.
+pub const SCOPE: &str = "mindfleet";
+
+/// How long a node waits for another node's answer.
+pub const REMOTE_CALL_MS: u64 = 10_000;
+
+/// The group the agent of `node` joins.
+pub fn node_group(node: &str) -> String {
+    format!("node/{node}")
+}
+
+/// The agent of `node`, when its link is up (this node's own agent too).
+pub fn agent_of(node: &str) -> Option<ActorRef<NodeMsg>> {
+    ractor::pg::get_scoped_members(&SCOPE.to_string(), &node_group(node)).into_iter().next().map(ActorRef::from)
+}
+
+/// The node each persona runs on, in the order of `personas`: its own `node = ...` if it
+/// names one, else the node with the fewest personas so far (personas that name a node
+/// counted first; ties go to the node listed first). A pure function of the fleet file, so
+/// every node computes the same placement without asking the others.
+pub fn place(personas: &[PersonaConfig], nodes: &[String]) -> Result<Vec<String>, String> {
+    if nodes.is_empty() {
+        return Err("the fleet names no node: set `[cluster] nodes` or `node = ...` on a persona".into());
+    }
+    let mut load: Vec<usize> = vec![0; nodes.len()];
+    for p in personas {
+        if let Some(n) = &p.node {
+            let i = nodes.iter().position(|x| x == n).ok_or_else(|| {
+                format!("persona {:?}: node {n:?} is not one of the fleet's nodes ({})", p.name, nodes.join(", "))
+            })?;
+            load[i] += 1;
+        }
+    }
+    Ok(personas
+        .iter()
+        .map(|p| match &p.node {
+            Some(n) => n.clone(),
+            None => {
+                let i = (0..nodes.len()).min_by_key(|&i| (load[i], i)).expect("nodes is not empty");
+                load[i] += 1;
+                nodes[i].clone()
+            }
+        })
+        .collect())
+}
+
+/// One other node as this node sees it.
+#[derive(Debug, Clone, Default)]
+struct Link {
+    up: bool,
+    addr: String,
+    since_us: Option<i64>,
+    error: Option<String>,
+}
+
+/// What this node knows of the cluster's nodes: which are linked, since when. Updated by the
+/// node server's events, read by dumps.
+#[derive(Clone)]
+pub struct ClusterView {
+    me: Arc<str>,
+    links: Arc<Mutex<BTreeMap<String, Link>>>,
+}
+
+impl ClusterView {
+    /// This node `me` among the fleet's `nodes`, none of the others linked yet.
+    pub fn new(me: &str, nodes: &[String]) -> Self {
+        let links = nodes
+            .iter()
+            .filter(|n| n.as_str() != me)
+            .map(|n| (n.clone(), Link { error: Some("not joined yet".into()), ..Default::default() }))
+            .collect();
+        ClusterView { me: me.into(), links: Arc::new(Mutex::new(links)) }
+    }
+
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    fn links(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Link>> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The link to `node` is ready.
+    pub fn linked(&self, node: &str, addr: &str) {
+        if node == &*self.me {
+            return;
+        }
+        let mut links = self.links();
+        let l = links.entry(node.to_string()).or_default();
+        *l = Link { up: true, addr: addr.to_string(), since_us: Some(now_us()), error: None };
+    }
+
+    /// The link to `node` dropped; whether it was up.
+    pub fn unlinked(&self, node: &str, why: &str) -> bool {
+        let mut links = self.links();
+        let Some(l) = links.get_mut(node).filter(|l| l.up) else { return false };
+        l.up = false;
+        l.since_us = Some(now_us());
+        l.error = Some(why.to_string());
+        true
+    }
+
+    pub fn is_up(&self, node: &str) -> bool {
+        node == &*self.me || self.links().get(node).is_some_and(|l| l.up)
+    }
+
+    /// The nodes this node is linked to.
+    pub fn up(&self) -> Vec<String> {
+        self.links().iter().filter(|(_, l)| l.up).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Every node, this one first, as a dump shows them; `personas` counts the personas placed
+    /// on each.
+    pub fn dump(&self, personas: &BTreeMap<String, usize>) -> Vec<NodeDump> {
+        let links = self.links();
+        let me = NodeDump {
+            name: self.me.to_string(),
+            status: "self".into(),
+            personas: personas.get(&*self.me).copied().unwrap_or(0),
+            links: links.iter().filter(|(_, l)| l.up).map(|(n, _)| n.clone()).collect(),
+            ..Default::default()
+        };
+        let others = links.iter().map(|(n, l)| NodeDump {
+            name: n.clone(),
+            status: if l.up { "up" } else { "unreachable" }.into(),
+            addr: l.addr.clone(),
+            personas: personas.get(n).copied().unwrap_or(0),
+            links: if l.up { vec![self.me.to_string()] } else { Vec::new() },
+            since: l.since_us.map(rfc3339),
+            error: l.error.clone(),
+        });
+        std::iter::once(me).chain(others).collect()
+    }
+}
+
+/// An event another node accepted, to be stored here for the named personas (placed here).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoreRequest {
+    pub event: Event,
+    pub personas: Vec<String>,
+}
+
+/// What travels between nodes: JSON (self-describing, so a field added later does not break
+/// a node that does not know it yet).
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("wire types serialize")
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, InjectError> {
+    serde_json::from_slice(bytes).map_err(|e| InjectError::Storage(format!("undecodable cluster message: {e}")))
+}
+
+/// The node agent's messages: the only messages that cross nodes.
+#[derive(RactorClusterMessage)]
+pub enum NodeMsg {
+    /// Store an event for personas of this node ([`StoreRequest`]); answers with the JSON
+    /// of `Result<InjectAck, InjectError>` once it is durably stored here.
+    #[rpc]
+    Store(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// This node's own part of a dump (the JSON of `DumpDepth`); answers with the JSON of
+    /// `Result<FleetDump, InjectError>`.
+    #[rpc]
+    Dump(Vec<u8>, RpcReplyPort<Vec<u8>>),
+}
+
+/// The actor of a node that the other nodes talk to. It hands what comes in to its node's
+/// admin, off its own loop, so a slow store never holds up a dump.
+pub struct NodeAgent;
+
+impl Actor for NodeAgent {
+    type Msg = NodeMsg;
+    type State = ActorRef<AdminMsg>;
+    type Arguments = (String, ActorRef<AdminMsg>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<NodeMsg>,
+        (node, admin): (String, ActorRef<AdminMsg>),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        ractor::pg::join_scoped(SCOPE.to_string(), node_group(&node), vec![myself.get_cell()]);
+        Ok(admin)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<NodeMsg>,
+        msg: NodeMsg,
+        admin: &mut ActorRef<AdminMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let admin = admin.clone();
+        match msg {
+            NodeMsg::Store(bytes, reply) => {
+                tokio::spawn(async move {
+                    let r: Result<InjectAck, InjectError> = match decode::<StoreRequest>(&bytes) {
+                        Ok(StoreRequest { event, personas }) => {
+                            call_t!(admin, AdminMsg::StoreHere, REMOTE_CALL_MS, Box::new(event), personas)
+                                .unwrap_or_else(|e| Err(InjectError::Storage(format!("admin: {e}"))))
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(encode(&r));
+                });
+            }
+            NodeMsg::Dump(bytes, reply) => {
+                tokio::spawn(async move {
+                    let r: Result<FleetDump, InjectError> = match decode::<DumpDepth>(&bytes) {
+                        Ok(depth) => call_t!(admin, |r| AdminMsg::NodeDump { depth, reply: r }, REMOTE_CALL_MS)
+                            .unwrap_or_else(|e| Err(InjectError::Storage(format!("admin: {e}")))),
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(encode(&r));
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FleetConfig;
+
+    fn personas(pins: &[Option<&str>]) -> Vec<PersonaConfig> {
+        let template = FleetConfig::embedded_default().personas[0].clone();
+        pins.iter()
+            .enumerate()
+            .map(|(i, n)| PersonaConfig { name: format!("p{i}"), node: n.map(String::from), ..template.clone() })
+            .collect()
+    }
+
+    fn nodes(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn placement_keeps_pins_and_fills_the_least_loaded_node() {
+        // Two pinned to a: the free ones go to b until it catches up, then alternate.
+        let p = personas(&[Some("a"), Some("a"), None, None, None, None]);
+        assert_eq!(place(&p, &nodes(&["a", "b"])).unwrap(), nodes(&["a", "a", "b", "b", "a", "b"]));
+        // Without pins: round the nodes in their listed order.
+        let p = personas(&[None, None, None, None, None]);
+        assert_eq!(place(&p, &nodes(&["x", "y", "z"])).unwrap(), nodes(&["x", "y", "z", "x", "y"]));
+    }
+
+    #[test]
+    fn placement_names_what_is_wrong() {
+        let p = personas(&[Some("c")]);
+        let e = place(&p, &nodes(&["a", "b"])).unwrap_err();
+        assert!(e.contains("\"p0\"") && e.contains("\"c\""), "{e}");
+        assert!(place(&p, &[]).unwrap_err().contains("names no node"));
+    }
+
+    #[test]
+    fn the_view_reports_links_as_they_come_and_go() {
+        let v = ClusterView::new("a", &nodes(&["a", "b", "c"]));
+        assert!(v.is_up("a") && !v.is_up("b"));
+        v.linked("b", "127.0.0.1:4698");
+        assert_eq!(v.up(), nodes(&["b"]));
+        assert!(v.unlinked("b", "link closed"));
+        assert!(!v.is_up("b") && !v.unlinked("b", "again"), "a link drops once");
+        let counts = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
+        let d = v.dump(&counts);
+        let summary: Vec<(&str, &str, usize)> =
+            d.iter().map(|n| (n.name.as_str(), n.status.as_str(), n.personas)).collect();
+        assert_eq!(summary, [("a", "self", 2), ("b", "unreachable", 1), ("c", "unreachable", 0)]);
+        assert_eq!(d[1].error.as_deref(), Some("link closed"));
+    }
+}

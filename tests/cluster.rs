@@ -1,0 +1,293 @@
+//! A fleet across nodes: real `mindfleet run --node` processes linked by ractor_cluster on
+//! loopback, driven through their admin APIs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const COOKIE: &str = "MINDFLEET_TEST_COOKIE";
+
+/// Two pinned personas, one on each node, two placed by load, all in `general`.
+const FLEET: &str = r#"
+[cluster]
+nodes = ["a", "b"]
+
+[conversation]
+enabled = false
+
+[[persona]]
+name = "alice"
+role = "assistant"
+rooms = ["general"]
+node = "a"
+
+[[persona]]
+name = "bob"
+role = "code reviewer"
+rooms = ["general"]
+expertise = ["review"]
+node = "b"
+
+[[persona]]
+name = "carol"
+role = "note taker"
+rooms = ["general"]
+
+[[persona]]
+name = "dave"
+role = "tester"
+rooms = ["general"]
+"#;
+
+/// A free loopback port (for a node server's `--cluster-listen`).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One `mindfleet run --node` process.
+struct Node {
+    child: Child,
+    admin: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts node `name` of the fleet in `dir` (its data in `dir/<name>`), with `cookie`.
+fn start(dir: &Path, name: &str, cookie: &str, args: &[&str]) -> Result<Node, (Option<i32>, String)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .arg("run")
+        .arg(dir.join("fleet.toml"))
+        .arg("--data")
+        .arg(dir.join(name))
+        .args(["--node", name, "--cookie-env", COOKIE])
+        .args(args)
+        .env(COOKIE, cookie)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log: Arc<Mutex<String>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("admin API on http://").nth(1) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+            let mut log = lines.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(admin) => Ok(Node { child, admin }),
+        Err(_) => {
+            let code = child.wait().unwrap().code();
+            // The reader thread ends with the process: let it take the last lines.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !log.lock().unwrap().contains("mindfleet:") && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let text = log.lock().unwrap().clone();
+            Err((code, text))
+        }
+    }
+}
+
+fn fleet_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(FLEET)).unwrap();
+    let path = dir.path().to_path_buf();
+    (dir, path)
+}
+
+async fn get_dump(http: &reqwest::Client, admin: &str) -> Option<Value> {
+    http.get(format!("http://{admin}/dump")).send().await.ok()?.json().await.ok()
+}
+
+/// The dump of `admin` once `ok` holds for it.
+async fn dump_until(http: &reqwest::Client, admin: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    poll(what, || async {
+        let d = get_dump(http, admin).await?;
+        ok(&d).then_some(d)
+    })
+    .await
+}
+
+fn node_status<'a>(d: &'a Value, node: &str) -> &'a str {
+    d["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == node))
+        .and_then(|n| n["status"].as_str())
+        .unwrap_or("")
+}
+
+fn persona_of<'a>(d: &'a Value, name: &str) -> &'a Value {
+    d["personas"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} in {d}"))
+}
+
+fn decided(d: &Value, persona: &str, event: &str) -> bool {
+    persona_of(d, persona)["decisions"].as_array().is_some_and(|ds| ds.iter().any(|x| x["event_id"] == event))
+}
+
+async fn inject(http: &reqwest::Client, admin: &str, body: Value) -> (u16, Value) {
+    let r = http.post(format!("http://{admin}/events")).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_is_down() {
+    let (_tmp, dir) = fleet_dir();
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a starts");
+    let mut b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b joins");
+    let http = reqwest::Client::new();
+
+    // Placement: pins first, then the least loaded node (ties to the node listed first).
+    let d = dump_until(&http, &a.admin, "node b up in a's dump", |d| node_status(d, "b") == "up").await;
+    let placed: Vec<(String, String)> = d["personas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().into(), p["node"].as_str().unwrap_or("?").into()))
+        .collect();
+    let want = [("alice", "a"), ("bob", "b"), ("carol", "a"), ("dave", "b")];
+    assert_eq!(placed, want.map(|(p, n)| (p.to_string(), n.to_string())), "{d}");
+    assert_eq!(node_status(&d, "a"), "self");
+    assert!(persona_of(&d, "bob")["self_state"].is_object(), "b's persona dumped live through a: {d}");
+
+    // An event for a persona of b, injected at a: stored on b, decided there, seen from a.
+    let (status, ack) =
+        inject(&http, &a.admin, json!({"id": "x1", "domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "please review auth.rs"}))
+            .await;
+    assert_eq!((status, &ack["personas"]), (200, &json!(["bob"])), "{ack}");
+    dump_until(&http, &a.admin, "bob's decision on x1, seen from a", |d| decided(d, "bob", "x1")).await;
+    let on_b = get_dump(&http, &b.admin).await.unwrap();
+    assert!(decided(&on_b, "bob", "x1"), "decided on b: {on_b}");
+
+    // A room event at b reaches every member on both nodes.
+    let (status, ack) = inject(
+        &http,
+        &b.admin,
+        json!({"id": "x2", "domain": "chat", "room": "general", "from": "erin", "text": "standup in 5"}),
+    )
+    .await;
+    assert_eq!((status, &ack["personas"]), (200, &json!(["alice", "bob", "carol", "dave"])), "{ack}");
+    dump_until(&http, &b.admin, "every persona's decision on x2", |d| {
+        ["alice", "bob", "carol", "dave"].iter().all(|p| decided(d, p, "x2"))
+    })
+    .await;
+
+    // b is killed: a sees the link drop, refuses events for b's personas naming b, and keeps
+    // serving its own.
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let d =
+        dump_until(&http, &a.admin, "node b unreachable in a's dump", |d| node_status(d, "b") == "unreachable").await;
+    assert_eq!(persona_of(&d, "bob")["status"], "unreachable", "{d}");
+    let (status, err) =
+        inject(&http, &a.admin, json!({"id": "x3", "domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "still there?"}))
+            .await;
+    assert_eq!(status, 503, "{err}");
+    assert!(err.to_string().contains("node \\\"b\\\" is unreachable"), "{err}");
+    let (status, _) = inject(
+        &http,
+        &a.admin,
+        json!({"id": "x4", "domain": "chat", "room": "general", "from": "erin", "persona": "alice", "text": "hello"}),
+    )
+    .await;
+    assert_eq!(status, 200, "a's own personas are served");
+
+    // b comes back with its own redb state: its earlier decisions are there, events flow again.
+    let b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b rejoins");
+    dump_until(&http, &a.admin, "node b up again", |d| node_status(d, "b") == "up").await;
+    let (status, ack) =
+        inject(&http, &a.admin, json!({"id": "x3", "domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "still there?"}))
+            .await;
+    assert_eq!(status, 200, "{ack}");
+    let d = dump_until(&http, &a.admin, "bob's decision on x3", |d| decided(d, "bob", "x3")).await;
+    assert!(decided(&d, "bob", "x1"), "bob's decisions from before the kill are kept: {d}");
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_node_links_to_every_node_and_routes_from_any_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
+    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
+    let dir = dir.path();
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (la, lb, lc) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"), format!("127.0.0.1:{pc}"));
+    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a");
+    let _b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
+    let c = start(dir, "c", "k", &["--cluster-listen", &lc, "--cluster-join", &la]).expect("c");
+    let http = reqwest::Client::new();
+    // c joined through a only: it links to b too (transitive links).
+    let d = dump_until(&http, &c.admin, "c linked to a and b", |d| {
+        node_status(d, "a") == "up" && node_status(d, "b") == "up"
+    })
+    .await;
+    // alice a, bob b (pinned), carol to c, dave to a (ties to the node listed first).
+    for (p, n) in [("alice", "a"), ("bob", "b"), ("carol", "c"), ("dave", "a")] {
+        assert_eq!(persona_of(&d, p)["node"], n, "{d}");
+    }
+    // From c, an event for a persona of b; from a, for the persona of c.
+    let (status, _) = inject(
+        &http,
+        &c.admin,
+        json!({"id": "y1", "domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "ping"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = inject(
+        &http,
+        &a.admin,
+        json!({"id": "y2", "domain": "chat", "room": "general", "from": "erin", "persona": "carol", "text": "ping"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    dump_until(&http, &a.admin, "both decisions, seen from a", |d| {
+        decided(d, "bob", "y1") && decided(d, "carol", "y2")
+    })
+    .await;
+}
+
+#[test]
+fn a_wrong_cookie_is_refused_and_the_joining_node_exits_with_the_reason() {
+    let (_tmp, dir) = fleet_dir();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let _a = start(&dir, "a", "right", &["--cluster-listen", &listen]).expect("a starts");
+    let Err((code, log)) = start(&dir, "b", "wrong", &["--cluster-join", &listen]) else {
+        panic!("b joined with the wrong cookie");
+    };
+    assert_eq!(code, Some(3), "{log}");
+    assert!(log.contains("the cluster refused this node") && log.contains("cookie"), "{log}");
+}
+
+#[test]
+fn a_node_without_a_cookie_does_not_start() {
+    let (_tmp, dir) = fleet_dir();
+    let Err((code, log)) = start(&dir, "a", "", &["--cluster-listen", "0.0.0.0:0"]) else {
+        panic!("a node listening on every address started without a cookie");
+    };
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains(&format!("set {COOKIE}")) && log.contains("0.0.0.0:0"), "{log}");
+    // A node that is not one of the fleet's nodes is refused too, naming them.
+    let Err((code, log)) = start(&dir, "z", "k", &[]) else { panic!("node z started") };
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("--node \"z\" is not one of the fleet's nodes") && log.contains("a, b"), "{log}");
+}
