@@ -22,6 +22,7 @@ use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
+use mindfleet_runtime::cluster::RoomRouter;
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
@@ -192,8 +193,10 @@ impl Actor for FleetSupervisor {
         let scheduler =
             mindfleet_actors::scheduler::spawn_with_budgets(args.config.scheduler, budgets, Some(me.clone())).await?;
         let c = args.config.coordination;
+        let rooms =
+            args.cluster.as_ref().map(|c| Arc::new(RoomRouter::new(c.view.clone(), &args.config, &c.placement)));
         let coordinator = mindfleet_actors::coordinator::spawn(
-            CoordinatorArgs { responders: c.responders, window: c.window },
+            CoordinatorArgs { responders: c.responders, window: c.window, rooms },
             Some(me.clone()),
         )
         .await?;

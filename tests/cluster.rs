@@ -291,3 +291,48 @@ fn a_node_without_a_cookie_does_not_start() {
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("--node \"z\" is not one of the fleet's nodes") && log.contains("a, b"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_coordinator_per_room_gives_one_answer_across_two_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fleet = String::from("[cluster]\nnodes = [\"a\", \"b\"]\n[conversation]\nenabled = false\n");
+    for i in 0..7 {
+        fleet.push_str(&format!(
+            "[[persona]]\nname = \"p{i}\"\nrole = \"engineer\"\nrooms = [\"team\"]\nexpertise = [\"deploy\"]\n"
+        ));
+    }
+    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
+    let dir = dir.path();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a = start(dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let b = start(dir, "b", "k", &["--cluster-join", &listen]).expect("b");
+    let http = reqwest::Client::new();
+    let d = dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
+    let on_b = d["personas"].as_array().unwrap().iter().filter(|p| p["node"] == "b").count();
+    assert_eq!(on_b, 3, "seven personas split 4 / 3: {d}");
+    dump_until(&http, &b.admin, "a up, seen from b", |d| node_status(d, "a") == "up").await;
+
+    let ids: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        // Injected at either node: the room's one coordinator decides every time.
+        let admin = if i % 2 == 0 { &a.admin } else { &b.admin };
+        let text = format!("the deploy {i} failed, who can look?");
+        let (status, ack) =
+            inject(&http, admin, json!({"id": id, "domain": "chat", "room": "team", "from": "erin", "text": text}))
+                .await;
+        assert_eq!((status, ack["personas"].as_array().map(Vec::len)), (200, Some(7)), "{ack}");
+    }
+    let d = dump_until(&http, &a.admin, "every persona's decision on every message", |d| {
+        (0..7).all(|p| ids.iter().all(|id| decided(d, &format!("p{p}"), id)))
+    })
+    .await;
+    for id in &ids {
+        let answers: Vec<&Value> = d["outbox"].as_array().unwrap().iter().filter(|o| o["in_reply_to"] == *id).collect();
+        assert_eq!(answers.len(), 1, "one answer to {id} across both nodes: {answers:?}");
+    }
+    // The cluster's turn-taking figures count each message once, on the node that decided it.
+    assert_eq!(
+        (d["coordination"]["messages"].as_u64(), d["coordination"]["answered_by_one"].as_u64()),
+        (Some(5), Some(5))
+    );
+}

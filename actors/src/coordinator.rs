@@ -15,17 +15,21 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mindfleet_runtime::cluster::{self, NodeMsg, RoomRouter};
 use mindfleet_runtime::messages::{Claim, CoordinationStats, CoordinatorMsg, PersonaMsg, Turn};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
 pub struct Coordinator;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct CoordinatorArgs {
     /// Most personas answering one message (an @mentioned one always answers).
     pub responders: usize,
     /// How long claims are collected when the audience is not known.
     pub window: Duration,
+    /// In a fleet across nodes: which node decides each room's turn-taking. A claim for a room
+    /// that another node decides goes there.
+    pub rooms: Option<Arc<RoomRouter>>,
 }
 
 struct Pending {
@@ -47,9 +51,21 @@ pub struct CoordinatorState {
 /// Decided messages remembered for late claims.
 const DECIDED_KEPT: usize = 10_000;
 
+/// Answers a claim: to the persona, or through its node when it runs on another one.
 fn turn(c: &Claim, granted: bool, assigned: bool, reason: String) {
-    let t = Turn { event_id: c.event_id.clone(), granted, assigned, reason };
-    let _ = c.actor.cast(PersonaMsg::Turn(t));
+    let turn = Turn { event_id: c.event_id.clone(), granted, assigned, reason };
+    match (&c.actor, &c.node) {
+        (Some(a), _) => {
+            let _ = a.cast(PersonaMsg::Turn(turn));
+        }
+        (None, Some(node)) => {
+            // Lost with the link: the persona claims again when its wait runs out.
+            if let Some(agent) = cluster::agent_of(node) {
+                let _ = agent.cast(NodeMsg::Turn(cluster::encode(&(c.persona.to_string(), turn))));
+            }
+        }
+        (None, None) => {}
+    }
 }
 
 impl CoordinatorState {
@@ -179,7 +195,19 @@ impl Actor for Coordinator {
         st: &mut CoordinatorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            CoordinatorMsg::Claim(c) => {
+            CoordinatorMsg::Claim(mut c) => {
+                // A room another node decides: the claim goes there (here, if it cannot).
+                if let Some(rooms) = &st.args.rooms
+                    && c.node.is_none()
+                    && let Some(agent) = rooms.coordinator_of(&c.room).and_then(cluster::agent_of)
+                {
+                    let actor = c.actor.take();
+                    c.node = Some(rooms.me().to_string());
+                    if agent.cast(NodeMsg::Claim(cluster::encode(&*c))).is_ok() {
+                        return Ok(());
+                    }
+                    (c.actor, c.node) = (actor, None);
+                }
                 let id = c.event_id.clone();
                 if let Some(holders) = st.decided.get(&id) {
                     if holders.contains(&c.persona) {
@@ -290,7 +318,8 @@ mod tests {
             event_id: "e1".into(),
             room: "team".into(),
             persona: name.into(),
-            actor: actor.clone(),
+            actor: Some(actor.clone()),
+            node: None,
             wants,
             mentioned: false,
             confidence,
@@ -301,7 +330,7 @@ mod tests {
         })
     }
 
-    const ARGS: CoordinatorArgs = CoordinatorArgs { responders: 1, window: Duration::from_millis(100) };
+    const ARGS: CoordinatorArgs = CoordinatorArgs { responders: 1, window: Duration::from_millis(100), rooms: None };
 
     #[tokio::test]
     async fn a_claim_sent_again_gets_the_same_answer_and_counts_once() {

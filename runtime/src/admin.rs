@@ -157,15 +157,20 @@ impl AdminState {
                 }
             }
         }
+        let audience = (local.len() + agents.iter().map(|(_, _, names)| names.len()).sum::<usize>()) as u32;
         let here = (!local.is_empty()).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            self.storage.inject(event.clone(), local, tx.into());
+            let elsewhere = audience - local.len() as u32;
+            self.storage.inject_among(event.clone(), local, elsewhere, tx.into());
             rx
         });
         tokio::spawn(async move {
             let remote = agents.into_iter().map(|(node, agent, personas)| {
-                let request =
-                    crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas: personas.clone() });
+                let request = crate::cluster::encode(&StoreRequest {
+                    event: (*event).clone(),
+                    personas: personas.clone(),
+                    audience,
+                });
                 async move {
                     match call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request) {
                         Ok(bytes) => crate::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r),
@@ -327,7 +332,7 @@ impl Actor for Admin {
                     }
                 }
             }
-            AdminMsg::StoreHere(event, names, reply) => {
+            AdminMsg::StoreHere(event, names, audience, reply) => {
                 // Accepted by another node for personas of this one: they must be here.
                 let mut targets = Vec::with_capacity(names.len());
                 for n in &names {
@@ -347,8 +352,17 @@ impl Actor for Admin {
                 {
                     st.join(&event.room, name.clone());
                 }
-                let local = targets.iter().map(|n| st.target(n)).collect();
-                st.storage.inject(event, local, reply);
+                let local: Vec<Target> = targets.iter().map(|n| st.target(n)).collect();
+                let elsewhere = audience.saturating_sub(local.len() as u32);
+                st.storage.inject_among(event, local, elsewhere, reply);
+            }
+            AdminMsg::RemoteClaim(claim) => {
+                let _ = st.coordinator.cast(CoordinatorMsg::Claim(claim));
+            }
+            AdminMsg::Turn { persona, turn } => {
+                if let Some(a) = st.personas.get(persona.as_str()).and_then(|p| p.actor.clone()) {
+                    let _ = a.cast(PersonaMsg::Turn(turn));
+                }
             }
             AdminMsg::Commit(commit) => {
                 let names: Vec<Arc<str>> = match &commit.reply {
@@ -360,10 +374,11 @@ impl Actor for Admin {
                     None => Vec::new(),
                 };
                 let (targets, remote) = st.split(&names);
+                let elsewhere = (names.len() - targets.len()) as u32;
                 if let (false, Some((_, reply))) = (remote.is_empty(), &commit.reply) {
-                    forward_reply(Box::new(reply.clone()), remote);
+                    forward_reply(Box::new(reply.clone()), remote, names.len() as u32);
                 }
-                st.storage.commit(commit, targets);
+                st.storage.commit(commit, targets, elsewhere);
             }
             AdminMsg::PersonaUp { name, actor } => {
                 if let Some(p) = st.personas.get_mut(name.as_str()) {
@@ -551,9 +566,9 @@ impl Actor for Admin {
 /// Sends a persona's reply to the room's members on other nodes. A node that cannot be reached
 /// gets it once it is back: tried every second for up to [`FORWARD_FOR`] (held in memory, so
 /// lost if this node stops before: docs/RUNTIME-SEMANTICS.md, "A fleet across nodes").
-fn forward_reply(event: Box<Event>, remote: BTreeMap<Arc<str>, Vec<String>>) {
+fn forward_reply(event: Box<Event>, remote: BTreeMap<Arc<str>, Vec<String>>, audience: u32) {
     for (node, personas) in remote {
-        let request = crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas });
+        let request = crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas, audience });
         tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + FORWARD_FOR;
             loop {
@@ -665,6 +680,7 @@ impl ClusterPart {
             d.admin.accepted += part.admin.accepted;
             d.admin.duplicates += part.admin.duplicates;
             d.admin.rejected += part.admin.rejected;
+            d.coordination.add(&part.coordination);
         }
         d.outbox.sort_by_key(|o| std::cmp::Reverse(o.at_us));
         d.outbox.truncate(RECENT);

@@ -17,10 +17,10 @@ use ractor_cluster_derive::RactorClusterMessage;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::config::PersonaConfig;
+use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::{FleetDump, NodeDump};
 use crate::event::Event;
-use crate::messages::{AdminMsg, DumpDepth, InjectAck, InjectError};
+use crate::messages::{AdminMsg, Claim, DumpDepth, InjectAck, InjectError, Turn};
 use crate::time::{now_us, rfc3339};
 
 /// The process-group scope of a fleet's nodes.
@@ -158,11 +158,52 @@ impl ClusterView {
     }
 }
 
+/// Which node decides turn-taking in each room: the first node, in the fleet's order, that
+/// runs a member of the room and is linked. Nodes that see the same links pick the same one;
+/// a room none of whose members' nodes is linked is decided on each node for its own members.
+pub struct RoomRouter {
+    view: ClusterView,
+    /// Room -> the nodes that run its members (from the fleet file), in the fleet's order.
+    rooms: BTreeMap<String, Vec<String>>,
+}
+
+impl RoomRouter {
+    pub fn new(view: ClusterView, config: &FleetConfig, placement: &BTreeMap<String, String>) -> Self {
+        let order = config.cluster_nodes();
+        let mut rooms: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in &config.personas {
+            let Some(node) = placement.get(&p.name) else { continue };
+            for r in &p.rooms {
+                let nodes = rooms.entry(r.clone()).or_default();
+                if !nodes.contains(node) {
+                    nodes.push(node.clone());
+                }
+            }
+        }
+        for nodes in rooms.values_mut() {
+            nodes.sort_by_key(|n| order.iter().position(|o| o == n));
+        }
+        RoomRouter { view, rooms }
+    }
+
+    pub fn me(&self) -> &str {
+        self.view.me()
+    }
+
+    /// The other node that decides `room`, if it is not this one.
+    pub fn coordinator_of(&self, room: &str) -> Option<&str> {
+        let node = self.rooms.get(room)?.iter().find(|n| self.view.is_up(n))?;
+        (node != self.view.me()).then_some(node.as_str())
+    }
+}
+
 /// An event another node accepted, to be stored here for the named personas (placed here).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StoreRequest {
     pub event: Event,
     pub personas: Vec<String>,
+    /// How many personas the event went to on every node (the turn-taking audience).
+    pub audience: u32,
 }
 
 /// What travels between nodes: JSON (self-describing, so a field added later does not break
@@ -186,6 +227,10 @@ pub enum NodeMsg {
     /// `Result<FleetDump, InjectError>`.
     #[rpc]
     Dump(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// A [`Claim`] for a room this node decides, from a persona of another node.
+    Claim(Vec<u8>),
+    /// The turn `(persona, Turn)` for a persona of this node, from the room's coordinator.
+    Turn(Vec<u8>),
 }
 
 /// The actor of a node that the other nodes talk to. It hands what comes in to its node's
@@ -217,8 +262,8 @@ impl Actor for NodeAgent {
             NodeMsg::Store(bytes, reply) => {
                 tokio::spawn(async move {
                     let r: Result<InjectAck, InjectError> = match decode::<StoreRequest>(&bytes) {
-                        Ok(StoreRequest { event, personas }) => {
-                            call_t!(admin, AdminMsg::StoreHere, REMOTE_CALL_MS, Box::new(event), personas)
+                        Ok(StoreRequest { event, personas, audience }) => {
+                            call_t!(admin, AdminMsg::StoreHere, REMOTE_CALL_MS, Box::new(event), personas, audience)
                                 .unwrap_or_else(|e| Err(InjectError::Storage(format!("admin: {e}"))))
                         }
                         Err(e) => Err(e),
@@ -236,6 +281,18 @@ impl Actor for NodeAgent {
                     let _ = reply.send(encode(&r));
                 });
             }
+            NodeMsg::Claim(bytes) => match decode::<Claim>(&bytes) {
+                Ok(claim) => {
+                    let _ = admin.cast(AdminMsg::RemoteClaim(Box::new(claim)));
+                }
+                Err(e) => tracing::warn!(error = %e, "a claim from another node was dropped"),
+            },
+            NodeMsg::Turn(bytes) => match decode::<(String, Turn)>(&bytes) {
+                Ok((persona, turn)) => {
+                    let _ = admin.cast(AdminMsg::Turn { persona, turn });
+                }
+                Err(e) => tracing::warn!(error = %e, "a turn from another node was dropped"),
+            },
         }
         Ok(())
     }

@@ -30,12 +30,17 @@ pub struct Delivery {
 
 /// A persona's answer to an undirected human message in a shared room: it wants the turn,
 /// or it passes. The room's coordinator grants the turn to at most `responders` of them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claim {
     pub event_id: String,
     pub room: String,
     pub persona: Arc<str>,
-    pub actor: ActorRef<PersonaMsg>,
+    /// The persona, when it runs on the coordinator's node.
+    #[serde(skip)]
+    pub actor: Option<ActorRef<PersonaMsg>>,
+    /// The persona's node, when the claim came from another node (its turn goes back there).
+    #[serde(default)]
+    pub node: Option<String>,
     /// The gate engaged: it wants to answer.
     pub wants: bool,
     /// The persona is mentioned: it always gets the turn.
@@ -53,7 +58,7 @@ pub struct Claim {
 }
 
 /// The coordinator's answer to a claim.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
     pub event_id: String,
     pub granted: bool,
@@ -79,6 +84,21 @@ pub struct CoordinationStats {
     pub efficiency: f64,
     /// Decided by the window rather than by every claim being in.
     pub by_window: u64,
+}
+
+impl CoordinationStats {
+    /// Adds another coordinator's counts (a fleet across nodes has one per node; each room is
+    /// decided by one of them).
+    pub fn add(&mut self, o: &CoordinationStats) {
+        self.messages += o.messages;
+        self.answered_by_one += o.answered_by_one;
+        self.answered_by_none += o.answered_by_none;
+        self.answered_by_many += o.answered_by_many;
+        self.assigned += o.assigned;
+        self.redundant += o.redundant;
+        self.by_window += o.by_window;
+        self.efficiency = if self.messages == 0 { 0.0 } else { self.answered_by_one as f64 / self.messages as f64 };
+    }
 }
 
 /// The coordinator's messages.
@@ -308,7 +328,8 @@ pub enum DumpDepth {
 pub enum AdminMsg {
     Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// From another node: store an event it accepted for these personas of this node.
-    StoreHere(Box<Event>, Vec<String>, RpcReplyPort<Result<InjectAck, InjectError>>),
+    /// The last number is how many personas it went to on every node.
+    StoreHere(Box<Event>, Vec<String>, u32, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
@@ -356,6 +377,13 @@ pub enum AdminMsg {
         persona: String,
         change: StateChange,
         reply: RpcReplyPort<Result<(), InjectError>>,
+    },
+    /// From another node: a claim for a room whose turn-taking this node decides.
+    RemoteClaim(Box<Claim>),
+    /// From another node's coordinator: the turn of a persona of this node.
+    Turn {
+        persona: String,
+        turn: Turn,
     },
     /// Stop accepting events (shutdown).
     Close(RpcReplyPort<()>),

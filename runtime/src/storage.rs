@@ -260,11 +260,13 @@ enum Op {
     Inject {
         event: Box<Event>,
         targets: Vec<Target>,
+        elsewhere: u32,
         reply: RpcReplyPort<Result<InjectAck, InjectError>>,
     },
     Commit {
         commit: Box<PersonaCommit>,
         reply_targets: Vec<Target>,
+        elsewhere: u32,
     },
     PutSelfState(Arc<str>, Box<SelfStateData>),
     PutMemory(Arc<str>, Box<WmEntry>),
@@ -403,12 +405,25 @@ impl Storage {
     /// Stores an event for `targets`; `reply` is answered after the fsync, then the event
     /// is delivered to each target.
     pub fn inject(&self, event: Box<Event>, targets: Vec<Target>, reply: RpcReplyPort<Result<InjectAck, InjectError>>) {
-        self.send(Op::Inject { event, targets, reply });
+        self.inject_among(event, targets, 0, reply);
+    }
+
+    /// As [`Storage::inject`], for an event that also went to `elsewhere` personas of other
+    /// nodes (each delivery's audience counts them).
+    pub fn inject_among(
+        &self,
+        event: Box<Event>,
+        targets: Vec<Target>,
+        elsewhere: u32,
+        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
+    ) {
+        self.send(Op::Inject { event, targets, elsewhere, reply });
     }
 
     /// Finishes a delivery: decision, optional reply (outbox + room event) in one transaction.
-    pub fn commit(&self, commit: Box<PersonaCommit>, reply_targets: Vec<Target>) {
-        self.send(Op::Commit { commit, reply_targets });
+    /// The reply also goes to `elsewhere` personas of other nodes.
+    pub fn commit(&self, commit: Box<PersonaCommit>, reply_targets: Vec<Target>, elsewhere: u32) {
+        self.send(Op::Commit { commit, reply_targets, elsewhere });
     }
 
     /// Writes one consolidation pass into long-term memory, enforcing the limits.
@@ -1242,7 +1257,7 @@ impl Writer {
     /// Applies one request inside the batch's transaction; true when it wrote anything.
     fn apply(&mut self, t: &mut Tables<'_>, op: Op, after: &mut Vec<AfterCommit>) -> Result<bool, redb::Error> {
         match op {
-            Op::Inject { event, targets, reply } => {
+            Op::Inject { event, targets, elsewhere, reply } => {
                 if t.event_ids.get(event.id.as_str())?.is_some() {
                     self.stats.duplicates += 1;
                     let ack = InjectAck { event_id: event.id, accepted: true, duplicate: true, personas: Vec::new() };
@@ -1274,7 +1289,7 @@ impl Writer {
                 after.push(Box::new(move |r| match r {
                     Ok(()) => {
                         let _ = reply.send(Ok(ack));
-                        deliver(&targets, seq, &event);
+                        deliver(&targets, elsewhere, seq, &event);
                     }
                     Err(e) => {
                         let _ = reply.send(Err(InjectError::Storage(e.to_string())));
@@ -1282,7 +1297,7 @@ impl Writer {
                 }));
                 Ok(true)
             }
-            Op::Commit { commit, reply_targets } => {
+            Op::Commit { commit, reply_targets, elsewhere } => {
                 let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
                 if !self.finish_delivery(t, &persona, seq)? {
                     self.stats.stale_finishes += 1;
@@ -1309,7 +1324,7 @@ impl Writer {
                     let (rseq, event) = self.put_event(t, event, &reply_targets)?;
                     after.push(Box::new(move |r| {
                         if r.is_ok() {
-                            deliver(&reply_targets, rseq, &event);
+                            deliver(&reply_targets, elsewhere, rseq, &event);
                         }
                     }));
                 }
@@ -1851,8 +1866,9 @@ fn skipped(event: &Event, reason: &str) -> Decision {
     }
 }
 
-fn deliver(targets: &[Target], seq: u64, event: &Arc<Event>) {
-    let audience = targets.len() as u32;
+/// Hands a stored event to its targets here; it went to `elsewhere` personas of other nodes too.
+fn deliver(targets: &[Target], elsewhere: u32, seq: u64, event: &Arc<Event>) {
+    let audience = targets.len() as u32 + elsewhere;
     for (persona, actor) in targets {
         let sent = actor.as_ref().is_some_and(|a| {
             a.cast(PersonaMsg::Deliver(Delivery { seq, event: event.clone(), crashes: 0, audience })).is_ok()
@@ -2030,7 +2046,7 @@ mod tests {
                 plan: None,
                 said: None,
             };
-            s.commit(Box::new(commit), Vec::new());
+            s.commit(Box::new(commit), Vec::new(), 0);
         }
         // Acknowledged after the commit of every request sent before it.
         inject(&s, "e4", "q").await.unwrap();
@@ -2089,7 +2105,7 @@ mod tests {
                 plan: None,
                 said: None,
             };
-            s.commit(Box::new(commit), Vec::new());
+            s.commit(Box::new(commit), Vec::new(), 0);
         }
         s.flush().await.unwrap();
         assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 1);
