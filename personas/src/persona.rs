@@ -592,6 +592,13 @@ impl PersonaState {
                 retry: 0,
             };
             let gone = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_err();
+            // A pass on a persona message is final: nobody is assigned one that nobody claims,
+            // so there is no turn to wait for (waiting would hold up this persona's next events,
+            // and, through their claims, other personas' turns).
+            if !claim.wants && !claim.mentioned && !claim.from_human {
+                self.finish(d, backlog, p, gate, state, None, None);
+                return;
+            }
             let id = e.id.clone();
             if gone {
                 self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state, claim });
