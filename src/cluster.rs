@@ -134,7 +134,10 @@ pub(crate) async fn start(
         }
         seeds.push(resolved);
     }
-    let keeper = tokio::spawn(keep_links(server.clone(), seeds, rx));
+    let links = keep_links(server.clone(), seeds, rx);
+    let keeper = tokio::spawn(async move {
+        tokio::join!(links, check_liveness(view));
+    });
     Ok(node(keeper))
 }
 
@@ -167,6 +170,36 @@ async fn join(
     tokio::time::timeout(JOIN_WAIT, wait).await.unwrap_or_else(|_| {
         Err(FleetError::JoinRefused(format!("no handshake with {addr} within {}s", JOIN_WAIT.as_secs())))
     })
+}
+
+/// How often every linked node is asked whether it is alive, and how long it has to answer.
+const LIVENESS_EVERY: Duration = Duration::from_secs(1);
+const LIVENESS_WAIT_MS: u64 = 2000;
+
+/// Asks every linked node, every second, to answer a ping within 2 s. One that keeps its link
+/// open but does not answer (a stopped process, a partition that drops packets silently) is
+/// unreachable until it answers again: ractor_cluster's own pings have no timeout.
+async fn check_liveness(view: ClusterView) {
+    let mut tick = tokio::time::interval(LIVENESS_EVERY);
+    for n in 0u64.. {
+        tick.tick().await;
+        let checks = view.linked_nodes().into_iter().map(|node| async move {
+            let ok = match mindfleet_runtime::cluster::agent_of(&node) {
+                Some(agent) => ractor::call_t!(agent, NodeMsg::Ping, LIVENESS_WAIT_MS, n).is_ok_and(|m| m == n),
+                None => false,
+            };
+            (node, ok)
+        });
+        for (node, ok) in futures::future::join_all(checks).await {
+            if view.answered(&node, ok) {
+                if ok {
+                    tracing::info!(%node, "node answers again");
+                } else {
+                    tracing::warn!(%node, "node does not answer: unreachable until it does");
+                }
+            }
+        }
+    }
 }
 
 /// Dials a node this one joined through again, every second, while its link is down.

@@ -473,6 +473,17 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The same fleet and events on one node and across two (this process as node a, a child
+    /// `mindfleet run --node b`), every event injected at a for a persona on b: acknowledgement
+    /// and inject-to-decision latency, throughput, and their ratios.
+    Cluster {
+        #[arg(long, default_value_t = 16)]
+        personas: usize,
+        #[arg(long, default_value_t = 2000)]
+        events: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Conversation memory under a stream of chat messages (real MiniLM): embedding lag, its
     /// promotions, messages embedded per second, recall latency.
     Conversation {
@@ -718,6 +729,9 @@ fn main() -> ExitCode {
                     Err(e) => Err(e.into()),
                 };
                 print_figures(r, json)
+            }
+            Command::Bench { which: BenchCmd::Cluster { personas, events, json } } => {
+                print_figures(bench::cluster::cluster(personas, events.max(1)).await, json)
             }
             Command::Bench { which: BenchCmd::Dashboard { personas, rate, seconds, pages, json } } => {
                 let load = bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false };

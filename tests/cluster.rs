@@ -336,3 +336,36 @@ async fn one_coordinator_per_room_gives_one_answer_across_two_nodes() {
         (Some(5), Some(5))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
+    let (_tmp, dir) = fleet_dir();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a = start(&dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let b = start(&dir, "b", "k", &["--cluster-join", &listen]).expect("b");
+    let http = reqwest::Client::new();
+    dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
+    // Stopped, b keeps its socket open: only the liveness check can tell.
+    let signal =
+        |s: &str| assert!(Command::new("kill").args([s, &b.child.id().to_string()]).status().unwrap().success());
+    signal("-STOP");
+    let d = dump_until(&http, &a.admin, "b unreachable while stopped", |d| node_status(d, "b") == "unreachable").await;
+    let b_node = d["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "b").unwrap();
+    assert_eq!(b_node["error"], "no answer to the liveness check", "{d}");
+    let (status, err) = inject(
+        &http,
+        &a.admin,
+        json!({"domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 503, "{err}");
+    signal("-CONT");
+    dump_until(&http, &a.admin, "b up again once it answers", |d| node_status(d, "b") == "up").await;
+    let (status, ack) = inject(
+        &http,
+        &a.admin,
+        json!({"domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ack}");
+}

@@ -77,6 +77,8 @@ pub struct AdminState {
     conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
     cluster: Option<AdminCluster>,
+    /// Per other node, the queue of replies for its personas.
+    forwarders: BTreeMap<Arc<str>, tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
     rejected: u64,
@@ -149,7 +151,7 @@ impl AdminState {
     ) {
         let mut agents = Vec::with_capacity(remote.len());
         for (node, names) in remote {
-            match crate::cluster::agent_of(&node) {
+            match self.cluster.as_ref().and_then(|c| c.view.agent(&node)) {
                 Some(agent) => agents.push((node, agent, names)),
                 None => {
                     let _ = reply.send(Err(unreachable(&node, &names)));
@@ -298,6 +300,7 @@ impl Actor for Admin {
             conversation: args.conversation,
             addr: args.addr,
             cluster: args.cluster,
+            forwarders: BTreeMap::new(),
             personas,
             rooms,
             rejected: 0,
@@ -375,8 +378,15 @@ impl Actor for Admin {
                 };
                 let (targets, remote) = st.split(&names);
                 let elsewhere = (names.len() - targets.len()) as u32;
-                if let (false, Some((_, reply))) = (remote.is_empty(), &commit.reply) {
-                    forward_reply(Box::new(reply.clone()), remote, names.len() as u32);
+                if let (false, Some((_, reply)), Some(c)) = (remote.is_empty(), &commit.reply, &st.cluster) {
+                    for (node, personas) in remote {
+                        let request = StoreRequest { event: reply.clone(), personas, audience: names.len() as u32 };
+                        st.forwarders
+                            .entry(node.clone())
+                            .or_insert_with(|| forwarder(c.view.clone(), node))
+                            .send(crate::cluster::encode(&request))
+                            .unwrap_or_else(|_| tracing::error!("a reply forwarder stopped"));
+                    }
                 }
                 st.storage.commit(commit, targets, elsewhere);
             }
@@ -563,35 +573,60 @@ impl Actor for Admin {
     }
 }
 
-/// Sends a persona's reply to the room's members on other nodes. A node that cannot be reached
-/// gets it once it is back: tried every second for up to [`FORWARD_FOR`] (held in memory, so
-/// lost if this node stops before: docs/RUNTIME-SEMANTICS.md, "A fleet across nodes").
-fn forward_reply(event: Box<Event>, remote: BTreeMap<Arc<str>, Vec<String>>, audience: u32) {
-    for (node, personas) in remote {
-        let request = crate::cluster::encode(&StoreRequest { event: (*event).clone(), personas, audience });
-        tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + FORWARD_FOR;
-            loop {
-                if let Some(agent) = crate::cluster::agent_of(&node)
-                    && let Ok(bytes) = call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request.clone())
-                {
-                    match crate::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r) {
-                        Ok(_) => return,
-                        Err(InjectError::QueueFull { .. } | InjectError::ShuttingDown) => {}
-                        Err(e) => {
-                            tracing::error!(node = %node, error = %e, "a reply was refused by its room's node");
-                            return;
-                        }
-                    }
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    tracing::error!(node = %node, "a reply for the room's personas on this node was dropped: unreachable");
-                    return;
+/// The task that sends personas' replies to the room's members on `node`, in the order they
+/// were written: what is queued goes out together (sent in order, answered in any order), and
+/// what `node` could not take is sent again every second, for up to [`FORWARD_FOR`] while it is
+/// unreachable (held in memory, so lost if this node stops before: docs/RUNTIME-SEMANTICS.md,
+/// "A fleet across nodes").
+fn forwarder(view: ClusterView, node: Arc<str>) -> tokio::sync::mpsc::UnboundedSender<Vec<u8>> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let mut queue: Vec<(Vec<u8>, tokio::time::Instant)> = Vec::new();
+        loop {
+            if queue.is_empty() {
+                let Some(r) = rx.recv().await else { return };
+                queue.push((r, tokio::time::Instant::now() + FORWARD_FOR));
+            }
+            while let Ok(r) = rx.try_recv() {
+                queue.push((r, tokio::time::Instant::now() + FORWARD_FOR));
+            }
+            let Some(agent) = view.agent(&node) else {
+                let now = tokio::time::Instant::now();
+                let before = queue.len();
+                queue.retain(|(_, deadline)| *deadline > now);
+                if queue.len() < before {
+                    tracing::error!(node = %node, dropped = before - queue.len(), "replies for the room's personas on this node were dropped: unreachable");
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            // `join_all` polls them in order the first time: they are sent in order.
+            let sends = queue.iter().map(|(r, _)| {
+                let (agent, r) = (agent.clone(), r.clone());
+                async move { call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, r) }
+            });
+            let answers = futures::future::join_all(sends).await;
+            let mut again = Vec::new();
+            for ((request, deadline), answer) in queue.drain(..).zip(answers) {
+                let answer = answer
+                    .map_err(|e| InjectError::Unavailable(e.to_string()))
+                    .and_then(|b| crate::cluster::decode::<Result<InjectAck, InjectError>>(&b))
+                    .and_then(|r| r);
+                match answer {
+                    Ok(_) => {}
+                    Err(InjectError::Invalid(e) | InjectError::NotFound(e)) => {
+                        tracing::error!(node = %node, error = %e, "a reply was refused by its room's node");
+                    }
+                    Err(_) => again.push((request, deadline)),
+                }
             }
-        });
-    }
+            if !again.is_empty() {
+                queue = again;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    });
+    tx
 }
 
 /// How long a reply for another node's personas is kept while that node is unreachable.
@@ -639,8 +674,9 @@ impl ClusterPart {
         let mut nodes: Vec<Arc<str>> = self.personas.iter().map(|(_, n)| n.clone()).collect();
         nodes.sort();
         nodes.dedup();
+        let view = &self.view;
         let asks = nodes.iter().map(|node| async move {
-            let Some(agent) = crate::cluster::agent_of(node) else {
+            let Some(agent) = view.agent(node) else {
                 return Err(format!("node {node:?} is unreachable"));
             };
             let bytes = call_t!(agent, NodeMsg::Dump, DUMP_CALL_MS + 1000, crate::cluster::encode(&depth))

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, call_t};
 use ractor_cluster_derive::RactorClusterMessage;
@@ -34,7 +35,8 @@ pub fn node_group(node: &str) -> String {
     format!("node/{node}")
 }
 
-/// The agent of `node`, when its link is up (this node's own agent too).
+/// The agent of `node`, when its link is open (this node's own agent too); see
+/// [`ClusterView::agent`] for one that also answers.
 pub fn agent_of(node: &str) -> Option<ActorRef<NodeMsg>> {
     ractor::pg::get_scoped_members(&SCOPE.to_string(), &node_group(node)).into_iter().next().map(ActorRef::from)
 }
@@ -72,11 +74,23 @@ pub fn place(personas: &[PersonaConfig], nodes: &[String]) -> Result<Vec<String>
 /// One other node as this node sees it.
 #[derive(Debug, Clone, Default)]
 struct Link {
+    /// Its session is ready.
     up: bool,
+    /// It failed the last liveness check (its socket is open, it does not answer).
+    silent: bool,
     addr: String,
     since_us: Option<i64>,
     error: Option<String>,
 }
+
+impl Link {
+    fn reachable(&self) -> bool {
+        self.up && !self.silent
+    }
+}
+
+/// Why a node that keeps its link open counts as unreachable.
+pub const SILENT: &str = "no answer to the liveness check";
 
 /// What this node knows of the cluster's nodes: which are linked, since when. Updated by the
 /// node server's events, read by dumps.
@@ -112,7 +126,7 @@ impl ClusterView {
         }
         let mut links = self.links();
         let l = links.entry(node.to_string()).or_default();
-        *l = Link { up: true, addr: addr.to_string(), since_us: Some(now_us()), error: None };
+        *l = Link { up: true, addr: addr.to_string(), since_us: Some(now_us()), ..Default::default() };
     }
 
     /// The link to `node` dropped; whether it was up.
@@ -125,12 +139,29 @@ impl ClusterView {
         true
     }
 
-    pub fn is_up(&self, node: &str) -> bool {
-        node == &*self.me || self.links().get(node).is_some_and(|l| l.up)
+    /// Whether `node` answered its last liveness check (a node that did not is treated as
+    /// unreachable until it does); whether that changed.
+    pub fn answered(&self, node: &str, ok: bool) -> bool {
+        let mut links = self.links();
+        let Some(l) = links.get_mut(node).filter(|l| l.up && l.silent == ok) else { return false };
+        l.silent = !ok;
+        l.since_us = Some(now_us());
+        l.error = (!ok).then(|| SILENT.to_string());
+        true
     }
 
-    /// The nodes this node is linked to.
-    pub fn up(&self) -> Vec<String> {
+    /// Whether `node` is this one, or linked and answering.
+    pub fn is_up(&self, node: &str) -> bool {
+        node == &*self.me || self.links().get(node).is_some_and(Link::reachable)
+    }
+
+    /// The agent of `node`, when it is up.
+    pub fn agent(&self, node: &str) -> Option<ActorRef<NodeMsg>> {
+        if self.is_up(node) { agent_of(node) } else { None }
+    }
+
+    /// The nodes this node has an open link to (answering or not).
+    pub fn linked_nodes(&self) -> Vec<String> {
         self.links().iter().filter(|(_, l)| l.up).map(|(n, _)| n.clone()).collect()
     }
 
@@ -142,15 +173,15 @@ impl ClusterView {
             name: self.me.to_string(),
             status: "self".into(),
             personas: personas.get(&*self.me).copied().unwrap_or(0),
-            links: links.iter().filter(|(_, l)| l.up).map(|(n, _)| n.clone()).collect(),
+            links: links.iter().filter(|(_, l)| l.reachable()).map(|(n, _)| n.clone()).collect(),
             ..Default::default()
         };
         let others = links.iter().map(|(n, l)| NodeDump {
             name: n.clone(),
-            status: if l.up { "up" } else { "unreachable" }.into(),
+            status: if l.reachable() { "up" } else { "unreachable" }.into(),
             addr: l.addr.clone(),
             personas: personas.get(n).copied().unwrap_or(0),
-            links: if l.up { vec![self.me.to_string()] } else { Vec::new() },
+            links: if l.reachable() { vec![self.me.to_string()] } else { Vec::new() },
             since: l.since_us.map(rfc3339),
             error: l.error.clone(),
         });
@@ -190,6 +221,10 @@ impl RoomRouter {
         self.view.me()
     }
 
+    pub fn agent(&self, node: &str) -> Option<ActorRef<NodeMsg>> {
+        self.view.agent(node)
+    }
+
     /// The other node that decides `room`, if it is not this one.
     pub fn coordinator_of(&self, room: &str) -> Option<&str> {
         let node = self.rooms.get(room)?.iter().find(|n| self.view.is_up(n))?;
@@ -227,6 +262,9 @@ pub enum NodeMsg {
     /// `Result<FleetDump, InjectError>`.
     #[rpc]
     Dump(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// The liveness check: answers with the number it was sent.
+    #[rpc]
+    Ping(u64, RpcReplyPort<u64>),
     /// A [`Claim`] for a room this node decides, from a persona of another node.
     Claim(Vec<u8>),
     /// The turn `(persona, Turn)` for a persona of this node, from the room's coordinator.
@@ -260,12 +298,22 @@ impl Actor for NodeAgent {
         let admin = admin.clone();
         match msg {
             NodeMsg::Store(bytes, reply) => {
+                // Handed to the admin here, in the order the stores came (one node's replies
+                // reach a room's members in the order they were written); answered off the loop.
+                let stored = decode::<StoreRequest>(&bytes).and_then(|StoreRequest { event, personas, audience }| {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    admin
+                        .cast(AdminMsg::StoreHere(Box::new(event), personas, audience, tx.into()))
+                        .map_err(|e| InjectError::Storage(format!("admin: {e}")))?;
+                    Ok(rx)
+                });
                 tokio::spawn(async move {
-                    let r: Result<InjectAck, InjectError> = match decode::<StoreRequest>(&bytes) {
-                        Ok(StoreRequest { event, personas, audience }) => {
-                            call_t!(admin, AdminMsg::StoreHere, REMOTE_CALL_MS, Box::new(event), personas, audience)
-                                .unwrap_or_else(|e| Err(InjectError::Storage(format!("admin: {e}"))))
-                        }
+                    let r: Result<InjectAck, InjectError> = match stored {
+                        Ok(rx) => match tokio::time::timeout(Duration::from_millis(REMOTE_CALL_MS), rx).await {
+                            Ok(Ok(r)) => r,
+                            Ok(Err(_)) => Err(InjectError::Storage("admin: no answer".into())),
+                            Err(_) => Err(InjectError::Storage("admin: timed out".into())),
+                        },
                         Err(e) => Err(e),
                     };
                     let _ = reply.send(encode(&r));
@@ -280,6 +328,9 @@ impl Actor for NodeAgent {
                     };
                     let _ = reply.send(encode(&r));
                 });
+            }
+            NodeMsg::Ping(n, reply) => {
+                let _ = reply.send(n);
             }
             NodeMsg::Claim(bytes) => match decode::<Claim>(&bytes) {
                 Ok(claim) => {
@@ -338,7 +389,10 @@ mod tests {
         let v = ClusterView::new("a", &nodes(&["a", "b", "c"]));
         assert!(v.is_up("a") && !v.is_up("b"));
         v.linked("b", "127.0.0.1:4698");
-        assert_eq!(v.up(), nodes(&["b"]));
+        assert_eq!(v.linked_nodes(), nodes(&["b"]));
+        // Open but silent: unreachable until it answers again.
+        assert!(v.answered("b", false) && !v.is_up("b") && !v.answered("b", false));
+        assert!(v.answered("b", true) && v.is_up("b"));
         assert!(v.unlinked("b", "link closed"));
         assert!(!v.is_up("b") && !v.unlinked("b", "again"), "a link drops once");
         let counts = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
