@@ -1,11 +1,8 @@
 //! A fleet across nodes: real `mindfleet run --node` processes linked by ractor_cluster on
 //! loopback, driven through their admin APIs.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
 use serde_json::{Value, json};
 
@@ -65,45 +62,17 @@ impl Drop for Node {
 
 /// Starts node `name` of the fleet in `dir` (its data in `dir/<name>`), with `cookie`.
 fn start(dir: &Path, name: &str, cookie: &str, args: &[&str]) -> Result<Node, (Option<i32>, String)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
-        .arg("run")
-        .arg(dir.join("fleet.toml"))
-        .arg("--data")
-        .arg(dir.join(name))
-        .args(["--node", name, "--cookie-env", COOKIE])
-        .args(args)
-        .env(COOKIE, cookie)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let log: Arc<Mutex<String>> = Arc::default();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let lines = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.split("admin API on http://").nth(1) {
-                let _ = tx.send(addr.trim().to_string());
-            }
-            let mut log = lines.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(admin) => Ok(Node { child, admin }),
-        Err(_) => {
-            let code = child.wait().unwrap().code();
-            // The reader thread ends with the process: let it take the last lines.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !log.lock().unwrap().contains("mindfleet:") && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let text = log.lock().unwrap().clone();
-            Err((code, text))
-        }
-    }
+    let (child, admin) = spawn_run(
+        Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+            .arg("run")
+            .arg(dir.join("fleet.toml"))
+            .arg("--data")
+            .arg(dir.join(name))
+            .args(["--node", name, "--cookie-env", COOKIE])
+            .args(args)
+            .env(COOKIE, cookie),
+    )?;
+    Ok(Node { child, admin })
 }
 
 fn fleet_dir() -> (tempfile::TempDir, PathBuf) {
@@ -264,6 +233,27 @@ async fn a_third_node_links_to_every_node_and_routes_from_any_of_them() {
         decided(d, "bob", "y1") && decided(d, "carol", "y2")
     })
     .await;
+
+    // The command line, as a person uses it: inject at any node, dump the cluster from any node.
+    let cli = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let inject =
+        ["inject", "--admin", &a.admin, "--persona", "carol", "--room", "general", "--from", "erin", "--text", "hi"];
+    let (code, out, err) = cli(&inject);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, tree, err) = cli(&["dump", "--admin", &c.admin, "--format", "tree"]);
+    assert_eq!(code, Some(0), "{err}");
+    for line in
+        ["Node(c) [self]  1 personas, linked to a, b", "Node(b) [up]  1 personas", "Persona(bob) [running, on b]"]
+    {
+        assert!(tree.contains(line), "{line:?} in\n{tree}");
+    }
 }
 
 #[test]

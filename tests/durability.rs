@@ -1,8 +1,7 @@
 //! Durability across `kill -9`, graceful SIGTERM, and the data-dir lock, with the real binary.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,26 +13,8 @@ use crate::util::*;
 
 /// Starts `mindfleet run` and returns it with the admin address it printed.
 fn spawn_fleet(fleet: &Path, data: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
-        .arg("run")
-        .arg(fleet)
-        .arg("--data")
-        .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.split("admin API on http://").nth(1) {
-                let _ = tx.send(addr.trim().to_string());
-            }
-        }
-    });
-    let addr = rx.recv_timeout(DEADLINE).expect("the fleet reports its admin address");
-    (child, addr)
+    spawn_run(Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(fleet).arg("--data").arg(data))
+        .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
 }
 
 fn sigterm(child: &Child) {

@@ -14,6 +14,34 @@ use mindfleet_runtime::model::{Decision, OutboxEntry, Verdict};
 /// loaded 2-core machine in the test profile: a deadline finds hangs, it measures nothing.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Starts `cmd` (a `mindfleet run`) and waits for the admin address it reports; if it exits
+/// first, its exit code and what it printed.
+pub fn spawn_run(cmd: &mut std::process::Command) -> Result<(std::process::Child, String), (Option<i32>, String)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("admin API on http://").nth(1) {
+                let _ = tx.send(addr.trim().to_string());
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(admin) => Ok((child, admin)),
+        Err(_) => {
+            let _ = child.kill();
+            let code = child.wait().unwrap().code();
+            Err((code, reader.join().unwrap_or_default()))
+        }
+    }
+}
+
 /// The shared model cache, pulled through the same code path as `mindfleet models pull`
 /// (once; later calls find the models present under the cache's lock).
 pub fn pulled() -> std::path::PathBuf {

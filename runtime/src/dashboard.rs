@@ -48,8 +48,10 @@ pub const STYLE: &str = include_str!("dashboard/dashboard.css");
 pub struct Card {
     pub name: String,
     pub role: String,
+    /// The node it runs on, in a fleet across nodes.
+    pub node: Option<String>,
     /// `thinking`, `working`, `idle`, `overloaded`, `dormant`, `failed`, `restarting`,
-    /// `starting` or `stopped` ([`status_of`]).
+    /// `starting`, `stopped` or `unreachable` ([`status_of`]).
     pub status: &'static str,
     /// Cognitive load, 0..=1 (the badge's colour).
     pub load: f64,
@@ -101,6 +103,7 @@ pub fn card(p: &PersonaDump) -> Card {
     let mut card = Card {
         name: p.name.clone(),
         role: p.role.clone(),
+        node: p.node.clone(),
         status: status_of(p),
         load: s.cognitive_load,
         activity: s.focus.activity.clone(),
@@ -146,6 +149,8 @@ pub struct FleetView {
     /// bucket, oldest first).
     pub cost: Vec<(String, u64, Vec<u64>)>,
     pub cost_bucket_secs: f64,
+    /// The nodes of a fleet across nodes, with their links (empty on one node).
+    pub nodes: Vec<crate::dump::NodeDump>,
 }
 
 /// A persona in the supervision tree: its status, restarts and last error, then its actors'
@@ -214,6 +219,7 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
             .map(|(row, series)| (row.key.clone(), row.tokens, series.tokens.clone()))
             .collect(),
         cost_bucket_secs: cost.bucket_secs,
+        nodes: d.nodes.clone(),
     }
 }
 
@@ -307,7 +313,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
-            "{cost}",
+            "{cost}{nodes}",
             r#"<details><summary>supervision tree <small>({restarts} restarts)</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
@@ -320,9 +326,33 @@ pub fn render_fleet(f: &FleetView) -> String {
         misses = f.deadline_misses,
         skipped = f.skipped,
         cost = render_cost(f),
+        nodes = render_nodes(&f.nodes),
         restarts = f.tree.iter().map(|p| p.restarts + p.actors.iter().map(|a| a.2).sum::<u32>()).sum::<u32>(),
         tree = tree,
     )
+}
+
+/// The nodes of a fleet across nodes: each with its status, personas and links.
+fn render_nodes(nodes: &[crate::dump::NodeDump]) -> String {
+    if nodes.is_empty() {
+        return String::new();
+    }
+    let items: String = nodes
+        .iter()
+        .map(|n| {
+            let links = if n.links.is_empty() { String::new() } else { format!(", linked to {}", n.links.join(", ")) };
+            let error = n.error.as_deref().map_or_else(String::new, |err| format!(": {err}"));
+            format!(
+                r#"<li data-node="{name}" data-status="{status}">{name} <small>{status}, {personas} personas{links}{error}</small></li>"#,
+                name = escape(&n.name),
+                status = escape(&n.status),
+                personas = n.personas,
+                links = escape(&links),
+                error = escape(&error),
+            )
+        })
+        .collect();
+    format!(r#"<h3>nodes</h3><ul class="nodes">{items}</ul>"#)
 }
 
 /// A message in a room, from a person or a persona.
@@ -572,7 +602,7 @@ pub fn render_card(c: &Card) -> String {
         concat!(
             r#"<article class="card" id="card-{id}" data-persona="{id}" data-status="{status}" tabindex="0" title="{hover}">"#,
             r#"<header><h2>{name}</h2><span class="badge" style="--load:{load:.2}">{status}</span></header>"#,
-            r#"<p class="role">{role}</p>"#,
+            r#"<p class="role">{role}{node}</p>"#,
             r#"<dl>"#,
             r#"<dt>focus</dt><dd class="focus">{activity} <meter min="0" max="1" value="{intensity:.2}" title="intensity {intensity_pct}"></meter></dd>"#,
             r#"<dt>load</dt><dd class="load">{load_pct}</dd>"#,
@@ -586,6 +616,7 @@ pub fn render_card(c: &Card) -> String {
         id = e(&c.name),
         name = e(&c.name),
         role = e(&c.role),
+        node = c.node.as_deref().map_or_else(String::new, |n| format!(r#" <small class="node">on {}</small>"#, e(n))),
         status = c.status,
         hover = e(&hover),
         load = c.load,
@@ -1086,7 +1117,7 @@ pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dump::{ActorsDump, ChildDump, InboxDump, WorkingMemoryDump};
+    use crate::dump::{ActorsDump, ChildDump, InboxDump, NodeDump, WorkingMemoryDump};
     use crate::model::RecentDecision;
 
     fn persona(name: &str) -> PersonaDump {
@@ -1224,5 +1255,29 @@ mod tests {
         d.personas.clear();
         let quiet = render_fleet(&fleet_view(&d, &CostReport::default()));
         assert!(quiet.contains("no model calls in the last 15 min"), "{quiet}");
+    }
+
+    #[test]
+    fn a_fleet_across_nodes_shows_its_nodes_and_where_each_persona_runs() {
+        let mut d = dump(vec![PersonaDump { node: Some("b".into()), ..persona("ada") }]);
+        assert!(!render_fleet(&fleet_view(&d, &CostReport::default())).contains("nodes"), "one node: no list");
+        d.nodes = vec![
+            NodeDump { name: "a".into(), status: "self".into(), personas: 0, links: vec![], ..Default::default() },
+            NodeDump {
+                name: "b".into(),
+                status: "unreachable".into(),
+                personas: 1,
+                error: Some("link closed".into()),
+                ..Default::default()
+            },
+        ];
+        let html = render_fleet(&fleet_view(&d, &CostReport::default()));
+        assert!(
+            html.contains(r#"<li data-node="b" data-status="unreachable">b <small>unreachable, 1 personas: link closed</small></li>"#),
+            "{html}"
+        );
+        assert!(
+            card(&d.personas[0]).html.contains(r#"<p class="role">assistant <small class="node">on b</small></p>"#)
+        );
     }
 }

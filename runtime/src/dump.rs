@@ -287,6 +287,13 @@ impl FleetDump {
     pub fn render_tree(&self) -> String {
         let mut out = String::new();
         let s = &self.scheduler;
+        for n in &self.nodes {
+            let _ = write!(out, "Node({}) [{}]  {} personas", n.name, n.status, n.personas);
+            if !n.links.is_empty() {
+                let _ = write!(out, ", linked to {}", n.links.join(", "));
+            }
+            let _ = writeln!(out, "{}", n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
+        }
         let _ = writeln!(out, "FleetSupervisor({}) [{}]", self.fleet, self.supervisor.status);
         let _ = writeln!(
             out,
@@ -357,6 +364,9 @@ impl FleetDump {
             let last = i + 1 == n;
             let (branch, prefix) = if last { ("└─", "   ") } else { ("├─", "│  ") };
             let _ = write!(out, "{branch} Persona({}) [{}", p.name, status_str(p.status));
+            if let Some(node) = &p.node {
+                let _ = write!(out, ", on {node}");
+            }
             if p.actors.persona.restarts > 0 {
                 let _ = write!(out, ", {} restarts", p.actors.persona.restarts);
             }
