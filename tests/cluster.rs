@@ -122,7 +122,7 @@ async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_i
     let (_tmp, dir) = fleet_dir();
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a starts");
+    let mut a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a starts");
     let mut b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b joins");
     let http = reqwest::Client::new();
 
@@ -180,6 +180,13 @@ async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_i
     )
     .await;
     assert_eq!(status, 200, "a's own personas are served");
+    // alice answers in `general`, where bob and dave are: a keeps their copy of her reply until
+    // b is back, across a crash of a too.
+    let d = dump_until(&http, &a.admin, "alice's reply to x4", |d| reply_to_event(d, "x4").is_some()).await;
+    let reply = reply_to_event(&d, "x4").unwrap();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a restarts");
 
     // b comes back with its own redb state: its earlier decisions are there, events flow again.
     let b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b rejoins");
@@ -190,7 +197,17 @@ async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_i
     assert_eq!(status, 200, "{ack}");
     let d = dump_until(&http, &a.admin, "bob's decision on x3", |d| decided(d, "bob", "x3")).await;
     assert!(decided(&d, "bob", "x1"), "bob's decisions from before the kill are kept: {d}");
+    dump_until(&http, &a.admin, "alice's reply, kept while b was down, reached bob and dave", |d| {
+        decided(d, "bob", &reply) && decided(d, "dave", &reply)
+    })
+    .await;
     drop(b);
+}
+
+/// The id of the reply to `event` in the dump's outbox.
+fn reply_to_event(d: &Value, event: &str) -> Option<String> {
+    let o = d["outbox"].as_array()?.iter().find(|o| o["in_reply_to"] == event)?;
+    o["event_id"].as_str().map(String::from)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

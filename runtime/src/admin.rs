@@ -23,7 +23,7 @@ use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
 use crate::messages::{AdminMsg, CoordinatorMsg, DumpDepth, InjectAck, InjectError, PersonaMsg, PersonaStatus};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
-use crate::storage::{Storage, Target};
+use crate::storage::{Forward, Storage, Target};
 use crate::time::{now_us, rfc3339};
 
 /// How long a dump waits for one persona before showing it as unresponsive.
@@ -78,7 +78,7 @@ pub struct AdminState {
     addr: String,
     cluster: Option<AdminCluster>,
     /// Per other node, the queue of replies for its personas.
-    forwarders: BTreeMap<Arc<str>, tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    forwarders: BTreeMap<Arc<str>, tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>>,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
     rejected: u64,
@@ -113,6 +113,15 @@ impl AdminState {
             }
         }
         Ok(names)
+    }
+
+    /// The queue of replies for the personas of `node` (its task started on first use).
+    fn forwarder(&mut self, node: &Arc<str>) -> tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)> {
+        let (view, storage) = (self.cluster.as_ref().map(|c| c.view.clone()), self.storage.clone());
+        self.forwarders
+            .entry(node.clone())
+            .or_insert_with(|| forwarder(view.expect("a node of a cluster"), storage, node.clone()))
+            .clone()
     }
 
     /// `name` joins `room` if it was not in it.
@@ -289,7 +298,9 @@ impl Actor for Admin {
                 }
             }
         }
-        Ok(AdminState {
+        // Replies kept for other nodes by an earlier run: sent first.
+        let kept = if args.cluster.is_some() { args.storage.pending_forwards()? } else { Vec::new() };
+        let mut st = AdminState {
             config: args.config,
             storage: args.storage,
             scheduler: args.scheduler,
@@ -305,7 +316,11 @@ impl Actor for Admin {
             rooms,
             rejected: 0,
             closed: false,
-        })
+        };
+        for (node, seq, request) in kept {
+            let _ = st.forwarder(&Arc::from(node.as_str())).send((seq, request));
+        }
+        Ok(st)
     }
 
     async fn handle(
@@ -378,17 +393,15 @@ impl Actor for Admin {
                 };
                 let (targets, remote) = st.split(&names);
                 let elsewhere = (names.len() - targets.len()) as u32;
-                if let (false, Some((_, reply)), Some(c)) = (remote.is_empty(), &commit.reply, &st.cluster) {
+                let mut forwards = Vec::with_capacity(remote.len());
+                if let Some((_, reply)) = &commit.reply {
                     for (node, personas) in remote {
                         let request = StoreRequest { event: reply.clone(), personas, audience: names.len() as u32 };
-                        st.forwarders
-                            .entry(node.clone())
-                            .or_insert_with(|| forwarder(c.view.clone(), node))
-                            .send(crate::cluster::encode(&request))
-                            .unwrap_or_else(|_| tracing::error!("a reply forwarder stopped"));
+                        let to = st.forwarder(&node);
+                        forwards.push(Forward { node, request: crate::cluster::encode(&request), to });
                     }
                 }
-                st.storage.commit(commit, targets, elsewhere);
+                st.storage.commit(commit, targets, elsewhere, forwards);
             }
             AdminMsg::PersonaUp { name, actor } => {
                 if let Some(p) = st.personas.get_mut(name.as_str()) {
@@ -574,50 +587,50 @@ impl Actor for Admin {
 }
 
 /// The task that sends personas' replies to the room's members on `node`, in the order they
-/// were written: what is queued goes out together (sent in order, answered in any order), and
-/// what `node` could not take is sent again every second, for up to [`FORWARD_FOR`] while it is
-/// unreachable (held in memory, so lost if this node stops before: docs/RUNTIME-SEMANTICS.md,
-/// "A fleet across nodes").
-fn forwarder(view: ClusterView, node: Arc<str>) -> tokio::sync::mpsc::UnboundedSender<Vec<u8>> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+/// were written. Each is kept in storage with the reply (table `forwards`) until `node` has
+/// stored it, so none is lost while `node` is unreachable or if this node stops: what is queued
+/// goes out together (sent in order, answered in any order), what `node` could not take goes
+/// again a second later, and a restarted node sends what it kept.
+fn forwarder(
+    view: ClusterView,
+    storage: Storage,
+    node: Arc<str>,
+) -> tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Vec<u8>)>();
     tokio::spawn(async move {
-        let mut queue: Vec<(Vec<u8>, tokio::time::Instant)> = Vec::new();
+        let mut queue: Vec<(u64, Vec<u8>)> = Vec::new();
         loop {
             if queue.is_empty() {
                 let Some(r) = rx.recv().await else { return };
-                queue.push((r, tokio::time::Instant::now() + FORWARD_FOR));
+                queue.push(r);
             }
             while let Ok(r) = rx.try_recv() {
-                queue.push((r, tokio::time::Instant::now() + FORWARD_FOR));
+                queue.push(r);
             }
             let Some(agent) = view.agent(&node) else {
-                let now = tokio::time::Instant::now();
-                let before = queue.len();
-                queue.retain(|(_, deadline)| *deadline > now);
-                if queue.len() < before {
-                    tracing::error!(node = %node, dropped = before - queue.len(), "replies for the room's personas on this node were dropped: unreachable");
-                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
             // `join_all` polls them in order the first time: they are sent in order.
-            let sends = queue.iter().map(|(r, _)| {
+            let sends = queue.iter().map(|(_, r)| {
                 let (agent, r) = (agent.clone(), r.clone());
                 async move { call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, r) }
             });
             let answers = futures::future::join_all(sends).await;
             let mut again = Vec::new();
-            for ((request, deadline), answer) in queue.drain(..).zip(answers) {
+            for ((seq, request), answer) in queue.drain(..).zip(answers) {
                 let answer = answer
                     .map_err(|e| InjectError::Unavailable(e.to_string()))
                     .and_then(|b| crate::cluster::decode::<Result<InjectAck, InjectError>>(&b))
                     .and_then(|r| r);
                 match answer {
-                    Ok(_) => {}
+                    Ok(_) => storage.forwarded(node.clone(), seq),
                     Err(InjectError::Invalid(e) | InjectError::NotFound(e)) => {
+                        // Refused for good (the fleet files differ): sending it again changes nothing.
                         tracing::error!(node = %node, error = %e, "a reply was refused by its room's node");
+                        storage.forwarded(node.clone(), seq);
                     }
-                    Err(_) => again.push((request, deadline)),
+                    Err(_) => again.push((seq, request)),
                 }
             }
             if !again.is_empty() {
@@ -628,9 +641,6 @@ fn forwarder(view: ClusterView, node: Arc<str>) -> tokio::sync::mpsc::UnboundedS
     });
     tx
 }
-
-/// How long a reply for another node's personas is kept while that node is unreachable.
-const FORWARD_FOR: Duration = Duration::from_secs(600);
 
 /// How many personas are placed on each node.
 fn per_node(placement: &BTreeMap<String, String>) -> BTreeMap<String, usize> {

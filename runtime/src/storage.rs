@@ -72,6 +72,9 @@ const REFERENCES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("r
 const CONVERSATION: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("conversation");
 /// Each persona's study sessions: (persona, start time in µs) -> `StudySession`.
 const STUDIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("studies");
+/// Replies for personas of other nodes, until their node has stored them: (node, the reply's
+/// seq) -> the request to send (opaque here).
+const FORWARDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("forwards");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
@@ -256,6 +259,14 @@ pub struct StorageStats {
     pub errors: u64,
 }
 
+/// A reply for personas of another node: kept with the reply until that node stored it, and
+/// handed to `to` (with the reply's seq) once committed.
+pub struct Forward {
+    pub node: Arc<str>,
+    pub request: Vec<u8>,
+    pub to: tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>,
+}
+
 enum Op {
     Inject {
         event: Box<Event>,
@@ -267,7 +278,9 @@ enum Op {
         commit: Box<PersonaCommit>,
         reply_targets: Vec<Target>,
         elsewhere: u32,
+        forwards: Vec<Forward>,
     },
+    Forwarded(Arc<str>, u64),
     PutSelfState(Arc<str>, Box<SelfStateData>),
     PutMemory(Arc<str>, Box<WmEntry>),
     DeleteMemory(Arc<str>, u64, Option<Eviction>),
@@ -421,9 +434,36 @@ impl Storage {
     }
 
     /// Finishes a delivery: decision, optional reply (outbox + room event) in one transaction.
-    /// The reply also goes to `elsewhere` personas of other nodes.
-    pub fn commit(&self, commit: Box<PersonaCommit>, reply_targets: Vec<Target>, elsewhere: u32) {
-        self.send(Op::Commit { commit, reply_targets, elsewhere });
+    /// The reply also goes to `elsewhere` personas of other nodes, through `forwards` (kept in
+    /// the same transaction until [`Storage::forwarded`]).
+    pub fn commit(
+        &self,
+        commit: Box<PersonaCommit>,
+        reply_targets: Vec<Target>,
+        elsewhere: u32,
+        forwards: Vec<Forward>,
+    ) {
+        self.send(Op::Commit { commit, reply_targets, elsewhere, forwards });
+    }
+
+    /// The node `node` stored the reply kept under `seq`: it is no longer kept.
+    pub fn forwarded(&self, node: Arc<str>, seq: u64) {
+        self.send(Op::Forwarded(node, seq));
+    }
+
+    /// The replies kept for other nodes, oldest first per node: (node, seq, request) (blocking
+    /// read).
+    pub fn pending_forwards(&self) -> Result<Vec<(String, u64, Vec<u8>)>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(FORWARDS)?;
+            t.iter()?
+                .map(|r| {
+                    let (k, v) = r?;
+                    let (node, seq) = k.value();
+                    Ok((node.to_string(), seq, v.value().to_vec()))
+                })
+                .collect()
+        })
     }
 
     /// Writes one consolidation pass into long-term memory, enforcing the limits.
@@ -818,6 +858,7 @@ struct Tables<'t> {
     references: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
     conversation: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     studies: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    forwards: redb::Table<'t, (&'static str, u64), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -847,6 +888,7 @@ impl<'t> Tables<'t> {
             references: txn.open_table(REFERENCES)?,
             conversation: txn.open_table(CONVERSATION)?,
             studies: txn.open_table(STUDIES)?,
+            forwards: txn.open_table(FORWARDS)?,
         })
     }
 }
@@ -1297,7 +1339,7 @@ impl Writer {
                 }));
                 Ok(true)
             }
-            Op::Commit { commit, reply_targets, elsewhere } => {
+            Op::Commit { commit, reply_targets, elsewhere, forwards } => {
                 let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
                 if !self.finish_delivery(t, &persona, seq)? {
                     self.stats.stale_finishes += 1;
@@ -1322,9 +1364,15 @@ impl Writer {
                 if let Some((entry, event)) = reply {
                     self.put_outbox(t, &entry)?;
                     let (rseq, event) = self.put_event(t, event, &reply_targets)?;
+                    for f in &forwards {
+                        t.forwards.insert((&*f.node, rseq), f.request.as_slice())?;
+                    }
                     after.push(Box::new(move |r| {
                         if r.is_ok() {
                             deliver(&reply_targets, elsewhere, rseq, &event);
+                            for f in forwards {
+                                let _ = f.to.send((rseq, f.request));
+                            }
                         }
                     }));
                 }
@@ -1332,6 +1380,10 @@ impl Writer {
             }
             Op::Consolidate(persona, c) => {
                 self.put_consolidation(t, &persona, *c)?;
+                Ok(true)
+            }
+            Op::Forwarded(node, seq) => {
+                t.forwards.remove((&*node, seq))?;
                 Ok(true)
             }
             Op::JoinRoom(room, persona) => {
@@ -2046,7 +2098,7 @@ mod tests {
                 plan: None,
                 said: None,
             };
-            s.commit(Box::new(commit), Vec::new(), 0);
+            s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
         }
         // Acknowledged after the commit of every request sent before it.
         inject(&s, "e4", "q").await.unwrap();
@@ -2105,7 +2157,7 @@ mod tests {
                 plan: None,
                 said: None,
             };
-            s.commit(Box::new(commit), Vec::new(), 0);
+            s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
         }
         s.flush().await.unwrap();
         assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 1);
