@@ -536,8 +536,7 @@ impl Fleet {
         };
         // Every persona restored its state in `pre_start`: the fleet is ready.
         ready.store(true, Ordering::Release);
-        tracing::info!(fleet = %config.name, personas = config.personas.len(), admin = %local, "fleet ready");
-        Ok(Fleet {
+        let fleet = Fleet {
             config,
             admin,
             scheduler,
@@ -552,7 +551,9 @@ impl Fleet {
             node,
             placement,
             _lock: lock,
-        })
+        };
+        tracing::info!(fleet = %fleet.config.name, personas = fleet.personas_here(), admin = %local, "fleet ready");
+        Ok(fleet)
     }
 
     /// How many personas run in this process (all of the fleet's, unless it is one node of
