@@ -118,27 +118,26 @@ pub(crate) async fn start(
     let (agent, _) = Actor::spawn(None, NodeAgent, (opts.node.clone(), admin))
         .await
         .map_err(|e| FleetError::Cluster(format!("node agent: {e}")))?;
-    let node = |keeper| Node { server: server.clone(), agent: agent.clone(), keeper };
     let mut seeds = Vec::with_capacity(opts.join.len());
     for addr in &opts.join {
-        let resolved = match tokio::net::lookup_host(addr.as_str()).await.map(|mut a| a.next()) {
-            Ok(Some(a)) => a,
-            Ok(None) | Err(_) => {
-                node(tokio::spawn(async {})).stop();
-                return Err(FleetError::Cluster(format!("--cluster-join {addr}: not an address")));
-            }
+        let joined = match tokio::net::lookup_host(addr.as_str()).await.map(|mut a| a.next()) {
+            Ok(Some(resolved)) => join(&server, resolved, &mut rx).await.map(|()| resolved),
+            Ok(None) | Err(_) => Err(FleetError::Cluster(format!("--cluster-join {addr}: not an address"))),
         };
-        if let Err(e) = join(&server, resolved, &mut rx).await {
-            node(tokio::spawn(async {})).stop();
-            return Err(e);
+        match joined {
+            Ok(resolved) => seeds.push(resolved),
+            Err(e) => {
+                agent.stop(None);
+                server.stop(None);
+                return Err(e);
+            }
         }
-        seeds.push(resolved);
     }
     let links = keep_links(server.clone(), seeds, rx);
     let keeper = tokio::spawn(async move {
         tokio::join!(links, check_liveness(view));
     });
-    Ok(node(keeper))
+    Ok(Node { server, agent, keeper })
 }
 
 /// Connects to `addr` and waits for the handshake to finish.
@@ -149,7 +148,7 @@ async fn join(
 ) -> Result<(), FleetError> {
     ractor_cluster::client_connect(server, addr)
         .await
-        .map_err(|e| FleetError::Cluster(format!("cannot reach the cluster at {addr}: {e}")))?;
+        .map_err(|e| FleetError::Unreachable(format!("nothing answers at {addr}: {e}")))?;
     let want = addr.to_string();
     let wait = async {
         while let Some(e) = rx.recv().await {

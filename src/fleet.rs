@@ -61,6 +61,8 @@ pub enum FleetError {
     Cluster(String),
     #[error("the cluster refused this node: {0}")]
     JoinRefused(String),
+    #[error("cannot join the cluster: {0}")]
+    Unreachable(String),
 }
 
 #[derive(Debug, RactorMessage)]

@@ -1092,7 +1092,7 @@ async fn run(args: RunArgs) -> ExitCode {
         Err(e @ (FleetError::TokenRequired { .. } | FleetError::CookieRequired { .. } | FleetError::Cluster(_))) => {
             return fail(2, e);
         }
-        Err(e @ FleetError::JoinRefused(_)) => return fail(3, e),
+        Err(e @ (FleetError::JoinRefused(_) | FleetError::Unreachable(_))) => return fail(3, e),
         Err(e) => return fail(1, e),
     };
     let node = args.node.as_ref().map(|n| format!(" as node {n:?}")).unwrap_or_default();

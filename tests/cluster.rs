@@ -293,6 +293,11 @@ fn a_node_without_a_cookie_does_not_start() {
     };
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains(&format!("set {COOKIE}")) && log.contains("0.0.0.0:0"), "{log}");
+    // A join to an address where nothing listens: exit 3, naming it.
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let Err((code, log)) = start(&dir, "b", "k", &["--cluster-join", &nowhere]) else { panic!("b joined nothing") };
+    assert_eq!(code, Some(3), "{log}");
+    assert!(log.contains(&format!("cannot join the cluster: nothing answers at {nowhere}")), "{log}");
     // A node that is not one of the fleet's nodes is refused too, naming them.
     let Err((code, log)) = start(&dir, "z", "k", &[]) else { panic!("node z started") };
     assert_eq!(code, Some(2), "{log}");
