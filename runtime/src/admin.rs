@@ -77,6 +77,8 @@ pub struct AdminState {
     conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
     cluster: Option<AdminCluster>,
+    /// How many personas are placed on each node (a dump shows it; the placement is fixed).
+    per_node: BTreeMap<String, usize>,
     /// Per other node, the queue of replies for its personas.
     forwarders: BTreeMap<Arc<str>, tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>>,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
@@ -310,6 +312,7 @@ impl Actor for Admin {
             index: args.index,
             conversation: args.conversation,
             addr: args.addr,
+            per_node: args.cluster.as_ref().map(|c| count_per_node(&c.placement)).unwrap_or_default(),
             cluster: args.cluster,
             forwarders: BTreeMap::new(),
             personas,
@@ -547,18 +550,18 @@ impl Actor for Admin {
             AdminMsg::NodeDump { depth, reply } => {
                 let work = st.dump_work(None);
                 let base = st.dump_base();
-                let node = st.cluster.as_ref().map(|c| (c.view.clone(), c.placement.clone()));
+                let node = st.cluster.as_ref().map(|c| (c.view.clone(), st.per_node.clone()));
                 tokio::spawn(async move {
                     let r = match work {
                         Ok(work) => base.gather(work, depth).await,
                         Err(e) => Err(e),
                     };
                     let _ = reply.send(r.map(|mut d| {
-                        if let Some((view, placement)) = node {
+                        if let Some((view, per_node)) = node {
                             for p in &mut d.personas {
                                 p.node = Some(view.me().to_string());
                             }
-                            d.nodes = view.dump(&per_node(&placement));
+                            d.nodes = view.dump(&per_node);
                         }
                         d
                     }));
@@ -643,7 +646,7 @@ fn forwarder(
 }
 
 /// How many personas are placed on each node.
-fn per_node(placement: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
+fn count_per_node(placement: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
     let mut n = BTreeMap::new();
     for node in placement.values() {
         *n.entry(node.clone()).or_insert(0) += 1;
@@ -654,7 +657,8 @@ fn per_node(placement: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
 /// The part of a cluster dump that other nodes give: their personas, journals and links.
 struct ClusterPart {
     view: ClusterView,
-    placement: BTreeMap<String, String>,
+    /// How many personas are placed on each node.
+    per_node: BTreeMap<String, usize>,
     /// The personas of other nodes the dump covers, with their node.
     personas: Vec<(String, Arc<str>)>,
 }
@@ -668,7 +672,7 @@ impl AdminState {
             .filter(|p| persona.is_none_or(|name| *p.name == *name))
             .filter_map(|p| Some((p.name.to_string(), p.node.clone()?)))
             .collect();
-        Some(ClusterPart { view: c.view.clone(), placement: c.placement.clone(), personas })
+        Some(ClusterPart { view: c.view.clone(), per_node: self.per_node.clone(), personas })
     }
 }
 
@@ -712,7 +716,7 @@ impl ClusterPart {
             d.personas.push(PersonaDump { node: Some(node.to_string()), ..p });
         }
         d.personas.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut nodes = self.view.dump(&per_node(&self.placement));
+        let mut nodes = self.view.dump(&self.per_node);
         for (node, part) in parts {
             let Ok(part) = part else { continue };
             if let Some(n) = nodes.iter_mut().find(|n| *n.name == *node)
