@@ -19,6 +19,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use ractor::{ActorRef, RpcReplyPort};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
+
+mod handoff;
+pub use handoff::{HandOff, PersonaSnapshot};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -75,6 +78,8 @@ const STUDIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("studi
 /// Replies for personas of other nodes, until their node has stored them: (node, the reply's
 /// seq) -> the request to send (opaque here).
 const FORWARDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("forwards");
+/// A fleet across nodes: where each persona that moved runs, persona -> (node, version).
+const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new("placement");
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
@@ -259,6 +264,10 @@ pub struct StorageStats {
     pub errors: u64,
 }
 
+/// The first byte of a kept request that carries a persona's snapshot ([`Storage::release`]);
+/// any other is a stored event (JSON).
+pub const FORWARD_ADOPT: u8 = 0;
+
 /// A reply for personas of another node: kept with the reply until that node stored it, and
 /// handed to `to` (with the reply's seq) once committed.
 pub struct Forward {
@@ -281,6 +290,17 @@ enum Op {
         forwards: Vec<Forward>,
     },
     Forwarded(Arc<str>, u64),
+    /// Takes a persona's rows out, to be kept in `forwards` for its new node.
+    Release {
+        persona: Arc<str>,
+        version: u64,
+        to: Forward,
+        reply: oneshot::Sender<Result<HandOff, String>>,
+    },
+    /// Stores a persona's rows from another node.
+    Adopt(Box<PersonaSnapshot>, oneshot::Sender<Result<HandOff, String>>),
+    /// A persona now runs on another node (known from that node).
+    Place(Arc<str>, String, u64),
     PutSelfState(Arc<str>, Box<SelfStateData>),
     PutMemory(Arc<str>, Box<WmEntry>),
     DeleteMemory(Arc<str>, u64, Option<Eviction>),
@@ -461,6 +481,37 @@ impl Storage {
                     let (k, v) = r?;
                     let (node, seq) = k.value();
                     Ok((node.to_string(), seq, v.value().to_vec()))
+                })
+                .collect()
+        })
+    }
+
+    /// Takes every row of `persona` out of this node's database, in one transaction that also
+    /// places it on `to.node` at `version` and keeps the snapshot in `forwards` for that node
+    /// (handed to `to.to` once committed). The persona must be stopped first.
+    pub async fn release(&self, persona: Arc<str>, version: u64, to: Forward) -> Result<HandOff, String> {
+        self.ask(|reply| Op::Release { persona, version, to, reply }).await.map_err(|e| e.to_string())?
+    }
+
+    /// Stores a persona's rows from another node and places it here, in one transaction.
+    pub async fn adopt(&self, snapshot: PersonaSnapshot) -> Result<HandOff, String> {
+        self.ask(|reply| Op::Adopt(Box::new(snapshot), reply)).await.map_err(|e| e.to_string())?
+    }
+
+    /// Keeps that `persona` runs on `node` since placement `version` (a move between other nodes).
+    pub fn place(&self, persona: Arc<str>, node: String, version: u64) {
+        self.send(Op::Place(persona, node, version));
+    }
+
+    /// The personas that moved, with their node and placement version (blocking read).
+    pub fn placements(&self) -> Result<Vec<(String, String, u64)>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(PLACEMENT)?;
+            t.iter()?
+                .map(|r| {
+                    let (k, v) = r?;
+                    let (node, version) = handoff::placement_of(v.value())?;
+                    Ok((k.value().to_string(), node, version))
                 })
                 .collect()
         })
@@ -859,6 +910,7 @@ struct Tables<'t> {
     conversation: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     studies: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     forwards: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    placement: redb::Table<'t, &'static str, &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -889,6 +941,7 @@ impl<'t> Tables<'t> {
             conversation: txn.open_table(CONVERSATION)?,
             studies: txn.open_table(STUDIES)?,
             forwards: txn.open_table(FORWARDS)?,
+            placement: txn.open_table(PLACEMENT)?,
         })
     }
 }
@@ -1385,6 +1438,47 @@ impl Writer {
             Op::Forwarded(node, seq) => {
                 t.forwards.remove((&*node, seq))?;
                 Ok(true)
+            }
+            Op::Release { persona, version, to, reply } => {
+                let snapshot = self.release(t, &persona, &to.node, version)?;
+                let done = HandOff {
+                    persona: persona.to_string(),
+                    node: to.node.to_string(),
+                    version,
+                    rows: snapshot.rows(),
+                    pending: snapshot.pending.len(),
+                    duplicate: false,
+                };
+                // Kept under a seq, so it goes out in order with the replies around it.
+                let key = self.meta.next_seq;
+                self.meta.next_seq += 1;
+                let mut request = vec![FORWARD_ADOPT];
+                request.extend(snapshot.encode());
+                t.forwards.insert((&*to.node, key), request.as_slice())?;
+                after.push(Box::new(move |r| {
+                    if r.is_ok() {
+                        let _ = to.to.send((key, request));
+                    }
+                    let _ = reply.send(r.map(|_| done).map_err(str::to_string));
+                }));
+                Ok(true)
+            }
+            Op::Adopt(snapshot, reply) => {
+                let done = self.adopt(t, *snapshot)?;
+                after.push(Box::new(move |r| {
+                    let _ = reply.send(r.map(|_| done).map_err(str::to_string));
+                }));
+                Ok(true)
+            }
+            Op::Place(persona, node, version) => {
+                let newer = match t.placement.get(&*persona)? {
+                    Some(row) => handoff::placement_of(row.value())?.1 < version,
+                    None => true,
+                };
+                if newer {
+                    t.placement.insert(&*persona, handoff::placement_row(&node, version).as_slice())?;
+                }
+                Ok(newer)
             }
             Op::JoinRoom(room, persona) => {
                 t.rooms.insert((room.as_str(), &*persona), ())?;
@@ -2162,6 +2256,86 @@ mod tests {
         s.flush().await.unwrap();
         assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 1);
         assert_eq!(s.stats().await.unwrap().stale_finishes, 1);
+    }
+
+    #[tokio::test]
+    async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing_behind() {
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let held = |d: &Path| StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(d) };
+        let (a, b) = (Storage::open(&held(da.path())).unwrap(), Storage::open(&held(db.path())).unwrap());
+        let p: Arc<str> = "p".into();
+        // On a: two decisions (held, not yet copied), a self-state, memory, a joined room and
+        // an unfinished delivery; q's rows stay.
+        for (i, id) in ["e1", "e2"].iter().enumerate() {
+            inject(&a, id, "p").await.unwrap();
+            let commit = PersonaCommit {
+                persona: p.clone(),
+                seq: i as u64 + 1,
+                accepted_us: 0,
+                decision: decision(id),
+                reply: None,
+                plan: None,
+                said: None,
+            };
+            a.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+        }
+        inject(&a, "e3", "p").await.unwrap();
+        inject(&a, "e9", "q").await.unwrap();
+        a.put_self_state(p.clone(), state(0.7));
+        a.put_memory(p.clone(), entry(4));
+        a.join_room("side".into(), p.clone());
+        // b already stored e3 for one of its own personas: it keeps its seq there.
+        inject(&b, "e0", "r").await.unwrap();
+        inject(&b, "e3", "r").await.unwrap();
+
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let to = Forward { node: "b".into(), request: Vec::new(), to: tx };
+        let out = a.release(p.clone(), 1, to).await.unwrap();
+        assert_eq!((out.pending, out.version), (1, 1));
+        let (key, request) = rx.recv().await.unwrap();
+        assert_eq!(request[0], FORWARD_ADOPT);
+        assert_eq!(a.pending_forwards().unwrap(), [("b".to_string(), key, request.clone())], "kept until b has it");
+        // Nothing of p is left on a, q is untouched, and a says where p went.
+        assert!(a.recent_decisions("p", 10).unwrap().is_empty());
+        assert!(a.load_self_state(p.clone()).await.unwrap().is_none());
+        assert!(a.load_memory(p.clone()).await.unwrap().is_empty());
+        assert!(a.load_inbox(p.clone()).await.unwrap().deliveries.is_empty());
+        assert_eq!(a.load_inbox("q".into()).await.unwrap().deliveries.len(), 1);
+        assert_eq!(a.stats().await.unwrap().pending, 1);
+        assert_eq!(a.placements().unwrap(), [("p".to_string(), "b".to_string(), 1)]);
+        a.flush().await.unwrap();
+        assert_eq!(log_len(&a), 0, "p's held decisions leave the log with it");
+
+        let snapshot = PersonaSnapshot::decode(&request[1..]).unwrap();
+        let done = b.adopt(snapshot).await.unwrap();
+        assert!(!done.duplicate);
+        let ids: Vec<String> = b.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
+        assert_eq!(ids, ["e2", "e1"]);
+        assert_eq!(b.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.7));
+        assert_eq!(b.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
+        let inbox = b.load_inbox(p.clone()).await.unwrap();
+        assert_eq!(inbox.deliveries.iter().map(|d| (d.event.id.as_str(), d.seq)).collect::<Vec<_>>(), [("e3", 2)]);
+        assert_eq!(b.stats().await.unwrap().pending, 3);
+        assert!(b.rooms().unwrap()["side"].contains(&"p".to_string()));
+        assert_eq!(b.placements().unwrap(), [("p".to_string(), "b".to_string(), 1)]);
+        // Its next decision is journaled after the ones it brought.
+        let commit = PersonaCommit {
+            persona: p.clone(),
+            seq: 2,
+            accepted_us: 0,
+            decision: decision("e3"),
+            reply: None,
+            plan: None,
+            said: None,
+        };
+        b.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+        b.flush().await.unwrap();
+        let ids: Vec<String> = b.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
+        assert_eq!(ids, ["e3", "e2", "e1"]);
+        // The same snapshot sent again changes nothing.
+        let again = PersonaSnapshot::decode(&request[1..]).unwrap();
+        assert!(b.adopt(again).await.unwrap().duplicate);
+        assert_eq!(b.load_inbox(p).await.unwrap().deliveries.len(), 0);
     }
 
     #[tokio::test]
