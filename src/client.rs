@@ -105,6 +105,11 @@ impl Client {
         self.send(self.http.post(format!("{}/rag/{command}", self.base)).json(body)).await
     }
 
+    /// `POST /cluster/{command}` (`move`, `drain`) with the request's JSON body.
+    pub async fn cluster(&self, command: &str, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/cluster/{command}", self.base)).json(body)).await
+    }
+
     pub async fn health(&self) -> bool {
         self.send(self.http.get(format!("{}/health", self.base))).await.is_ok()
     }

@@ -57,6 +57,8 @@ enum LinkEvent {
 /// Forwards the node server's session events to the view and the keeper.
 struct Events {
     view: ClusterView,
+    /// Told of each link that comes up (it tells that node where moved personas run).
+    admin: ActorRef<AdminMsg>,
     tx: mpsc::UnboundedSender<LinkEvent>,
 }
 
@@ -75,6 +77,7 @@ impl NodeEventSubscription for Events {
         if let Some(node) = peer_node(&ses) {
             tracing::info!(%node, addr = %ses.peer_addr, "cluster link up");
             self.view.linked(&node, &ses.peer_addr);
+            let _ = self.admin.cast(AdminMsg::NodeLinked(node));
         }
         let _ = self.tx.send(LinkEvent::Ready { addr: ses.peer_addr });
     }
@@ -113,7 +116,7 @@ pub(crate) async fn start(
         .await
         .map_err(|e| FleetError::Cluster(format!("cluster listener on {}: {e}", opts.listen)))?;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let subscription = Box::new(Events { view: view.clone(), tx });
+    let subscription = Box::new(Events { view: view.clone(), admin: admin.clone(), tx });
     let _ = server.cast(NodeServerMessage::SubscribeToEvents { id: "mindfleet".into(), subscription });
     let (agent, _) = Actor::spawn(None, NodeAgent, (opts.node.clone(), admin))
         .await

@@ -7,7 +7,7 @@
 //! than `max_restarts` failures within `within_secs` stop the persona for good: it is
 //! reported `failed` in dumps and the rest of the fleet runs on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,14 +31,13 @@ use mindfleet_runtime::http::{self, HttpState};
 use mindfleet_runtime::knowledge::IndexMsg;
 use mindfleet_runtime::llm::LlmMsg;
 use mindfleet_runtime::messages::{
-    AdminMsg, CoordinatorMsg, DumpDepth, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus,
+    AdminMsg, CoordinatorMsg, DumpDepth, Fault, FleetMsg, Handles, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
 use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
-use ractor_cluster_derive::RactorMessage;
 
 /// Why a fleet could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,22 +64,7 @@ pub enum FleetError {
     Unreachable(String),
 }
 
-#[derive(Debug, RactorMessage)]
-pub enum FleetMsg {
-    /// The actors in-process callers and the HTTP API talk to.
-    Handles(ractor::RpcReplyPort<Handles>),
-}
-
 pub struct FleetSupervisor;
-
-#[derive(Debug, Clone)]
-pub struct Handles {
-    pub admin: ActorRef<AdminMsg>,
-    pub scheduler: SchedulerHandle,
-    pub embedding: ActorRef<EmbedMsg>,
-    pub llm: Option<ActorRef<LlmMsg>>,
-    pub index: ActorRef<IndexMsg>,
-}
 
 pub struct FleetArgs {
     pub config: Arc<FleetConfig>,
@@ -112,6 +96,18 @@ pub struct FleetState {
     conversation: Option<ActorRef<IndexMsg>>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
+}
+
+impl Slot {
+    fn new(p: &PersonaConfig, config: &FleetConfig) -> Slot {
+        Slot {
+            config: Arc::new(p.clone()),
+            marker: Arc::new(AtomicU64::new(0)),
+            faults: Arc::new(FaultBook::default()),
+            window: RestartWindow::new(config.supervision),
+            actor: None,
+        }
+    }
 }
 
 impl FleetState {
@@ -195,8 +191,7 @@ impl Actor for FleetSupervisor {
         let scheduler =
             mindfleet_actors::scheduler::spawn_with_budgets(args.config.scheduler, budgets, Some(me.clone())).await?;
         let c = args.config.coordination;
-        let rooms =
-            args.cluster.as_ref().map(|c| Arc::new(RoomRouter::new(c.view.clone(), &args.config, &c.placement)));
+        let rooms = args.cluster.as_ref().map(|c| c.rooms.clone());
         let coordinator = mindfleet_actors::coordinator::spawn(
             CoordinatorArgs { responders: c.responders, window: c.window, rooms },
             Some(me.clone()),
@@ -237,24 +232,13 @@ impl Actor for FleetSupervisor {
             conversation: conversation.clone(),
             addr: args.admin_addr,
             cluster: args.cluster.clone(),
+            fleet: Some(myself.clone()),
         };
         let (admin, _) = Actor::spawn_linked(None, Admin, admin_args, me.clone()).await?;
         let here = |p: &&PersonaConfig| {
             args.cluster.as_ref().is_none_or(|c| c.placement.get(&p.name).is_some_and(|n| n == c.view.me()))
         };
-        let slots = args
-            .config
-            .personas
-            .iter()
-            .filter(here)
-            .map(|p| Slot {
-                config: Arc::new(p.clone()),
-                marker: Arc::new(AtomicU64::new(0)),
-                faults: Arc::new(FaultBook::default()),
-                window: RestartWindow::new(args.config.supervision),
-                actor: None,
-            })
-            .collect();
+        let slots = args.config.personas.iter().filter(here).map(|p| Slot::new(p, &args.config)).collect();
         let mut st = FleetState {
             config: args.config,
             storage: args.storage,
@@ -292,7 +276,7 @@ impl Actor for FleetSupervisor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<FleetMsg>,
+        myself: ActorRef<FleetMsg>,
         msg: FleetMsg,
         st: &mut FleetState,
     ) -> Result<(), ActorProcessingErr> {
@@ -305,6 +289,27 @@ impl Actor for FleetSupervisor {
                     llm: st.llm.clone(),
                     index: st.index.clone(),
                 });
+            }
+            FleetMsg::Stop(name, reply) => {
+                // Out of supervision first: its stop is not a failure to restart.
+                if let Some(actor) = st.slots.iter_mut().find(|s| s.config.name == name).and_then(|s| s.actor.take()) {
+                    st.by_id.remove(&actor.get_id());
+                    let _ = actor.stop_and_wait(Some("moved to another node".into()), None).await;
+                    st.scheduler.release(name.as_str().into());
+                }
+                let _ = reply.send(());
+            }
+            FleetMsg::Start(name) => {
+                let i = match st.slots.iter().position(|s| s.config.name == name) {
+                    Some(i) if st.slots[i].actor.is_some() => return Ok(()),
+                    Some(i) => i,
+                    None => {
+                        let Some(p) = st.config.personas.iter().find(|p| p.name == name) else { return Ok(()) };
+                        st.slots.push(Slot::new(p, &st.config));
+                        st.slots.len() - 1
+                    }
+                };
+                st.start_persona(i, &myself.get_cell(), None, false).await;
             }
         }
         Ok(())
@@ -431,10 +436,10 @@ fn placement(config: &FleetConfig, o: &crate::cluster::ClusterOptions) -> Result
     }
     let placed = mindfleet_runtime::cluster::place(&config.personas, &nodes)
         .map_err(|e| FleetError::Cluster(format!("{}: {e}", config.source.display())))?;
-    Ok(AdminCluster {
-        view: mindfleet_runtime::cluster::ClusterView::new(&o.node, &nodes),
-        placement: config.personas.iter().map(|p| p.name.clone()).zip(placed).collect(),
-    })
+    let placement = config.personas.iter().map(|p| p.name.clone()).zip(placed).collect();
+    let view = mindfleet_runtime::cluster::ClusterView::new(&o.node, &nodes);
+    let rooms = Arc::new(RoomRouter::new(view.clone(), config, &placement));
+    Ok(AdminCluster { view, placement, versions: BTreeMap::new(), rooms })
 }
 
 /// A running fleet in this process.
@@ -477,12 +482,16 @@ impl Fleet {
         if !addr.ip().is_loopback() && config.admin.token.is_none() {
             return Err(FleetError::TokenRequired { addr });
         }
-        let placement = match &cluster {
+        let mut placement = match &cluster {
             Some(o) => Some(placement(&config, o)?),
             None => None,
         };
         let lock = lock_data_dir(&config.storage.data_dir)?;
         let storage = Storage::open(&config.storage)?;
+        if let Some(c) = &mut placement {
+            // Personas that moved since the fleet file placed them.
+            c.moved(&config, storage.placements()?);
+        }
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| FleetError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| FleetError::Bind { addr, source })?;
         let config = Arc::new(config);

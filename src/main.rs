@@ -111,6 +111,24 @@ enum Command {
     Inject(InjectArgs),
     /// Print the supervision tree and every persona's state.
     Dump(DumpArgs),
+    /// Move a persona, with all its state, from the node of --admin to another node.
+    Move {
+        #[command(flatten)]
+        remote: Remote,
+        persona: String,
+        /// The node to move it to (default: the node with the fewest personas that is up).
+        #[arg(long)]
+        to: Option<String>,
+    },
+    /// Move every persona of the node of --admin to other nodes, with their state (before
+    /// taking that node down).
+    Drain {
+        #[command(flatten)]
+        remote: Remote,
+        /// The node to move them to (default: each to the node with the fewest personas).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Ask a running fleet about its personas' minds (self-state, decisions, plans, ...).
     Ai {
         #[command(flatten)]
@@ -678,6 +696,10 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Inject(args) => inject(args).await,
             Command::Dump(args) => dump(args).await,
+            Command::Move { remote, persona, to } => {
+                cluster(remote, "move", serde_json::json!({ "persona": persona, "to": to })).await
+            }
+            Command::Drain { remote, to } => cluster(remote, "drain", serde_json::json!({ "to": to })).await,
             Command::Ai { remote, format, query } => ai(remote, format, query).await,
             Command::Bench { which: BenchCmd::Launch { personas, json } } => {
                 print_figures(bench::launch(personas).await, json)
@@ -1197,6 +1219,17 @@ async fn inject(a: InjectArgs) -> ExitCode {
         in_reply_to: None,
     };
     match Client::new(&a.remote.admin, a.remote.token).inject(&input).await {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.exit_code() as u8, e),
+    }
+}
+
+/// `move` and `drain`: prints what moved.
+async fn cluster(remote: Remote, command: &str, body: serde_json::Value) -> ExitCode {
+    match Client::new(&remote.admin, remote.token).cluster(command, &body).await {
         Ok(v) => {
             println!("{v}");
             ExitCode::SUCCESS

@@ -111,6 +111,12 @@ fn decided(d: &Value, persona: &str, event: &str) -> bool {
     persona_of(d, persona)["decisions"].as_array().is_some_and(|ds| ds.iter().any(|x| x["event_id"] == event))
 }
 
+/// Whether `persona`'s working memory holds something of `event`.
+fn remembers(d: &Value, persona: &str, event: &str) -> bool {
+    let recent = &persona_of(d, persona)["working_memory"]["recent"];
+    recent.as_array().is_some_and(|r| r.iter().any(|e| e["event_id"] == event))
+}
+
 async fn inject(http: &reqwest::Client, admin: &str, body: Value) -> (u16, Value) {
     let r = http.post(format!("http://{admin}/events")).json(&body).send().await.unwrap();
     let status = r.status().as_u16();
@@ -380,4 +386,86 @@ async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
     )
     .await;
     assert_eq!(status, 200, "{ack}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_hands_its_personas_with_their_state_to_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
+    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
+    let dir = dir.path();
+    let (la, lb, lc) = (free_port(), free_port(), free_port());
+    let (la, lb, lc) = (format!("127.0.0.1:{la}"), format!("127.0.0.1:{lb}"), format!("127.0.0.1:{lc}"));
+    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a");
+    let b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
+    let c = start(dir, "c", "k", &["--cluster-listen", &lc, "--cluster-join", &la]).expect("c");
+    let http = reqwest::Client::new();
+    dump_until(&http, &a.admin, "a linked to b and c", |d| node_status(d, "b") == "up" && node_status(d, "c") == "up")
+        .await;
+
+    // a runs alice and dave: each decides an event, and remembers it.
+    for (id, p) in [("z1", "alice"), ("z2", "dave")] {
+        let body = json!({"id": id, "domain": "chat", "room": "general", "from": "erin", "persona": p, "text": "hi"});
+        assert_eq!(inject(&http, &b.admin, body).await.0, 200);
+    }
+    dump_until(&http, &a.admin, "alice and dave decided", |d| {
+        decided(d, "alice", "z1") && decided(d, "dave", "z2") && remembers(d, "alice", "z1")
+    })
+    .await;
+
+    // Drained through the command line: each persona to the least loaded node that is up.
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(["drain", "--admin", &a.admin]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let moved: Vec<(&str, &str)> = report["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["persona"].as_str().unwrap(), m["node"].as_str().unwrap()))
+        .collect();
+    assert_eq!(moved, [("alice", "b"), ("dave", "c")], "{report}");
+
+    // Every node sees the new placement; the personas run there with what they had.
+    for admin in [&a.admin, &b.admin, &c.admin] {
+        let d = dump_until(&http, admin, "alice on b and dave on c, running", |d| {
+            persona_of(d, "alice")["node"] == "b"
+                && persona_of(d, "dave")["node"] == "c"
+                && persona_of(d, "alice")["status"] == "running"
+                && persona_of(d, "dave")["status"] == "running"
+        })
+        .await;
+        assert!(decided(&d, "alice", "z1") && decided(&d, "dave", "z2"), "decisions came along: {d}");
+        assert!(remembers(&d, "alice", "z1") && remembers(&d, "dave", "z2"), "working memory came along: {d}");
+        let thoughts = persona_of(&d, "alice")["self_state"]["recent_thoughts"].to_string();
+        assert!(thoughts.contains("erin asked in #general: hi"), "self-state came along: {d}");
+        let on_a = d["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "a").unwrap();
+        assert_eq!(on_a["personas"], 0, "{d}");
+    }
+    let r = http.post(format!("http://{}/cluster/move", a.admin)).json(&json!({"persona": "alice"})).send().await;
+    let r = r.unwrap();
+    assert_eq!(r.status(), 400, "a move is asked of the persona's own node");
+
+    // Events reach them at their new nodes, from the node they left and from the others.
+    for (id, p, at) in [("z3", "alice", &a.admin), ("z4", "dave", &b.admin), ("z5", "alice", &c.admin)] {
+        let body = json!({"id": id, "domain": "chat", "room": "general", "from": "erin", "persona": p, "text": "hey"});
+        let (status, ack) = inject(&http, at, body).await;
+        assert_eq!(status, 200, "{id}: {ack}");
+    }
+    dump_until(&http, &c.admin, "the events after the move decided", |d| {
+        decided(d, "alice", "z3") && decided(d, "dave", "z4") && decided(d, "alice", "z5")
+    })
+    .await;
+
+    // The placement survives restarts: a does not take alice back, b runs her with her state.
+    drop(a);
+    drop(b);
+    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
+    let _b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
+    let d = dump_until(&http, &a.admin, "alice running on b after both restarted", |d| {
+        persona_of(d, "alice")["node"] == "b" && persona_of(d, "alice")["status"] == "running"
+    })
+    .await;
+    assert!(decided(&d, "alice", "z3") && remembers(&d, "alice", "z1"), "{d}");
+    drop(c);
 }

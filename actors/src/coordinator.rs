@@ -199,7 +199,7 @@ impl Actor for Coordinator {
                 // A room another node decides: the claim goes there (here, if it cannot).
                 if let Some(rooms) = &st.args.rooms
                     && c.node.is_none()
-                    && let Some(agent) = rooms.coordinator_of(&c.room).and_then(|n| rooms.agent(n))
+                    && let Some(agent) = rooms.coordinator_of(&c.room).and_then(|n| rooms.agent(&n))
                 {
                     let actor = c.actor.take();
                     c.node = Some(rooms.me().to_string());

@@ -14,16 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ai::AiQuery;
-use crate::cluster::{ClusterView, NodeMsg, REMOTE_CALL_MS, StoreRequest};
+use crate::cluster::{ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
 use crate::event::Event;
 use crate::knowledge::{IndexMsg, IndexStats};
 use crate::llm::{LlmMsg, LlmStats};
-use crate::messages::{AdminMsg, CoordinatorMsg, DumpDepth, InjectAck, InjectError, PersonaMsg, PersonaStatus};
+use crate::messages::{
+    AdminMsg, CoordinatorMsg, DumpDepth, FleetMsg, InjectAck, InjectError, PersonaMsg, PersonaStatus,
+};
 use crate::sched::{SchedulerHandle, SchedulerMsg};
-use crate::storage::{Forward, Storage, Target};
+use crate::storage::{FORWARD_ADOPT, Forward, ForwardQueue, HandOff, Storage, Target};
 use crate::time::{now_us, rfc3339};
 
 /// How long a dump waits for one persona before showing it as unresponsive.
@@ -46,6 +48,8 @@ pub struct AdminArgs {
     pub addr: String,
     /// This node's part in a fleet that spans nodes.
     pub cluster: Option<AdminCluster>,
+    /// The fleet supervisor, which starts and stops personas that move between nodes.
+    pub fleet: Option<ActorRef<FleetMsg>>,
 }
 
 /// What the admin of one node of a cluster knows: the links, and where each persona runs.
@@ -54,6 +58,23 @@ pub struct AdminCluster {
     pub view: ClusterView,
     /// The node of every persona of the fleet.
     pub placement: BTreeMap<String, String>,
+    /// The version of each placement that changed since the fleet file's (a move counts one up).
+    pub versions: BTreeMap<String, u64>,
+    /// The node that decides each room's turn-taking (follows the placement).
+    pub rooms: Arc<RoomRouter>,
+}
+
+impl AdminCluster {
+    /// Places the personas that moved where this node's record says, `(persona, node, version)`.
+    pub fn moved(&mut self, config: &FleetConfig, moved: Vec<(String, String, u64)>) {
+        for (persona, node, version) in moved {
+            if let Some(n) = self.placement.get_mut(&persona) {
+                *n = node;
+                self.versions.insert(persona, version);
+            }
+        }
+        self.rooms.place(config, &self.placement);
+    }
 }
 
 struct PersonaEntry {
@@ -77,10 +98,15 @@ pub struct AdminState {
     conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
     cluster: Option<AdminCluster>,
-    /// How many personas are placed on each node (a dump shows it; the placement is fixed).
+    fleet: Option<ActorRef<FleetMsg>>,
+    myself: ActorRef<AdminMsg>,
+    /// How many personas are placed on each node (a dump shows it).
     per_node: BTreeMap<String, usize>,
-    /// Per other node, the queue of replies for its personas.
-    forwarders: BTreeMap<Arc<str>, tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>>,
+    /// Per other node, the queue of what is kept for it: replies for its personas, personas
+    /// moving there.
+    forwarders: BTreeMap<Arc<str>, ForwardQueue>,
+    /// Personas leaving this node: where to, and who waits for the move to finish.
+    moving: BTreeMap<Arc<str>, Moving>,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
     rejected: u64,
@@ -117,12 +143,13 @@ impl AdminState {
         Ok(names)
     }
 
-    /// The queue of replies for the personas of `node` (its task started on first use).
-    fn forwarder(&mut self, node: &Arc<str>) -> tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)> {
+    /// The queue of what is kept for `node` (its task started on first use).
+    fn forwarder(&mut self, node: &Arc<str>) -> ForwardQueue {
         let (view, storage) = (self.cluster.as_ref().map(|c| c.view.clone()), self.storage.clone());
+        let admin = self.myself.clone();
         self.forwarders
             .entry(node.clone())
-            .or_insert_with(|| forwarder(view.expect("a node of a cluster"), storage, node.clone()))
+            .or_insert_with(|| forwarder(view.expect("a node of a cluster"), storage, admin, node.clone()))
             .clone()
     }
 
@@ -153,11 +180,12 @@ impl AdminState {
     /// Stores `event` for `local` here and for `remote` on their nodes, and answers once every
     /// node has: accepted only if every one accepted. Refused at once (503, naming the node)
     /// when a node is unreachable, so nothing is accepted that could not be delivered.
+    /// `passed` is the audience and hop count of an event another node passed on.
     fn inject_across(
         &self,
         event: Box<Event>,
-        local: Vec<Target>,
-        remote: BTreeMap<Arc<str>, Vec<String>>,
+        (local, remote): (Vec<Target>, BTreeMap<Arc<str>, Vec<String>>),
+        passed: Option<(u32, u32)>,
         reply: RpcReplyPort<Result<InjectAck, InjectError>>,
     ) {
         let mut agents = Vec::with_capacity(remote.len());
@@ -170,10 +198,12 @@ impl AdminState {
                 }
             }
         }
-        let audience = (local.len() + agents.iter().map(|(_, _, names)| names.len()).sum::<usize>()) as u32;
+        let (audience, hops) = passed.unwrap_or_else(|| {
+            ((local.len() + agents.iter().map(|(_, _, names)| names.len()).sum::<usize>()) as u32, 0)
+        });
         let here = (!local.is_empty()).then(|| {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let elsewhere = audience - local.len() as u32;
+            let elsewhere = audience.saturating_sub(local.len() as u32);
             self.storage.inject_among(event.clone(), local, elsewhere, tx.into());
             rx
         });
@@ -183,6 +213,7 @@ impl AdminState {
                     event: (*event).clone(),
                     personas: personas.clone(),
                     audience,
+                    hops: hops + u32::from(passed.is_some()),
                 });
                 async move {
                     match call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request) {
@@ -197,6 +228,106 @@ impl AdminState {
             }
             let _ = reply.send(merge_acks(&event.id, acks));
         });
+    }
+}
+
+/// A persona leaving this node.
+struct Moving {
+    node: Arc<str>,
+    /// Who asked, answered once the other node has stored it.
+    waiting: Vec<RpcReplyPort<Result<HandOff, InjectError>>>,
+}
+
+/// How long a move waits for the persona to stop, and then for its new node to store it.
+const MOVE_MS: u64 = 60_000;
+
+impl AdminState {
+    /// Refuses personas that are moving between nodes (503: their next node has them soon).
+    fn not_moving(&self, names: &[Arc<str>]) -> Result<(), InjectError> {
+        match names.iter().find_map(|n| Some((n, self.moving.get(n)?))) {
+            Some((n, m)) => Err(InjectError::Unavailable(format!(
+                "persona {n:?} is moving to node {:?}; retry in a moment",
+                m.node
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// `persona` runs on `node` from placement `version` on.
+    fn place(&mut self, persona: &str, node: &str, version: u64) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        let Some(p) = self.personas.get_mut(persona) else { return };
+        p.node = (node != c.view.me()).then(|| Arc::from(node));
+        if p.node.is_some() {
+            p.actor = None;
+        } else {
+            p.status = PersonaStatus::Starting;
+        }
+        c.placement.insert(persona.to_string(), node.to_string());
+        c.versions.insert(persona.to_string(), version);
+        c.rooms.place(&self.config, &c.placement);
+        self.per_node = count_per_node(&c.placement);
+    }
+
+    /// The node a persona of this node moves to: `to` if it is up, else the up node with the
+    /// fewest personas.
+    fn move_target(&self, persona: &str, to: Option<&str>) -> Result<Arc<str>, InjectError> {
+        let Some(c) = &self.cluster else {
+            return Err(InjectError::Invalid("this fleet runs on one node: there is nowhere to move".into()));
+        };
+        let me = c.view.me();
+        match self.personas.get(persona) {
+            None => return Err(InjectError::NotFound(format!("unknown persona {persona:?}"))),
+            Some(p) if p.node.is_some() => {
+                return Err(InjectError::Invalid(format!(
+                    "persona {persona:?} runs on node {:?}: ask that node to move it",
+                    p.node.as_deref().unwrap_or_default()
+                )));
+            }
+            Some(_) if self.moving.contains_key(persona) => {
+                return Err(InjectError::Invalid(format!("persona {persona:?} is already moving")));
+            }
+            Some(_) => {}
+        }
+        let nodes = self.config.cluster_nodes();
+        if let Some(to) = to {
+            if to == me {
+                return Err(InjectError::Invalid(format!("persona {persona:?} already runs on node {to:?}")));
+            }
+            if !nodes.iter().any(|n| n == to) {
+                return Err(InjectError::Invalid(format!(
+                    "node {to:?} is not one of the fleet's nodes ({})",
+                    nodes.join(", ")
+                )));
+            }
+            if !c.view.is_up(to) {
+                return Err(InjectError::Unavailable(format!("node {to:?} is unreachable")));
+            }
+            return Ok(to.into());
+        }
+        nodes
+            .iter()
+            .filter(|n| n.as_str() != me && c.view.is_up(n))
+            .min_by_key(|n| self.per_node.get(*n).copied().unwrap_or(0))
+            .map(|n| Arc::from(n.as_str()))
+            .ok_or_else(|| InjectError::Unavailable("no other node is up to take it".into()))
+    }
+
+    /// Every changed placement, to tell a node that (re)joins.
+    fn placements(&self) -> Vec<(String, String, u64)> {
+        let Some(c) = &self.cluster else { return Vec::new() };
+        c.versions.iter().filter_map(|(p, v)| Some((p.clone(), c.placement.get(p)?.clone(), *v))).collect()
+    }
+
+    /// Tells the other linked nodes (but `except`) where these personas run now.
+    fn tell_placements(&self, placed: &[(String, String, u64)], except: &str) {
+        let Some(c) = &self.cluster else { return };
+        let bytes = crate::cluster::encode(&placed);
+        for node in c.view.linked_nodes().iter().filter(|n| n.as_str() != except) {
+            if let Some(agent) = c.view.agent(node) {
+                let _ = agent.cast(NodeMsg::Placed(bytes.clone()));
+            }
+        }
     }
 }
 
@@ -272,7 +403,7 @@ impl Actor for Admin {
     type State = AdminState;
     type Arguments = AdminArgs;
 
-    async fn pre_start(&self, _myself: ActorRef<AdminMsg>, args: AdminArgs) -> Result<AdminState, ActorProcessingErr> {
+    async fn pre_start(&self, myself: ActorRef<AdminMsg>, args: AdminArgs) -> Result<AdminState, ActorProcessingErr> {
         let mut personas = BTreeMap::new();
         let mut rooms: BTreeMap<String, Vec<Arc<str>>> = BTreeMap::new();
         for p in &args.config.personas {
@@ -315,6 +446,9 @@ impl Actor for Admin {
             per_node: args.cluster.as_ref().map(|c| count_per_node(&c.placement)).unwrap_or_default(),
             cluster: args.cluster,
             forwarders: BTreeMap::new(),
+            moving: BTreeMap::new(),
+            fleet: args.fleet,
+            myself,
             personas,
             rooms,
             rejected: 0,
@@ -338,13 +472,13 @@ impl Actor for Admin {
                     let _ = reply.send(Err(InjectError::ShuttingDown));
                     return Ok(());
                 }
-                match st.route(&event) {
+                match st.route(&event).and_then(|names| st.not_moving(&names).map(|()| names)) {
                     Ok(names) => {
                         let (local, remote) = st.split(&names);
                         if remote.is_empty() {
                             st.storage.inject(event, local, reply);
                         } else {
-                            st.inject_across(event, local, remote, reply);
+                            st.inject_across(event, (local, remote), None, reply);
                         }
                     }
                     Err(e) => {
@@ -353,29 +487,44 @@ impl Actor for Admin {
                     }
                 }
             }
-            AdminMsg::StoreHere(event, names, audience, reply) => {
-                // Accepted by another node for personas of this one: they must be here.
-                let mut targets = Vec::with_capacity(names.len());
-                for n in &names {
-                    match st.personas.get_key_value(n.as_str()) {
-                        Some((name, p)) if p.node.is_none() => targets.push(name.clone()),
-                        _ => {
-                            let _ = reply.send(Err(InjectError::NotFound(format!(
-                                "persona {n:?} does not run on node {:?}",
-                                st.cluster.as_ref().map_or("", |c| c.view.me())
-                            ))));
-                            return Ok(());
+            AdminMsg::StoreHere(request, reply) => {
+                // Accepted by another node for personas of this one. One that moved away since
+                // the sender last heard is passed on to its node (once at most).
+                let StoreRequest { event, personas, audience, hops } = *request;
+                let mut names = Vec::with_capacity(personas.len());
+                for n in &personas {
+                    let me = st.cluster.as_ref().map_or("", |c| c.view.me());
+                    let refused = match st.personas.get_key_value(n.as_str()) {
+                        Some((name, p)) if p.node.is_none() || hops == 0 => {
+                            names.push(name.clone());
+                            continue;
                         }
-                    }
+                        // Moving between other nodes as this is sent: worth a retry.
+                        Some(_) => InjectError::Unavailable(format!(
+                            "persona {n:?} is not on node {me:?} and was passed on once; retry"
+                        )),
+                        None => InjectError::NotFound(format!("persona {n:?} does not run on node {me:?}")),
+                    };
+                    let _ = reply.send(Err(refused));
+                    return Ok(());
                 }
+                if let Err(e) = st.not_moving(&names) {
+                    let _ = reply.send(Err(e));
+                    return Ok(());
+                }
+                let (local, remote) = st.split(&names);
                 if let Some(p) = &event.persona
-                    && let Some(name) = targets.iter().find(|t| ***t == **p)
+                    && let Some((name, _)) = local.iter().find(|(t, _)| **t == **p)
                 {
                     st.join(&event.room, name.clone());
                 }
-                let local: Vec<Target> = targets.iter().map(|n| st.target(n)).collect();
-                let elsewhere = audience.saturating_sub(local.len() as u32);
-                st.storage.inject_among(event, local, elsewhere, reply);
+                let event = Box::new(event);
+                if remote.is_empty() {
+                    let elsewhere = audience.saturating_sub(local.len() as u32);
+                    st.storage.inject_among(event, local, elsewhere, reply);
+                } else {
+                    st.inject_across(event, (local, remote), Some((audience, hops)), reply);
+                }
             }
             AdminMsg::RemoteClaim(claim) => {
                 let _ = st.coordinator.cast(CoordinatorMsg::Claim(claim));
@@ -399,7 +548,8 @@ impl Actor for Admin {
                 let mut forwards = Vec::with_capacity(remote.len());
                 if let Some((_, reply)) = &commit.reply {
                     for (node, personas) in remote {
-                        let request = StoreRequest { event: reply.clone(), personas, audience: names.len() as u32 };
+                        let request =
+                            StoreRequest { event: reply.clone(), personas, audience: names.len() as u32, hops: 0 };
                         let to = st.forwarder(&node);
                         forwards.push(Forward { node, request: crate::cluster::encode(&request), to });
                     }
@@ -580,6 +730,143 @@ impl Actor for Admin {
                 };
                 let _ = reply.send(r);
             }
+            AdminMsg::Move { persona, to, reply } => {
+                let node = match st.move_target(&persona, to.as_deref()) {
+                    Ok(node) => node,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let Some(fleet) = st.fleet.clone() else {
+                    let _ = reply.send(Err(InjectError::Unavailable("no supervisor to stop the persona".into())));
+                    return Ok(());
+                };
+                let (name, _) = st.personas.get_key_value(persona.as_str()).expect("checked by move_target");
+                tracing::info!(persona = %name, to = %node, "moving a persona to another node");
+                st.moving.insert(name.clone(), Moving { node, waiting: vec![reply] });
+                // Stopped first, so nothing more is written for it here; what was sent before
+                // goes with it.
+                let myself = st.myself.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = call_t!(fleet, FleetMsg::Stop, MOVE_MS, persona.clone()) {
+                        tracing::warn!(%persona, error = %e, "the supervisor did not confirm the stop");
+                    }
+                    let _ = myself.cast(AdminMsg::Stopped(persona));
+                });
+            }
+            AdminMsg::Stopped(persona) => {
+                let Some((name, node)) =
+                    st.moving.get_key_value(persona.as_str()).map(|(n, m)| (n.clone(), m.node.clone()))
+                else {
+                    return Ok(());
+                };
+                let version = st.cluster.as_ref().and_then(|c| c.versions.get(&persona)).copied().unwrap_or(0) + 1;
+                // From here on, what comes for it is kept for its new node, behind its rows.
+                st.place(&persona, &node, version);
+                let queue = st.forwarder(&node);
+                let (storage, myself) = (st.storage.clone(), st.myself.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = storage.release(name.clone(), version, node.clone(), queue).await {
+                        let _ =
+                            myself.cast(AdminMsg::Stayed { persona: name.to_string(), version: version + 1, error });
+                    }
+                });
+            }
+            AdminMsg::Stayed { persona, version, error } => {
+                // Its rows could not leave: it runs here again.
+                tracing::error!(%persona, %error, "a persona could not leave this node");
+                let me = st.cluster.as_ref().map_or(String::new(), |c| c.view.me().to_string());
+                st.place(&persona, &me, version);
+                st.storage.place(persona.as_str().into(), me, version);
+                if let Some(fleet) = &st.fleet {
+                    let _ = fleet.cast(FleetMsg::Start(persona.clone()));
+                }
+                for w in st.moving.remove(persona.as_str()).map(|m| m.waiting).unwrap_or_default() {
+                    let _ = w.send(Err(InjectError::Storage(format!("persona {persona:?} stays: {error}"))));
+                }
+            }
+            AdminMsg::Adopted(done) => {
+                let Some(m) = st.moving.remove(done.persona.as_str()) else { return Ok(()) };
+                tracing::info!(persona = %done.persona, node = %done.node, rows = done.rows, "persona moved");
+                st.tell_placements(&[(done.persona.clone(), done.node.clone(), done.version)], &done.node);
+                for w in m.waiting {
+                    let _ = w.send(Ok(done.clone()));
+                }
+            }
+            AdminMsg::Adopt(snapshot, reply) => {
+                let Some((name, _)) = st.personas.get_key_value(snapshot.persona.as_str()) else {
+                    let _ = reply.send(Err(InjectError::NotFound(format!(
+                        "persona {:?} is not in this node's fleet file",
+                        snapshot.persona
+                    ))));
+                    return Ok(());
+                };
+                let (name, me) = (name.clone(), st.cluster.as_ref().map_or(String::new(), |c| c.view.me().to_string()));
+                st.place(&name, &me, snapshot.version);
+                let (storage, fleet) = (st.storage.clone(), st.fleet.clone());
+                tokio::spawn(async move {
+                    let r = storage.adopt(*snapshot).await.map_err(InjectError::Storage);
+                    if r.is_ok()
+                        && let Some(fleet) = fleet
+                    {
+                        let _ = fleet.cast(FleetMsg::Start(name.to_string()));
+                    }
+                    let _ = reply.send(r);
+                });
+            }
+            AdminMsg::Placed(placed) => {
+                let Some(me) = st.cluster.as_ref().map(|c| c.view.me().to_string()) else { return Ok(()) };
+                for (persona, node, version) in placed {
+                    let known = st.cluster.as_ref().and_then(|c| c.versions.get(&persona)).copied().unwrap_or(0);
+                    if version <= known || !st.personas.contains_key(persona.as_str()) {
+                        continue;
+                    }
+                    let here = st.personas.get(persona.as_str()).is_some_and(|p| p.node.is_none());
+                    if node == me || here {
+                        // It arrives with its rows (`Adopt`), and never leaves unasked.
+                        tracing::warn!(%persona, %node, version, "a placement that disagrees with this node was ignored");
+                        continue;
+                    }
+                    st.place(&persona, &node, version);
+                    st.storage.place(persona.as_str().into(), node, version);
+                }
+            }
+            AdminMsg::NodeLinked(node) => {
+                let placed = st.placements();
+                if !placed.is_empty()
+                    && let Some(agent) = crate::cluster::agent_of(&node)
+                {
+                    let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
+                }
+            }
+            AdminMsg::Drain { to, reply } => {
+                let mine: Vec<String> =
+                    st.personas.values().filter(|p| p.node.is_none()).map(|p| p.name.to_string()).collect();
+                let myself = st.myself.clone();
+                tokio::spawn(async move {
+                    let mut moved = Vec::with_capacity(mine.len());
+                    for persona in mine {
+                        let to = to.clone();
+                        let r = call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS)
+                            .map_err(|e| InjectError::Unavailable(e.to_string()))
+                            .and_then(|r| r);
+                        match r {
+                            Ok(done) => moved.push(done),
+                            Err(e) => {
+                                let done: Vec<&str> = moved.iter().map(|d: &HandOff| d.persona.as_str()).collect();
+                                let _ = reply.send(Err(InjectError::Unavailable(format!(
+                                    "moved {} persona(s) ({}); {persona:?} did not move: {e}",
+                                    done.len(),
+                                    done.join(", ")
+                                ))));
+                                return;
+                            }
+                        }
+                    }
+                    let _ = reply.send(Ok(moved));
+                });
+            }
             AdminMsg::Close(reply) => {
                 st.closed = true;
                 let _ = reply.send(());
@@ -589,16 +876,13 @@ impl Actor for Admin {
     }
 }
 
-/// The task that sends personas' replies to the room's members on `node`, in the order they
-/// were written. Each is kept in storage with the reply (table `forwards`) until `node` has
-/// stored it, so none is lost while `node` is unreachable or if this node stops: what is queued
-/// goes out together (sent in order, answered in any order), what `node` could not take goes
-/// again a second later, and a restarted node sends what it kept.
-fn forwarder(
-    view: ClusterView,
-    storage: Storage,
-    node: Arc<str>,
-) -> tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)> {
+/// The task that sends what is kept for `node`, in the order it was written: personas'
+/// replies for the room's members there, and personas moving there with their rows. Each is
+/// kept in storage (table `forwards`) until `node` has stored it, so none is lost while `node`
+/// is unreachable or if this node stops: what is queued goes out together (sent in order,
+/// answered in any order), what `node` could not take goes again a second later, and a
+/// restarted node sends what it kept.
+fn forwarder(view: ClusterView, storage: Storage, admin: ActorRef<AdminMsg>, node: Arc<str>) -> ForwardQueue {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Vec<u8>)>();
     tokio::spawn(async move {
         let mut queue: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -617,23 +901,42 @@ fn forwarder(
             // `join_all` polls them in order the first time: they are sent in order.
             let sends = queue.iter().map(|(_, r)| {
                 let (agent, r) = (agent.clone(), r.clone());
-                async move { call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, r) }
+                async move {
+                    let answer = match r.split_first() {
+                        Some((&FORWARD_ADOPT, snapshot)) => {
+                            call_t!(agent, NodeMsg::Adopt, MOVE_MS, snapshot.to_vec()).map(|b| (true, b))
+                        }
+                        _ => call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, r).map(|b| (false, b)),
+                    };
+                    answer.map_err(|e| InjectError::Unavailable(e.to_string()))
+                }
             });
             let answers = futures::future::join_all(sends).await;
             let mut again = Vec::new();
             for ((seq, request), answer) in queue.drain(..).zip(answers) {
-                let answer = answer
-                    .map_err(|e| InjectError::Unavailable(e.to_string()))
-                    .and_then(|b| crate::cluster::decode::<Result<InjectAck, InjectError>>(&b))
-                    .and_then(|r| r);
+                let adopt = request.first() == Some(&FORWARD_ADOPT);
+                let answer = answer.and_then(|(adopt, b)| {
+                    if adopt {
+                        let done = crate::cluster::decode::<Result<HandOff, InjectError>>(&b).and_then(|r| r)?;
+                        let _ = admin.cast(AdminMsg::Adopted(done));
+                        Ok(())
+                    } else {
+                        crate::cluster::decode::<Result<InjectAck, InjectError>>(&b).and_then(|r| r).map(drop)
+                    }
+                });
                 match answer {
-                    Ok(_) => storage.forwarded(node.clone(), seq),
-                    Err(InjectError::Invalid(e) | InjectError::NotFound(e)) => {
+                    Ok(()) => storage.forwarded(node.clone(), seq),
+                    Err(InjectError::Invalid(e) | InjectError::NotFound(e)) if !adopt => {
                         // Refused for good (the fleet files differ): sending it again changes nothing.
                         tracing::error!(node = %node, error = %e, "a reply was refused by its room's node");
                         storage.forwarded(node.clone(), seq);
                     }
-                    Err(_) => again.push((seq, request)),
+                    Err(e) => {
+                        if adopt {
+                            tracing::warn!(node = %node, error = %e, "a moving persona was not stored yet; retrying");
+                        }
+                        again.push((seq, request));
+                    }
                 }
             }
             if !again.is_empty() {

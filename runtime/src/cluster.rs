@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::{FleetDump, NodeDump};
 use crate::event::Event;
-use crate::messages::{AdminMsg, Claim, DumpDepth, InjectAck, InjectError, Turn};
+use crate::messages::{AdminMsg, Claim, DumpDepth, InjectError, Turn};
+use crate::storage::PersonaSnapshot;
 use crate::time::{now_us, rfc3339};
 
 /// The process-group scope of a fleet's nodes.
@@ -190,17 +191,26 @@ impl ClusterView {
 }
 
 /// Which node decides turn-taking in each room: the first node, in the fleet's order, that
-/// runs a member of the room and is linked. Nodes that see the same links pick the same one;
-/// a room none of whose members' nodes is linked is decided on each node for its own members.
+/// runs a member of the room and is linked. Nodes that see the same links and placement pick
+/// the same one; a room none of whose members' nodes is linked is decided on each node for its
+/// own members.
 pub struct RoomRouter {
     view: ClusterView,
-    /// Room -> the nodes that run its members (from the fleet file), in the fleet's order.
-    rooms: BTreeMap<String, Vec<String>>,
+    order: Vec<String>,
+    /// Room -> the nodes that run its members, in the fleet's order (replaced when a persona
+    /// moves).
+    rooms: Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 impl RoomRouter {
     pub fn new(view: ClusterView, config: &FleetConfig, placement: &BTreeMap<String, String>) -> Self {
-        let order = config.cluster_nodes();
+        let router = RoomRouter { view, order: config.cluster_nodes(), rooms: Mutex::default() };
+        router.place(config, placement);
+        router
+    }
+
+    /// Recomputes the nodes of each room from `placement`.
+    pub fn place(&self, config: &FleetConfig, placement: &BTreeMap<String, String>) {
         let mut rooms: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for p in &config.personas {
             let Some(node) = placement.get(&p.name) else { continue };
@@ -212,9 +222,9 @@ impl RoomRouter {
             }
         }
         for nodes in rooms.values_mut() {
-            nodes.sort_by_key(|n| order.iter().position(|o| o == n));
+            nodes.sort_by_key(|n| self.order.iter().position(|o| o == n));
         }
-        RoomRouter { view, rooms }
+        *self.rooms.lock().unwrap_or_else(|e| e.into_inner()) = rooms;
     }
 
     pub fn me(&self) -> &str {
@@ -226,9 +236,10 @@ impl RoomRouter {
     }
 
     /// The other node that decides `room`, if it is not this one.
-    pub fn coordinator_of(&self, room: &str) -> Option<&str> {
-        let node = self.rooms.get(room)?.iter().find(|n| self.view.is_up(n))?;
-        (node != self.view.me()).then_some(node.as_str())
+    pub fn coordinator_of(&self, room: &str) -> Option<String> {
+        let rooms = self.rooms.lock().unwrap_or_else(|e| e.into_inner());
+        let node = rooms.get(room)?.iter().find(|n| self.view.is_up(n))?;
+        (node != self.view.me()).then(|| node.clone())
     }
 }
 
@@ -239,6 +250,10 @@ pub struct StoreRequest {
     pub personas: Vec<String>,
     /// How many personas the event went to on every node (the turn-taking audience).
     pub audience: u32,
+    /// How often it was passed on by a node its sender took for the personas' (a persona that
+    /// moved): a node passes it on once at most.
+    #[serde(default)]
+    pub hops: u32,
 }
 
 /// What travels between nodes: JSON (self-describing, so a field added later does not break
@@ -269,6 +284,12 @@ pub enum NodeMsg {
     Claim(Vec<u8>),
     /// The turn `(persona, Turn)` for a persona of this node, from the room's coordinator.
     Turn(Vec<u8>),
+    /// A persona moving here with all its rows (a `PersonaSnapshot`); answers with the JSON
+    /// of `Result<HandOff, InjectError>` once it is durably stored here.
+    #[rpc]
+    Adopt(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// Where personas that moved run: the JSON of `[(persona, node, version)]`.
+    Placed(Vec<u8>),
 }
 
 /// The actor of a node that the other nodes talk to. It hands what comes in to its node's
@@ -300,25 +321,23 @@ impl Actor for NodeAgent {
             NodeMsg::Store(bytes, reply) => {
                 // Handed to the admin here, in the order the stores came (one node's replies
                 // reach a room's members in the order they were written); answered off the loop.
-                let stored = decode::<StoreRequest>(&bytes).and_then(|StoreRequest { event, personas, audience }| {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    admin
-                        .cast(AdminMsg::StoreHere(Box::new(event), personas, audience, tx.into()))
-                        .map_err(|e| InjectError::Storage(format!("admin: {e}")))?;
-                    Ok(rx)
-                });
-                tokio::spawn(async move {
-                    let r: Result<InjectAck, InjectError> = match stored {
-                        Ok(rx) => match tokio::time::timeout(Duration::from_millis(REMOTE_CALL_MS), rx).await {
-                            Ok(Ok(r)) => r,
-                            Ok(Err(_)) => Err(InjectError::Storage("admin: no answer".into())),
-                            Err(_) => Err(InjectError::Storage("admin: timed out".into())),
-                        },
-                        Err(e) => Err(e),
-                    };
-                    let _ = reply.send(encode(&r));
-                });
+                let stored =
+                    decode::<StoreRequest>(&bytes).and_then(|r| ask(&admin, |tx| AdminMsg::StoreHere(Box::new(r), tx)));
+                answer(stored, reply);
             }
+            NodeMsg::Adopt(bytes, reply) => {
+                // In order with the stores around it: the persona is here before its next event.
+                let adopted = PersonaSnapshot::decode(&bytes)
+                    .map_err(InjectError::Invalid)
+                    .and_then(|s| ask(&admin, |tx| AdminMsg::Adopt(Box::new(s), tx)));
+                answer(adopted, reply);
+            }
+            NodeMsg::Placed(bytes) => match decode::<Vec<(String, String, u64)>>(&bytes) {
+                Ok(placed) => {
+                    let _ = admin.cast(AdminMsg::Placed(placed));
+                }
+                Err(e) => tracing::warn!(error = %e, "a placement from another node was dropped"),
+            },
             NodeMsg::Dump(bytes, reply) => {
                 tokio::spawn(async move {
                     let r: Result<FleetDump, InjectError> = match decode::<DumpDepth>(&bytes) {
@@ -347,6 +366,34 @@ impl Actor for NodeAgent {
         }
         Ok(())
     }
+}
+
+/// Casts a request with a reply port to the admin; the receiver of its answer.
+fn ask<T>(
+    admin: &ActorRef<AdminMsg>,
+    make: impl FnOnce(RpcReplyPort<Result<T, InjectError>>) -> AdminMsg,
+) -> Result<tokio::sync::oneshot::Receiver<Result<T, InjectError>>, InjectError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    admin.cast(make(tx.into())).map_err(|e| InjectError::Storage(format!("admin: {e}")))?;
+    Ok(rx)
+}
+
+/// Sends the admin's answer back to the other node (as JSON), off the agent's loop.
+fn answer<T: Serialize + Send + 'static>(
+    asked: Result<tokio::sync::oneshot::Receiver<Result<T, InjectError>>, InjectError>,
+    reply: RpcReplyPort<Vec<u8>>,
+) {
+    tokio::spawn(async move {
+        let r: Result<T, InjectError> = match asked {
+            Ok(rx) => match tokio::time::timeout(Duration::from_millis(REMOTE_CALL_MS), rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(InjectError::Storage("admin: no answer".into())),
+                Err(_) => Err(InjectError::Storage("admin: timed out".into())),
+            },
+            Err(e) => Err(e),
+        };
+        let _ = reply.send(encode(&r));
+    });
 }
 
 #[cfg(test)]

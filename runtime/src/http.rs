@@ -109,6 +109,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))
         .route("/faults", post(post_fault))
+        .route("/cluster/move", post(post_move))
+        .route("/cluster/drain", post(post_drain))
         .route("/ai/state", get(get_ai_state).post(post_state))
         .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/study", post(post_study))
@@ -313,6 +315,61 @@ async fn post_study(State(st): State<HttpState>, headers: HeaderMap, body: Body)
         Ok(Ok(topic)) => {
             (StatusCode::OK, axum::Json(json!({"persona": asked, "topic": topic, "queued": true}))).into_response()
         }
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MoveBody {
+    persona: String,
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// How long a move or a drain may take: each persona stops, then its rows reach its new node.
+const MOVE_CALL_MS: u64 = 120_000;
+
+/// Moves a persona of this node, with its state, to another node (`to`, else the least loaded).
+async fn post_move(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let MoveBody { persona, to } = match serde_json::from_str(&text) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid move request: {e}"), None),
+    };
+    match call_t!(st.admin, |reply| AdminMsg::Move { persona, to, reply }, MOVE_CALL_MS) {
+        Ok(Ok(done)) => (StatusCode::OK, axum::Json(json!({ "moved": [done] }))).into_response(),
+        Ok(Err(e)) => inject_error(e),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    #[serde(default)]
+    to: Option<String>,
+}
+
+/// Moves every persona of this node to the others, one after the other.
+async fn post_drain(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let text = match read_body(&st, &headers, body).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let DrainBody { to } = match text.trim() {
+        "" => DrainBody::default(),
+        t => match serde_json::from_str(t) {
+            Ok(b) => b,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid drain request: {e}"), None),
+        },
+    };
+    match call_t!(st.admin, |reply| AdminMsg::Drain { to, reply }, MOVE_CALL_MS * 10) {
+        Ok(Ok(moved)) => (StatusCode::OK, axum::Json(json!({ "moved": moved }))).into_response(),
         Ok(Err(e)) => inject_error(e),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
     }

@@ -15,6 +15,7 @@ use crate::event::Event;
 use crate::llm::{Classification, Generation, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
 use crate::sched::{Grant, TaskId};
+use crate::storage::{HandOff, PersonaSnapshot};
 
 /// One accepted event for one persona, as stored in the durable queue.
 #[derive(Debug, Clone)]
@@ -327,9 +328,8 @@ pub enum DumpDepth {
 #[derive(Debug, RactorMessage)]
 pub enum AdminMsg {
     Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),
-    /// From another node: store an event it accepted for these personas of this node.
-    /// The last number is how many personas it went to on every node.
-    StoreHere(Box<Event>, Vec<String>, u32, RpcReplyPort<Result<InjectAck, InjectError>>),
+    /// From another node: store an event it accepted for personas of this node.
+    StoreHere(Box<crate::cluster::StoreRequest>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
@@ -385,8 +385,57 @@ pub enum AdminMsg {
         persona: String,
         turn: Turn,
     },
+    /// Move a persona of this node to another node (`to`, else the least loaded one that is
+    /// up) with all its state; answers once that node has stored it.
+    Move {
+        persona: String,
+        to: Option<String>,
+        reply: RpcReplyPort<Result<HandOff, InjectError>>,
+    },
+    /// Move every persona of this node to other nodes, one after the other.
+    Drain {
+        to: Option<String>,
+        reply: RpcReplyPort<Result<Vec<HandOff>, InjectError>>,
+    },
+    /// The persona being moved has stopped: its rows can leave.
+    Stopped(String),
+    /// From another node: a persona moving here, with all its rows.
+    Adopt(Box<PersonaSnapshot>, RpcReplyPort<Result<HandOff, InjectError>>),
+    /// The node a persona moved to has stored it.
+    Adopted(HandOff),
+    /// A persona's rows could not leave this node: it runs here again, at placement `version`.
+    Stayed {
+        persona: String,
+        version: u64,
+        error: String,
+    },
+    /// From another node: where personas that moved run, `(persona, node, version)`.
+    Placed(Vec<(String, String, u64)>),
+    /// The link to a node came up: it is told where the personas that moved run.
+    NodeLinked(String),
     /// Stop accepting events (shutdown).
     Close(RpcReplyPort<()>),
+}
+
+/// The fleet supervisor's messages.
+#[derive(Debug, RactorMessage)]
+pub enum FleetMsg {
+    /// The actors in-process callers and the HTTP API talk to.
+    Handles(RpcReplyPort<Handles>),
+    /// Stop a persona of this node for good (it moves to another node); answers once it
+    /// has stopped.
+    Stop(String, RpcReplyPort<()>),
+    /// Start a persona that moved to this node.
+    Start(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Handles {
+    pub admin: ActorRef<AdminMsg>,
+    pub scheduler: crate::sched::SchedulerHandle,
+    pub embedding: ActorRef<crate::embedding::EmbedMsg>,
+    pub llm: Option<ActorRef<crate::llm::LlmMsg>>,
+    pub index: ActorRef<crate::knowledge::IndexMsg>,
 }
 
 /// What one stage of a study session produced.

@@ -273,8 +273,11 @@ pub const FORWARD_ADOPT: u8 = 0;
 pub struct Forward {
     pub node: Arc<str>,
     pub request: Vec<u8>,
-    pub to: tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>,
+    pub to: ForwardQueue,
 }
+
+/// The queue of what is kept for one other node, each request with its key in `forwards`.
+pub type ForwardQueue = tokio::sync::mpsc::UnboundedSender<(u64, Vec<u8>)>;
 
 enum Op {
     Inject {
@@ -294,7 +297,8 @@ enum Op {
     Release {
         persona: Arc<str>,
         version: u64,
-        to: Forward,
+        node: Arc<str>,
+        to: ForwardQueue,
         reply: oneshot::Sender<Result<HandOff, String>>,
     },
     /// Stores a persona's rows from another node.
@@ -487,10 +491,16 @@ impl Storage {
     }
 
     /// Takes every row of `persona` out of this node's database, in one transaction that also
-    /// places it on `to.node` at `version` and keeps the snapshot in `forwards` for that node
-    /// (handed to `to.to` once committed). The persona must be stopped first.
-    pub async fn release(&self, persona: Arc<str>, version: u64, to: Forward) -> Result<HandOff, String> {
-        self.ask(|reply| Op::Release { persona, version, to, reply }).await.map_err(|e| e.to_string())?
+    /// places it on `node` at `version` and keeps the snapshot in `forwards` for that node
+    /// (handed to `to` with its key once committed). The persona must be stopped first.
+    pub async fn release(
+        &self,
+        persona: Arc<str>,
+        version: u64,
+        node: Arc<str>,
+        to: ForwardQueue,
+    ) -> Result<HandOff, String> {
+        self.ask(|reply| Op::Release { persona, version, node, to, reply }).await.map_err(|e| e.to_string())?
     }
 
     /// Stores a persona's rows from another node and places it here, in one transaction.
@@ -1439,11 +1449,11 @@ impl Writer {
                 t.forwards.remove((&*node, seq))?;
                 Ok(true)
             }
-            Op::Release { persona, version, to, reply } => {
-                let snapshot = self.release(t, &persona, &to.node, version)?;
+            Op::Release { persona, version, node, to, reply } => {
+                let snapshot = self.release(t, &persona, &node, version)?;
                 let done = HandOff {
                     persona: persona.to_string(),
-                    node: to.node.to_string(),
+                    node: node.to_string(),
                     version,
                     rows: snapshot.rows(),
                     pending: snapshot.pending.len(),
@@ -1454,10 +1464,10 @@ impl Writer {
                 self.meta.next_seq += 1;
                 let mut request = vec![FORWARD_ADOPT];
                 request.extend(snapshot.encode());
-                t.forwards.insert((&*to.node, key), request.as_slice())?;
+                t.forwards.insert((&*node, key), request.as_slice())?;
                 after.push(Box::new(move |r| {
                     if r.is_ok() {
-                        let _ = to.to.send((key, request));
+                        let _ = to.send((key, request));
                     }
                     let _ = reply.send(r.map(|_| done).map_err(str::to_string));
                 }));
@@ -2289,8 +2299,7 @@ mod tests {
         inject(&b, "e3", "r").await.unwrap();
 
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let to = Forward { node: "b".into(), request: Vec::new(), to: tx };
-        let out = a.release(p.clone(), 1, to).await.unwrap();
+        let out = a.release(p.clone(), 1, "b".into(), tx).await.unwrap();
         assert_eq!((out.pending, out.version), (1, 1));
         let (key, request) = rx.recv().await.unwrap();
         assert_eq!(request[0], FORWARD_ADOPT);

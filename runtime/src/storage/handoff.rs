@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::{Tables, Writer, dec, enc};
 use crate::event::Event;
 
+/// A table's rows of one persona: the key after the persona's name, and the value as stored.
+pub type Rows<K> = Vec<(K, Vec<u8>)>;
+
 /// Everything stored for one persona, as it leaves its node.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct PersonaSnapshot {
@@ -19,9 +22,9 @@ pub struct PersonaSnapshot {
     pub node: String,
     pub version: u64,
     /// Rows of the tables keyed by (persona, number), by table.
-    pub numbered: Vec<(String, Vec<(u64, Vec<u8>)>)>,
+    pub numbered: Vec<(String, Rows<u64>)>,
     /// Rows of the tables keyed by (persona, name), by table.
-    pub named: Vec<(String, Vec<(String, Vec<u8>)>)>,
+    pub named: Vec<(String, Rows<String>)>,
     pub self_state: Option<Vec<u8>>,
     pub counters: Vec<(String, u64)>,
     /// Rooms it joined by directed events.
@@ -117,7 +120,7 @@ impl Writer {
         let p: &str = persona;
         let mut s = PersonaSnapshot { persona: p.to_string(), node: node.to_string(), version, ..Default::default() };
         for (name, table) in t.numbered() {
-            let rows: Vec<(u64, Vec<u8>)> = table
+            let rows: Rows<u64> = table
                 .range((p, 0)..=(p, u64::MAX))?
                 .map(|r| r.map(|(k, v)| (k.value().1, v.value().to_vec())))
                 .collect::<Result<_, _>>()?;
