@@ -389,7 +389,7 @@ async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drained_node_hands_its_personas_with_their_state_to_the_others() {
+async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recomputed_on_rejoin() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
@@ -457,15 +457,21 @@ async fn a_drained_node_hands_its_personas_with_their_state_to_the_others() {
     })
     .await;
 
-    // The placement survives restarts: a does not take alice back, b runs her with her state.
+    // Both restart: the placement they kept is where they start from, and it is recomputed as
+    // the nodes link again. alice, pinned to a, goes back there with all she had; c, two
+    // personas ahead of the empty a, gives it one.
     drop(a);
     drop(b);
     let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
     let _b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
-    let d = dump_until(&http, &a.admin, "alice running on b after both restarted", |d| {
-        persona_of(d, "alice")["node"] == "b" && persona_of(d, "alice")["status"] == "running"
+    let d = dump_until(&http, &a.admin, "alice back on a, 2-1-1 personas, all running", |d| {
+        let counts: Vec<u64> = d["nodes"].as_array().unwrap().iter().map(|n| n["personas"].as_u64().unwrap()).collect();
+        persona_of(d, "alice")["node"] == "a"
+            && counts == [2, 1, 1]
+            && d["personas"].as_array().unwrap().iter().all(|p| p["status"] == "running")
     })
     .await;
-    assert!(decided(&d, "alice", "z3") && remembers(&d, "alice", "z1"), "{d}");
+    assert!(decided(&d, "alice", "z3") && decided(&d, "alice", "z5") && remembers(&d, "alice", "z1"), "{d}");
+    assert_eq!(persona_of(&d, "bob")["node"], "b", "pinned personas stay: {d}");
     drop(c);
 }

@@ -313,6 +313,32 @@ impl AdminState {
             .ok_or_else(|| InjectError::Unavailable("no other node is up to take it".into()))
     }
 
+    /// The personas of this node to move to `node`, which just linked: those the fleet file
+    /// pins there, then, in name order, unpinned ones while this node has two or more personas
+    /// more than `node`.
+    fn to_give(&self, node: &str) -> Vec<String> {
+        let pinned = |name: &str| self.config.personas.iter().find(|p| p.name == name).and_then(|p| p.node.clone());
+        let mine: Vec<&str> = self
+            .personas
+            .values()
+            .filter(|p| p.node.is_none() && !self.moving.contains_key(&p.name))
+            .map(|p| &*p.name)
+            .collect();
+        let mut give: Vec<String> =
+            mine.iter().filter(|p| pinned(p).as_deref() == Some(node)).map(|p| p.to_string()).collect();
+        let (mut here, mut there) =
+            (mine.len() - give.len(), self.per_node.get(node).copied().unwrap_or(0) + give.len());
+        for p in mine.iter().filter(|p| pinned(p).is_none()) {
+            if here < there + 2 {
+                break;
+            }
+            give.push(p.to_string());
+            here -= 1;
+            there += 1;
+        }
+        give
+    }
+
     /// Every changed placement, to tell a node that (re)joins.
     fn placements(&self) -> Vec<(String, String, u64)> {
         let Some(c) = &self.cluster else { return Vec::new() };
@@ -838,6 +864,21 @@ impl Actor for Admin {
                     && let Some(agent) = crate::cluster::agent_of(&node)
                 {
                     let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
+                }
+                let give = if st.config.cluster.rebalance { st.to_give(&node) } else { Vec::new() };
+                if !give.is_empty() {
+                    tracing::info!(%node, personas = ?give, "rebalancing: moving personas to a node that linked");
+                    let myself = st.myself.clone();
+                    tokio::spawn(async move {
+                        for persona in give {
+                            let to = Some(node.clone());
+                            let r =
+                                call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS);
+                            if let Err(e) = r.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
+                                tracing::warn!(%persona, %node, error = %e, "rebalancing: a persona did not move");
+                            }
+                        }
+                    });
                 }
             }
             AdminMsg::Drain { to, reply } => {

@@ -170,6 +170,7 @@ struct RawCoordination {
 struct RawCluster {
     #[serde(default)]
     nodes: Vec<Spanned<String>>,
+    rebalance: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -267,11 +268,20 @@ pub struct FleetConfig {
 }
 
 /// `[cluster]`: the nodes a fleet spans, when it runs on several (`mindfleet run --node`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
     /// Every node of the fleet, in the order placement fills them; empty: the nodes that
     /// personas name with `node = ...`.
     pub nodes: Vec<String>,
+    /// When a node links, each node moves to it the personas pinned there, then some of the
+    /// others while it has two or more personas more than that node.
+    pub rebalance: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { nodes: Vec::new(), rebalance: true }
+    }
 }
 
 impl FleetConfig {
@@ -873,7 +883,7 @@ impl FleetConfig {
                 }
                 nodes.push(n.get_ref().clone());
             }
-            ClusterConfig { nodes }
+            ClusterConfig { nodes, rebalance: c.rebalance.unwrap_or(true) }
         };
 
         let models = {
@@ -1220,6 +1230,11 @@ mod tests {
         let cfg =
             parse(&format!("{ONE}node = \"n2\"\n[[persona]]\nname = \"b\"\nrole = \"r\"\nnode = \"n1\"\n")).unwrap();
         assert_eq!(cfg.cluster_nodes(), ["n2", "n1"]);
+        assert!(cfg.cluster.rebalance, "on by default");
+        let cfg = parse(&format!("[cluster]\nnodes = [\"a\"]\nrebalance = false\n{ONE}")).unwrap();
+        assert!(!cfg.cluster.rebalance);
+        let err = parse("[cluster]\nrebalance = \"yes\"\n").unwrap_err();
+        assert_eq!(err.line.map(|l| l.0), Some(2), "{err}");
     }
 
     #[test]
