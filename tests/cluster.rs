@@ -217,7 +217,7 @@ fn reply_to_event(d: &Value, event: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_third_node_links_to_every_node_and_routes_from_any_of_them() {
+async fn a_third_node_links_to_every_node_and_any_node_routes_and_answers_for_all() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
@@ -225,7 +225,7 @@ async fn a_third_node_links_to_every_node_and_routes_from_any_of_them() {
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
     let (la, lb, lc) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"), format!("127.0.0.1:{pc}"));
     let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a");
-    let _b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
+    let b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
     let c = start(dir, "c", "k", &["--cluster-listen", &lc, "--cluster-join", &la]).expect("c");
     let http = reqwest::Client::new();
     // c joined through a only: it links to b too (transitive links).
@@ -254,6 +254,37 @@ async fn a_third_node_links_to_every_node_and_routes_from_any_of_them() {
     assert_eq!(status, 200);
     dump_until(&http, &a.admin, "both decisions, seen from a", |d| {
         decided(d, "bob", "y1") && decided(d, "carol", "y2")
+    })
+    .await;
+
+    // Introspection from any node: a persona of another node answers as on its own node, and
+    // questions about every persona cover every node.
+    let get = |admin: &str, path: &str| {
+        let url = format!("http://{admin}{path}");
+        let http = http.clone();
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, v) = get(&c.admin, "/ai/decisions?persona=bob").await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["decisions"].as_array().unwrap().iter().any(|d| d["event_id"] == "y1"), "{v}");
+    let (status, v) = get(&a.admin, "/ai/state").await;
+    assert_eq!(status, 200, "{v}");
+    let names: Vec<&str> = v["personas"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "bob", "carol", "dave"], "{v}");
+    let (status, v) = get(&a.admin, "/ai/learnings").await;
+    assert_eq!(status, 200, "{v}");
+    let learned: Vec<&str> =
+        v["learnings"].as_array().unwrap().iter().map(|l| l["persona"].as_str().unwrap()).collect();
+    assert!(learned.contains(&"bob") && learned.contains(&"carol"), "learnings kept on b and c, asked at a: {v}");
+    assert_eq!(get(&a.admin, "/ai/plan?persona=nobody").await.0, 404);
+    let focus = json!({"persona": "carol", "change": {"focus": {"objective": "release notes", "intensity": 0.7}}});
+    let r = http.post(format!("http://{}/ai/state", b.admin)).json(&focus).send().await.unwrap();
+    assert_eq!(r.status(), 200, "a state change for c's persona, made at b");
+    dump_until(&http, &c.admin, "carol's new focus", |d| {
+        persona_of(d, "carol")["self_state"]["focus"]["objective"] == "release notes"
     })
     .await;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ai::AiQuery;
-use crate::cluster::{ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
+use crate::cluster::{Ask, ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
 use crate::config::FleetConfig;
 use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
@@ -357,6 +357,160 @@ impl AdminState {
     }
 }
 
+impl AdminState {
+    /// Answers `query` from this node's personas.
+    fn ai_here(&mut self, query: AiQuery, reply: RpcReplyPort<Result<serde_json::Value, InjectError>>) {
+        match query {
+            AiQuery::Cost { since_secs, buckets } => {
+                let scheduler = self.scheduler.actor().clone();
+                let since = Duration::from_secs(since_secs);
+                tokio::spawn(async move {
+                    let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, buckets, reply }, DUMP_CALL_MS)
+                        .map(|c| serde_json::to_value(c).unwrap_or_default())
+                        .map_err(|e| InjectError::Storage(format!("scheduler: {e}")));
+                    let _ = reply.send(r);
+                });
+            }
+            AiQuery::Recall(q) => {
+                let Some(index) = self.conversation.clone() else {
+                    let _ = reply.send(Err(InjectError::Unavailable(
+                        "conversation memory is off ([conversation] enabled = false)".into(),
+                    )));
+                    return;
+                };
+                if !self.personas.contains_key(q.persona.as_str()) {
+                    let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {:?}", q.persona))));
+                    return;
+                }
+                let (storage, weights) = (self.storage.clone(), self.config.conversation.weights);
+                tokio::spawn(async move {
+                    // A person asking waits for the model: its answer is what they asked for.
+                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None).await.map(|r| {
+                        let mut marks = crate::conversation::SaidMarks::default();
+                        marks.recall(r.items.iter().map(|i| i.said.seq), crate::time::now_us());
+                        storage.conversation_marks(q.persona.as_str().into(), marks);
+                        serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r })
+                    });
+                    let r = r.map_err(InjectError::Unavailable);
+                    let _ = reply.send(r);
+                });
+            }
+            query => match self.dump_work(query.persona()) {
+                Ok(work) => {
+                    answer_from(self.dump_base().gather(work, DumpDepth::Full), query, self.storage.clone(), reply)
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+        }
+    }
+
+    /// Answers `query` for the whole cluster: a persona's from its node; a question about
+    /// every persona from the cluster's dump, or (learnings and recoveries, kept in each
+    /// node's storage) from every node's own answer. Model costs are this node's.
+    fn ai_across(&mut self, query: AiQuery, reply: RpcReplyPort<Result<serde_json::Value, InjectError>>) {
+        if let Some(persona) = query.persona() {
+            match self.elsewhere(persona) {
+                Some((view, node)) => {
+                    tokio::spawn(async move {
+                        let _ = reply.send(crate::cluster::ask_node(&view, &node, &Ask::Ai(query)).await);
+                    });
+                }
+                None => self.ai_here(query, reply),
+            }
+            return;
+        }
+        match query {
+            AiQuery::Cost { .. } => self.ai_here(query, reply),
+            AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } => {
+                let (tx, here) = tokio::sync::oneshot::channel();
+                self.ai_here(query.clone(), tx.into());
+                let view = self.cluster.as_ref().map(|c| c.view.clone()).expect("a cluster");
+                let nodes: Vec<String> = self.per_node.keys().filter(|n| n.as_str() != view.me()).cloned().collect();
+                tokio::spawn(async move {
+                    let ask = Ask::Ai(query);
+                    let theirs =
+                        futures::future::join_all(nodes.iter().map(|n| crate::cluster::ask_node(&view, n, &ask)));
+                    let (mine, theirs) = tokio::join!(here, theirs);
+                    let mut parts = vec![mine.unwrap_or_else(|_| Err(InjectError::Storage("admin: no answer".into())))];
+                    parts.extend(theirs);
+                    let _ = reply.send(parts.into_iter().collect::<Result<Vec<_>, _>>().map(concat_lists));
+                });
+            }
+            query => match self.dump_task(None, DumpDepth::Full) {
+                Ok(dump) => answer_from(dump, query, self.storage.clone(), reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+        }
+    }
+
+    /// The node of `persona` and the view to reach it, when it runs on another node.
+    fn elsewhere(&self, persona: &str) -> Option<(ClusterView, Arc<str>)> {
+        let node = self.personas.get(persona)?.node.clone()?;
+        Some((self.cluster.as_ref()?.view.clone(), node))
+    }
+
+    /// A dump of one persona (on whichever node) or of the fleet (on every node), to be
+    /// awaited off the admin's loop.
+    fn dump_task(
+        &self,
+        persona: Option<&str>,
+        depth: DumpDepth,
+    ) -> Result<impl Future<Output = Result<FleetDump, InjectError>> + Send + 'static, InjectError> {
+        let remote = self.cluster_part(persona);
+        // A persona of another node: only its node's part.
+        let work = match (persona, &remote) {
+            (Some(p), Some(c)) if c.personas.iter().any(|(n, _)| n == p) => Vec::new(),
+            _ => self.dump_work(persona)?,
+        };
+        let base = self.dump_base();
+        Ok(async move {
+            let mut r = base.gather(work, depth).await;
+            if let (Ok(d), Some(c)) = (&mut r, remote) {
+                c.complete(d, depth).await;
+            }
+            r
+        })
+    }
+}
+
+/// Answers `query` from the dump `dump` gives (and storage), off the admin's loop.
+fn answer_from(
+    dump: impl Future<Output = Result<FleetDump, InjectError>> + Send + 'static,
+    query: AiQuery,
+    storage: Storage,
+    reply: RpcReplyPort<Result<serde_json::Value, InjectError>>,
+) {
+    tokio::spawn(async move {
+        let r = match dump.await {
+            Ok(dump) => tokio::task::spawn_blocking(move || crate::ai::answer(&query, &dump, &storage))
+                .await
+                .map_err(|e| InjectError::Storage(e.to_string()))
+                .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string()))),
+            Err(e) => Err(e),
+        };
+        let _ = reply.send(r);
+    });
+}
+
+/// The answers of every node to one question, as one: their lists joined key by key.
+fn concat_lists(parts: Vec<serde_json::Value>) -> serde_json::Value {
+    let mut parts = parts.into_iter();
+    let mut all = parts.next().unwrap_or_default();
+    for part in parts {
+        let (Some(all), serde_json::Value::Object(part)) = (all.as_object_mut(), part) else { continue };
+        for (k, v) in part {
+            if let (Some(serde_json::Value::Array(mine)), serde_json::Value::Array(theirs)) = (all.get_mut(&k), v) {
+                mine.extend(theirs);
+            }
+        }
+    }
+    all
+}
+
 /// The refusal of an event for personas on a node that cannot be reached.
 fn unreachable(node: &str, personas: &[String]) -> InjectError {
     InjectError::Unavailable(format!(
@@ -603,61 +757,8 @@ impl Actor for Admin {
                     }
                 }
             }
-            AdminMsg::Ai(AiQuery::Cost { since_secs, buckets }, reply) => {
-                let scheduler = st.scheduler.actor().clone();
-                let since = Duration::from_secs(since_secs);
-                tokio::spawn(async move {
-                    let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, buckets, reply }, DUMP_CALL_MS)
-                        .map(|c| serde_json::to_value(c).unwrap_or_default())
-                        .map_err(|e| InjectError::Storage(format!("scheduler: {e}")));
-                    let _ = reply.send(r);
-                });
-            }
-            AdminMsg::Ai(AiQuery::Recall(q), reply) => {
-                let Some(index) = st.conversation.clone() else {
-                    let _ = reply.send(Err(InjectError::Unavailable(
-                        "conversation memory is off ([conversation] enabled = false)".into(),
-                    )));
-                    return Ok(());
-                };
-                if !st.personas.contains_key(q.persona.as_str()) {
-                    let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {:?}", q.persona))));
-                    return Ok(());
-                }
-                let (storage, weights) = (st.storage.clone(), st.config.conversation.weights);
-                tokio::spawn(async move {
-                    // A person asking waits for the model: its answer is what they asked for.
-                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None).await.map(|r| {
-                        let mut marks = crate::conversation::SaidMarks::default();
-                        marks.recall(r.items.iter().map(|i| i.said.seq), crate::time::now_us());
-                        storage.conversation_marks(q.persona.as_str().into(), marks);
-                        serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r })
-                    });
-                    let r = r.map_err(InjectError::Unavailable);
-                    let _ = reply.send(r);
-                });
-            }
-            AdminMsg::Ai(query, reply) => {
-                let base = st.dump_base();
-                let work = match st.dump_work(query.persona()) {
-                    Ok(w) => w,
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                        return Ok(());
-                    }
-                };
-                tokio::spawn(async move {
-                    let storage = base.storage.clone();
-                    let r = match base.gather(work, DumpDepth::Full).await {
-                        Ok(dump) => tokio::task::spawn_blocking(move || crate::ai::answer(&query, &dump, &storage))
-                            .await
-                            .map_err(|e| InjectError::Storage(e.to_string()))
-                            .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string()))),
-                        Err(e) => Err(e),
-                    };
-                    let _ = reply.send(r);
-                });
-            }
+            AdminMsg::Ai(query, reply) if st.cluster.is_some() => st.ai_across(query, reply),
+            AdminMsg::Ai(query, reply) | AdminMsg::NodeAi(query, reply) => st.ai_here(query, reply),
             AdminMsg::Embed { text, long, reply } => {
                 let worker = st.embedding.clone();
                 tokio::spawn(async move {
@@ -674,6 +775,31 @@ impl Actor for Admin {
                         (Err(e), _) | (_, Err(e)) => Err(InjectError::Unavailable(format!("embedding worker: {e}"))),
                     };
                     let _ = reply.send(r);
+                });
+            }
+            AdminMsg::Study { persona, topic, reply } if st.elsewhere(&persona).is_some() => {
+                let (view, node) = st.elsewhere(&persona).expect("checked");
+                tokio::spawn(async move {
+                    let r =
+                        crate::cluster::ask_node(&view, &node, &Ask::Study { persona, topic }).await.and_then(|v| {
+                            serde_json::from_value(v).map_err(|e| InjectError::Storage(format!("node {node:?}: {e}")))
+                        });
+                    let _ = reply.send(r);
+                });
+            }
+            AdminMsg::SetState { persona, change, reply } if st.elsewhere(&persona).is_some() => {
+                let (view, node) = st.elsewhere(&persona).expect("checked");
+                tokio::spawn(async move {
+                    let _ = reply.send(
+                        crate::cluster::ask_node(&view, &node, &Ask::SetState { persona, change }).await.map(drop),
+                    );
+                });
+            }
+            AdminMsg::Fault { persona, fault, reply } if st.elsewhere(&persona).is_some() => {
+                let (view, node) = st.elsewhere(&persona).expect("checked");
+                tokio::spawn(async move {
+                    let _ = reply
+                        .send(crate::cluster::ask_node(&view, &node, &Ask::Fault { persona, fault }).await.map(drop));
                 });
             }
             AdminMsg::Study { persona, topic, reply } => {
@@ -699,30 +825,17 @@ impl Actor for Admin {
                 };
                 let _ = reply.send(r);
             }
-            AdminMsg::Dump { persona, depth, reply } => {
-                let remote = st.cluster_part(persona.as_deref());
-                // A persona of another node: only its node's part.
-                let here = match (&persona, &remote) {
-                    (Some(p), Some(c)) if c.personas.iter().any(|(n, _)| n == p) => Ok(Vec::new()),
-                    _ => st.dump_work(persona.as_deref()),
-                };
-                match here {
-                    Ok(work) => {
-                        let base = st.dump_base();
-                        // Gathering waits on every persona: do it off the admin's loop.
-                        tokio::spawn(async move {
-                            let mut r = base.gather(work, depth).await;
-                            if let (Ok(d), Some(c)) = (&mut r, remote) {
-                                c.complete(d, depth).await;
-                            }
-                            let _ = reply.send(r);
-                        });
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
+            AdminMsg::Dump { persona, depth, reply } => match st.dump_task(persona.as_deref(), depth) {
+                // Gathering waits on every persona: do it off the admin's loop.
+                Ok(dump) => {
+                    tokio::spawn(async move {
+                        let _ = reply.send(dump.await);
+                    });
                 }
-            }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
             AdminMsg::NodeDump { depth, reply } => {
                 let work = st.dump_work(None);
                 let base = st.dump_base();

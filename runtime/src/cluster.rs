@@ -18,10 +18,11 @@ use ractor_cluster_derive::RactorClusterMessage;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::ai::AiQuery;
 use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::{FleetDump, NodeDump};
 use crate::event::Event;
-use crate::messages::{AdminMsg, Claim, DumpDepth, InjectError, Turn};
+use crate::messages::{AdminMsg, Claim, DumpDepth, Fault, InjectError, StateChange, Turn};
 use crate::storage::PersonaSnapshot;
 use crate::time::{now_us, rfc3339};
 
@@ -290,6 +291,38 @@ pub enum NodeMsg {
     Adopt(Vec<u8>, RpcReplyPort<Vec<u8>>),
     /// Where personas that moved run: the JSON of `[(persona, node, version)]`.
     Placed(Vec<u8>),
+    /// A question about one of this node's personas, or this node's own part of a question
+    /// about the fleet (the JSON of an [`Ask`]); answers with the JSON of
+    /// `Result<serde_json::Value, InjectError>`.
+    #[rpc]
+    Ask(Vec<u8>, RpcReplyPort<Vec<u8>>),
+}
+
+/// What a node's admin asks the admin of another node, for a person who asked it.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Ask {
+    /// An introspection query, answered from that node's personas alone.
+    Ai(AiQuery),
+    SetState {
+        persona: String,
+        change: StateChange,
+    },
+    Study {
+        persona: String,
+        topic: Option<String>,
+    },
+    Fault {
+        persona: String,
+        fault: Fault,
+    },
+}
+
+/// Asks the admin of `node`; its answer as JSON.
+pub async fn ask_node(view: &ClusterView, node: &str, ask: &Ask) -> Result<serde_json::Value, InjectError> {
+    let agent = view.agent(node).ok_or_else(|| InjectError::Unavailable(format!("node {node:?} is unreachable")))?;
+    let bytes = call_t!(agent, NodeMsg::Ask, REMOTE_CALL_MS, encode(ask))
+        .map_err(|e| InjectError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
+    decode::<Result<serde_json::Value, InjectError>>(&bytes)?
 }
 
 /// The actor of a node that the other nodes talk to. It hands what comes in to its node's
@@ -332,6 +365,19 @@ impl Actor for NodeAgent {
                     .and_then(|s| ask(&admin, |tx| AdminMsg::Adopt(Box::new(s), tx)));
                 answer(adopted, reply);
             }
+            NodeMsg::Ask(bytes, reply) => match decode::<Ask>(&bytes) {
+                Ok(Ask::Ai(query)) => answer(ask(&admin, |tx| AdminMsg::NodeAi(query, tx)), reply),
+                Ok(Ask::SetState { persona, change }) => {
+                    answer(ask(&admin, |tx| AdminMsg::SetState { persona, change, reply: tx }), reply)
+                }
+                Ok(Ask::Study { persona, topic }) => {
+                    answer(ask(&admin, |tx| AdminMsg::Study { persona, topic, reply: tx }), reply)
+                }
+                Ok(Ask::Fault { persona, fault }) => {
+                    answer(ask(&admin, |tx| AdminMsg::Fault { persona, fault, reply: tx }), reply)
+                }
+                Err(e) => answer::<()>(Err(e), reply),
+            },
             NodeMsg::Placed(bytes) => match decode::<Vec<(String, String, u64)>>(&bytes) {
                 Ok(placed) => {
                     let _ = admin.cast(AdminMsg::Placed(placed));

@@ -358,8 +358,10 @@ pub enum AdminMsg {
         fault: Fault,
         reply: RpcReplyPort<Result<(), InjectError>>,
     },
-    /// An introspection query (`mindfleet ai ...`).
+    /// An introspection query (`mindfleet ai ...`), about the whole fleet on every node.
     Ai(crate::ai::AiQuery, RpcReplyPort<Result<serde_json::Value, InjectError>>),
+    /// The same, answered from this node's personas alone (another node's part of it).
+    NodeAi(crate::ai::AiQuery, RpcReplyPort<Result<serde_json::Value, InjectError>>),
     /// Embeds a text with the fleet's embedding worker (`POST /ai/embedding/generate`).
     Embed {
         text: String,
