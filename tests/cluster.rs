@@ -257,6 +257,27 @@ async fn a_third_node_links_to_every_node_and_any_node_routes_and_answers_for_al
     })
     .await;
 
+    // bob, addressed in a room he was not configured in, joins it on every node: the room's
+    // next event reaches him wherever it is injected.
+    let (status, _) = inject(
+        &http,
+        &c.admin,
+        json!({"id": "y3", "domain": "chat", "room": "side", "from": "erin", "persona": "bob", "text": "a word?"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let side = json!({"id": "y4", "domain": "chat", "room": "side", "from": "erin", "text": "anyone here?"});
+    let ack = poll("a knows bob is in side", || {
+        let (http, side) = (http.clone(), side.clone());
+        let admin = a.admin.clone();
+        async move {
+            let (status, ack) = inject(&http, &admin, side).await;
+            (status == 200).then_some(ack)
+        }
+    })
+    .await;
+    assert_eq!(ack["personas"], json!(["bob"]), "{ack}");
+
     // Introspection from any node: a persona of another node answers as on its own node, and
     // questions about every persona cover every node.
     let get = |admin: &str, path: &str| {

@@ -126,7 +126,17 @@ impl AdminState {
                 return Err(InjectError::NotFound(format!("unknown persona {p:?}")));
             };
             let name = name.clone();
-            self.join(&event.room, name.clone());
+            if self.join(&event.room, name.clone())
+                && let Some(c) = &self.cluster
+            {
+                // Every node routes the room's next events to it too.
+                let joined = crate::cluster::encode(&[(event.room.clone(), name.to_string())]);
+                for node in c.view.linked_nodes() {
+                    if let Some(agent) = c.view.agent(&node) {
+                        let _ = agent.cast(NodeMsg::Joined(joined.clone()));
+                    }
+                }
+            }
             return Ok(vec![name]);
         }
         let Some(members) = self.rooms.get(&event.room) else {
@@ -153,14 +163,28 @@ impl AdminState {
             .clone()
     }
 
-    /// `name` joins `room` if it was not in it.
-    fn join(&mut self, room: &str, name: Arc<str>) {
+    /// `name` joins `room` if it was not in it; whether it was new.
+    fn join(&mut self, room: &str, name: Arc<str>) -> bool {
         let members = self.rooms.entry(room.to_string()).or_default();
-        if !members.contains(&name) {
-            members.push(name.clone());
-            // Sent before the event itself: the membership is stored no later than it.
-            self.storage.join_room(room.to_string(), name);
+        if members.contains(&name) {
+            return false;
         }
+        members.push(name.clone());
+        // Sent before the event itself: the membership is stored no later than it.
+        self.storage.join_room(room.to_string(), name);
+        true
+    }
+
+    /// The memberships made by directed events (not in the fleet file), `(room, persona)`.
+    fn joined(&self) -> Vec<(String, String)> {
+        let configured = |room: &str, name: &str| {
+            self.config.personas.iter().any(|p| p.name == name && p.rooms.iter().any(|r| r == room))
+        };
+        let mut out = Vec::new();
+        for (room, members) in &self.rooms {
+            out.extend(members.iter().filter(|m| !configured(room, m)).map(|m| (room.clone(), m.to_string())));
+        }
+        out
     }
 
     /// `names` split by where they run: the targets on this node, and the names on each other
@@ -971,12 +995,26 @@ impl Actor for Admin {
                     st.storage.place(persona.as_str().into(), node, version);
                 }
             }
+            AdminMsg::Joined(joined) => {
+                for (room, persona) in joined {
+                    if let Some((name, _)) = st.personas.get_key_value(persona.as_str()) {
+                        let name = name.clone();
+                        st.join(&room, name);
+                    }
+                }
+            }
             AdminMsg::NodeLinked(node) => {
                 let placed = st.placements();
                 if !placed.is_empty()
                     && let Some(agent) = crate::cluster::agent_of(&node)
                 {
                     let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
+                }
+                let joined = st.joined();
+                if !joined.is_empty()
+                    && let Some(agent) = crate::cluster::agent_of(&node)
+                {
+                    let _ = agent.cast(NodeMsg::Joined(crate::cluster::encode(&joined)));
                 }
                 let give = if st.config.cluster.rebalance { st.to_give(&node) } else { Vec::new() };
                 if !give.is_empty() {

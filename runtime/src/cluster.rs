@@ -291,6 +291,8 @@ pub enum NodeMsg {
     Adopt(Vec<u8>, RpcReplyPort<Vec<u8>>),
     /// Where personas that moved run: the JSON of `[(persona, node, version)]`.
     Placed(Vec<u8>),
+    /// Rooms personas joined by directed events: the JSON of `[(room, persona)]`.
+    Joined(Vec<u8>),
     /// A question about one of this node's personas, or this node's own part of a question
     /// about the fleet (the JSON of an [`Ask`]); answers with the JSON of
     /// `Result<serde_json::Value, InjectError>`.
@@ -377,6 +379,12 @@ impl Actor for NodeAgent {
                     answer(ask(&admin, |tx| AdminMsg::Fault { persona, fault, reply: tx }), reply)
                 }
                 Err(e) => answer::<()>(Err(e), reply),
+            },
+            NodeMsg::Joined(bytes) => match decode::<Vec<(String, String)>>(&bytes) {
+                Ok(joined) => {
+                    let _ = admin.cast(AdminMsg::Joined(joined));
+                }
+                Err(e) => tracing::warn!(error = %e, "room memberships from another node were dropped"),
             },
             NodeMsg::Placed(bytes) => match decode::<Vec<(String, String, u64)>>(&bytes) {
                 Ok(placed) => {

@@ -413,8 +413,11 @@ pub enum AdminMsg {
     },
     /// From another node: where personas that moved run, `(persona, node, version)`.
     Placed(Vec<(String, String, u64)>),
-    /// The link to a node came up: it is told where the personas that moved run.
+    /// The link to a node came up: it is told where the personas that moved run, and the
+    /// rooms personas joined by directed events.
     NodeLinked(String),
+    /// From another node: rooms personas joined by directed events, `(room, persona)`.
+    Joined(Vec<(String, String)>),
     /// Stop accepting events (shutdown).
     Close(RpcReplyPort<()>),
 }
