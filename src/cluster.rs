@@ -6,7 +6,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mindfleet_runtime::cluster::{ClusterView, NodeAgent, NodeMsg};
+use mindfleet_runtime::cluster::{AgentArgs, ClusterView, NodeAgent, NodeMsg};
+use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::messages::AdminMsg;
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
@@ -99,6 +100,7 @@ pub(crate) async fn start(
     opts: &ClusterOptions,
     view: ClusterView,
     admin: ActorRef<AdminMsg>,
+    embedding: ActorRef<EmbedMsg>,
 ) -> Result<Node, FleetError> {
     if opts.cookie.is_empty() {
         return Err(FleetError::CookieRequired { env: opts.cookie_env.clone(), listen: opts.listen });
@@ -118,9 +120,9 @@ pub(crate) async fn start(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let subscription = Box::new(Events { view: view.clone(), admin: admin.clone(), tx });
     let _ = server.cast(NodeServerMessage::SubscribeToEvents { id: "mindfleet".into(), subscription });
-    let (agent, _) = Actor::spawn(None, NodeAgent, (opts.node.clone(), admin))
-        .await
-        .map_err(|e| FleetError::Cluster(format!("node agent: {e}")))?;
+    let args = AgentArgs { node: opts.node.clone(), admin: admin.clone(), embedding };
+    let (agent, _) =
+        Actor::spawn(None, NodeAgent, args).await.map_err(|e| FleetError::Cluster(format!("node agent: {e}")))?;
     let mut seeds = Vec::with_capacity(opts.join.len());
     for addr in &opts.join {
         let joined = match tokio::net::lookup_host(addr.as_str()).await.map(|mut a| a.next()) {

@@ -23,6 +23,7 @@ use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_runtime::cluster::RoomRouter;
+use mindfleet_runtime::cluster::embed::{RemoteEmbed, RemoteEmbedArgs};
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
@@ -197,7 +198,14 @@ impl Actor for FleetSupervisor {
             Some(me.clone()),
         )
         .await?;
-        let embedding = mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?;
+        let embedding = match args.cluster.as_ref().and_then(|c| {
+            let node = args.config.cluster.embedding.as_ref()?;
+            (node != c.view.me()).then(|| RemoteEmbedArgs { view: c.view.clone(), node: node.clone() })
+        }) {
+            // Another node embeds for this one.
+            Some(remote) => Actor::spawn_linked(None, RemoteEmbed, remote, me.clone()).await?.0,
+            None => mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?,
+        };
         let llm = match llm_args(&args.config) {
             Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
             None => None,
@@ -534,15 +542,17 @@ impl Fleet {
             let _ = done_tx.send(true);
         });
         let node = match (&cluster, &placement) {
-            (Some(o), Some(p)) => match crate::cluster::start(o, p.view.clone(), admin.clone()).await {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    supervisor.stop(None);
-                    let _ = tx.send(());
-                    let _ = storage.clone().close().await;
-                    return Err(e);
+            (Some(o), Some(p)) => {
+                match crate::cluster::start(o, p.view.clone(), admin.clone(), embedding.clone()).await {
+                    Ok(n) => Some(n),
+                    Err(e) => {
+                        supervisor.stop(None);
+                        let _ = tx.send(());
+                        let _ = storage.clone().close().await;
+                        return Err(e);
+                    }
                 }
-            },
+            }
             _ => None,
         };
         // Every persona restored its state in `pre_start`: the fleet is ready.

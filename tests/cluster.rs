@@ -527,3 +527,42 @@ async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recompute
     assert_eq!(persona_of(&d, "bob")["node"], "b", "pinned personas stay: {d}");
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_designated_node_embeds_for_every_node_and_each_text_once() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, "nodes = [\"a\", \"b\"]\nembedding = \"a\"");
+    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
+    let dir = dir.path();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a = start(dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let b = start(dir, "b", "k", &["--cluster-join", &listen]).expect("b");
+    let http = reqwest::Client::new();
+    dump_until(&http, &b.admin, "a up in b's dump", |d| node_status(d, "a") == "up").await;
+
+    // The same text, asked at b and then at a: embedded once, by a's worker.
+    let embed = |admin: &str| {
+        let (http, url) = (http.clone(), format!("http://{admin}/ai/embedding/generate"));
+        async move {
+            let r = http.post(url).json(&json!({"text": "the release build is green"})).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let at_b = embed(&b.admin).await;
+    assert_eq!(at_b["dimensions"], 384, "{at_b}");
+    let before = get_dump(&http, &a.admin).await.unwrap()["embedding"].clone();
+    let at_a = embed(&a.admin).await;
+    assert_eq!(at_a["embedding"], at_b["embedding"]);
+    let after = get_dump(&http, &a.admin).await.unwrap()["embedding"].clone();
+    let hits = |s: &Value| s["cache_hits"].as_u64().unwrap();
+    assert_eq!(hits(&after), hits(&before) + 1, "the second ask was answered from a's cache: {after}");
+
+    // b runs no model of its own: its dump shows a's worker, and b keeps no embedding cache.
+    let on_b = get_dump(&http, &b.admin).await.unwrap()["embedding"].clone();
+    assert_eq!(on_b["node"], "a", "{on_b}");
+    assert_eq!(on_b["model"], after["model"]);
+    assert!(!dir.join("b").join("embeddings.redb").exists());
+    assert!(dir.join("a").join("embeddings.redb").exists());
+}

@@ -9,6 +9,8 @@
 //!
 //! Messages: [`NodeMsg`].
 
+pub mod embed;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::ai::AiQuery;
 use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::{FleetDump, NodeDump};
+use crate::embedding::EmbedMsg;
 use crate::event::Event;
 use crate::messages::{AdminMsg, Claim, DumpDepth, Fault, InjectError, StateChange, Turn};
 use crate::storage::PersonaSnapshot;
@@ -293,6 +296,10 @@ pub enum NodeMsg {
     Placed(Vec<u8>),
     /// Rooms personas joined by directed events: the JSON of `[(room, persona)]`.
     Joined(Vec<u8>),
+    /// For this node's embedding worker, from a node that has none (`[cluster] embedding`): the
+    /// JSON of an [`embed::EmbedRequest`]; answers with the JSON of its answer.
+    #[rpc]
+    Embed(Vec<u8>, RpcReplyPort<Vec<u8>>),
     /// A question about one of this node's personas, or this node's own part of a question
     /// about the fleet (the JSON of an [`Ask`]); answers with the JSON of
     /// `Result<serde_json::Value, InjectError>`.
@@ -328,31 +335,40 @@ pub async fn ask_node(view: &ClusterView, node: &str, ask: &Ask) -> Result<serde
 }
 
 /// The actor of a node that the other nodes talk to. It hands what comes in to its node's
-/// admin, off its own loop, so a slow store never holds up a dump.
+/// admin (or embedding worker), off its own loop, so a slow store never holds up a dump.
 pub struct NodeAgent;
+
+/// The actors of its node that a node agent hands requests to.
+pub struct AgentArgs {
+    pub node: String,
+    pub admin: ActorRef<AdminMsg>,
+    pub embedding: ActorRef<EmbedMsg>,
+}
 
 impl Actor for NodeAgent {
     type Msg = NodeMsg;
-    type State = ActorRef<AdminMsg>;
-    type Arguments = (String, ActorRef<AdminMsg>);
+    type State = AgentArgs;
+    type Arguments = AgentArgs;
 
-    async fn pre_start(
-        &self,
-        myself: ActorRef<NodeMsg>,
-        (node, admin): (String, ActorRef<AdminMsg>),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        ractor::pg::join_scoped(SCOPE.to_string(), node_group(&node), vec![myself.get_cell()]);
-        Ok(admin)
+    async fn pre_start(&self, myself: ActorRef<NodeMsg>, args: AgentArgs) -> Result<Self::State, ActorProcessingErr> {
+        ractor::pg::join_scoped(SCOPE.to_string(), node_group(&args.node), vec![myself.get_cell()]);
+        Ok(args)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<NodeMsg>,
         msg: NodeMsg,
-        admin: &mut ActorRef<AdminMsg>,
+        st: &mut AgentArgs,
     ) -> Result<(), ActorProcessingErr> {
-        let admin = admin.clone();
+        let admin = st.admin.clone();
         match msg {
+            NodeMsg::Embed(bytes, reply) => {
+                let worker = st.embedding.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(embed::serve(&worker, &bytes).await);
+                });
+            }
             NodeMsg::Store(bytes, reply) => {
                 // Handed to the admin here, in the order the stores came (one node's replies
                 // reach a room's members in the order they were written); answered off the loop.

@@ -171,6 +171,7 @@ struct RawCluster {
     #[serde(default)]
     nodes: Vec<Spanned<String>>,
     rebalance: Option<bool>,
+    embedding: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -276,11 +277,13 @@ pub struct ClusterConfig {
     /// When a node links, each node moves to it the personas pinned there, then some of the
     /// others while it has two or more personas more than that node.
     pub rebalance: bool,
+    /// The node whose embedding worker every node uses (none: each node runs its own).
+    pub embedding: Option<String>,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nodes: Vec::new(), rebalance: true }
+        ClusterConfig { nodes: Vec::new(), rebalance: true, embedding: None }
     }
 }
 
@@ -883,7 +886,29 @@ impl FleetConfig {
                 }
                 nodes.push(n.get_ref().clone());
             }
-            ClusterConfig { nodes, rebalance: c.rebalance.unwrap_or(true) }
+            let embedding = match c.embedding {
+                Some(n) if !nodes.is_empty() && !nodes.contains(n.get_ref()) => {
+                    return Err(cx.err_at(
+                        n.span(),
+                        format!(
+                            "[cluster] embedding: node {:?} is not in `[cluster] nodes` ({})",
+                            n.get_ref(),
+                            nodes.join(", ")
+                        ),
+                    ));
+                }
+                Some(n) if !valid_name(n.get_ref()) => {
+                    return Err(cx.err_at(
+                        n.span(),
+                        format!(
+                            "[cluster] embedding {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'",
+                            n.get_ref()
+                        ),
+                    ));
+                }
+                n => n.map(Spanned::into_inner),
+            };
+            ClusterConfig { nodes, rebalance: c.rebalance.unwrap_or(true), embedding }
         };
 
         let models = {
@@ -1235,6 +1260,11 @@ mod tests {
         assert!(!cfg.cluster.rebalance);
         let err = parse("[cluster]\nrebalance = \"yes\"\n").unwrap_err();
         assert_eq!(err.line.map(|l| l.0), Some(2), "{err}");
+        let cfg = parse(&format!("[cluster]\nnodes = [\"a\", \"b\"]\nembedding = \"b\"\n{ONE}")).unwrap();
+        assert_eq!(cfg.cluster.embedding.as_deref(), Some("b"));
+        let err = parse("[cluster]\nnodes = [\"a\"]\nembedding = \"z\"\n").unwrap_err();
+        assert_eq!(err.line, Some((3, 13)), "{err}");
+        assert!(err.message.contains("[cluster] embedding: node \"z\" is not in `[cluster] nodes` (a)"), "{err}");
     }
 
     #[test]

@@ -198,4 +198,7 @@ pub struct EmbedStats {
     /// The model's recent pace, inputs a second while it runs (what admission is judged by).
     #[serde(default)]
     pub inputs_per_s: f64,
+    /// The node whose worker this is, when it is another node's (`[cluster] embedding`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
