@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::event::EventInput;
+use mindfleet_runtime::messages::PersonaStatus;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
@@ -182,7 +183,8 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let cross = figures(&lat, secs, &on_b["storage"]);
-        anyhow::Ok(cross)
+        let drain = drain(&a, &b_admin, personas).await?;
+        anyhow::Ok((cross, drain))
     }
     .await;
     let _ = b.kill();
@@ -190,7 +192,7 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
     if let Some(a) = Arc::into_inner(a) {
         a.shutdown(Duration::from_secs(5)).await;
     }
-    let cross = result?;
+    let (cross, drain) = result?;
     let ratio = |k: &str| match (cross[k].as_f64(), single[k].as_f64()) {
         (Some(c), Some(s)) if s > 0.0 => json!(round(c / s, 2)),
         _ => Value::Null,
@@ -207,5 +209,42 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
         "throughput_ratio": ratio("acked_per_s"),
         "decision_p50_ratio": ratio("decision_p50_ms"),
         "decision_p99_ratio": ratio("decision_p99_ms"),
+        "drain": drain,
+    }))
+}
+
+/// Drains node b (`POST /cluster/drain`): every persona of b, with all it stored during the
+/// run, moves to a, one after the other; timed until they all run on a.
+async fn drain(a: &Fleet, b_admin: &str, personas: usize) -> anyhow::Result<Value> {
+    let started = Instant::now();
+    let report: Value = reqwest::Client::new()
+        .post(format!("http://{b_admin}/cluster/drain"))
+        .json(&json!({}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let answered_s = started.elapsed().as_secs_f64();
+    let moved = report["moved"].as_array().cloned().unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = a.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let here = d.personas.iter().filter(|p| p.node.as_deref() == Some("a") && p.status == PersonaStatus::Running);
+        if here.count() == personas {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the drained personas did not all run on a within 120 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let rows: u64 = moved.iter().filter_map(|m| m["rows"].as_u64()).sum();
+    Ok(json!({
+        "moved": moved.len(),
+        "rows": rows,
+        "answered_s": round(answered_s, 3),
+        "running_s": round(secs, 3),
+        "ms_per_persona": round(secs * 1000.0 / moved.len().max(1) as f64, 1),
+        "rows_per_s": round(rows as f64 / secs, 0),
     }))
 }
