@@ -1004,17 +1004,26 @@ impl Actor for Admin {
                 }
             }
             AdminMsg::NodeLinked(node) => {
-                let placed = st.placements();
-                if !placed.is_empty()
-                    && let Some(agent) = crate::cluster::agent_of(&node)
-                {
-                    let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
-                }
-                let joined = st.joined();
-                if !joined.is_empty()
-                    && let Some(agent) = crate::cluster::agent_of(&node)
-                {
-                    let _ = agent.cast(NodeMsg::Joined(crate::cluster::encode(&joined)));
+                let (placed, joined) = (st.placements(), st.joined());
+                if !placed.is_empty() || !joined.is_empty() {
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        // Its agent is in the process group a moment after the link is up.
+                        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                        let agent = loop {
+                            match crate::cluster::agent_of(&node) {
+                                Some(agent) => break agent,
+                                None if tokio::time::Instant::now() > deadline => return,
+                                None => tokio::time::sleep(Duration::from_millis(50)).await,
+                            }
+                        };
+                        if !placed.is_empty() {
+                            let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
+                        }
+                        if !joined.is_empty() {
+                            let _ = agent.cast(NodeMsg::Joined(crate::cluster::encode(&joined)));
+                        }
+                    });
                 }
                 let give = if st.config.cluster.rebalance { st.to_give(&node) } else { Vec::new() };
                 if !give.is_empty() {
