@@ -37,7 +37,7 @@ use mindfleet_runtime::messages::{
 use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
-use mindfleet_runtime::storage::{DataDirLock, Storage, StorageError, lock_data_dir};
+use mindfleet_runtime::storage::{DataDirLock, HandOff, Storage, StorageError, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
 /// Why a fleet could not start.
@@ -654,6 +654,12 @@ impl Fleet {
 
     /// Stops accepting events, lets in-flight work finish (up to `drain`), flushes storage
     /// and stops every actor.
+    /// As a node of a cluster that stops: tells the other nodes, and moves every persona of
+    /// this node, with its state, to those that are up. What moved; an error names what stayed.
+    pub async fn leave(&self) -> Result<Vec<HandOff>, InjectError> {
+        call_t!(self.admin, AdminMsg::Leave, 600_000).map_err(|e| InjectError::Unavailable(format!("admin: {e}")))?
+    }
+
     pub async fn shutdown(mut self, drain: Duration) {
         let _ = call_t!(self.admin, AdminMsg::Close, 1000);
         self.ready.store(false, Ordering::Release);

@@ -1137,11 +1137,26 @@ async fn run(args: RunArgs) -> ExitCode {
             std::future::pending::<()>().await;
         }
     };
+    let mut signalled = false;
     tokio::select! {
         _ = idle => {}
-        _ = wait_for_signal() => eprintln!("mindfleet: stopping: draining in-flight work"),
+        _ = wait_for_signal() => {
+            eprintln!("mindfleet: stopping: draining in-flight work");
+            signalled = true;
+        }
         _ = fleet.stopped() => {
             code = fail(1, "the fleet supervisor stopped: a core actor failed (see the log)");
+        }
+    }
+    if signalled && args.node.is_some() && fleet.config.cluster.drain_on_stop {
+        // A node that stops hands its personas over (`[cluster] drain_on_stop`).
+        eprintln!("mindfleet: handing this node's personas to the other nodes");
+        match fleet.leave().await {
+            Ok(moved) => {
+                let to: Vec<String> = moved.iter().map(|m| format!("{} to {}", m.persona, m.node)).collect();
+                eprintln!("mindfleet: {} personas moved: {}", moved.len(), to.join(", "));
+            }
+            Err(e) => eprintln!("mindfleet: personas stay on this node: {e}"),
         }
     }
     if let Some(out) = &args.dump_out {

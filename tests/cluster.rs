@@ -566,3 +566,52 @@ async fn a_designated_node_embeds_for_every_node_and_each_text_once() {
     assert!(!dir.join("b").join("embeddings.redb").exists());
     assert!(dir.join("a").join("embeddings.redb").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_by_a_signal_hands_its_personas_over_and_gets_them_back_when_it_rejoins() {
+    let (_tmp, dir) = fleet_dir();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let a = start(&dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let mut b = start(&dir, "b", "k", &["--cluster-join", &listen]).expect("b");
+    let http = reqwest::Client::new();
+    dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
+    for (id, p) in [("s1", "bob"), ("s2", "dave")] {
+        let body = json!({"id": id, "domain": "chat", "room": "general", "from": "erin", "persona": p, "text": "hi"});
+        assert_eq!(inject(&http, &a.admin, body).await.0, 200);
+    }
+    dump_until(&http, &a.admin, "bob and dave decided on b", |d| decided(d, "bob", "s1") && decided(d, "dave", "s2"))
+        .await;
+
+    // SIGTERM: b hands bob and dave to a, with what they had, then exits 0.
+    assert!(Command::new("kill").args(["-TERM", &b.child.id().to_string()]).status().unwrap().success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let code = loop {
+        if let Some(s) = b.child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(std::time::Instant::now() < deadline, "b did not exit within 60 s of SIGTERM");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, Some(0));
+    let d = dump_until(&http, &a.admin, "bob and dave running on a", |d| {
+        ["bob", "dave"].iter().all(|p| persona_of(d, p)["node"] == "a" && persona_of(d, p)["status"] == "running")
+    })
+    .await;
+    assert!(decided(&d, "bob", "s1") && decided(&d, "dave", "s2"), "{d}");
+    let body = json!({"id": "s3", "domain": "chat", "room": "general", "from": "erin", "persona": "bob", "text": "still with us?"});
+    assert_eq!(inject(&http, &a.admin, body).await.0, 200, "bob is served while b is gone");
+
+    // b is back: bob, pinned to b, returns with his journal, and a gives b one of its unpinned
+    // personas, so each node runs two again.
+    let b = start(&dir, "b", "k", &["--cluster-join", &listen]).expect("b restarts");
+    let d = dump_until(&http, &b.admin, "bob back on b, two personas a node, all running", |d| {
+        let counts: Vec<u64> = d["nodes"].as_array().unwrap().iter().map(|n| n["personas"].as_u64().unwrap()).collect();
+        persona_of(d, "bob")["node"] == "b"
+            && counts == [2, 2]
+            && d["personas"].as_array().unwrap().iter().all(|p| p["status"] == "running")
+    })
+    .await;
+    assert!(decided(&d, "bob", "s1") && decided(&d, "bob", "s3"), "{d}");
+    drop(b);
+    drop(a);
+}

@@ -107,6 +107,8 @@ pub struct AdminState {
     forwarders: BTreeMap<Arc<str>, ForwardQueue>,
     /// Personas leaving this node: where to, and who waits for the move to finish.
     moving: BTreeMap<Arc<str>, Moving>,
+    /// This node is stopping: it hands its personas over and takes none.
+    leaving: bool,
     personas: BTreeMap<Arc<str>, PersonaEntry>,
     rooms: BTreeMap<String, Vec<Arc<str>>>,
     rejected: u64,
@@ -327,14 +329,47 @@ impl AdminState {
             if !c.view.is_up(to) {
                 return Err(InjectError::Unavailable(format!("node {to:?} is unreachable")));
             }
+            if !c.view.takes_personas(to) {
+                return Err(InjectError::Unavailable(format!("node {to:?} is stopping")));
+            }
             return Ok(to.into());
         }
         nodes
             .iter()
-            .filter(|n| n.as_str() != me && c.view.is_up(n))
+            .filter(|n| c.view.takes_personas(n))
             .min_by_key(|n| self.per_node.get(*n).copied().unwrap_or(0))
             .map(|n| Arc::from(n.as_str()))
-            .ok_or_else(|| InjectError::Unavailable("no other node is up to take it".into()))
+            .ok_or_else(|| InjectError::Unavailable("no other node is up (and not stopping) to take it".into()))
+    }
+
+    /// Moves every persona of this node to other nodes (`to`, else each to the one with the
+    /// fewest personas), one after the other; answers with what moved, or names what did not.
+    fn drain(&self, to: Option<String>, reply: RpcReplyPort<Result<Vec<HandOff>, InjectError>>) {
+        let mine: Vec<String> =
+            self.personas.values().filter(|p| p.node.is_none()).map(|p| p.name.to_string()).collect();
+        let myself = self.myself.clone();
+        tokio::spawn(async move {
+            let mut moved = Vec::with_capacity(mine.len());
+            for persona in mine {
+                let to = to.clone();
+                let r = call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS)
+                    .map_err(|e| InjectError::Unavailable(e.to_string()))
+                    .and_then(|r| r);
+                match r {
+                    Ok(done) => moved.push(done),
+                    Err(e) => {
+                        let done: Vec<&str> = moved.iter().map(|d: &HandOff| d.persona.as_str()).collect();
+                        let _ = reply.send(Err(InjectError::Unavailable(format!(
+                            "moved {} persona(s) ({}); {persona:?} did not move: {e}",
+                            done.len(),
+                            done.join(", ")
+                        ))));
+                        return;
+                    }
+                }
+            }
+            let _ = reply.send(Ok(moved));
+        });
     }
 
     /// The personas of this node to move to `node`, which just linked: those the fleet file
@@ -651,6 +686,7 @@ impl Actor for Admin {
             cluster: args.cluster,
             forwarders: BTreeMap::new(),
             moving: BTreeMap::new(),
+            leaving: false,
             fleet: args.fleet,
             myself,
             personas,
@@ -957,6 +993,13 @@ impl Actor for Admin {
                     let _ = w.send(Ok(done.clone()));
                 }
             }
+            AdminMsg::Adopt(snapshot, reply) if st.leaving => {
+                let me = st.cluster.as_ref().map_or("", |c| c.view.me());
+                let _ = reply.send(Err(InjectError::Unavailable(format!(
+                    "node {me:?} is stopping: persona {:?} waits for it to be back",
+                    snapshot.persona
+                ))));
+            }
             AdminMsg::Adopt(snapshot, reply) => {
                 let Some((name, _)) = st.personas.get_key_value(snapshot.persona.as_str()) else {
                     let _ = reply.send(Err(InjectError::NotFound(format!(
@@ -1025,7 +1068,7 @@ impl Actor for Admin {
                         }
                     });
                 }
-                let give = if st.config.cluster.rebalance { st.to_give(&node) } else { Vec::new() };
+                let give = if st.config.cluster.rebalance && !st.leaving { st.to_give(&node) } else { Vec::new() };
                 if !give.is_empty() {
                     tracing::info!(%node, personas = ?give, "rebalancing: moving personas to a node that linked");
                     let myself = st.myself.clone();
@@ -1041,32 +1084,23 @@ impl Actor for Admin {
                     });
                 }
             }
-            AdminMsg::Drain { to, reply } => {
-                let mine: Vec<String> =
-                    st.personas.values().filter(|p| p.node.is_none()).map(|p| p.name.to_string()).collect();
-                let myself = st.myself.clone();
-                tokio::spawn(async move {
-                    let mut moved = Vec::with_capacity(mine.len());
-                    for persona in mine {
-                        let to = to.clone();
-                        let r = call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS)
-                            .map_err(|e| InjectError::Unavailable(e.to_string()))
-                            .and_then(|r| r);
-                        match r {
-                            Ok(done) => moved.push(done),
-                            Err(e) => {
-                                let done: Vec<&str> = moved.iter().map(|d: &HandOff| d.persona.as_str()).collect();
-                                let _ = reply.send(Err(InjectError::Unavailable(format!(
-                                    "moved {} persona(s) ({}); {persona:?} did not move: {e}",
-                                    done.len(),
-                                    done.join(", ")
-                                ))));
-                                return;
-                            }
+            AdminMsg::Drain { to, reply } => st.drain(to, reply),
+            AdminMsg::Leave(reply) => {
+                st.leaving = true;
+                if let Some(c) = &st.cluster {
+                    for node in c.view.linked_nodes() {
+                        if let Some(agent) = c.view.agent(&node) {
+                            let _ = agent.cast(NodeMsg::Leaving(c.view.me().as_bytes().to_vec()));
                         }
                     }
-                    let _ = reply.send(Ok(moved));
-                });
+                }
+                st.drain(None, reply);
+            }
+            AdminMsg::NodeLeaving(node) => {
+                if let Some(c) = &st.cluster {
+                    tracing::info!(%node, "a node is stopping: no persona moves there");
+                    c.view.leaving(&node);
+                }
             }
             AdminMsg::Close(reply) => {
                 st.closed = true;

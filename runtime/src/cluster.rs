@@ -83,6 +83,8 @@ struct Link {
     up: bool,
     /// It failed the last liveness check (its socket is open, it does not answer).
     silent: bool,
+    /// It is stopping and hands its personas over: it takes none.
+    leaving: bool,
     addr: String,
     since_us: Option<i64>,
     error: Option<String>,
@@ -158,6 +160,18 @@ impl ClusterView {
     /// Whether `node` is this one, or linked and answering.
     pub fn is_up(&self, node: &str) -> bool {
         node == &*self.me || self.links().get(node).is_some_and(Link::reachable)
+    }
+
+    /// `node` said it is stopping (until its link comes up again).
+    pub fn leaving(&self, node: &str) {
+        if let Some(l) = self.links().get_mut(node) {
+            l.leaving = true;
+        }
+    }
+
+    /// Whether `node` is another node that is up and not stopping: one a persona can move to.
+    pub fn takes_personas(&self, node: &str) -> bool {
+        node != &*self.me && self.links().get(node).is_some_and(|l| l.reachable() && !l.leaving)
     }
 
     /// The agent of `node`, when it is up.
@@ -300,6 +314,8 @@ pub enum NodeMsg {
     /// JSON of an [`embed::EmbedRequest`]; answers with the JSON of its answer.
     #[rpc]
     Embed(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// The sending node (its name, as UTF-8) is stopping and hands its personas over.
+    Leaving(Vec<u8>),
     /// A question about one of this node's personas, or this node's own part of a question
     /// about the fleet (the JSON of an [`Ask`]); answers with the JSON of
     /// `Result<serde_json::Value, InjectError>`.
@@ -402,6 +418,9 @@ impl Actor for NodeAgent {
                 }
                 Err(e) => tracing::warn!(error = %e, "room memberships from another node were dropped"),
             },
+            NodeMsg::Leaving(node) => {
+                let _ = admin.cast(AdminMsg::NodeLeaving(String::from_utf8_lossy(&node).into_owned()));
+            }
             NodeMsg::Placed(bytes) => match decode::<Vec<(String, String, u64)>>(&bytes) {
                 Ok(placed) => {
                     let _ = admin.cast(AdminMsg::Placed(placed));

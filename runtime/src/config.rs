@@ -172,6 +172,7 @@ struct RawCluster {
     nodes: Vec<Spanned<String>>,
     rebalance: Option<bool>,
     embedding: Option<Spanned<String>>,
+    drain_on_stop: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -279,11 +280,13 @@ pub struct ClusterConfig {
     pub rebalance: bool,
     /// The node whose embedding worker every node uses (none: each node runs its own).
     pub embedding: Option<String>,
+    /// A node stopped by a signal first moves its personas to the other nodes that are up.
+    pub drain_on_stop: bool,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nodes: Vec::new(), rebalance: true, embedding: None }
+        ClusterConfig { nodes: Vec::new(), rebalance: true, embedding: None, drain_on_stop: true }
     }
 }
 
@@ -908,7 +911,12 @@ impl FleetConfig {
                 }
                 n => n.map(Spanned::into_inner),
             };
-            ClusterConfig { nodes, rebalance: c.rebalance.unwrap_or(true), embedding }
+            ClusterConfig {
+                nodes,
+                rebalance: c.rebalance.unwrap_or(true),
+                embedding,
+                drain_on_stop: c.drain_on_stop.unwrap_or(true),
+            }
         };
 
         let models = {
@@ -1255,9 +1263,10 @@ mod tests {
         let cfg =
             parse(&format!("{ONE}node = \"n2\"\n[[persona]]\nname = \"b\"\nrole = \"r\"\nnode = \"n1\"\n")).unwrap();
         assert_eq!(cfg.cluster_nodes(), ["n2", "n1"]);
-        assert!(cfg.cluster.rebalance, "on by default");
-        let cfg = parse(&format!("[cluster]\nnodes = [\"a\"]\nrebalance = false\n{ONE}")).unwrap();
-        assert!(!cfg.cluster.rebalance);
+        assert!(cfg.cluster.rebalance && cfg.cluster.drain_on_stop, "on by default");
+        let cfg =
+            parse(&format!("[cluster]\nnodes = [\"a\"]\nrebalance = false\ndrain_on_stop = false\n{ONE}")).unwrap();
+        assert!(!cfg.cluster.rebalance && !cfg.cluster.drain_on_stop);
         let err = parse("[cluster]\nrebalance = \"yes\"\n").unwrap_err();
         assert_eq!(err.line.map(|l| l.0), Some(2), "{err}");
         let cfg = parse(&format!("[cluster]\nnodes = [\"a\", \"b\"]\nembedding = \"b\"\n{ONE}")).unwrap();

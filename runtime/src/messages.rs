@@ -394,6 +394,11 @@ pub enum AdminMsg {
         to: Option<String>,
         reply: RpcReplyPort<Result<HandOff, InjectError>>,
     },
+    /// This node is stopping: tell the others, take no persona, and move every persona of this
+    /// node to the others (as `Drain`).
+    Leave(RpcReplyPort<Result<Vec<HandOff>, InjectError>>),
+    /// Another node is stopping: move no persona there.
+    NodeLeaving(String),
     /// Move every persona of this node to other nodes, one after the other.
     Drain {
         to: Option<String>,
