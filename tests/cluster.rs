@@ -216,17 +216,32 @@ fn reply_to_event(d: &Value, event: &str) -> Option<String> {
     o["event_id"].as_str().map(String::from)
 }
 
+/// The fleet on three nodes a, b and c, b and c joined through a, with the address each listens
+/// on (to start one again).
+struct Three {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    listen: [String; 3],
+    a: Node,
+    b: Node,
+    c: Node,
+}
+
+fn three_nodes() -> Three {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
+    std::fs::write(tmp.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
+    let dir = tmp.path().to_path_buf();
+    let listen = [free_port(), free_port(), free_port()].map(|p| format!("127.0.0.1:{p}"));
+    let a = start(&dir, "a", "k", &["--cluster-listen", &listen[0]]).expect("a");
+    let b = start(&dir, "b", "k", &["--cluster-listen", &listen[1], "--cluster-join", &listen[0]]).expect("b");
+    let c = start(&dir, "c", "k", &["--cluster-listen", &listen[2], "--cluster-join", &listen[0]]).expect("c");
+    Three { _tmp: tmp, dir, listen, a, b, c }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_third_node_links_to_every_node_and_any_node_routes_and_answers_for_all() {
-    let dir = tempfile::tempdir().unwrap();
-    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
-    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
-    let dir = dir.path();
-    let (pa, pb, pc) = (free_port(), free_port(), free_port());
-    let (la, lb, lc) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"), format!("127.0.0.1:{pc}"));
-    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a");
-    let b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
-    let c = start(dir, "c", "k", &["--cluster-listen", &lc, "--cluster-join", &la]).expect("c");
+    let Three { _tmp, a, b, c, .. } = three_nodes();
     let http = reqwest::Client::new();
     // c joined through a only: it links to b too (transitive links).
     let d = dump_until(&http, &c.admin, "c linked to a and b", |d| {
@@ -442,15 +457,7 @@ async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recomputed_on_rejoin() {
-    let dir = tempfile::tempdir().unwrap();
-    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
-    std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
-    let dir = dir.path();
-    let (la, lb, lc) = (free_port(), free_port(), free_port());
-    let (la, lb, lc) = (format!("127.0.0.1:{la}"), format!("127.0.0.1:{lb}"), format!("127.0.0.1:{lc}"));
-    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a");
-    let b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b");
-    let c = start(dir, "c", "k", &["--cluster-listen", &lc, "--cluster-join", &la]).expect("c");
+    let Three { _tmp, dir, listen: [la, lb, _], a, b, c } = three_nodes();
     let http = reqwest::Client::new();
     dump_until(&http, &a.admin, "a linked to b and c", |d| node_status(d, "b") == "up" && node_status(d, "c") == "up")
         .await;
@@ -514,8 +521,8 @@ async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recompute
     // personas ahead of the empty a, gives it one.
     drop(a);
     drop(b);
-    let a = start(dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
-    let _b = start(dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
+    let a = start(&dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
+    let _b = start(&dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
     let d = dump_until(&http, &a.admin, "alice back on a, 2-1-1 personas, all running", |d| {
         let counts: Vec<u64> = d["nodes"].as_array().unwrap().iter().map(|n| n["personas"].as_u64().unwrap()).collect();
         persona_of(d, "alice")["node"] == "a"
