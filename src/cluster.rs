@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mindfleet_runtime::cluster::{AgentArgs, ClusterView, NodeAgent, NodeMsg};
 use mindfleet_runtime::embedding::EmbedMsg;
+use mindfleet_runtime::knowledge::IndexMsg;
 use mindfleet_runtime::messages::AdminMsg;
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
@@ -101,6 +102,7 @@ pub(crate) async fn start(
     view: ClusterView,
     admin: ActorRef<AdminMsg>,
     embedding: ActorRef<EmbedMsg>,
+    index: ActorRef<IndexMsg>,
 ) -> Result<Node, FleetError> {
     if opts.cookie.is_empty() {
         return Err(FleetError::CookieRequired { env: opts.cookie_env.clone(), listen: opts.listen });
@@ -120,7 +122,7 @@ pub(crate) async fn start(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let subscription = Box::new(Events { view: view.clone(), admin: admin.clone(), tx });
     let _ = server.cast(NodeServerMessage::SubscribeToEvents { id: "mindfleet".into(), subscription });
-    let args = AgentArgs { node: opts.node.clone(), admin: admin.clone(), embedding };
+    let args = AgentArgs { node: opts.node.clone(), admin: admin.clone(), embedding, index };
     let (agent, _) =
         Actor::spawn(None, NodeAgent, args).await.map_err(|e| FleetError::Cluster(format!("node agent: {e}")))?;
     let mut seeds = Vec::with_capacity(opts.join.len());

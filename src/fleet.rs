@@ -23,7 +23,9 @@ use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_runtime::cluster::RoomRouter;
-use mindfleet_runtime::cluster::embed::{RemoteEmbed, RemoteEmbedArgs};
+use mindfleet_runtime::cluster::Serving;
+use mindfleet_runtime::cluster::embed::RemoteEmbed;
+use mindfleet_runtime::cluster::index::RemoteIndex;
 use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_runtime::dump::FleetDump;
 use mindfleet_runtime::embedding::EmbedMsg;
@@ -198,10 +200,7 @@ impl Actor for FleetSupervisor {
             Some(me.clone()),
         )
         .await?;
-        let embedding = match args.cluster.as_ref().and_then(|c| {
-            let node = args.config.cluster.embedding.as_ref()?;
-            (node != c.view.me()).then(|| RemoteEmbedArgs { view: c.view.clone(), node: node.clone() })
-        }) {
+        let embedding = match serving(&args, args.config.cluster.embedding.as_ref()) {
             // Another node embeds for this one.
             Some(remote) => Actor::spawn_linked(None, RemoteEmbed, remote, me.clone()).await?.0,
             None => mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?,
@@ -210,9 +209,14 @@ impl Actor for FleetSupervisor {
             Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
             None => None,
         };
-        let index =
-            mindfleet_actors::index::spawn(index_args(&args.config, embedding.clone(), llm.clone()), Some(me.clone()))
-                .await?;
+        let index = match serving(&args, args.config.cluster.index.as_ref()) {
+            // Another node keeps the codebase index for this one.
+            Some(remote) => Actor::spawn_linked(None, RemoteIndex, remote, me.clone()).await?.0,
+            None => {
+                let a = index_args(&args.config, embedding.clone(), llm.clone());
+                mindfleet_actors::index::spawn(a, Some(me.clone())).await?
+            }
+        };
         let conversation = if args.config.conversation.enabled {
             let mut a = index_args(&args.config, embedding.clone(), None);
             a.dir = args.config.storage.data_dir.join("conversation");
@@ -369,6 +373,13 @@ impl Actor for FleetSupervisor {
     }
 }
 
+/// The node that serves this one (`[cluster] embedding` or `index`), when it is another node.
+fn serving(args: &FleetArgs, node: Option<&String>) -> Option<Serving> {
+    let c = args.cluster.as_ref()?;
+    let node = node?;
+    (node != c.view.me()).then(|| Serving { view: c.view.clone(), node: node.clone() })
+}
+
 /// The embedding worker of a fleet: the configured model directory (else the pulled MiniLM),
 /// with its cache in the data dir.
 pub(crate) fn embed_args(config: &FleetConfig) -> EmbedArgs {
@@ -521,7 +532,7 @@ impl Fleet {
             ready: ready.clone(),
             local,
             llm,
-            index,
+            index: index.clone(),
             feed: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -543,7 +554,7 @@ impl Fleet {
         });
         let node = match (&cluster, &placement) {
             (Some(o), Some(p)) => {
-                match crate::cluster::start(o, p.view.clone(), admin.clone(), embedding.clone()).await {
+                match crate::cluster::start(o, p.view.clone(), admin.clone(), embedding.clone(), index.clone()).await {
                     Ok(n) => Some(n),
                     Err(e) => {
                         supervisor.stop(None);

@@ -536,10 +536,10 @@ async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recompute
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_designated_node_embeds_for_every_node_and_each_text_once() {
+async fn a_designated_node_embeds_and_indexes_for_every_node_and_each_text_once() {
     pulled();
     let dir = tempfile::tempdir().unwrap();
-    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, "nodes = [\"a\", \"b\"]\nembedding = \"a\"");
+    let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, "nodes = [\"a\", \"b\"]\nembedding = \"a\"\nindex = \"a\"");
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
     let dir = dir.path();
     let listen = format!("127.0.0.1:{}", free_port());
@@ -572,6 +572,25 @@ async fn a_designated_node_embeds_for_every_node_and_each_text_once() {
     assert_eq!(on_b["model"], after["model"]);
     assert!(!dir.join("b").join("embeddings.redb").exists());
     assert!(dir.join("a").join("embeddings.redb").exists());
+
+    // One codebase index for the cluster: an entry written at b is found at a.
+    let rag = |admin: &str, command: &str, body: Value| {
+        let (http, url) = (http.clone(), format!("http://{admin}/rag/{command}"));
+        async move {
+            let r = http.post(&url).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{url}");
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let note =
+        json!({"file_path": "notes/deploy.md", "content": "Deploy by switching traffic from blue to green servers."});
+    assert_eq!(rag(&b.admin, "create", note).await["indexed"], true);
+    let q =
+        rag(&a.admin, "query", json!({"query": "moving production traffic between server pools", "limit": 1})).await;
+    assert_eq!(q["entries"][0]["path"], "notes/deploy.md", "{q}");
+    let on_b = get_dump(&http, &b.admin).await.unwrap()["index"].clone();
+    assert_eq!((&on_b["node"], &on_b["chunks"]), (&json!("a"), &json!(1)), "{on_b}");
+    assert!(!dir.join("b").join("index").exists(), "b keeps no index of its own");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@
 //! Messages: [`NodeMsg`].
 
 pub mod embed;
+pub mod index;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +26,7 @@ use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::{FleetDump, NodeDump};
 use crate::embedding::EmbedMsg;
 use crate::event::Event;
+use crate::knowledge::IndexMsg;
 use crate::messages::{AdminMsg, Claim, DumpDepth, Fault, InjectError, StateChange, Turn};
 use crate::storage::PersonaSnapshot;
 use crate::time::{now_us, rfc3339};
@@ -261,6 +263,28 @@ impl RoomRouter {
     }
 }
 
+/// Another node that serves this one (`[cluster] embedding`, `[cluster] index`), and the view
+/// to reach it.
+pub struct Serving {
+    pub view: ClusterView,
+    pub node: String,
+}
+
+impl Serving {
+    /// Sends `request` in a `variant` message to its agent, waiting up to `wait`; the answer.
+    async fn ask(
+        &self,
+        variant: fn(Vec<u8>, RpcReplyPort<Vec<u8>>) -> NodeMsg,
+        request: Vec<u8>,
+        wait: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let node = &self.node;
+        let agent = self.view.agent(node).ok_or_else(|| format!("node {node:?} is unreachable"))?;
+        call_t!(agent, variant, wait.as_millis() as u64, request)
+            .map_err(|e| format!("node {node:?} did not answer: {e}"))
+    }
+}
+
 /// An event another node accepted, to be stored here for the named personas (placed here).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StoreRequest {
@@ -314,6 +338,10 @@ pub enum NodeMsg {
     /// JSON of an [`embed::EmbedRequest`]; answers with the JSON of its answer.
     #[rpc]
     Embed(Vec<u8>, RpcReplyPort<Vec<u8>>),
+    /// For this node's codebase index, from a node that has none (`[cluster] index`): the JSON
+    /// of an [`index::IndexRequest`]; answers with the JSON of its answer.
+    #[rpc]
+    Index(Vec<u8>, RpcReplyPort<Vec<u8>>),
     /// The sending node (its name, as UTF-8) is stopping and hands its personas over.
     Leaving(Vec<u8>),
     /// A question about one of this node's personas, or this node's own part of a question
@@ -359,6 +387,7 @@ pub struct AgentArgs {
     pub node: String,
     pub admin: ActorRef<AdminMsg>,
     pub embedding: ActorRef<EmbedMsg>,
+    pub index: ActorRef<IndexMsg>,
 }
 
 impl Actor for NodeAgent {
@@ -383,6 +412,12 @@ impl Actor for NodeAgent {
                 let worker = st.embedding.clone();
                 tokio::spawn(async move {
                     let _ = reply.send(embed::serve(&worker, &bytes).await);
+                });
+            }
+            NodeMsg::Index(bytes, reply) => {
+                let index = st.index.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(index::serve(&index, &bytes).await);
                 });
             }
             NodeMsg::Store(bytes, reply) => {

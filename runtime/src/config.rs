@@ -172,6 +172,7 @@ struct RawCluster {
     nodes: Vec<Spanned<String>>,
     rebalance: Option<bool>,
     embedding: Option<Spanned<String>>,
+    index: Option<Spanned<String>>,
     drain_on_stop: Option<bool>,
 }
 
@@ -280,13 +281,15 @@ pub struct ClusterConfig {
     pub rebalance: bool,
     /// The node whose embedding worker every node uses (none: each node runs its own).
     pub embedding: Option<String>,
+    /// The node whose codebase index every node uses (none: each node keeps its own replica).
+    pub index: Option<String>,
     /// A node stopped by a signal first moves its personas to the other nodes that are up.
     pub drain_on_stop: bool,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nodes: Vec::new(), rebalance: true, embedding: None, drain_on_stop: true }
+        ClusterConfig { nodes: Vec::new(), rebalance: true, embedding: None, index: None, drain_on_stop: true }
     }
 }
 
@@ -889,32 +892,29 @@ impl FleetConfig {
                 }
                 nodes.push(n.get_ref().clone());
             }
-            let embedding = match c.embedding {
-                Some(n) if !nodes.is_empty() && !nodes.contains(n.get_ref()) => {
-                    return Err(cx.err_at(
-                        n.span(),
-                        format!(
-                            "[cluster] embedding: node {:?} is not in `[cluster] nodes` ({})",
-                            n.get_ref(),
-                            nodes.join(", ")
-                        ),
-                    ));
-                }
-                Some(n) if !valid_name(n.get_ref()) => {
-                    return Err(cx.err_at(
-                        n.span(),
-                        format!(
-                            "[cluster] embedding {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'",
-                            n.get_ref()
-                        ),
-                    ));
-                }
-                n => n.map(Spanned::into_inner),
+            // A node that serves the others: one of the fleet's nodes.
+            let serving = |key: &str, n: Option<Spanned<String>>| match n {
+                Some(n) if !valid_name(n.get_ref()) => Err(cx.err_at(
+                    n.span(),
+                    format!("[cluster] {key} {:?} must be 1-64 characters of a-z, 0-9, '-' or '_'", n.get_ref()),
+                )),
+                Some(n) if !nodes.is_empty() && !nodes.contains(n.get_ref()) => Err(cx.err_at(
+                    n.span(),
+                    format!(
+                        "[cluster] {key}: node {:?} is not in `[cluster] nodes` ({})",
+                        n.get_ref(),
+                        nodes.join(", ")
+                    ),
+                )),
+                n => Ok(n.map(Spanned::into_inner)),
             };
+            let embedding = serving("embedding", c.embedding)?;
+            let index = serving("index", c.index)?;
             ClusterConfig {
                 nodes,
                 rebalance: c.rebalance.unwrap_or(true),
                 embedding,
+                index,
                 drain_on_stop: c.drain_on_stop.unwrap_or(true),
             }
         };
@@ -1270,7 +1270,9 @@ mod tests {
         let err = parse("[cluster]\nrebalance = \"yes\"\n").unwrap_err();
         assert_eq!(err.line.map(|l| l.0), Some(2), "{err}");
         let cfg = parse(&format!("[cluster]\nnodes = [\"a\", \"b\"]\nembedding = \"b\"\n{ONE}")).unwrap();
-        assert_eq!(cfg.cluster.embedding.as_deref(), Some("b"));
+        assert_eq!((cfg.cluster.embedding.as_deref(), cfg.cluster.index.as_deref()), (Some("b"), None));
+        let err = parse("[cluster]\nnodes = [\"a\"]\nindex = \"b\"\n").unwrap_err();
+        assert!(err.message.contains("[cluster] index: node \"b\" is not in `[cluster] nodes` (a)"), "{err}");
         let err = parse("[cluster]\nnodes = [\"a\"]\nembedding = \"z\"\n").unwrap_err();
         assert_eq!(err.line, Some((3, 13)), "{err}");
         assert!(err.message.contains("[cluster] embedding: node \"z\" is not in `[cluster] nodes` (a)"), "{err}");

@@ -271,6 +271,9 @@ pub struct IndexStats {
     /// `create-many` requests stored in one commit with others that queued beside them.
     #[serde(default)]
     pub grouped_writes: u64,
+    /// The node whose index this is, when it is another node's (`[cluster] index`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// Below this cosine similarity a chunk found only by its vector is not taken as relevant

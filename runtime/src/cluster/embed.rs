@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterView, NodeMsg, REMOTE_CALL_MS, decode, encode};
+use super::{NodeMsg, REMOTE_CALL_MS, Serving, decode, encode};
 use crate::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
 
 /// What a node asks the designated node's worker.
@@ -66,30 +66,12 @@ pub async fn serve(worker: &ActorRef<EmbedMsg>, request: &[u8]) -> Vec<u8> {
 /// The local stand-in for the worker of node `node`.
 pub struct RemoteEmbed;
 
-pub struct RemoteEmbedArgs {
-    pub view: ClusterView,
-    pub node: String,
-}
-
-impl RemoteEmbedArgs {
-    async fn ask(&self, request: &EmbedRequest, wait: Duration) -> Result<Vec<u8>, String> {
-        let node = &self.node;
-        let agent = self.view.agent(node).ok_or_else(|| format!("node {node:?} is unreachable"))?;
-        call_t!(agent, NodeMsg::Embed, wait.as_millis() as u64, encode(request))
-            .map_err(|e| format!("node {node:?} did not answer: {e}"))
-    }
-}
-
 impl Actor for RemoteEmbed {
     type Msg = EmbedMsg;
-    type State = std::sync::Arc<RemoteEmbedArgs>;
-    type Arguments = RemoteEmbedArgs;
+    type State = std::sync::Arc<Serving>;
+    type Arguments = Serving;
 
-    async fn pre_start(
-        &self,
-        _me: ActorRef<EmbedMsg>,
-        args: RemoteEmbedArgs,
-    ) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(&self, _me: ActorRef<EmbedMsg>, args: Serving) -> Result<Self::State, ActorProcessingErr> {
         Ok(std::sync::Arc::new(args))
     }
 
@@ -109,7 +91,7 @@ impl Actor for RemoteEmbed {
                         _ => Duration::from_millis(REMOTE_CALL_MS * 6),
                     };
                     let request = EmbedRequest::Embed { texts, long, urgency: WireUrgency::of(urgency) };
-                    let r = match st.ask(&request, wait).await {
+                    let r = match st.ask(NodeMsg::Embed, encode(&request), wait).await {
                         Ok(bytes) => {
                             decode::<EmbedReply>(&bytes).unwrap_or_else(|e| Err(EmbedFailure::Failed(e.to_string())))
                         }
@@ -120,7 +102,10 @@ impl Actor for RemoteEmbed {
             }
             EmbedMsg::Stats(reply) => {
                 tokio::spawn(async move {
-                    let mut s = match st.ask(&EmbedRequest::Stats, Duration::from_millis(REMOTE_CALL_MS)).await {
+                    let mut s = match st
+                        .ask(NodeMsg::Embed, encode(&EmbedRequest::Stats), Duration::from_millis(REMOTE_CALL_MS))
+                        .await
+                    {
                         Ok(bytes) => decode::<EmbedStats>(&bytes).unwrap_or_else(|e| EmbedStats {
                             status: "degraded".into(),
                             error: Some(e.to_string()),
