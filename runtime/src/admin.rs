@@ -128,16 +128,10 @@ impl AdminState {
                 return Err(InjectError::NotFound(format!("unknown persona {p:?}")));
             };
             let name = name.clone();
-            if self.join(&event.room, name.clone())
-                && let Some(c) = &self.cluster
-            {
+            if self.join(&event.room, name.clone()) {
                 // Every node routes the room's next events to it too.
                 let joined = crate::cluster::encode(&[(event.room.clone(), name.to_string())]);
-                for node in c.view.linked_nodes() {
-                    if let Some(agent) = c.view.agent(&node) {
-                        let _ = agent.cast(NodeMsg::Joined(joined.clone()));
-                    }
-                }
+                self.tell_others(|| NodeMsg::Joined(joined.clone()), None);
             }
             return Ok(vec![name]);
         }
@@ -347,29 +341,44 @@ impl AdminState {
     fn drain(&self, to: Option<String>, reply: RpcReplyPort<Result<Vec<HandOff>, InjectError>>) {
         let mine: Vec<String> =
             self.personas.values().filter(|p| p.node.is_none()).map(|p| p.name.to_string()).collect();
-        let myself = self.myself.clone();
+        let moves = self.move_each(mine, to);
         tokio::spawn(async move {
-            let mut moved = Vec::with_capacity(mine.len());
-            for persona in mine {
+            let _ = reply.send(match moves.await {
+                (moved, None) => Ok(moved),
+                (moved, Some((persona, e))) => {
+                    let done: Vec<&str> = moved.iter().map(|d| d.persona.as_str()).collect();
+                    Err(InjectError::Unavailable(format!(
+                        "moved {} persona(s) ({}); {persona:?} did not move: {e}",
+                        done.len(),
+                        done.join(", ")
+                    )))
+                }
+            });
+        });
+    }
+
+    /// Moves `personas` one after the other, each to `to` (else the node with the fewest
+    /// personas then); what moved, and the first that did not, with why (the rest stay).
+    fn move_each(
+        &self,
+        personas: Vec<String>,
+        to: Option<String>,
+    ) -> impl Future<Output = (Vec<HandOff>, Option<(String, InjectError)>)> + Send + 'static {
+        let myself = self.myself.clone();
+        async move {
+            let mut moved = Vec::with_capacity(personas.len());
+            for persona in personas {
                 let to = to.clone();
                 let r = call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS)
                     .map_err(|e| InjectError::Unavailable(e.to_string()))
                     .and_then(|r| r);
                 match r {
                     Ok(done) => moved.push(done),
-                    Err(e) => {
-                        let done: Vec<&str> = moved.iter().map(|d: &HandOff| d.persona.as_str()).collect();
-                        let _ = reply.send(Err(InjectError::Unavailable(format!(
-                            "moved {} persona(s) ({}); {persona:?} did not move: {e}",
-                            done.len(),
-                            done.join(", ")
-                        ))));
-                        return;
-                    }
+                    Err(e) => return (moved, Some((persona, e))),
                 }
             }
-            let _ = reply.send(Ok(moved));
-        });
+            (moved, None)
+        }
     }
 
     /// The personas of this node to move to `node`, which just linked: those the fleet file
@@ -404,13 +413,12 @@ impl AdminState {
         c.versions.iter().filter_map(|(p, v)| Some((p.clone(), c.placement.get(p)?.clone(), *v))).collect()
     }
 
-    /// Tells the other linked nodes (but `except`) where these personas run now.
-    fn tell_placements(&self, placed: &[(String, String, u64)], except: &str) {
+    /// Casts `msg` to the agent of every other node that is up (but `except`).
+    fn tell_others(&self, msg: impl Fn() -> NodeMsg, except: Option<&str>) {
         let Some(c) = &self.cluster else { return };
-        let bytes = crate::cluster::encode(&placed);
-        for node in c.view.linked_nodes().iter().filter(|n| n.as_str() != except) {
+        for node in c.view.linked_nodes().iter().filter(|n| Some(n.as_str()) != except) {
             if let Some(agent) = c.view.agent(node) {
-                let _ = agent.cast(NodeMsg::Placed(bytes.clone()));
+                let _ = agent.cast(msg());
             }
         }
     }
@@ -988,7 +996,8 @@ impl Actor for Admin {
             AdminMsg::Adopted(done) => {
                 let Some(m) = st.moving.remove(done.persona.as_str()) else { return Ok(()) };
                 tracing::info!(persona = %done.persona, node = %done.node, rows = done.rows, "persona moved");
-                st.tell_placements(&[(done.persona.clone(), done.node.clone(), done.version)], &done.node);
+                let placed = crate::cluster::encode(&[(&done.persona, &done.node, done.version)]);
+                st.tell_others(|| NodeMsg::Placed(placed.clone()), Some(&done.node));
                 for w in m.waiting {
                     let _ = w.send(Ok(done.clone()));
                 }
@@ -1071,15 +1080,10 @@ impl Actor for Admin {
                 let give = if st.config.cluster.rebalance && !st.leaving { st.to_give(&node) } else { Vec::new() };
                 if !give.is_empty() {
                     tracing::info!(%node, personas = ?give, "rebalancing: moving personas to a node that linked");
-                    let myself = st.myself.clone();
+                    let moves = st.move_each(give, Some(node.clone()));
                     tokio::spawn(async move {
-                        for persona in give {
-                            let to = Some(node.clone());
-                            let r =
-                                call_t!(myself, |r| AdminMsg::Move { persona: persona.clone(), to, reply: r }, MOVE_MS);
-                            if let Err(e) = r.map_err(|e| e.to_string()).and_then(|r| r.map_err(|e| e.to_string())) {
-                                tracing::warn!(%persona, %node, error = %e, "rebalancing: a persona did not move");
-                            }
+                        if let (_, Some((persona, e))) = moves.await {
+                            tracing::warn!(%persona, %node, error = %e, "rebalancing: a persona did not move");
                         }
                     });
                 }
@@ -1087,13 +1091,8 @@ impl Actor for Admin {
             AdminMsg::Drain { to, reply } => st.drain(to, reply),
             AdminMsg::Leave(reply) => {
                 st.leaving = true;
-                if let Some(c) = &st.cluster {
-                    for node in c.view.linked_nodes() {
-                        if let Some(agent) = c.view.agent(&node) {
-                            let _ = agent.cast(NodeMsg::Leaving(c.view.me().as_bytes().to_vec()));
-                        }
-                    }
-                }
+                let me = st.cluster.as_ref().map_or(Vec::new(), |c| c.view.me().as_bytes().to_vec());
+                st.tell_others(|| NodeMsg::Leaving(me.clone()), None);
                 st.drain(None, reply);
             }
             AdminMsg::NodeLeaving(node) => {
