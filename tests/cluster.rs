@@ -518,15 +518,17 @@ async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recompute
 
     // Both restart: the placement they kept is where they start from, and it is recomputed as
     // the nodes link again. alice, pinned to a, goes back there with all she had; c, two
-    // personas ahead of the empty a, gives it one.
+    // personas ahead of a when it sees a link (a empty, or holding alice already), gives it
+    // one or none: either way no node has two more than another.
     drop(a);
     drop(b);
     let a = start(&dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
     let _b = start(&dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
-    let d = dump_until(&http, &a.admin, "alice back on a, 2-1-1 personas, all running", |d| {
+    let d = dump_until(&http, &a.admin, "alice back on a, the nodes balanced, all running", |d| {
         let counts: Vec<u64> = d["nodes"].as_array().unwrap().iter().map(|n| n["personas"].as_u64().unwrap()).collect();
+        let (least, most) = (counts.iter().min().copied(), counts.iter().max().copied());
         persona_of(d, "alice")["node"] == "a"
-            && counts == [2, 1, 1]
+            && least.zip(most).is_some_and(|(l, m)| l >= 1 && m <= 2)
             && d["personas"].as_array().unwrap().iter().all(|p| p["status"] == "running")
     })
     .await;
