@@ -75,6 +75,36 @@ fn start(dir: &Path, name: &str, cookie: &str, args: &[&str]) -> Result<Node, (O
     Ok(Node { child, admin })
 }
 
+/// Starts node `name` listening on a free loopback port (on another if that one was taken in the
+/// meantime, by a connection of another test); with the address it listens on.
+fn start_listening(dir: &Path, name: &str, cookie: &str, args: &[&str]) -> (Node, String) {
+    for _ in 0..5 {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let all: Vec<&str> = ["--cluster-listen", listen.as_str()].into_iter().chain(args.iter().copied()).collect();
+        match start(dir, name, cookie, &all) {
+            Ok(node) => return (node, listen),
+            Err((_, log)) if log.contains("Address already in use") => continue,
+            Err((code, log)) => panic!("node {name} exited ({code:?}):\n{log}"),
+        }
+    }
+    panic!("node {name}: the port was taken five times");
+}
+
+/// Starts node `name` again on the address it listened on (`args` name it), trying again while a
+/// connection of another test holds that port, for up to 20 s.
+fn restart(dir: &Path, name: &str, cookie: &str, args: &[&str]) -> Node {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match start(dir, name, cookie, args) {
+            Ok(node) => return node,
+            Err((_, log)) if log.contains("Address already in use") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err((code, log)) => panic!("node {name} exited ({code:?}) on its restart:\n{log}"),
+        }
+    }
+}
+
 fn fleet_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(FLEET)).unwrap();
@@ -126,9 +156,7 @@ async fn inject(http: &reqwest::Client, admin: &str, body: Value) -> (u16, Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_is_down() {
     let (_tmp, dir) = fleet_dir();
-    let port = free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let mut a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a starts");
+    let (mut a, listen) = start_listening(&dir, "a", "s3cret", &[]);
     let mut b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b joins");
     let http = reqwest::Client::new();
 
@@ -192,7 +220,7 @@ async fn two_nodes_place_route_and_dump_the_whole_cluster_and_refuse_while_one_i
     let reply = reply_to_event(&d, "x4").unwrap();
     a.child.kill().unwrap();
     a.child.wait().unwrap();
-    let a = start(&dir, "a", "s3cret", &["--cluster-listen", &listen]).expect("node a restarts");
+    let a = restart(&dir, "a", "s3cret", &["--cluster-listen", &listen]);
 
     // b comes back with its own redb state: its earlier decisions are there, events flow again.
     let b = start(&dir, "b", "s3cret", &["--cluster-join", &listen]).expect("node b rejoins");
@@ -232,11 +260,10 @@ fn three_nodes() -> Three {
     let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, r#"nodes = ["a", "b", "c"]"#);
     std::fs::write(tmp.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
     let dir = tmp.path().to_path_buf();
-    let listen = [free_port(), free_port(), free_port()].map(|p| format!("127.0.0.1:{p}"));
-    let a = start(&dir, "a", "k", &["--cluster-listen", &listen[0]]).expect("a");
-    let b = start(&dir, "b", "k", &["--cluster-listen", &listen[1], "--cluster-join", &listen[0]]).expect("b");
-    let c = start(&dir, "c", "k", &["--cluster-listen", &listen[2], "--cluster-join", &listen[0]]).expect("c");
-    Three { _tmp: tmp, dir, listen, a, b, c }
+    let (a, la) = start_listening(&dir, "a", "k", &[]);
+    let (b, lb) = start_listening(&dir, "b", "k", &["--cluster-join", &la]);
+    let (c, lc) = start_listening(&dir, "c", "k", &["--cluster-join", &la]);
+    Three { _tmp: tmp, dir, listen: [la, lb, lc], a, b, c }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,8 +376,7 @@ async fn a_third_node_links_to_every_node_and_any_node_routes_and_answers_for_al
 #[test]
 fn a_wrong_cookie_is_refused_and_the_joining_node_exits_with_the_reason() {
     let (_tmp, dir) = fleet_dir();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let _a = start(&dir, "a", "right", &["--cluster-listen", &listen]).expect("a starts");
+    let (_a, listen) = start_listening(&dir, "a", "right", &[]);
     let Err((code, log)) = start(&dir, "b", "wrong", &["--cluster-join", &listen]) else {
         panic!("b joined with the wrong cookie");
     };
@@ -388,8 +414,7 @@ async fn one_coordinator_per_room_gives_one_answer_across_two_nodes() {
     }
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
     let dir = dir.path();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let a = start(dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let (a, listen) = start_listening(dir, "a", "k", &[]);
     let b = start(dir, "b", "k", &["--cluster-join", &listen]).expect("b");
     let http = reqwest::Client::new();
     let d = dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
@@ -425,8 +450,7 @@ async fn one_coordinator_per_room_gives_one_answer_across_two_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
     let (_tmp, dir) = fleet_dir();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let a = start(&dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let (a, listen) = start_listening(&dir, "a", "k", &[]);
     let b = start(&dir, "b", "k", &["--cluster-join", &listen]).expect("b");
     let http = reqwest::Client::new();
     dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
@@ -522,8 +546,8 @@ async fn a_drain_hands_personas_over_with_their_state_and_placement_is_recompute
     // one or none: either way no node has two more than another.
     drop(a);
     drop(b);
-    let a = start(&dir, "a", "k", &["--cluster-listen", &la]).expect("a restarts");
-    let _b = start(&dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]).expect("b restarts");
+    let a = restart(&dir, "a", "k", &["--cluster-listen", &la]);
+    let _b = restart(&dir, "b", "k", &["--cluster-listen", &lb, "--cluster-join", &la]);
     let d = dump_until(&http, &a.admin, "alice back on a, the nodes balanced, all running", |d| {
         let counts: Vec<u64> = d["nodes"].as_array().unwrap().iter().map(|n| n["personas"].as_u64().unwrap()).collect();
         let (least, most) = (counts.iter().min().copied(), counts.iter().max().copied());
@@ -544,8 +568,7 @@ async fn a_designated_node_embeds_and_indexes_for_every_node_and_each_text_once(
     let fleet = FLEET.replace(r#"nodes = ["a", "b"]"#, "nodes = [\"a\", \"b\"]\nembedding = \"a\"\nindex = \"a\"");
     std::fs::write(dir.path().join("fleet.toml"), fleet_toml(&fleet)).unwrap();
     let dir = dir.path();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let a = start(dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let (a, listen) = start_listening(dir, "a", "k", &[]);
     let b = start(dir, "b", "k", &["--cluster-join", &listen]).expect("b");
     let http = reqwest::Client::new();
     dump_until(&http, &b.admin, "a up in b's dump", |d| node_status(d, "a") == "up").await;
@@ -598,8 +621,7 @@ async fn a_designated_node_embeds_and_indexes_for_every_node_and_each_text_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_stopped_by_a_signal_hands_its_personas_over_and_gets_them_back_when_it_rejoins() {
     let (_tmp, dir) = fleet_dir();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let a = start(&dir, "a", "k", &["--cluster-listen", &listen]).expect("a");
+    let (a, listen) = start_listening(&dir, "a", "k", &[]);
     let mut b = start(&dir, "b", "k", &["--cluster-join", &listen]).expect("b");
     let http = reqwest::Client::new();
     dump_until(&http, &a.admin, "b up", |d| node_status(d, "b") == "up").await;
