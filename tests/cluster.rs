@@ -343,6 +343,12 @@ async fn a_third_node_links_to_every_node_and_any_node_routes_and_answers_for_al
         v["learnings"].as_array().unwrap().iter().map(|l| l["persona"].as_str().unwrap()).collect();
     assert!(learned.contains(&"bob") && learned.contains(&"carol"), "learnings kept on b and c, asked at a: {v}");
     assert_eq!(get(&a.admin, "/ai/plan?persona=nobody").await.0, 404);
+    // Model costs are kept by each node's scheduler, under its own budget: the cluster's report
+    // counts the three.
+    let (status, v) = get(&a.admin, "/ai/cost").await;
+    assert_eq!(status, 200, "{v}");
+    let one = get_dump(&http, &a.admin).await.unwrap()["scheduler"]["budget"]["inferences_per_hour"].as_u64().unwrap();
+    assert_eq!(v["budget"]["inferences_per_hour"].as_u64(), Some(3 * one), "{v}");
     let focus = json!({"persona": "carol", "change": {"focus": {"objective": "release notes", "intensity": 0.7}}});
     let r = http.post(format!("http://{}/ai/state", b.admin)).json(&focus).send().await.unwrap();
     assert_eq!(r.status(), 200, "a state change for c's persona, made at b");

@@ -474,8 +474,8 @@ impl AdminState {
     }
 
     /// Answers `query` for the whole cluster: a persona's from its node; a question about
-    /// every persona from the cluster's dump, or (learnings and recoveries, kept in each
-    /// node's storage) from every node's own answer. Model costs are this node's.
+    /// every persona from the cluster's dump, or (learnings, recoveries and model costs, kept
+    /// by each node for its own personas) from every node's own answer.
     fn ai_across(&mut self, query: AiQuery, reply: RpcReplyPort<Result<serde_json::Value, InjectError>>) {
         if let Some(persona) = query.persona() {
             match self.elsewhere(persona) {
@@ -489,8 +489,9 @@ impl AdminState {
             return;
         }
         match query {
-            AiQuery::Cost { .. } => self.ai_here(query, reply),
-            AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } => {
+            AiQuery::Cost { .. } | AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } => {
+                // Kept by each node for its own personas: every node's answer, joined.
+                let costs = matches!(query, AiQuery::Cost { .. });
                 let (tx, here) = tokio::sync::oneshot::channel();
                 self.ai_here(query.clone(), tx.into());
                 let view = self.cluster.as_ref().map(|c| c.view.clone()).expect("a cluster");
@@ -502,7 +503,8 @@ impl AdminState {
                     let (mine, theirs) = tokio::join!(here, theirs);
                     let mut parts = vec![mine.unwrap_or_else(|_| Err(InjectError::Storage("admin: no answer".into())))];
                     parts.extend(theirs);
-                    let _ = reply.send(parts.into_iter().collect::<Result<Vec<_>, _>>().map(concat_lists));
+                    let parts = parts.into_iter().collect::<Result<Vec<_>, _>>();
+                    let _ = reply.send(if costs { parts.and_then(merge_costs) } else { parts.map(concat_lists) });
                 });
             }
             query => match self.dump_task(None, DumpDepth::Full) {
@@ -561,6 +563,16 @@ fn answer_from(
         };
         let _ = reply.send(r);
     });
+}
+
+/// Every node's `ai cost` answer, as one report ([`crate::sched::CostReport::merge`]).
+fn merge_costs(parts: Vec<serde_json::Value>) -> Result<serde_json::Value, InjectError> {
+    let reports = parts
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<Vec<crate::sched::CostReport>, _>>()
+        .map_err(|e| InjectError::Storage(format!("a node's cost report: {e}")))?;
+    Ok(serde_json::to_value(crate::sched::CostReport::merge(reports)).unwrap_or_default())
 }
 
 /// The answers of every node to one question, as one: their lists joined key by key.

@@ -548,6 +548,60 @@ pub struct CostReport {
     pub timeline: Vec<CostSeries>,
 }
 
+impl CostReport {
+    /// The reports of the nodes of a cluster (each of its own personas, with its own scheduler
+    /// and budget) as one: counts, rows and budgets summed, each persona's timeline kept, and
+    /// the latency percentiles of the slowest node (percentiles of parts cannot be merged).
+    pub fn merge(parts: Vec<CostReport>) -> CostReport {
+        fn rows(all: impl Iterator<Item = CostRow>) -> Vec<CostRow> {
+            let mut by_key: Vec<CostRow> = Vec::new();
+            for r in all {
+                match by_key.iter_mut().find(|x| x.key == r.key) {
+                    Some(x) => {
+                        x.inferences += r.inferences;
+                        x.tokens += r.tokens;
+                    }
+                    None => by_key.push(r),
+                }
+            }
+            by_key.sort_by(|a, b| b.tokens.cmp(&a.tokens).then_with(|| a.key.cmp(&b.key)));
+            by_key
+        }
+        let mut m = CostReport::default();
+        let (mut personas, mut rooms, mut purposes) = (Vec::new(), Vec::new(), Vec::new());
+        for p in parts {
+            m.since_secs = m.since_secs.max(p.since_secs);
+            m.inferences += p.inferences;
+            m.tokens += p.tokens;
+            m.tokens_reserved += p.tokens_reserved;
+            personas.extend(p.by_persona);
+            rooms.extend(p.by_room);
+            purposes.extend(p.by_purpose);
+            m.latency_p50_ms = m.latency_p50_ms.max(p.latency_p50_ms);
+            m.latency_p95_ms = m.latency_p95_ms.max(p.latency_p95_ms);
+            m.latency_p99_ms = m.latency_p99_ms.max(p.latency_p99_ms);
+            let b = &mut m.budget;
+            b.inferences_last_hour += p.budget.inferences_last_hour;
+            b.tokens_last_hour += p.budget.tokens_last_hour;
+            b.tokens_reserved += p.budget.tokens_reserved;
+            b.inferences_per_hour += p.budget.inferences_per_hour;
+            b.tokens_per_hour += p.budget.tokens_per_hour;
+            b.soft_limit = p.budget.soft_limit;
+            m.bucket_secs = m.bucket_secs.max(p.bucket_secs);
+            m.timeline.extend(p.timeline);
+        }
+        m.by_persona = rows(personas.into_iter());
+        m.by_room = rows(rooms.into_iter());
+        m.by_purpose = rows(purposes.into_iter());
+        // In the order of `by_persona`, as on one node.
+        let order = |k: &str| m.by_persona.iter().position(|r| r.key == k).unwrap_or(usize::MAX);
+        let mut timeline = std::mem::take(&mut m.timeline);
+        timeline.sort_by_key(|s| order(&s.key));
+        m.timeline = timeline;
+        m
+    }
+}
+
 /// Most buckets a cost timeline has.
 pub const MAX_COST_BUCKETS: u32 = 120;
 
@@ -560,4 +614,55 @@ pub struct CostSeries {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &str, inferences: u64, tokens: u64) -> CostRow {
+        CostRow { key: key.into(), inferences, tokens }
+    }
+
+    #[test]
+    fn the_costs_of_two_nodes_add_up_as_one_report() {
+        let a = CostReport {
+            since_secs: 900.0,
+            inferences: 3,
+            tokens: 300,
+            by_persona: vec![row("alice", 3, 300)],
+            by_room: vec![row("general", 2, 200), row("-", 1, 100)],
+            by_purpose: vec![row("draft_reply", 3, 300)],
+            latency_p50_ms: 40.0,
+            latency_p99_ms: 90.0,
+            budget: BudgetStats { inferences_per_hour: 1000, soft_limit: 0.8, ..Default::default() },
+            bucket_secs: 30.0,
+            timeline: vec![CostSeries { key: "alice".into(), tokens: vec![100, 200] }],
+            ..Default::default()
+        };
+        let b = CostReport {
+            since_secs: 900.0,
+            inferences: 5,
+            tokens: 700,
+            by_persona: vec![row("bob", 5, 700)],
+            by_room: vec![row("general", 5, 700)],
+            by_purpose: vec![row("draft_reply", 4, 600), row("gate", 1, 100)],
+            latency_p50_ms: 30.0,
+            latency_p99_ms: 120.0,
+            budget: BudgetStats { inferences_per_hour: 1000, soft_limit: 0.8, ..Default::default() },
+            bucket_secs: 30.0,
+            timeline: vec![CostSeries { key: "bob".into(), tokens: vec![300, 400] }],
+            ..Default::default()
+        };
+        let m = CostReport::merge(vec![a, b]);
+        assert_eq!((m.inferences, m.tokens), (8, 1000));
+        assert_eq!(m.by_persona, [row("bob", 5, 700), row("alice", 3, 300)], "most first");
+        assert_eq!(m.by_room, [row("general", 7, 900), row("-", 1, 100)]);
+        assert_eq!(m.by_purpose, [row("draft_reply", 7, 900), row("gate", 1, 100)]);
+        assert_eq!((m.latency_p50_ms, m.latency_p99_ms), (40.0, 120.0), "the slowest node's");
+        assert_eq!((m.budget.inferences_per_hour, m.budget.soft_limit), (2000, 0.8));
+        let keys: Vec<&str> = m.timeline.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["bob", "alice"], "in the order of by_persona");
+        assert_eq!(m.bucket_secs, 30.0);
+    }
 }
