@@ -1239,11 +1239,7 @@ impl ClusterPart {
         nodes.dedup();
         let view = &self.view;
         let asks = nodes.iter().map(|node| async move {
-            let Some(agent) = view.agent(node) else {
-                return Err(format!("node {node:?} is unreachable"));
-            };
-            let bytes = call_t!(agent, NodeMsg::Dump, DUMP_CALL_MS + 1000, crate::cluster::encode(&depth))
-                .map_err(|e| format!("node {node:?} did not answer: {e}"))?;
+            let bytes = view.call(node, NodeMsg::Dump, crate::cluster::encode(&depth), DUMP_CALL_MS + 1000).await?;
             crate::cluster::decode::<Result<FleetDump, InjectError>>(&bytes)
                 .and_then(|r| r)
                 .map_err(|e| format!("node {node:?}: {e}"))

@@ -181,6 +181,19 @@ impl ClusterView {
         if self.is_up(node) { agent_of(node) } else { None }
     }
 
+    /// Sends `request` in a `variant` message to the agent of `node` and waits up to `wait_ms`
+    /// for its answer; why not, naming the node.
+    pub async fn call(
+        &self,
+        node: &str,
+        variant: fn(Vec<u8>, RpcReplyPort<Vec<u8>>) -> NodeMsg,
+        request: Vec<u8>,
+        wait_ms: u64,
+    ) -> Result<Vec<u8>, String> {
+        let agent = self.agent(node).ok_or_else(|| format!("node {node:?} is unreachable"))?;
+        call_t!(agent, variant, wait_ms, request).map_err(|e| format!("node {node:?} did not answer: {e}"))
+    }
+
     /// The nodes this node has an open link to (answering or not).
     pub fn linked_nodes(&self) -> Vec<String> {
         self.links().iter().filter(|(_, l)| l.up).map(|(n, _)| n.clone()).collect()
@@ -278,10 +291,7 @@ impl Serving {
         request: Vec<u8>,
         wait: Duration,
     ) -> Result<Vec<u8>, String> {
-        let node = &self.node;
-        let agent = self.view.agent(node).ok_or_else(|| format!("node {node:?} is unreachable"))?;
-        call_t!(agent, variant, wait.as_millis() as u64, request)
-            .map_err(|e| format!("node {node:?} did not answer: {e}"))
+        self.view.call(&self.node, variant, request, wait.as_millis() as u64).await
     }
 }
 
@@ -372,14 +382,13 @@ pub enum Ask {
 
 /// Asks the admin of `node`; its answer as JSON.
 pub async fn ask_node(view: &ClusterView, node: &str, ask: &Ask) -> Result<serde_json::Value, InjectError> {
-    let agent = view.agent(node).ok_or_else(|| InjectError::Unavailable(format!("node {node:?} is unreachable")))?;
-    let bytes = call_t!(agent, NodeMsg::Ask, REMOTE_CALL_MS, encode(ask))
-        .map_err(|e| InjectError::Unavailable(format!("node {node:?} did not answer: {e}")))?;
+    let bytes = view.call(node, NodeMsg::Ask, encode(ask), REMOTE_CALL_MS).await.map_err(InjectError::Unavailable)?;
     decode::<Result<serde_json::Value, InjectError>>(&bytes)?
 }
 
 /// The actor of a node that the other nodes talk to. It hands what comes in to its node's
-/// admin (or embedding worker), off its own loop, so a slow store never holds up a dump.
+/// admin (or embedding worker, or index), off its own loop, so a slow store never holds up a
+/// dump.
 pub struct NodeAgent;
 
 /// The actors of its node that a node agent hands requests to.
