@@ -534,6 +534,7 @@ impl Fleet {
             llm,
             index: index.clone(),
             feed: Default::default(),
+            storage: storage.health().clone(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

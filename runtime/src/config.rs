@@ -135,6 +135,7 @@ struct RawStorage {
     max_crashes_per_event: Option<Spanned<i64>>,
     cache_mb: Option<Spanned<i64>>,
     write_behind_ms: Option<Spanned<i64>>,
+    min_free_mb: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -463,6 +464,9 @@ pub struct StorageConfig {
     /// into the per-persona journal, wait up to this long in the writer, so that a persona's
     /// many changes cost one row write; 0 writes them in the next commit.
     pub write_behind: Duration,
+    /// Free space, MiB, the data dir's disk must have for the fleet to start, and again for
+    /// the writer to resume after a full disk.
+    pub min_free_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -799,6 +803,7 @@ impl FleetConfig {
                 max_crashes_per_event: None,
                 cache_mb: None,
                 write_behind_ms: None,
+                min_free_mb: None,
             });
             StorageConfig {
                 data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
@@ -817,6 +822,7 @@ impl FleetConfig {
                 write_behind: Duration::from_millis(
                     cx.int(&s.write_behind_ms, "write_behind_ms", 0..=60_000, 2000)? as u64
                 ),
+                min_free_mb: cx.int(&s.min_free_mb, "min_free_mb", 0..=1_048_576, 8)? as u64,
             }
         };
 
