@@ -319,3 +319,53 @@ fn a_data_dir_with_less_free_space_than_min_free_mb_is_refused_at_start() {
     assert!(msg.contains("MiB free; at least 1048576 MiB are needed ([storage] min_free_mb)"), "{msg}");
     assert!(!dir.path().join("data").join("fleet.redb").exists());
 }
+
+/// Regression: a port in use exited 1 only after creating the data dir.
+#[test]
+fn a_port_in_use_exits_1_naming_the_address_before_touching_the_data_dir() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.toml");
+    let toml = fleet_toml(TRIO).replace("127.0.0.1:0", &addr.to_string());
+    std::fs::write(&fleet, toml).unwrap();
+    let data = dir.path().join("data");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(&fleet).arg("--data").arg(&data).output().unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    assert!(msg.contains(&format!("admin API on {addr}")) && msg.contains("in use"), "{msg}");
+    assert!(!data.exists(), "the data dir was created");
+}
+
+/// Regression: SIGHUP, SIGQUIT and SIGUSR1 ended the process without draining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_sigquit_drain_like_sigterm_and_sigusr1_is_ignored() {
+    let http = reqwest::Client::new();
+    for signal in ["HUP", "QUIT"] {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = write_fleet(dir.path());
+        let (mut child, addr) = spawn_fleet(&fleet, &dir.path().join("data"));
+        let (status, body) = post_event(
+            &http,
+            &addr,
+            json!({"id": "e1", "domain": "chat", "room": "general", "from": "a", "text": "hi"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        if signal == "HUP" {
+            // SIGUSR1 first: logged, and the fleet keeps serving.
+            assert!(Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap().success());
+            poll("the fleet still answers after SIGUSR1", || async {
+                let r = http.get(format!("http://{addr}/health")).send().await.ok()?;
+                (r.status().as_u16() == 200).then_some(())
+            })
+            .await;
+            assert!(child.try_wait().unwrap().is_none(), "SIGUSR1 ended the process");
+        }
+        assert!(
+            Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap().success()
+        );
+        assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), Some(0), "SIG{signal} exits 0 after draining");
+    }
+}
