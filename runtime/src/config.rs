@@ -732,13 +732,114 @@ struct Tuning {
     consolidate_every_secs: f64,
 }
 
+/// Largest fleet file, and reference file it includes, that is read: 4 MiB.
+pub const MAX_FLEET_FILE_BYTES: u64 = 4 << 20;
+
+/// Why a fleet or reference file could not be read.
+enum ReadError {
+    Io(std::io::Error),
+    TooLarge,
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::TooLarge => {
+                write!(f, "larger than the limit of 4 MiB ({MAX_FLEET_FILE_BYTES} bytes)")
+            }
+        }
+    }
+}
+
+/// Reads a file of at most [`MAX_FLEET_FILE_BYTES`]: refused from its size when it has one, and
+/// never read past the limit (`/dev/zero` and pipes have no size).
+fn read_capped(path: &Path) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    if file.metadata().map_err(ReadError::Io)?.len() > MAX_FLEET_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FLEET_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_FLEET_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8")))
+}
+
+/// A serde error of `text` (a fleet or reference file) at its place, with the dotted path of the
+/// key it is about: serde's own message names the expected type, not the key.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim_end_matches('\n');
+    let key = e.span().and_then(|s| key_path_at(text, s.start));
+    ConfigError {
+        path: path.to_path_buf(),
+        line: e.span().map(|s| line_col(text, s.start)),
+        message: match key {
+            Some(key) => format!("`{key}`: {message}"),
+            None => message.to_string(),
+        },
+    }
+}
+
+/// The dotted path (`storage.max_pending`, `persona[1].inbox_capacity`, arrays counted from
+/// 0) of the key or value at byte `at` of a TOML document, found in the document's spanned
+/// tree. A table's span is its header, so every branch is searched, the deepest match wins.
+fn key_path_at(text: &str, at: usize) -> Option<String> {
+    let (root, _) = toml::de::DeTable::parse_recoverable(text);
+    let root = Spanned::new(root.span(), toml::de::DeValue::Table(root.into_inner()));
+    let mut path = String::new();
+    (find_key(&root, at, &mut path) && !path.is_empty()).then_some(path)
+}
+
+fn find_key(v: &Spanned<toml::de::DeValue<'_>>, at: usize, path: &mut String) -> bool {
+    use toml::de::DeValue;
+    let len = path.len();
+    match v.get_ref() {
+        DeValue::Table(t) => {
+            for (k, child) in t.iter() {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                let bare = !k.get_ref().is_empty()
+                    && k.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if bare {
+                    path.push_str(k.get_ref());
+                } else {
+                    path.push_str(&format!("{:?}", k.get_ref()));
+                }
+                if k.span().contains(&at) || find_key(child, at, path) {
+                    return true;
+                }
+                path.truncate(len);
+            }
+        }
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                if find_key(item, at, path) {
+                    return true;
+                }
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    v.span().contains(&at)
+}
+
 impl FleetConfig {
-    /// Reads and validates a fleet file.
+    /// Reads and validates a fleet file (at most [`MAX_FLEET_FILE_BYTES`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let text = read_capped(path).map_err(|e| ConfigError {
             path: path.to_path_buf(),
             line: None,
-            message: format!("cannot read fleet file: {e}"),
+            message: match e {
+                ReadError::Io(e) => format!("cannot read fleet file: {e}"),
+                e @ ReadError::TooLarge => format!("the fleet file is {e}"),
+            },
         })?;
         Self::from_toml(path, &text)
     }
@@ -752,11 +853,7 @@ impl FleetConfig {
     /// Validates fleet TOML text; `path` is used in messages only.
     pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let cx = Ctx { path, text };
-        let raw: RawFleetFile = toml::from_str(text).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            line: e.span().map(|s| line_col(text, s.start)),
-            message: e.message().trim_end_matches('\n').to_string(),
-        })?;
+        let raw: RawFleetFile = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
 
         let fleet = raw.fleet.unwrap_or(RawFleet { name: None, brain: None });
         let default_brain = match &fleet.brain {
@@ -982,14 +1079,17 @@ impl FleetConfig {
             cx.references(&raw.reference, &mut refs)?;
             for inc in &r.include {
                 let file = path.parent().unwrap_or(Path::new(".")).join(inc.get_ref());
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| cx.err_at(inc.span(), format!("`include`: cannot read {}: {e}", file.display())))?;
-                let sub = Ctx { path: &file, text: &text };
-                let raw: RawReferenceFile = toml::from_str(&text).map_err(|e| ConfigError {
-                    path: file.clone(),
-                    line: e.span().map(|s| line_col(&text, s.start)),
-                    message: e.message().trim_end_matches('\n').to_string(),
+                let text = read_capped(&file).map_err(|e| {
+                    cx.err_at(
+                        inc.span(),
+                        match e {
+                            ReadError::Io(e) => format!("`include`: cannot read {}: {e}", file.display()),
+                            e @ ReadError::TooLarge => format!("`include`: {} is {e}", file.display()),
+                        },
+                    )
                 })?;
+                let sub = Ctx { path: &file, text: &text };
+                let raw: RawReferenceFile = toml::from_str(&text).map_err(|e| parse_error(&file, &text, &e))?;
                 sub.references(&raw.reference, &mut refs)?;
             }
             ReferencesConfig {
@@ -1377,3 +1477,7 @@ mod tests {
         assert_eq!(line_col("ab\ncé", 3), (2, 1));
     }
 }
+
+#[cfg(test)]
+#[path = "config_props.rs"]
+mod props;
