@@ -773,7 +773,7 @@ fn read_capped(path: &Path) -> Result<String, ReadError> {
 /// key it is about: serde's own message names the expected type, not the key.
 fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
     let message = e.message().trim_end_matches('\n');
-    let key = e.span().and_then(|s| key_path_at(text, s.start));
+    let key = e.span().and_then(|s| key_path_at(text, s, message.starts_with("duplicate key")));
     ConfigError {
         path: path.to_path_buf(),
         line: e.span().map(|s| line_col(text, s.start)),
@@ -787,11 +787,38 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
 /// The dotted path (`storage.max_pending`, `persona[1].inbox_capacity`, arrays counted from
 /// 0) of the key or value at byte `at` of a TOML document, found in the document's spanned
 /// tree. A table's span is its header, so every branch is searched, the deepest match wins.
-fn key_path_at(text: &str, at: usize) -> Option<String> {
+///
+/// A `repeated` key is not in the tree (the parser kept the first): its path is that of the
+/// nearest key of the same name before it, which is in the same table.
+fn key_path_at(text: &str, span: std::ops::Range<usize>, repeated: bool) -> Option<String> {
     let (root, _) = toml::de::DeTable::parse_recoverable(text);
     let root = Spanned::new(root.span(), toml::de::DeValue::Table(root.into_inner()));
     let mut path = String::new();
-    (find_key(&root, at, &mut path) && !path.is_empty()).then_some(path)
+    if find_key(&root, span.start, &mut path) && !path.is_empty() {
+        return Some(path);
+    }
+    if !repeated {
+        return None;
+    }
+    let written = text.get(span.clone())?;
+    let name = written.trim_matches(|c| c == '"' || c == '\'');
+    let mut nearest = None;
+    if !name.is_empty() && !name.contains('\n') {
+        keys_named(&root, name, span.start, &mut String::new(), &mut nearest);
+    }
+    nearest.map(|(_, path)| path)
+}
+
+/// Appends a key to a dotted path, quoted unless bare.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        path.push_str(key);
+    } else {
+        path.push_str(&format!("{key:?}"));
+    }
 }
 
 fn find_key(v: &Spanned<toml::de::DeValue<'_>>, at: usize, path: &mut String) -> bool {
@@ -800,16 +827,7 @@ fn find_key(v: &Spanned<toml::de::DeValue<'_>>, at: usize, path: &mut String) ->
     match v.get_ref() {
         DeValue::Table(t) => {
             for (k, child) in t.iter() {
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                let bare = !k.get_ref().is_empty()
-                    && k.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-                if bare {
-                    path.push_str(k.get_ref());
-                } else {
-                    path.push_str(&format!("{:?}", k.get_ref()));
-                }
+                push_key(path, k.get_ref());
                 if k.span().contains(&at) || find_key(child, at, path) {
                     return true;
                 }
@@ -828,6 +846,39 @@ fn find_key(v: &Spanned<toml::de::DeValue<'_>>, at: usize, path: &mut String) ->
         _ => {}
     }
     v.span().contains(&at)
+}
+
+/// The path of the last key called `name` that starts before `before`, into `nearest`.
+fn keys_named(
+    v: &Spanned<toml::de::DeValue<'_>>,
+    name: &str,
+    before: usize,
+    path: &mut String,
+    nearest: &mut Option<(usize, String)>,
+) {
+    use toml::de::DeValue;
+    let len = path.len();
+    match v.get_ref() {
+        DeValue::Table(t) => {
+            for (k, child) in t.iter() {
+                push_key(path, k.get_ref());
+                let at = k.span().start;
+                if k.get_ref() == name && at < before && nearest.as_ref().is_none_or(|(n, _)| *n < at) {
+                    *nearest = Some((at, path.clone()));
+                }
+                keys_named(child, name, before, path, nearest);
+                path.truncate(len);
+            }
+        }
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                keys_named(item, name, before, path, nearest);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
 }
 
 impl FleetConfig {

@@ -64,6 +64,24 @@ fn unknown_and_missing_keys_name_their_table() {
 }
 
 #[test]
+fn a_repeated_key_or_table_is_named_with_its_path() {
+    let cases = [
+        (format!("[storage]\nmax_pending = 1\nmax_pending = 2\n{ONE}"), (3, 1), "`storage.max_pending`: duplicate key"),
+        (format!("{TWO}rooms = [\"x\"]\nrooms = [\"y\"]\n"), (8, 1), "`persona[1].rooms`: duplicate key"),
+        (format!("[storage]\ncache_mb = 1\n[storage]\n{ONE}"), (3, 2), "`storage`: duplicate key"),
+        (
+            format!("[embedding]\nmax_batch = 1\n[storage]\nmax_batch = 1\n\"max_batch\" = 2\n{ONE}"),
+            (5, 1),
+            "`storage.max_batch`: duplicate key",
+        ),
+    ];
+    for (text, at, want) in cases {
+        let err = parse(&text).unwrap_err();
+        assert_eq!((err.line, err.message.as_str()), (Some(at), want), "{text}");
+    }
+}
+
+#[test]
 fn an_included_reference_file_names_its_keys_too() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("refs.toml"), "[[reference]]\nid = \"r\"\nname = 5\npath = \".\"\n").unwrap();
@@ -293,5 +311,49 @@ proptest! {
         let path = &slots[bad].0;
         prop_assert!(err.message.starts_with(&format!("`{path}")), "{text}\nwant `{path}`: {err}");
         prop_assert_eq!(err.line.map(|l| l.0), Some(bad_line), "{}\n{}", text, err);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A valid fleet with one key written twice: the error is at the second and names its path.
+    #[test]
+    fn one_repeated_key_is_named_with_its_key_path(
+        chosen in proptest::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 1..KEYS.len()),
+        personas in 1usize..4,
+        repeat in any::<proptest::sample::Index>(),
+        in_persona in any::<bool>(),
+        persona_key in 0..PERSONA_KEYS.len(),
+    ) {
+        let mut tables: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &k in &chosen {
+            tables.entry(KEYS[k].0).or_default().push(k);
+        }
+        let repeated = *repeat.get(&chosen);
+        let mut text = String::new();
+        let mut want = (String::new(), 0);
+        for (table, keys) in &tables {
+            let _ = writeln!(text, "[{table}]");
+            for &k in keys {
+                let _ = writeln!(text, "{} = {}", KEYS[k].1, KEYS[k].2);
+                if k == repeated && !in_persona {
+                    want = (format!("{table}.{}", KEYS[k].1), text.lines().count() + 1);
+                    let _ = writeln!(text, "{} = {}", KEYS[k].1, KEYS[k].2);
+                }
+            }
+        }
+        let (key, value, _) = PERSONA_KEYS[persona_key];
+        for p in 0..personas {
+            let _ = write!(text, "[[persona]]\nname = \"p{p}\"\nrole = \"r\"\n{key} = {value}\n");
+            if in_persona && p == personas - 1 {
+                want = (format!("persona[{p}].{key}"), text.lines().count() + 1);
+                let _ = writeln!(text, "{key} = {value}");
+            }
+        }
+        let err = parse(&text).expect_err("a key is repeated");
+        assert_clear(&err);
+        prop_assert_eq!(&err.message, &format!("`{}`: duplicate key", want.0), "{}", text);
+        prop_assert_eq!(err.line.map(|l| l.0), Some(want.1), "{}\n{}", text, err);
     }
 }
