@@ -357,3 +357,73 @@ proptest! {
         prop_assert_eq!(err.line.map(|l| l.0), Some(want.1), "{}\n{}", text, err);
     }
 }
+
+/// An edit of a text: a range cut, a snippet put in, or a line written twice.
+#[derive(Debug, Clone)]
+enum Edit {
+    Cut(proptest::sample::Index, usize),
+    Put(proptest::sample::Index, String),
+    Twice(proptest::sample::Index),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let snippet = prop_oneof![
+        Just("[".to_string()),
+        Just("]]".to_string()),
+        Just("\"".to_string()),
+        Just(" = ".to_string()),
+        Just("\n[[persona]]\n".to_string()),
+        Just("\n[storage]\n".to_string()),
+        Just("{ a = ".to_string()),
+        Just("\u{0}".to_string()),
+        Just("é".to_string()),
+        "\\PC{1,8}",
+    ];
+    prop_oneof![
+        (any::<proptest::sample::Index>(), 1usize..40).prop_map(|(at, n)| Edit::Cut(at, n)),
+        (any::<proptest::sample::Index>(), snippet).prop_map(|(at, s)| Edit::Put(at, s)),
+        any::<proptest::sample::Index>().prop_map(Edit::Twice),
+    ]
+}
+
+/// `at` moved back to a character boundary of `s`.
+fn boundary(s: &str, at: usize) -> usize {
+    (0..=at.min(s.len())).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The default fleet file, edited at random: a fleet or a clear error, never a panic.
+    #[test]
+    fn the_default_fleet_edited_at_random_is_an_error_or_a_fleet(edits in proptest::collection::vec(edit(), 1..5)) {
+        let mut text = EMBEDDED_DEFAULT_FLEET.to_string();
+        for e in edits {
+            match e {
+                Edit::Cut(at, n) => {
+                    let start = boundary(&text, at.index(text.len() + 1));
+                    let end = boundary(&text, start + n);
+                    text.replace_range(start..end, "");
+                }
+                Edit::Put(at, s) => {
+                    let at = boundary(&text, at.index(text.len() + 1));
+                    text.insert_str(at, &s);
+                }
+                Edit::Twice(at) => {
+                    let lines: Vec<&str> = text.lines().collect();
+                    if lines.is_empty() {
+                        continue;
+                    }
+                    let i = at.index(lines.len());
+                    let mut out = lines[..=i].join("\n");
+                    out.push('\n');
+                    out.push_str(&lines[i..].join("\n"));
+                    text = out;
+                }
+            }
+        }
+        if let Err(e) = parse(&text) {
+            assert_clear(&e);
+        }
+    }
+}

@@ -180,3 +180,29 @@ proptest! {
         prop_assert!(message.contains(&format!("unknown field `{unknown}`")), "{}", message);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A valid event body with bytes cut or put in at random: an event or a clear error.
+    #[test]
+    fn a_valid_body_edited_at_random_is_an_event_or_a_clear_error(
+        edits in proptest::collection::vec(
+            (any::<prop::sample::Index>(), 0usize..6, prop_oneof![Just(String::new()), "\\PC{1,4}", Just("\"".to_string()), Just("{".to_string())]),
+            1..4,
+        ),
+    ) {
+        let fields: Vec<(&str, String)> = VALID.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        let mut text = object(&fields);
+        for (at, cut, put) in edits {
+            let start = at.index(text.len() + 1);
+            let start = (0..=start).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+            let end = (start + cut).min(text.len());
+            let end = (end..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+            text.replace_range(start..end, &put);
+        }
+        if let Err((message, _)) = accept(&text) {
+            assert_clear(&message);
+        }
+    }
+}
