@@ -772,7 +772,18 @@ fn read_capped(path: &Path) -> Result<String, ReadError> {
 /// A serde error of `text` (a fleet or reference file) at its place, with the dotted path of the
 /// key it is about: serde's own message names the expected type, not the key.
 fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
-    let message = e.message().trim_end_matches('\n');
+    let mut message = e.message().trim_end_matches('\n').to_string();
+    // serde's words for TOML's types: a datetime reaches serde as a map, a table is one of our
+    // `Raw*` structs.
+    let at_digit =
+        e.span().and_then(|s| text.get(s.start..)).is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()));
+    if at_digit {
+        message = message.replace("invalid type: map,", "invalid type: datetime,");
+    }
+    if let Some(i) = message.find("expected struct Raw") {
+        message.replace_range(i.., "expected a table");
+    }
+    let message = message.as_str();
     let key = e.span().and_then(|s| key_path_at(text, s, message.starts_with("duplicate key")));
     ConfigError {
         path: path.to_path_buf(),

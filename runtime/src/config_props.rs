@@ -82,6 +82,16 @@ fn a_repeated_key_or_table_is_named_with_its_path() {
 }
 
 #[test]
+fn a_datetime_or_a_table_in_the_wrong_place_is_called_so() {
+    let err = parse(&format!("[storage]\nmax_pending = 1979-05-27\n{ONE}")).unwrap_err();
+    assert_eq!(err.message, "`storage.max_pending`: invalid type: datetime, expected i64");
+    let err = parse("persona = [1]\n").unwrap_err();
+    assert_eq!(err.message, "`persona[0]`: invalid type: integer `1`, expected a table");
+    let err = parse(&format!("{ONE}brain = {{ kind = \"rules\" }}\n")).unwrap_err();
+    assert_eq!(err.message, "`persona[0].brain`: invalid type: map, expected a string");
+}
+
+#[test]
 fn an_included_reference_file_names_its_keys_too() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("refs.toml"), "[[reference]]\nid = \"r\"\nname = 5\npath = \".\"\n").unwrap();
@@ -124,6 +134,7 @@ fn assert_clear(err: &ConfigError) {
     let s = err.to_string();
     assert!(!err.message.trim().is_empty(), "empty message: {s}");
     assert!(!err.message.ends_with('.'), "full stop: {s}");
+    assert!(!err.message.contains("Raw"), "our own type names: {s}");
 }
 
 /// Keys the fleet file knows: (table, key, a valid value, values of the wrong type). Values of
