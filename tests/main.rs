@@ -17,6 +17,7 @@ mod llm;
 mod memory;
 mod models;
 mod plans;
+mod props;
 mod rag;
 mod refs;
 mod study;
