@@ -22,10 +22,13 @@
 //! | `POST /rag/{command}` | the codebase index ([`crate::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
-//! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
-//! without the bearer token when one is configured (`/health`, the login and the page's style
-//! and script excepted); the
-//! dashboard's cookie counts as the token, and `/` without either answers the login form.
+//! Every route answers 403 to a `Host` (on a loopback address) or `Origin` that is not a
+//! loopback literal or an `[admin] allowed_hosts` name, and 401 without the bearer token when one
+//! is configured (`/health`, the login and the page's style and script excepted); the
+//! dashboard's cookie counts as the token, and `/` without either answers the login form. Every
+//! other error is JSON `{"error", "field"?}`, unknown routes, wrong methods and bad parameters
+//! among them. [`serve`] bounds connections: how many, how long a head may take, how long a
+//! kept-alive connection may idle.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
