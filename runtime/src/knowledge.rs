@@ -479,13 +479,14 @@ mod tests {
         #[test]
         fn cursor_requests_with_edge_values_give_a_request_or_a_clear_error(
             command in proptest::sample::select(&["open", "fetch", "close"][..]),
+            query in any::<String>(),
             handle in prop_oneof![any::<String>().prop_map(Value::from), number(), Just(Value::Null)],
             offset in number(),
             limit in number(),
             direction in json_value(),
         ) {
             let body = match command {
-                "open" => json!({"query": handle, "limit": limit, "threshold": offset}),
+                "open" => json!({"query": query, "limit": limit, "threshold": offset}),
                 "fetch" => json!({"handle": handle, "offset": offset, "limit": limit, "direction": direction}),
                 _ => json!({"handle": handle}),
             };
