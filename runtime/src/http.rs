@@ -846,7 +846,7 @@ impl AsyncWrite for Watched {
 }
 
 /// The host of an authority (`host[:port]`), lowercase, if it is well-formed: a bracketed IPv6
-/// address or a name without `:`, then an optional port of digits.
+/// address or a name of letters, digits, `-`, `_` and `.`, then an optional port of digits.
 fn authority_host(authority: &str) -> Option<String> {
     let (host, port) = match authority.strip_prefix('[') {
         Some(rest) => {
@@ -858,7 +858,9 @@ fn authority_host(authority: &str) -> Option<String> {
     };
     let port_ok = port.is_empty()
         || port.strip_prefix(':').is_some_and(|d| d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit()));
-    (!host.is_empty() && port_ok).then(|| host.to_ascii_lowercase())
+    let name_ok =
+        host.starts_with('[') || host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    (!host.is_empty() && name_ok && port_ok).then(|| host.to_ascii_lowercase())
 }
 
 /// Whether `host` (lowercase, from [`authority_host`]) is a loopback literal: `localhost`, an
@@ -900,6 +902,12 @@ fn check_host_and_origin(headers: &HeaderMap, loopback: bool, allowed: &[String]
         Some(Ok(h)) => Some(h),
         Some(Err(_)) => return Err(refuse("the Host header is not ASCII".into(), "Host")),
     };
+    if let Some(h) = host
+        && !loopback
+        && authority_host(h).is_none()
+    {
+        return Err(refuse(format!("Host {h:?} is not host[:port]"), "Host"));
+    }
     if loopback && !host.is_some_and(|h| host_allowed(h, allowed)) {
         return Err(refuse(format!("Host {:?} is not a name of this loopback admin API", host.unwrap_or("")), "Host"));
     }
@@ -1246,6 +1254,8 @@ mod tests {
             "localhost:78x",
             "localhost:7878:1",
             "user@localhost",
+            "local host",
+            "localhost\t",
             "",
         ] {
             assert!(!host_allowed(h, &[]), "{h}");
@@ -1279,6 +1289,13 @@ mod tests {
         assert_eq!(refused_field(&h, false).as_deref(), Some("Origin"));
         let h = headers(&[(header::HOST, b"\xc3\xa9vil.example")]);
         assert_eq!(refused_field(&h, true).as_deref(), Some("Host"));
+        assert_eq!(refused_field(&h, false).as_deref(), Some("Host"));
+        // Off loopback too, a Host that is not host[:port] is refused.
+        for bad in [&b"a b"[..], b"10.1.2.3:port", b"[::1"] {
+            let h = headers(&[(header::HOST, bad)]);
+            assert_eq!(refused_field(&h, false).as_deref(), Some("Host"), "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(refused_field(&headers(&[(header::HOST, b"fleet.example.org:7878")]), false), None);
     }
 
     #[test]
