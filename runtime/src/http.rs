@@ -654,7 +654,8 @@ async fn serve_connection(
     tokio::pin!(conn);
     let mut stopping = false;
     loop {
-        // Registered before the deadline is read, so a change in between wakes the loop.
+        // A change (a request started or ended, a head begun) wakes the loop to read the new
+        // deadline; `notify_one` keeps it for the next wait if the loop is elsewhere.
         let changed = watch.changed.notified();
         let deadline = watch.deadline(&edges);
         tokio::select! {
