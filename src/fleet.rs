@@ -52,6 +52,12 @@ pub enum FleetError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("admin API on {addr} is not loopback: set `[admin] token` or MINDFLEET_ADMIN_TOKEN")]
     TokenRequired { addr: SocketAddr },
+    #[error(
+        "admin API on {addr} is not loopback: `[admin] token` / MINDFLEET_ADMIN_TOKEN is {chars} characters (without \
+         surrounding blanks); at least {} are needed off loopback",
+        http::MIN_TOKEN_CHARS
+    )]
+    TokenTooShort { addr: SocketAddr, chars: usize },
     #[error("fleet supervisor failed to start: {0}")]
     Spawn(String),
     #[error(
@@ -501,6 +507,12 @@ impl Fleet {
         if !addr.ip().is_loopback() && config.admin.token.is_none() {
             return Err(FleetError::TokenRequired { addr });
         }
+        if let Some(chars) = config.admin.token.as_deref().map(|t| t.trim().chars().count())
+            && !addr.ip().is_loopback()
+            && chars < http::MIN_TOKEN_CHARS
+        {
+            return Err(FleetError::TokenTooShort { addr, chars });
+        }
         let mut placement = match &cluster {
             Some(o) => Some(placement(&config, o)?),
             None => None,
@@ -536,6 +548,7 @@ impl Fleet {
             index: index.clone(),
             feed: Default::default(),
             storage: storage.health().clone(),
+            edges: http::Edges::from(&config.admin),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

@@ -10,6 +10,7 @@ mod config;
 mod conversation;
 mod dashboard;
 mod durability;
+mod edges;
 mod embed;
 mod flow;
 mod inbox;

@@ -530,21 +530,11 @@ impl Service {
         }
         let mut paths = Vec::with_capacity(r.paths.len());
         for p in &r.paths {
-            let path = Path::new(p);
-            let abs = path.canonicalize().map_err(|e| RagError::Invalid(format!("{p}: {e}")))?;
+            let abs = resolve(p, self.restrict.then_some(self.config.allowed_roots.as_slice()))?;
             match r.expect {
                 Some(PathKind::File) if !abs.is_file() => return Err(RagError::Invalid(format!("{p}: not a file"))),
                 Some(PathKind::Dir) if !abs.is_dir() => return Err(RagError::Invalid(format!("{p}: not a directory"))),
                 _ => {}
-            }
-            if self.restrict && !self.config.allowed_roots.iter().any(|root| within(&abs, root)) {
-                return Err(RagError::Forbidden(if self.config.allowed_roots.is_empty() {
-                    format!("{p}: this admin API is not on loopback and `[index] allowed_roots` is empty")
-                } else {
-                    let roots: Vec<String> =
-                        self.config.allowed_roots.iter().map(|r| r.display().to_string()).collect();
-                    format!("{p}: outside the allowed roots ({})", roots.join(", "))
-                }));
             }
             paths.push(abs);
         }
@@ -610,6 +600,48 @@ impl Service {
             .map_err(|e| RagError::Unavailable(e.to_string()))?;
         Ok(ask::answer(&g, &sources, found.note.as_deref()))
     }
+}
+
+/// The path `p` names, resolved, when it may be indexed: under `roots` when there are roots to
+/// keep to. A path outside them is refused before the file system is asked (from its lexically
+/// normalised form), so the answer is the same whether it exists or not; then again once
+/// resolved, so a link inside a root does not lead out of it.
+fn resolve(p: &str, roots: Option<&[PathBuf]>) -> Result<PathBuf, RagError> {
+    let outside = |roots: &[PathBuf]| {
+        RagError::Forbidden(if roots.is_empty() {
+            format!("{p}: this admin API is not on loopback and `[index] allowed_roots` is empty")
+        } else {
+            let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            format!("{p}: outside the allowed roots ({})", roots.join(", "))
+        })
+    };
+    if let Some(roots) = roots {
+        let lexical = lexically_absolute(Path::new(p));
+        if !roots.iter().any(|root| lexical.starts_with(root) || within(&lexical, root)) {
+            return Err(outside(roots));
+        }
+    }
+    let abs = Path::new(p).canonicalize().map_err(|e| RagError::Invalid(format!("{p}: {e}")))?;
+    match roots {
+        Some(roots) if !roots.iter().any(|root| within(&abs, root)) => Err(outside(roots)),
+        _ => Ok(abs),
+    }
+}
+
+/// `p` made absolute (from the working directory), with `.` and `..` resolved by name alone.
+fn lexically_absolute(p: &Path) -> PathBuf {
+    let joined = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether `path` (absolute, resolved) is `root` or inside it.
@@ -685,5 +717,38 @@ impl Embed for Prepared<'_> {
             [t] if *t == self.query => self.vector.clone().map(|v| vec![v]),
             _ => self.model.embed(texts),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_outside_the_roots_is_refused_alike_whether_it_exists_or_not() {
+        let root = std::env::temp_dir().join("mindfleet-index-root");
+        let roots = [root.clone()];
+        let refusal = |p: &str| match resolve(p, Some(&roots)) {
+            Err(RagError::Forbidden(m)) => m.replacen(p, "PATH", 1),
+            r => panic!("{p}: {r:?}"),
+        };
+        let existing = refusal("/etc");
+        assert_eq!(refusal("/no/such/path/at/all"), existing);
+        assert_eq!(refusal(&format!("{}/../etc", root.display())), existing);
+        assert!(existing.contains("outside the allowed roots"), "{existing}");
+        // Inside a root, a missing path may be told apart: it is the operator's to see.
+        match resolve(&format!("{}/missing.md", root.display()), Some(&roots)) {
+            Err(RagError::Invalid(m)) => assert!(m.contains("missing.md"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+        // Without roots to keep to (a loopback admin, the CLI), any readable path goes.
+        assert!(resolve("/etc", None).is_ok());
+    }
+
+    #[test]
+    fn lexical_normalisation_resolves_dots_by_name() {
+        assert_eq!(lexically_absolute(Path::new("/a/b/../c/./d")), PathBuf::from("/a/c/d"));
+        assert_eq!(lexically_absolute(Path::new("/../../etc")), PathBuf::from("/etc"));
+        assert!(lexically_absolute(Path::new("x")).is_absolute());
     }
 }

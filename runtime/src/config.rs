@@ -114,13 +114,17 @@ struct RawFleet {
     brain: Option<Spanned<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAdmin {
     addr: Option<Spanned<String>>,
     token: Option<String>,
     max_body_bytes: Option<Spanned<i64>>,
     faults: Option<bool>,
+    allowed_hosts: Option<Vec<Spanned<String>>>,
+    header_timeout_secs: Option<Spanned<f64>>,
+    idle_timeout_secs: Option<Spanned<f64>>,
+    max_connections: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -442,6 +446,24 @@ pub struct AdminConfig {
     pub max_body_bytes: usize,
     /// Allow fault injection through the admin (tests, chaos drills).
     pub faults: bool,
+    /// Host names, lowercase, that `Host` and `Origin` may name besides the loopback literals.
+    pub allowed_hosts: Vec<String>,
+    /// How long a client may take to send a request's head, from its connection or its first
+    /// byte.
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// Most connections served at once; more are accepted and closed at once.
+    pub max_connections: usize,
+}
+
+impl AdminConfig {
+    pub const DEFAULT_HEADER_TIMEOUT_SECS: f64 = 10.0;
+    pub const DEFAULT_IDLE_TIMEOUT_SECS: f64 = 60.0;
+    /// Half the usual soft limit of 1024 open files: the API cannot take the descriptors the
+    /// database, the models and the cluster's links need, and it is far more than an operator,
+    /// a few dashboards and the injecting clients hold.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 }
 
 #[derive(Debug, Clone)]
@@ -927,27 +949,52 @@ impl FleetConfig {
             None => BrainKind::Rules,
         };
 
-        let admin = match raw.admin {
-            None => AdminConfig {
-                addr: "127.0.0.1:7878".parse().expect("literal address"),
-                token: None,
-                max_body_bytes: 64 * 1024,
-                faults: false,
-            },
-            Some(a) => {
-                let addr = match &a.addr {
-                    None => "127.0.0.1:7878".parse().expect("literal address"),
-                    Some(s) => s
-                        .get_ref()
-                        .parse::<SocketAddr>()
-                        .map_err(|e| cx.err_at(s.span(), format!("`addr` = {:?}: {e}", s.get_ref())))?,
-                };
-                AdminConfig {
-                    addr,
-                    token: a.token.filter(|t| !t.is_empty()),
-                    max_body_bytes: cx.int(&a.max_body_bytes, "max_body_bytes", 256..=(64 << 20), 64 * 1024)? as usize,
-                    faults: a.faults.unwrap_or(false),
+        let admin = {
+            let a = raw.admin.unwrap_or_default();
+            let addr = match &a.addr {
+                None => "127.0.0.1:7878".parse().expect("literal address"),
+                Some(s) => s
+                    .get_ref()
+                    .parse::<SocketAddr>()
+                    .map_err(|e| cx.err_at(s.span(), format!("`addr` = {:?}: {e}", s.get_ref())))?,
+            };
+            let mut allowed_hosts = Vec::new();
+            for h in a.allowed_hosts.unwrap_or_default() {
+                if !valid_host_name(h.get_ref()) {
+                    return Err(cx.err_at(
+                        h.span(),
+                        format!(
+                            "`allowed_hosts`: {:?} is not a host name (letters, digits, '-' and '.', no port or scheme)",
+                            h.get_ref()
+                        ),
+                    ));
                 }
+                allowed_hosts.push(h.get_ref().to_ascii_lowercase());
+            }
+            AdminConfig {
+                addr,
+                token: a.token.filter(|t| !t.is_empty()),
+                max_body_bytes: cx.int(&a.max_body_bytes, "max_body_bytes", 256..=(64 << 20), 64 * 1024)? as usize,
+                faults: a.faults.unwrap_or(false),
+                allowed_hosts,
+                header_timeout: Duration::from_secs_f64(cx.float(
+                    &a.header_timeout_secs,
+                    "header_timeout_secs",
+                    0.01..=3600.0,
+                    AdminConfig::DEFAULT_HEADER_TIMEOUT_SECS,
+                )?),
+                idle_timeout: Duration::from_secs_f64(cx.float(
+                    &a.idle_timeout_secs,
+                    "idle_timeout_secs",
+                    0.01..=86_400.0,
+                    AdminConfig::DEFAULT_IDLE_TIMEOUT_SECS,
+                )?),
+                max_connections: cx.int(
+                    &a.max_connections,
+                    "max_connections",
+                    1..=1_000_000,
+                    AdminConfig::DEFAULT_MAX_CONNECTIONS as i64,
+                )? as usize,
             }
         };
 
@@ -1365,6 +1412,14 @@ impl FleetConfig {
     }
 }
 
+/// A DNS name as `[admin] allowed_hosts` takes it: labels of ASCII letters, digits and '-'.
+fn valid_host_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+}
+
 /// Persona and room names: what is safe in URLs, keys and `@mentions`.
 pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
@@ -1381,6 +1436,35 @@ mod tests {
     }
 
     const ONE: &str = "[[persona]]\nname = \"a\"\nrole = \"helper\"\n";
+
+    #[test]
+    fn admin_connection_limits_and_allowed_hosts_have_defaults_and_are_checked() {
+        let a = parse(ONE).unwrap().admin;
+        assert_eq!(
+            (a.header_timeout, a.idle_timeout, a.max_connections, a.allowed_hosts.len()),
+            (Duration::from_secs(10), Duration::from_secs(60), 512, 0)
+        );
+        let a = parse(&format!(
+            "[admin]\nallowed_hosts = [\"Fleet.Internal\"]\nheader_timeout_secs = 2.5\nidle_timeout_secs = 30\n\
+             max_connections = 64\n{ONE}"
+        ))
+        .unwrap()
+        .admin;
+        assert_eq!(
+            (a.header_timeout, a.idle_timeout, a.max_connections, a.allowed_hosts),
+            (Duration::from_millis(2500), Duration::from_secs(30), 64, vec!["fleet.internal".to_string()])
+        );
+        for (bad, key) in [
+            ("allowed_hosts = [\"http://x\"]", "allowed_hosts"),
+            ("allowed_hosts = [\"x:80\"]", "allowed_hosts"),
+            ("header_timeout_secs = 0.0", "header_timeout_secs"),
+            ("idle_timeout_secs = -1.0", "idle_timeout_secs"),
+            ("max_connections = 0", "max_connections"),
+        ] {
+            let e = parse(&format!("[admin]\n{bad}\n{ONE}")).unwrap_err();
+            assert!(e.message.contains(key) && e.line.is_some(), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn embedded_default_is_valid_and_has_four_distinct_personas() {

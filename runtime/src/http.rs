@@ -22,28 +22,40 @@
 //! | `POST /rag/{command}` | the codebase index ([`crate::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
-//! Every route answers 403 to a foreign `Host` (on a loopback address) or `Origin`, and 401
-//! without the bearer token when one is configured (`/health`, the login and the page's style
-//! and script excepted); the
-//! dashboard's cookie counts as the token, and `/` without either answers the login form.
+//! Every route answers 403 to a `Host` (on a loopback address) or `Origin` that is not a
+//! loopback literal or an `[admin] allowed_hosts` name, and 401 without the bearer token when one
+//! is configured (`/health`, the login and the page's style and script excepted); the
+//! dashboard's cookie counts as the token, and `/` without either answers the login form. Every
+//! other error is JSON `{"error", "field"?}`, unknown routes, wrong methods and bad parameters
+//! among them. [`serve`] bounds connections: how many, how long a head may take, how long a
+//! kept-alive connection may idle.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, to_bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ractor::{ActorRef, call_t};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 
 use crate::ai::{AiQuery, parse_window, window_start};
+use crate::config::{AdminConfig, DOMAINS, valid_name};
 use crate::dashboard;
 use crate::embedding::LongText;
 use crate::event::EventInput;
@@ -54,6 +66,9 @@ use crate::model::Verdict;
 use crate::openai;
 use crate::sched::MAX_COST_BUCKETS;
 use crate::time::now_us;
+
+/// The shortest token an admin API off loopback takes (without surrounding blanks).
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// How long a handler waits for the admin actor.
 const ADMIN_CALL_MS: u64 = 10_000;
@@ -77,6 +92,29 @@ pub struct HttpState {
     pub feed: dashboard::Feed,
     /// Whether the storage writer can write (a full disk makes `/health` answer 503).
     pub storage: crate::storage::Health,
+    /// The names `Host` and `Origin` may carry, the timeouts and the connection cap.
+    pub edges: Edges,
+}
+
+/// What connections and the `Host`/`Origin` guard are held to (`[admin]`).
+#[derive(Clone, Debug)]
+pub struct Edges {
+    /// Names besides the loopback literals, lowercase.
+    pub allowed_hosts: Arc<[String]>,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl From<&AdminConfig> for Edges {
+    fn from(a: &AdminConfig) -> Edges {
+        Edges {
+            allowed_hosts: a.allowed_hosts.clone().into(),
+            header_timeout: a.header_timeout,
+            idle_timeout: a.idle_timeout,
+            max_connections: a.max_connections,
+        }
+    }
 }
 
 fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
@@ -122,8 +160,77 @@ pub fn router(state: HttpState) -> Router {
         .route("/rag/{command}", post(post_rag))
         .route("/v1/chat/completions", post(post_chat))
         .route("/v1/models", get(get_models))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    error(StatusCode::NOT_FOUND, format!("no route {:?}", uri.path()), None)
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not a method of {:?}", uri.path()), None)
+}
+
+/// A request the API cannot take: 400 (unless said otherwise) with the JSON every error has,
+/// naming the query parameter, path segment or body field where one is known.
+#[derive(Debug, Clone, PartialEq)]
+struct BadRequest {
+    status: StatusCode,
+    message: String,
+    field: Option<String>,
+}
+
+impl BadRequest {
+    fn new(message: impl Into<String>, field: Option<&str>) -> BadRequest {
+        BadRequest { status: StatusCode::BAD_REQUEST, message: message.into(), field: field.map(str::to_string) }
+    }
+}
+
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        error(self.status, self.message, self.field.as_deref())
+    }
+}
+
+/// The query string as `T`, or the parameter that is wrong and why.
+fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, BadRequest> {
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        match field.as_str() {
+            "" | "." => BadRequest::new(format!("query string: {}", e.inner()), None),
+            f => BadRequest::new(format!("query parameter `{f}`: {}", e.inner()), Some(f)),
+        }
+    })
+}
+
+/// Query parameters, refused with a JSON error that names the one that is wrong (axum's
+/// `Query` answers plain text).
+struct Params<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = BadRequest;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, BadRequest> {
+        parse_query(parts.uri.query().unwrap_or("")).map(Params)
+    }
+}
+
+/// Path segments, refused with a JSON error (axum's `Path` answers plain text).
+struct Segments<T>(T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Segments<T> {
+    type Rejection = BadRequest;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, BadRequest> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(Segments(v)),
+            Err(e) => Err(BadRequest { status: e.status(), message: e.body_text(), field: None }),
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -143,11 +250,38 @@ struct AiParams {
     buckets: Option<u32>,
 }
 
-/// The query a path and its parameters ask, or what is missing.
-fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
-    let need = |v: Option<String>, name: &str| v.ok_or_else(|| format!("`{what}` needs the `{name}` parameter"));
+/// Checks the parameters that name a persona, a room or a domain.
+fn check_names(p: &AiParams) -> Result<(), BadRequest> {
+    for (field, name) in [("persona", &p.persona), ("room", &p.room)] {
+        if let Some(n) = name
+            && !valid_name(n)
+        {
+            return Err(BadRequest::new(
+                format!("`{field}` = {n:?} is not a {field} name (1-64 characters of a-z, 0-9, '-' or '_')"),
+                Some(field),
+            ));
+        }
+    }
+    if let Some(d) = &p.domain
+        && !DOMAINS.contains(&d.as_str())
+    {
+        return Err(BadRequest::new(
+            format!("`domain` = {d:?} is not a domain (known: {})", DOMAINS.join(", ")),
+            Some("domain"),
+        ));
+    }
+    Ok(())
+}
+
+/// The query a path and its parameters ask, or what is missing or wrong.
+fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
+    check_names(&p)?;
+    let need = |v: Option<String>, name: &str| {
+        v.ok_or_else(|| BadRequest::new(format!("`{what}` needs the `{name}` parameter"), Some(name)))
+    };
     let limit = p.limit.unwrap_or(20).clamp(1, 1000);
-    let window = p.since.as_deref().map(parse_window).transpose().map_err(|e| e.to_string())?;
+    let window =
+        p.since.as_deref().map(parse_window).transpose().map_err(|e| BadRequest::new(e.to_string(), Some("since")))?;
     let since_us = window.map(|w| window_start(w, now_us()));
     Ok(match what {
         "state" => AiQuery::State { persona: p.persona },
@@ -165,7 +299,10 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
             since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs(),
             buckets: match p.buckets {
                 Some(b) if !(1..=MAX_COST_BUCKETS).contains(&b) => {
-                    return Err(format!("`buckets` must be within 1..={MAX_COST_BUCKETS}, not {b}"));
+                    return Err(BadRequest::new(
+                        format!("`buckets` must be within 1..={MAX_COST_BUCKETS}, not {b}"),
+                        Some("buckets"),
+                    ));
                 }
                 b => b.unwrap_or(0),
             },
@@ -180,19 +317,32 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, String> {
         "select-for-task" => {
             let priority = p.priority.unwrap_or(0.5);
             if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {
-                return Err(format!("`priority` = {priority} is not a number in 0..=1"));
+                return Err(BadRequest::new(
+                    format!("`priority` = {priority} is not a number in 0..=1"),
+                    Some("priority"),
+                ));
             }
             AiQuery::SelectForTask { domain: need(p.domain, "domain")?, priority, text: p.text.unwrap_or_default() }
         }
-        other => return Err(format!("unknown query {other:?}")),
+        other => {
+            return Err(BadRequest {
+                status: StatusCode::NOT_FOUND,
+                message: format!("unknown query {other:?}"),
+                field: None,
+            });
+        }
     })
 }
 
-async fn get_ai(State(st): State<HttpState>, Path(what): Path<String>, Query(p): Query<AiParams>) -> Response {
+async fn get_ai(
+    State(st): State<HttpState>,
+    Segments(what): Segments<String>,
+    Params(p): Params<AiParams>,
+) -> Response {
     ai(&st, &what, p).await
 }
 
-async fn get_ai_state(State(st): State<HttpState>, Query(p): Query<AiParams>) -> Response {
+async fn get_ai_state(State(st): State<HttpState>, Params(p): Params<AiParams>) -> Response {
     ai(&st, "state", p).await
 }
 
@@ -207,13 +357,13 @@ async fn ai(st: &HttpState, what: &str, p: AiParams) -> Response {
             return error(
                 StatusCode::BAD_REQUEST,
                 format!("`page_size` is for thoughts and decisions, not {other:?}"),
-                None,
+                Some("page_size"),
             );
         }
     };
     let q = match ai_query(what, p) {
         Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e, None),
+        Err(e) => return e.into_response(),
     };
     let mut v = match call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q) {
         Ok(Ok(v)) => v,
@@ -250,7 +400,7 @@ fn rag_error(e: RagError) -> Response {
 
 async fn post_rag(
     State(st): State<HttpState>,
-    Path(command): Path<String>,
+    Segments(command): Segments<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -414,43 +564,373 @@ async fn get_models(State(st): State<HttpState>) -> Response {
     openai::models(st.llm.clone()).await
 }
 
-/// Serves the API until `shutdown` resolves.
+/// Serves the API until `shutdown` resolves, then lets the requests in flight finish.
+///
+/// Each connection is served by hyper under three limits (`[admin]`): at most
+/// `max_connections` at once (one over the cap is accepted and closed at once, so the backlog
+/// does not hold it); a request's head must arrive within `header_timeout` of the connection or
+/// of its first byte; a kept-alive connection may wait `idle_timeout` for its next request.
+/// Both timeouts are kept here, not by hyper's `header_read_timeout`: hyper starts that timer
+/// when it begins waiting for a head, so on a kept-alive connection it would also end the idle
+/// wait at the header timeout.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: HttpState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    let edges = state.edges.clone();
+    serve_router(listener, router(state), edges, shutdown).await
 }
 
-fn host_is_loopback(host: &str) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
+async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    edges: Edges,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(edges.max_connections));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::pin!(shutdown);
+    let mut last_warned: Option<Instant> = None;
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait for some to be freed.
+                    tracing::warn!(error = %e, "admin API: accept failed");
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                    }
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if last_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                tracing::warn!(
+                    %peer,
+                    max_connections = edges.max_connections,
+                    "admin API: connection limit reached, closing new connections (`[admin] max_connections`)"
+                );
+                last_warned = Some(Instant::now());
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(stream, app.clone(), edges.clone(), stop_rx.clone(), slot));
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every connection holds a slot until it ends: all are back once the last one ended.
+    let all = u32::try_from(edges.max_connections).unwrap_or(u32::MAX);
+    let _ = slots.acquire_many(all).await;
+    Ok(())
+}
+
+/// Serves one connection until it ends, times out between requests, or (once `stop` turns
+/// true) has finished its request in flight.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    edges: Edges,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let watch = Arc::new(ConnWatch::new());
+    let app = hyper_util::service::TowerToHyperService::new(app);
+    let in_service = watch.clone();
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let active = Active::new(in_service.clone());
+        let call = hyper::service::Service::call(&app, req);
+        async move {
+            let res = call.await?;
+            Ok::<_, std::convert::Infallible>(res.map(|body| Body::new(Tracked { body, _active: active })))
+        }
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.header_read_timeout(None);
+    let io = hyper_util::rt::TokioIo::new(Watched { stream, watch: watch.clone() });
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        // A change (a request started or ended, a head begun) wakes the loop to read the new
+        // deadline; `notify_one` keeps it for the next wait if the loop is elsewhere.
+        let changed = watch.changed.notified();
+        let deadline = watch.deadline(&edges);
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "admin API connection ended");
+                }
+                return;
+            }
+            () = sleep_until(deadline) => {
+                if watch.deadline(&edges).is_some_and(|(d, _)| d <= Instant::now()) {
+                    let wait = deadline.map_or(Wait::Head, |(_, w)| w);
+                    tracing::debug!(?wait, "admin API connection timed out");
+                    return;
+                }
+            }
+            () = changed => {}
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<(Instant, Wait)>) {
+    match deadline {
+        Some((d, _)) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a connection with no request in flight waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The rest of a request's head (or the first byte of a new connection's).
+    Head,
+    /// The next request on a kept-alive connection.
+    Idle,
+}
+
+/// Where a connection is, for its timeouts: requests in flight, or what it has waited for
+/// since when.
+#[derive(Debug)]
+struct ConnState {
+    in_flight: usize,
+    wait: Wait,
+    since: Instant,
+}
+
+struct ConnWatch {
+    state: Mutex<ConnState>,
+    changed: Notify,
+}
+
+impl ConnWatch {
+    fn new() -> ConnWatch {
+        ConnWatch {
+            state: Mutex::new(ConnState { in_flight: 0, wait: Wait::Head, since: Instant::now() }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ConnState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// When the connection times out, if nothing arrives; none while a request is in flight.
+    fn deadline(&self, edges: &Edges) -> Option<(Instant, Wait)> {
+        let s = self.lock();
+        let limit = match s.wait {
+            Wait::Head => edges.header_timeout,
+            Wait::Idle => edges.idle_timeout,
+        };
+        (s.in_flight == 0).then_some((s.since + limit, s.wait))
+    }
+
+    /// Bytes arrived: on an idle connection they start a request's head.
+    fn read(&self) {
+        let mut s = self.lock();
+        if s.in_flight == 0 && s.wait == Wait::Idle {
+            s.wait = Wait::Head;
+            s.since = Instant::now();
+            drop(s);
+            self.changed.notify_one();
+        }
+    }
+
+    fn started(&self) {
+        self.lock().in_flight += 1;
+        self.changed.notify_one();
+    }
+
+    fn finished(&self) {
+        let mut s = self.lock();
+        s.in_flight = s.in_flight.saturating_sub(1);
+        if s.in_flight == 0 {
+            s.wait = Wait::Idle;
+            s.since = Instant::now();
+        }
+        drop(s);
+        self.changed.notify_one();
+    }
+}
+
+/// A request in flight, from its head until its response's body is written (or dropped).
+struct Active(Arc<ConnWatch>);
+
+impl Active {
+    fn new(watch: Arc<ConnWatch>) -> Active {
+        watch.started();
+        Active(watch)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
+}
+
+/// A response body that keeps its request in flight until hyper has written or dropped it.
+struct Tracked {
+    body: Body,
+    _active: Active,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The connection's socket, telling its [`ConnWatch`] when bytes arrive.
+struct Watched {
+    stream: tokio::net::TcpStream,
+    watch: Arc<ConnWatch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.watch.read();
+        }
+        res
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// The host of an authority (`host[:port]`), lowercase, if it is well-formed: a bracketed IPv6
+/// address or a name of letters, digits, `-`, `_` and `.`, then an optional port of digits.
+fn authority_host(authority: &str) -> Option<String> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (inside, _) = rest.split_once(']')?;
+            inside.parse::<Ipv6Addr>().ok()?;
+            authority.split_at(inside.len() + 2)
+        }
+        None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
     };
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]") || name.starts_with("127.")
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|d| d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit()));
+    let name_ok =
+        host.starts_with('[') || host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    (!host.is_empty() && name_ok && port_ok).then(|| host.to_ascii_lowercase())
+}
+
+/// Whether `host` (lowercase, from [`authority_host`]) is a loopback literal: `localhost`, an
+/// IPv4 address in 127.0.0.0/8 or `[::1]`. A name that only starts like one is not.
+fn is_loopback_literal(host: &str) -> bool {
+    host == "localhost"
+        || host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+        || host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .and_then(|h| h.parse::<Ipv6Addr>().ok())
+            .is_some_and(|ip| ip.is_loopback())
+}
+
+/// Whether an authority names this loopback API: a loopback literal or a configured name.
+fn host_allowed(authority: &str, allowed: &[String]) -> bool {
+    authority_host(authority).is_some_and(|h| is_loopback_literal(&h) || allowed.contains(&h))
+}
+
+/// The authority of an `Origin` (`scheme://host[:port]`, http or https). An origin sent with
+/// a path is judged by its authority alone; `null` and other schemes have none.
+fn origin_authority(origin: &str) -> Option<&str> {
+    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"))?;
+    rest.split(['/', '?', '#']).next().filter(|a| !a.is_empty())
+}
+
+/// Whether the `Host` and `Origin` headers may drive this API; the refusal otherwise. On
+/// loopback `Host` must name it (a DNS-rebinding page's requests carry its own name); `Origin`,
+/// when present, must name it too (on loopback) or be the `Host` (off loopback, where the token
+/// guards the API). A header that is not ASCII is refused, never skipped.
+fn check_host_and_origin(headers: &HeaderMap, loopback: bool, allowed: &[String]) -> Result<(), BadRequest> {
+    let refuse = |message: String, field: &str| BadRequest {
+        status: StatusCode::FORBIDDEN,
+        message,
+        field: Some(field.to_string()),
+    };
+    let host = match headers.get(header::HOST).map(|h| h.to_str()) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(_)) => return Err(refuse("the Host header is not ASCII".into(), "Host")),
+    };
+    if let Some(h) = host
+        && !loopback
+        && authority_host(h).is_none()
+    {
+        return Err(refuse(format!("Host {h:?} is not host[:port]"), "Host"));
+    }
+    if loopback && !host.is_some_and(|h| host_allowed(h, allowed)) {
+        return Err(refuse(format!("Host {:?} is not a name of this loopback admin API", host.unwrap_or("")), "Host"));
+    }
+    let origin = match headers.get(header::ORIGIN).map(|h| h.to_str()) {
+        None => return Ok(()),
+        Some(Ok(o)) => o,
+        Some(Err(_)) => return Err(refuse("the Origin header is not ASCII".into(), "Origin")),
+    };
+    let ok = origin_authority(origin).is_some_and(|a| {
+        if loopback { host_allowed(a, allowed) } else { host.is_some_and(|h| a.eq_ignore_ascii_case(h)) }
+    });
+    if ok { Ok(()) } else { Err(refuse(format!("Origin {origin:?} may not drive this admin API"), "Origin")) }
 }
 
 /// DNS-rebinding and cross-site guard, then the bearer token.
 async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    if st.local.ip().is_loopback() {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-        if !host_is_loopback(host) {
-            return error(StatusCode::FORBIDDEN, format!("Host {host:?} is not this loopback admin API"), None);
-        }
-    }
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
-        let ok = origin.strip_prefix("http://").is_some_and(|rest| {
-            if st.local.ip().is_loopback() {
-                host_is_loopback(rest)
-            } else {
-                rest == headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("-")
-            }
-        });
-        if !ok {
-            return error(StatusCode::FORBIDDEN, format!("Origin {origin:?} may not drive this admin API"), None);
-        }
+    if let Err(e) = check_host_and_origin(headers, st.local.ip().is_loopback(), &st.edges.allowed_hosts) {
+        return e.into_response();
     }
     let path = req.uri().path();
     // Open without the token: health, the dashboard's login and its (static) style and script.
@@ -469,9 +949,12 @@ async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Respons
     next.run(req).await
 }
 
-/// Compares in constant time in the token's length.
+/// Compares in constant time: the SHA-256 digests of both, folded byte by byte, so neither
+/// the first difference nor the token's length shows in the time taken.
 fn same_token(given: &str, token: &str) -> bool {
-    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    use sha2::{Digest, Sha256};
+    let (a, b) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
+    std::hint::black_box(a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
@@ -500,7 +983,11 @@ struct Login {
 
 /// The dashboard's login: the right token sets the cookie (HttpOnly, SameSite=Strict, so no
 /// other site's page sends it) and goes to the page; a wrong one gets the form again.
-async fn post_login(State(st): State<HttpState>, axum::Form(login): axum::Form<Login>) -> Response {
+async fn post_login(State(st): State<HttpState>, form: Result<axum::Form<Login>, FormRejection>) -> Response {
+    let login = match form {
+        Ok(axum::Form(l)) => l,
+        Err(e) => return error(e.status(), e.body_text(), Some("token")),
+    };
     let to_page = [(header::LOCATION, "/".to_string())];
     match &st.token {
         None => (StatusCode::SEE_OTHER, to_page).into_response(),
@@ -523,8 +1010,48 @@ async fn read_body(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<St
     if declared.is_some_and(|len| len > st.max_body) {
         return Err(too_big());
     }
-    let bytes = to_bytes(body, st.max_body).await.map_err(|_| too_big())?;
+    let bytes = match to_bytes(body, st.max_body).await {
+        Ok(b) => b,
+        Err(e) => {
+            return Err(match body_error(&e) {
+                BodyError::TooLarge => too_big(),
+                BodyError::Malformed(why) => error(StatusCode::BAD_REQUEST, why, None),
+            });
+        }
+    };
     String::from_utf8(bytes.to_vec()).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8", None))
+}
+
+/// Why a body could not be read.
+#[derive(Debug, PartialEq)]
+enum BodyError {
+    /// Over the limit (413).
+    TooLarge,
+    /// Cut short or badly framed (400), and how.
+    Malformed(String),
+}
+
+/// Tells a body over the limit (`LengthLimitError`, somewhere in the chain) from one cut short
+/// (before its `Content-Length` or inside a chunk) or badly framed (a chunk size that is not hex).
+fn body_error(e: &(dyn std::error::Error + 'static)) -> BodyError {
+    let mut cause = Some(e);
+    let mut io_kind = None;
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return BodyError::TooLarge;
+        }
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            io_kind = Some((io.kind(), io.to_string()));
+        }
+        cause = c.source();
+    }
+    BodyError::Malformed(match io_kind {
+        Some((std::io::ErrorKind::UnexpectedEof, _)) => {
+            "body ended before its declared length (Content-Length or chunk size)".to_string()
+        }
+        Some((_, why)) => format!("malformed body: {why}"),
+        None => format!("cannot read the body: {e}"),
+    })
 }
 
 async fn post_event(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
@@ -560,11 +1087,16 @@ async fn dump(st: &HttpState, persona: Option<String>) -> Response {
     }
 }
 
-async fn get_dump(State(st): State<HttpState>, Query(q): Query<DumpQuery>) -> Response {
+async fn get_dump(State(st): State<HttpState>, Params(q): Params<DumpQuery>) -> Response {
+    if let Some(p) = &q.persona
+        && !valid_name(p)
+    {
+        return error(StatusCode::BAD_REQUEST, format!("`persona` = {p:?} is not a persona name"), Some("persona"));
+    }
     dump(&st, q.persona).await
 }
 
-async fn get_persona(State(st): State<HttpState>, Path(name): Path<String>) -> Response {
+async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Response {
     match call_t!(
         st.admin,
         |reply| AdminMsg::Dump { persona: Some(name), depth: DumpDepth::Full, reply },
@@ -584,7 +1116,7 @@ async fn get_page(State(st): State<HttpState>) -> Response {
     }
 }
 
-async fn get_panel(State(st): State<HttpState>, Path(name): Path<String>) -> Response {
+async fn get_panel(State(st): State<HttpState>, Segments(name): Segments<String>) -> Response {
     match dashboard::panel(&st.admin, name.clone()).await {
         Ok(Some(html)) => axum::response::Html(html).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no persona {name:?}"), None),
@@ -602,8 +1134,8 @@ struct ListParams {
 
 async fn get_panel_list(
     State(st): State<HttpState>,
-    Path((name, list)): Path<(String, String)>,
-    Query(q): Query<ListParams>,
+    Segments((name, list)): Segments<(String, String)>,
+    Params(q): Params<ListParams>,
 ) -> Response {
     let Some(which) = dashboard::List::parse(&list) else {
         return error(StatusCode::NOT_FOUND, format!("no panel list {list:?} (known: decisions, memory)"), None);
@@ -626,7 +1158,7 @@ async fn get_dashboard_events(State(st): State<HttpState>) -> Response {
     dashboard::events(st.feed.subscribe(&st.admin, st.ready.clone())).into_response()
 }
 
-async fn get_asset(Path(asset): Path<String>) -> Response {
+async fn get_asset(Segments(asset): Segments<String>) -> Response {
     let (body, kind) = match asset.as_str() {
         "dashboard.js" => (dashboard::SCRIPT, "text/javascript; charset=utf-8"),
         "dashboard.css" => (dashboard::STYLE, "text/css; charset=utf-8"),
@@ -672,15 +1204,123 @@ async fn post_fault(State(st): State<HttpState>, headers: HeaderMap, body: Body)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+    use proptest::prelude::*;
+
+    fn headers(pairs: &[(header::HeaderName, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(k.clone(), HeaderValue::from_bytes(v).unwrap());
+        }
+        h
+    }
+
+    fn refused_field(h: &HeaderMap, loopback: bool) -> Option<String> {
+        check_host_and_origin(h, loopback, &["fleet.internal".to_string()]).err().map(|e| {
+            assert_eq!(e.status, StatusCode::FORBIDDEN);
+            e.field.unwrap()
+        })
+    }
 
     #[test]
-    fn loopback_hosts() {
-        for h in ["localhost", "localhost:7878", "127.0.0.1:7878", "[::1]:7878", "127.0.0.2"] {
-            assert!(host_is_loopback(h), "{h}");
+    fn loopback_literals_and_configured_names_are_hosts_of_a_loopback_api() {
+        let allowed = ["fleet.internal".to_string()];
+        for h in [
+            "localhost",
+            "localhost:7878",
+            "LOCALHOST",
+            "LocalHost:7878",
+            "127.0.0.1:7878",
+            "127.0.0.2",
+            "127.255.255.254:1",
+            "[::1]:7878",
+            "[::1]",
+            "[0:0:0:0:0:0:0:1]:80",
+            "fleet.internal:7878",
+            "FLEET.internal",
+        ] {
+            assert!(host_allowed(h, &allowed), "{h}");
         }
-        for h in ["evil.example:7878", "localhost.evil.example", "10.0.0.1:7878", ""] {
-            assert!(!host_is_loopback(h), "{h}");
+    }
+
+    #[test]
+    fn a_host_that_only_starts_with_127_is_refused() {
+        for h in [
+            "127.attacker.example:7878",
+            "127.attacker.example",
+            "127.0.0.1.attacker.example",
+            "127.0.0.1.attacker.example:7878",
+            "127.1",
+            "127.0.0.256",
+            "localhost.attacker.example",
+            "evil.example:7878",
+            "10.0.0.1:7878",
+            "[::2]:7878",
+            "[::1",
+            "::1",
+            "localhost:78x",
+            "localhost:7878:1",
+            "user@localhost",
+            "local host",
+            "localhost\t",
+            "",
+        ] {
+            assert!(!host_allowed(h, &[]), "{h}");
         }
+    }
+
+    #[test]
+    fn an_origin_that_only_starts_with_a_loopback_address_is_refused() {
+        let bad = |origin: &[u8]| headers(&[(header::HOST, b"127.0.0.1:7878"), (header::ORIGIN, origin)]);
+        for o in [
+            &b"http://127.0.0.1.attacker.example"[..],
+            b"http://127.0.0.1.attacker.example:7878",
+            b"http://127.attacker.example:7878",
+            b"http://localhost@attacker.example",
+            b"null",
+            b"ftp://127.0.0.1",
+            b"http://",
+            b"http:///127.0.0.1",
+        ] {
+            assert_eq!(refused_field(&bad(o), true).as_deref(), Some("Origin"), "{}", String::from_utf8_lossy(o));
+        }
+        let host = |h: &[u8]| headers(&[(header::HOST, h)]);
+        assert_eq!(refused_field(&host(b"127.attacker.example:7878"), true).as_deref(), Some("Host"));
+        assert_eq!(refused_field(&HeaderMap::new(), true).as_deref(), Some("Host"));
+    }
+
+    #[test]
+    fn a_non_ascii_origin_or_host_is_refused_not_skipped() {
+        let h = headers(&[(header::HOST, b"127.0.0.1:7878"), (header::ORIGIN, b"http://\xc3\xa9vil.example")]);
+        assert_eq!(refused_field(&h, true).as_deref(), Some("Origin"));
+        assert_eq!(refused_field(&h, false).as_deref(), Some("Origin"));
+        let h = headers(&[(header::HOST, b"\xc3\xa9vil.example")]);
+        assert_eq!(refused_field(&h, true).as_deref(), Some("Host"));
+        assert_eq!(refused_field(&h, false).as_deref(), Some("Host"));
+        // Off loopback too, a Host that is not host[:port] is refused.
+        for bad in [&b"a b"[..], b"10.1.2.3:port", b"[::1"] {
+            let h = headers(&[(header::HOST, bad)]);
+            assert_eq!(refused_field(&h, false).as_deref(), Some("Host"), "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(refused_field(&headers(&[(header::HOST, b"fleet.example.org:7878")]), false), None);
+    }
+
+    #[test]
+    fn https_origins_and_origins_with_a_path_are_judged_by_their_authority() {
+        let ok = |origin: &[u8], loopback: bool| {
+            let h = headers(&[(header::HOST, b"10.1.2.3:7878"), (header::ORIGIN, origin)]);
+            let h = if loopback { headers(&[(header::HOST, b"localhost:7878"), (header::ORIGIN, origin)]) } else { h };
+            refused_field(&h, loopback).is_none()
+        };
+        assert!(ok(b"https://localhost:7878", true));
+        assert!(ok(b"http://127.0.0.1:7878/dashboard?x#y", true));
+        assert!(ok(b"https://fleet.internal", true));
+        assert!(!ok(b"https://127.0.0.1.attacker.example/127.0.0.1", true));
+        // Off loopback, the origin must be the Host it was sent to.
+        assert!(ok(b"http://10.1.2.3:7878", false));
+        assert!(ok(b"https://10.1.2.3:7878/", false));
+        assert!(!ok(b"http://10.1.2.3:7879", false));
+        assert!(!ok(b"http://localhost:7878", false));
     }
 
     #[test]
@@ -689,6 +1329,225 @@ mod tests {
         h.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
         assert!(bearer_matches(&h, "s3cret"));
         assert!(!bearer_matches(&h, "s3cre"));
+        assert!(!bearer_matches(&h, "s3cret!"));
         assert!(!bearer_matches(&HeaderMap::new(), "s3cret"));
+    }
+
+    #[test]
+    fn tokens_of_other_lengths_are_compared_over_their_digests() {
+        // Equal digests only for equal tokens; a prefix or an extension is another token.
+        assert!(same_token("a-long-enough-token", "a-long-enough-token"));
+        for given in ["", "a", "a-long-enough-toke", "a-long-enough-token-", "A-long-enough-token"] {
+            assert!(!same_token(given, "a-long-enough-token"), "{given}");
+        }
+    }
+
+    #[test]
+    fn a_bad_query_parameter_is_named_in_a_json_error() {
+        let e = parse_query::<AiParams>("persona=x&limit=abc").err().unwrap();
+        assert_eq!((e.status, e.field.as_deref()), (StatusCode::BAD_REQUEST, Some("limit")), "{e:?}");
+        assert!(e.message.contains("limit"), "{e:?}");
+        let e = parse_query::<AiParams>("verdict=maybe").err().unwrap();
+        assert_eq!(e.field.as_deref(), Some("verdict"), "{e:?}");
+        let e = parse_query::<AiParams>("priority=high").err().unwrap();
+        assert_eq!(e.field.as_deref(), Some("priority"), "{e:?}");
+        let p = parse_query::<AiParams>("persona=ada&limit=5&since=1h&unknown=1").unwrap();
+        assert_eq!((p.persona.as_deref(), p.limit, p.since.as_deref()), (Some("ada"), Some(5), Some("1h")));
+    }
+
+    #[test]
+    fn a_domain_that_is_not_a_name_is_refused_by_select_for_task() {
+        for q in ["domain=%00", "domain=chat%00", "domain=nope", "domain="] {
+            let e = ai_query("select-for-task", parse_query(q).unwrap()).err().unwrap();
+            assert_eq!(e.field.as_deref(), Some("domain"), "{q}: {e:?}");
+        }
+        assert!(ai_query("select-for-task", parse_query("domain=chat").unwrap()).is_ok());
+        for (q, field) in [("persona=A", "persona"), ("persona=a%0Ab", "persona"), ("room=a/b", "room")] {
+            let e = ai_query("recall", parse_query(&format!("{q}&text=x")).unwrap()).err().unwrap();
+            assert_eq!(e.field.as_deref(), Some(field), "{q}: {e:?}");
+        }
+        let e = ai_query("thoughts", AiParams::default()).err().unwrap();
+        assert_eq!(e.field.as_deref(), Some("persona"), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_told_from_one_over_the_limit() {
+        let e = to_bytes(Body::from("x".repeat(100)), 10).await.unwrap_err();
+        assert_eq!(body_error(&e), BodyError::TooLarge);
+        let cut = futures::stream::iter([
+            Ok::<_, std::io::Error>(Bytes::from_static(b"{\"a\"")),
+            Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "incomplete body")),
+        ]);
+        let e = to_bytes(Body::from_stream(cut), 1000).await.unwrap_err();
+        match body_error(&e) {
+            BodyError::Malformed(m) => assert!(m.contains("ended before its declared length"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let bad = futures::stream::iter([Err::<Bytes, _>(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "Invalid chunk size line: Invalid Size",
+        ))]);
+        let e = to_bytes(Body::from_stream(bad), 1000).await.unwrap_err();
+        match body_error(&e) {
+            BodyError::Malformed(m) => assert!(m.contains("Invalid chunk size"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_graceful_shutdown_lets_the_request_in_flight_finish_and_closes_idle_connections() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let release = Arc::new(Mutex::new(Some(release_rx)));
+        let app = Router::new().route(
+            "/slow",
+            get(move || {
+                let rx = release.lock().unwrap().take();
+                let _ = started_tx.send(());
+                async move {
+                    if let Some(rx) = rx {
+                        let _ = rx.await;
+                    }
+                    "done"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let edges = Edges {
+            allowed_hosts: Arc::new([]),
+            header_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 8,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_router(listener, app, edges, async {
+            let _ = stop_rx.await;
+        }));
+        let request = b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        // An idle kept-alive connection, and one whose request is in flight.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut busy = tokio::net::TcpStream::connect(addr).await.unwrap();
+        busy.write_all(request).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        tokio::time::timeout(Duration::from_secs(30), started.recv()).await.unwrap().unwrap();
+        stop_tx.send(()).unwrap();
+        // The idle one is closed; no new connection is taken.
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(30), idle.read(&mut buf)).await.unwrap().unwrap_or(0);
+        assert_eq!(n, 0);
+        loop {
+            match tokio::net::TcpStream::connect(addr).await {
+                Err(_) => break,
+                Ok(_) => assert!(Instant::now() < deadline, "still accepting after shutdown"),
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(!server.is_finished(), "returned with a request in flight");
+        release_tx.send(()).unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), busy.read_to_end(&mut answer)).await.unwrap().unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("done"), "{answer}");
+        tokio::time::timeout(Duration::from_secs(30), server).await.unwrap().unwrap().unwrap();
+    }
+
+    const QUERIES: &[&str] = &[
+        "state",
+        "thoughts",
+        "decisions",
+        "plan",
+        "plan-history",
+        "learnings",
+        "recoveries",
+        "memory",
+        "health",
+        "availability",
+        "activity-map",
+        "cost",
+        "recall",
+        "select-for-task",
+        "nope",
+    ];
+    const KEYS: &[&str] =
+        &["persona", "domain", "verdict", "priority", "text", "room", "limit", "since", "page_size", "buckets"];
+
+    /// Values as clients send them: edge numbers, names, and anything at all.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("NaN".to_string()),
+            Just("inf".to_string()),
+            Just("-0".to_string()),
+            Just("1e309".to_string()),
+            Just(u64::MAX.to_string()),
+            Just(format!("{}0", u128::MAX)),
+            Just("-1".to_string()),
+            Just("0".to_string()),
+            Just("chat".to_string()),
+            Just("engage".to_string()),
+            Just("18446744073709551615d".to_string()),
+            "[a-z0-9_-]{1,70}",
+            "[0-9]{1,25}[smhd]?",
+            any::<String>(),
+        ]
+    }
+
+    /// `ai_query` on what a query string parsed into: a valid query or a clear error.
+    fn check_query(what: &str, query: &str) {
+        let Ok(p) = parse_query::<AiParams>(query) else { return };
+        let (persona, domain, room) = (p.persona.clone(), p.domain.clone(), p.room.clone());
+        match ai_query(what, p) {
+            Ok(q) => {
+                assert!(persona.as_deref().is_none_or(valid_name), "{query}");
+                assert!(room.as_deref().is_none_or(valid_name), "{query}");
+                assert!(domain.as_deref().is_none_or(|d| DOMAINS.contains(&d)), "{query}");
+                match q {
+                    AiQuery::SelectForTask { priority, .. } => assert!((0.0..=1.0).contains(&priority)),
+                    AiQuery::Cost { buckets, .. } => assert!(buckets <= MAX_COST_BUCKETS),
+                    AiQuery::PlanHistory { limit, .. } | AiQuery::Recoveries { limit, .. } => {
+                        assert!((1..=1000).contains(&limit))
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                assert!(!e.message.is_empty() && !e.message.ends_with('.'), "{e:?}");
+                if let Some(f) = &e.field {
+                    assert!(KEYS.contains(&f.as_str()), "{e:?}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ai_parameters_give_a_query_or_a_clear_error(
+            what in proptest::sample::select(QUERIES),
+            pairs in proptest::collection::vec((proptest::sample::select(KEYS), value()), 0..6),
+        ) {
+            let query: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish();
+            check_query(what, &query);
+        }
+
+        #[test]
+        fn any_query_string_parses_or_is_refused_with_a_clear_error(
+            what in proptest::sample::select(QUERIES),
+            query in any::<String>(),
+        ) {
+            check_query(what, &query);
+            if let Err(e) = parse_query::<AiParams>(&query) {
+                prop_assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            }
+        }
+
+        #[test]
+        fn any_authority_is_allowed_only_as_a_loopback_literal(host in any::<String>()) {
+            if host_allowed(&host, &[]) {
+                let h = authority_host(&host).unwrap();
+                prop_assert!(h == "localhost" || h.parse::<Ipv4Addr>().is_ok() || h.starts_with('['), "{}", host);
+            }
+        }
     }
 }

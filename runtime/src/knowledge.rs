@@ -178,7 +178,7 @@ impl RagRequest {
         fn de<T: serde::de::DeserializeOwned>(command: &str, body: &str) -> Result<T, RagError> {
             serde_json::from_str(body).map_err(|e| RagError::Invalid(format!("{command}: {e}")))
         }
-        Ok(match command {
+        let req = match command {
             "index" => RagRequest::Index(de(command, body)?),
             "search" => RagRequest::Search(de(command, body)?),
             "query" => RagRequest::Query(de(command, body)?),
@@ -193,7 +193,29 @@ impl RagRequest {
                     "unknown rag command {other:?} (known: index, search, query, open, fetch, close, create, create-many, ask)"
                 )));
             }
-        })
+        };
+        req.check(command)?;
+        Ok(req)
+    }
+
+    /// What serde cannot refuse: a number too large for an `f32` reads as infinity.
+    fn check(&self, command: &str) -> Result<(), RagError> {
+        let bad = |field: &str, why: String| Err(RagError::Invalid(format!("{command}: `{field}` {why}")));
+        let embedding_ok = |c: &CreateRequest| c.embedding.as_ref().is_none_or(|v| v.iter().all(|x| x.is_finite()));
+        match self {
+            RagRequest::Search(r) | RagRequest::Query(r) | RagRequest::Open(r) => match r.threshold {
+                Some(t) if !(0.0..=1.0).contains(&t) => bad("threshold", format!("= {t} is not a number in 0..=1")),
+                _ => Ok(()),
+            },
+            RagRequest::Create(c) if !embedding_ok(c) => {
+                bad("embedding", "has a number too large for 32 bits".to_string())
+            }
+            RagRequest::CreateMany(m) => match m.entries.iter().position(|c| !embedding_ok(c)) {
+                Some(i) => bad(&format!("entries[{i}].embedding"), "has a number too large for 32 bits".to_string()),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 
     /// The command's name and its JSON body, as [`RagRequest::parse`] reads them.
@@ -326,5 +348,149 @@ impl Source {
                 score: h.score,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    const COMMANDS: &[&str] =
+        &["index", "search", "query", "open", "fetch", "close", "create", "create-many", "ask", "nope", ""];
+
+    /// The keys the requests take, so that generated bodies reach past the unknown-field check.
+    const KEYS: &[&str] = &[
+        "query",
+        "limit",
+        "lang",
+        "path_prefix",
+        "threshold",
+        "mode",
+        "embed_wait_ms",
+        "question",
+        "max_tokens",
+        "paths",
+        "types",
+        "recursive",
+        "expect",
+        "file_path",
+        "content",
+        "embedding",
+        "entries",
+        "handle",
+        "direction",
+        "offset",
+    ];
+
+    fn number() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!(0)),
+            Just(json!(-1)),
+            Just(json!(i64::MIN)),
+            Just(json!(u64::MAX)),
+            Just(json!(1e39)),
+            Just(json!(-1e39)),
+            Just(json!(f64::MAX)),
+            Just(json!(f64::MIN_POSITIVE)),
+            Just(json!(-0.0)),
+            Just(json!(0.5)),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+        ]
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            number(),
+            any::<String>().prop_map(Value::from),
+            proptest::sample::select(&["hybrid", "vector", "forward", "backward", "file", "dir", "rust"][..])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec((proptest::sample::select(KEYS), inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            ]
+        })
+    }
+
+    /// A clear error, or a request that reads back the same from its own body.
+    fn check(command: &str, body: &str) {
+        match RagRequest::parse(command, body) {
+            Ok(req) => {
+                let (name, value) = req.to_body();
+                assert_eq!(name, command);
+                let again = RagRequest::parse(name, &value.to_string());
+                assert_eq!(again.as_ref(), Ok(&req), "{command} {body}");
+            }
+            Err(e) => {
+                let m = e.to_string();
+                assert!(!m.is_empty() && !m.ends_with('.'), "{m}");
+                assert!(matches!(e, RagError::Invalid(_) | RagError::NotFound(_)), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_threshold_too_large_for_32_bits_is_refused_not_read_as_infinity() {
+        let e = RagRequest::parse("search", r#"{"query": "x", "threshold": 1e39}"#).unwrap_err();
+        assert!(e.to_string().contains("threshold"), "{e}");
+        let e = RagRequest::parse("create", r#"{"file_path": "a", "content": "b", "embedding": [0.5, 1e39]}"#);
+        assert!(e.unwrap_err().to_string().contains("embedding"));
+        let ok = RagRequest::parse("open", r#"{"query": "x", "threshold": 0.25, "limit": 3}"#).unwrap();
+        assert!(matches!(ok, RagRequest::Open(SearchRequest { limit: 3, .. })));
+    }
+
+    #[test]
+    fn cursor_requests_read_their_fields() {
+        let f = RagRequest::parse("fetch", r#"{"handle": "h1", "direction": "backward", "offset": 5}"#).unwrap();
+        let RagRequest::Fetch(f) = f else { panic!("{f:?}") };
+        assert_eq!((f.handle.as_str(), f.direction, f.offset, f.limit), ("h1", Direction::Backward, Some(5), None));
+        for bad in
+            [r#"{"handle": 1}"#, r#"{"handle": "h", "offset": -1}"#, r#"{"handle": "h", "direction": "up"}"#, "[]"]
+        {
+            assert!(matches!(RagRequest::parse("fetch", bad), Err(RagError::Invalid(_))), "{bad}");
+        }
+        assert!(matches!(RagRequest::parse("close", r#"{"handle": "h", "x": 1}"#), Err(RagError::Invalid(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn any_body_gives_a_request_or_a_clear_error(
+            command in proptest::sample::select(COMMANDS),
+            body in any::<String>(),
+        ) {
+            check(command, &body);
+        }
+
+        #[test]
+        fn any_json_value_gives_a_request_or_a_clear_error(
+            command in proptest::sample::select(COMMANDS),
+            body in json_value(),
+        ) {
+            check(command, &body.to_string());
+        }
+
+        #[test]
+        fn cursor_requests_with_edge_values_give_a_request_or_a_clear_error(
+            command in proptest::sample::select(&["open", "fetch", "close"][..]),
+            query in any::<String>(),
+            handle in prop_oneof![any::<String>().prop_map(Value::from), number(), Just(Value::Null)],
+            offset in number(),
+            limit in number(),
+            direction in json_value(),
+        ) {
+            let body = match command {
+                "open" => json!({"query": query, "limit": limit, "threshold": offset}),
+                "fetch" => json!({"handle": handle, "offset": offset, "limit": limit, "direction": direction}),
+                _ => json!({"handle": handle}),
+            };
+            check(command, &body.to_string());
+        }
     }
 }
