@@ -179,9 +179,11 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// A small filesystem of its own for a data dir, unmounted when dropped.
+/// A small filesystem of its own for a data dir, unmounted when dropped; ballast files take
+/// its space and give it back.
 struct SmallDisk {
     dir: tempfile::TempDir,
+    ballast: Vec<std::path::PathBuf>,
 }
 
 impl SmallDisk {
@@ -193,13 +195,32 @@ impl SmallDisk {
             .status()
             .unwrap();
         assert!(ok.success(), "mount a {mb} MiB tmpfs");
-        SmallDisk { dir }
+        SmallDisk { dir, ballast: Vec::new() }
     }
 
-    fn grow(&self, mb: u64) {
-        let ok =
-            Command::new("mount").args(["-o", &format!("remount,size={mb}m")]).arg(self.dir.path()).status().unwrap();
-        assert!(ok.success(), "grow the tmpfs to {mb} MiB");
+    fn free_mb(&self) -> u64 {
+        mindfleet_runtime::storage::disk_of(self.dir.path()).unwrap().free_mb()
+    }
+
+    /// Takes space until `leave_mb` MiB are left (0: until the disk is full).
+    fn fill(&mut self, leave_mb: u64) {
+        use std::io::Write;
+        let path = self.dir.path().join(format!("ballast{}", self.ballast.len()));
+        let mut f = std::fs::File::create(&path).unwrap();
+        self.ballast.push(path);
+        let chunk = vec![0u8; 64 << 10];
+        while self.free_mb() > leave_mb || leave_mb == 0 {
+            if f.write_all(&chunk).and_then(|()| f.flush()).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Gives back the ballast's space.
+    fn free(&mut self) {
+        for p in self.ballast.drain(..) {
+            std::fs::remove_file(p).unwrap();
+        }
     }
 }
 
@@ -223,7 +244,7 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
         eprintln!("needs root to mount a small tmpfs: not run");
         return;
     }
-    let disk = SmallDisk::mount(20);
+    let mut disk = SmallDisk::mount(64);
     let dir = tempfile::tempdir().unwrap();
     let fleet = dir.path().join("fleet.toml");
     std::fs::write(&fleet, fleet_toml(&format!("[conversation]\nenabled = false\n{TRIO}"))).unwrap();
@@ -231,8 +252,9 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
     let (mut child, addr) = spawn_fleet(&fleet, &data);
     let http = reqwest::Client::new();
 
-    // 20 KB events until the disk is full.
-    let big = "x".repeat(20_000);
+    // 30 KB events until the disk is full, a few hundred from 12 MiB free.
+    disk.fill(12);
+    let big = "x".repeat(30_000);
     let mut acked = Vec::new();
     let refusal = loop {
         assert!(acked.len() < 5000, "20 MiB never filled");
@@ -249,6 +271,10 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
             other => panic!("event {id}: {other} {body}"),
         }
     };
+    // The writer retries as soon as 8 MiB are free again, and a growing database can fail with
+    // more than that free: take the rest, so the disk stays full while the test looks at it.
+    disk.fill(0);
+    eprintln!("{} events acknowledged before the disk filled", acked.len());
     let msg = refusal["error"].as_str().unwrap();
     assert!(msg.contains("disk is full") && msg.contains(&data.display().to_string()), "{msg}");
     assert!(msg.contains(&disk.dir.path().display().to_string()), "names the disk: {msg}");
@@ -263,7 +289,7 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
     assert_eq!(http.get(format!("http://{addr}/dump")).send().await.unwrap().status().as_u16(), 200);
 
     // Space returns: the fleet heals without a restart.
-    disk.grow(64);
+    disk.free();
     poll("/health 200 after space returned", || async {
         let r = http.get(format!("http://{addr}/health")).send().await.ok()?;
         (r.status().as_u16() == 200).then_some(())
@@ -277,11 +303,15 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
     .await;
     assert_eq!(status, 200, "{body}");
     acked.push("after".into());
-    poll("every delivery finished", || async {
-        let d: Value = http.get(format!("http://{addr}/dump")).send().await.ok()?.json().await.ok()?;
-        (d["storage"]["pending"] == 0 && d["storage"]["parked"] == 0).then_some(())
-    })
-    .await;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let d: Value = http.get(format!("http://{addr}/dump")).send().await.unwrap().json().await.unwrap();
+        if d["storage"]["pending"] == 0 && d["storage"]["parked"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not every delivery finished: {}", d["storage"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     sigterm(&child);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), Some(0));
 
