@@ -5,7 +5,9 @@
 //!
 //! A round: start the fleet on the round's data dir (the same for every round), inject from
 //! several clients, `kill -9` it a random time (seeded) after the first acknowledgement, start
-//! it again, wait until nothing is pending, stop it with SIGTERM and read every decision from
+//! it again (every third round: kill it once more a random moment after it answers `/health`,
+//! while it works off what the first kill left pending, and start it again), wait until
+//! nothing is pending, stop it with SIGTERM and read every decision from
 //! its storage (the complete journal: the fleet keeps up to `decisions_per_persona`, set here
 //! far above what a run decides). Each event acknowledged (200, `accepted`) was delivered to the
 //! personas its answer names; each of those deliveries must end with exactly one decision
@@ -42,6 +44,8 @@ pub struct Options {
 const DEADLINE: Duration = Duration::from_secs(120);
 /// The kill comes up to this long after the first acknowledgement of a round.
 const KILL_WINDOW_MS: u64 = 800;
+/// A recovery kill comes up to this long after the restarted fleet answers `/health`.
+const RECOVERY_KILL_WINDOW_MS: u64 = 150;
 /// Files of the tree an indexing round indexes (fresh ones each such round).
 const TREE_FILES: usize = 300;
 /// Size of an event's text in the disk-full round.
@@ -464,6 +468,10 @@ fn inject(
 async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value> {
     let indexing = r % 2 == 1;
     let kill_after_ms = rng.below(KILL_WINDOW_MS);
+    // Every third round is killed again while the restarted fleet works off what the first
+    // kill left pending.
+    let recovery_kill_after_ms = rng.below(RECOVERY_KILL_WINDOW_MS);
+    let recovery_kill = r % 3 == 2;
     let mut fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
     fleet.healthy(&ctx.http, DEADLINE).await?;
 
@@ -523,6 +531,25 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
     let mut fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
     fleet.healthy(&ctx.http, DEADLINE).await?;
     let restart_s = killed.elapsed().as_secs_f64();
+    let mut recovery = Value::Null;
+    if recovery_kill {
+        tokio::time::sleep(Duration::from_millis(recovery_kill_after_ms)).await;
+        let pending = match ctx.http.get(fleet.url("/dump")).send().await {
+            Ok(r) => r.json::<Value>().await.map(|d| d["storage"]["pending"].clone()).unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        let killed = Instant::now();
+        fleet.child.kill()?;
+        fleet.child.wait()?;
+        drop(fleet);
+        fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
+        fleet.healthy(&ctx.http, DEADLINE).await?;
+        recovery = json!({
+            "kill_after_ms": recovery_kill_after_ms,
+            "pending_at_kill": pending,
+            "restart_s": round(killed.elapsed().as_secs_f64(), 3),
+        });
+    }
     let idle_s = fleet.idle(&ctx.http, DEADLINE).await.with_context(|| format!("round {r}"))?;
     // The index, cut mid-write, still answers.
     let search_status = match indexing {
@@ -555,6 +582,7 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
         "index_answer": index_answer,
         "search_after_restart": search_status,
         "restart_s": round(restart_s, 3),
+        "recovery_kill": recovery,
         "idle_s": round(idle_s, 3),
         "sigterm_exit": exit,
         "lost_ids": sample(&t.lost),
@@ -827,6 +855,7 @@ pub async fn chaos(opts: Options) -> anyhow::Result<Value> {
         "decided_twice": twice,
         "indexing_rounds": rounds.iter().filter(|r| r["indexing"] == true).count(),
         "killed_while_indexing": rounds.iter().filter(|r| r["indexing_at_kill"] == true).count(),
+        "killed_while_recovering": rounds.iter().filter(|r| r["recovery_kill"]["pending_at_kill"].as_u64() > Some(0)).count(),
         "restart_s": {"p50": round(percentile(&restart, 0.5), 3), "max": round(restart.last().copied().unwrap_or(0.0), 3)},
         "kill_rounds_s": round(kill_s, 1),
         "per_round": rounds,
