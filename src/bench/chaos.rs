@@ -390,7 +390,9 @@ struct Injection {
     acked: Mutex<Acked>,
     /// Requests sent before the kill and never answered.
     in_flight_at_kill: AtomicUsize,
-    /// Answers other than 200 `accepted`, and transport errors before the kill.
+    /// Requests sent after the kill, while the process was dying or gone.
+    sent_after_kill: AtomicUsize,
+    /// Answers other than 200 `accepted`, and transport errors while nothing was killed.
     refused: AtomicUsize,
     /// The first answer other than 200: status and body.
     first_refusal: OnceLock<Value>,
@@ -453,7 +455,8 @@ fn inject(
                         Err(_) => {
                             match state.kill_at.get() {
                                 Some(k) if sent < *k => state.in_flight_at_kill.fetch_add(1, Ordering::Relaxed),
-                                _ => state.refused.fetch_add(1, Ordering::Relaxed),
+                                Some(_) => state.sent_after_kill.fetch_add(1, Ordering::Relaxed),
+                                None => state.refused.fetch_add(1, Ordering::Relaxed),
                             };
                             break;
                         }
@@ -576,8 +579,11 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
         "decided": t.decided,
         "lost": t.lost.len(),
         "decided_twice": t.twice.len(),
+        // Each client injects until the kill cuts it: these two add up to the clients.
         "in_flight_at_kill": state.in_flight_at_kill.load(Ordering::Relaxed),
+        "sent_after_kill": state.sent_after_kill.load(Ordering::Relaxed),
         "refused": state.refused.load(Ordering::Relaxed),
+        "first_refusal": state.first_refusal.get(),
         "indexing_at_kill": indexing_at_kill,
         "index_answer": index_answer,
         "search_after_restart": search_status,
