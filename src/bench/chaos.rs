@@ -684,7 +684,14 @@ async fn disk_full(ctx: &Ctx, root: &Path) -> anyhow::Result<Value> {
     let mount = root.join("tmpfs");
     std::fs::create_dir_all(&mount)?;
     let tmpfs = Tmpfs::mount(&mount, TMPFS_SIZE)?;
-    let result = disk_full_on(ctx, &tmpfs).await;
+    // On Ctrl-C or SIGTERM too, the fleet is killed (dropped with the round) and the tmpfs
+    // unmounted.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let result = tokio::select! {
+        r = disk_full_on(ctx, &tmpfs) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+    };
     drop(tmpfs);
     result
 }
@@ -771,7 +778,18 @@ async fn disk_full_on(ctx: &Ctx, tmpfs: &Tmpfs) -> anyhow::Result<Value> {
     let log_tail = lock(&fleet.log).tail();
     drop(fleet);
     let t = tally(&acked, &stored_decisions(&data).await?);
-    let ok = refused_507 && health_503 && healed && idle.is_ok() && t.lost.is_empty() && t.twice.is_empty();
+    // The refusal names the data dir, and /health says why.
+    let data_dir = data.display().to_string();
+    let names_data_dir = event_answer["body"]["error"].as_str().is_some_and(|e| e.contains(&data_dir));
+    let health_reason = health_answer["body"]["error"].as_str().is_some_and(|e| !e.trim().is_empty());
+    let ok = refused_507
+        && names_data_dir
+        && health_503
+        && health_reason
+        && healed
+        && idle.is_ok()
+        && t.lost.is_empty()
+        && t.twice.is_empty();
     // Whatever it did not decide without a restart: is it decided after one?
     let after_restart = match t.lost.is_empty() {
         true => Value::Null,
@@ -799,8 +817,10 @@ async fn disk_full_on(ctx: &Ctx, tmpfs: &Tmpfs) -> anyhow::Result<Value> {
         "decided_twice": t.twice.len(),
         "first_refusal": state.first_refusal.get(),
         "event_refused_507": refused_507,
+        "refusal_names_data_dir": names_data_dir,
         "event_while_full": event_answer,
         "health_503": health_503,
+        "health_gives_reason": health_reason,
         "health_while_full": health_answer,
         "stderr_bytes_while_full": stderr_while_full,
         "healed": healed,
