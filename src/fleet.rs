@@ -505,14 +505,15 @@ impl Fleet {
             Some(o) => Some(placement(&config, o)?),
             None => None,
         };
+        // The address first: a port in use fails before anything touches the disk.
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| FleetError::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(|source| FleetError::Bind { addr, source })?;
         let lock = lock_data_dir(&config.storage.data_dir)?;
         let storage = Storage::open(&config.storage)?;
         if let Some(c) = &mut placement {
             // Personas that moved since the fleet file placed them.
             c.moved(&config, storage.placements()?);
         }
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| FleetError::Bind { addr, source })?;
-        let local = listener.local_addr().map_err(|source| FleetError::Bind { addr, source })?;
         let config = Arc::new(config);
         let args = FleetArgs {
             config: config.clone(),
@@ -534,6 +535,7 @@ impl Fleet {
             llm,
             index: index.clone(),
             feed: Default::default(),
+            storage: storage.health().clone(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {

@@ -1125,6 +1125,10 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return fail(2, e),
     };
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => return fail(1, format!("signal handlers: {e}")),
+    };
     if cfg.models.pull {
         let m = cfg.models.clone();
         let _ = tokio::task::spawn_blocking(move || pull_missing(&m)).await;
@@ -1168,8 +1172,8 @@ async fn run(args: RunArgs) -> ExitCode {
     let mut signalled = false;
     tokio::select! {
         _ = idle => {}
-        _ = wait_for_signal() => {
-            eprintln!("mindfleet: stopping: draining in-flight work");
+        name = signals.stop() => {
+            eprintln!("mindfleet: {name}: stopping: draining in-flight work");
             signalled = true;
         }
         _ = fleet.stopped() => {
@@ -1228,18 +1232,52 @@ async fn inject_file(fleet: &Fleet, path: &Path) -> Result<(), String> {
     if bad > 0 { Err(format!("{}: {bad} events rejected", path.display())) } else { Ok(()) }
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+/// The signals a running fleet handles, installed before it starts so that none of them ends
+/// the process without draining: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it gracefully (drain,
+/// then exit 0); SIGUSR1 and SIGUSR2 are logged and otherwise ignored.
+struct Signals {
+    stop: Vec<(&'static str, tokio::signal::unix::Signal)>,
+    ignored: Vec<(&'static str, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let on = |kinds: &[(&'static str, SignalKind)]| -> std::io::Result<Vec<_>> {
+            kinds.iter().map(|(name, kind)| Ok((*name, signal(*kind)?))).collect()
+        };
+        Ok(Signals {
+            stop: on(&[
+                ("SIGINT", SignalKind::interrupt()),
+                ("SIGTERM", SignalKind::terminate()),
+                ("SIGHUP", SignalKind::hangup()),
+                ("SIGQUIT", SignalKind::quit()),
+            ])?,
+            ignored: on(&[("SIGUSR1", SignalKind::user_defined1()), ("SIGUSR2", SignalKind::user_defined2())])?,
+        })
+    }
+
+    /// Waits for a signal that stops the fleet, and names it.
+    async fn stop(&mut self) -> &'static str {
+        loop {
+            let stop = futures::future::select_all(self.stop.iter_mut().map(|(n, s)| {
+                Box::pin(async move {
+                    s.recv().await;
+                    *n
+                })
+            }));
+            let ignored = futures::future::select_all(self.ignored.iter_mut().map(|(n, s)| {
+                Box::pin(async move {
+                    s.recv().await;
+                    *n
+                })
+            }));
+            tokio::select! {
+                (name, _, _) = stop => return name,
+                (name, _, _) = ignored => eprintln!("mindfleet: {name} ignored (SIGTERM, SIGINT, SIGHUP or SIGQUIT stop the fleet)"),
+            }
         }
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn inject(a: InjectArgs) -> ExitCode {

@@ -34,6 +34,29 @@ fn wrong_type() {
 }
 
 #[test]
+fn a_type_error_names_the_key_with_its_table() {
+    let (code, msg) = check(&format!("{OK}[[persona]]\nname = \"b\"\nrole = \"r\"\ninbox_capacity = 0.0\n"));
+    assert_eq!(code, 2);
+    assert!(
+        msg.contains("fleet.toml:8:18: `persona[1].inbox_capacity`: invalid type: floating point `0.0`, expected i64"),
+        "{msg}"
+    );
+    let (code, msg) = check(&format!("[storage]\nmax_pending = \"all\"\n{OK}"));
+    assert_eq!(code, 2);
+    assert!(msg.contains("fleet.toml:2:15: `storage.max_pending`: invalid type"), "{msg}");
+}
+
+#[test]
+fn check_of_dev_zero_stops_at_the_size_limit() {
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(["check", "/dev/zero"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("/dev/zero: the fleet file is larger than the limit of 4 MiB"), "{msg}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[test]
 fn out_of_range() {
     let (code, msg) = check(&format!("[supervision]\nmax_restarts = -1\n{OK}"));
     assert_eq!(code, 2);

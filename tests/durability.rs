@@ -173,3 +173,199 @@ fn run_with_an_events_file_until_idle_writes_the_final_dump() {
     let replies: Vec<&Value> = d["outbox"].as_array().unwrap().iter().filter(|o| o["in_reply_to"] == "e1").collect();
     assert!(replies.iter().any(|o| o["persona"] == "reviewer"), "{replies:?}");
 }
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A small filesystem of its own for a data dir, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(mb: u64) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount a {mb} MiB tmpfs");
+        SmallDisk { dir }
+    }
+
+    fn grow(&self, mb: u64) {
+        let ok =
+            Command::new("mount").args(["-o", &format!("remount,size={mb}m")]).arg(self.dir.path()).status().unwrap();
+        assert!(ok.success(), "grow the tmpfs to {mb} MiB");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Posts one event; its status and body.
+async fn post_event(http: &reqwest::Client, addr: &str, body: Value) -> (u16, Value) {
+    let r = http.post(format!("http://{addr}/events")).json(&body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// Regression: a full disk left every request answered 503 "channel is closed", `/health` 200,
+/// the writer logging in a tight loop, and only a restart helped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_event() {
+    if !is_root() {
+        eprintln!("needs root to mount a small tmpfs: not run");
+        return;
+    }
+    let disk = SmallDisk::mount(20);
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.toml");
+    std::fs::write(&fleet, fleet_toml(&format!("[conversation]\nenabled = false\n{TRIO}"))).unwrap();
+    let data = disk.dir.path().join("data");
+    let (mut child, addr) = spawn_fleet(&fleet, &data);
+    let http = reqwest::Client::new();
+
+    // 20 KB events until the disk is full.
+    let big = "x".repeat(20_000);
+    let mut acked = Vec::new();
+    let refusal = loop {
+        assert!(acked.len() < 5000, "20 MiB never filled");
+        let id = format!("e{}", acked.len());
+        let (status, body) = post_event(
+            &http,
+            &addr,
+            json!({"id": id, "domain": "chat", "room": "general", "from": "alice", "text": big}),
+        )
+        .await;
+        match status {
+            200 => acked.push(id),
+            507 => break body,
+            other => panic!("event {id}: {other} {body}"),
+        }
+    };
+    let msg = refusal["error"].as_str().unwrap();
+    assert!(msg.contains("disk is full") && msg.contains(&data.display().to_string()), "{msg}");
+    assert!(msg.contains(&disk.dir.path().display().to_string()), "names the disk: {msg}");
+    let health = http.get(format!("http://{addr}/health")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 503);
+    let why: Value = health.json().await.unwrap();
+    assert!(why["error"].as_str().unwrap().contains("disk is full"), "{why}");
+    // Still full: refused again, quickly, and nothing else breaks.
+    let (status, _) =
+        post_event(&http, &addr, json!({"domain": "chat", "room": "general", "from": "a", "text": "hi"})).await;
+    assert_eq!(status, 507);
+    assert_eq!(http.get(format!("http://{addr}/dump")).send().await.unwrap().status().as_u16(), 200);
+
+    // Space returns: the fleet heals without a restart.
+    disk.grow(64);
+    poll("/health 200 after space returned", || async {
+        let r = http.get(format!("http://{addr}/health")).send().await.ok()?;
+        (r.status().as_u16() == 200).then_some(())
+    })
+    .await;
+    let (status, body) = post_event(
+        &http,
+        &addr,
+        json!({"id": "after", "domain": "chat", "room": "general", "from": "bob", "text": "back?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    acked.push("after".into());
+    poll("every delivery finished", || async {
+        let d: Value = http.get(format!("http://{addr}/dump")).send().await.ok()?.json().await.ok()?;
+        (d["storage"]["pending"] == 0 && d["storage"]["parked"] == 0).then_some(())
+    })
+    .await;
+    sigterm(&child);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), Some(0));
+
+    let _lock = lock_data_dir(&data).unwrap();
+    let storage = Storage::open(&StorageConfig {
+        data_dir: data.clone(),
+        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
+    })
+    .unwrap();
+    let decided: std::collections::HashSet<(String, String)> =
+        storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    for id in &acked {
+        for p in ["helper", "reviewer", "scribe"] {
+            assert!(decided.contains(&(p.to_string(), id.clone())), "{p} never decided acknowledged {id}");
+        }
+    }
+    storage.close().await.unwrap();
+}
+
+#[test]
+fn a_data_dir_with_less_free_space_than_min_free_mb_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.toml");
+    // 1 TiB: more than the disks here have.
+    std::fs::write(&fleet, fleet_toml(&format!("[storage]\nmin_free_mb = 1048576\n{TRIO}"))).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .arg("run")
+        .arg(&fleet)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    assert!(msg.contains("MiB free; at least 1048576 MiB are needed ([storage] min_free_mb)"), "{msg}");
+    assert!(!dir.path().join("data").join("fleet.redb").exists());
+}
+
+/// Regression: a port in use exited 1 only after creating the data dir.
+#[test]
+fn a_port_in_use_exits_1_naming_the_address_before_touching_the_data_dir() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = dir.path().join("fleet.toml");
+    let toml = fleet_toml(TRIO).replace("127.0.0.1:0", &addr.to_string());
+    std::fs::write(&fleet, toml).unwrap();
+    let data = dir.path().join("data");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(&fleet).arg("--data").arg(&data).output().unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    assert!(msg.contains(&format!("admin API on {addr}")) && msg.contains("in use"), "{msg}");
+    assert!(!data.exists(), "the data dir was created");
+}
+
+/// Regression: SIGHUP, SIGQUIT and SIGUSR1 ended the process without draining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_sigquit_drain_like_sigterm_and_sigusr1_is_ignored() {
+    let http = reqwest::Client::new();
+    for signal in ["HUP", "QUIT"] {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = write_fleet(dir.path());
+        let (mut child, addr) = spawn_fleet(&fleet, &dir.path().join("data"));
+        let (status, body) = post_event(
+            &http,
+            &addr,
+            json!({"id": "e1", "domain": "chat", "room": "general", "from": "a", "text": "hi"}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        if signal == "HUP" {
+            // SIGUSR1 first: logged, and the fleet keeps serving.
+            assert!(Command::new("kill").args(["-USR1", &child.id().to_string()]).status().unwrap().success());
+            poll("the fleet still answers after SIGUSR1", || async {
+                let r = http.get(format!("http://{addr}/health")).send().await.ok()?;
+                (r.status().as_u16() == 200).then_some(())
+            })
+            .await;
+            assert!(child.try_wait().unwrap().is_none(), "SIGUSR1 ended the process");
+        }
+        assert!(
+            Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap().success()
+        );
+        assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), Some(0), "SIG{signal} exits 0 after draining");
+    }
+}

@@ -18,6 +18,7 @@ mod llm;
 mod memory;
 mod models;
 mod plans;
+mod props;
 mod rag;
 mod refs;
 mod study;

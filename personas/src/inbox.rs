@@ -2,11 +2,11 @@
 //!
 //! Pushes come from the persona; the persona pulls one event at a time (`Pull`), and the
 //! inbox answers with `PersonaMsg::Next` as soon as it has one. When full, the lowest
-//! priority event (the newest among equals) is shed; repeats (the same delivery, or the same
-//! room+sender+text within 3 s) are dropped; both are journaled as decisions through the
+//! priority event (the newest among equals) is shed; repeats (the same room+sender+text as
+//! another delivery within 3 s) are dropped; both are journaled as decisions through the
 //! admin, which finishes their delivery in storage: nothing is dropped silently. A delivery
 //! it already holds or handed over (a reload racing a push) is the same event, not a repeat,
-//! and is skipped. On (re)start, and on `Resync`, it loads every unfinished delivery of its
+//! and is skipped; one handed over and returned is queued again. On (re)start, and on `Resync`, it loads every unfinished delivery of its
 //! persona from storage.
 //!
 //! Messages: [`InboxMsg`].
@@ -63,14 +63,103 @@ pub struct InboxArgs {
 /// Highest priority last; among equal priorities the oldest (lowest seq) last.
 type Key = (u64, Reverse<u64>);
 
-pub struct InboxState {
-    args: InboxArgs,
+/// What became of a pushed delivery.
+#[derive(Debug)]
+pub(crate) enum Pushed {
+    Queued,
+    /// A delivery it holds or handed over (a reload raced a push): the same event, skipped.
+    Known,
+    /// Another delivery's room, sender and text within 3 s: a repeat, dropped.
+    Repeat(Delivery),
+    /// Queued, and over capacity: the lowest priority (the newest among equals) was shed with
+    /// its priority; it can be the delivery just pushed.
+    Shed(Delivery, f64),
+}
+
+/// The queue apart from the actor (tested against a model in `inbox_model.rs`): the order,
+/// the capacity, repeats, and what was handed over.
+pub(crate) struct Queue {
+    capacity: usize,
     queue: BTreeMap<Key, (Delivery, f64)>,
     keys: HashMap<u64, Key>,
     /// Deliveries recently handed to the persona (a reload must not queue them again).
     handed: VecDeque<u64>,
-    /// Content hash -> time of the last event with that room+sender+text.
-    recent: HashMap<u64, i64>,
+    /// Content hash -> time and seq of the last delivery with that room+sender+text.
+    recent: HashMap<u64, (i64, u64)>,
+}
+
+impl Queue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Queue {
+            capacity,
+            queue: BTreeMap::new(),
+            keys: HashMap::new(),
+            handed: VecDeque::new(),
+            recent: HashMap::new(),
+        }
+    }
+
+    /// Queues `d` with priority `p` (compared after rounding down to a multiple of 1e-9).
+    pub(crate) fn push(&mut self, d: Delivery, p: f64) -> Pushed {
+        if self.keys.contains_key(&d.seq) || self.handed.contains(&d.seq) {
+            return Pushed::Known;
+        }
+        let h = content_hash(&d);
+        // A delivery is no repeat of itself (one handed over and returned, or reloaded after
+        // its hand-over was forgotten).
+        if self
+            .recent
+            .get(&h)
+            .is_some_and(|&(prev, seq)| seq != d.seq && (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US)
+        {
+            return Pushed::Repeat(d);
+        }
+        if self.recent.len() > 4096 {
+            let cutoff = d.event.ts_us - DUPLICATE_WINDOW_US;
+            self.recent.retain(|_, (t, _)| *t >= cutoff);
+        }
+        self.recent.insert(h, (d.event.ts_us, d.seq));
+        let key = ((p * 1e9) as u64, Reverse(d.seq));
+        self.keys.insert(d.seq, key);
+        self.queue.insert(key, (d, p));
+        if self.queue.len() > self.capacity {
+            let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
+            self.keys.remove(&k.1.0);
+            return Pushed::Shed(victim, vp);
+        }
+        Pushed::Queued
+    }
+
+    /// Takes the highest priority delivery (the oldest among equals) and remembers it as
+    /// handed over.
+    pub(crate) fn pop(&mut self) -> Option<Delivery> {
+        let (k, (d, _)) = self.queue.pop_last()?;
+        self.keys.remove(&k.1.0);
+        self.handed.push_back(d.seq);
+        if self.handed.len() > HANDED_KEPT {
+            self.handed.pop_front();
+        }
+        Some(d)
+    }
+
+    /// A handed-over delivery came back: it may be queued again.
+    pub(crate) fn returned(&mut self, seq: u64) {
+        self.handed.retain(|s| *s != seq);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The `n` deliveries handed over next: (event id, priority).
+    pub(crate) fn top(&self, n: usize) -> Vec<(String, f64)> {
+        self.queue.values().rev().take(n).map(|(d, p)| (d.event.id.clone(), *p)).collect()
+    }
+}
+
+pub struct InboxState {
+    args: InboxArgs,
+    queue: Queue,
     wanted: bool,
     shed: u64,
     duplicates: u64,
@@ -110,9 +199,6 @@ impl InboxState {
     }
 
     fn push(&mut self, d: Delivery, spoke_recently: bool) {
-        if self.keys.contains_key(&d.seq) || self.handed.contains(&d.seq) {
-            return; // the same stored delivery again (a reload raced a delivery): not an event
-        }
         let p = priority(&PriorityInput {
             event: &d.event,
             persona: &self.args.name,
@@ -120,26 +206,19 @@ impl InboxState {
             now_us: now_us(),
             spoke_recently,
         });
-        let h = content_hash(&d);
-        if self.recent.get(&h).is_some_and(|prev| (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US) {
-            let reason = "duplicate: same room, sender and text within 3 s".to_string();
-            self.drop_event(&d, Verdict::Duplicate, p, reason);
-            return;
-        }
-        if self.recent.len() > 4096 {
-            let cutoff = d.event.ts_us - DUPLICATE_WINDOW_US;
-            self.recent.retain(|_, t| *t >= cutoff);
-        }
-        self.recent.insert(h, d.event.ts_us);
-        let key = ((p * 1e9) as u64, Reverse(d.seq));
-        self.keys.insert(d.seq, key);
-        self.queue.insert(key, (d, p));
-        if self.queue.len() > self.args.config.inbox_capacity {
-            let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
-            self.keys.remove(&k.1.0);
-            let reason =
-                format!("inbox full ({} events): shed the lowest priority ({vp:.2})", self.args.config.inbox_capacity);
-            self.drop_event(&victim, Verdict::Shed, vp, reason);
+        match self.queue.push(d, p) {
+            Pushed::Queued | Pushed::Known => {}
+            Pushed::Repeat(d) => {
+                let reason = "duplicate: same room, sender and text within 3 s".to_string();
+                self.drop_event(&d, Verdict::Duplicate, p, reason);
+            }
+            Pushed::Shed(victim, vp) => {
+                let reason = format!(
+                    "inbox full ({} events): shed the lowest priority ({vp:.2})",
+                    self.args.config.inbox_capacity
+                );
+                self.drop_event(&victim, Verdict::Shed, vp, reason);
+            }
         }
     }
 
@@ -147,12 +226,7 @@ impl InboxState {
         if !self.wanted {
             return;
         }
-        if let Some((k, (d, _))) = self.queue.pop_last() {
-            self.keys.remove(&k.1.0);
-            self.handed.push_back(d.seq);
-            if self.handed.len() > HANDED_KEPT {
-                self.handed.pop_front();
-            }
+        if let Some(d) = self.queue.pop() {
             self.wanted = false;
             let _ = self.args.parent.cast(PersonaMsg::Next(d, self.queue.len()));
         }
@@ -170,11 +244,8 @@ impl Actor for Inbox {
         }
         let restored = args.storage.load_inbox(args.name.clone()).await?;
         let mut st = InboxState {
+            queue: Queue::new(args.config.inbox_capacity),
             args,
-            queue: BTreeMap::new(),
-            keys: HashMap::new(),
-            handed: VecDeque::new(),
-            recent: HashMap::new(),
             wanted: false,
             shed: restored.shed,
             duplicates: restored.duplicates,
@@ -206,11 +277,11 @@ impl Actor for Inbox {
                     capacity: st.args.config.inbox_capacity,
                     shed: st.shed,
                     duplicates: st.duplicates,
-                    top: st.queue.values().rev().take(5).map(|(d, p)| (d.event.id.clone(), *p)).collect(),
+                    top: st.queue.top(5),
                 });
             }
             InboxMsg::Return(d) => {
-                st.handed.retain(|s| *s != d.seq);
+                st.queue.returned(d.seq);
                 st.push(d, false);
                 st.hand_over();
             }
@@ -225,3 +296,7 @@ impl Actor for Inbox {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "inbox_model.rs"]
+mod model;

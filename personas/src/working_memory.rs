@@ -112,3 +112,7 @@ impl Actor for WorkingMemory {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "working_memory_model.rs"]
+mod model;

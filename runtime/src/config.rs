@@ -135,6 +135,7 @@ struct RawStorage {
     max_crashes_per_event: Option<Spanned<i64>>,
     cache_mb: Option<Spanned<i64>>,
     write_behind_ms: Option<Spanned<i64>>,
+    min_free_mb: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -463,6 +464,9 @@ pub struct StorageConfig {
     /// into the per-persona journal, wait up to this long in the writer, so that a persona's
     /// many changes cost one row write; 0 writes them in the next commit.
     pub write_behind: Duration,
+    /// Free space, MiB, the data dir's disk must have for the fleet to start, and again for
+    /// the writer to resume after a full disk.
+    pub min_free_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -732,13 +736,176 @@ struct Tuning {
     consolidate_every_secs: f64,
 }
 
+/// Largest fleet file, and reference file it includes, that is read: 4 MiB.
+pub const MAX_FLEET_FILE_BYTES: u64 = 4 << 20;
+
+/// Why a fleet or reference file could not be read.
+enum ReadError {
+    Io(std::io::Error),
+    TooLarge,
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::TooLarge => {
+                write!(f, "larger than the limit of 4 MiB ({MAX_FLEET_FILE_BYTES} bytes)")
+            }
+        }
+    }
+}
+
+/// Reads a file of at most [`MAX_FLEET_FILE_BYTES`]: refused from its size when it has one, and
+/// never read past the limit (`/dev/zero` and pipes have no size).
+fn read_capped(path: &Path) -> Result<String, ReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(ReadError::Io)?;
+    if file.metadata().map_err(ReadError::Io)?.len() > MAX_FLEET_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FLEET_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(ReadError::Io)?;
+    if bytes.len() as u64 > MAX_FLEET_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8")))
+}
+
+/// A serde error of `text` (a fleet or reference file) at its place, with the dotted path of the
+/// key it is about: serde's own message names the expected type, not the key.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let mut message = e.message().trim_end_matches('\n').to_string();
+    // serde's words for TOML's types: a datetime reaches serde as a map, a table is one of our
+    // `Raw*` structs.
+    let at_digit =
+        e.span().and_then(|s| text.get(s.start..)).is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()));
+    if at_digit {
+        message = message.replace("invalid type: map,", "invalid type: datetime,");
+    }
+    if let Some(i) = message.find("expected struct Raw") {
+        message.replace_range(i.., "expected a table");
+    }
+    let message = message.as_str();
+    let key = e.span().and_then(|s| key_path_at(text, s, message.starts_with("duplicate key")));
+    ConfigError {
+        path: path.to_path_buf(),
+        line: e.span().map(|s| line_col(text, s.start)),
+        message: match key {
+            Some(key) => format!("`{key}`: {message}"),
+            None => message.to_string(),
+        },
+    }
+}
+
+/// The dotted path (`storage.max_pending`, `persona[1].inbox_capacity`, arrays counted from
+/// 0) of the key or value at byte `at` of a TOML document, found in the document's spanned
+/// tree. A table's span is its header, so every branch is searched, the deepest match wins.
+///
+/// A `repeated` key is not in the tree (the parser kept the first): its path is that of the
+/// nearest key of the same name before it, which is in the same table.
+fn key_path_at(text: &str, span: std::ops::Range<usize>, repeated: bool) -> Option<String> {
+    let (root, _) = toml::de::DeTable::parse_recoverable(text);
+    let root = Spanned::new(root.span(), toml::de::DeValue::Table(root.into_inner()));
+    let mut path = String::new();
+    if find_key(&root, span.start, &mut path) && !path.is_empty() {
+        return Some(path);
+    }
+    if !repeated {
+        return None;
+    }
+    let written = text.get(span.clone())?;
+    let name = written.trim_matches(|c| c == '"' || c == '\'');
+    let mut nearest = None;
+    if !name.is_empty() && !name.contains('\n') {
+        keys_named(&root, name, span.start, &mut String::new(), &mut nearest);
+    }
+    nearest.map(|(_, path)| path)
+}
+
+/// Appends a key to a dotted path, quoted unless bare.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        path.push_str(key);
+    } else {
+        path.push_str(&format!("{key:?}"));
+    }
+}
+
+fn find_key(v: &Spanned<toml::de::DeValue<'_>>, at: usize, path: &mut String) -> bool {
+    use toml::de::DeValue;
+    let len = path.len();
+    match v.get_ref() {
+        DeValue::Table(t) => {
+            for (k, child) in t.iter() {
+                push_key(path, k.get_ref());
+                if k.span().contains(&at) || find_key(child, at, path) {
+                    return true;
+                }
+                path.truncate(len);
+            }
+        }
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                if find_key(item, at, path) {
+                    return true;
+                }
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+    v.span().contains(&at)
+}
+
+/// The path of the last key called `name` that starts before `before`, into `nearest`.
+fn keys_named(
+    v: &Spanned<toml::de::DeValue<'_>>,
+    name: &str,
+    before: usize,
+    path: &mut String,
+    nearest: &mut Option<(usize, String)>,
+) {
+    use toml::de::DeValue;
+    let len = path.len();
+    match v.get_ref() {
+        DeValue::Table(t) => {
+            for (k, child) in t.iter() {
+                push_key(path, k.get_ref());
+                let at = k.span().start;
+                if k.get_ref() == name && at < before && nearest.as_ref().is_none_or(|(n, _)| *n < at) {
+                    *nearest = Some((at, path.clone()));
+                }
+                keys_named(child, name, before, path, nearest);
+                path.truncate(len);
+            }
+        }
+        DeValue::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                keys_named(item, name, before, path, nearest);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl FleetConfig {
-    /// Reads and validates a fleet file.
+    /// Reads and validates a fleet file (at most [`MAX_FLEET_FILE_BYTES`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let text = read_capped(path).map_err(|e| ConfigError {
             path: path.to_path_buf(),
             line: None,
-            message: format!("cannot read fleet file: {e}"),
+            message: match e {
+                ReadError::Io(e) => format!("cannot read fleet file: {e}"),
+                e @ ReadError::TooLarge => format!("the fleet file is {e}"),
+            },
         })?;
         Self::from_toml(path, &text)
     }
@@ -752,11 +919,7 @@ impl FleetConfig {
     /// Validates fleet TOML text; `path` is used in messages only.
     pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let cx = Ctx { path, text };
-        let raw: RawFleetFile = toml::from_str(text).map_err(|e| ConfigError {
-            path: path.to_path_buf(),
-            line: e.span().map(|s| line_col(text, s.start)),
-            message: e.message().trim_end_matches('\n').to_string(),
-        })?;
+        let raw: RawFleetFile = toml::from_str(text).map_err(|e| parse_error(path, text, &e))?;
 
         let fleet = raw.fleet.unwrap_or(RawFleet { name: None, brain: None });
         let default_brain = match &fleet.brain {
@@ -799,6 +962,7 @@ impl FleetConfig {
                 max_crashes_per_event: None,
                 cache_mb: None,
                 write_behind_ms: None,
+                min_free_mb: None,
             });
             StorageConfig {
                 data_dir: PathBuf::from(s.data_dir.unwrap_or_else(|| "./data".into())),
@@ -817,6 +981,7 @@ impl FleetConfig {
                 write_behind: Duration::from_millis(
                     cx.int(&s.write_behind_ms, "write_behind_ms", 0..=60_000, 2000)? as u64
                 ),
+                min_free_mb: cx.int(&s.min_free_mb, "min_free_mb", 0..=1_048_576, 8)? as u64,
             }
         };
 
@@ -982,14 +1147,17 @@ impl FleetConfig {
             cx.references(&raw.reference, &mut refs)?;
             for inc in &r.include {
                 let file = path.parent().unwrap_or(Path::new(".")).join(inc.get_ref());
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| cx.err_at(inc.span(), format!("`include`: cannot read {}: {e}", file.display())))?;
-                let sub = Ctx { path: &file, text: &text };
-                let raw: RawReferenceFile = toml::from_str(&text).map_err(|e| ConfigError {
-                    path: file.clone(),
-                    line: e.span().map(|s| line_col(&text, s.start)),
-                    message: e.message().trim_end_matches('\n').to_string(),
+                let text = read_capped(&file).map_err(|e| {
+                    cx.err_at(
+                        inc.span(),
+                        match e {
+                            ReadError::Io(e) => format!("`include`: cannot read {}: {e}", file.display()),
+                            e @ ReadError::TooLarge => format!("`include`: {} is {e}", file.display()),
+                        },
+                    )
                 })?;
+                let sub = Ctx { path: &file, text: &text };
+                let raw: RawReferenceFile = toml::from_str(&text).map_err(|e| parse_error(&file, &text, &e))?;
                 sub.references(&raw.reference, &mut refs)?;
             }
             ReferencesConfig {
@@ -1377,3 +1545,7 @@ mod tests {
         assert_eq!(line_col("ab\ncé", 3), (2, 1));
     }
 }
+
+#[cfg(test)]
+#[path = "config_props.rs"]
+mod props;

@@ -70,7 +70,8 @@ impl<T: Clone> Cursor<T> {
 
     fn page(&mut self, at: usize, limit: usize) -> Page<T> {
         let at = at.min(self.items.len());
-        let end = (at + limit).min(self.items.len());
+        // Saturating: a caller's `limit` may be anything up to `usize::MAX`.
+        let end = at.saturating_add(limit).min(self.items.len());
         self.offset = at;
         self.len = end - at;
         Page {
@@ -114,7 +115,7 @@ impl<T: Clone> Cursors<T> {
         self.next += 1;
         let handle = format!("c{:x}-{:x}", now_ms, self.next);
         let (cursor, page) = Cursor::open(items, page_size);
-        self.open.insert(handle.clone(), (cursor, now_ms + self.ttl_ms));
+        self.open.insert(handle.clone(), (cursor, now_ms.saturating_add(self.ttl_ms)));
         Ok((handle, page))
     }
 
@@ -128,7 +129,7 @@ impl<T: Clone> Cursors<T> {
     ) -> Result<Page<T>, CursorError> {
         self.expire(now_ms);
         let (cursor, expires) = self.open.get_mut(handle).ok_or_else(|| CursorError::Expired(handle.into()))?;
-        *expires = now_ms + self.ttl_ms;
+        *expires = now_ms.saturating_add(self.ttl_ms);
         Ok(cursor.fetch(direction, offset, limit))
     }
 
@@ -156,6 +157,10 @@ impl<T: Clone> Cursors<T> {
         self.open.retain(|_, (_, expires)| *expires > now_ms);
     }
 }
+
+#[cfg(test)]
+#[path = "cursor_model.rs"]
+mod model;
 
 #[cfg(test)]
 mod tests {

@@ -82,9 +82,18 @@ fn bad(field: &'static str, message: impl Into<String>) -> EventError {
 pub const MAX_TEXT_BYTES: usize = 32 * 1024;
 
 impl EventInput {
-    /// Parses one JSON document (an HTTP body or a JSONL line).
+    /// Parses one JSON document (an HTTP body or a JSONL line). An error about a field's value
+    /// names the field (`field `priority`: invalid type: ...`), as serde's own message does not.
     pub fn from_json(s: &str) -> Result<Self, String> {
-        serde_json::from_str(s).map_err(|e| e.to_string())
+        let mut de = serde_json::Deserializer::from_str(s);
+        let input = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            // The root (`.`): a syntax error, or a missing or unknown field, which serde names.
+            if path == "." { inner.to_string() } else { format!("field `{path}`: {inner}") }
+        })?;
+        de.end().map_err(|e| e.to_string())?;
+        Ok(input)
     }
 
     /// Validates and normalises; assigns an id and timestamps when absent.
@@ -97,6 +106,11 @@ impl EventInput {
             Some(id) => id,
             None => new_event_id(),
         };
+        if let Some(to) = &self.in_reply_to
+            && (to.is_empty() || to.len() > 128 || to.chars().any(char::is_control))
+        {
+            return Err(bad("in_reply_to", "must be an event id: 1-128 bytes of printable characters"));
+        }
         let ts_us = match &self.ts {
             None => now,
             Some(ts) => ts
@@ -190,6 +204,10 @@ pub fn new_event_id() -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("ev-{:x}-{n:x}", now_us() / 1000)
 }
+
+#[cfg(test)]
+#[path = "event_props.rs"]
+mod props;
 
 #[cfg(test)]
 mod tests {

@@ -9,10 +9,10 @@
 //! | `GET /dashboard/persona/{name}` | a persona's introspection panel, an HTML fragment (404: no such persona) |
 //! | `GET /dashboard/persona/{name}/{list}[?handle=H&direction=forward]` | another page of the panel's `decisions` or `memory`: without a handle a cursor is opened over the list (its second page comes back), with one the cursor is fetched; 404 once it expired |
 //! | `POST /dashboard/login` | a form's `token=...`: the right one sets the dashboard's cookie and redirects to `/` |
-//! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 with `{"error", "field"?}` |
+//! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 / 507 (the data dir's disk is full) with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
-//! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 |
+//! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 with the reason (restoring, or the storage writer cannot write: a full disk) |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
 //! | `POST /cluster/move`, `POST /cluster/drain` | a fleet across nodes: move `{"persona", "to"?}` (or every persona of this node, `{"to"?}`) with its state to another node; `{"moved": [...]}` once stored there |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task`, `recall` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `room`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
@@ -75,6 +75,8 @@ pub struct HttpState {
     pub index: ActorRef<IndexMsg>,
     /// What the dashboard's open pages are streamed.
     pub feed: dashboard::Feed,
+    /// Whether the storage writer can write (a full disk makes `/health` answer 503).
+    pub storage: crate::storage::Health,
 }
 
 fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
@@ -91,6 +93,7 @@ fn inject_error(e: InjectError) -> Response {
         InjectError::NotFound(_) => StatusCode::NOT_FOUND,
         InjectError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
         InjectError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        InjectError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
         InjectError::ShuttingDown | InjectError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error(status, e.to_string(), None)
@@ -633,6 +636,9 @@ async fn get_asset(Path(asset): Path<String>) -> Response {
 }
 
 async fn health(State(st): State<HttpState>) -> Response {
+    if let Some(f) = st.storage.failure() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, f.reason, None);
+    }
     if st.ready.load(Ordering::Acquire) {
         (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
     } else {

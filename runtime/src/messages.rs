@@ -276,6 +276,10 @@ pub enum InjectError {
     QueueFull { pending: u64 },
     #[error("storage failed: {0}")]
     Storage(String),
+    /// The data dir's disk is full: nothing is stored until space is freed (the message names
+    /// the disk and the data dir); the fleet resumes by itself.
+    #[error("{0}")]
+    NoSpace(String),
     #[error("the fleet is shutting down")]
     ShuttingDown,
     /// A service the request needs is down or degraded (a model that could not be loaded).

@@ -8,7 +8,7 @@
 //! state older than the one it last persisted). Read-only views for dumps use their own
 //! read transactions. The on-disk layout is in `docs/STORAGE.md`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,11 @@ use ractor::{ActorRef, RpcReplyPort};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
 
+mod disk;
 mod handoff;
+mod recover;
+use disk::{DbSlot, Kind};
+pub use disk::{Disk, Failure, Health, disk_of};
 pub use handoff::{HandOff, PersonaSnapshot};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -199,6 +203,14 @@ pub enum StorageError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Db { path: PathBuf, message: String },
+    /// Refused at start: the data dir's disk has less free space than `[storage] min_free_mb`.
+    #[error(
+        "data dir {path} is on {disk}, which has {free_mb} MiB free; at least {min_mb} MiB are needed ([storage] min_free_mb)"
+    )]
+    NoSpace { path: PathBuf, disk: String, free_mb: u64, min_mb: u64 },
+    /// Readers wait while the writer reopens the database after a failed write.
+    #[error("{path}: {reason}")]
+    Unavailable { path: PathBuf, reason: String },
     #[error("storage writer has stopped")]
     Closed,
 }
@@ -236,6 +248,12 @@ pub struct StorageStats {
     /// Operations waiting for the writer when the stats were asked for.
     #[serde(default)]
     pub queued_ops: u64,
+    /// Why the writer cannot write now (a full disk), while it cannot; it retries by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// Writes held in memory until the disk heals.
+    #[serde(default)]
+    pub parked: u64,
     /// Deliveries accepted and not finished yet.
     pub pending: u64,
     pub accepted: u64,
@@ -270,6 +288,7 @@ pub const FORWARD_ADOPT: u8 = 0;
 
 /// A reply for personas of another node: kept with the reply until that node stored it, and
 /// handed to `to` (with the reply's seq) once committed.
+#[derive(Clone)]
 pub struct Forward {
     pub node: Arc<str>,
     pub request: Vec<u8>,
@@ -331,12 +350,53 @@ enum Op {
     Close(oneshot::Sender<()>),
 }
 
+impl Op {
+    /// A copy of a write that the fleet already counts as done (a persona moved on after
+    /// sending it), kept while its batch commits: if the disk fails the commit, the copy is
+    /// written once the disk heals. Injections are refused instead (their clients were not
+    /// acknowledged), hand-offs answer the error, and the requests that wait for an answer
+    /// are kept themselves (see [`AfterCommit`]).
+    fn retry_copy(&self) -> Option<Op> {
+        Some(match self {
+            Op::Commit { commit, reply_targets, elsewhere, forwards } => Op::Commit {
+                commit: commit.clone(),
+                reply_targets: reply_targets.clone(),
+                elsewhere: *elsewhere,
+                forwards: forwards.clone(),
+            },
+            Op::Forwarded(node, seq) => Op::Forwarded(node.clone(), *seq),
+            Op::Place(persona, node, version) => Op::Place(persona.clone(), node.clone(), *version),
+            Op::PutSelfState(p, s) => Op::PutSelfState(p.clone(), s.clone()),
+            Op::PutMemory(p, e) => Op::PutMemory(p.clone(), e.clone()),
+            Op::DeleteMemory(p, id, ev) => Op::DeleteMemory(p.clone(), *id, ev.clone()),
+            Op::Crash { persona, seq, reason } => {
+                Op::Crash { persona: persona.clone(), seq: *seq, reason: reason.clone() }
+            }
+            Op::JoinRoom(room, p) => Op::JoinRoom(room.clone(), p.clone()),
+            Op::SelectReference(p, m) => Op::SelectReference(p.clone(), m.clone()),
+            Op::SaidMarks(p, m) => Op::SaidMarks(p.clone(), m.clone()),
+            Op::Consolidate(p, c) => Op::Consolidate(p.clone(), c.clone()),
+            Op::Study(p, s, k) => Op::Study(p.clone(), s.clone(), k.clone()),
+            Op::Inject { .. }
+            | Op::Release { .. }
+            | Op::Adopt(..)
+            | Op::LoadSelfState(..)
+            | Op::LoadMemory(..)
+            | Op::LoadInbox(..)
+            | Op::Stats(_)
+            | Op::Flush(_)
+            | Op::Close(_) => return None,
+        })
+    }
+}
+
 /// Handle to the database and its writer thread. Cloning is cheap.
 #[derive(Clone)]
 pub struct Storage {
     tx: Sender<Op>,
-    db: Arc<Database>,
+    db: DbSlot,
     path: Arc<Path>,
+    health: Health,
 }
 
 /// Keeps the data dir locked to this process; dropping it (or exiting) releases the lock.
@@ -387,10 +447,8 @@ impl Storage {
     pub fn open(cfg: &StorageConfig) -> Result<Storage, StorageError> {
         let path: Arc<Path> = cfg.data_dir.join("fleet.redb").into();
         let dberr = |e: &dyn std::fmt::Display| StorageError::Db { path: path.to_path_buf(), message: e.to_string() };
-        let db = redb::Builder::new()
-            .set_cache_size(cfg.cache_mb.saturating_mul(1 << 20))
-            .create(&*path)
-            .map_err(|e| dberr(&e))?;
+        check_free_space(cfg)?;
+        let db = open_db(cfg, &path).map_err(|e| dberr(&e))?;
         let txn = db.begin_write().map_err(|e| dberr(&e))?;
         let mut found = {
             let mut meta = txn.open_table(META).map_err(|e| dberr(&e))?;
@@ -415,14 +473,20 @@ impl Storage {
         open_all(&txn).map_err(|e| dberr(&e))?;
         txn.commit().map_err(|e| dberr(&e))?;
 
-        let db = Arc::new(db);
+        let db = DbSlot::new(db);
+        let health = Health::default();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let writer = Writer::new(db.clone(), cfg.clone(), path.to_path_buf()).map_err(|e| dberr(&e))?;
+        let writer = Writer::new(db.clone(), health.clone(), cfg.clone(), path.to_path_buf()).map_err(|e| dberr(&e))?;
         std::thread::Builder::new()
             .name("storage-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|source| StorageError::Io { path: path.to_path_buf(), source })?;
-        Ok(Storage { tx, db, path })
+        Ok(Storage { tx, db, path, health })
+    }
+
+    /// Whether the writer can write now, and why not (a full disk).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// The data dir the database lives in.
@@ -676,7 +740,11 @@ impl Storage {
     }
 
     fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T, StorageError> {
-        let txn = self.db.begin_read().map_err(|e| self.db_err(e))?;
+        let Some(db) = self.db.get() else {
+            let reason = self.health.failure().map_or_else(|| "reopening the database".into(), |f| f.reason);
+            return Err(StorageError::Unavailable { path: self.path.to_path_buf(), reason });
+        };
+        let txn = db.begin_read().map_err(|e| self.db_err(e))?;
         f(&txn).map_err(|e| self.db_err(e))
     }
 
@@ -887,6 +955,27 @@ fn load_pending_of(db: &Database) -> Result<HashMap<Arc<str>, BTreeSet<u64>>, re
         };
     }
     Ok(out)
+}
+
+/// Opens (or creates, or repairs) the database file.
+fn open_db(cfg: &StorageConfig, path: &Path) -> Result<Database, redb::DatabaseError> {
+    redb::Builder::new().set_cache_size(cfg.cache_mb.saturating_mul(1 << 20)).create(path)
+}
+
+/// Refuses a data dir whose disk has less free space than `min_free_mb`.
+fn check_free_space(cfg: &StorageConfig) -> Result<(), StorageError> {
+    let dir = &cfg.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| StorageError::Io { path: dir.clone(), source })?;
+    let disk = disk_of(dir).map_err(|source| StorageError::Io { path: dir.clone(), source })?;
+    if disk.free_mb() < cfg.min_free_mb {
+        return Err(StorageError::NoSpace {
+            path: dir.clone(),
+            free_mb: disk.free_mb(),
+            disk: disk.name,
+            min_mb: cfg.min_free_mb,
+        });
+    }
+    Ok(())
 }
 
 fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
@@ -1189,10 +1278,63 @@ impl Samples {
     }
 }
 
-type AfterCommit = Box<dyn FnOnce(Result<(), &str>) + Send>;
+/// Why a batch was not committed, as each of its requests is answered.
+struct NotCommitted {
+    message: String,
+    kind: Kind,
+}
+
+impl NotCommitted {
+    /// The disk failed it: the writer retries once the disk heals.
+    fn retried(&self) -> bool {
+        self.kind != Kind::Other
+    }
+
+    /// The answer to an injection in the batch: refused, not acknowledged.
+    fn refusal(&self) -> InjectError {
+        match self.kind {
+            Kind::NoSpace => InjectError::NoSpace(self.message.clone()),
+            Kind::Io => InjectError::Unavailable(self.message.clone()),
+            Kind::Other => InjectError::Storage(self.message.clone()),
+        }
+    }
+}
+
+/// Run once the batch's transaction committed or failed. A request that waits for an answer
+/// and can wait longer (a flush, a load) hands itself back when the disk failed the batch, to
+/// be answered once it heals.
+type AfterCommit = Box<dyn FnOnce(Result<(), &NotCommitted>) -> Option<Op> + Send>;
+
+/// What became of an injection in the batch's transaction, answered once it commits.
+enum Injected {
+    Duplicate(InjectAck),
+    /// Refused: this many deliveries were pending (each target journals the refusal).
+    QueueFull(u64),
+    Stored {
+        ack: InjectAck,
+        seq: u64,
+        event: Arc<Event>,
+    },
+}
+
+/// The writer while it cannot write (see `recover.rs`).
+struct Failed {
+    kind: Kind,
+    reason: String,
+    since: Instant,
+    backoff: disk::Backoff,
+    log: disk::RateLimited,
+    /// Events refused meanwhile.
+    refused: u64,
+}
 
 struct Writer {
-    db: Arc<Database>,
+    db: DbSlot,
+    health: Health,
+    /// Set while the disk fails the writes; requests wait in `parked` meanwhile.
+    failed: Option<Failed>,
+    /// Requests to apply before any new one, in order: held while the disk failed.
+    parked: VecDeque<Op>,
     cfg: StorageConfig,
     path: PathBuf,
     meta: Meta,
@@ -1211,11 +1353,12 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(db: Arc<Database>, cfg: StorageConfig, path: PathBuf) -> Result<Writer, redb::Error> {
-        let meta = Meta::load(&db)?;
-        let pending_of = load_pending_of(&db)?;
+    fn new(db: DbSlot, health: Health, cfg: StorageConfig, path: PathBuf) -> Result<Writer, redb::Error> {
+        let handle = db.get().ok_or(redb::Error::DatabaseClosed)?;
+        let meta = Meta::load(&handle)?;
+        let pending_of = load_pending_of(&handle)?;
         let mut held = Behind::new();
-        held.set_decisions(load_decision_log(&db)?, cfg.write_behind);
+        held.set_decisions(load_decision_log(&handle)?, cfg.write_behind);
         let stats = StorageStats {
             path: path.display().to_string(),
             schema_version: SCHEMA_VERSION,
@@ -1224,6 +1367,9 @@ impl Writer {
         };
         Ok(Writer {
             db,
+            health,
+            failed: None,
+            parked: VecDeque::new(),
             cfg,
             path,
             meta,
@@ -1242,12 +1388,26 @@ impl Writer {
         let mut batch = Vec::with_capacity(self.cfg.max_batch);
         let mut closing = None;
         loop {
+            if let Some(wait) = self.failed.as_ref().map(|f| f.backoff.wait()) {
+                // The disk failed a write: hold what comes until it heals (`recover.rs`).
+                match rx.recv_timeout(wait) {
+                    Ok(Op::Close(tx)) => {
+                        closing = Some(tx);
+                        break;
+                    }
+                    Ok(op) => self.while_failed(op),
+                    Err(RecvTimeoutError::Timeout) => self.recover(),
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+                continue;
+            }
             let first = match self.held.due_in() {
+                _ if !self.parked.is_empty() => self.parked.pop_front(),
                 None => rx.recv().ok(),
                 Some(wait) => match rx.recv_timeout(wait) {
                     Ok(op) => Some(op),
                     Err(RecvTimeoutError::Timeout) => {
-                        self.apply_batch(&mut batch, false);
+                        let _ = self.apply_batch(&mut batch, false);
                         continue;
                     }
                     Err(RecvTimeoutError::Disconnected) => None,
@@ -1256,9 +1416,9 @@ impl Writer {
             let Some(op) = first else { break };
             batch.push(op);
             while batch.len() < self.cfg.max_batch {
-                match rx.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
+                match self.parked.pop_front().map_or_else(|| rx.try_recv().ok(), Some) {
+                    Some(op) => batch.push(op),
+                    None => break,
                 }
             }
             // Nothing after a close in this batch is applied: the close is last.
@@ -1268,16 +1428,28 @@ impl Writer {
                 }
                 batch.truncate(i);
             }
-            self.apply_batch(&mut batch, closing.is_some());
+            let _ = self.apply_batch(&mut batch, closing.is_some());
             if closing.is_some() {
                 break;
             }
         }
-        if self.held.len() > 0 {
-            // Every handle dropped without a close: still commit what is held.
-            self.apply_batch(&mut batch, true);
+        if self.failed.is_some() {
+            // One last try; what stays unwritten is logged (pending deliveries resume on the
+            // next start, as after a crash).
+            self.recover();
         }
-        drop(self.db);
+        if self.failed.is_none() && (self.held.len() > 0 || !self.parked.is_empty()) {
+            // Every handle dropped without a close: still commit what is held.
+            batch.extend(self.parked.drain(..));
+            let _ = self.apply_batch(&mut batch, true);
+        }
+        if let Some(f) = &self.failed {
+            tracing::error!(
+                path = %self.path.display(), reason = %f.reason, unwritten = self.parked.len() + self.held.len(),
+                "storage writer stops with writes it could not store; unfinished deliveries resume on the next start"
+            );
+        }
+        drop(self.db.take());
         if let Some(tx) = closing {
             let _ = tx.send(());
         }
@@ -1285,20 +1457,27 @@ impl Writer {
     }
 
     /// Applies a batch in one transaction and commits it; `flush` also commits the held
-    /// writes, as does a `Flush` request or their age.
-    fn apply_batch(&mut self, batch: &mut Vec<Op>, flush: bool) {
+    /// writes, as does a `Flush` request or their age. When the disk failed it, the writer
+    /// is [`Writer::failed`] and the batch's writes wait in `parked`.
+    fn apply_batch(&mut self, batch: &mut Vec<Op>, flush: bool) -> Result<(), Kind> {
         let started = Instant::now();
         let n = batch.len();
         let flush = flush || batch.iter().any(|op| matches!(op, Op::Flush(_)));
+        // Copies of the writes, for a disk that fails the commit (see `Op::retry_copy`).
+        let mut copies: Vec<Option<Op>> = batch.iter().map(Op::retry_copy).collect();
+        let mut ops = std::mem::take(batch).into_iter();
+        let mut applied = 0;
         let mut wrote_held = Vec::new();
         let mut after: Vec<AfterCommit> = Vec::with_capacity(n);
         let result = (|| -> Result<bool, redb::Error> {
-            let mut txn = self.db.begin_write()?;
+            let db = self.db.get().ok_or(redb::Error::DatabaseClosed)?;
+            let mut txn = db.begin_write()?;
             txn.set_durability(Durability::Immediate).map_err(|e| redb::Error::Corrupted(e.to_string()))?;
             let mut dirty = false;
             {
                 let mut t = Tables::open(&txn)?;
-                for op in batch.drain(..) {
+                for op in ops.by_ref() {
+                    applied += 1;
                     dirty |= self.apply(&mut t, op, &mut after)?;
                 }
                 wrote_held = self.held.to_write(flush);
@@ -1320,7 +1499,6 @@ impl Writer {
             }
             Ok(dirty)
         })();
-        batch.clear();
         self.stats.requests += n as u64;
         self.stats.busy_s += started.elapsed().as_secs_f64();
         match result {
@@ -1336,72 +1514,93 @@ impl Writer {
                 for a in after {
                     a(Ok(()));
                 }
+                Ok(())
             }
             Err(e) => {
                 self.stats.errors += 1;
-                tracing::error!(path = %self.path.display(), error = %e, "storage commit failed");
+                let kind = disk::kind(&e);
+                let not = NotCommitted {
+                    message: match kind {
+                        Kind::Other => e.to_string(),
+                        _ => disk::describe(self.data_dir(), &e, kind),
+                    },
+                    kind,
+                };
                 // The transaction is gone: reload the counters and the index it may have changed.
-                if let Ok(m) = Meta::load(&self.db) {
-                    self.meta = m;
+                self.reload();
+                let mut again: Vec<Op> = Vec::new();
+                if not.retried() {
+                    again.extend(copies.drain(..applied).flatten());
                 }
-                if let Ok(p) = load_pending_of(&self.db) {
-                    self.pending_of = p;
+                again.extend(after.into_iter().filter_map(|a| a(Err(&not))));
+                // What the failure did not reach goes in the next batch, in order.
+                again.extend(ops);
+                for op in again.into_iter().rev() {
+                    self.parked.push_front(op);
                 }
-                if let Ok(d) = load_decision_log(&self.db) {
-                    self.held.set_decisions(d, self.cfg.write_behind);
+                if not.retried() {
+                    self.fail(kind, not.message);
+                } else {
+                    tracing::error!(path = %self.path.display(), error = %e, "storage commit failed");
                 }
-                self.journal_counts.clear();
-                let msg = e.to_string();
-                for a in after {
-                    a(Err(&msg));
-                }
+                Err(kind)
             }
         }
+    }
+
+    /// Reloads what a failed transaction may have changed in memory.
+    fn reload(&mut self) {
+        let Some(db) = self.db.get() else { return };
+        if let Ok(m) = Meta::load(&db) {
+            self.meta = m;
+        }
+        if let Ok(p) = load_pending_of(&db) {
+            self.pending_of = p;
+        }
+        if let Ok(d) = load_decision_log(&db) {
+            self.held.set_decisions(d, self.cfg.write_behind);
+        }
+        self.journal_counts.clear();
+    }
+
+    fn data_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
     }
 
     /// Applies one request inside the batch's transaction; true when it wrote anything.
     fn apply(&mut self, t: &mut Tables<'_>, op: Op, after: &mut Vec<AfterCommit>) -> Result<bool, redb::Error> {
         match op {
-            Op::Inject { event, targets, elsewhere, reply } => {
-                if t.event_ids.get(event.id.as_str())?.is_some() {
-                    self.stats.duplicates += 1;
-                    let ack = InjectAck { event_id: event.id, accepted: true, duplicate: true, personas: Vec::new() };
+            Op::Inject { event, targets, elsewhere, reply } => match self.inject(t, event, &targets) {
+                Ok(injected) => {
+                    let wrote = !matches!(injected, Injected::Duplicate(_));
                     after.push(Box::new(move |r| {
-                        let _ = reply.send(r.map(|_| ack).map_err(|e| InjectError::Storage(e.to_string())));
+                        let answer = match (r, injected) {
+                            (Err(not), _) => Err(not.refusal()),
+                            (Ok(()), Injected::Duplicate(ack)) => Ok(ack),
+                            (Ok(()), Injected::QueueFull(pending)) => Err(InjectError::QueueFull { pending }),
+                            (Ok(()), Injected::Stored { ack, seq, event }) => {
+                                let _ = reply.send(Ok(ack));
+                                deliver(&targets, elsewhere, seq, &event);
+                                return None;
+                            }
+                        };
+                        let _ = reply.send(answer);
+                        None
                     }));
-                    return Ok(false);
+                    Ok(wrote)
                 }
-                if self.meta.pending + targets.len() as u64 > self.cfg.max_pending {
-                    let pending = self.meta.pending;
-                    let reason =
-                        format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
-                    for (persona, _) in &targets {
-                        self.put_decision(t, persona, skipped(&event, &reason))?;
-                    }
-                    after.push(Box::new(move |_| {
-                        let _ = reply.send(Err(InjectError::QueueFull { pending }));
+                Err(e) => {
+                    // Refused with the batch's failure, which this error makes.
+                    after.push(Box::new(move |r| {
+                        let _ = reply.send(Err(r.err().map_or_else(
+                            || InjectError::Storage("not stored: the batch failed".into()),
+                            NotCommitted::refusal,
+                        )));
+                        None
                     }));
-                    return Ok(true);
+                    Err(e)
                 }
-                let (seq, event) = self.put_event(t, *event, &targets)?;
-                self.stats.accepted += 1;
-                let ack = InjectAck {
-                    event_id: event.id.clone(),
-                    accepted: true,
-                    duplicate: false,
-                    personas: targets.iter().map(|(p, _)| p.to_string()).collect(),
-                };
-                after.push(Box::new(move |r| match r {
-                    Ok(()) => {
-                        let _ = reply.send(Ok(ack));
-                        deliver(&targets, elsewhere, seq, &event);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(InjectError::Storage(e.to_string())));
-                    }
-                }));
-                Ok(true)
-            }
+            },
             Op::Commit { commit, reply_targets, elsewhere, forwards } => {
                 let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
                 if !self.finish_delivery(t, &persona, seq)? {
@@ -1437,6 +1636,7 @@ impl Writer {
                                 let _ = f.to.send((rseq, f.request));
                             }
                         }
+                        None
                     }));
                 }
                 Ok(true)
@@ -1469,14 +1669,16 @@ impl Writer {
                     if r.is_ok() {
                         let _ = to.send((key, request));
                     }
-                    let _ = reply.send(r.map(|_| done).map_err(str::to_string));
+                    let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+                    None
                 }));
                 Ok(true)
             }
             Op::Adopt(snapshot, reply) => {
                 let done = self.adopt(t, *snapshot)?;
                 after.push(Box::new(move |r| {
-                    let _ = reply.send(r.map(|_| done).map_err(str::to_string));
+                    let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+                    None
                 }));
                 Ok(true)
             }
@@ -1567,8 +1769,12 @@ impl Writer {
                     (None, Some(b)) => Some(dec(b.value())?),
                     (None, None) => None,
                 };
-                after.push(Box::new(move |_| {
-                    let _ = tx.send(v);
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::LoadSelfState(persona, tx)),
+                    _ => {
+                        let _ = tx.send(v);
+                        None
+                    }
                 }));
                 Ok(false)
             }
@@ -1585,8 +1791,12 @@ impl Writer {
                     };
                 }
                 let v: Vec<WmEntry> = rows.into_values().collect();
-                after.push(Box::new(move |_| {
-                    let _ = tx.send(v);
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::LoadMemory(persona, tx)),
+                    _ => {
+                        let _ = tx.send(v);
+                        None
+                    }
                 }));
                 Ok(false)
             }
@@ -1605,34 +1815,78 @@ impl Writer {
                 }
                 out.shed = t.counters.get((&*persona, Verdict::Shed.as_str()))?.map_or(0, |g| g.value());
                 out.duplicates = t.counters.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
-                after.push(Box::new(move |_| {
-                    let _ = tx.send(out);
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::LoadInbox(persona, tx)),
+                    _ => {
+                        let _ = tx.send(out);
+                        None
+                    }
                 }));
                 Ok(false)
             }
             Op::Stats(tx) => {
-                let mut s = self.stats.clone();
-                s.pending = self.meta.pending;
-                s.held_writes = self.held.len() as u64;
-                s.mean_batch = if s.commits == 0 { 0.0 } else { s.requests as f64 / s.commits as f64 };
-                s.commit_p50_ms = self.commit_ms.percentile(0.5);
-                s.commit_p99_ms = self.commit_ms.percentile(0.99);
-                s.fsync_p50_ms = self.fsync_ms.percentile(0.5);
-                s.decision_p50_ms = self.decision_ms.percentile(0.5);
-                s.decision_p99_ms = self.decision_ms.percentile(0.99);
-                s.decision_p99_all_ms = self.decision_all.percentile(0.99);
-                s.decision_max_ms = self.decision_all.max;
-                let _ = tx.send(s);
+                let _ = tx.send(self.stats());
                 Ok(false)
             }
             Op::Flush(tx) => {
-                after.push(Box::new(move |_| {
-                    let _ = tx.send(());
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::Flush(tx)),
+                    _ => {
+                        let _ = tx.send(());
+                        None
+                    }
                 }));
                 Ok(false)
             }
             Op::Close(_) => unreachable!("taken out of the batch by the writer loop"),
         }
+    }
+
+    fn stats(&self) -> StorageStats {
+        let mut s = self.stats.clone();
+        s.pending = self.meta.pending;
+        s.held_writes = self.held.len() as u64;
+        s.mean_batch = if s.commits == 0 { 0.0 } else { s.requests as f64 / s.commits as f64 };
+        s.commit_p50_ms = self.commit_ms.percentile(0.5);
+        s.commit_p99_ms = self.commit_ms.percentile(0.99);
+        s.fsync_p50_ms = self.fsync_ms.percentile(0.5);
+        s.decision_p50_ms = self.decision_ms.percentile(0.5);
+        s.decision_p99_ms = self.decision_ms.percentile(0.99);
+        s.decision_p99_all_ms = self.decision_all.percentile(0.99);
+        s.decision_max_ms = self.decision_all.max;
+        s.failure = self.failed.as_ref().map(|f| f.reason.clone());
+        s.parked = self.parked.len() as u64;
+        s
+    }
+
+    /// Stores an event for its targets, unless it is known or the durable queue is full.
+    fn inject(&mut self, t: &mut Tables<'_>, event: Box<Event>, targets: &[Target]) -> Result<Injected, redb::Error> {
+        if t.event_ids.get(event.id.as_str())?.is_some() {
+            self.stats.duplicates += 1;
+            return Ok(Injected::Duplicate(InjectAck {
+                event_id: event.id,
+                accepted: true,
+                duplicate: true,
+                personas: Vec::new(),
+            }));
+        }
+        if self.meta.pending + targets.len() as u64 > self.cfg.max_pending {
+            let pending = self.meta.pending;
+            let reason = format!("durable queue full: {pending} deliveries pending (limit {})", self.cfg.max_pending);
+            for (persona, _) in targets {
+                self.put_decision(t, persona, skipped(&event, &reason))?;
+            }
+            return Ok(Injected::QueueFull(pending));
+        }
+        let (seq, event) = self.put_event(t, *event, targets)?;
+        self.stats.accepted += 1;
+        let ack = InjectAck {
+            event_id: event.id.clone(),
+            accepted: true,
+            duplicate: false,
+            personas: targets.iter().map(|(p, _)| p.to_string()).collect(),
+        };
+        Ok(Injected::Stored { ack, seq, event })
     }
 
     /// Writes the held writes of `groups` into the batch's transaction (the caller clears

@@ -127,6 +127,9 @@ pub struct WorkerState {
     fingerprint: Key,
     /// File I/O: used off the tokio workers (`spawn_blocking`).
     cache: Option<Arc<Mutex<Cache>>>,
+    /// Where the cache lives, and when to open it again after a failure (a full disk heals).
+    cache_path: Option<PathBuf>,
+    cache_retry: Option<Instant>,
     waiting: HashMap<u64, Request>,
     /// Texts sent to the model and not back yet. A request with a deadline owns none (it may
     /// be dropped as late), but it may share one.
@@ -152,8 +155,9 @@ impl WorkerState {
     }
 
     fn cache_failed(&mut self, e: impl std::fmt::Display) {
-        tracing::warn!(error = %e, "embedding cache disabled");
+        tracing::warn!(error = %e, retry_in_s = CACHE_RETRY.as_secs(), "embedding cache disabled");
         self.cache = None;
+        self.cache_retry = self.cache_path.as_ref().map(|_| Instant::now() + CACHE_RETRY);
         self.stats.cache_error = Some(e.to_string());
         self.stats.cache_entries = None;
     }
@@ -189,6 +193,7 @@ impl WorkerState {
         &mut self,
         op: impl FnOnce(&mut Cache) -> Result<T, super::cache::CacheError> + Send + 'static,
     ) -> Option<T> {
+        self.reopen_cache().await;
         let cache = self.cache.clone()?;
         let done = tokio::task::spawn_blocking(move || op(&mut cache.lock().unwrap_or_else(|e| e.into_inner()))).await;
         match done {
@@ -202,6 +207,33 @@ impl WorkerState {
                 None
             }
         }
+    }
+}
+
+/// How long the embedding cache stays off after a failure before it is opened again.
+const CACHE_RETRY: Duration = Duration::from_secs(30);
+
+impl WorkerState {
+    /// Opens the cache again once [`CACHE_RETRY`] has passed since it failed.
+    async fn reopen_cache(&mut self) {
+        let (Some(path), Some(at)) = (self.cache_path.clone(), self.cache_retry) else { return };
+        if self.cache.is_some() || Instant::now() < at {
+            return;
+        }
+        let error = match tokio::task::spawn_blocking(move || Cache::open(&path)).await {
+            Ok(Ok(c)) => {
+                tracing::info!("embedding cache open again");
+                self.stats.cache_entries = c.len().ok();
+                self.stats.cache_error = None;
+                self.cache = Some(Arc::new(Mutex::new(c)));
+                self.cache_retry = None;
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.stats.cache_error = Some(error);
+        self.cache_retry = Some(Instant::now() + CACHE_RETRY);
     }
 }
 
@@ -245,6 +277,8 @@ impl Actor for EmbeddingWorker {
             status: Status::Loading,
             fingerprint,
             model_path: args.model_dir,
+            cache_retry: args.cache.as_ref().filter(|_| cache.is_none()).map(|_| Instant::now() + CACHE_RETRY),
+            cache_path: args.cache,
             cache,
             waiting: HashMap::new(),
             in_flight: HashMap::new(),
