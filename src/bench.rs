@@ -1,6 +1,7 @@
 //! `mindfleet bench NAME --json`: each benchmark prints one JSON object of its figures.
 //! The figures and the commands that reproduce them are in `docs/BENCHMARKS.md`.
 
+pub mod chaos;
 pub mod cluster;
 pub mod conversation;
 pub mod dashboard;

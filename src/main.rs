@@ -604,6 +604,27 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Rounds of `kill -9` at a random moment of a `mindfleet run` child under concurrent
+    /// injection (every other round while it indexes a generated tree), each checked after a
+    /// restart: acknowledged, decided, lost, decided twice, restart time. `"ok": false` when
+    /// anything acknowledged was lost or decided twice.
+    Chaos {
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+        /// Seeds the moments of the kills (default: from the clock); printed in the figures.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Concurrent injecting clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Also a round on a small tmpfs (root only: it mounts one) filled until events are
+        /// refused, then given space: 507 and a 503 `/health` while full, healed without a
+        /// restart, nothing acknowledged lost.
+        #[arg(long)]
+        disk_full: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -805,6 +826,13 @@ fn main() -> ExitCode {
                     Err(e) => Err(e.into()),
                 };
                 print_figures(r, json)
+            }
+            Command::Bench { which: BenchCmd::Chaos { rounds, seed, clients, disk_full, json } } => {
+                let seed = seed.unwrap_or_else(bench::chaos::clock_seed);
+                print_figures(
+                    bench::chaos::chaos(bench::chaos::Options { rounds, seed, clients, disk_full }).await,
+                    json,
+                )
             }
             Command::Bench { which: BenchCmd::Inject { clients, events, personas, json } } => {
                 print_figures(bench::inject(clients, events, personas).await, json)
