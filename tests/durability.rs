@@ -45,6 +45,18 @@ fn write_fleet(dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// The storage of a stopped fleet (whose data dir the caller locked), and every (persona, event
+/// id) it journaled a decision for.
+fn stored_decisions(data: &Path) -> (Storage, std::collections::HashSet<(String, String)>) {
+    let storage = Storage::open(&StorageConfig {
+        data_dir: data.to_path_buf(),
+        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
+    })
+    .unwrap();
+    let decided = storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    (storage, decided)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_injection_loses_no_acknowledged_event() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,13 +108,7 @@ async fn kill_9_during_injection_loses_no_acknowledged_event() {
     assert_eq!(wait_exit(&mut b, Duration::from_secs(5)), Some(0), "SIGTERM exits 0 within 5 s");
 
     let _lock = lock_data_dir(&data).unwrap();
-    let storage = Storage::open(&StorageConfig {
-        data_dir: data.clone(),
-        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
-    })
-    .unwrap();
-    let decided: std::collections::HashSet<(String, String)> =
-        storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    let (storage, decided) = stored_decisions(&data);
     assert!(storage.pending_by_persona().unwrap().is_empty());
     let mut missing = Vec::new();
     for (id, personas) in &acked {
@@ -316,13 +322,7 @@ async fn a_full_disk_refuses_with_507_heals_by_itself_and_loses_no_acknowledged_
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), Some(0));
 
     let _lock = lock_data_dir(&data).unwrap();
-    let storage = Storage::open(&StorageConfig {
-        data_dir: data.clone(),
-        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
-    })
-    .unwrap();
-    let decided: std::collections::HashSet<(String, String)> =
-        storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    let (storage, decided) = stored_decisions(&data);
     for id in &acked {
         for p in ["helper", "reviewer", "scribe"] {
             assert!(decided.contains(&(p.to_string(), id.clone())), "{p} never decided acknowledged {id}");
