@@ -2,7 +2,7 @@
 //! fleet supervisor send to personas, and what personas send back.
 //!
 //! Every message type derives `RactorMessage`: ractor's `cluster` feature is on, which
-//! removes the blanket `Message` impl (the fleet spans nodes in a later step).
+//! removes the blanket `Message` impl, and the fleet spans nodes (`NodeMsg` is what crosses).
 
 use std::sync::Arc;
 
