@@ -28,7 +28,8 @@ enum AiFormat {
 enum AiCmd {
     /// Self-states, or change one (`ai state update`).
     State {
-        #[arg(long)]
+        // Global, so `ai state update --persona NAME` takes it after `update` too.
+        #[arg(long, global = true)]
         persona: Option<String>,
         #[command(subcommand)]
         update: Option<StateCmd>,
