@@ -388,7 +388,7 @@ fn serving(args: &FleetArgs, node: Option<&String>) -> Option<Serving> {
 
 /// The embedding worker of a fleet: the configured model directory (else the pulled MiniLM),
 /// with its cache in the data dir.
-pub(crate) fn embed_args(config: &FleetConfig) -> EmbedArgs {
+pub fn embed_args(config: &FleetConfig) -> EmbedArgs {
     let e = config.embedding;
     EmbedArgs {
         model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name)),
@@ -399,11 +399,7 @@ pub(crate) fn embed_args(config: &FleetConfig) -> EmbedArgs {
 }
 
 /// The codebase index of a fleet, in `<data>/index`, embedding through the fleet's worker.
-pub(crate) fn index_args(
-    config: &FleetConfig,
-    embedding: ActorRef<EmbedMsg>,
-    llm: Option<ActorRef<LlmMsg>>,
-) -> IndexArgs {
+pub fn index_args(config: &FleetConfig, embedding: ActorRef<EmbedMsg>, llm: Option<ActorRef<LlmMsg>>) -> IndexArgs {
     IndexArgs {
         dir: config.storage.data_dir.join("index"),
         embedding,
@@ -418,7 +414,7 @@ pub(crate) fn index_args(
 
 /// Where the LLM of `[llm]` runs: the configured GGUF (else the pulled SmolLM2, run as Q8_0),
 /// or an OpenAI-compatible endpoint.
-pub(crate) fn llm_backend(config: &FleetConfig) -> BackendArgs {
+pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     match &config.llm {
         LlmBackend::Local => {
             BackendArgs::Local {

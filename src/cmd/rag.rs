@@ -26,7 +26,9 @@ use mindfleet_runtime::knowledge::{
 use mindfleet_runtime::models;
 use serde_json::{Value, json};
 
-use crate::client::Client;
+use mindfleet::client::Client;
+
+use super::{Json, MaybeRemote, block_on, fail};
 
 #[derive(Subcommand)]
 pub enum RagCmd {
@@ -174,6 +176,7 @@ pub enum FetchDirection {
 }
 
 #[derive(clap::Args)]
+#[command(mut_arg("admin", |a| a.help("Ask the index of the fleet running at this admin address instead of opening the data dir")))]
 pub struct Common {
     /// Data dir (default: `[storage] data_dir` of the fleet file, else ./data).
     #[arg(long, conflicts_with = "admin")]
@@ -186,14 +189,10 @@ pub struct Common {
     /// all-MiniLM-L6-v2).
     #[arg(long, conflicts_with = "admin")]
     model: Option<PathBuf>,
-    /// Ask the index of the fleet running at this admin address instead of opening the data dir.
-    #[arg(long)]
-    admin: Option<String>,
-    /// Bearer token for --admin (default: MINDFLEET_ADMIN_TOKEN).
-    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    remote: MaybeRemote,
+    #[command(flatten)]
+    out: Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -214,20 +213,12 @@ impl From<Mode> for SearchMode {
 }
 
 pub fn run(cmd: RagCmd) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("mindfleet: tokio runtime: {e}");
-            return ExitCode::from(1);
+    block_on(async move {
+        match execute(cmd).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, format!("{e:#}")),
         }
-    };
-    match rt.block_on(execute(cmd)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mindfleet: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    })
 }
 
 /// The command as a request, and the options it runs with.
@@ -297,7 +288,7 @@ async fn execute(cmd: RagCmd) -> anyhow::Result<()> {
     let answer = index.call(req.clone()).await;
     index.stop().await;
     let answer = answer?;
-    if common.json {
+    if common.out.json {
         println!("{answer}");
         return Ok(());
     }
@@ -361,10 +352,10 @@ enum Target {
 
 impl Target {
     async fn new(common: &Common, needs_llm: bool, llm: Option<PathBuf>, progress: bool) -> anyhow::Result<Target> {
-        if let Some(addr) = &common.admin {
-            return Ok(Target::Remote(Client::new(addr, common.token.clone())));
+        if let Some(addr) = &common.remote.admin {
+            return Ok(Target::Remote(Client::new(addr, common.remote.token.clone())));
         }
-        let mut config = crate::fleet_config(common.fleet.as_deref())?;
+        let mut config = mindfleet::fleet_config(common.fleet.as_deref())?;
         if let Some(d) = &common.data {
             config.storage.data_dir = d.clone();
         }
@@ -374,7 +365,7 @@ impl Target {
         let data = config.storage.data_dir.clone();
         let lock = mindfleet_runtime::storage::lock_data_dir(&data)
             .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
-        let mut args = crate::fleet::embed_args(&config);
+        let mut args = mindfleet::fleet::embed_args(&config);
         if config.models.embedding.is_none() {
             args.model_dir = models::ensure(&config.models.dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
         }
@@ -382,13 +373,13 @@ impl Target {
         let mut others = vec![embedding.get_cell()];
         let llm = if needs_llm {
             // A local model is pulled (and made runnable) as `mindfleet generate` does.
-            let backend = match (llm, crate::fleet::llm_backend(&config)) {
+            let backend = match (llm, mindfleet::fleet::llm_backend(&config)) {
                 (Some(file), _) => BackendArgs::Local {
-                    model: crate::llm_file(Some(file)).map_err(anyhow::Error::msg)?,
+                    model: mindfleet::llm_file(Some(file)).map_err(anyhow::Error::msg)?,
                     config: Default::default(),
                 },
                 (None, BackendArgs::Local { config: tuning, .. }) => BackendArgs::Local {
-                    model: crate::llm_file(config.models.llm.clone()).map_err(anyhow::Error::msg)?,
+                    model: mindfleet::llm_file(config.models.llm.clone()).map_err(anyhow::Error::msg)?,
                     config: tuning,
                 },
                 (_, b) => b,
@@ -399,11 +390,11 @@ impl Target {
         } else {
             None
         };
-        let mut args = crate::fleet::index_args(&config, embedding, llm);
+        let mut args = mindfleet::fleet::index_args(&config, embedding, llm);
         // This process is the only client: any readable path may be indexed.
         args.restrict_paths = false;
         args.cursor_file = Some(data.join("index").join("cursors.json"));
-        if progress && !common.json {
+        if progress && !common.out.json {
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} files, {elapsed}")

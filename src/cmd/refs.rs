@@ -3,12 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use mindfleet_actors::embed::{Embedder, cosine};
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::models;
 use mindfleet_runtime::refs::{self, Catalog, Via};
 use serde_json::{Value, json};
+
+use super::{Json, fail};
 
 #[derive(clap::Subcommand)]
 pub enum RefsCmd {
@@ -22,14 +25,21 @@ pub enum RefsCmd {
         /// Least similarity of a semantic match (default: `[references] semantic_threshold`).
         #[arg(long)]
         threshold: Option<f32>,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: Json,
     },
 }
 
-pub fn run(cmd: RefsCmd) -> anyhow::Result<()> {
-    let RefsCmd::Match { text, fleet, threshold, json } = cmd;
-    let config = crate::fleet_config(fleet.as_deref())?;
+pub fn run(cmd: RefsCmd) -> ExitCode {
+    match execute(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, format!("{e:#}")),
+    }
+}
+
+fn execute(cmd: RefsCmd) -> anyhow::Result<()> {
+    let RefsCmd::Match { text, fleet, threshold, out: Json { json } } = cmd;
+    let config = mindfleet::fleet_config(fleet.as_deref())?;
     let r = &config.references;
     let out = matches(&r.catalog, &text, threshold.unwrap_or(r.semantic_threshold), r.discovery_depth, &config);
     if json {

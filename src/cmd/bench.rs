@@ -1,0 +1,355 @@
+//! `mindfleet bench ...`: runs a benchmark and prints its figures (docs/BENCHMARKS.md). The
+//! benchmarks themselves are in the library (`mindfleet::bench`); this module picks one, fetches
+//! the models it needs, and runs it on a tokio runtime when it needs one (the ones that time
+//! blocking work run without).
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use mindfleet::bench;
+use mindfleet_runtime::models;
+
+use super::{Json, block_on, print_figures};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Subcommand)]
+enum Which {
+    /// Launch time and idle RSS of an N-persona fleet.
+    Launch {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Fast-path gate decisions per second on one core.
+    Gate {
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Urgent dispatch latency behind a backlog of background tasks, and scheduler throughput.
+    Scheduler {
+        #[arg(long, default_value_t = 100_000)]
+        backlog: usize,
+        /// Timed urgent samples, each against a refilled backlog.
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// A steady load on a large fleet: RSS, queues and decision latency over time.
+    Soak {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long, default_value_t = 1000)]
+        rate: usize,
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 10)]
+        every: u64,
+        /// Personas per room: each event goes to every persona of its room.
+        #[arg(long, default_value_t = 4)]
+        room_size: usize,
+        /// With conversation memory on (and the embedding model).
+        #[arg(long)]
+        conversation: bool,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// The same load on a fleet without a page and with open dashboard pages (each streaming
+    /// the live cards and refreshing a panel every second): decision latency, throughput and
+    /// CPU of both, and their ratios.
+    Dashboard {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long, default_value_t = 300)]
+        rate: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 4)]
+        pages: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// The same fleet and events on one node and across two (this process as node a, a child
+    /// `mindfleet run --node b`), every event injected at a for a persona on b: acknowledgement
+    /// and inject-to-decision latency, throughput, and their ratios.
+    Cluster {
+        #[arg(long, default_value_t = 16)]
+        personas: usize,
+        #[arg(long, default_value_t = 2000)]
+        events: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Conversation memory under a stream of chat messages (real MiniLM): embedding lag, its
+    /// promotions, messages embedded per second, recall latency.
+    Conversation {
+        #[arg(long, default_value_t = 4)]
+        personas: usize,
+        /// Messages per second into their one room (each taken in by every persona).
+        #[arg(long, default_value_t = 10.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        #[arg(long, default_value_t = 60)]
+        recalls: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// A backlog of stored chat events replayed at start, with conversation memory off and on
+    /// (real MiniLM): seconds until every delivery is decided, and until every message is
+    /// embedded, against the bare model on the same texts.
+    Replay {
+        #[arg(long, default_value_t = 1000)]
+        events: usize,
+        #[arg(long, default_value_t = 3)]
+        personas: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Self-directed study with the real local models over a small corpus (bench/study): session
+    /// time and tokens, grades, training lines, and a person's reply while a session runs
+    /// against the same reply to the idle persona.
+    Study {
+        /// The corpus indexed and studied.
+        #[arg(long, default_value = "bench/study")]
+        corpus: PathBuf,
+        /// Questions asked idle and while studying, each.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Embeddings per second (batch 1, 8, 32; sentences and code), the shared worker under 100
+    /// callers, and sentence-transformers on the same inputs as the peer.
+    Embed {
+        /// Python with sentence-transformers for the peer run (none: ours only).
+        #[arg(long)]
+        peer_python: Option<String>,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Prompt and generated tokens per second and time to first token of the local LLM, with
+    /// llama.cpp on the same file as the peer.
+    Llm {
+        /// Python with llama-cpp-python for the peer run (none: ours only).
+        #[arg(long)]
+        peer_python: Option<String>,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// The codebase index: indexing a tree (files/s, chunks/s, re-index, bytes per chunk, query
+    /// latency, int8's recall against f32), and search latency at 10k and 100k synthetic entries
+    /// (at 100k the vector graph's build time and recall against the exact scan).
+    Index {
+        /// The tree to index (default: the current directory).
+        #[arg(long, default_value = ".")]
+        path: PathBuf,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Retrieval quality of the codebase index on a public codebase (Werkzeug 3.0.6, fetched
+    /// from the Python package index and checked): Recall@5 and MRR@10 by file of keyword,
+    /// vector and hybrid search, ours and a baseline of fixed 40-line windows.
+    RagEval {
+        /// Another question file (JSONL: id, query, answers, uses_identifiers); needs --tree.
+        #[arg(long, requires = "tree")]
+        questions: Option<PathBuf>,
+        /// The tree the questions are about (default: the fetched Werkzeug).
+        #[arg(long)]
+        tree: Option<PathBuf>,
+        /// Also each question's rank of its first answer and its first files, per index and mode.
+        #[arg(long)]
+        details: bool,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// The semantic threshold of reference matching on labelled texts (bench/refs-eval):
+    /// precision, recall and F1 of each threshold, the best one with its 2-fold held-out F1, and
+    /// the default's figures.
+    RefsEval {
+        /// The set: a fleet file (fleet.toml) whose catalog is matched and labelled.jsonl.
+        #[arg(long, default_value = bench::refs_eval::DEFAULT_DIR)]
+        dir: PathBuf,
+        /// Also each threshold's figures and each text's first three references.
+        #[arg(long)]
+        details: bool,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// The gate's model question on labelled cases: label margins, coverage and agreement of
+    /// the calibration.
+    GateModel {
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Rounds of `kill -9` at a random moment of a `mindfleet run` child under concurrent
+    /// injection (every other round while it indexes a generated tree), each checked after a
+    /// restart: acknowledged, decided, lost, decided twice, restart time. `"ok": false` when
+    /// anything acknowledged was lost or decided twice.
+    Chaos {
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+        /// Seeds the moments of the kills (default: from the clock); printed in the figures.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Concurrent injecting clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Also a round on a small tmpfs (root only: it mounts one) filled until events are
+        /// refused, then given space: 507 and a 503 `/health` while full, healed without a
+        /// restart, nothing acknowledged lost.
+        #[arg(long)]
+        disk_full: bool,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Durable injection throughput and latency over HTTP.
+    Inject {
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        #[arg(long, default_value_t = 8)]
+        personas: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+}
+
+pub fn run(Args { which }: Args) -> ExitCode {
+    match which {
+        Which::Gate { seconds, out } => print_figures(Ok(bench::gate(seconds)), out.json),
+        Which::GateModel { out } => {
+            let r = mindfleet::llm_file(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
+            print_figures(r, out.json)
+        }
+        Which::Llm { peer_python, out } => {
+            let r = mindfleet::llm_file(None)
+                .map_err(anyhow::Error::msg)
+                .and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
+            print_figures(r, out.json)
+        }
+        Which::Index { path, out } => {
+            let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+                .map_err(anyhow::Error::from)
+                .and_then(|dir| bench::index::index(&path, &dir));
+            print_figures(r, out.json)
+        }
+        Which::RagEval { questions, tree, details, out } => {
+            print_figures(rag_eval(questions.as_deref(), tree.as_deref(), details), out.json)
+        }
+        Which::RefsEval { dir, details, out } => {
+            let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+                .map_err(anyhow::Error::from)
+                .and_then(|model| bench::refs_eval::refs_eval(&dir, &model, details));
+            match r {
+                Ok(v) if !out.json => {
+                    print!("{}", bench::refs_eval::render(&v));
+                    ExitCode::SUCCESS
+                }
+                r => print_figures(r, true),
+            }
+        }
+        Which::Launch { personas, out } => {
+            block_on(async move { print_figures(bench::launch(personas).await, out.json) })
+        }
+        Which::Scheduler { backlog, samples, out } => block_on(async move {
+            let mut v = mindfleet_actors::scheduler::bench::bench(backlog.max(1), samples.max(1)).await;
+            v["bench"] = "scheduler".into();
+            print_figures(Ok(v), out.json)
+        }),
+        Which::Conversation { personas, rate, seconds, recalls, out } => block_on(async move {
+            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                Ok(_) => bench::conversation::conversation(personas.max(1), rate.max(0.1), seconds, recalls).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::Replay { events, personas, out } => block_on(async move {
+            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                Ok(dir) => bench::replay::replay(&dir, events.max(1), personas.max(1)).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::Study { corpus, rounds, out } => block_on(async move {
+            let dir = models::default_dir();
+            let r = match models::pull(&dir, &models::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
+                Ok(_) => bench::study::study(&corpus, rounds.max(1)).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::Soak { personas, rate, seconds, every, room_size, conversation, out } => block_on(async move {
+            let load = bench::SoakLoad {
+                personas,
+                rate,
+                seconds,
+                every: every.max(1),
+                room_size: room_size.max(1),
+                conversation,
+            };
+            print_figures(soak(load).await, out.json)
+        }),
+        Which::Cluster { personas, events, out } => {
+            block_on(async move { print_figures(bench::cluster::cluster(personas, events.max(1)).await, out.json) })
+        }
+        Which::Dashboard { personas, rate, seconds, pages, out } => block_on(async move {
+            let load = bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false };
+            print_figures(bench::dashboard::dashboard(load, pages.max(1)).await, out.json)
+        }),
+        Which::Embed { peer_python, out } => block_on(async move {
+            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+                Ok(dir) => bench::embed::embed(&dir, peer_python.as_deref()).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::Chaos { rounds, seed, clients, disk_full, out } => block_on(async move {
+            let seed = seed.unwrap_or_else(bench::chaos::clock_seed);
+            let options = bench::chaos::Options { rounds, seed, clients, disk_full };
+            print_figures(bench::chaos::chaos(options).await, out.json)
+        }),
+        Which::Inject { clients, events, personas, out } => {
+            block_on(async move { print_figures(bench::inject(clients, events, personas).await, out.json) })
+        }
+    }
+}
+
+/// `bench soak`: with conversation memory, the embedding model fetched first when missing.
+async fn soak(load: bench::SoakLoad) -> anyhow::Result<serde_json::Value> {
+    if load.conversation {
+        models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}"))?;
+    }
+    bench::soak(load, 0).await
+}
+
+/// `bench rag-eval`: the model and (unless `tree` is given) the codebase fetched when missing.
+fn rag_eval(questions: Option<&Path>, tree: Option<&Path>, details: bool) -> anyhow::Result<serde_json::Value> {
+    use bench::rag_eval::{QUESTIONS, WERKZEUG};
+    let dir = models::default_dir();
+    let model = models::ensure(&dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
+    let questions = match questions {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        None => QUESTIONS.to_string(),
+    };
+    let (tree, source) = match tree {
+        Some(t) => (t.to_path_buf(), t.display().to_string()),
+        None => {
+            let t = models::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
+            (t, format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256))
+        }
+    };
+    bench::rag_eval::rag_eval(&tree, &source, &model, &questions, details)
+}

