@@ -15,7 +15,7 @@ use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
 use ractor_cluster::{NodeEventSubscription, NodeServer, NodeServerMessage};
 use tokio::sync::mpsc;
 
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 
 /// How a process takes part in a cluster (`mindfleet run --node ...`).
 #[derive(Debug, Clone)]

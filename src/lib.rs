@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod error;
 pub mod fleet;
 pub mod panic_hook;
 pub mod table;

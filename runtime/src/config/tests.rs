@@ -1,0 +1,197 @@
+use super::*;
+
+fn parse(text: &str) -> Result<FleetConfig, ConfigError> {
+    FleetConfig::from_toml(Path::new("fleet.toml"), text)
+}
+
+const ONE: &str = "[[persona]]\nname = \"a\"\nrole = \"helper\"\n";
+
+#[test]
+fn admin_connection_limits_and_allowed_hosts_have_defaults_and_are_checked() {
+    let a = parse(ONE).unwrap().admin;
+    assert_eq!(
+        (a.header_timeout, a.idle_timeout, a.max_connections, a.allowed_hosts.len()),
+        (Duration::from_secs(10), Duration::from_secs(60), 512, 0)
+    );
+    let a = parse(&format!(
+        "[admin]\nallowed_hosts = [\"Fleet.Internal\"]\nheader_timeout_secs = 2.5\nidle_timeout_secs = 30\n\
+         max_connections = 64\n{ONE}"
+    ))
+    .unwrap()
+    .admin;
+    assert_eq!(
+        (a.header_timeout, a.idle_timeout, a.max_connections, a.allowed_hosts),
+        (Duration::from_millis(2500), Duration::from_secs(30), 64, vec!["fleet.internal".to_string()])
+    );
+    for (bad, key) in [
+        ("allowed_hosts = [\"http://x\"]", "allowed_hosts"),
+        ("allowed_hosts = [\"x:80\"]", "allowed_hosts"),
+        ("header_timeout_secs = 0.0", "header_timeout_secs"),
+        ("idle_timeout_secs = -1.0", "idle_timeout_secs"),
+        ("max_connections = 0", "max_connections"),
+    ] {
+        let e = parse(&format!("[admin]\n{bad}\n{ONE}")).unwrap_err();
+        assert!(e.message.contains(key) && e.line.is_some(), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn embedded_default_is_valid_and_has_four_distinct_personas() {
+    let cfg = FleetConfig::embedded_default();
+    assert!(cfg.personas.len() >= 4);
+    let roles: BTreeSet<_> = cfg.personas.iter().map(|p| p.role.clone()).collect();
+    assert_eq!(roles.len(), cfg.personas.len());
+}
+
+#[test]
+fn unknown_key_names_line_and_key() {
+    let err = parse(&format!("{ONE}colour = \"red\"\n")).unwrap_err();
+    let s = err.to_string();
+    assert!(s.starts_with("fleet.toml:4:1:"), "{s}");
+    assert!(s.contains("colour"), "{s}");
+}
+
+#[test]
+fn wrong_type_names_the_place() {
+    let err = parse("[[persona]]\nname = \"a\"\nrole = \"r\"\ninbox_capacity = \"big\"\n").unwrap_err();
+    assert_eq!(err.line.unwrap().0, 4, "{err}");
+}
+
+#[test]
+fn out_of_range_names_key_and_range() {
+    let err = parse("[[persona]]\nname = \"a\"\nrole = \"r\"\ninbox_capacity = 0\n").unwrap_err();
+    let s = err.to_string();
+    assert!(s.starts_with("fleet.toml:4:18:"), "{s}");
+    assert!(s.contains("inbox_capacity"), "{s}");
+}
+
+#[test]
+fn duplicate_persona_is_refused_at_second_name() {
+    let err = parse(&format!("{ONE}{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((5, 8)), "{err}");
+    assert!(err.message.contains("duplicate persona name \"a\""));
+}
+
+#[test]
+fn a_persona_node_must_be_one_of_the_cluster_nodes() {
+    let text = "[cluster]\nnodes = [\"a\", \"b\"]\n[[persona]]\nname = \"x\"\nrole = \"r\"\nnode = \"c\"\n";
+    let err = parse(text).unwrap_err();
+    assert_eq!(err.line, Some((6, 8)), "{err}");
+    assert!(err.message.contains("persona \"x\": node \"c\" is not in `[cluster] nodes` (a, b)"), "{err}");
+    let err = parse("[cluster]\nnodes = [\"a\", \"a\"]\n").unwrap_err();
+    assert!(err.message.contains("[cluster] node \"a\" is listed twice"), "{err}");
+    // Without `[cluster] nodes`, the nodes are those that personas name, in file order.
+    let cfg = parse(&format!("{ONE}node = \"n2\"\n[[persona]]\nname = \"b\"\nrole = \"r\"\nnode = \"n1\"\n")).unwrap();
+    assert_eq!(cfg.cluster_nodes(), ["n2", "n1"]);
+    assert!(cfg.cluster.rebalance && cfg.cluster.drain_on_stop, "on by default");
+    let cfg = parse(&format!("[cluster]\nnodes = [\"a\"]\nrebalance = false\ndrain_on_stop = false\n{ONE}")).unwrap();
+    assert!(!cfg.cluster.rebalance && !cfg.cluster.drain_on_stop);
+    let err = parse("[cluster]\nrebalance = \"yes\"\n").unwrap_err();
+    assert_eq!(err.line.map(|l| l.0), Some(2), "{err}");
+    let cfg = parse(&format!("[cluster]\nnodes = [\"a\", \"b\"]\nembedding = \"b\"\n{ONE}")).unwrap();
+    assert_eq!((cfg.cluster.embedding.as_deref(), cfg.cluster.index.as_deref()), (Some("b"), None));
+    let err = parse("[cluster]\nnodes = [\"a\"]\nindex = \"b\"\n").unwrap_err();
+    assert!(err.message.contains("[cluster] index: node \"b\" is not in `[cluster] nodes` (a)"), "{err}");
+    let err = parse("[cluster]\nnodes = [\"a\"]\nembedding = \"z\"\n").unwrap_err();
+    assert_eq!(err.line, Some((3, 13)), "{err}");
+    assert!(err.message.contains("[cluster] embedding: node \"z\" is not in `[cluster] nodes` (a)"), "{err}");
+}
+
+#[test]
+fn scheduler_defaults_when_the_table_is_absent() {
+    let s = parse(ONE).unwrap().scheduler;
+    assert_eq!(s.cheap_slots, 256);
+    assert_eq!(s.aging_per_30s, 0.5);
+    assert_eq!(s.promote_after, Duration::from_secs(60));
+    assert_eq!(s.background_period, Duration::from_secs(10));
+    assert_eq!(s.fleet_inferences_per_hour, 1_000_000);
+    assert_eq!(s.fleet_tokens_per_hour, 1_000_000_000);
+    assert_eq!(s.budget_soft_limit, 0.8);
+}
+
+#[test]
+fn scheduler_policy_keys_are_read() {
+    let s = parse(&format!(
+        "[scheduler]\npromote_after_secs = 30.0\nbackground_period_secs = 2.5\n\
+         fleet_inferences_per_hour = 100\nfleet_tokens_per_hour = 5000\nbudget_soft_limit = 0.5\n{ONE}"
+    ))
+    .unwrap()
+    .scheduler;
+    assert_eq!(s.promote_after, Duration::from_secs(30));
+    assert_eq!(s.background_period, Duration::from_millis(2500));
+    assert_eq!((s.fleet_inferences_per_hour, s.fleet_tokens_per_hour), (100, 5000));
+    assert_eq!(s.budget_soft_limit, 0.5);
+}
+
+#[test]
+fn scheduler_soft_limit_out_of_range_names_the_key() {
+    let err = parse(&format!("[scheduler]\nbudget_soft_limit = 1.5\n{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((2, 21)), "{err}");
+    assert!(err.message.contains("budget_soft_limit"), "{err}");
+    let err = parse(&format!("[scheduler]\nfleet_tokens_per_hour = -1\n{ONE}")).unwrap_err();
+    assert!(err.message.contains("fleet_tokens_per_hour"), "{err}");
+    let err = parse(&format!("[scheduler]\npromote_after_secs = 0.0\n{ONE}")).unwrap_err();
+    assert!(err.message.contains("promote_after_secs"), "{err}");
+}
+
+#[test]
+fn index_keys_are_read_and_a_relative_root_is_refused_where_it_is() {
+    assert_eq!(parse(ONE).unwrap().index, IndexConfig::default());
+    let i = parse(&format!(
+        "[index]\nallowed_roots = [\"/srv/code\"]\ncursor_ttl_secs = 30\nmax_cursors = 5\nvector_weight = 2.0\n{ONE}"
+    ))
+    .unwrap()
+    .index;
+    assert_eq!(i.allowed_roots, [PathBuf::from("/srv/code")]);
+    assert_eq!(
+        (i.cursor_ttl, i.max_cursors, i.keyword_weight, i.vector_weight),
+        (Duration::from_secs(30), 5, 1.0, 2.0)
+    );
+    let err = parse(&format!("[index]\nallowed_roots = [\"/srv\", \"code\"]\n{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((2, 26)), "{err}");
+    assert!(err.message.contains("\"code\" is not an absolute path"), "{err}");
+    let err = parse(&format!("[index]\nmax_cursors = 0\n{ONE}")).unwrap_err();
+    assert!(err.message.contains("max_cursors"), "{err}");
+    let err = parse(&format!("[index]\nkeyword_weight = 0.0\nvector_weight = 0.0\n{ONE}")).unwrap_err();
+    assert!(err.message.contains("weights"), "{err}");
+}
+
+#[test]
+fn references_are_read_from_the_fleet_file_and_its_includes_and_bad_ones_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("guides")).unwrap();
+    std::fs::write(dir.path().join("guides/retry.md"), "# Retry\n").unwrap();
+    std::fs::write(
+        dir.path().join("refs.toml"),
+        "[[reference]]\nid = \"retry\"\nname = \"Retry guide\"\ntags = [\"backoff\"]\npath = \"guides/retry.md\"\nmode = \"auto\"\n",
+    )
+    .unwrap();
+    let fleet = dir.path().join("fleet.toml");
+    let load = |text: &str| FleetConfig::from_toml(&fleet, text);
+    let head = "[references]\ninclude = [\"refs.toml\"]\ndiscovery_depth = 3\n\n[[reference]]\nid = \"guides\"\nname = \"All guides\"\npath = \"guides\"\ncontents = { templates = [\"retry.md\"] }\n";
+    let r = load(&format!("{head}{ONE}")).unwrap().references;
+    let ids: Vec<(&str, crate::refs::RefMode)> = r.catalog.refs.iter().map(|r| (r.id.as_str(), r.mode)).collect();
+    assert_eq!(ids, [("guides", crate::refs::RefMode::Selectable), ("retry", crate::refs::RefMode::Auto)]);
+    assert_eq!(r.catalog.refs[0].path, dir.path().join("guides"));
+    assert_eq!((r.discovery_depth, r.semantic_threshold), (3, 0.26));
+
+    let dup = head.replace("id = \"guides\"", "id = \"retry\"");
+    let err = load(&format!("{dup}{ONE}")).unwrap_err();
+    assert!(err.to_string().contains("refs.toml:2:6: duplicate reference id \"retry\""), "{err}");
+    let missing = head.replace("path = \"guides\"", "path = \"nowhere\"");
+    let err = load(&format!("{missing}{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((8, 8)), "{err}");
+    assert!(err.message.contains("nowhere does not exist"), "{err}");
+    let err = load(&format!("{}mode = \"sometimes\"\n{ONE}", head)).unwrap_err();
+    assert!(err.message.contains("`mode` = \"sometimes\""), "{err}");
+    let err = load(&format!("{}\n{ONE}", head.replace("templates", "recipes"))).unwrap_err();
+    assert!(err.message.contains("\"recipes\""), "{err}");
+    let err = load(&format!("{}{ONE}", head.replace("refs.toml", "gone.toml"))).unwrap_err();
+    assert!(err.to_string().starts_with(&format!("{}:2:12: `include`: cannot read", fleet.display())), "{err}");
+}
+
+#[test]
+fn line_col_counts_characters() {
+    assert_eq!(line_col("ab\ncé\nx", 7), (3, 1));
+    assert_eq!(line_col("ab\ncé", 3), (2, 1));
+}

@@ -1,0 +1,466 @@
+use super::*;
+use crate::model::EntryKind;
+
+fn state(energy: f64) -> SelfStateData {
+    SelfStateData { energy, ..SelfStateData::default() }
+}
+
+fn entry(id: u64) -> WmEntry {
+    WmEntry {
+        id,
+        domain: "chat".into(),
+        kind: EntryKind::Observation,
+        text: format!("entry {id}"),
+        importance: 0.5,
+        event_id: None,
+        relevance: 0.5,
+        created_us: 0,
+        last_access_us: 0,
+        access_count: 0,
+        expires_us: i64::MAX,
+    }
+}
+
+/// The self-state row as committed, bypassing the writer.
+fn stored_energy(s: &Storage, persona: &str) -> Option<f64> {
+    s.read(|txn| {
+        let t = txn.open_table(SELF_STATE)?;
+        Ok(match t.get(persona)? {
+            Some(b) => Some(dec::<SelfStateData>(b.value())?.energy),
+            None => None,
+        })
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn held_writes_are_read_through_and_committed_by_a_flush_or_a_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(dir.path()) };
+    let s = Storage::open(&held).unwrap();
+    let p: Arc<str> = "p".into();
+    s.put_self_state(p.clone(), state(0.1));
+    s.put_self_state(p.clone(), state(0.2));
+    s.put_memory(p.clone(), entry(1));
+    s.put_memory(p.clone(), entry(2));
+    let ev = Eviction {
+        entry_id: 1,
+        domain: "chat".into(),
+        text: "entry 1".into(),
+        reason: "capacity".into(),
+        retention: 0.1,
+        at_us: 0,
+    };
+    s.delete_memory(p.clone(), 1, Some(ev));
+
+    // Loads see every write sent before them; the table has none of them yet.
+    assert_eq!(s.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.2));
+    let ids: Vec<u64> = s.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect();
+    assert_eq!(ids, [2]);
+    assert_eq!(s.stats().await.unwrap().held_writes, 4, "one state, two memory rows, one eviction");
+    assert_eq!(stored_energy(&s, "p"), None);
+    assert!(s.recent_evictions("p", 10).unwrap().is_empty());
+
+    s.flush().await.unwrap();
+    assert_eq!(stored_energy(&s, "p"), Some(0.2));
+    assert_eq!(s.recent_evictions("p", 10).unwrap().len(), 1);
+    assert_eq!(s.stats().await.unwrap().held_writes, 0);
+
+    s.put_self_state(p.clone(), state(0.3));
+    s.close().await.unwrap();
+    let s = Storage::open(&held).unwrap();
+    assert_eq!(s.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.3), "a close commits");
+    let ids: Vec<u64> = s.load_memory(p).await.unwrap().iter().map(|e| e.id).collect();
+    assert_eq!(ids, [2]);
+}
+
+#[tokio::test]
+async fn held_writes_are_committed_when_due_without_another_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&StorageConfig { write_behind: Duration::from_millis(20), ..cfg(dir.path()) }).unwrap();
+    s.put_self_state("p".into(), state(0.4));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stored_energy(&s, "p").is_none() {
+        assert!(Instant::now() < deadline, "the held self-state was never committed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stored_energy(&s, "p"), Some(0.4));
+}
+
+#[test]
+fn the_log_histogram_is_within_five_percent() {
+    let mut h = LogHistogram { counts: Vec::new(), total: 0, max: 0.0 };
+    for i in 1..=1000 {
+        h.push(i as f64 / 10.0); // 0.1 .. 100 ms
+    }
+    for (p, exact) in [(0.5, 50.0), (0.99, 99.0)] {
+        let got = h.percentile(p);
+        assert!(got >= exact && got <= exact * 1.05, "p{p}: {got} vs {exact}");
+    }
+    assert_eq!(h.percentile(1.0), 100.0, "never above the maximum");
+    h.push(1e9);
+    assert_eq!(h.max, 1e9);
+}
+use crate::config::FleetConfig;
+use crate::event::EventInput;
+
+fn cfg(dir: &Path) -> StorageConfig {
+    StorageConfig { data_dir: dir.to_path_buf(), ..FleetConfig::embedded_default().storage }
+}
+
+fn event(id: &str) -> Event {
+    EventInput {
+        id: Some(id.into()),
+        domain: "chat".into(),
+        room: "r".into(),
+        from: "a".into(),
+        text: "t".into(),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap()
+}
+
+async fn inject(s: &Storage, id: &str, persona: &str) -> Result<InjectAck, InjectError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    s.inject(Box::new(event(id)), vec![(Arc::from(persona), None)], tx.into());
+    rx.await.unwrap()
+}
+
+fn decision(id: &str) -> Decision {
+    Decision {
+        event_id: id.into(),
+        verdict: Verdict::Ignore,
+        reason: "test".into(),
+        by: "test".into(),
+        priority: 0.0,
+        numbers: Vec::new(),
+        at_us: 0,
+        references: Vec::new(),
+    }
+}
+
+fn log_len(s: &Storage) -> u64 {
+    s.read(|txn| Ok(redb::ReadableTableMetadata::len(&txn.open_table(DECISION_LOG)?)?)).unwrap()
+}
+
+#[tokio::test]
+async fn decisions_are_read_from_the_log_until_copied_then_kept_up_to_the_limit_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = StorageConfig { decisions_per_persona: 2, write_behind: Duration::from_secs(3600), ..cfg(dir.path()) };
+    let s = Storage::open(&held).unwrap();
+    for i in 1..=3u64 {
+        let id = format!("e{i}");
+        inject(&s, &id, "p").await.unwrap();
+        let commit = PersonaCommit {
+            persona: "p".into(),
+            seq: i,
+            accepted_us: 0,
+            decision: decision(&id),
+            reply: None,
+            plan: None,
+            said: None,
+        };
+        s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    // Acknowledged after the commit of every request sent before it.
+    inject(&s, "e4", "q").await.unwrap();
+    let ids =
+        |s: &Storage| -> Vec<String> { s.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect() };
+    assert_eq!(log_len(&s), 3);
+    assert_eq!(ids(&s), ["e3", "e2", "e1"]);
+    assert_eq!(s.stats().await.unwrap().pending, 1);
+
+    s.flush().await.unwrap();
+    assert_eq!(log_len(&s), 0);
+    assert_eq!(ids(&s), ["e3", "e2"]);
+    assert_eq!(s.all_decisions().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn decisions_left_in_the_log_by_a_crash_are_copied_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
+    {
+        // What a kill -9 leaves: logged decisions that were never copied.
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        let mut log = txn.open_table(DECISION_LOG).unwrap();
+        log.insert(0, enc(&("p", &decision("e1"))).as_slice()).unwrap();
+        log.insert(1, enc(&("q", &decision("e2"))).as_slice()).unwrap();
+        drop(log);
+        let mut meta = txn.open_table(META).unwrap();
+        meta.insert("next_decision", 2).unwrap();
+        drop(meta);
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(dir.path()) }).unwrap();
+    assert_eq!(s.recent_decisions("q", 10).unwrap()[0].event_id, "e2");
+    s.flush().await.unwrap();
+    assert_eq!(log_len(&s), 0);
+    let mut all: Vec<(String, String)> = s.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
+    all.sort();
+    assert_eq!(all, [("p".to_string(), "e1".to_string()), ("q".into(), "e2".into())]);
+}
+
+#[tokio::test]
+async fn a_finish_of_a_finished_delivery_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    inject(&s, "e1", "p").await.unwrap();
+    for _ in 0..2 {
+        let commit = PersonaCommit {
+            persona: "p".into(),
+            seq: 1,
+            accepted_us: 0,
+            decision: decision("e1"),
+            reply: None,
+            plan: None,
+            said: None,
+        };
+        s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    s.flush().await.unwrap();
+    assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 1);
+    assert_eq!(s.stats().await.unwrap().stale_finishes, 1);
+}
+
+#[tokio::test]
+async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing_behind() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let held = |d: &Path| StorageConfig { write_behind: Duration::from_secs(3600), ..cfg(d) };
+    let (a, b) = (Storage::open(&held(da.path())).unwrap(), Storage::open(&held(db.path())).unwrap());
+    let p: Arc<str> = "p".into();
+    // On a: two decisions (held, not yet copied), a self-state, memory, a joined room and
+    // an unfinished delivery; q's rows stay.
+    for (i, id) in ["e1", "e2"].iter().enumerate() {
+        inject(&a, id, "p").await.unwrap();
+        let commit = PersonaCommit {
+            persona: p.clone(),
+            seq: i as u64 + 1,
+            accepted_us: 0,
+            decision: decision(id),
+            reply: None,
+            plan: None,
+            said: None,
+        };
+        a.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    inject(&a, "e3", "p").await.unwrap();
+    inject(&a, "e9", "q").await.unwrap();
+    a.put_self_state(p.clone(), state(0.7));
+    a.put_memory(p.clone(), entry(4));
+    a.join_room("side".into(), p.clone());
+    // b already stored e3 for one of its own personas: it keeps its seq there.
+    inject(&b, "e0", "r").await.unwrap();
+    inject(&b, "e3", "r").await.unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = a.release(p.clone(), 1, "b".into(), tx).await.unwrap();
+    assert_eq!((out.pending, out.version), (1, 1));
+    let (key, request) = rx.recv().await.unwrap();
+    assert_eq!(request[0], FORWARD_ADOPT);
+    assert_eq!(a.pending_forwards().unwrap(), [("b".to_string(), key, request.clone())], "kept until b has it");
+    // Nothing of p is left on a, q is untouched, and a says where p went.
+    assert!(a.recent_decisions("p", 10).unwrap().is_empty());
+    assert!(a.load_self_state(p.clone()).await.unwrap().is_none());
+    assert!(a.load_memory(p.clone()).await.unwrap().is_empty());
+    assert!(a.load_inbox(p.clone()).await.unwrap().deliveries.is_empty());
+    assert_eq!(a.load_inbox("q".into()).await.unwrap().deliveries.len(), 1);
+    assert_eq!(a.stats().await.unwrap().pending, 1);
+    assert_eq!(a.placements().unwrap(), [("p".to_string(), "b".to_string(), 1)]);
+    a.flush().await.unwrap();
+    assert_eq!(log_len(&a), 0, "p's held decisions leave the log with it");
+
+    let snapshot = PersonaSnapshot::decode(&request[1..]).unwrap();
+    let done = b.adopt(snapshot).await.unwrap();
+    assert!(!done.duplicate);
+    let ids: Vec<String> = b.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
+    assert_eq!(ids, ["e2", "e1"]);
+    assert_eq!(b.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.7));
+    assert_eq!(b.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
+    let inbox = b.load_inbox(p.clone()).await.unwrap();
+    assert_eq!(inbox.deliveries.iter().map(|d| (d.event.id.as_str(), d.seq)).collect::<Vec<_>>(), [("e3", 2)]);
+    assert_eq!(b.stats().await.unwrap().pending, 3);
+    assert!(b.rooms().unwrap()["side"].contains(&"p".to_string()));
+    assert_eq!(b.placements().unwrap(), [("p".to_string(), "b".to_string(), 1)]);
+    // Its next decision is journaled after the ones it brought.
+    let commit = PersonaCommit {
+        persona: p.clone(),
+        seq: 2,
+        accepted_us: 0,
+        decision: decision("e3"),
+        reply: None,
+        plan: None,
+        said: None,
+    };
+    b.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    b.flush().await.unwrap();
+    let ids: Vec<String> = b.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();
+    assert_eq!(ids, ["e3", "e2", "e1"]);
+    // The same snapshot sent again changes nothing.
+    let again = PersonaSnapshot::decode(&request[1..]).unwrap();
+    assert!(b.adopt(again).await.unwrap().duplicate);
+    assert_eq!(b.load_inbox(p).await.unwrap().deliveries.len(), 0);
+}
+
+#[tokio::test]
+async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        assert!(!inject(&s, "e1", "p").await.unwrap().duplicate);
+        s.close().await.unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let restored = s.load_inbox("p".into()).await.unwrap();
+    assert_eq!(restored.deliveries.len(), 1);
+    assert_eq!(restored.deliveries[0].event.id, "e1");
+    assert!(inject(&s, "e1", "p").await.unwrap().duplicate);
+}
+
+#[tokio::test]
+async fn long_term_limits_drop_the_oldest_and_least_proven_with_reasons() {
+    use crate::model::{Action, Consolidation, Experience, Procedure};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let exp = |i: usize| Experience {
+        domain: "chat".into(),
+        task: format!("task {i}"),
+        trajectory: vec![],
+        success: true,
+        learnings: vec![],
+        event_id: None,
+        at_us: i as i64,
+    };
+    let proc_ = |i: usize| Procedure {
+        name: format!("chat: p{i:03}"),
+        domain: "chat".into(),
+        steps: vec![Action::DraftReply],
+        success_rate: 1.0,
+        times_used: i as u32 + 1,
+        updated_us: 0,
+    };
+    let n = EXPERIENCES_KEPT as usize + 5;
+    let c = Consolidation {
+        experiences: (0..n).map(exp).collect(),
+        procedures: (0..PROCEDURES_PER_DOMAIN + 2).map(proc_).collect(),
+        watermark: 7,
+        ..Default::default()
+    };
+    s.consolidate("p".into(), c);
+    s.flush().await.unwrap();
+    let lt = s.long_term("p", 5).unwrap();
+    assert_eq!(lt.experience_count, EXPERIENCES_KEPT);
+    assert_eq!(lt.experiences[0].task, format!("task {}", n - 1), "newest first");
+    assert_eq!(lt.procedures.len(), PROCEDURES_PER_DOMAIN);
+    assert!(lt.procedures.iter().all(|p| p.name != "chat: p000" && p.name != "chat: p001"), "least used go");
+    let dropped = &lt.reports[0].dropped;
+    assert_eq!(dropped.iter().filter(|d| d.contains("oldest experience: limit 1000")).count(), 5, "{dropped:?}");
+    assert_eq!(dropped.iter().filter(|d| d.contains("limit 50 per domain")).count(), 2, "{dropped:?}");
+    assert_eq!(lt.watermark, 7);
+}
+
+#[tokio::test]
+async fn a_version_1_database_is_migrated_and_keeps_directed_rooms() {
+    let dir = tempfile::tempdir().unwrap();
+    // What version 1 wrote: no `rooms` table, memberships only implied by directed events.
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 1).unwrap();
+        let mut directed = event("d1");
+        directed.persona = Some("helper".into());
+        directed.room = "war-room".into();
+        let mut events = txn.open_table(EVENTS).unwrap();
+        events.insert(1, enc(&directed).as_slice()).unwrap();
+        events.insert(2, enc(&event("u1")).as_slice()).unwrap();
+        drop(events);
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let rooms = s.rooms().unwrap();
+    assert_eq!(rooms.len(), 1);
+    assert_eq!(rooms["war-room"], ["helper"]);
+    s.close().await.unwrap();
+    let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+    let v = db.begin_read().unwrap().open_table(META).unwrap().get("schema_version").unwrap().unwrap().value();
+    assert_eq!(v, SCHEMA_VERSION);
+}
+
+#[tokio::test]
+async fn a_version_3_database_keeps_its_pending_deliveries_and_their_crash_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 3).unwrap();
+        txn.open_table(EVENTS).unwrap().insert(7, enc(&event("e7")).as_slice()).unwrap();
+        let mut old = txn.open_table(DELIVERIES_V3).unwrap();
+        old.insert(("helper", 7), 2).unwrap();
+        old.insert(("scribe", 7), 0).unwrap();
+        drop(old);
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let restored = s.load_inbox("helper".into()).await.unwrap();
+    let got: Vec<(u64, &str, u32)> =
+        restored.deliveries.iter().map(|d| (d.seq, d.event.id.as_str(), d.crashes)).collect();
+    assert_eq!(got, [(7, "e7", 2)]);
+    let pending = s.pending_by_persona().unwrap();
+    assert_eq!(pending.keys().collect::<Vec<_>>(), ["helper", "scribe"]);
+    s.close().await.unwrap();
+    let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+    let txn = db.begin_read().unwrap();
+    assert!(txn.open_table(DELIVERIES_V3).is_err(), "the version 3 table is gone");
+}
+
+#[tokio::test]
+async fn a_version_4_database_keeps_its_decisions_without_references() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.delete_table(REFERENCES).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 4).unwrap();
+        // Version 4 decisions: the fields of today's, in order, without the references.
+        let numbers: Vec<(String, f64)> = vec![("priority".into(), 0.5)];
+        let stored = enc(&("d0", Verdict::Ignore, "old reason", "test", 0.5, numbers, 42_i64));
+        txn.open_table(DECISIONS).unwrap().insert(("helper", 0), stored.as_slice()).unwrap();
+        let logged = ("d1", Verdict::Engage, "logged", "fast_path/mention", 0.9, Vec::<(String, f64)>::new(), 43_i64);
+        txn.open_table(DECISION_LOG).unwrap().insert(1, enc(&("helper", logged)).as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got = s.recent_decisions("helper", 10).unwrap();
+    let ids: Vec<(&str, &str, usize)> =
+        got.iter().map(|d| (d.event_id.as_str(), d.reason.as_str(), d.references.len())).collect();
+    assert_eq!(ids, [("d1", "logged", 0), ("d0", "old reason", 0)]);
+    assert_eq!(got[1].numbers, [("priority".to_string(), 0.5)]);
+    assert!(s.selected_references("helper").unwrap().is_empty(), "the new table starts empty");
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", SCHEMA_VERSION + 1).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Storage::open(&cfg(dir.path())).err().expect("refused").to_string();
+    assert!(err.contains(&format!("schema version {} is not one", SCHEMA_VERSION + 1)), "{err}");
+}
+
+#[test]
+fn a_locked_data_dir_names_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = lock_data_dir(dir.path()).unwrap();
+    let err = lock_data_dir(dir.path()).unwrap_err().to_string();
+    assert!(err.ends_with(&format!("in use by pid {}", std::process::id())), "{err}");
+}
