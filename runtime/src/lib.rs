@@ -38,6 +38,7 @@ pub mod messages;
 pub mod model;
 pub mod models;
 pub mod openai;
+pub mod private;
 pub mod refs;
 pub mod restart;
 pub mod sched;
