@@ -359,7 +359,7 @@ impl ReferencesConfig {
 /// Where the local models come from (`[models]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelsConfig {
-    /// The cache `mindfleet models pull` fills (default: [`crate::models::default_dir`]).
+    /// The cache `mindfleet models pull` fills (default: [`default_models_dir`]).
     pub dir: PathBuf,
     /// A local HuggingFace-layout BERT directory used instead of the pulled MiniLM.
     pub embedding: Option<PathBuf>,
@@ -1134,7 +1134,7 @@ impl FleetConfig {
         let models = {
             let m = raw.models.unwrap_or_default();
             ModelsConfig {
-                dir: m.dir.map_or_else(crate::models::default_dir, PathBuf::from),
+                dir: m.dir.map_or_else(default_models_dir, PathBuf::from),
                 embedding: m.embedding.map(PathBuf::from),
                 llm: m.llm.map(PathBuf::from),
                 pull: m.pull.unwrap_or(true),
@@ -1425,6 +1425,21 @@ pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// The cache directory: `$MINDFLEET_MODELS`, else `$XDG_CACHE_HOME/mindfleet/models`, else
+/// `~/.cache/mindfleet/models`, else `./.mindfleet-models`. Config may name another.
+pub fn default_models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("MINDFLEET_MODELS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("mindfleet").join("models");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("mindfleet").join("models"),
+        None => PathBuf::from(".mindfleet-models"),
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ use std::process::Command;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use crate::config::default_models_dir as default_dir;
+
 /// One file the runtime reads, as shipped inside its wheel.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelFile {
@@ -121,21 +123,6 @@ fn hint(model: &str) -> String {
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ModelError + '_ {
     move |source| ModelError::Io { path: path.to_path_buf(), source }
-}
-
-/// The cache directory: `$MINDFLEET_MODELS`, else `$XDG_CACHE_HOME/mindfleet/models`, else
-/// `~/.cache/mindfleet/models`, else `./.mindfleet-models`. Config may name another.
-pub fn default_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("MINDFLEET_MODELS").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("mindfleet").join("models");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".cache").join("mindfleet").join("models"),
-        None => PathBuf::from(".mindfleet-models"),
-    }
 }
 
 /// What `pull` did for one model.
