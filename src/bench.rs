@@ -18,10 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use mindfleet_core::event::{Event, EventInput, SenderKind};
+use mindfleet_core::model::Mood;
 use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
-use mindfleet_runtime::config::FleetConfig;
-use mindfleet_runtime::event::{Event, EventInput, SenderKind};
-use mindfleet_runtime::model::Mood;
 use serde_json::{Value, json};
 
 use crate::fleet::Fleet;
@@ -84,7 +83,7 @@ pub(crate) fn round(x: f64, digits: i32) -> f64 {
 /// Launch time and idle RSS of a fleet of `n` personas (each with its three children).
 pub async fn launch(n: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let cfg = FleetConfig::synthetic(n, dir.path().to_path_buf());
+    let cfg = crate::defaults::synthetic_fleet(n, dir.path().to_path_buf());
     let rss_before = rss_kib();
     let t = Instant::now();
     let fleet = Fleet::start(cfg).await?;
@@ -196,7 +195,7 @@ pub fn gate(seconds: f64) -> Value {
 /// Durable injection over HTTP with `clients` concurrent keep-alive clients.
 pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{i}")];
     }
@@ -283,7 +282,7 @@ pub struct SoakLoad {
 pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     let SoakLoad { personas, rate, seconds, every, room_size, conversation } = load;
     let dir = tempfile::tempdir()?;
-    let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
     let rooms = personas.div_ceil(room_size).max(1);
     for (i, p) in cfg.personas.iter_mut().enumerate() {
@@ -353,7 +352,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     while started.elapsed() < Duration::from_secs(seconds) {
         tokio::time::sleep(Duration::from_secs(every)).await;
         let stats = fleet.storage.stats().await?;
-        let sched = ractor::call_t!(fleet.scheduler.actor(), mindfleet_runtime::sched::SchedulerMsg::Stats, 5000)
+        let sched = ractor::call_t!(fleet.scheduler.actor(), mindfleet_core::sched::SchedulerMsg::Stats, 5000)
             .map_err(|e| anyhow::anyhow!("scheduler: {e}"))?;
         let rss = rss_kib();
         rss_max = rss_max.max(rss);
@@ -395,7 +394,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     let fleet = Arc::into_inner(fleet).ok_or_else(|| anyhow::anyhow!("fleet still shared"))?;
     fleet.shutdown(Duration::from_secs(5)).await;
     let sent = sent.load(Ordering::Relaxed);
-    let convo = |f: fn(&mindfleet_runtime::dump::ConversationDump) -> u64| {
+    let convo = |f: fn(&mindfleet_core::dump::ConversationDump) -> u64| {
         d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(f).sum::<u64>()
     };
     Ok(json!({

@@ -1,8 +1,8 @@
 //! A client of the admin API, used by `mindfleet inject`, `dump`, `ai`, `embed --admin` and
 //! `rag --admin`.
 
-use mindfleet_runtime::dump::FleetDump;
-use mindfleet_runtime::event::EventInput;
+use mindfleet_core::dump::FleetDump;
+use mindfleet_core::event::EventInput;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]

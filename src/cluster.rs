@@ -6,10 +6,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mindfleet_runtime::cluster::{AgentArgs, ClusterView, NodeAgent, NodeMsg};
-use mindfleet_runtime::embedding::EmbedMsg;
-use mindfleet_runtime::knowledge::IndexMsg;
-use mindfleet_runtime::messages::AdminMsg;
+use mindfleet_core::cluster::{ClusterView, NodeMsg};
+use mindfleet_core::embedding::EmbedMsg;
+use mindfleet_core::knowledge::IndexMsg;
+use mindfleet_core::messages::AdminMsg;
+use mindfleet_server::node::{AgentArgs, NodeAgent};
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::{NodeConnectionMode, NodeServerSessionInformation};
 use ractor_cluster::{NodeEventSubscription, NodeServer, NodeServerMessage};
@@ -190,7 +191,7 @@ async fn check_liveness(view: ClusterView) {
     for n in 0u64.. {
         tick.tick().await;
         let checks = view.linked_nodes().into_iter().map(|node| async move {
-            let ok = match mindfleet_runtime::cluster::agent_of(&node) {
+            let ok = match mindfleet_core::cluster::agent_of(&node) {
                 Some(agent) => ractor::call_t!(agent, NodeMsg::Ping, LIVENESS_WAIT_MS, n).is_ok_and(|m| m == n),
                 None => false,
             };

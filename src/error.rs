@@ -2,8 +2,8 @@
 
 use std::net::SocketAddr;
 
-use mindfleet_runtime::http;
-use mindfleet_runtime::storage::StorageError;
+use mindfleet_server::http;
+use mindfleet_store::StorageError;
 
 /// Why a fleet could not start.
 #[derive(Debug, thiserror::Error)]

@@ -19,27 +19,27 @@ use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
-use mindfleet_personas::enrich::Enricher;
-use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
-use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
-use mindfleet_runtime::cluster::RoomRouter;
-use mindfleet_runtime::cluster::Serving;
-use mindfleet_runtime::cluster::embed::RemoteEmbed;
-use mindfleet_runtime::cluster::index::RemoteIndex;
-use mindfleet_runtime::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
-use mindfleet_runtime::dump::FleetDump;
-use mindfleet_runtime::embedding::EmbedMsg;
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::http::{self, HttpState};
-use mindfleet_runtime::knowledge::IndexMsg;
-use mindfleet_runtime::llm::LlmMsg;
-use mindfleet_runtime::messages::{
+use mindfleet_core::cluster::RoomRouter;
+use mindfleet_core::cluster::Serving;
+use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
+use mindfleet_core::dump::FleetDump;
+use mindfleet_core::embedding::EmbedMsg;
+use mindfleet_core::event::EventInput;
+use mindfleet_core::knowledge::IndexMsg;
+use mindfleet_core::llm::LlmMsg;
+use mindfleet_core::messages::{
     AdminMsg, CoordinatorMsg, DumpDepth, Fault, FleetMsg, Handles, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
+use mindfleet_core::restart::RestartWindow;
+use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
+use mindfleet_personas::enrich::Enricher;
+use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::models;
-use mindfleet_runtime::restart::RestartWindow;
-use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
-use mindfleet_runtime::storage::{DataDirLock, HandOff, Storage, lock_data_dir};
+use mindfleet_server::admin::{Admin, AdminArgs, AdminCluster};
+use mindfleet_server::http::{self, HttpState};
+use mindfleet_server::node::embed::RemoteEmbed;
+use mindfleet_server::node::index::RemoteIndex;
+use mindfleet_store::{DataDirLock, HandOff, Storage, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
 pub use crate::error::FleetError;
@@ -426,10 +426,10 @@ fn placement(config: &FleetConfig, o: &crate::cluster::ClusterOptions) -> Result
             nodes.join(", ")
         )));
     }
-    let placed = mindfleet_runtime::cluster::place(&config.personas, &nodes)
+    let placed = mindfleet_core::cluster::place(&config.personas, &nodes)
         .map_err(|e| FleetError::Cluster(format!("{}: {e}", config.source.display())))?;
     let placement = config.personas.iter().map(|p| p.name.clone()).zip(placed).collect();
-    let view = mindfleet_runtime::cluster::ClusterView::new(&o.node, &nodes);
+    let view = mindfleet_core::cluster::ClusterView::new(&o.node, &nodes);
     let rooms = Arc::new(RoomRouter::new(view.clone(), config, &placement));
     Ok(AdminCluster { view, placement, versions: BTreeMap::new(), rooms })
 }

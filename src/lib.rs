@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod defaults;
 pub mod error;
 pub mod fleet;
 pub mod panic_hook;
@@ -29,12 +30,12 @@ pub fn llm_file(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf,
 
 /// The fleet file a one-shot command reads: `path`, else config/fleet.toml when present, else
 /// the embedded default fleet.
-pub fn fleet_config(path: Option<&std::path::Path>) -> anyhow::Result<mindfleet_runtime::config::FleetConfig> {
-    use mindfleet_runtime::config::FleetConfig;
+pub fn fleet_config(path: Option<&std::path::Path>) -> anyhow::Result<mindfleet_core::config::FleetConfig> {
+    use mindfleet_core::config::FleetConfig;
     let default = std::path::Path::new("config/fleet.toml");
     Ok(match path {
         Some(f) => FleetConfig::load(f)?,
         None if default.exists() => FleetConfig::load(default)?,
-        None => FleetConfig::embedded_default(),
+        None => crate::defaults::default_fleet(),
     })
 }

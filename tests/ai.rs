@@ -3,8 +3,8 @@
 use std::process::Command;
 
 use mindfleet::Fleet;
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::time::now_us;
+use mindfleet_core::event::EventInput;
+use mindfleet_core::time::now_us;
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -250,7 +250,7 @@ async fn since_keeps_only_recent_thoughts_and_decisions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cost_breaks_model_calls_down_by_persona_room_and_purpose() {
-    use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+    use mindfleet_core::sched::{Class, Owner, Slot, Task};
     let dir = tempfile::tempdir().unwrap();
     let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
     let base = format!("http://{}", fleet.addr);

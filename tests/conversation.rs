@@ -3,9 +3,9 @@
 
 use mindfleet::Fleet;
 use mindfleet::client::Client;
-use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
-use mindfleet_runtime::model::Action;
-use mindfleet_runtime::sched::SchedulerMsg;
+use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
+use mindfleet_core::model::Action;
+use mindfleet_core::sched::SchedulerMsg;
 use serde_json::Value;
 
 use crate::util::{chat, fleet_toml, persona, poll, pulled, reply_to, start};

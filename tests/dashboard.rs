@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mindfleet_runtime::event::EventInput;
+use mindfleet_core::event::EventInput;
 use serde_json::{Value, json};
 
 use crate::util::{DEADLINE, TRIO, fleet_toml, poll, start};
@@ -51,7 +51,7 @@ async fn the_page_holds_a_card_per_persona_before_any_script_runs() {
     );
 
     // A persona that crashed, and another whose working memory did: the tree counts both.
-    use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
+    use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
     fleet.fault("helper", Fault { target: FaultTarget::Persona, when: FaultWhen::Now }).await.unwrap();
     fleet.fault("reviewer", Fault { target: FaultTarget::WorkingMemory, when: FaultWhen::Now }).await.unwrap();
     let tree = poll("helper running again", || async {
@@ -211,7 +211,7 @@ async fn the_live_cards_follow_a_change_of_state_on_every_open_page() {
     })
     .await;
     let journal = &html[html.find("<h3>Decisions <small>1–").expect("the journal")..];
-    assert!(journal.contains(&mindfleet_runtime::dashboard::escape(&why.reason)), "{journal}");
+    assert!(journal.contains(&mindfleet_server::dashboard::escape(&why.reason)), "{journal}");
     assert!(html.contains(r#"<li data-state="done">"#) && html.contains("<h3>Working memory"), "{html}");
     let unknown = http.get(format!("http://{}/dashboard/persona/nobody", fleet.addr)).send().await.unwrap();
     assert_eq!(unknown.status(), 404);

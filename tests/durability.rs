@@ -5,8 +5,8 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::StorageConfig;
-use mindfleet_runtime::storage::{Storage, lock_data_dir};
+use mindfleet_core::config::StorageConfig;
+use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
 use crate::util::*;
@@ -48,11 +48,9 @@ fn write_fleet(dir: &Path) -> std::path::PathBuf {
 /// The storage of a stopped fleet (whose data dir the caller locked), and every (persona, event
 /// id) it journaled a decision for.
 fn stored_decisions(data: &Path) -> (Storage, std::collections::HashSet<(String, String)>) {
-    let storage = Storage::open(&StorageConfig {
-        data_dir: data.to_path_buf(),
-        ..mindfleet_runtime::config::FleetConfig::embedded_default().storage
-    })
-    .unwrap();
+    let storage =
+        Storage::open(&StorageConfig { data_dir: data.to_path_buf(), ..mindfleet::defaults::default_fleet().storage })
+            .unwrap();
     let decided = storage.all_decisions().unwrap().into_iter().map(|(p, d)| (p, d.event_id)).collect();
     (storage, decided)
 }
@@ -205,7 +203,7 @@ impl SmallDisk {
     }
 
     fn free_mb(&self) -> u64 {
-        mindfleet_runtime::storage::disk_of(self.dir.path()).unwrap().free_mb()
+        mindfleet_store::disk_of(self.dir.path()).unwrap().free_mb()
     }
 
     /// Takes space until `leave_mb` MiB are left (0: until the disk is full).

@@ -69,7 +69,7 @@ mod worker {
 
     use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
     use mindfleet_actors::embed::{Embedder, cosine};
-    use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
+    use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
     use mindfleet_runtime::models::MINILM;
     use ractor::{ActorRef, call};
 
@@ -265,7 +265,7 @@ mod worker {
 }
 
 mod fleet {
-    use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
+    use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
     use ractor::call;
 
     use crate::util::{TRIO, chat, config, decision, dump, fleet_toml, poll, pulled};

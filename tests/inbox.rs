@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use mindfleet_runtime::model::Verdict;
-use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+use mindfleet_core::model::Verdict;
+use mindfleet_core::sched::{Class, Owner, Slot, Task};
 
 use crate::util::*;
 

@@ -458,7 +458,7 @@ fn the_generate_command_prints_the_answer_and_its_figures() {
 }
 
 /// A fleet of one persona, `helper` in `general`, on the `local` brain with the pulled models.
-fn local_config(dir: &std::path::Path) -> mindfleet_runtime::config::FleetConfig {
+fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
     let toml = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n";
     let mut cfg = crate::util::config(dir, &crate::util::fleet_toml(toml));
     cfg.models.dir = pulled();
@@ -468,7 +468,7 @@ fn local_config(dir: &std::path::Path) -> mindfleet_runtime::config::FleetConfig
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
     use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Stop};
-    use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
+    use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
     use ractor::{ActorRef, call};
 
     use super::{capital_of_france, generate, model_path};
@@ -478,7 +478,7 @@ mod worker {
         LlmArgs::local(model_path(), slots)
     }
 
-    fn job(req: GenerateRequest, stream: Option<mindfleet_runtime::llm::TokenStream>) -> GenerateJob {
+    fn job(req: GenerateRequest, stream: Option<mindfleet_core::llm::TokenStream>) -> GenerateJob {
         GenerateJob { req, purpose: "reply".into(), persona: Some("helper".into()), stream }
     }
 
@@ -569,7 +569,7 @@ mod brain {
     use super::local_config;
     use crate::util::{chat, decision, dump, poll};
 
-    async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_runtime::model::OutboxEntry {
+    async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_core::model::OutboxEntry {
         poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
     }
 
@@ -647,7 +647,7 @@ mod openai {
     use mindfleet_actors::llm::ChatMessage;
     use mindfleet_actors::llm::openai::OpenAiConfig;
     use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
-    use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
+    use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
     use ractor::call;
     use serde_json::{Value, json};
 

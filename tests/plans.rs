@@ -1,9 +1,9 @@
 //! The reasoning loop: plans, adjustments driven by injected action failures, evaluation,
 //! learnings.
 
-use mindfleet_runtime::messages::{Fault, FaultTarget, FaultWhen};
-use mindfleet_runtime::model::{Action, Adjustment, ErrorClass, PlanRecord, StepState, Verdict};
-use mindfleet_runtime::sched::{SchedulerMsg, SchedulerStats};
+use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
+use mindfleet_core::model::{Action, Adjustment, ErrorClass, PlanRecord, StepState, Verdict};
+use mindfleet_core::sched::{SchedulerMsg, SchedulerStats};
 
 use crate::util::*;
 
@@ -129,7 +129,7 @@ async fn one_slot() -> (mindfleet::Fleet, tempfile::TempDir) {
     (fleet, dir)
 }
 
-fn to_coder(text: &str) -> mindfleet_runtime::event::EventInput {
+fn to_coder(text: &str) -> mindfleet_core::event::EventInput {
     let mut e = chat("dev", "alice", text);
     e.domain = "code".into();
     e.persona = Some("coder".into());

@@ -6,11 +6,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use mindfleet_actors::embed::IndexModel;
+use mindfleet_core::config::IndexConfig;
+use mindfleet_core::embedding::EmbedMsg;
+use mindfleet_core::knowledge::{IndexMsg, IndexRequest, RagError, RagRequest, SearchRequest};
 use mindfleet_index::Embed;
 use mindfleet_index::chunk::{Chunker, Lang};
-use mindfleet_runtime::config::IndexConfig;
-use mindfleet_runtime::embedding::EmbedMsg;
-use mindfleet_runtime::knowledge::{IndexMsg, IndexRequest, RagError, RagRequest, SearchRequest};
 use mindfleet_runtime::models::MINILM;
 use ractor::ActorRef;
 use serde_json::Value;
@@ -359,7 +359,7 @@ async fn concurrent_searches_embed_their_queries_together_and_a_query_late_for_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_queued_together_are_stored_in_one_commit_and_a_bad_one_fails_only_its_own_request() {
-    use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest};
+    use mindfleet_core::knowledge::{CreateManyRequest, CreateRequest};
     let data = tempfile::tempdir().unwrap();
     let (index, embedding) = index_actor(&data.path().join("index"), IndexConfig::default(), false).await;
     let send = |req: RagRequest| {
@@ -423,7 +423,7 @@ async fn entries_queued_together_are_stored_in_one_commit_and_a_bad_one_fails_on
 async fn ask_search(index: &ActorRef<IndexMsg>, prefix: &str) -> usize {
     let mut s = SearchRequest::new("first second", 50);
     s.path_prefix = Some(prefix.into());
-    s.mode = mindfleet_runtime::knowledge::SearchMode::Keyword;
+    s.mode = mindfleet_core::knowledge::SearchMode::Keyword;
     let v = ractor::call!(index, IndexMsg::Request, Box::new(RagRequest::Search(s))).unwrap().unwrap();
     v["hits"].as_array().unwrap().len()
 }
@@ -462,7 +462,7 @@ async fn an_index_behind_a_non_loopback_admin_api_indexes_only_under_its_allowed
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_found() {
-    use mindfleet_runtime::model::{Action, EntryKind, StepState};
+    use mindfleet_core::model::{Action, EntryKind, StepState};
 
     const CODER: &str =
         "[[persona]]\nname = \"coder\"\nrole = \"code reviewer\"\ndomains = [\"code\"]\nrooms = [\"dev\"]\n";

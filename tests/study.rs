@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use mindfleet::Fleet;
 use mindfleet::client::{Client, ClientError};
-use mindfleet_runtime::dump::StudyDump;
-use mindfleet_runtime::model::StudySession;
+use mindfleet_core::dump::StudyDump;
+use mindfleet_core::model::StudySession;
 use serde_json::{Value, json};
 
 use crate::util::{chat, config, fleet_toml, persona, pulled};

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mindfleet::Fleet;
-use mindfleet_runtime::config::FleetConfig;
-use mindfleet_runtime::dump::{FleetDump, PersonaDump};
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::model::{Decision, OutboxEntry, Verdict};
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::dump::{FleetDump, PersonaDump};
+use mindfleet_core::event::EventInput;
+use mindfleet_core::model::{Decision, OutboxEntry, Verdict};
 
 /// Long enough for a local persona's reply (gate, plan, draft and lesson by the model) on a
 /// loaded 2-core machine in the test profile: a deadline finds hangs, it measures nothing.
@@ -139,7 +139,7 @@ pub fn verdicts(d: &FleetDump, name: &str, verdict: Verdict) -> Vec<String> {
 /// Model calls as a model brain makes them, through the fleet's scheduler: each persona's call
 /// reserves 400 tokens at grant and settles to what it `used` (the cost report counts them).
 pub fn model_calls(fleet: &Fleet, calls: &[(&str, u32)]) {
-    use mindfleet_runtime::sched::{Class, Owner, Slot, Task};
+    use mindfleet_core::sched::{Class, Owner, Slot, Task};
     let (tx, rx) = crossbeam_channel::unbounded();
     for &(persona, used) in calls {
         let t = Task::new(persona.into(), Class::Work, 0.5, Slot::Inference, "draft_reply", Owner::Channel(tx.clone()));

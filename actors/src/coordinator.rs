@@ -15,8 +15,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mindfleet_runtime::cluster::{self, NodeMsg, RoomRouter};
-use mindfleet_runtime::messages::{Claim, CoordinationStats, CoordinatorMsg, PersonaMsg, Turn};
+use mindfleet_core::cluster::{self, NodeMsg, RoomRouter};
+use mindfleet_core::messages::{Claim, CoordinationStats, CoordinatorMsg, PersonaMsg, Turn};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
 pub struct Coordinator;
@@ -274,7 +274,7 @@ pub async fn spawn(args: CoordinatorArgs, supervisor: Option<ActorCell>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_runtime::messages::PersonaMsg;
+    use mindfleet_core::messages::PersonaMsg;
     use ractor::call_t;
     use tokio::sync::mpsc;
 

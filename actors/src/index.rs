@@ -25,14 +25,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use mindfleet_index::{Embed, Entry, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
-use mindfleet_runtime::config::IndexConfig;
-use mindfleet_runtime::cursor::{CursorError, Cursors, Page};
-use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
-use mindfleet_runtime::knowledge::{
+use mindfleet_core::config::IndexConfig;
+use mindfleet_core::cursor::{CursorError, Cursors, Page};
+use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
+use mindfleet_core::knowledge::{
     AskRequest, IndexMsg, IndexRequest, IndexStats, PathKind, RagError, RagReply, RagRequest, SearchMode, SearchRequest,
 };
-use mindfleet_runtime::llm::{GenerateJob, LlmMsg};
+use mindfleet_core::llm::{GenerateJob, LlmMsg};
+use mindfleet_index::{Embed, Entry, Index, IndexError, MAX_LIMIT, Mode, SearchOptions, SearchResults, UpdateOptions};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 use serde_json::{Value, json};
 

@@ -40,7 +40,7 @@ use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSamplin
 use llama::{KvCache, Llama};
 use team::Team;
 
-pub use mindfleet_runtime::llm::{
+pub use mindfleet_core::llm::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,
     Trim, margin,
 };

@@ -95,8 +95,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::{PersonaConfig, SchedulerConfig};
-use mindfleet_runtime::sched::{
+use mindfleet_core::config::{PersonaConfig, SchedulerConfig};
+use mindfleet_core::sched::{
     self, BudgetStats, Class, CostReport, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg,
     SchedulerStats, SubmitQueues, Task, TaskId,
 };

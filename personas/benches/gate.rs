@@ -5,12 +5,12 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use mindfleet_core::event::{EventInput, SenderKind};
+use mindfleet_core::model::{EntryKind, Mood};
 use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use mindfleet_personas::memory::{Draft, Memory};
-use mindfleet_runtime::event::{EventInput, SenderKind};
-use mindfleet_runtime::model::{EntryKind, Mood};
 
-fn event(text: &str, kind: SenderKind) -> mindfleet_runtime::event::Event {
+fn event(text: &str, kind: SenderKind) -> mindfleet_core::event::Event {
     EventInput {
         domain: "chat".into(),
         room: "general".into(),

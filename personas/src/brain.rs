@@ -5,11 +5,11 @@
 //! reply. The persona runs the loop (plan, act, adjust, evaluate); the brain only decides.
 //! Model-backed brains plug in behind the same trait.
 
-use mindfleet_runtime::conversation::Recalled;
-use mindfleet_runtime::event::Event;
-use mindfleet_runtime::knowledge::Source;
-use mindfleet_runtime::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
-use mindfleet_runtime::model::{
+use mindfleet_core::conversation::Recalled;
+use mindfleet_core::event::Event;
+use mindfleet_core::knowledge::Source;
+use mindfleet_core::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
+use mindfleet_core::model::{
     Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, Verdict,
     WmEntry,
 };
@@ -667,7 +667,7 @@ impl Brain for RulesBrain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_runtime::event::EventInput;
+    use mindfleet_core::event::EventInput;
 
     fn scores(yes: f32, no: f32) -> Vec<LabelScore> {
         [("Yes", yes), ("No", no)].map(|(l, lp)| LabelScore { label: l.into(), logprob: lp, tokens: 1 }).to_vec()

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mindfleet_runtime::model::{
+use mindfleet_core::model::{
     Action, Consolidation, ConsolidationReport, EntryKind, Experience, Knowledge, PlanRecord, Procedure, StepState,
     UserProfile, WmEntry,
 };
@@ -276,7 +276,7 @@ pub fn consolidate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_runtime::model::{Evaluation, Plan, Step};
+    use mindfleet_core::model::{Evaluation, Plan, Step};
 
     fn entry(id: u64, kind: EntryKind, text: &str) -> WmEntry {
         WmEntry {

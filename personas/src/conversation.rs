@@ -1,4 +1,4 @@
-//! A persona's side of conversation memory (see `mindfleet_runtime::conversation`): the chat
+//! A persona's side of conversation memory (see `mindfleet_core::conversation`): the chat
 //! messages it took in and has not embedded yet, the `Background` task that embeds them into
 //! its namespace of the conversation index, and the lag between the two.
 //!
@@ -15,12 +15,12 @@ use std::collections::VecDeque;
 
 use std::time::Duration;
 
-use mindfleet_runtime::conversation::{Said, SaidMarks};
-use mindfleet_runtime::dump::ConversationDump;
-use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
-use mindfleet_runtime::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagRequest};
-use mindfleet_runtime::sched::TaskId;
-use mindfleet_runtime::storage::CONVERSATION_KEPT;
+use mindfleet_core::conversation::{Said, SaidMarks};
+use mindfleet_core::dump::ConversationDump;
+use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
+use mindfleet_core::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagRequest};
+use mindfleet_core::sched::TaskId;
+use mindfleet_store::CONVERSATION_KEPT;
 use ractor::{ActorRef, call_t};
 
 /// Most messages one task embeds.

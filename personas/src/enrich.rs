@@ -10,10 +10,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mindfleet_runtime::config::ReferencesConfig;
-use mindfleet_runtime::dump::ReferencesDump;
-use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
-use mindfleet_runtime::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
+use mindfleet_core::config::ReferencesConfig;
+use mindfleet_core::dump::ReferencesDump;
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
 

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use mindfleet_runtime::messages::FaultTarget;
-use mindfleet_runtime::model::{Action, ErrorClass};
+use mindfleet_core::messages::FaultTarget;
+use mindfleet_core::model::{Action, ErrorClass};
 
 #[derive(Debug, Default)]
 pub struct FaultBook {

@@ -3,8 +3,8 @@
 //! Both are deterministic and allocation-free on the hot path, so the gate can decide
 //! millions of events per second on one core (`mindfleet bench gate`).
 
-use mindfleet_runtime::event::{Event, SenderKind};
-use mindfleet_runtime::model::{Mood, Verdict};
+use mindfleet_core::event::{Event, SenderKind};
+use mindfleet_core::model::{Mood, Verdict};
 
 /// How long a persona message counts as "recent" for the echo-storm guard.
 pub const ECHO_WINDOW_US: i64 = 30_000_000;
@@ -234,7 +234,7 @@ pub fn explain(g: &GateDecision, priority: f64, s: &GateState) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_runtime::event::EventInput;
+    use mindfleet_core::event::EventInput;
 
     fn ev(text: &str, kind: SenderKind, from: &str) -> Event {
         EventInput {

@@ -17,12 +17,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use mindfleet_runtime::config::PersonaConfig;
-use mindfleet_runtime::dump::InboxDump;
-use mindfleet_runtime::messages::{AdminMsg, Delivery, FaultTarget, PersonaCommit, PersonaMsg};
-use mindfleet_runtime::model::{Decision, Verdict};
-use mindfleet_runtime::storage::Storage;
-use mindfleet_runtime::time::now_us;
+use mindfleet_core::config::PersonaConfig;
+use mindfleet_core::dump::InboxDump;
+use mindfleet_core::messages::{AdminMsg, Delivery, FaultTarget, PersonaCommit, PersonaMsg};
+use mindfleet_core::model::{Decision, Verdict};
+use mindfleet_core::time::now_us;
+use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mindfleet_runtime::event::{Event, SenderKind};
+use mindfleet_core::event::{Event, SenderKind};
 use proptest::prelude::*;
 
 use super::*;

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use mindfleet_runtime::conversation::Recalled;
-use mindfleet_runtime::event::{Event, SenderKind};
-use mindfleet_runtime::knowledge::Source;
-use mindfleet_runtime::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
+use mindfleet_core::conversation::Recalled;
+use mindfleet_core::event::{Event, SenderKind};
+use mindfleet_core::knowledge::Source;
+use mindfleet_core::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
 
 const KEEP_THOUGHTS: usize = 20;
 const KEEP_DECISIONS: usize = 20;
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn replies_mention_only_the_human_they_answer() {
-        let e = mindfleet_runtime::event::EventInput {
+        let e = mindfleet_core::event::EventInput {
             domain: "chat".into(),
             room: "general".into(),
             from: "alice".into(),
@@ -274,11 +274,11 @@ mod tests {
         .validate()
         .unwrap();
         let r = rules_reply("helper", "assistant", &e, &[], &[], &[]);
-        let m: Vec<_> = mindfleet_runtime::event::text_mentions(&r).collect();
+        let m: Vec<_> = mindfleet_core::event::text_mentions(&r).collect();
         assert_eq!(m, ["alice"], "{r}");
         let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
         let r = rules_reply("helper", "assistant", &from_persona, &[], &[], &[]);
-        assert_eq!(mindfleet_runtime::event::text_mentions(&r).count(), 0, "{r}");
+        assert_eq!(mindfleet_core::event::text_mentions(&r).count(), 0, "{r}");
     }
 
     #[test]

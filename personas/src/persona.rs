@@ -21,26 +21,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
-use mindfleet_runtime::conversation::{self, Recall, RecallQuery, Recalled, Said};
-use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
-use mindfleet_runtime::embedding::EmbedMsg;
-use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
-use mindfleet_runtime::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
-use mindfleet_runtime::messages::{
+use mindfleet_core::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
+use mindfleet_core::conversation::{Recall, RecallQuery, Recalled, Said};
+use mindfleet_core::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
+use mindfleet_core::embedding::EmbedMsg;
+use mindfleet_core::event::{Event, SenderKind, new_event_id, text_mentions};
+use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
+use mindfleet_core::llm::{Classification, ClassifyJob, GenerateJob, Generation, LabelScore, LlmFailure, LlmMsg};
+use mindfleet_core::messages::{
     AdminMsg, Claim, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaCommit, PersonaMsg,
     PersonaStatus, StateChange, StudyStep, Turn,
 };
-use mindfleet_runtime::model::{
+use mindfleet_core::model::{
     Action, Adjustment, AdjustmentRecord, Decision, EntryKind, ErrorClass, Learning, OutboxEntry, PlanRecord,
     Preoccupation, SelfStateData, Step, StepState, StudySession, Verdict, WmEntry,
 };
-use mindfleet_runtime::refs::{self as refs, Enrichment, RefMatch, RefMode, Via};
-use mindfleet_runtime::restart::RestartWindow;
-use mindfleet_runtime::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Slot, Task, TaskId};
-use mindfleet_runtime::storage::Storage;
-use mindfleet_runtime::time::now_us;
+use mindfleet_core::refs::{self as refs, Enrichment, RefMatch, RefMode, Via};
+use mindfleet_core::restart::RestartWindow;
+use mindfleet_core::sched::{Class, Grant, Outcome, Owner, SchedulerHandle, Slot, Task, TaskId};
+use mindfleet_core::time::now_us;
+use mindfleet_store::Storage;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent, call_t};
 use tracing::Instrument;
 
@@ -59,7 +59,7 @@ use crate::mind::{Activity, REFERENCE_KIND, Update, cadence};
 use crate::self_state::{SelfState, SelfStateArgs, SelfStateMsg};
 use crate::study::{self, StudyBook};
 use crate::working_memory::{MemoryArgs, MemoryMsg, WorkingMemory};
-use mindfleet_runtime::team::suitability;
+use mindfleet_core::team::suitability;
 
 /// How long the persona waits for its own children (recall, dumps).
 const CHILD_CALL_MS: u64 = 1000;
@@ -931,7 +931,7 @@ impl PersonaState {
             let plans = storage.recent_plans(&name, 200)?;
             let long_term = storage.long_term(&name, 0)?;
             let pass = consolidate(&entries, &plans, &long_term.profiles, long_term.watermark, now_us());
-            Ok::<_, mindfleet_runtime::storage::StorageError>((pass.watermark > long_term.watermark).then_some(pass))
+            Ok::<_, mindfleet_store::StorageError>((pass.watermark > long_term.watermark).then_some(pass))
         })
         .await;
         match pass {
@@ -1297,7 +1297,8 @@ impl PersonaState {
                 let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
                 let (me, task) = (self.myself.clone(), f.task);
                 tokio::spawn(async move {
-                    let recall = conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
+                    let recall =
+                        mindfleet_store::conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
                     let _ = me.cast(PersonaMsg::Recalled { task, recall });
                 });
                 Ok(StepRun::Waiting)

@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use mindfleet_runtime::messages::{FaultTarget, PersonaMsg};
-use mindfleet_runtime::model::SelfStateData;
-use mindfleet_runtime::storage::Storage;
-use mindfleet_runtime::time::now_us;
+use mindfleet_core::messages::{FaultTarget, PersonaMsg};
+use mindfleet_core::model::SelfStateData;
+use mindfleet_core::time::now_us;
+use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 

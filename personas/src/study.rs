@@ -23,12 +23,12 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use mindfleet_runtime::dump::StudyDump;
-use mindfleet_runtime::knowledge::{IndexMsg, RagRequest, SearchRequest, Source};
-use mindfleet_runtime::llm::{ChatMessage, GenerateJob, GenerateRequest, LlmFailure, LlmMsg};
-use mindfleet_runtime::messages::StudyStep;
-use mindfleet_runtime::model::{Knowledge, StudyAnswer, StudyGap, StudySession};
-use mindfleet_runtime::sched::TaskId;
+use mindfleet_core::dump::StudyDump;
+use mindfleet_core::knowledge::{IndexMsg, RagRequest, SearchRequest, Source};
+use mindfleet_core::llm::{ChatMessage, GenerateJob, GenerateRequest, LlmFailure, LlmMsg};
+use mindfleet_core::messages::StudyStep;
+use mindfleet_core::model::{Knowledge, StudyAnswer, StudyGap, StudySession};
+use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;
 

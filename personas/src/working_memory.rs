@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use mindfleet_runtime::config::PersonaConfig;
-use mindfleet_runtime::dump::WorkingMemoryDump;
-use mindfleet_runtime::messages::FaultTarget;
-use mindfleet_runtime::model::WmEntry;
-use mindfleet_runtime::storage::Storage;
-use mindfleet_runtime::time::now_us;
+use mindfleet_core::config::PersonaConfig;
+use mindfleet_core::dump::WorkingMemoryDump;
+use mindfleet_core::messages::FaultTarget;
+use mindfleet_core::model::WmEntry;
+use mindfleet_core::time::now_us;
+use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 

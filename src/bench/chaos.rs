@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use mindfleet_runtime::config::{FleetConfig, StorageConfig};
-use mindfleet_runtime::storage::{Storage, lock_data_dir};
+use mindfleet_core::config::StorageConfig;
+use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
 use super::{percentile, round};
@@ -293,7 +293,7 @@ async fn stored_decisions(data: &Path) -> anyhow::Result<HashMap<(String, String
     tokio::task::spawn_blocking(move || {
         let _lock = lock_data_dir(&data)?;
         let storage =
-            Storage::open(&StorageConfig { data_dir: data.clone(), ..FleetConfig::embedded_default().storage })?;
+            Storage::open(&StorageConfig { data_dir: data.clone(), ..crate::defaults::default_fleet().storage })?;
         let mut n: HashMap<(String, String), u32> = HashMap::new();
         for (persona, d) in storage.all_decisions()? {
             *n.entry((persona, d.event_id)).or_default() += 1;

@@ -8,9 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::FleetConfig;
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::messages::PersonaStatus;
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::event::EventInput;
+use mindfleet_core::messages::PersonaStatus;
 use serde_json::{Value, json};
 
 use super::{percentile, round};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::Embedder;
 use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
-use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use serde_json::{Value, json};
 
 use super::round;
@@ -26,10 +26,10 @@ const PEER_SCRIPT: &str = include_str!("../../scripts/bench_embed_peer.py");
 
 /// Rust source the code windows are cut from (the project's own, so every machine has it).
 const SOURCES: [&str; 4] = [
-    include_str!("../../runtime/src/storage.rs"),
+    include_str!("../../runtime/store/src/lib.rs"),
     include_str!("../../actors/src/scheduler.rs"),
     include_str!("../../personas/src/persona.rs"),
-    include_str!("../../runtime/src/config.rs"),
+    include_str!("../../runtime/core/src/config.rs"),
 ];
 
 fn short_texts() -> Vec<String> {

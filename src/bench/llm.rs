@@ -258,8 +258,8 @@ pub fn gate_model(model: &Path) -> anyhow::Result<Value> {
 /// first option listed and the plan that fits, and the share of cases the model decides (its pick
 /// the same in every order, beyond `PLAN_CLEAR`) with its agreement on them.
 fn plan_choice(llm: &Llm) -> anyhow::Result<Value> {
+    use mindfleet_core::event::EventInput;
     use mindfleet_personas::brain::{Brain, LocalBrain, PLAN_CASES, PLAN_CLEAR, PlanContext, PlanKind};
-    use mindfleet_runtime::event::EventInput;
 
     let (mut first_listed, mut right, mut decided, mut agreed) = (0, 0, 0, 0);
     let mut asked = 0;

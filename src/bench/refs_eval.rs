@@ -15,7 +15,7 @@
 //! every threshold from 0.05 to 0.80, the best one, a 2-fold held-out F1 of that choice and the
 //! figures of the current default.
 //!
-//! [`Reference::semantic_text`]: mindfleet_runtime::refs::Reference::semantic_text
+//! [`Reference::semantic_text`]: mindfleet_core::refs::Reference::semantic_text
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -23,8 +23,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use mindfleet_actors::embed::{Embedder, model_name};
-use mindfleet_runtime::config::ReferencesConfig;
-use mindfleet_runtime::refs::{self, Catalog, RefMatch};
+use mindfleet_core::config::ReferencesConfig;
+use mindfleet_core::refs::{self, Catalog, RefMatch};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::Embedder;
-use mindfleet_runtime::config::FleetConfig;
-use mindfleet_runtime::conversation::Said;
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::storage::{Storage, lock_data_dir};
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::conversation::Said;
+use mindfleet_core::event::EventInput;
+use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
 use super::round;
@@ -60,7 +60,7 @@ struct Drained {
 /// on) every message is embedded.
 async fn drain(events: usize, personas: usize, conversation: bool) -> anyhow::Result<Drained> {
     let dir = tempfile::tempdir()?;
-    let mut cfg = FleetConfig::synthetic(personas, dir.path().to_path_buf());
+    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
     for p in &mut cfg.personas {
         p.rooms = vec!["general".into()];

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::FleetConfig;
-use mindfleet_runtime::dump::StudyDump;
-use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::model::StudySession;
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::dump::StudyDump;
+use mindfleet_core::event::EventInput;
+use mindfleet_core::model::StudySession;
 use serde_json::{Value, json};
 
 use super::{percentile, round};

@@ -169,7 +169,7 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
     if let AiCmd::Thoughts { since: Some(since), .. }
     | AiCmd::Decisions { since: Some(since), .. }
     | AiCmd::Cost { since: Some(since), .. } = &query
-        && let Err(e) = mindfleet_runtime::ai::parse_window(since)
+        && let Err(e) = mindfleet_core::ai::parse_window(since)
     {
         return fail(2, e);
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mindfleet_runtime::config::FleetConfig;
+use mindfleet_core::config::FleetConfig;
 
 use super::fail;
 

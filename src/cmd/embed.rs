@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
-use mindfleet_runtime::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_runtime::models;
 
 use super::{Json, MaybeRemote, fail};

@@ -91,7 +91,7 @@ enum Backend {
 /// printed as JSON at the end).
 async fn generate(backend: Backend, req: GenerateRequest, json: bool) -> ExitCode {
     use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
-    use mindfleet_runtime::llm::{GenerateJob, LlmMsg};
+    use mindfleet_core::llm::{GenerateJob, LlmMsg};
 
     let args = match backend {
         Backend::OpenAi(config) => LlmArgs { backend: BackendArgs::OpenAi(config), slots: 1 },

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use mindfleet_runtime::event::{EventInput, SenderKind};
+use mindfleet_core::event::{EventInput, SenderKind};
 
 use super::{Remote, fail};
 

@@ -4,7 +4,7 @@
 //! `fetch`, `close` page through a search's results by handle. Mid level: `index-file`,
 //! `index-dir`, `search`. High level: `index` (the design's index-codebase) and `ask`.
 //!
-//! Every command is a request of the `Index` actor ([`mindfleet_runtime::knowledge`]). With
+//! Every command is a request of the `Index` actor ([`mindfleet_core::knowledge`]). With
 //! `--admin` it goes to the running fleet's (`POST /rag/{command}`); without, this process
 //! locks the data dir and runs the actor itself, with an embedding worker (and, for `ask`, the
 //! LLM of `[llm]`) of its own. The index lives in `<data>/index/`, the handles of open cursors
@@ -17,12 +17,12 @@ use std::sync::Arc;
 
 use clap::{Subcommand, ValueEnum};
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
-use mindfleet_index::Hit;
-use mindfleet_runtime::cursor::Direction;
-use mindfleet_runtime::knowledge::{
+use mindfleet_core::cursor::Direction;
+use mindfleet_core::knowledge::{
     AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagRequest, SearchMode,
     SearchRequest,
 };
+use mindfleet_index::Hit;
 use mindfleet_runtime::models;
 use serde_json::{Value, json};
 
@@ -343,11 +343,7 @@ async fn search_batch(index: &Target, file: &Path, template: &SearchRequest) -> 
 /// Where the requests go: the running fleet's index, or one this process runs on the data dir.
 enum Target {
     Remote(Client),
-    Local {
-        index: ractor::ActorRef<IndexMsg>,
-        others: Vec<ractor::ActorCell>,
-        _lock: mindfleet_runtime::storage::DataDirLock,
-    },
+    Local { index: ractor::ActorRef<IndexMsg>, others: Vec<ractor::ActorCell>, _lock: mindfleet_store::DataDirLock },
 }
 
 impl Target {
@@ -363,7 +359,7 @@ impl Target {
             config.models.embedding = Some(m.clone());
         }
         let data = config.storage.data_dir.clone();
-        let lock = mindfleet_runtime::storage::lock_data_dir(&data)
+        let lock = mindfleet_store::lock_data_dir(&data)
             .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
         let mut args = mindfleet::fleet::embed_args(&config);
         if config.models.embedding.is_none() {

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use mindfleet_actors::embed::{Embedder, cosine};
-use mindfleet_runtime::config::FleetConfig;
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::refs::{self, Catalog, Via};
 use mindfleet_runtime::models;
-use mindfleet_runtime::refs::{self, Catalog, Via};
 use serde_json::{Value, json};
 
 use super::{Json, fail};

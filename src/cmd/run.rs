@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use mindfleet::cluster::ClusterOptions;
 use mindfleet::fleet::{Fleet, FleetError};
-use mindfleet_runtime::config::{ConfigError, FleetConfig};
-use mindfleet_runtime::event::EventInput;
+use mindfleet_core::config::{ConfigError, FleetConfig};
+use mindfleet_core::event::EventInput;
 use mindfleet_runtime::models;
-use mindfleet_runtime::storage::StorageError;
+use mindfleet_store::StorageError;
 
 use super::fail;
 
@@ -220,7 +220,7 @@ fn load_config(args: &Args) -> Result<FleetConfig, ConfigError> {
     let mut cfg = match &args.fleet {
         Some(p) => FleetConfig::load(p)?,
         None if default.exists() => FleetConfig::load(default)?,
-        None => FleetConfig::embedded_default(),
+        None => mindfleet::defaults::default_fleet(),
     };
     if let Ok(t) = std::env::var("MINDFLEET_ADMIN_TOKEN")
         && !t.is_empty()
@@ -245,7 +245,7 @@ fn load_config(args: &Args) -> Result<FleetConfig, ConfigError> {
 
 /// Pulls the models the fleet uses that are missing (their first use); a model that cannot be
 /// pulled leaves the fleet running degraded, which the log and the dump say.
-fn pull_missing(m: &mindfleet_runtime::config::ModelsConfig) {
+fn pull_missing(m: &mindfleet_core::config::ModelsConfig) {
     let overridden = [m.embedding.is_some(), m.llm.is_some()];
     for (p, overridden) in models::PACKAGES.iter().zip(overridden) {
         if overridden {

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::embedding::{LongText, Piece};
+use mindfleet_core::embedding::{LongText, Piece};
 use redb::{Database, Durability, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 use sha2::{Digest, Sha256};
 

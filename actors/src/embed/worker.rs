@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece, Urgency};
+use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece, Urgency};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use sha2::{Digest, Sha256};
 
@@ -91,7 +91,7 @@ struct InFlight {
 }
 
 struct Request {
-    reply: RpcReplyPort<mindfleet_runtime::embedding::EmbedReply>,
+    reply: RpcReplyPort<mindfleet_core::embedding::EmbedReply>,
     results: Vec<Option<Embedded>>,
     /// Index in `results` and cache key of each text sent to the model in this request's job
     /// (cleared when the job is done).

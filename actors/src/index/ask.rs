@@ -1,9 +1,9 @@
 //! `rag ask`: the LLM answers a question from the chunks a search found, and every claim of its
 //! answer is tied to the chunk it comes from (`path:start-end`).
 
+use mindfleet_core::knowledge::is_relevant;
+use mindfleet_core::llm::{ChatMessage, GenerateRequest, Generation};
 use mindfleet_index::Hit;
-use mindfleet_runtime::knowledge::is_relevant;
-use mindfleet_runtime::llm::{ChatMessage, GenerateRequest, Generation};
 use serde_json::json;
 
 /// The hits worth giving the model ([`is_relevant`]).

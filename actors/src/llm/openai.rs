@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop};
-use mindfleet_runtime::llm::{TokenLogprob, TopLogprob};
+use mindfleet_core::llm::{TokenLogprob, TopLogprob};
 
 /// Alternatives asked for when classifying (OpenAI's most).
 const CLASSIFY_TOP: usize = 20;

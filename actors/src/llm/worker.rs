@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use mindfleet_runtime::llm::{
+use mindfleet_core::llm::{
     ChatMessage, Classification, ClassifyJob, Cost, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo,
     LlmMsg, LlmStats,
 };

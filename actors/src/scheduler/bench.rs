@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::config::SchedulerConfig;
-use mindfleet_runtime::sched::{Class, Grant, Owner, SchedulerHandle, SchedulerMsg, SchedulerStats, Slot, Task};
+use mindfleet_core::config::SchedulerConfig;
+use mindfleet_core::sched::{Class, Grant, Owner, SchedulerHandle, SchedulerMsg, SchedulerStats, Slot, Task};
 use ractor::call_t;
 use serde_json::{Value, json};
 

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_runtime::sched::{CostReport, CostRow, CostSeries, MAX_COST_BUCKETS, PersonaBudget, SkipReason};
+use mindfleet_core::sched::{CostReport, CostRow, CostSeries, MAX_COST_BUCKETS, PersonaBudget, SkipReason};
 
 pub(super) const WINDOW: Duration = Duration::from_secs(3600);
 

@@ -15,7 +15,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use mindfleet_runtime::sched::{Class, SkipReason, Slot, Task};
+use mindfleet_core::sched::{Class, SkipReason, Slot, Task};
 
 /// Slot pools: inference, cheap.
 pub(super) const POOLS: usize = 2;
@@ -215,7 +215,7 @@ impl Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_runtime::sched::Owner;
+    use mindfleet_core::sched::Owner;
 
     fn waiting(seq: u64, class: Class, key: f64, at: i64) -> Waiting {
         let (tx, _) = crossbeam_channel::unbounded();

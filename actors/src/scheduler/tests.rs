@@ -1,7 +1,7 @@
 use std::time::Duration;
 
-use mindfleet_runtime::messages::PersonaMsg;
-use mindfleet_runtime::sched::{Owner, SkipReason, Slot};
+use mindfleet_core::messages::PersonaMsg;
+use mindfleet_core::sched::{Owner, SkipReason, Slot};
 use ractor::call_t;
 use tokio::sync::mpsc;
 
@@ -458,7 +458,7 @@ async fn above_the_soft_limit_only_high_priority_calls_run() {
     let s = rig.stats().await;
     assert_eq!(
         s.skipped,
-        mindfleet_runtime::sched::SkipCounts { soft_token_budget: 1, soft_call_budget: 1, hard_budget: 1 }
+        mindfleet_core::sched::SkipCounts { soft_token_budget: 1, soft_call_budget: 1, hard_budget: 1 }
     );
     assert_eq!((s.running_inference, s.budget.inferences_last_hour), (13, 13));
     rig.stop();

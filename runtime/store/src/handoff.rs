@@ -5,66 +5,11 @@
 
 use std::sync::Arc;
 
+use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows};
 use redb::ReadableTable;
-use serde::{Deserialize, Serialize};
 
 use super::{Tables, Writer, dec, enc};
-use crate::event::Event;
-
-/// A table's rows of one persona: the key after the persona's name, and the value as stored.
-pub type Rows<K> = Vec<(K, Vec<u8>)>;
-
-/// Everything stored for one persona, as it leaves its node.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct PersonaSnapshot {
-    pub persona: String,
-    /// The node it moves to, and the placement's version there (one more than the last).
-    pub node: String,
-    pub version: u64,
-    /// Rows of the tables keyed by (persona, number), by table.
-    pub numbered: Vec<(String, Rows<u64>)>,
-    /// Rows of the tables keyed by (persona, name), by table.
-    pub named: Vec<(String, Rows<String>)>,
-    pub self_state: Option<Vec<u8>>,
-    pub counters: Vec<(String, u64)>,
-    /// Rooms it joined by directed events.
-    pub rooms: Vec<String>,
-    /// Its unfinished deliveries: the event (as stored) and how often it crashed the persona.
-    pub pending: Vec<(Vec<u8>, u32)>,
-}
-
-impl PersonaSnapshot {
-    pub fn encode(&self) -> Vec<u8> {
-        enc(self)
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        dec(bytes).map_err(|e| format!("undecodable persona snapshot: {e}"))
-    }
-
-    /// How many rows it carries.
-    pub fn rows(&self) -> usize {
-        self.numbered.iter().map(|(_, r)| r.len()).sum::<usize>()
-            + self.named.iter().map(|(_, r)| r.len()).sum::<usize>()
-            + self.counters.len()
-            + self.rooms.len()
-            + self.pending.len()
-            + usize::from(self.self_state.is_some())
-    }
-}
-
-/// What a hand-off says of itself once committed.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct HandOff {
-    pub persona: String,
-    pub node: String,
-    pub version: u64,
-    pub rows: usize,
-    pub pending: usize,
-    /// The node already held this version (a snapshot sent again): nothing was written.
-    #[serde(default)]
-    pub duplicate: bool,
-}
+use mindfleet_core::event::Event;
 
 type Numbered<'a, 't> = &'a mut redb::Table<'t, (&'static str, u64), &'static [u8]>;
 type Named<'a, 't> = &'a mut redb::Table<'t, (&'static str, &'static str), &'static [u8]>;

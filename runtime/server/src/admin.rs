@@ -13,20 +13,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ai::AiQuery;
-use crate::cluster::{Ask, ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
-use crate::config::FleetConfig;
-use crate::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
-use crate::embedding::{EmbedMsg, EmbedStats, Urgency};
-use crate::event::Event;
-use crate::knowledge::{IndexMsg, IndexStats};
-use crate::llm::{LlmMsg, LlmStats};
-use crate::messages::{
+use mindfleet_core::ai::AiQuery;
+use mindfleet_core::cluster::{Ask, ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
+use mindfleet_core::embedding::{EmbedMsg, EmbedStats, Urgency};
+use mindfleet_core::event::Event;
+use mindfleet_core::knowledge::{IndexMsg, IndexStats};
+use mindfleet_core::llm::{LlmMsg, LlmStats};
+use mindfleet_core::messages::{
     AdminMsg, CoordinatorMsg, DumpDepth, FleetMsg, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
-use crate::sched::{SchedulerHandle, SchedulerMsg};
-use crate::storage::{FORWARD_ADOPT, Forward, ForwardQueue, HandOff, Storage, Target};
-use crate::time::{now_us, rfc3339};
+use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
+use mindfleet_core::time::{now_us, rfc3339};
+use mindfleet_store::{FORWARD_ADOPT, Forward, ForwardQueue, HandOff, Storage, Target};
 
 /// How long a dump waits for one persona before showing it as unresponsive.
 const DUMP_CALL_MS: u64 = 2000;
@@ -130,7 +130,7 @@ impl AdminState {
             let name = name.clone();
             if self.join(&event.room, name.clone()) {
                 // Every node routes the room's next events to it too.
-                let joined = crate::cluster::encode(&[(event.room.clone(), name.to_string())]);
+                let joined = mindfleet_core::cluster::encode(&[(event.room.clone(), name.to_string())]);
                 self.tell_others(|| NodeMsg::Joined(joined.clone()), None);
             }
             return Ok(vec![name]);
@@ -229,7 +229,7 @@ impl AdminState {
         });
         tokio::spawn(async move {
             let remote = agents.into_iter().map(|(node, agent, personas)| {
-                let request = crate::cluster::encode(&StoreRequest {
+                let request = mindfleet_core::cluster::encode(&StoreRequest {
                     event: (*event).clone(),
                     personas: personas.clone(),
                     audience,
@@ -237,7 +237,9 @@ impl AdminState {
                 });
                 async move {
                     match call_t!(agent, NodeMsg::Store, REMOTE_CALL_MS, request) {
-                        Ok(bytes) => crate::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r),
+                        Ok(bytes) => {
+                            mindfleet_core::cluster::decode::<Result<InjectAck, InjectError>>(&bytes).and_then(|r| r)
+                        }
                         Err(_) => Err(unreachable(&node, &personas)),
                     }
                 }
@@ -452,12 +454,13 @@ impl AdminState {
                 let (storage, weights) = (self.storage.clone(), self.config.conversation.weights);
                 tokio::spawn(async move {
                     // A person asking waits for the model: its answer is what they asked for.
-                    let r = crate::conversation::recall(&index, &storage, &q, &weights, None).await.map(|r| {
-                        let mut marks = crate::conversation::SaidMarks::default();
-                        marks.recall(r.items.iter().map(|i| i.said.seq), crate::time::now_us());
-                        storage.conversation_marks(q.persona.as_str().into(), marks);
-                        serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r })
-                    });
+                    let r =
+                        mindfleet_store::conversation::recall(&index, &storage, &q, &weights, None).await.map(|r| {
+                            let mut marks = mindfleet_core::conversation::SaidMarks::default();
+                            marks.recall(r.items.iter().map(|i| i.said.seq), mindfleet_core::time::now_us());
+                            storage.conversation_marks(q.persona.as_str().into(), marks);
+                            serde_json::json!({ "persona": q.persona, "query": q.query, "recall": r })
+                        });
                     let r = r.map_err(InjectError::Unavailable);
                     let _ = reply.send(r);
                 });
@@ -481,7 +484,7 @@ impl AdminState {
             match self.elsewhere(persona) {
                 Some((view, node)) => {
                     tokio::spawn(async move {
-                        let _ = reply.send(crate::cluster::ask_node(&view, &node, &Ask::Ai(query)).await);
+                        let _ = reply.send(mindfleet_core::cluster::ask_node(&view, &node, &Ask::Ai(query)).await);
                     });
                 }
                 None => self.ai_here(query, reply),
@@ -498,8 +501,9 @@ impl AdminState {
                 let nodes: Vec<String> = self.per_node.keys().filter(|n| n.as_str() != view.me()).cloned().collect();
                 tokio::spawn(async move {
                     let ask = Ask::Ai(query);
-                    let theirs =
-                        futures::future::join_all(nodes.iter().map(|n| crate::cluster::ask_node(&view, n, &ask)));
+                    let theirs = futures::future::join_all(
+                        nodes.iter().map(|n| mindfleet_core::cluster::ask_node(&view, n, &ask)),
+                    );
                     let (mine, theirs) = tokio::join!(here, theirs);
                     let mut parts = vec![mine.unwrap_or_else(|_| Err(InjectError::Storage("admin: no answer".into())))];
                     parts.extend(theirs);
@@ -565,14 +569,14 @@ fn answer_from(
     });
 }
 
-/// Every node's `ai cost` answer, as one report ([`crate::sched::CostReport::merge`]).
+/// Every node's `ai cost` answer, as one report ([`mindfleet_core::sched::CostReport::merge`]).
 fn merge_costs(parts: Vec<serde_json::Value>) -> Result<serde_json::Value, InjectError> {
     let reports = parts
         .into_iter()
         .map(serde_json::from_value)
-        .collect::<Result<Vec<crate::sched::CostReport>, _>>()
+        .collect::<Result<Vec<mindfleet_core::sched::CostReport>, _>>()
         .map_err(|e| InjectError::Storage(format!("a node's cost report: {e}")))?;
-    Ok(serde_json::to_value(crate::sched::CostReport::merge(reports)).unwrap_or_default())
+    Ok(serde_json::to_value(mindfleet_core::sched::CostReport::merge(reports)).unwrap_or_default())
 }
 
 /// The answers of every node to one question, as one: their lists joined key by key.
@@ -811,7 +815,7 @@ impl Actor for Admin {
                         let request =
                             StoreRequest { event: reply.clone(), personas, audience: names.len() as u32, hops: 0 };
                         let to = st.forwarder(&node);
-                        forwards.push(Forward { node, request: crate::cluster::encode(&request), to });
+                        forwards.push(Forward { node, request: mindfleet_core::cluster::encode(&request), to });
                     }
                 }
                 st.storage.commit(commit, targets, elsewhere, forwards);
@@ -860,8 +864,9 @@ impl Actor for Admin {
             AdminMsg::Study { persona, topic, reply } if st.elsewhere(&persona).is_some() => {
                 let (view, node) = st.elsewhere(&persona).expect("checked");
                 tokio::spawn(async move {
-                    let r =
-                        crate::cluster::ask_node(&view, &node, &Ask::Study { persona, topic }).await.and_then(|v| {
+                    let r = mindfleet_core::cluster::ask_node(&view, &node, &Ask::Study { persona, topic })
+                        .await
+                        .and_then(|v| {
                             serde_json::from_value(v).map_err(|e| InjectError::Storage(format!("node {node:?}: {e}")))
                         });
                     let _ = reply.send(r);
@@ -871,15 +876,18 @@ impl Actor for Admin {
                 let (view, node) = st.elsewhere(&persona).expect("checked");
                 tokio::spawn(async move {
                     let _ = reply.send(
-                        crate::cluster::ask_node(&view, &node, &Ask::SetState { persona, change }).await.map(drop),
+                        mindfleet_core::cluster::ask_node(&view, &node, &Ask::SetState { persona, change })
+                            .await
+                            .map(drop),
                     );
                 });
             }
             AdminMsg::Fault { persona, fault, reply } if st.elsewhere(&persona).is_some() => {
                 let (view, node) = st.elsewhere(&persona).expect("checked");
                 tokio::spawn(async move {
-                    let _ = reply
-                        .send(crate::cluster::ask_node(&view, &node, &Ask::Fault { persona, fault }).await.map(drop));
+                    let _ = reply.send(
+                        mindfleet_core::cluster::ask_node(&view, &node, &Ask::Fault { persona, fault }).await.map(drop),
+                    );
                 });
             }
             AdminMsg::Study { persona, topic, reply } => {
@@ -1008,7 +1016,7 @@ impl Actor for Admin {
             AdminMsg::Adopted(done) => {
                 let Some(m) = st.moving.remove(done.persona.as_str()) else { return Ok(()) };
                 tracing::info!(persona = %done.persona, node = %done.node, rows = done.rows, "persona moved");
-                let placed = crate::cluster::encode(&[(&done.persona, &done.node, done.version)]);
+                let placed = mindfleet_core::cluster::encode(&[(&done.persona, &done.node, done.version)]);
                 st.tell_others(|| NodeMsg::Placed(placed.clone()), Some(&done.node));
                 for w in m.waiting {
                     let _ = w.send(Ok(done.clone()));
@@ -1075,17 +1083,17 @@ impl Actor for Admin {
                         // Its agent is in the process group a moment after the link is up.
                         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
                         let agent = loop {
-                            match crate::cluster::agent_of(&node) {
+                            match mindfleet_core::cluster::agent_of(&node) {
                                 Some(agent) => break agent,
                                 None if tokio::time::Instant::now() > deadline => return,
                                 None => tokio::time::sleep(Duration::from_millis(50)).await,
                             }
                         };
                         if !placed.is_empty() {
-                            let _ = agent.cast(NodeMsg::Placed(crate::cluster::encode(&placed)));
+                            let _ = agent.cast(NodeMsg::Placed(mindfleet_core::cluster::encode(&placed)));
                         }
                         if !joined.is_empty() {
-                            let _ = agent.cast(NodeMsg::Joined(crate::cluster::encode(&joined)));
+                            let _ = agent.cast(NodeMsg::Joined(mindfleet_core::cluster::encode(&joined)));
                         }
                     });
                 }
@@ -1163,11 +1171,12 @@ fn forwarder(view: ClusterView, storage: Storage, admin: ActorRef<AdminMsg>, nod
                 let adopt = request.first() == Some(&FORWARD_ADOPT);
                 let answer = answer.and_then(|(adopt, b)| {
                     if adopt {
-                        let done = crate::cluster::decode::<Result<HandOff, InjectError>>(&b).and_then(|r| r)?;
+                        let done =
+                            mindfleet_core::cluster::decode::<Result<HandOff, InjectError>>(&b).and_then(|r| r)?;
                         let _ = admin.cast(AdminMsg::Adopted(done));
                         Ok(())
                     } else {
-                        crate::cluster::decode::<Result<InjectAck, InjectError>>(&b).and_then(|r| r).map(drop)
+                        mindfleet_core::cluster::decode::<Result<InjectAck, InjectError>>(&b).and_then(|r| r).map(drop)
                     }
                 });
                 match answer {
@@ -1239,8 +1248,9 @@ impl ClusterPart {
         nodes.dedup();
         let view = &self.view;
         let asks = nodes.iter().map(|node| async move {
-            let bytes = view.call(node, NodeMsg::Dump, crate::cluster::encode(&depth), DUMP_CALL_MS + 1000).await?;
-            crate::cluster::decode::<Result<FleetDump, InjectError>>(&bytes)
+            let bytes =
+                view.call(node, NodeMsg::Dump, mindfleet_core::cluster::encode(&depth), DUMP_CALL_MS + 1000).await?;
+            mindfleet_core::cluster::decode::<Result<FleetDump, InjectError>>(&bytes)
                 .and_then(|r| r)
                 .map_err(|e| format!("node {node:?}: {e}"))
         });
@@ -1333,7 +1343,7 @@ impl DumpBase {
             };
             let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
             let (outbox, events) = (storage.recent_outbox(RECENT)?, storage.recent_events(RECENT)?);
-            Ok::<_, crate::storage::StorageError>((journals, outbox, events, storage.dead_letters()?))
+            Ok::<_, mindfleet_store::StorageError>((journals, outbox, events, storage.dead_letters()?))
         })
         .await
         .map_err(|e| InjectError::Storage(e.to_string()))?

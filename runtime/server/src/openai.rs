@@ -20,8 +20,8 @@ use ractor::ActorRef;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::llm::{ChatMessage, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmMsg, Sampling, Stop};
-use crate::time::now_us;
+use mindfleet_core::llm::{ChatMessage, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmMsg, Sampling, Stop};
+use mindfleet_core::time::now_us;
 
 const DEFAULT_MAX_TOKENS: usize = 256;
 const MAX_TOKENS: usize = 8192;

@@ -19,14 +19,14 @@ use ractor::{ActorRef, call_t};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::ai::AiQuery;
-use crate::cursor::{Direction, Page};
-use crate::dump::{FleetDump, PersonaDump};
-use crate::knowledge::{FetchRequest, IndexMsg, RagError, RagRequest};
-use crate::messages::{AdminMsg, DumpDepth, InjectError, PersonaStatus};
-use crate::model::{Decision, Mood, SelfStateData, StepState, WmEntry};
-use crate::sched::CostReport;
-use crate::team;
+use mindfleet_core::ai::AiQuery;
+use mindfleet_core::cursor::{Direction, Page};
+use mindfleet_core::dump::{FleetDump, PersonaDump};
+use mindfleet_core::knowledge::{FetchRequest, IndexMsg, RagError, RagRequest};
+use mindfleet_core::messages::{AdminMsg, DumpDepth, InjectError, PersonaStatus};
+use mindfleet_core::model::{Decision, Mood, SelfStateData, StepState, WmEntry};
+use mindfleet_core::sched::CostReport;
+use mindfleet_core::team;
 
 /// How often the poller takes a dump while a page listens.
 const TICK: Duration = Duration::from_secs(1);
@@ -150,7 +150,7 @@ pub struct FleetView {
     pub cost: Vec<(String, u64, Vec<u64>)>,
     pub cost_bucket_secs: f64,
     /// The nodes of a fleet across nodes, with their links (empty on one node).
-    pub nodes: Vec<crate::dump::NodeDump>,
+    pub nodes: Vec<mindfleet_core::dump::NodeDump>,
 }
 
 /// A persona in the supervision tree: its status, restarts and last error, then its actors'
@@ -168,7 +168,7 @@ pub struct Supervised {
 pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
     let h = team::health(d.personas.iter().filter_map(|p| p.self_state.as_ref()));
     let s = &d.scheduler;
-    let class = |name, c: &crate::sched::ClassStats| (name, c.queued, c.running, c.deadline_misses);
+    let class = |name, c: &mindfleet_core::sched::ClassStats| (name, c.queued, c.running, c.deadline_misses);
     FleetView {
         recommendation: named(&h.recommendation).to_lowercase(),
         overloaded: h.overloaded,
@@ -197,7 +197,7 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
             .iter()
             .map(|p| {
                 let a = &p.actors;
-                let child = |name, c: &crate::dump::ChildDump| (name, c.status.clone(), c.restarts);
+                let child = |name, c: &mindfleet_core::dump::ChildDump| (name, c.status.clone(), c.restarts);
                 Supervised {
                     persona: p.name.clone(),
                     status: a.persona.status.clone(),
@@ -333,7 +333,7 @@ pub fn render_fleet(f: &FleetView) -> String {
 }
 
 /// The nodes of a fleet across nodes: each with its status, personas and links.
-fn render_nodes(nodes: &[crate::dump::NodeDump]) -> String {
+fn render_nodes(nodes: &[mindfleet_core::dump::NodeDump]) -> String {
     if nodes.is_empty() {
         return String::new();
     }
@@ -395,7 +395,7 @@ pub fn rooms(d: &FleetDump) -> Vec<Room> {
                 .map(|e| RoomMessage {
                     event_id: e.id.clone(),
                     from: e.from.clone(),
-                    persona: e.sender_kind == crate::event::SenderKind::Persona,
+                    persona: e.sender_kind == mindfleet_core::event::SenderKind::Persona,
                     text: e.text.clone(),
                     in_reply_to: e.in_reply_to.clone(),
                     answered_by: d.outbox.iter().filter(|o| o.in_reply_to == e.id).map(|o| o.persona.clone()).collect(),
@@ -726,7 +726,7 @@ impl List {
     /// One entry as the panel shows it.
     fn entry(self, v: &serde_json::Value) -> String {
         let e = escape;
-        let at = |us: i64| crate::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
+        let at = |us: i64| mindfleet_core::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
         match self {
             List::Decisions => match serde_json::from_value::<Decision>(v.clone()) {
                 Ok(d) => format!(
@@ -802,7 +802,7 @@ pub fn render_list(persona: &str, list: List, handle: Option<&str>, page: &Page<
 /// `recoveries` are the answers of `ai learnings` and `ai recoveries` for it.
 pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
     let e = escape;
-    let at = |us: i64| crate::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
+    let at = |us: i64| mindfleet_core::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
     let fallback = SelfStateData::default();
     let s = p.self_state.as_ref().unwrap_or(&fallback);
     let thoughts =
@@ -1117,8 +1117,8 @@ pub fn events(mut rx: Frames) -> Sse<impl futures::Stream<Item = Result<Event, s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dump::{ActorsDump, ChildDump, InboxDump, NodeDump, WorkingMemoryDump};
-    use crate::model::RecentDecision;
+    use mindfleet_core::dump::{ActorsDump, ChildDump, InboxDump, NodeDump, WorkingMemoryDump};
+    use mindfleet_core::model::RecentDecision;
 
     fn persona(name: &str) -> PersonaDump {
         PersonaDump {
@@ -1230,7 +1230,7 @@ mod tests {
 
     #[test]
     fn the_cost_chart_draws_the_top_personas_on_one_scale() {
-        use crate::sched::{CostRow, CostSeries};
+        use mindfleet_core::sched::{CostRow, CostSeries};
         let row = |k: &str, tokens| CostRow { key: k.into(), inferences: 1, tokens };
         let series = |k: &str, tokens: Vec<u64>| CostSeries { key: k.into(), tokens };
         let mut cost = CostReport {

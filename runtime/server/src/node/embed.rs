@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
 
-use super::{NodeMsg, REMOTE_CALL_MS, Serving, decode, encode};
-use crate::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
+use mindfleet_core::cluster::{NodeMsg, REMOTE_CALL_MS, Serving, decode, encode};
+use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
 
 /// What a node asks the designated node's worker.
 #[derive(Debug, Serialize, Deserialize)]

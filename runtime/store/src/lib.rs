@@ -20,25 +20,26 @@ use ractor::{ActorRef, RpcReplyPort};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
 
+pub mod conversation;
 mod disk;
 mod handoff;
 mod recover;
 use disk::{DbSlot, Kind};
 pub use disk::{Disk, Failure, Health, disk_of};
-pub use handoff::{HandOff, PersonaSnapshot};
+pub use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows, StorageStats};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::config::StorageConfig;
-use crate::conversation::{Said, SaidMarks};
-use crate::event::Event;
-use crate::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
-use crate::model::{
+use mindfleet_core::config::StorageConfig;
+use mindfleet_core::conversation::{Said, SaidMarks};
+use mindfleet_core::event::Event;
+use mindfleet_core::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
+use mindfleet_core::model::{
     Consolidation, ConsolidationReport, DeadLetter, Decision, Eviction, Experience, Knowledge, Learning, OutboxEntry,
     PlanRecord, Procedure, SelfStateData, StudySession, UserProfile, Verdict, WmEntry,
 };
-use crate::refs::RefMatch;
-use crate::time::now_us;
+use mindfleet_core::refs::RefMatch;
+use mindfleet_core::time::now_us;
 
 /// Version of the layout below. Older files are migrated on open, newer ones refused.
 /// 1: the first layout. 2: adds `rooms` (memberships made by directed events).
@@ -240,48 +241,6 @@ pub struct InboxRestore {
     pub duplicates: u64,
 }
 
-/// Figures of the writer, shown in the dump.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct StorageStats {
-    pub path: String,
-    pub schema_version: u64,
-    /// Operations waiting for the writer when the stats were asked for.
-    #[serde(default)]
-    pub queued_ops: u64,
-    /// Why the writer cannot write now (a full disk), while it cannot; it retries by itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
-    /// Writes held in memory until the disk heals.
-    #[serde(default)]
-    pub parked: u64,
-    /// Deliveries accepted and not finished yet.
-    pub pending: u64,
-    pub accepted: u64,
-    /// Injections answered `duplicate` (an id already stored).
-    pub duplicates: u64,
-    pub commits: u64,
-    pub requests: u64,
-    /// Seconds the writer spent applying and committing batches (its utilisation over time).
-    pub busy_s: f64,
-    /// Self-state and working-memory writes held back for the next write-behind commit.
-    pub held_writes: u64,
-    pub mean_batch: f64,
-    pub commit_p50_ms: f64,
-    pub commit_p99_ms: f64,
-    /// The durable `commit()` alone, without applying the batch's requests.
-    pub fsync_p50_ms: f64,
-    /// From acceptance to the commit of the decision, over the last 8,192 decisions.
-    pub decision_p50_ms: f64,
-    pub decision_p99_ms: f64,
-    /// The same over every decision since the storage opened (a log histogram, within 5%).
-    pub decision_p99_all_ms: f64,
-    pub decision_max_ms: f64,
-    pub decisions: u64,
-    pub dead_letters: u64,
-    pub stale_finishes: u64,
-    pub errors: u64,
-}
-
 /// The first byte of a kept request that carries a persona's snapshot ([`Storage::release`]);
 /// any other is a stored event (JSON).
 pub const FORWARD_ADOPT: u8 = 0;
@@ -431,14 +390,10 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, StorageError> {
     Ok(DataDirLock { _file: file })
 }
 
-fn enc<T: Serialize>(v: &T) -> Vec<u8> {
-    bincode::serde::encode_to_vec(v, bincode::config::standard()).expect("in-memory encoding cannot fail")
-}
+use mindfleet_core::stored::encode as enc;
 
 fn dec<T: DeserializeOwned>(b: &[u8]) -> Result<T, redb::Error> {
-    bincode::serde::decode_from_slice(b, bincode::config::standard())
-        .map(|(v, _)| v)
-        .map_err(|e| redb::Error::Corrupted(format!("undecodable record: {e}")))
+    mindfleet_core::stored::decode(b).map_err(|e| redb::Error::Corrupted(format!("undecodable record: {e}")))
 }
 
 impl Storage {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 use serde::{Deserialize, Serialize};
 
-use super::{NodeMsg, REMOTE_CALL_MS, Serving, decode, encode};
-use crate::knowledge::{IndexMsg, IndexStats, RagError, RagRequest};
+use mindfleet_core::cluster::{NodeMsg, REMOTE_CALL_MS, Serving, decode, encode};
+use mindfleet_core::knowledge::{IndexMsg, IndexStats, RagError, RagRequest};
 
 /// What a node asks the designated node's index.
 #[derive(Debug, Serialize, Deserialize)]

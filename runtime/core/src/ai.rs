@@ -5,13 +5,8 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-use crate::dump::FleetDump;
-use crate::model::{PlanRecord, Verdict};
-use crate::storage::{Storage, StorageError};
-use crate::team::{activity_map, availability, health, suitability};
-use crate::time::now_us;
+use crate::model::Verdict;
 
 /// A `since` window that is not a number followed by a unit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,113 +128,6 @@ impl AiQuery {
             AiQuery::Health | AiQuery::ActivityMap | AiQuery::SelectForTask { .. } | AiQuery::Cost { .. } => None,
         }
     }
-}
-
-fn plans_of(storage: &Storage, names: &[String], limit: usize) -> Result<Vec<(String, PlanRecord)>, StorageError> {
-    let mut out = Vec::new();
-    for n in names {
-        out.extend(storage.recent_plans(n, limit)?.into_iter().map(|p| (n.clone(), p)));
-    }
-    Ok(out)
-}
-
-/// Answers `q` from `dump` (of the personas the query needs) and storage (blocking reads).
-pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value, StorageError> {
-    let names: Vec<String> = dump.personas.iter().map(|p| p.name.clone()).collect();
-    Ok(match q {
-        AiQuery::State { .. } => json!({
-            "personas": dump.personas.iter().map(|p| json!({
-                "name": p.name,
-                "status": p.status,
-                "self_state": p.self_state,
-                "inbox": p.inbox.len,
-                "in_flight": p.in_flight,
-            })).collect::<Vec<_>>()
-        }),
-        AiQuery::Thoughts { domain, since_us, .. } => {
-            let p = &dump.personas[0];
-            let recent = |at_us: i64| since_us.is_none_or(|t| at_us >= t);
-            let entries: Vec<_> = p
-                .working_memory
-                .recent
-                .iter()
-                .filter(|e| domain.as_ref().is_none_or(|d| *d == e.domain) && recent(e.created_us))
-                .collect();
-            let thoughts =
-                p.self_state.as_ref().map(|s| s.recent_thoughts.iter().filter(|t| recent(t.at_us)).collect::<Vec<_>>());
-            json!({ "persona": p.name, "since_us": since_us, "thoughts": entries, "recent_thoughts": thoughts })
-        }
-        AiQuery::Decisions { verdict, since_us, .. } => {
-            let p = &dump.personas[0];
-            let d: Vec<_> = p
-                .decisions
-                .iter()
-                .filter(|d| verdict.is_none_or(|v| v == d.verdict) && since_us.is_none_or(|t| d.at_us >= t))
-                .collect();
-            json!({ "persona": p.name, "since_us": since_us, "decisions": d })
-        }
-        AiQuery::Plan { .. } => {
-            let p = &dump.personas[0];
-            json!({ "persona": p.name, "running": p.in_flight.is_some() && p.plan.as_ref().is_some_and(|x| x.finished_us.is_none()), "plan": p.plan })
-        }
-        AiQuery::PlanHistory { persona, limit } => {
-            json!({ "persona": persona, "plans": storage.recent_plans(persona, *limit)? })
-        }
-        AiQuery::Learnings { .. } => {
-            let mut all = Vec::new();
-            for n in &names {
-                for l in storage.learnings(n)? {
-                    all.push(json!({ "persona": n, "pattern": l.pattern, "domain": l.domain, "successes": l.successes, "failures": l.failures }));
-                }
-            }
-            json!({ "learnings": all })
-        }
-        AiQuery::Recoveries { limit, .. } => {
-            let r: Vec<_> = plans_of(storage, &names, *limit)?
-                .into_iter()
-                .filter(|(_, p)| !p.adjustments.is_empty())
-                .map(|(n, p)| {
-                    json!({
-                        "persona": n,
-                        "event_id": p.event_id,
-                        "adjustments": p.adjustments,
-                        "recovered": p.evaluation.as_ref().is_some_and(|e| e.success),
-                        "pattern": p.evaluation.as_ref().map(|e| e.pattern.clone()),
-                    })
-                })
-                .collect();
-            json!({ "recoveries": r })
-        }
-        AiQuery::Memory { persona } => serde_json::to_value(storage.long_term(persona, 20)?).unwrap_or(Value::Null),
-        AiQuery::Health => serde_json::to_value(health(dump.personas.iter().filter_map(|p| p.self_state.as_ref())))
-            .unwrap_or(Value::Null),
-        AiQuery::Availability { .. } => {
-            let all: Vec<_> = dump.personas.iter().map(availability).collect();
-            let free: Vec<&str> = all.iter().filter(|a| a.available).map(|a| a.persona.as_str()).collect();
-            json!({ "available": free, "personas": all })
-        }
-        AiQuery::ActivityMap => {
-            serde_json::to_value(activity_map(&dump.personas, &dump.admin.rooms, now_us())).unwrap_or(Value::Null)
-        }
-        AiQuery::SelectForTask { domain, priority, text } => {
-            let mut ranked: Vec<(f64, &str)> = dump
-                .personas
-                .iter()
-                .filter_map(|p| {
-                    Some((suitability(p.self_state.as_ref()?, &p.domains, domain, *priority, text), p.name.as_str()))
-                })
-                .collect();
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-            json!({
-                "domain": domain,
-                "priority": priority,
-                "ranking": ranked.iter().map(|(s, n)| json!({"persona": n, "suitability": s})).collect::<Vec<_>>(),
-                "best": ranked.first().map(|(_, n)| *n),
-            })
-        }
-        // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
-        AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
-    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::EntryKind;
+use mindfleet_core::model::EntryKind;
 
 fn state(energy: f64) -> SelfStateData {
     SelfStateData { energy, ..SelfStateData::default() }
@@ -101,11 +101,14 @@ fn the_log_histogram_is_within_five_percent() {
     h.push(1e9);
     assert_eq!(h.max, 1e9);
 }
-use crate::config::FleetConfig;
-use crate::event::EventInput;
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::event::EventInput;
 
 fn cfg(dir: &Path) -> StorageConfig {
-    StorageConfig { data_dir: dir.to_path_buf(), ..FleetConfig::embedded_default().storage }
+    StorageConfig {
+        data_dir: dir.to_path_buf(),
+        ..FleetConfig::from_toml(Path::new("fleet.toml"), "[[persona]]\nname = \"a\"\nrole = \"r\"\n").unwrap().storage
+    }
 }
 
 fn event(id: &str) -> Event {
@@ -321,7 +324,7 @@ async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
 
 #[tokio::test]
 async fn long_term_limits_drop_the_oldest_and_least_proven_with_reasons() {
-    use crate::model::{Action, Consolidation, Experience, Procedure};
+    use mindfleet_core::model::{Action, Consolidation, Experience, Procedure};
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(&cfg(dir.path())).unwrap();
     let exp = |i: usize| Experience {

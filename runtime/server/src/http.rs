@@ -19,7 +19,7 @@
 //! | `POST /ai/study` | `{"persona", "topic"?}`: the persona studies the topic (else the knowledge gap it noted first) in idle time; answers `{"persona", "topic", "queued": true}` |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
 //! | `GET /ai/thoughts?page_size=N`, `GET /ai/decisions?page_size=N` | the list under a cursor: `{"handle", "offset", "entries", "total_count", "has_more", "has_previous"}`, paged with `POST /rag/fetch` |
-//! | `POST /rag/{command}` | the codebase index ([`crate::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
+//! | `POST /rag/{command}` | the codebase index ([`mindfleet_core::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |
 //!
 //! Every route answers 403 to a `Host` (on a loopback address) or `Origin` that is not a
@@ -49,18 +49,18 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::ai::{AiQuery, parse_window, window_start};
-use crate::config::{AdminConfig, DOMAINS, valid_name};
 use crate::dashboard;
-use crate::embedding::LongText;
-use crate::event::EventInput;
-use crate::knowledge::{IndexMsg, RagError, RagRequest};
-use crate::llm::LlmMsg;
-use crate::messages::{AdminMsg, DumpDepth, Fault, InjectError, StateChange};
-use crate::model::Verdict;
 use crate::openai;
-use crate::sched::MAX_COST_BUCKETS;
-use crate::time::now_us;
+use mindfleet_core::ai::{AiQuery, parse_window, window_start};
+use mindfleet_core::config::{AdminConfig, DOMAINS, valid_name};
+use mindfleet_core::embedding::LongText;
+use mindfleet_core::event::EventInput;
+use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest};
+use mindfleet_core::llm::LlmMsg;
+use mindfleet_core::messages::{AdminMsg, DumpDepth, Fault, InjectError, StateChange};
+use mindfleet_core::model::Verdict;
+use mindfleet_core::sched::MAX_COST_BUCKETS;
+use mindfleet_core::time::now_us;
 
 mod conn;
 pub use conn::serve;
@@ -89,7 +89,7 @@ pub struct HttpState {
     /// What the dashboard's open pages are streamed.
     pub feed: dashboard::Feed,
     /// Whether the storage writer can write (a full disk makes `/health` answer 503).
-    pub storage: crate::storage::Health,
+    pub storage: mindfleet_store::Health,
     /// The names `Host` and `Origin` may carry, the timeouts and the connection cap.
     pub edges: Edges,
 }
@@ -305,7 +305,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
                 b => b.unwrap_or(0),
             },
         },
-        "recall" => AiQuery::Recall(crate::conversation::RecallQuery {
+        "recall" => AiQuery::Recall(mindfleet_core::conversation::RecallQuery {
             persona: need(p.persona, "persona")?,
             query: need(p.text, "text")?,
             room: p.room,
@@ -842,7 +842,7 @@ async fn get_panel(State(st): State<HttpState>, Segments(name): Segments<String>
 struct ListParams {
     handle: Option<String>,
     #[serde(default)]
-    direction: crate::cursor::Direction,
+    direction: mindfleet_core::cursor::Direction,
 }
 
 async fn get_panel_list(

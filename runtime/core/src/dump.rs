@@ -12,7 +12,7 @@ use crate::llm::LlmStats;
 use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::SchedulerStats;
-use crate::storage::StorageStats;
+use crate::stored::StorageStats;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FleetDump {

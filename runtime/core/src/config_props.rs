@@ -405,10 +405,10 @@ fn boundary(s: &str, at: usize) -> usize {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// The default fleet file, edited at random: a fleet or a clear error, never a panic.
+    /// A fleet file with every common section, edited at random: a fleet or a clear error, never a panic.
     #[test]
-    fn the_default_fleet_edited_at_random_is_an_error_or_a_fleet(edits in proptest::collection::vec(edit(), 1..5)) {
-        let mut text = EMBEDDED_DEFAULT_FLEET.to_string();
+    fn a_full_fleet_edited_at_random_is_an_error_or_a_fleet(edits in proptest::collection::vec(edit(), 1..5)) {
+        let mut text = tests::SAMPLE.to_string();
         for e in edits {
             match e {
                 Edit::Cut(at, n) => {

@@ -14,9 +14,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-/// The fleet file used when `mindfleet run` is given none and `config/fleet.toml` is absent.
-pub const EMBEDDED_DEFAULT_FLEET: &str = include_str!("../../config/fleet.toml");
-
 /// A configuration error with the place it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -932,12 +929,6 @@ impl FleetConfig {
         Self::from_toml(path, &text)
     }
 
-    /// The built-in default fleet.
-    pub fn embedded_default() -> Self {
-        Self::from_toml(Path::new("<embedded>/config/fleet.toml"), EMBEDDED_DEFAULT_FLEET)
-            .expect("the embedded default fleet is valid (tested)")
-    }
-
     /// Validates fleet TOML text; `path` is used in messages only.
     pub fn from_toml(path: &Path, text: &str) -> Result<Self, ConfigError> {
         let cx = Ctx { path, text };
@@ -1386,29 +1377,6 @@ impl FleetConfig {
             conversation,
             personas,
         })
-    }
-
-    /// A fleet of `n` generated personas (benchmarks and tests), eight rooms shared round-robin,
-    /// every one on the rules brain, conversation memory off: the runtime's own figures (a
-    /// benchmark of conversation memory turns it on).
-    pub fn synthetic(n: usize, data_dir: PathBuf) -> Self {
-        let mut cfg = Self::embedded_default();
-        cfg.name = format!("synthetic-{n}");
-        cfg.conversation.enabled = false;
-        cfg.storage.data_dir = data_dir;
-        cfg.admin.addr = "127.0.0.1:0".parse().expect("literal address");
-        let template = cfg.personas[0].clone();
-        cfg.personas = (0..n)
-            .map(|i| PersonaConfig {
-                name: format!("p{i}"),
-                rooms: vec![format!("room{}", i % 8)],
-                dormant: false,
-                // The runtime's figures, not the model's.
-                brain: BrainKind::Rules,
-                ..template.clone()
-            })
-            .collect();
-        cfg
     }
 }
 

@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::llm::{Classification, Generation, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
 use crate::sched::{Grant, TaskId};
-use crate::storage::{HandOff, PersonaSnapshot};
+use crate::stored::{HandOff, PersonaSnapshot};
 
 /// One accepted event for one persona, as stored in the durable queue.
 #[derive(Debug, Clone)]

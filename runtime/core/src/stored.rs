@@ -1,0 +1,113 @@
+//! Records the store hands to other crates: a persona's snapshot as it moves between nodes, what
+//! a hand-off says of itself, and the writer's figures in the dump. The database that keeps them
+//! is `mindfleet-store`'s.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Figures of the writer, shown in the dump.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StorageStats {
+    pub path: String,
+    pub schema_version: u64,
+    /// Operations waiting for the writer when the stats were asked for.
+    #[serde(default)]
+    pub queued_ops: u64,
+    /// Why the writer cannot write now (a full disk), while it cannot; it retries by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// Writes held in memory until the disk heals.
+    #[serde(default)]
+    pub parked: u64,
+    /// Deliveries accepted and not finished yet.
+    pub pending: u64,
+    pub accepted: u64,
+    /// Injections answered `duplicate` (an id already stored).
+    pub duplicates: u64,
+    pub commits: u64,
+    pub requests: u64,
+    /// Seconds the writer spent applying and committing batches (its utilisation over time).
+    pub busy_s: f64,
+    /// Self-state and working-memory writes held back for the next write-behind commit.
+    pub held_writes: u64,
+    pub mean_batch: f64,
+    pub commit_p50_ms: f64,
+    pub commit_p99_ms: f64,
+    /// The durable `commit()` alone, without applying the batch's requests.
+    pub fsync_p50_ms: f64,
+    /// From acceptance to the commit of the decision, over the last 8,192 decisions.
+    pub decision_p50_ms: f64,
+    pub decision_p99_ms: f64,
+    /// The same over every decision since the storage opened (a log histogram, within 5%).
+    pub decision_p99_all_ms: f64,
+    pub decision_max_ms: f64,
+    pub decisions: u64,
+    pub dead_letters: u64,
+    pub stale_finishes: u64,
+    pub errors: u64,
+}
+
+/// A table's rows of one persona: the key after the persona's name, and the value as stored.
+pub type Rows<K> = Vec<(K, Vec<u8>)>;
+
+/// Everything stored for one persona, as it leaves its node.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct PersonaSnapshot {
+    pub persona: String,
+    /// The node it moves to, and the placement's version there (one more than the last).
+    pub node: String,
+    pub version: u64,
+    /// Rows of the tables keyed by (persona, number), by table.
+    pub numbered: Vec<(String, Rows<u64>)>,
+    /// Rows of the tables keyed by (persona, name), by table.
+    pub named: Vec<(String, Rows<String>)>,
+    pub self_state: Option<Vec<u8>>,
+    pub counters: Vec<(String, u64)>,
+    /// Rooms it joined by directed events.
+    pub rooms: Vec<String>,
+    /// Its unfinished deliveries: the event (as stored) and how often it crashed the persona.
+    pub pending: Vec<(Vec<u8>, u32)>,
+}
+
+impl PersonaSnapshot {
+    pub fn encode(&self) -> Vec<u8> {
+        encode(self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        decode::<Self>(bytes).map_err(|e| format!("undecodable persona snapshot: {e}"))
+    }
+
+    /// How many rows it carries.
+    pub fn rows(&self) -> usize {
+        self.numbered.iter().map(|(_, r)| r.len()).sum::<usize>()
+            + self.named.iter().map(|(_, r)| r.len()).sum::<usize>()
+            + self.counters.len()
+            + self.rooms.len()
+            + self.pending.len()
+            + usize::from(self.self_state.is_some())
+    }
+}
+
+/// What a hand-off says of itself once committed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HandOff {
+    pub persona: String,
+    pub node: String,
+    pub version: u64,
+    pub rows: usize,
+    pub pending: usize,
+    /// The node already held this version (a snapshot sent again): nothing was written.
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// A record as stored (bincode, standard configuration).
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(v, bincode::config::standard()).expect("in-memory encoding cannot fail")
+}
+
+/// A stored record, or why it cannot be read.
+pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, String> {
+    bincode::serde::decode_from_slice(b, bincode::config::standard()).map(|(v, _)| v).map_err(|e| e.to_string())
+}
