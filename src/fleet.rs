@@ -25,10 +25,11 @@ use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::embedding::EmbedMsg;
 use mindfleet_core::event::EventInput;
+use mindfleet_core::fleet::{FleetMsg, Handles};
 use mindfleet_core::knowledge::IndexMsg;
 use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{
-    AdminMsg, CoordinatorMsg, DumpDepth, Fault, FleetMsg, Handles, InjectAck, InjectError, PersonaMsg, PersonaStatus,
+    AdminMsg, CoordinatorMsg, DumpDepth, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
 use mindfleet_core::restart::RestartWindow;
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};

@@ -21,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use crate::ai::AiQuery;
 use crate::config::{FleetConfig, PersonaConfig};
 use crate::dump::NodeDump;
-use crate::event::Event;
 use crate::messages::{Fault, InjectError, StateChange};
 use crate::time::{now_us, rfc3339};
 
@@ -287,19 +286,6 @@ impl Serving {
     ) -> Result<Vec<u8>, String> {
         self.view.call(&self.node, variant, request, wait.as_millis() as u64).await
     }
-}
-
-/// An event another node accepted, to be stored here for the named personas (placed here).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct StoreRequest {
-    pub event: Event,
-    pub personas: Vec<String>,
-    /// How many personas the event went to on every node (the turn-taking audience).
-    pub audience: u32,
-    /// How often it was passed on by a node its sender took for the personas' (a persona that
-    /// moved): a node passes it on once at most.
-    #[serde(default)]
-    pub hops: u32,
 }
 
 /// What travels between nodes: JSON (self-describing, so a field added later does not break

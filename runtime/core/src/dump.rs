@@ -9,9 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::embedding::EmbedStats;
 use crate::knowledge::IndexStats;
 use crate::llm::LlmStats;
-use crate::messages::{CoordinationStats, PersonaStatus};
 use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
-use crate::sched::SchedulerStats;
+use crate::sched::stats::SchedulerStats;
 use crate::stored::StorageStats;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -426,4 +425,53 @@ impl FleetDump {
         }
         out
     }
+}
+
+/// Turn-taking figures, shown in the dump.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoordinationStats {
+    pub responders: usize,
+    pub window_ms: u64,
+    /// Human messages decided.
+    pub messages: u64,
+    pub answered_by_one: u64,
+    pub answered_by_none: u64,
+    pub answered_by_many: u64,
+    /// Given to a persona that had passed, because nobody claimed them.
+    pub assigned: u64,
+    pub redundant: u64,
+    /// Share of human messages answered by exactly one persona.
+    pub efficiency: f64,
+    /// Decided by the window rather than by every claim being in.
+    pub by_window: u64,
+}
+
+impl CoordinationStats {
+    /// Adds another coordinator's counts (a fleet across nodes has one per node; each room is
+    /// decided by one of them).
+    pub fn add(&mut self, o: &CoordinationStats) {
+        self.messages += o.messages;
+        self.answered_by_one += o.answered_by_one;
+        self.answered_by_none += o.answered_by_none;
+        self.answered_by_many += o.answered_by_many;
+        self.assigned += o.assigned;
+        self.redundant += o.redundant;
+        self.by_window += o.by_window;
+        self.efficiency = if self.messages == 0 { 0.0 } else { self.answered_by_one as f64 / self.messages as f64 };
+    }
+}
+
+/// What the fleet supervisor reports about a persona.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonaStatus {
+    Starting,
+    Running,
+    Restarting,
+    /// Failed more than the restart policy allows; stopped, the fleet runs on.
+    Failed,
+    Stopped,
+    /// Placed on another node of the cluster whose link is down: events for it are refused
+    /// (503) until the node is back.
+    Unreachable,
 }

@@ -11,11 +11,13 @@ use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
 use crate::dump::{FleetDump, PersonaDump};
+// Dump data that messages carry; named here too, where they were first defined.
+pub use crate::dump::{CoordinationStats, PersonaStatus};
 use crate::event::Event;
 use crate::llm::{Classification, Generation, LlmFailure};
 use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
-use crate::sched::{Grant, TaskId};
 use crate::stored::{HandOff, PersonaSnapshot};
+use crate::task::{Grant, TaskId};
 
 /// One accepted event for one persona, as stored in the durable queue.
 #[derive(Debug, Clone)]
@@ -66,40 +68,6 @@ pub struct Turn {
     /// Granted although the persona passed: nobody claimed the message.
     pub assigned: bool,
     pub reason: String,
-}
-
-/// Turn-taking figures, shown in the dump.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CoordinationStats {
-    pub responders: usize,
-    pub window_ms: u64,
-    /// Human messages decided.
-    pub messages: u64,
-    pub answered_by_one: u64,
-    pub answered_by_none: u64,
-    pub answered_by_many: u64,
-    /// Given to a persona that had passed, because nobody claimed them.
-    pub assigned: u64,
-    pub redundant: u64,
-    /// Share of human messages answered by exactly one persona.
-    pub efficiency: f64,
-    /// Decided by the window rather than by every claim being in.
-    pub by_window: u64,
-}
-
-impl CoordinationStats {
-    /// Adds another coordinator's counts (a fleet across nodes has one per node; each room is
-    /// decided by one of them).
-    pub fn add(&mut self, o: &CoordinationStats) {
-        self.messages += o.messages;
-        self.answered_by_one += o.answered_by_one;
-        self.answered_by_none += o.answered_by_none;
-        self.answered_by_many += o.answered_by_many;
-        self.assigned += o.assigned;
-        self.redundant += o.redundant;
-        self.by_window += o.by_window;
-        self.efficiency = if self.messages == 0 { 0.0 } else { self.answered_by_one as f64 / self.messages as f64 };
-    }
 }
 
 /// The coordinator's messages.
@@ -303,21 +271,6 @@ pub struct PersonaCommit {
     pub said: Option<crate::conversation::Said>,
 }
 
-/// What the fleet supervisor reports about a persona.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PersonaStatus {
-    Starting,
-    Running,
-    Restarting,
-    /// Failed more than the restart policy allows; stopped, the fleet runs on.
-    Failed,
-    Stopped,
-    /// Placed on another node of the cluster whose link is down: events for it are refused
-    /// (503) until the node is back.
-    Unreachable,
-}
-
 /// How much of each persona's journals a dump reads from storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DumpDepth {
@@ -333,7 +286,7 @@ pub enum DumpDepth {
 pub enum AdminMsg {
     Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// From another node: store an event it accepted for personas of this node.
-    StoreHere(Box<crate::cluster::StoreRequest>, RpcReplyPort<Result<InjectAck, InjectError>>),
+    StoreHere(Box<StoreRequest>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
@@ -431,27 +384,6 @@ pub enum AdminMsg {
     Close(RpcReplyPort<()>),
 }
 
-/// The fleet supervisor's messages.
-#[derive(Debug, RactorMessage)]
-pub enum FleetMsg {
-    /// The actors in-process callers and the HTTP API talk to.
-    Handles(RpcReplyPort<Handles>),
-    /// Stop a persona of this node for good (it moves to another node); answers once it
-    /// has stopped.
-    Stop(String, RpcReplyPort<()>),
-    /// Start a persona that moved to this node.
-    Start(String),
-}
-
-#[derive(Debug, Clone)]
-pub struct Handles {
-    pub admin: ActorRef<AdminMsg>,
-    pub scheduler: crate::sched::SchedulerHandle,
-    pub embedding: ActorRef<crate::embedding::EmbedMsg>,
-    pub llm: Option<ActorRef<crate::llm::LlmMsg>>,
-    pub index: ActorRef<crate::knowledge::IndexMsg>,
-}
-
 /// What one stage of a study session produced.
 #[derive(Debug)]
 pub enum StudyStep {
@@ -461,4 +393,17 @@ pub enum StudyStep {
     Asked { question: String, tokens: u32 },
     /// The question answered with retrieval, and graded.
     Answered { answer: crate::model::StudyAnswer, tokens: u32 },
+}
+
+/// An event another node accepted, to be stored here for the named personas (placed here).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoreRequest {
+    pub event: Event,
+    pub personas: Vec<String>,
+    /// How many personas the event went to on every node (the turn-taking audience).
+    pub audience: u32,
+    /// How often it was passed on by a node its sender took for the personas' (a persona that
+    /// moved): a node passes it on once at most.
+    #[serde(default)]
+    pub hops: u32,
 }

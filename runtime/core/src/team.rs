@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::dump::PersonaDump;
-use crate::messages::PersonaStatus;
+use crate::dump::PersonaStatus;
 use crate::model::{Mood, SelfStateData};
 
 /// Focus intensity above which a persona that is not idle is deeply focused.

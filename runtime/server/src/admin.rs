@@ -14,15 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mindfleet_core::ai::AiQuery;
-use mindfleet_core::cluster::{Ask, ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter, StoreRequest};
+use mindfleet_core::cluster::{Ask, ClusterView, NodeMsg, REMOTE_CALL_MS, RoomRouter};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::dump::{AdminDump, ChildDump, FleetDump, PersonaDump};
 use mindfleet_core::embedding::{EmbedMsg, EmbedStats, Urgency};
 use mindfleet_core::event::Event;
+use mindfleet_core::fleet::FleetMsg;
 use mindfleet_core::knowledge::{IndexMsg, IndexStats};
 use mindfleet_core::llm::{LlmMsg, LlmStats};
+use mindfleet_core::messages::StoreRequest;
 use mindfleet_core::messages::{
-    AdminMsg, CoordinatorMsg, DumpDepth, FleetMsg, InjectAck, InjectError, PersonaMsg, PersonaStatus,
+    AdminMsg, CoordinatorMsg, DumpDepth, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_core::time::{now_us, rfc3339};

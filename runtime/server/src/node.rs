@@ -10,10 +10,11 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, call_t};
 use serde::Serialize;
 
-use mindfleet_core::cluster::{Ask, NodeMsg, REMOTE_CALL_MS, SCOPE, StoreRequest, decode, encode, node_group};
+use mindfleet_core::cluster::{Ask, NodeMsg, REMOTE_CALL_MS, SCOPE, decode, encode, node_group};
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::embedding::EmbedMsg;
 use mindfleet_core::knowledge::IndexMsg;
+use mindfleet_core::messages::StoreRequest;
 use mindfleet_core::messages::{AdminMsg, Claim, DumpDepth, InjectError, Turn};
 use mindfleet_core::stored::PersonaSnapshot;
 
