@@ -1,5 +1,11 @@
+use std::time::{Duration, Instant};
+
 use super::*;
-use mindfleet_core::model::EntryKind;
+use crate::histogram::LogHistogram;
+use crate::legacy::DELIVERIES_V3;
+use crate::schema::*;
+use mindfleet_core::model::{Decision, EntryKind, Verdict};
+use redb::ReadableDatabase;
 
 fn state(energy: f64) -> SelfStateData {
     SelfStateData { energy, ..SelfStateData::default() }

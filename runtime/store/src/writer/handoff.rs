@@ -5,11 +5,14 @@
 
 use std::sync::Arc;
 
-use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows};
 use redb::ReadableTable;
 
-use super::{Tables, Writer, dec, enc};
 use mindfleet_core::event::Event;
+use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows};
+
+use crate::schema::Tables;
+use crate::writer::Writer;
+use crate::{dec, enc};
 
 type Numbered<'a, 't> = &'a mut redb::Table<'t, (&'static str, u64), &'static [u8]>;
 type Named<'a, 't> = &'a mut redb::Table<'t, (&'static str, &'static str), &'static [u8]>;
@@ -47,7 +50,7 @@ pub(super) fn placement_row(node: &str, version: u64) -> Vec<u8> {
     enc(&(node, version))
 }
 
-pub(super) fn placement_of(row: &[u8]) -> Result<(String, u64), redb::Error> {
+pub(crate) fn placement_of(row: &[u8]) -> Result<(String, u64), redb::Error> {
     dec(row)
 }
 

@@ -6,7 +6,7 @@
 //!   writes and every request that comes meanwhile wait in `parked`, in order. Flushes and
 //!   loads wait there too and are answered once their writes are stored.
 //! - New events are refused at once with the reason, which names the disk and the data dir;
-//!   [`super::Health`] carries it to `/health` (503) and the dump.
+//!   [`crate::Health`] carries it to `/health` (503) and the dump.
 //! - The failure is logged once, then at most once a minute while it lasts.
 //! - Every backoff step (100 ms doubling to 10 s) the writer checks the disk's free space
 //!   against `[storage] min_free_mb`; with enough, it drops redb's handle (which refuses
@@ -16,8 +16,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::disk::{self, Backoff, Failure, Kind, RateLimited};
-use super::{Failed, Op, Writer, disk_of, open_db};
+use crate::disk::{self, Backoff, Failure, Kind, RateLimited, disk_of};
+use crate::op::Op;
+use crate::open_db;
+use crate::writer::{Failed, Writer};
 
 /// How often a failure that lasts is logged again.
 const LOG_EVERY: Duration = Duration::from_secs(60);

@@ -1,0 +1,104 @@
+//! Older layouts, apart from the live one: the migrations from each schema version to the next
+//! and the record formats only they read.
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::Deserialize;
+
+use mindfleet_core::event::Event;
+use mindfleet_core::model::{Decision, Verdict};
+
+use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, ROOMS, Tables};
+use crate::{dec, enc};
+
+/// Before version 4: pending deliveries keyed by persona first.
+pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
+
+/// Upgrades from each older schema version to the next; index 0 upgrades version 1.
+pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
+pub(crate) const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5];
+
+/// Version 1 kept room memberships made by directed events in memory only: rebuild them
+/// from the stored events that were addressed to a persona.
+pub(crate) fn migrate_1_to_2(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let events = txn.open_table(EVENTS)?;
+    let mut rooms = txn.open_table(ROOMS)?;
+    for r in events.iter()? {
+        let event: Event = dec(r?.1.value())?;
+        if let Some(p) = &event.persona {
+            rooms.insert((event.room.as_str(), p.as_str()), ())?;
+        }
+    }
+    Ok(())
+}
+
+/// Version 3 adds tables that start empty.
+pub(crate) fn migrate_2_to_3(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    Tables::open(txn).map(drop)
+}
+
+/// Version 4 keys pending deliveries by sequence number first, so that the deliveries of one
+/// event, and of events accepted together, share B-tree pages (keyed by persona first, each
+/// insert and each finish wrote a page of its own persona).
+pub(crate) fn migrate_3_to_4(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    {
+        let old = txn.open_table(DELIVERIES_V3)?;
+        let mut new = txn.open_table(PENDING)?;
+        for r in old.iter()? {
+            let (k, crashes) = r?;
+            let (persona, seq) = k.value();
+            new.insert((seq, persona), crashes.value())?;
+        }
+    }
+    txn.delete_table(DELIVERIES_V3)?;
+    Ok(())
+}
+
+/// A decision as version 4 stored it: without the references.
+#[derive(Deserialize)]
+pub(crate) struct DecisionV4 {
+    pub(crate) event_id: String,
+    pub(crate) verdict: Verdict,
+    pub(crate) reason: String,
+    pub(crate) by: String,
+    pub(crate) priority: f64,
+    pub(crate) numbers: Vec<(String, f64)>,
+    pub(crate) at_us: i64,
+}
+
+impl From<DecisionV4> for Decision {
+    fn from(d: DecisionV4) -> Decision {
+        let DecisionV4 { event_id, verdict, reason, by, priority, numbers, at_us } = d;
+        Decision { event_id, verdict, reason, by, priority, numbers, at_us, references: Vec::new() }
+    }
+}
+
+/// Version 5 adds the references to decisions (rewritten without any), and the `references`
+/// and `conversation` tables (empty).
+pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    {
+        let mut t = txn.open_table(DECISIONS)?;
+        let old: Vec<((String, u64), DecisionV4)> = t
+            .iter()?
+            .map(|r| {
+                let (k, v) = r?;
+                let (p, n) = k.value();
+                Ok(((p.to_string(), n), dec(v.value())?))
+            })
+            .collect::<Result<_, redb::Error>>()?;
+        for ((p, n), d) in old {
+            t.insert((p.as_str(), n), enc(&Decision::from(d)).as_slice())?;
+        }
+        let mut log = txn.open_table(DECISION_LOG)?;
+        let old: Vec<(u64, (String, DecisionV4))> = log
+            .iter()?
+            .map(|r| {
+                let (k, v) = r?;
+                Ok((k.value(), dec(v.value())?))
+            })
+            .collect::<Result<_, redb::Error>>()?;
+        for (k, (p, d)) in old {
+            log.insert(k, enc(&(p, Decision::from(d))).as_slice())?;
+        }
+    }
+    Tables::open(txn).map(drop)
+}

@@ -1,0 +1,239 @@
+//! Reads for dumps and introspection: each in its own read transaction, off the writer thread,
+//! through the writes the writer still holds back.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+
+use mindfleet_core::event::Event;
+use mindfleet_core::model::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
+
+use crate::schema::{
+    CONSOLIDATIONS, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES, KNOWLEDGE,
+    LEARNINGS, OUTBOX, PENDING, PLANS, PROCEDURES, PROFILES,
+};
+use crate::{LongTerm, Storage, StorageError, dec};
+
+impl Storage {
+    pub(crate) fn read<T>(
+        &self,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>,
+    ) -> Result<T, StorageError> {
+        let Some(db) = self.db.get() else {
+            let reason = self.health.failure().map_or_else(|| "reopening the database".into(), |f| f.reason);
+            return Err(StorageError::Unavailable { path: self.path.to_path_buf(), reason });
+        };
+        let txn = db.begin_read().map_err(|e| self.db_err(e))?;
+        f(&txn).map_err(|e| self.db_err(e))
+    }
+
+    pub(crate) fn db_err(&self, e: impl Into<redb::Error>) -> StorageError {
+        StorageError::Db { path: self.path.to_path_buf(), source: e.into() }
+    }
+
+    /// Newest decisions of a persona, newest first (blocking read).
+    pub fn recent_decisions(&self, persona: &str, n: usize) -> Result<Vec<Decision>, StorageError> {
+        Ok(self.recent_decisions_of(&[persona.to_string()], n)?.pop().unwrap_or_default())
+    }
+
+    /// The newest `n` decisions of each of `personas`, newest first, in one read: the persona's
+    /// `decisions` rows and the ones in `decision_log`. The log can still hold decisions already
+    /// copied (it is trimmed only up to the oldest one another group of personas holds), so the
+    /// two are merged by decision number.
+    pub fn recent_decisions_of(&self, personas: &[String], n: usize) -> Result<Vec<Vec<Decision>>, StorageError> {
+        self.read(|txn| {
+            let mut logged: HashMap<&str, BTreeMap<u64, Decision>> =
+                personas.iter().map(|p| (p.as_str(), BTreeMap::new())).collect();
+            for r in txn.open_table(DECISION_LOG)?.iter()? {
+                let (k, v) = r?;
+                let (persona, d): (String, Decision) = dec(v.value())?;
+                if let Some(m) = logged.get_mut(persona.as_str()) {
+                    m.insert(k.value(), d);
+                }
+            }
+            let t = txn.open_table(DECISIONS)?;
+            personas
+                .iter()
+                .map(|p| {
+                    let mut m = logged.remove(p.as_str()).unwrap_or_default();
+                    let extra = m.len();
+                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n + extra) {
+                        let (k, v) = r?;
+                        if let std::collections::btree_map::Entry::Vacant(e) = m.entry(k.value().1) {
+                            e.insert(dec(v.value())?);
+                        }
+                    }
+                    Ok(m.into_values().rev().take(n).collect())
+                })
+                .collect()
+        })
+    }
+
+    /// Newest evictions of a persona, newest first (blocking read).
+    pub fn recent_evictions(&self, persona: &str, n: usize) -> Result<Vec<Eviction>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(EVICTIONS)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// Newest finished plans of a persona, newest first (blocking read).
+    pub fn recent_plans(&self, persona: &str, n: usize) -> Result<Vec<PlanRecord>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(PLANS)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// A persona's long-term memory (blocking read): the newest `n` experiences, knowledge
+    /// entries and consolidation reports, every procedure and user profile.
+    pub fn long_term(&self, persona: &str, n: usize) -> Result<LongTerm, StorageError> {
+        self.read(|txn| {
+            pub(crate) fn newest<T: DeserializeOwned>(
+                txn: &redb::ReadTransaction,
+                def: TableDefinition<(&str, u64), &[u8]>,
+                persona: &str,
+                n: usize,
+            ) -> Result<Vec<T>, redb::Error> {
+                let t = txn.open_table(def)?;
+                t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+            }
+            pub(crate) fn keyed<T: DeserializeOwned>(
+                txn: &redb::ReadTransaction,
+                def: TableDefinition<(&str, &str), &[u8]>,
+                persona: &str,
+            ) -> Result<Vec<T>, redb::Error> {
+                let t = txn.open_table(def)?;
+                let mut out = Vec::new();
+                for r in t.range((persona, "")..)? {
+                    let (k, v) = r?;
+                    if k.value().0 != persona {
+                        break;
+                    }
+                    out.push(dec(v.value())?);
+                }
+                Ok(out)
+            }
+            let counters = txn.open_table(COUNTERS)?;
+            Ok(LongTerm {
+                experiences: newest(txn, EXPERIENCES, persona, n)?,
+                knowledge: newest(txn, KNOWLEDGE, persona, n)?,
+                reports: newest(txn, CONSOLIDATIONS, persona, n)?,
+                procedures: keyed(txn, PROCEDURES, persona)?,
+                profiles: keyed(txn, PROFILES, persona)?,
+                experience_count: counters.get((persona, "experiences"))?.map_or(0, |g| g.value()),
+                watermark: counters.get((persona, "consolidated"))?.map_or(0, |g| g.value()),
+            })
+        })
+    }
+
+    /// A persona's learnings, most used first (blocking read).
+    pub fn learnings(&self, persona: &str) -> Result<Vec<Learning>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(LEARNINGS)?;
+            let mut v: Vec<Learning> = t
+                .range((persona, "")..)?
+                .map_while(|r| match r {
+                    Ok((k, v)) if k.value().0 == persona => Some(dec(v.value())),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e.into())),
+                })
+                .collect::<Result<_, _>>()?;
+            v.sort_by(|a, b| {
+                (b.successes + b.failures).cmp(&(a.successes + a.failures)).then(a.pattern.cmp(&b.pattern))
+            });
+            Ok(v)
+        })
+    }
+
+    /// Newest outbox entries, newest first (blocking read).
+    pub fn recent_outbox(&self, n: usize) -> Result<Vec<OutboxEntry>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(OUTBOX)?;
+            t.iter()?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// The `n` events accepted last, newest first: what was said in the rooms, by people and
+    /// by personas.
+    pub fn recent_events(&self, n: usize) -> Result<Vec<Event>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(EVENTS)?;
+            t.iter()?.rev().take(n).map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    pub fn dead_letters(&self) -> Result<Vec<DeadLetter>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(DEAD_LETTERS)?;
+            t.iter()?.map(|r| dec(r?.1.value())).collect()
+        })
+    }
+
+    /// Deliveries not finished yet, per persona (blocking read).
+    pub fn pending_by_persona(&self) -> Result<BTreeMap<String, Vec<String>>, StorageError> {
+        self.read(|txn| {
+            let d = txn.open_table(PENDING)?;
+            let ev = txn.open_table(EVENTS)?;
+            let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for r in d.iter()? {
+                let (k, _) = r?;
+                let (seq, persona) = k.value();
+                let id = match ev.get(seq)? {
+                    Some(b) => dec::<Event>(b.value())?.id,
+                    None => format!("seq {seq}"),
+                };
+                out.entry(persona.to_string()).or_default().push(id);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every decision of every persona, by persona and decision number (blocking read; tests and
+    /// exports).
+    pub fn all_decisions(&self) -> Result<Vec<(String, Decision)>, StorageError> {
+        self.read(|txn| {
+            let mut all: BTreeMap<(String, u64), Decision> = BTreeMap::new();
+            for r in txn.open_table(DECISIONS)?.iter()? {
+                let (k, v) = r?;
+                let (persona, n) = k.value();
+                all.insert((persona.to_string(), n), dec(v.value())?);
+            }
+            for r in txn.open_table(DECISION_LOG)?.iter()? {
+                let (k, v) = r?;
+                let (persona, d): (String, Decision) = dec(v.value())?;
+                all.entry((persona, k.value())).or_insert(d);
+            }
+            Ok(all.into_iter().map(|((p, _), d)| (p, d)).collect())
+        })
+    }
+}
+
+/// The decisions of `decision_log`, oldest first.
+pub(crate) fn load_decision_log(db: &Database) -> Result<Vec<(Arc<str>, u64, Decision)>, redb::Error> {
+    let txn = db.begin_read()?;
+    let log = txn.open_table(DECISION_LOG)?;
+    log.iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (persona, d): (String, Decision) = dec(v.value())?;
+            Ok((persona.into(), k.value(), d))
+        })
+        .collect()
+}
+
+pub(crate) fn load_pending_of(db: &Database) -> Result<HashMap<Arc<str>, BTreeSet<u64>>, redb::Error> {
+    let txn = db.begin_read()?;
+    let mut out: HashMap<Arc<str>, BTreeSet<u64>> = HashMap::new();
+    for r in txn.open_table(PENDING)?.iter()? {
+        let (k, _) = r?;
+        let (seq, persona) = k.value();
+        match out.get_mut(persona) {
+            Some(seqs) => seqs.insert(seq),
+            None => out.entry(persona.into()).or_default().insert(seq),
+        };
+    }
+    Ok(out)
+}

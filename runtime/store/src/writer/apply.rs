@@ -1,0 +1,376 @@
+//! One function per request the writer applies inside a batch's transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ractor::RpcReplyPort;
+use redb::ReadableTable;
+use tokio::sync::oneshot;
+
+use mindfleet_core::event::Event;
+use mindfleet_core::messages::{Delivery, InjectAck, InjectError, PersonaCommit};
+use mindfleet_core::model::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
+use mindfleet_core::stored::HandOff;
+use mindfleet_core::time::now_us;
+
+use super::handoff;
+use super::journal::{deliver, mark_said, put_said};
+use super::{AfterCommit, Injected, NotCommitted, Writer};
+use crate::op::{Op, Release};
+use crate::schema::Tables;
+use crate::{FORWARD_ADOPT, Forward, InboxRestore, Target, dec, enc};
+
+impl Writer {
+    /// Applies one request inside the batch's transaction; true when it wrote anything.
+    pub(crate) fn apply(
+        &mut self,
+        t: &mut Tables<'_>,
+        op: Op,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        match op {
+            Op::Inject { event, targets, elsewhere, reply } => {
+                self.on_inject(t, event, targets, elsewhere, reply, after)
+            }
+            Op::Commit { commit, reply_targets, elsewhere, forwards } => {
+                self.on_commit(t, commit, reply_targets, elsewhere, forwards, after)
+            }
+            Op::Consolidate(persona, c) => {
+                self.put_consolidation(t, &persona, *c)?;
+                Ok(true)
+            }
+            Op::Forwarded(node, seq) => {
+                t.forwards.remove((&*node, seq))?;
+                Ok(true)
+            }
+            Op::Release(release) => self.on_release(t, release, after),
+            Op::Adopt(snapshot, reply) => {
+                let done = self.adopt(t, *snapshot)?;
+                after.push(Box::new(move |r| {
+                    let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+                    None
+                }));
+                Ok(true)
+            }
+            Op::Place(persona, node, version) => {
+                let newer = match t.placement.get(&*persona)? {
+                    Some(row) => handoff::placement_of(row.value())?.1 < version,
+                    None => true,
+                };
+                if newer {
+                    t.placement.insert(&*persona, handoff::placement_row(&node, version).as_slice())?;
+                }
+                Ok(newer)
+            }
+            Op::JoinRoom(room, persona) => {
+                t.rooms.insert((room.as_str(), &*persona), ())?;
+                Ok(true)
+            }
+            Op::SelectReference(persona, m) => {
+                t.references.insert((&*persona, m.id.as_str()), enc(&*m).as_slice())?;
+                Ok(true)
+            }
+            Op::Study(persona, session, knowledge) => {
+                self.put_study(t, &persona, &session, knowledge.as_deref())?;
+                Ok(true)
+            }
+            Op::SaidMarks(persona, marks) => {
+                mark_said(&mut t.conversation, &persona, marks)?;
+                Ok(true)
+            }
+            Op::PutSelfState(persona, state) => {
+                self.held.of(&persona, self.cfg.write_behind).states.insert(persona, state);
+                Ok(false)
+            }
+            Op::PutMemory(persona, entry) => {
+                self.held.of(&persona, self.cfg.write_behind).memory.insert((persona, entry.id), Some(entry));
+                Ok(false)
+            }
+            Op::DeleteMemory(persona, id, eviction) => {
+                let held = self.held.of(&persona, self.cfg.write_behind);
+                if let Some(ev) = eviction {
+                    held.evictions.push((persona.clone(), ev));
+                }
+                held.memory.insert((persona, id), None);
+                Ok(false)
+            }
+            Op::Crash { persona, seq, reason } => self.on_crash(t, persona, seq, reason),
+            Op::LoadSelfState(persona, tx) => self.load_self_state(t, persona, tx, after),
+            Op::LoadMemory(persona, tx) => self.load_memory(t, persona, tx, after),
+            Op::LoadInbox(persona, tx) => self.load_inbox(t, persona, tx, after),
+            Op::Stats(tx) => {
+                let _ = tx.send(self.stats());
+                Ok(false)
+            }
+            Op::Flush(tx) => {
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::Flush(tx)),
+                    _ => {
+                        let _ = tx.send(());
+                        None
+                    }
+                }));
+                Ok(false)
+            }
+            Op::Close(_) => unreachable!("taken out of the batch by the writer loop"),
+        }
+    }
+
+    /// Stores an event (see [`Writer::inject`]) and answers once committed; delivers it then.
+    fn on_inject(
+        &mut self,
+        t: &mut Tables<'_>,
+        event: Box<Event>,
+        targets: Vec<Target>,
+        elsewhere: u32,
+        reply: RpcReplyPort<Result<InjectAck, InjectError>>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        match self.inject(t, event, &targets) {
+            Ok(injected) => {
+                let wrote = !matches!(injected, Injected::Duplicate(_));
+                after.push(Box::new(move |r| {
+                    let answer = match (r, injected) {
+                        (Err(not), _) => Err(not.refusal()),
+                        (Ok(()), Injected::Duplicate(ack)) => Ok(ack),
+                        (Ok(()), Injected::QueueFull(pending)) => Err(InjectError::QueueFull { pending }),
+                        (Ok(()), Injected::Stored { ack, seq, event }) => {
+                            let _ = reply.send(Ok(ack));
+                            deliver(&targets, elsewhere, seq, &event);
+                            return None;
+                        }
+                    };
+                    let _ = reply.send(answer);
+                    None
+                }));
+                Ok(wrote)
+            }
+            Err(e) => {
+                // Refused with the batch's failure, which this error makes.
+                after.push(Box::new(move |r| {
+                    let _ = reply.send(Err(r.err().map_or_else(
+                        || InjectError::Storage("not stored: the batch failed".into()),
+                        NotCommitted::refusal,
+                    )));
+                    None
+                }));
+                Err(e)
+            }
+        }
+    }
+
+    /// Stores a persona's decision on a delivery, with its plan, reply and chat message; hands the reply to its personas once committed.
+    fn on_commit(
+        &mut self,
+        t: &mut Tables<'_>,
+        commit: Box<PersonaCommit>,
+        reply_targets: Vec<Target>,
+        elsewhere: u32,
+        forwards: Vec<Forward>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
+        if !self.finish_delivery(t, &persona, seq)? {
+            self.stats.stale_finishes += 1;
+            return Ok(false);
+        }
+        if matches!(decision.verdict, Verdict::Shed | Verdict::Duplicate) {
+            let name = decision.verdict.as_str();
+            let n = t.counters.get((&*persona, name))?.map_or(0, |g| g.value());
+            t.counters.insert((&*persona, name), n + 1)?;
+        }
+        self.put_decision(t, &persona, decision)?;
+        self.stats.decisions += 1;
+        if let Some(said) = said {
+            put_said(t, &persona, &said)?;
+        }
+        if let Some(plan) = plan {
+            self.put_plan(t, &persona, &plan)?;
+        }
+        let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
+        self.decision_ms.push(latency_ms);
+        self.decision_all.push(latency_ms);
+        if let Some((entry, event)) = reply {
+            self.put_outbox(t, &entry)?;
+            let (rseq, event) = self.put_event(t, event, &reply_targets)?;
+            for f in &forwards {
+                t.forwards.insert((&*f.node, rseq), f.request.as_slice())?;
+            }
+            after.push(Box::new(move |r| {
+                if r.is_ok() {
+                    deliver(&reply_targets, elsewhere, rseq, &event);
+                    for f in forwards {
+                        let _ = f.to.send((rseq, f.request));
+                    }
+                }
+                None
+            }));
+        }
+        Ok(true)
+    }
+
+    /// Takes a persona's rows out and keeps them for its new node, in order with the replies around them.
+    fn on_release(
+        &mut self,
+        t: &mut Tables<'_>,
+        release: Release,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let Release { persona, version, node, to, reply } = release;
+        let snapshot = self.release(t, &persona, &node, version)?;
+        let done = HandOff {
+            persona: persona.to_string(),
+            node: node.to_string(),
+            version,
+            rows: snapshot.rows(),
+            pending: snapshot.pending.len(),
+            duplicate: false,
+        };
+        // Kept under a seq, so it goes out in order with the replies around it.
+        let key = self.meta.next_seq;
+        self.meta.next_seq += 1;
+        let mut request = vec![FORWARD_ADOPT];
+        request.extend(snapshot.encode());
+        t.forwards.insert((&*node, key), request.as_slice())?;
+        after.push(Box::new(move |r| {
+            if r.is_ok() {
+                let _ = to.send((key, request));
+            }
+            let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+            None
+        }));
+        Ok(true)
+    }
+
+    /// Counts a crash of `persona` on delivery `seq`; past the limit the event goes to the dead letters.
+    fn on_crash(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        seq: u64,
+        reason: String,
+    ) -> Result<bool, redb::Error> {
+        let Some(crashes) = t.pending.get((seq, &*persona))?.map(|g| g.value() + 1) else {
+            return Ok(false);
+        };
+        if crashes < self.cfg.max_crashes_per_event {
+            t.pending.insert((seq, &*persona), crashes)?;
+            return Ok(true);
+        }
+        let event: Option<Event> = match t.events.get(seq)? {
+            Some(b) => Some(dec(b.value())?),
+            None => None,
+        };
+        let event_id = event.map_or_else(|| format!("seq {seq}"), |e| e.id);
+        self.finish_delivery(t, &persona, seq)?;
+        let now = now_us();
+        let dl = DeadLetter {
+            persona: persona.to_string(),
+            event_id: event_id.clone(),
+            crashes,
+            reason: reason.clone(),
+            at_us: now,
+        };
+        let key = self.meta.next_dead;
+        self.meta.next_dead += 1;
+        t.dead_letters.insert((&*persona, key), enc(&dl).as_slice())?;
+        let decision = Decision {
+            event_id,
+            verdict: Verdict::DeadLetter,
+            reason: format!("crashed the persona {crashes} times (last: {reason}); moved to the dead letters"),
+            by: "supervisor".into(),
+            priority: 0.0,
+            numbers: vec![("crashes".into(), crashes as f64)],
+            at_us: now,
+            references: Vec::new(),
+        };
+        self.put_decision(t, &persona, decision)?;
+        self.stats.dead_letters += 1;
+        Ok(true)
+    }
+
+    /// A persona's self-state, through the held writes.
+    fn load_self_state(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        tx: oneshot::Sender<Option<SelfStateData>>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let v = match (self.held.get(&persona).states.get(&persona), t.self_state.get(&*persona)?) {
+            (Some(held), _) => Some((**held).clone()),
+            (None, Some(b)) => Some(dec(b.value())?),
+            (None, None) => None,
+        };
+        after.push(Box::new(move |r| match r {
+            Err(n) if n.retried() => Some(Op::LoadSelfState(persona, tx)),
+            _ => {
+                let _ = tx.send(v);
+                None
+            }
+        }));
+        Ok(false)
+    }
+
+    /// A persona's working memory, through the held writes.
+    fn load_memory(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        tx: oneshot::Sender<Vec<WmEntry>>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let mut rows = BTreeMap::new();
+        for r in t.memory.range((&*persona, 0)..=(&*persona, u64::MAX))? {
+            let (k, v) = r?;
+            rows.insert(k.value().1, dec::<WmEntry>(v.value())?);
+        }
+        for (id, e) in self.held.get(&persona).memory_of(&persona) {
+            match e {
+                Some(e) => rows.insert(*id, (**e).clone()),
+                None => rows.remove(id),
+            };
+        }
+        let v: Vec<WmEntry> = rows.into_values().collect();
+        after.push(Box::new(move |r| match r {
+            Err(n) if n.retried() => Some(Op::LoadMemory(persona, tx)),
+            _ => {
+                let _ = tx.send(v);
+                None
+            }
+        }));
+        Ok(false)
+    }
+
+    /// A persona's pending deliveries and inbox counters.
+    fn load_inbox(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        tx: oneshot::Sender<InboxRestore>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let mut out = InboxRestore::default();
+        for &seq in self.pending_of.get(&*persona).into_iter().flatten() {
+            let Some(crashes) = t.pending.get((seq, &*persona))? else { continue };
+            if let Some(b) = t.events.get(seq)? {
+                out.deliveries.push(Delivery {
+                    seq,
+                    event: Arc::new(dec(b.value())?),
+                    crashes: crashes.value(),
+                    audience: 0,
+                });
+            }
+        }
+        out.shed = t.counters.get((&*persona, Verdict::Shed.as_str()))?.map_or(0, |g| g.value());
+        out.duplicates = t.counters.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
+        after.push(Box::new(move |r| match r {
+            Err(n) if n.retried() => Some(Op::LoadInbox(persona, tx)),
+            _ => {
+                let _ = tx.send(out);
+                None
+            }
+        }));
+        Ok(false)
+    }
+}
