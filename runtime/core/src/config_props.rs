@@ -3,6 +3,7 @@
 //! near-valid fleets (valid structure, random values of random types for random known keys,
 //! unknown keys, repeated tables).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -1,3 +1,4 @@
+use super::error::line_col;
 use super::*;
 
 fn parse(text: &str) -> Result<FleetConfig, ConfigError> {
