@@ -285,7 +285,19 @@ impl FleetDump {
     /// The supervision tree with each persona's state, for people.
     pub fn render_tree(&self) -> String {
         let mut out = String::new();
-        let s = &self.scheduler;
+        self.render_nodes(&mut out);
+        let _ = writeln!(out, "FleetSupervisor({}) [{}]", self.fleet, self.supervisor.status);
+        self.render_shared(&mut out);
+        let n = self.personas.len();
+        for (i, p) in self.personas.iter().enumerate() {
+            render_persona(&mut out, p, i + 1 == n);
+        }
+        self.render_journals(&mut out);
+        out
+    }
+
+    /// A line per node of the cluster.
+    fn render_nodes(&self, out: &mut String) {
         for n in &self.nodes {
             let _ = write!(out, "Node({}) [{}]  {} personas", n.name, n.status, n.personas);
             if !n.links.is_empty() {
@@ -293,7 +305,11 @@ impl FleetDump {
             }
             let _ = writeln!(out, "{}", n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
         }
-        let _ = writeln!(out, "FleetSupervisor({}) [{}]", self.fleet, self.supervisor.status);
+    }
+
+    /// The shared actors and the storage writer.
+    fn render_shared(&self, out: &mut String) {
+        let s = &self.scheduler;
         let _ = writeln!(
             out,
             "├─ Admin [running]  {}  accepted {}, duplicates {}, rejected {}",
@@ -358,59 +374,10 @@ impl FleetDump {
             "├─ StorageWriter [thread]  pending {}, commits {}, mean batch {:.1}, p99 commit {:.2} ms",
             self.storage.pending, self.storage.commits, self.storage.mean_batch, self.storage.commit_p99_ms
         );
-        let n = self.personas.len();
-        for (i, p) in self.personas.iter().enumerate() {
-            let last = i + 1 == n;
-            let (branch, prefix) = if last { ("└─", "   ") } else { ("├─", "│  ") };
-            let _ = write!(out, "{branch} Persona({}) [{}", p.name, status_str(p.status));
-            if let Some(node) = &p.node {
-                let _ = write!(out, ", on {node}");
-            }
-            if p.actors.persona.restarts > 0 {
-                let _ = write!(out, ", {} restarts", p.actors.persona.restarts);
-            }
-            let _ = write!(out, "]");
-            if !p.role.is_empty() {
-                let _ = write!(out, "  {} · brain {}", p.role, p.brain);
-                if p.brain_degraded.is_some() {
-                    let _ = write!(out, " (degraded: rules)");
-                }
-            }
-            if let Some(e) = &p.actors.persona.last_error {
-                let _ = write!(out, "  last error: {e}");
-            }
-            out.push('\n');
-            if let Some(st) = &p.self_state {
-                let _ = writeln!(
-                    out,
-                    "{prefix}│  mood {}{}, load {:.2}, capacity {:.2}, energy {:.2}, focus {} ({:.2}) {}",
-                    st.mood.as_str(),
-                    if st.dormant { " (dormant)" } else { "" },
-                    st.cognitive_load,
-                    st.available_capacity,
-                    st.energy,
-                    st.focus.activity,
-                    st.focus.intensity,
-                    st.focus.objective
-                );
-            }
-            let inbox = format!(
-                "{} of {} queued, {} shed, {} duplicates",
-                p.inbox.len, p.inbox.capacity, p.inbox.shed, p.inbox.duplicates
-            );
-            let wm = format!(
-                "{} entries {:?}, {} evictions",
-                p.working_memory.len,
-                p.working_memory.per_domain,
-                p.working_memory.evictions.len()
-            );
-            child_line(&mut out, prefix, false, "Inbox", &p.actors.inbox, &inbox);
-            child_line(&mut out, prefix, false, "SelfState", &p.actors.self_state, "");
-            child_line(&mut out, prefix, true, "WorkingMemory", &p.actors.working_memory, &wm);
-            for d in p.decisions.iter().take(5) {
-                let _ = writeln!(out, "{prefix}   · {} {}: {}", d.verdict.as_str(), d.event_id, d.reason);
-            }
-        }
+    }
+
+    /// The newest outbox entries and the dead letters.
+    fn render_journals(&self, out: &mut String) {
         if !self.outbox.is_empty() {
             let _ = writeln!(out, "outbox (newest first):");
             for o in self.outbox.iter().take(10) {
@@ -423,7 +390,59 @@ impl FleetDump {
                 let _ = writeln!(out, "  {} for {} after {} crashes: {}", d.event_id, d.persona, d.crashes, d.reason);
             }
         }
-        out
+    }
+}
+
+/// A persona and its children; `last` closes the tree.
+fn render_persona(out: &mut String, p: &PersonaDump, last: bool) {
+    let (branch, prefix) = if last { ("└─", "   ") } else { ("├─", "│  ") };
+    let _ = write!(out, "{branch} Persona({}) [{}", p.name, status_str(p.status));
+    if let Some(node) = &p.node {
+        let _ = write!(out, ", on {node}");
+    }
+    if p.actors.persona.restarts > 0 {
+        let _ = write!(out, ", {} restarts", p.actors.persona.restarts);
+    }
+    let _ = write!(out, "]");
+    if !p.role.is_empty() {
+        let _ = write!(out, "  {} · brain {}", p.role, p.brain);
+        if p.brain_degraded.is_some() {
+            let _ = write!(out, " (degraded: rules)");
+        }
+    }
+    if let Some(e) = &p.actors.persona.last_error {
+        let _ = write!(out, "  last error: {e}");
+    }
+    out.push('\n');
+    if let Some(st) = &p.self_state {
+        let _ = writeln!(
+            out,
+            "{prefix}│  mood {}{}, load {:.2}, capacity {:.2}, energy {:.2}, focus {} ({:.2}) {}",
+            st.mood.as_str(),
+            if st.dormant { " (dormant)" } else { "" },
+            st.cognitive_load,
+            st.available_capacity,
+            st.energy,
+            st.focus.activity,
+            st.focus.intensity,
+            st.focus.objective
+        );
+    }
+    let inbox = format!(
+        "{} of {} queued, {} shed, {} duplicates",
+        p.inbox.len, p.inbox.capacity, p.inbox.shed, p.inbox.duplicates
+    );
+    let wm = format!(
+        "{} entries {:?}, {} evictions",
+        p.working_memory.len,
+        p.working_memory.per_domain,
+        p.working_memory.evictions.len()
+    );
+    child_line(out, prefix, false, "Inbox", &p.actors.inbox, &inbox);
+    child_line(out, prefix, false, "SelfState", &p.actors.self_state, "");
+    child_line(out, prefix, true, "WorkingMemory", &p.actors.working_memory, &wm);
+    for d in p.decisions.iter().take(5) {
+        let _ = writeln!(out, "{prefix}   · {} {}: {}", d.verdict.as_str(), d.event_id, d.reason);
     }
 }
 
