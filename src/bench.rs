@@ -276,6 +276,86 @@ pub struct SoakLoad {
     pub conversation: bool,
 }
 
+/// The soak's open-loop load: every 10 ms the events due go out, each injection a task of its
+/// own, so a slow acknowledgement never holds back the next events. If the fleet falls too far
+/// behind (a second's worth of injections unanswered), the events due are counted in `behind`
+/// instead of piling up.
+struct Pacer {
+    sent: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    in_flight: Arc<AtomicU64>,
+    behind: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Pacer {
+    /// Sends `rate` events a second to the fleet's `rooms` rooms, until stopped.
+    fn start(fleet: Arc<Fleet>, rate: usize, rooms: usize) -> Pacer {
+        let sent = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let in_flight = Arc::new(AtomicU64::new(0));
+        let behind = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (sent, errors, stop) = (sent.clone(), errors.clone(), stop.clone());
+            let (in_flight, behind) = (in_flight.clone(), behind.clone());
+            tokio::spawn(async move {
+                let per_tick = rate as f64 / 100.0;
+                let mut owed = 0.0;
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut n: u64 = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    owed += per_tick;
+                    let batch = owed.floor() as usize;
+                    owed -= batch as f64;
+                    for _ in 0..batch {
+                        n += 1;
+                        if in_flight.load(Ordering::Relaxed) >= rate as u64 {
+                            behind.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        let e = EventInput {
+                            domain: "chat".into(),
+                            room: format!("room{}", n as usize % rooms),
+                            from: format!("user{}", n % 97),
+                            text: format!("update {n}: how is the work on item {} going", n % 13),
+                            ..Default::default()
+                        };
+                        in_flight.fetch_add(1, Ordering::Relaxed);
+                        let (fleet, sent, errors, in_flight) =
+                            (fleet.clone(), sent.clone(), errors.clone(), in_flight.clone());
+                        tokio::spawn(async move {
+                            let r = fleet.inject(e).await;
+                            drop(fleet); // before the count: the bench takes the fleet back at zero
+                            match r {
+                                Ok(_) => sent.fetch_add(1, Ordering::Relaxed),
+                                Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                            };
+                            in_flight.fetch_sub(1, Ordering::Relaxed);
+                        });
+                    }
+                }
+            })
+        };
+        Pacer { sent, errors, in_flight, behind, stop, task }
+    }
+
+    /// Stops sending and waits for every injection in flight to be answered; what was sent
+    /// (acknowledged), refused, and left unsent because the fleet was behind.
+    async fn stop(self) -> anyhow::Result<(u64, u64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await?;
+        while self.in_flight.load(Ordering::Relaxed) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let count = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        Ok((count(&self.sent), count(&self.errors), count(&self.behind)))
+    }
+}
+
 /// Runs `load` on a new fleet, sampling RSS, queue lengths and the inject-to-decision latency;
 /// flat RSS and queues mean the fleet keeps up. With `pages` > 0, that many dashboard pages are
 /// open on it meanwhile ([`dashboard::Pages`]), and what they saw is under `pages`.
@@ -292,58 +372,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     let rss_start = rss_kib();
     let cpu_start = cpu_s();
     let pages = (pages > 0).then(|| dashboard::Pages::open(fleet.addr, pages, "p0"));
-    let sent = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let in_flight = Arc::new(AtomicU64::new(0));
-    let behind = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // Open loop: every 10 ms the events due go out, each injection a task of its own, so a
-    // slow acknowledgement never holds back the next events. If the fleet falls too far
-    // behind (a second's worth of injections unanswered), the events due are counted in
-    // `behind` instead of piling up.
-    let pacer = {
-        let (fleet, sent, errors, stop) = (fleet.clone(), sent.clone(), errors.clone(), stop.clone());
-        let (in_flight, behind) = (in_flight.clone(), behind.clone());
-        tokio::spawn(async move {
-            let per_tick = rate as f64 / 100.0;
-            let mut owed = 0.0;
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let mut n: u64 = 0;
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                owed += per_tick;
-                let batch = owed.floor() as usize;
-                owed -= batch as f64;
-                for _ in 0..batch {
-                    n += 1;
-                    if in_flight.load(Ordering::Relaxed) >= rate as u64 {
-                        behind.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    let e = EventInput {
-                        domain: "chat".into(),
-                        room: format!("room{}", n as usize % rooms),
-                        from: format!("user{}", n % 97),
-                        text: format!("update {n}: how is the work on item {} going", n % 13),
-                        ..Default::default()
-                    };
-                    in_flight.fetch_add(1, Ordering::Relaxed);
-                    let (fleet, sent, errors, in_flight) =
-                        (fleet.clone(), sent.clone(), errors.clone(), in_flight.clone());
-                    tokio::spawn(async move {
-                        let r = fleet.inject(e).await;
-                        drop(fleet); // before the count: the bench takes the fleet back at zero
-                        match r {
-                            Ok(_) => sent.fetch_add(1, Ordering::Relaxed),
-                            Err(_) => errors.fetch_add(1, Ordering::Relaxed),
-                        };
-                        in_flight.fetch_sub(1, Ordering::Relaxed);
-                    });
-                }
-            }
-        })
-    };
+    let pacer = Pacer::start(fleet.clone(), rate, rooms);
     let started = Instant::now();
     let mut samples = Vec::new();
     let mut writer_busy = Vec::new();
@@ -362,7 +391,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
         writer_busy.push((stats.busy_s - busy_before) / at_before.elapsed().as_secs_f64());
         samples.push(json!({
             "t_s": started.elapsed().as_secs(),
-            "sent": sent.load(Ordering::Relaxed),
+            "sent": pacer.sent.load(Ordering::Relaxed),
             "rss_mb": round(rss as f64 / 1024.0, 1),
             "pending": stats.pending,
             "writer_queue": stats.queued_ops,
@@ -377,11 +406,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
         }));
         (busy_before, at_before) = (stats.busy_s, Instant::now());
     }
-    stop.store(true, Ordering::Relaxed);
-    pacer.await?;
-    while in_flight.load(Ordering::Relaxed) > 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (sent, errors, behind) = pacer.stop().await?;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu_s() - cpu_start;
     let pages = match pages {
@@ -393,7 +418,6 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     let d = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let fleet = Arc::into_inner(fleet).ok_or_else(|| anyhow::anyhow!("fleet still shared"))?;
     fleet.shutdown(Duration::from_secs(5)).await;
-    let sent = sent.load(Ordering::Relaxed);
     let convo = |f: fn(&mindfleet_core::dump::ConversationDump) -> u64| {
         d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(f).sum::<u64>()
     };
@@ -410,8 +434,8 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
         "seconds": seconds,
         "sent": sent,
         "achieved_per_s": round(sent as f64 / elapsed, 1),
-        "errors": errors.load(Ordering::Relaxed),
-        "behind": behind.load(Ordering::Relaxed),
+        "errors": errors,
+        "behind": behind,
         "rss_start_mb": round(rss_start as f64 / 1024.0, 1),
         "rss_max_mb": round(rss_max as f64 / 1024.0, 1),
         "pending_max": pending_max,

@@ -121,6 +121,8 @@ impl Session {
     }
 }
 
+// Long on purpose: one browser session walks the page as a person does, each step starting from
+// the state the one before left (split into tests, each would start a browser and a fleet again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_the_form_reaches_a_persona() {
     let dir = tempfile::tempdir().unwrap();

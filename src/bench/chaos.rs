@@ -480,21 +480,7 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
 
     // An indexing round indexes a fresh part of the tree meanwhile.
     let index_done = Arc::new(AtomicBool::new(false));
-    let index = match indexing {
-        true => {
-            let part = ctx.tree.join(format!("r{r}"));
-            write_tree(&part, TREE_FILES, r)?;
-            let (http, url, done) = (ctx.http.clone(), fleet.url("/rag/index"), index_done.clone());
-            Some(tokio::spawn(async move {
-                let r = http.post(url).json(&json!({"paths": [part]})).send().await?;
-                let status = r.status().as_u16();
-                let body = r.text().await?;
-                done.store(true, Ordering::Release);
-                anyhow::Ok((status, body))
-            }))
-        }
-        false => None,
-    };
+    let index = indexing.then(|| index_part(ctx, fleet.url("/rag/index"), r, index_done.clone())).transpose()?;
 
     let state = Arc::new(Injection::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -534,25 +520,14 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
     let mut fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
     fleet.healthy(&ctx.http, DEADLINE).await?;
     let restart_s = killed.elapsed().as_secs_f64();
-    let mut recovery = Value::Null;
-    if recovery_kill {
-        tokio::time::sleep(Duration::from_millis(recovery_kill_after_ms)).await;
-        let pending = match ctx.http.get(fleet.url("/dump")).send().await {
-            Ok(r) => r.json::<Value>().await.map(|d| d["storage"]["pending"].clone()).unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        };
-        let killed = Instant::now();
-        fleet.child.kill()?;
-        fleet.child.wait()?;
-        drop(fleet);
-        fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
-        fleet.healthy(&ctx.http, DEADLINE).await?;
-        recovery = json!({
-            "kill_after_ms": recovery_kill_after_ms,
-            "pending_at_kill": pending,
-            "restart_s": round(killed.elapsed().as_secs_f64(), 3),
-        });
-    }
+    let recovery = match recovery_kill {
+        true => {
+            let (restarted, figures) = kill_in_recovery(ctx, fleet, recovery_kill_after_ms).await?;
+            fleet = restarted;
+            figures
+        }
+        false => Value::Null,
+    };
     let idle_s = fleet.idle(&ctx.http, DEADLINE).await.with_context(|| format!("round {r}"))?;
     // The index, cut mid-write, still answers.
     let search_status = match indexing {
@@ -593,6 +568,48 @@ async fn kill_round(ctx: &Ctx, r: usize, rng: &mut Rng) -> anyhow::Result<Value>
         "sigterm_exit": exit,
         "lost_ids": sample(&t.lost),
         "decided_twice_ids": sample(&t.twice),
+    }))
+}
+
+/// Kills the restarted fleet `after_ms` into its recovery and starts it again; the new fleet and
+/// the figures of the kill.
+async fn kill_in_recovery(ctx: &Ctx, mut fleet: Fleet, after_ms: u64) -> anyhow::Result<(Fleet, Value)> {
+    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+    let pending = match ctx.http.get(fleet.url("/dump")).send().await {
+        Ok(r) => r.json::<Value>().await.map(|d| d["storage"]["pending"].clone()).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    };
+    let killed = Instant::now();
+    fleet.child.kill()?;
+    fleet.child.wait()?;
+    drop(fleet);
+    let fleet = Fleet::start(&ctx.fleet, &ctx.data).await?;
+    fleet.healthy(&ctx.http, DEADLINE).await?;
+    let figures = json!({
+        "kill_after_ms": after_ms,
+        "pending_at_kill": pending,
+        "restart_s": round(killed.elapsed().as_secs_f64(), 3),
+    });
+    Ok((fleet, figures))
+}
+
+/// Indexes a fresh part `r` of the bench's tree through the admin API at `url`; `done` is set
+/// once it answered.
+fn index_part(
+    ctx: &Ctx,
+    url: String,
+    r: usize,
+    done: Arc<AtomicBool>,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<(u16, String)>>> {
+    let part = ctx.tree.join(format!("r{r}"));
+    write_tree(&part, TREE_FILES, r)?;
+    let http = ctx.http.clone();
+    Ok(tokio::spawn(async move {
+        let r = http.post(url).json(&json!({"paths": [part]})).send().await?;
+        let status = r.status().as_u16();
+        let body = r.text().await?;
+        done.store(true, Ordering::Release);
+        anyhow::Ok((status, body))
     }))
 }
 

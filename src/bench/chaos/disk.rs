@@ -93,24 +93,8 @@ async fn disk_full_on(ctx: &Ctx, tmpfs: &Tmpfs) -> anyhow::Result<Value> {
     let mut fleet = Fleet::start(&ctx.fleet, &data).await?;
     fleet.healthy(http, DEADLINE).await?;
 
-    let state = Arc::new(Injection::default());
-    let stop = Arc::new(AtomicBool::new(false));
     let prefix = format!("chaos-{:x}-disk", ctx.seed);
-    let clients =
-        inject(http, fleet.url("/events"), ctx.clients, prefix.clone(), BIG_EVENT_BYTES, state.clone(), stop.clone());
-    let started = Instant::now();
-    while !clients.iter().any(|c| c.is_finished()) {
-        if started.elapsed() > DEADLINE {
-            stop.store(true, Ordering::Relaxed);
-            anyhow::bail!("the disk did not fill within {DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await?;
-    }
-    let fill_s = started.elapsed().as_secs_f64();
+    let (state, fill_s) = fill(ctx, fleet.url("/events"), &prefix).await?;
     let full_at_bytes = fleet.stderr_bytes();
     let mut acked = std::mem::take(&mut *lock(&state.acked));
 
@@ -184,15 +168,7 @@ async fn disk_full_on(ctx: &Ctx, tmpfs: &Tmpfs) -> anyhow::Result<Value> {
     // Whatever it did not decide without a restart: is it decided after one?
     let after_restart = match t.lost.is_empty() {
         true => Value::Null,
-        false => {
-            let mut fleet = Fleet::start(&ctx.fleet, &data).await?;
-            fleet.healthy(http, DEADLINE).await?;
-            let idle = fleet.idle(http, DEADLINE).await;
-            fleet.stop()?;
-            drop(fleet);
-            let t = tally(&acked, &stored_decisions(&data).await?);
-            json!({"idle": idle.is_ok(), "decided": t.decided, "lost": t.lost.len(), "decided_twice": t.twice.len()})
-        }
+        false => decided_after_restart(ctx, &data, &acked).await?,
     };
     Ok(json!({
         "ok": ok,
@@ -226,4 +202,37 @@ async fn disk_full_on(ctx: &Ctx, tmpfs: &Tmpfs) -> anyhow::Result<Value> {
         "after_restart": after_restart,
         "log_tail": if ok { Value::Null } else { json!(log_tail) },
     }))
+}
+
+/// Injects large events from the bench's clients until the disk refuses one; what they
+/// acknowledged, and how long filling took.
+async fn fill(ctx: &Ctx, url: String, prefix: &str) -> anyhow::Result<(Arc<Injection>, f64)> {
+    let state = Arc::new(Injection::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = inject(&ctx.http, url, ctx.clients, prefix.to_string(), BIG_EVENT_BYTES, state.clone(), stop.clone());
+    let started = Instant::now();
+    while !clients.iter().any(|c| c.is_finished()) {
+        if started.elapsed() > DEADLINE {
+            stop.store(true, Ordering::Relaxed);
+            anyhow::bail!("the disk did not fill within {DEADLINE:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await?;
+    }
+    let fill_s = started.elapsed().as_secs_f64();
+    Ok((state, fill_s))
+}
+
+/// Whether the acknowledged events are all decided once the fleet restarts on `data`.
+async fn decided_after_restart(ctx: &Ctx, data: &Path, acked: &Acked) -> anyhow::Result<Value> {
+    let mut fleet = Fleet::start(&ctx.fleet, data).await?;
+    fleet.healthy(&ctx.http, DEADLINE).await?;
+    let idle = fleet.idle(&ctx.http, DEADLINE).await;
+    fleet.stop()?;
+    drop(fleet);
+    let t = tally(acked, &stored_decisions(data).await?);
+    Ok(json!({"idle": idle.is_ok(), "decided": t.decided, "lost": t.lost.len(), "decided_twice": t.twice.len()}))
 }

@@ -1,0 +1,157 @@
+//! The fleet's LLM as an OpenAI-compatible API, and the `openai` backend that uses such an API:
+//! both over real HTTP on loopback, against the real model.
+
+use std::time::Duration;
+
+use mindfleet_actors::llm::ChatMessage;
+use mindfleet_actors::llm::openai::OpenAiConfig;
+use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
+use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
+use ractor::call;
+use serde_json::{Value, json};
+
+use super::{capital_of_france, generate, llm, local_config};
+use crate::util::{config, dump, fleet_toml};
+
+async fn serving_fleet(dir: &std::path::Path) -> mindfleet::Fleet {
+    mindfleet::Fleet::start(local_config(dir)).await.unwrap()
+}
+
+fn backend(fleet: &mindfleet::Fleet) -> LlmArgs {
+    let config = OpenAiConfig {
+        url: format!("http://{}/v1", fleet.addr),
+        model: "smollm2".into(),
+        api_key: None,
+        timeout: Duration::from_secs(120),
+    };
+    LlmArgs { backend: BackendArgs::OpenAi(config), slots: 1 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_serves_its_llm_as_an_openai_chat_api_streamed_or_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = serving_fleet(tmp.path()).await;
+    let url = format!("http://{}/v1/chat/completions", fleet.addr);
+    let http = reqwest::Client::new();
+    let req = capital_of_france(12);
+    let local = generate(&req);
+    let body = json!({ "messages": req.messages, "max_tokens": 12, "logprobs": true, "top_logprobs": 3 });
+
+    let v: Value = http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], local.text.as_str(), "greedy, as in process: {v}");
+    assert_eq!(v["usage"]["prompt_tokens"], local.tokens_in as u64);
+    assert_eq!(v["usage"]["completion_tokens"], local.tokens_out as u64);
+    let tokens = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(tokens.len(), local.tokens_out, "{v}");
+    // Greedy: each token is the most likely at its place.
+    assert!(
+        tokens
+            .iter()
+            .all(|t| t["top_logprobs"].as_array().unwrap().len() == 3 && t["top_logprobs"][0]["token"] == t["token"]),
+        "{v}"
+    );
+
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    stream["stream_options"] = json!({ "include_usage": true });
+    let r = http.post(&url).json(&stream).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let text = r.text().await.unwrap();
+    let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let joined: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(joined, local.text);
+    let finish = v["choices"][0]["finish_reason"].clone();
+    assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == finish), "{finish}: {text}");
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], local.tokens_out as u64, "{text}");
+
+    // A bad request names what is wrong, in OpenAI's error shape.
+    let r = http.post(&url).json(&json!({ "messages": req.messages, "top_logprobs": 3 })).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("`top_logprobs` needs `logprobs`"), "{e}");
+
+    let models: Value =
+        http.get(format!("http://{}/v1/models", fleet.addr)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q8_0.gguf", "{models}");
+    let api = &dump(&fleet).await.llm.by_purpose["api"];
+    assert_eq!((api.calls, api.tokens_out), (2, 2 * local.tokens_out as u64), "{api:?}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_backend_answers_and_classifies_like_the_model_behind_it_and_counts_the_cost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = serving_fleet(tmp.path()).await;
+    let w = spawn(backend(&fleet), None).await.unwrap();
+
+    let req = capital_of_france(12);
+    let local = generate(&req);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = GenerateJob { req: req.clone(), purpose: "reply".into(), persona: None, stream: Some(tx) };
+    let g = call!(w, |reply| LlmMsg::Generate { job, reply }).unwrap().unwrap();
+    let mut streamed = String::new();
+    while let Some(piece) = rx.recv().await {
+        streamed.push_str(&piece);
+    }
+    assert_eq!((g.text.as_str(), streamed.as_str()), (local.text.as_str(), local.text.as_str()));
+    assert_eq!((g.tokens_in, g.tokens_out), (local.tokens_in, local.tokens_out), "from the server's usage");
+    assert!(g.ttft_ms > 0.0, "{g:?}");
+
+    let messages = vec![ChatMessage::user("Which city is the capital of France?")];
+    let labels = ["Paris", "London"];
+    let want = llm().classify(&messages, &labels).unwrap();
+    let job =
+        ClassifyJob { messages, labels: labels.map(String::from).to_vec(), purpose: "gate".into(), persona: None };
+    let c = call!(w, |reply| LlmMsg::Classify { job, reply }).unwrap().unwrap();
+    assert_eq!(c.scores[0].label, want.scores[0].label, "{c:?} / {want:?}");
+    // Single-token labels: the same log-probabilities, to float rounding.
+    assert!((c.scores[0].logprob - want.scores[0].logprob).abs() < 1e-3, "{c:?} / {want:?}");
+    assert_eq!(c.tokens_in, want.tokens_in);
+
+    let s = call!(w, LlmMsg::Stats).unwrap();
+    assert_eq!((s.status.as_str(), s.model.model.as_str()), ("ready", "smollm2"));
+    assert_eq!(s.model.path, format!("http://{}/v1", fleet.addr));
+    assert_eq!((s.requests, s.failures, s.tokens_out), (2, 0, local.tokens_out as u64 + 2), "{s:?}");
+    assert_eq!(s.by_purpose["reply"].tokens_in, local.tokens_in as u64);
+    w.stop_and_wait(None, None).await.unwrap();
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generate_command_can_ask_an_openai_endpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = serving_fleet(tmp.path()).await;
+    let url = format!("http://{}/v1", fleet.addr);
+    let local = generate(&capital_of_france(12));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+            .args(["generate", "--json", "--max-tokens", "12", "--system", "Answer in one short sentence."])
+            .args(["--openai", &url, "--openai-model", "smollm2", "What is the capital of France?"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["text"], local.text.as_str(), "{v}");
+    assert_eq!((v["tokens"].as_u64(), v["model"].as_str()), (Some(local.tokens_out as u64), Some("smollm2")));
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_refuses_is_a_failed_request_naming_the_url() {
+    // A fleet whose personas all use rules runs no LLM: its /v1 says so with 503.
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = mindfleet::Fleet::start(config(tmp.path(), &fleet_toml(crate::util::TRIO))).await.unwrap();
+    let w = spawn(backend(&fleet), None).await.unwrap();
+    let job = GenerateJob { req: capital_of_france(4), purpose: "reply".into(), persona: None, stream: None };
+    let e = call!(w, |reply| LlmMsg::Generate { job, reply }).unwrap().unwrap_err();
+    let LlmFailure::Failed(message) = &e else { panic!("{e:?}") };
+    assert!(message.contains(&fleet.addr.to_string()) && message.contains("503") && message.contains("no LLM"), "{e}");
+    assert_eq!(call!(w, LlmMsg::Stats).unwrap().failures, 1);
+    w.stop_and_wait(None, None).await.unwrap();
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
