@@ -74,8 +74,8 @@ impl PersonaSnapshot {
         encode(self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        decode::<Self>(bytes).map_err(|e| format!("undecodable persona snapshot: {e}"))
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_as(bytes, "persona snapshot")
     }
 
     /// How many rows it carries.
@@ -108,6 +108,21 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 }
 
 /// A stored record, or why it cannot be read.
-pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, String> {
-    bincode::serde::decode_from_slice(b, bincode::config::standard()).map(|(v, _)| v).map_err(|e| e.to_string())
+pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, DecodeError> {
+    decode_as(b, "record")
+}
+
+fn decode_as<T: DeserializeOwned>(b: &[u8], what: &'static str) -> Result<T, DecodeError> {
+    bincode::serde::decode_from_slice(b, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(|source| DecodeError { what, source })
+}
+
+/// Stored bytes that are not the record they should be.
+#[derive(Debug, thiserror::Error)]
+#[error("undecodable {what}: {source}")]
+pub struct DecodeError {
+    /// What the bytes should have been.
+    pub what: &'static str,
+    pub source: bincode::error::DecodeError,
 }

@@ -71,7 +71,7 @@ impl Actor for NodeAgent {
             NodeMsg::Adopt(bytes, reply) => {
                 // In order with the stores around it: the persona is here before its next event.
                 let adopted = PersonaSnapshot::decode(&bytes)
-                    .map_err(InjectError::Invalid)
+                    .map_err(|e| InjectError::Invalid(e.to_string()))
                     .and_then(|s| ask(&admin, |tx| AdminMsg::Adopt(Box::new(s), tx)));
                 answer(adopted, reply);
             }

@@ -162,7 +162,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, StorageError> {
 use mindfleet_core::stored::encode as enc;
 
 fn dec<T: DeserializeOwned>(b: &[u8]) -> Result<T, redb::Error> {
-    mindfleet_core::stored::decode(b).map_err(|e| redb::Error::Corrupted(format!("undecodable record: {e}")))
+    mindfleet_core::stored::decode(b).map_err(|e| redb::Error::Corrupted(e.to_string()))
 }
 
 impl Storage {
