@@ -136,7 +136,7 @@ impl PersonaState {
                 Err(e) => error = format!("restart failed: {e}"),
             }
         }
-        if kind == Kind::Inbox && self.in_flight.is_none() {
+        if kind == Kind::Inbox && self.phase.working().is_none() {
             self.pull();
         }
         Ok(())

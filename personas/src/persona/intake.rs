@@ -8,7 +8,7 @@ use mindfleet_runtime::config::BrainKind;
 use mindfleet_runtime::event::{Event, SenderKind};
 use mindfleet_runtime::llm::{Classification, LlmFailure};
 use mindfleet_runtime::messages::{AdminMsg, Claim, CoordinatorMsg, Delivery, PersonaCommit, PersonaMsg, Turn};
-use mindfleet_runtime::model::{Decision, EntryKind, OutboxEntry, PlanRecord, Preoccupation, Verdict};
+use mindfleet_runtime::model::{Decision, EntryKind, Preoccupation, Verdict};
 use mindfleet_runtime::refs::{Enrichment, RefMatch, Via};
 use mindfleet_runtime::sched::{Slot, TaskId};
 use mindfleet_runtime::time::now_us;
@@ -23,7 +23,8 @@ use crate::mind::{Activity, Update};
 use crate::self_state::SelfStateMsg;
 use mindfleet_runtime::team::suitability;
 
-use super::{DONE_KEPT, GATE_TOKENS_RESERVED, Judging, PersonaState, TURN_RETRIES, Waiting};
+use super::phase::{Gated, Phase, PlanEnd, Seen, TaskFor};
+use super::{DONE_KEPT, GATE_TOKENS_RESERVED, PersonaState, TURN_RETRIES};
 
 impl PersonaState {
     pub(super) fn spoke_recently(&self, room: &str, now: i64) -> bool {
@@ -87,7 +88,7 @@ impl PersonaState {
         if let Some(enricher) = self.args.enricher.clone() {
             // The pipeline first: what the event calls for is known before the gate.
             let (me, seq, text) = (self.myself.clone(), d.seq, d.event.text.clone());
-            self.enriching = Some((d, backlog));
+            self.phase = Phase::Enriching { delivery: d, backlog };
             tokio::spawn(async move {
                 let enrichment = enricher.enrich(&text).await;
                 let _ = me.cast(PersonaMsg::Enriched { seq, enrichment });
@@ -100,7 +101,7 @@ impl PersonaState {
     /// What the event of delivery `seq` calls for: references it names are selected at once;
     /// then the gate.
     pub(super) fn on_enriched(&mut self, seq: u64, enrichment: Enrichment) {
-        let Some((d, backlog)) = self.enriching.take_if(|(d, _)| d.seq == seq) else { return };
+        let Some((d, backlog)) = self.phase.take_enriched(seq) else { return };
         self.take_matches(&d.event.id, "event", enrichment);
         self.gate(d, backlog);
     }
@@ -169,69 +170,79 @@ impl PersonaState {
         });
         self.take_in(&d, p, now);
         let state = self.gate_state(&d.event, now);
-        match fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state)) {
-            Some(gate) => self.decided(d, backlog, p, gate, state),
+        let decided = fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state));
+        let seen = Seen { delivery: d, backlog, priority: p, state };
+        match decided {
+            Some(gate) => self.decided(seen.decided(gate)),
             None => {
-                let mut t = self.task_for(&d.event, self.class_of(&d.event), p, "gate");
+                let e = &seen.delivery.event;
+                let mut t = self.task_for(e, self.class_of(e), p, "gate");
                 if self.args.config.brain == BrainKind::Local {
                     // The model judges: an inference slot, reserving what the question takes.
                     t.slot = Slot::Inference;
                     t = t.with_max_tokens(GATE_TOKENS_RESERVED);
                 }
-                self.judging = Some(Judging { delivery: d, backlog, priority: p, state, task: t.id });
-                self.args.scheduler.submit(t);
+                self.phase = Phase::Judging { seen, task: t.id };
+                self.submit(t, TaskFor::Event);
             }
         }
     }
 
     /// The gate chain decided: take part in turn-taking, engage, or finish.
-    pub(super) fn decided(&mut self, d: Delivery, backlog: usize, p: f64, gate: GateDecision, state: GateState) {
-        let e = &d.event;
+    pub(super) fn decided(&mut self, gated: Gated) {
+        let d = &gated.seen.delivery;
         // An undirected message that several personas got: the room's coordinator decides
         // who answers (every receiver claims or passes, so it knows when all have spoken).
-        if d.audience > 1 && e.persona.is_none() {
-            let c = &self.args.config;
-            let claim = Claim {
-                event_id: e.id.clone(),
-                room: e.room.clone(),
-                persona: self.name.clone(),
-                actor: Some(self.myself.clone()),
-                node: None,
-                wants: gate.verdict == Verdict::Engage,
-                mentioned: gate.rule == "mention",
-                confidence: if gate.adapter == "model" { gate.score } else { p },
-                // Dormant: never assigned a message nobody claimed.
-                suitability: if self.snapshot.dormant {
-                    0.0
-                } else {
-                    suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text)
-                },
-                audience: d.audience,
-                from_human: e.sender_kind == SenderKind::Human,
-                retry: 0,
-            };
+        if d.audience > 1 && d.event.persona.is_none() {
+            let claim = self.claim(&gated);
             let gone = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_err();
             // A pass on a persona message is final: nobody is assigned one that nobody claims,
             // so there is no turn to wait for (waiting would hold up this persona's next events,
             // and, through their claims, other personas' turns).
             if !claim.wants && !claim.mentioned && !claim.from_human {
-                self.finish(d, backlog, p, gate, state, None, None);
+                self.finish(gated, None);
                 return;
             }
-            let id = e.id.clone();
+            let id = d.event.id.clone();
+            self.phase = Phase::Waiting { gated, claim };
             if gone {
-                self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state, claim });
                 self.go_on_alone(&id);
                 return;
             }
             self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(id));
-            self.waiting = Some(Waiting { delivery: d, backlog, priority: p, gate, state, claim });
             return;
         }
-        if gate.verdict == Verdict::Engage {
-            self.engage(d, backlog, p, gate, state);
+        if gated.wants() {
+            self.engage(gated);
         } else {
-            self.finish(d, backlog, p, gate, state, None, None);
+            self.finish(gated, None);
+        }
+    }
+
+    /// The claim on a gated event for the room's coordinator: whether the persona wants the
+    /// turn, and how sure and suited it is.
+    fn claim(&self, gated: &Gated) -> Claim {
+        let (d, gate, p) = (&gated.seen.delivery, &gated.gate, gated.seen.priority);
+        let e = &d.event;
+        let c = &self.args.config;
+        Claim {
+            event_id: e.id.clone(),
+            room: e.room.clone(),
+            persona: self.name.clone(),
+            actor: Some(self.myself.clone()),
+            node: None,
+            wants: gated.wants(),
+            mentioned: gate.rule == "mention",
+            confidence: if gate.adapter == "model" { gate.score } else { p },
+            // Dormant: never assigned a message nobody claimed.
+            suitability: if self.snapshot.dormant {
+                0.0
+            } else {
+                suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text)
+            },
+            audience: d.audience,
+            from_human: e.sender_kind == SenderKind::Human,
+            retry: 0,
         }
     }
 
@@ -240,11 +251,11 @@ impl PersonaState {
     /// persona that went ahead on its own would answer a message somebody else holds. Only
     /// a coordinator that stays gone leaves the persona to its own verdict.
     pub(super) fn on_turn_overdue(&mut self, event_id: String) {
-        let Some(w) = self.waiting.as_mut().filter(|w| w.delivery.event.id == event_id) else { return };
-        w.claim.retry += 1;
-        tracing::warn!(persona = %self.name, event = %event_id, retry = w.claim.retry, "the coordinator has not answered the claim: sent again");
-        let sent = w.claim.retry <= TURN_RETRIES
-            && self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(w.claim.clone()))).is_ok();
+        let Some((_, claim)) = self.phase.waiting_mut(&event_id) else { return };
+        claim.retry += 1;
+        tracing::warn!(persona = %self.name, event = %event_id, retry = claim.retry, "the coordinator has not answered the claim: sent again");
+        let sent = claim.retry <= TURN_RETRIES
+            && self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_ok();
         if sent {
             self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(event_id));
         } else {
@@ -254,39 +265,24 @@ impl PersonaState {
 
     /// No coordinator answers: the persona follows its own gate.
     pub(super) fn go_on_alone(&mut self, event_id: &str) {
-        let Some(wants) = self.waiting.as_ref().map(|w| w.gate.verdict == Verdict::Engage) else { return };
+        let Some((gated, _)) = self.phase.waiting_mut(event_id) else { return };
+        let granted = gated.wants();
         let reason = "no coordinator answered: the persona's own verdict".into();
-        self.on_turn(Turn { event_id: event_id.to_string(), granted: wants, assigned: false, reason });
+        self.on_turn(Turn { event_id: event_id.to_string(), granted, assigned: false, reason });
     }
 
     /// The coordinator's answer: go ahead, stay silent, or take a message nobody claimed.
     pub(super) fn on_turn(&mut self, t: Turn) {
-        let Some(w) = self.waiting.take_if(|w| w.delivery.event.id == t.event_id) else { return };
-        let coordinated = |verdict, rule| GateDecision {
-            verdict,
-            adapter: "coordinator",
-            rule,
-            threshold: w.gate.threshold,
-            score: w.gate.score,
-            note: t.reason.clone(),
-        };
-        match (t.granted, w.gate.verdict == Verdict::Engage) {
-            (true, true) => self.engage(w.delivery, w.backlog, w.priority, w.gate, w.state),
-            (true, false) => {
-                let gate = coordinated(Verdict::Engage, "assigned");
-                self.engage(w.delivery, w.backlog, w.priority, gate, w.state);
-            }
-            (false, true) => {
-                let gate = coordinated(Verdict::Ignore, "redundant");
-                self.finish(w.delivery, w.backlog, w.priority, gate, w.state, None, None);
-            }
-            (false, false) => self.finish(w.delivery, w.backlog, w.priority, w.gate, w.state, None, None),
+        let Some(gated) = self.phase.take_waiting(&t.event_id) else { return };
+        match gated.turn(&t) {
+            (gated, true) => self.engage(gated),
+            (gated, false) => self.finish(gated, None),
         }
     }
 
     /// The model's label scores for the engagement question of `task`.
     pub(super) fn on_judged(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
-        let Some(j) = self.judging.take_if(|j| j.task == task) else {
+        let Some(seen) = self.phase.take_judged(task) else {
             self.args.scheduler.done(task);
             return;
         };
@@ -294,63 +290,34 @@ impl PersonaState {
             Ok(c) => {
                 let tokens: usize = c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>();
                 self.args.scheduler.done_with_tokens(task, tokens as u32);
-                self.brain.judge_answer(&c.scores, j.priority, &j.state)
+                self.brain.judge_answer(&c.scores, seen.priority, &seen.state)
             }
             Err(e) => {
                 self.args.scheduler.done(task);
-                GateDecision { note: format!("model failed ({e}): judged by rules"), ..score(j.priority, &j.state) }
+                GateDecision {
+                    note: format!("model failed ({e}): judged by rules"),
+                    ..score(seen.priority, &seen.state)
+                }
             }
         };
-        self.decided(j.delivery, j.backlog, j.priority, gate, j.state);
+        self.decided(seen.decided(gate));
     }
 
     /// Journals the decision (with the reply and plan) through the admin, updates self-state
     /// and memory, and asks for the next event.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn finish(
-        &mut self,
-        d: Delivery,
-        backlog: usize,
-        p: f64,
-        gate: GateDecision,
-        state: GateState,
-        reply: Option<(OutboxEntry, Event)>,
-        plan: Option<(PlanRecord, bool, Vec<String>)>,
-    ) {
+    pub(super) fn finish(&mut self, gated: Gated, plan: Option<PlanEnd>) {
+        let decision = self.decision(&gated, plan.as_ref());
+        let Gated { seen: Seen { delivery: d, backlog, priority: p, .. }, gate } = gated;
         let e = &d.event;
-        let mut reason = explain(&gate, p, &state);
-        let failed = plan.as_ref().is_some_and(|(_, failed, _)| *failed);
-        if let Some((record, _, notes)) = &plan
-            && let Some(ev) = &record.evaluation
-        {
-            let outcome = if ev.success { "succeeded" } else { "failed" };
-            reason = format!("{reason}; plan {outcome} after {} adjustments", record.adjustments.len());
-            for n in notes {
-                reason = format!("{reason}; {n}");
-            }
-        }
-        let decision = Decision {
-            event_id: e.id.clone(),
-            verdict: gate.verdict,
-            reason: reason.clone(),
-            by: gate.by(),
-            priority: p,
-            numbers: vec![
-                ("priority".into(), p),
-                ("threshold".into(), gate.threshold),
-                ("score".into(), gate.score),
-                ("load".into(), state.load),
-                ("capacity".into(), state.capacity),
-                ("focus_intensity".into(), state.focus_intensity),
-                ("recent_persona_msgs".into(), state.recent_persona_msgs as f64),
-            ],
-            at_us: now_us(),
-            references: self.refs.finish(&e.id),
+        let failed = plan.as_ref().is_some_and(|end| end.failed);
+        let (record, reply) = match plan {
+            Some(end) => (Some(end.record), end.reply),
+            None => (None, None),
         };
         let mut activity = Activity {
             event_id: e.id.clone(),
             verdict: gate.verdict.as_str().into(),
-            reason,
+            reason: decision.reason.clone(),
             backlog,
             failed,
             ..Default::default()
@@ -387,7 +354,7 @@ impl PersonaState {
             accepted_us: e.accepted_us,
             decision,
             reply,
-            plan: plan.map(|(r, _, _)| r),
+            plan: record,
             said: self.taking_in.take().filter(|s| s.seq == d.seq).map(|mut s| {
                 // Embedded already when it is no longer waiting.
                 s.embedded = self.convo.as_ref().is_some_and(|c| !c.waiting(s.seq));
@@ -401,5 +368,39 @@ impl PersonaState {
         self.args.marker.store(0, Ordering::SeqCst);
         self.pull();
         self.study_next();
+    }
+
+    /// The decision as journaled: the gate's verdict, the reason (with how the plan went), and
+    /// the numbers it was decided on.
+    fn decision(&mut self, gated: &Gated, plan: Option<&PlanEnd>) -> Decision {
+        let (e, gate, state, p) = (&gated.seen.delivery.event, &gated.gate, &gated.seen.state, gated.seen.priority);
+        let mut reason = explain(gate, p, state);
+        if let Some(end) = plan
+            && let Some(ev) = &end.record.evaluation
+        {
+            let outcome = if ev.success { "succeeded" } else { "failed" };
+            reason = format!("{reason}; plan {outcome} after {} adjustments", end.record.adjustments.len());
+            for n in &end.notes {
+                reason = format!("{reason}; {n}");
+            }
+        }
+        Decision {
+            event_id: e.id.clone(),
+            verdict: gate.verdict,
+            reason,
+            by: gate.by(),
+            priority: p,
+            numbers: vec![
+                ("priority".into(), p),
+                ("threshold".into(), gate.threshold),
+                ("score".into(), gate.score),
+                ("load".into(), state.load),
+                ("capacity".into(), state.capacity),
+                ("focus_intensity".into(), state.focus_intensity),
+                ("recent_persona_msgs".into(), state.recent_persona_msgs as f64),
+            ],
+            at_us: now_us(),
+            references: self.refs.finish(&e.id),
+        }
     }
 }

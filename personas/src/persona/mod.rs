@@ -22,17 +22,17 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use mindfleet_runtime::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
-use mindfleet_runtime::conversation::{Recalled, Said};
+use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
 use mindfleet_runtime::embedding::EmbedMsg;
 use mindfleet_runtime::event::{Event, SenderKind};
-use mindfleet_runtime::knowledge::{IndexMsg, Source};
+use mindfleet_runtime::knowledge::IndexMsg;
 use mindfleet_runtime::llm::LlmMsg;
 use mindfleet_runtime::messages::{
-    AdminMsg, Claim, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus,
+    AdminMsg, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus,
     StateChange,
 };
-use mindfleet_runtime::model::{Action, EntryKind, Learning, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
+use mindfleet_runtime::model::{EntryKind, Learning, PlanRecord, SelfStateData};
 use mindfleet_runtime::refs::{RefMatch, RefMode, Via};
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
@@ -40,11 +40,10 @@ use mindfleet_runtime::storage::Storage;
 use mindfleet_runtime::time::now_us;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
-use crate::brain::{Brain, LocalBrain, PlanChoice, RulesBrain};
+use crate::brain::{Brain, LocalBrain, RulesBrain};
 use crate::conversation::ConversationBook;
 use crate::enrich::{Enricher, RefBook};
 use crate::faults::FaultBook;
-use crate::gate::{GateDecision, GateState};
 use crate::inbox::InboxMsg;
 use crate::memory::Draft;
 use crate::mind::{Update, cadence};
@@ -53,13 +52,16 @@ use crate::study::{self, StudyBook};
 use crate::working_memory::MemoryMsg;
 
 mod children;
+mod grant;
 mod intake;
+mod phase;
 mod plan;
 mod remembering;
 mod steps;
 mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
+use phase::{Phase, TaskFor};
 
 /// How long the persona waits for its own children (recall, dumps).
 const CHILD_CALL_MS: u64 = 1000;
@@ -100,60 +102,6 @@ pub struct ConversationArgs {
     pub index: ActorRef<IndexMsg>,
     pub embedding: ActorRef<EmbedMsg>,
     pub config: ConversationConfig,
-}
-
-/// An event the fast path and the thermal adapter passed on, waiting for its `gate` task: the
-/// brain's judgement is cognitive work and runs as a scheduler task like any other.
-struct Judging {
-    delivery: Delivery,
-    backlog: usize,
-    priority: f64,
-    state: GateState,
-    task: TaskId,
-}
-
-/// An event decided by the gate whose turn the room's coordinator has not granted yet.
-struct Waiting {
-    delivery: Delivery,
-    backlog: usize,
-    priority: f64,
-    gate: GateDecision,
-    state: GateState,
-    /// The claim, to send again while its answer is overdue.
-    claim: Claim,
-}
-
-/// The event being worked on and its plan.
-struct InFlight {
-    delivery: Delivery,
-    backlog: usize,
-    priority: f64,
-    class: Class,
-    gate: GateDecision,
-    state: GateState,
-    /// The scheduler task of the step being run.
-    task: TaskId,
-    record: PlanRecord,
-    /// Index of the step being run (or next to run).
-    cursor: usize,
-    recalled: Vec<WmEntry>,
-    /// What conversation memory recalled.
-    conversation: Vec<Recalled>,
-    /// What the knowledge search found.
-    found: Vec<Source>,
-    draft: Option<String>,
-    reply: Option<(OutboxEntry, Event)>,
-    /// Actions that failed in replaced plans.
-    avoid: Vec<Action>,
-    /// What the decision's reason must say besides the gate's (steps run without a model).
-    notes: Vec<String>,
-    /// The brain that wrote the draft (the rules brain when the model failed).
-    drafted_by: &'static str,
-    /// Model tokens used by the step being run.
-    tokens: u32,
-    /// Candidate plans the model is to choose from before the first step (`record.plan` is the
-    /// rules brain's meanwhile).
-    choosing: Option<PlanChoice>,
 }
 
 /// Most chunks a knowledge search brings into working memory and the reply.
@@ -199,11 +147,10 @@ pub struct PersonaState {
     self_state: Child<SelfStateMsg>,
     memory: Child<MemoryMsg>,
     snapshot: SelfStateData,
-    in_flight: Option<InFlight>,
-    /// An event in the enrichment pipeline, before the gate (with the inbox's backlog).
-    enriching: Option<(Delivery, usize)>,
-    judging: Option<Judging>,
-    waiting: Option<Waiting>,
+    /// The event in hand, and where it is.
+    phase: Phase,
+    /// What each task submitted and not granted yet is for.
+    tasks: HashMap<TaskId, TaskFor>,
     done: VecDeque<u64>,
     /// Times of persona messages seen per room (echo-storm guard).
     persona_msgs: HashMap<String, VecDeque<i64>>,
@@ -212,8 +159,6 @@ pub struct PersonaState {
     learnings: Vec<Learning>,
     /// The last finished plan (for dumps).
     last_plan: Option<PlanRecord>,
-    /// The consolidation task waiting for its grant, if any.
-    consolidating: Option<TaskId>,
     /// The cadence last sent to the scheduler (from mood and budget).
     cadence: Duration,
     /// Share of the model budget left, as of the last grant.
@@ -228,31 +173,26 @@ pub struct PersonaState {
 }
 
 impl PersonaState {
-    pub(super) fn pull(&mut self) {
+    fn pull(&mut self) {
         let _ = self.inbox.actor.cast(InboxMsg::Pull);
     }
 
-    pub(super) fn is_done(&self, seq: u64) -> bool {
+    fn is_done(&self, seq: u64) -> bool {
         self.done.contains(&seq) || self.current_event().is_some_and(|d| d.seq == seq)
     }
 
-    /// The event being judged, waiting for its turn, or worked on.
-    pub(super) fn current_event(&self) -> Option<&Delivery> {
-        self.in_flight
-            .as_ref()
-            .map(|f| &f.delivery)
-            .or_else(|| self.judging.as_ref().map(|j| &j.delivery))
-            .or_else(|| self.waiting.as_ref().map(|w| &w.delivery))
-            .or_else(|| self.enriching.as_ref().map(|(d, _)| d))
+    /// The event being enriched, judged, waiting for its turn, or worked on.
+    fn current_event(&self) -> Option<&Delivery> {
+        self.phase.delivery()
     }
 
-    pub(super) fn busy(&self) -> bool {
+    fn busy(&self) -> bool {
         self.current_event().is_some()
     }
 
     /// The class the work on an event runs in: `urgent` if marked so or a human mentioned this
     /// persona, `interactive` for chat and voice, `work` otherwise.
-    pub(super) fn class_of(&self, e: &Event) -> Class {
+    fn class_of(&self, e: &Event) -> Class {
         if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
             Class::Urgent
         } else if matches!(e.domain.as_str(), "chat" | "voice") {
@@ -263,17 +203,23 @@ impl PersonaState {
     }
 
     /// A task of this persona in a cheap slot.
-    pub(super) fn own_task(&self, class: Class, priority: f64, label: &'static str) -> Task {
+    fn own_task(&self, class: Class, priority: f64, label: &'static str) -> Task {
         Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
     }
 
+    /// Submits `t` to the scheduler, noting what it is for (its grant looks that up).
+    fn submit(&mut self, t: Task, what: TaskFor) {
+        self.tasks.insert(t.id, what);
+        self.args.scheduler.submit(t);
+    }
+
     /// A task of this persona for the event `e` (its class, priority and room).
-    pub(super) fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
+    fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
         self.own_task(class, priority, label).in_room(&e.room)
     }
 
     /// Sends the scheduler a new cadence when mood or budget changed it.
-    pub(super) fn retune(&mut self) {
+    fn retune(&mut self) {
         let c = cadence(self.snapshot.mood, self.budget_left);
         if c != self.cadence {
             self.cadence = c;
@@ -281,7 +227,7 @@ impl PersonaState {
         }
     }
 
-    pub(super) fn remember(&self, e: &Event, kind: EntryKind, text: String, importance: f64) {
+    fn remember(&self, e: &Event, kind: EntryKind, text: String, importance: f64) {
         let relevance = if self.snapshot.focus.domain == e.domain { 0.5 } else { 0.0 };
         let _ = self.memory.actor.cast(MemoryMsg::Store(Draft {
             domain: e.domain.clone(),
@@ -295,7 +241,7 @@ impl PersonaState {
 
     /// Its dump: what it holds now, then what its children answer (the returned future asks
     /// them).
-    pub(super) fn dump(&self, depth: DumpDepth) -> impl Future<Output = PersonaDump> + Send + 'static {
+    fn dump(&self, depth: DumpDepth) -> impl Future<Output = PersonaDump> + Send + 'static {
         let full = depth == DumpDepth::Full;
         let c = &self.args.config;
         let mut d = PersonaDump {
@@ -320,7 +266,7 @@ impl PersonaState {
             in_flight: self.current_event().map(|d| d.event.id.clone()),
             cadence_ms: self.cadence.as_millis() as u64,
             budget_left: self.budget_left,
-            plan: self.in_flight.as_ref().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
+            plan: self.phase.working().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
             references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.refs.dump()),
             conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
@@ -335,7 +281,7 @@ impl PersonaState {
         }
     }
 
-    pub(super) fn fault(&mut self, f: Fault) {
+    fn fault(&mut self, f: Fault) {
         match f.when {
             FaultWhen::OnText(t) => self.args.faults.set_text_trigger(Some(t)),
             FaultWhen::OnStart(n) => {
@@ -350,7 +296,7 @@ impl PersonaState {
         }
     }
 
-    pub(super) fn panic_now(&self, target: FaultTarget) {
+    fn panic_now(&self, target: FaultTarget) {
         match target {
             FaultTarget::Persona => panic!("injected fault: persona {} panics", self.name),
             FaultTarget::Inbox => drop(self.inbox.actor.cast(InboxMsg::Panic)),
@@ -411,10 +357,8 @@ impl Actor for Persona {
             inbox: Child { actor: inbox, window: RestartWindow::new(sup), last_error: None },
             self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
             memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
-            in_flight: None,
-            enriching: None,
-            judging: None,
-            waiting: None,
+            phase: Phase::Idle,
+            tasks: HashMap::new(),
             done: VecDeque::new(),
             persona_msgs: HashMap::new(),
             brain: match args.config.brain {
@@ -423,7 +367,6 @@ impl Actor for Persona {
             },
             learnings,
             last_plan: None,
-            consolidating: None,
             cadence: Duration::ZERO,
             budget_left: 1.0,
             refs,

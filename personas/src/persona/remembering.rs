@@ -10,17 +10,17 @@ use ractor::call_t;
 use crate::consolidate::consolidate;
 use crate::working_memory::MemoryMsg;
 
+use super::phase::TaskFor;
 use super::{CHILD_CALL_MS, GATHER, PersonaState};
 
 impl PersonaState {
     /// Asks for a Background slot to consolidate (at most one request at a time).
     pub(super) fn want_consolidation(&mut self) {
-        if self.consolidating.is_some() {
+        if self.tasks.values().any(|what| *what == TaskFor::Consolidate) {
             return;
         }
         let t = self.own_task(Class::Background, 0.3, "consolidate").paced();
-        self.consolidating = Some(t.id);
-        self.args.scheduler.submit(t);
+        self.submit(t, TaskFor::Consolidate);
     }
 
     /// Takes a chat message in for conversation memory: embedded by a `Background` task, and
@@ -68,7 +68,7 @@ impl PersonaState {
         let Some(c) = self.convo.as_mut() else { return };
         c.asked.push(t.id);
         self.myself.send_after(c.max_lag, || PersonaMsg::ConversationLag);
-        self.args.scheduler.submit(t);
+        self.submit(t, TaskFor::Remember);
     }
 
     /// A message waited past `max_lag`: the embedding also asks for a `work` slot.
@@ -78,7 +78,7 @@ impl PersonaState {
         c.asked.push(t.id);
         c.promotions += 1;
         tracing::info!(persona = %self.name, lag_ms = c.lag_us(now_us()) / 1000, "conversation memory behind: promoted to work");
-        self.args.scheduler.submit(t);
+        self.submit(t, TaskFor::Remember);
     }
 
     /// A batch of conversation memory is embedded (or goes back in line).
@@ -132,11 +132,11 @@ impl PersonaState {
     /// What conversation memory recalled for the recall step: into the reply, and (when it
     /// could only match words) reported.
     pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>) {
-        let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task) else {
+        let Some(f) = self.phase.work_mut(task) else {
             self.args.scheduler.done(task);
             return;
         };
-        let seq = f.delivery.seq;
+        let seq = f.gated.seen.delivery.seq;
         let mut degraded = None;
         match recall {
             Ok(r) => {

@@ -16,15 +16,16 @@ use crate::mind::REFERENCE_KIND;
 use crate::study::{self};
 use crate::working_memory::MemoryMsg;
 
+use super::phase::{Phase, Work};
 use super::{
     CHILD_CALL_MS, CONVERSATION_RECALLED, ConversationArgs, KNOWLEDGE_CHUNKS, PersonaState, REFS_READ_PER_STEP,
     REFS_SELECTED_PER_STEP, SEARCH_CALL_MS, StepRun,
 };
 
 impl PersonaState {
-    /// One action of the registry; `rules_only`: without a model (the budget's hard limit).
-    pub(super) async fn run_step(&mut self, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
-        let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
+    /// One action of the registry on the work `f` (taken out of the phase while it runs);
+    /// `rules_only`: without a model (the budget's hard limit).
+    pub(super) async fn run_step(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let action = f.record.plan.steps[f.cursor].action;
         if let Some(delay) = self.args.faults.take_action_delay(action) {
             tokio::time::sleep(delay).await;
@@ -32,153 +33,173 @@ impl PersonaState {
         if let Some(class) = self.args.faults.take_action_failure(action) {
             return Err((class, format!("injected {} failure", class.as_str())));
         }
-        let e = f.delivery.event.clone();
-        let to = if e.sender_kind == SenderKind::Human { format!("@{}", e.from) } else { e.from.clone() };
         match action {
-            Action::RecallMemory => {
-                let got = call_t!(
-                    self.memory.actor,
-                    |reply| MemoryMsg::Recall { domain: e.domain.clone(), query: e.text.clone(), limit: 3, reply },
-                    CHILD_CALL_MS
-                )
-                .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
-                let text = got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>().join("\n");
-                let f = self.in_flight.as_mut().expect("still in flight");
-                f.recalled = got;
-                let Some(ConversationArgs { index, config, .. }) = self.args.conversation.clone() else {
-                    return Ok(StepRun::Done(Some(text)));
-                };
-                // And what was said before, from conversation memory, off the persona's loop.
-                let q = RecallQuery {
-                    persona: self.name.to_string(),
-                    query: e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" "),
-                    room: Some(e.room.clone()),
-                    since_us: None,
-                    limit: CONVERSATION_RECALLED,
-                };
-                if q.query.is_empty() {
-                    return Ok(StepRun::Done(Some(text)));
-                }
-                let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
-                let (me, task) = (self.myself.clone(), f.task);
-                tokio::spawn(async move {
-                    let recall = conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
-                    let _ = me.cast(PersonaMsg::Recalled { task, recall });
-                });
-                Ok(StepRun::Waiting)
-            }
-            Action::SearchKnowledge => {
-                let Some(index) = self.args.index.clone() else {
-                    return Err((ErrorClass::MissingResource, "no knowledge index in this fleet".into()));
-                };
-                // The question in words: mentions say who is asked, not what.
-                let query: String =
-                    e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ");
-                if query.is_empty() {
-                    return Err((ErrorClass::MissingResource, "nothing to search for".into()));
-                }
-                let req = RagRequest::Search(SearchRequest::new(query, KNOWLEDGE_CHUNKS));
-                let (me, task) = (self.myself.clone(), f.task);
-                // Off the persona's loop: the index may be busy with a long indexing run.
-                tokio::spawn(async move {
-                    let answer = match call_t!(index, IndexMsg::Request, SEARCH_CALL_MS, Box::new(req)) {
-                        Ok(Ok(v)) => Ok(Source::relevant_hits(&v)),
-                        Ok(Err(e)) => Err(e),
-                        Err(e) => Err(RagError::Unavailable(format!("the index did not answer: {e}"))),
-                    };
-                    let _ = me.cast(PersonaMsg::Searched { task, answer });
-                });
-                Ok(StepRun::Waiting)
-            }
+            Action::RecallMemory => self.recall_memory(f).await,
+            Action::SearchKnowledge => self.search_knowledge(f),
             Action::StudyTopic => {
                 if self.args.index.is_none() {
                     return Err((ErrorClass::MissingResource, "studying needs the knowledge index".into()));
                 }
                 // Studied later, in idle time: the step only notes the topic.
-                let topic = study::topic_of(&e.text);
+                let topic = study::topic_of(&f.event().text);
                 if !self.study.note(&topic, "a plan step asked to study it", now_us(), false) {
                     return Ok(StepRun::Done(None));
                 }
                 Ok(StepRun::Done(Some(format!("noted for study: {topic}"))))
             }
-            Action::DraftReply => {
-                let ctx = RespondContext {
-                    persona: &self.name,
-                    role: &self.args.config.role,
-                    event: &e,
-                    recalled: &f.recalled,
-                    conversation: &f.conversation,
-                    found: &f.found,
-                    hints: &self.refs.hint(self.args.enricher.as_deref()),
-                    state: &f.state,
-                };
-                let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
-                let Some(req) = request else {
-                    let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
-                    let text = brain.respond(&ctx);
-                    let f = self.in_flight.as_mut().expect("still in flight");
-                    f.draft = Some(text.clone());
-                    f.drafted_by = brain.name();
-                    return Ok(StepRun::Done(Some(text)));
-                };
-                let Some(llm) = self.args.llm.clone() else {
-                    self.draft_by_rules("no LLM in this fleet".into());
-                    return Ok(StepRun::Done(self.in_flight.as_ref().and_then(|f| f.draft.clone())));
-                };
-                let job =
-                    GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
-                let drafted = |task, answer| PersonaMsg::Drafted { task, answer };
-                self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
-                Ok(StepRun::Waiting)
-            }
+            Action::DraftReply => Ok(self.draft_reply(f, rules_only)),
             Action::AskClarifyingQuestion => {
+                let e = f.event();
+                let to = if e.sender_kind == SenderKind::Human { format!("@{}", e.from) } else { e.from.clone() };
                 let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
-                let text = format!("{to} {} here: could you say more about \"{about}\"?", self.name);
-                self.in_flight.as_mut().expect("still in flight").draft = Some(text);
+                f.draft = Some(format!("{to} {} here: could you say more about \"{about}\"?", self.name));
                 Ok(StepRun::Done(None))
             }
             Action::NotePreoccupation => Ok(StepRun::Done(None)),
-            Action::SelectReference => self.select_references(&e).map(|text| StepRun::Done(Some(text))),
-            Action::PostReply => {
-                let Some(text) = f.draft.clone() else {
-                    return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
-                };
-                let now = now_us();
-                let reply_event = Event {
-                    id: new_event_id(),
-                    ts_us: now,
-                    accepted_us: now,
-                    domain: e.domain.clone(),
-                    room: e.room.clone(),
-                    from: self.name.to_string(),
-                    sender_kind: SenderKind::Persona,
-                    mentions: text_mentions(&text).map(str::to_string).collect(),
-                    text: text.clone(),
-                    persona: None,
-                    priority: None,
-                    urgent: false,
-                    in_reply_to: Some(e.id.clone()),
-                };
-                let entry = OutboxEntry {
-                    persona: self.name.to_string(),
-                    room: e.room.clone(),
-                    in_reply_to: e.id.clone(),
-                    event_id: reply_event.id.clone(),
-                    text,
-                    brain: f.drafted_by.into(),
-                    at_us: now,
-                };
-                self.in_flight.as_mut().expect("still in flight").reply = Some((entry, reply_event));
-                Ok(StepRun::Done(None))
-            }
+            Action::SelectReference => self.select_references(f).map(|text| StepRun::Done(Some(text))),
+            Action::PostReply => self.post_reply(f),
         }
+    }
+
+    /// The `recall_memory` step: working memory's entries for the event, then (off the
+    /// persona's loop, answered by `PersonaMsg::Recalled`) what conversation memory recalls.
+    async fn recall_memory(&mut self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
+        let e = f.event().clone();
+        let got = call_t!(
+            self.memory.actor,
+            |reply| MemoryMsg::Recall { domain: e.domain.clone(), query: e.text.clone(), limit: 3, reply },
+            CHILD_CALL_MS
+        )
+        .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
+        let text = got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>().join("\n");
+        f.recalled = got;
+        let Some(ConversationArgs { index, config, .. }) = self.args.conversation.clone() else {
+            return Ok(StepRun::Done(Some(text)));
+        };
+        // And what was said before, from conversation memory, off the persona's loop.
+        let q = RecallQuery {
+            persona: self.name.to_string(),
+            query: e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" "),
+            room: Some(e.room.clone()),
+            since_us: None,
+            limit: CONVERSATION_RECALLED,
+        };
+        if q.query.is_empty() {
+            return Ok(StepRun::Done(Some(text)));
+        }
+        let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
+        let (me, task) = (self.myself.clone(), f.task);
+        tokio::spawn(async move {
+            let recall = conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
+            let _ = me.cast(PersonaMsg::Recalled { task, recall });
+        });
+        Ok(StepRun::Waiting)
+    }
+
+    /// The `search_knowledge` step: the event's question to the index, off the persona's loop
+    /// (answered by `PersonaMsg::Searched`).
+    fn search_knowledge(&mut self, f: &Work) -> Result<StepRun, (ErrorClass, String)> {
+        let Some(index) = self.args.index.clone() else {
+            return Err((ErrorClass::MissingResource, "no knowledge index in this fleet".into()));
+        };
+        // The question in words: mentions say who is asked, not what.
+        let query: String =
+            f.event().text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ");
+        if query.is_empty() {
+            return Err((ErrorClass::MissingResource, "nothing to search for".into()));
+        }
+        let req = RagRequest::Search(SearchRequest::new(query, KNOWLEDGE_CHUNKS));
+        let (me, task) = (self.myself.clone(), f.task);
+        // Off the persona's loop: the index may be busy with a long indexing run.
+        tokio::spawn(async move {
+            let answer = match call_t!(index, IndexMsg::Request, SEARCH_CALL_MS, Box::new(req)) {
+                Ok(Ok(v)) => Ok(Source::relevant_hits(&v)),
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(RagError::Unavailable(format!("the index did not answer: {e}"))),
+            };
+            let _ = me.cast(PersonaMsg::Searched { task, answer });
+        });
+        Ok(StepRun::Waiting)
+    }
+
+    /// The `draft_reply` step: the brain drafts at once, or the model is asked off the loop
+    /// (answered by `PersonaMsg::Drafted`).
+    fn draft_reply(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
+        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let ctx = self.respond_context(f, &hints);
+        let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
+        let Some(req) = request else {
+            let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
+            let text = brain.respond(&ctx);
+            f.draft = Some(text.clone());
+            f.drafted_by = brain.name();
+            return StepRun::Done(Some(text));
+        };
+        let Some(llm) = self.args.llm.clone() else {
+            self.draft_by_rules(f, "no LLM in this fleet".into());
+            return StepRun::Done(f.draft.clone());
+        };
+        let job = GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
+        let drafted = |task, answer| PersonaMsg::Drafted { task, answer };
+        self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
+        StepRun::Waiting
+    }
+
+    /// What the brain answers from: the event and what the steps gathered for it.
+    pub(super) fn respond_context<'a>(&'a self, f: &'a Work, hints: &'a str) -> RespondContext<'a> {
+        RespondContext {
+            persona: &self.name,
+            role: &self.args.config.role,
+            event: f.event(),
+            recalled: &f.recalled,
+            conversation: &f.conversation,
+            found: &f.found,
+            hints,
+            state: &f.gated.seen.state,
+        }
+    }
+
+    /// The `post_reply` step: the draft becomes the reply event, posted with the decision.
+    fn post_reply(&self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
+        let Some(text) = f.draft.clone() else {
+            return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
+        };
+        let e = f.event();
+        let now = now_us();
+        let reply_event = Event {
+            id: new_event_id(),
+            ts_us: now,
+            accepted_us: now,
+            domain: e.domain.clone(),
+            room: e.room.clone(),
+            from: self.name.to_string(),
+            sender_kind: SenderKind::Persona,
+            mentions: text_mentions(&text).map(str::to_string).collect(),
+            text: text.clone(),
+            persona: None,
+            priority: None,
+            urgent: false,
+            in_reply_to: Some(e.id.clone()),
+        };
+        let entry = OutboxEntry {
+            persona: self.name.to_string(),
+            room: e.room.clone(),
+            in_reply_to: e.id.clone(),
+            event_id: reply_event.id.clone(),
+            text,
+            brain: f.drafted_by.into(),
+            at_us: now,
+        };
+        f.reply = Some((entry, reply_event));
+        Ok(StepRun::Done(None))
     }
 
     /// The `select_reference` step: selects the candidates the event's texts were offered (by
     /// tag or meaning, best first), then reads, from each selected reference the event called
     /// for, the passage that bears most on it (only where its selection authorises). Returns
     /// the passages.
-    pub(super) fn select_references(&mut self, e: &Event) -> Result<String, (ErrorClass, String)> {
+    fn select_references(&mut self, f: &mut Work) -> Result<String, (ErrorClass, String)> {
+        let e = &f.gated.seen.delivery.event;
         let Some(enricher) = self.args.enricher.clone() else {
             return Err((ErrorClass::MissingResource, "no reference catalog in this fleet".into()));
         };
@@ -195,7 +216,6 @@ impl PersonaState {
             tracing::info!(persona = %self.name, event = %e.id, %hint, "selecting references");
         }
         self.select_all(&enricher, &e.id, offered);
-        let f = self.in_flight.as_ref().expect("a step runs for the event in flight");
         let read = |id: &str| f.found.iter().any(|s| s.cite.starts_with(&format!("ref:{id}/")));
         let to_read: Vec<String> = self
             .refs
@@ -233,7 +253,6 @@ impl PersonaState {
             self.remember(e, EntryKind::Observation, format!("[{}] {name}: {}", s.cite, first.trim()), 0.6);
         }
         let text = found.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n");
-        let f = self.in_flight.as_mut().expect("still in flight");
         if !refused.is_empty() {
             f.notes.push(format!("select_reference: not authorised to read {}", refused.join(", ")));
         }
@@ -242,18 +261,9 @@ impl PersonaState {
     }
 
     /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
-    pub(super) fn draft_by_rules(&mut self, why: String) {
-        let f = self.in_flight.as_mut().expect("a draft is for the event in flight");
-        let text = RulesBrain.respond(&RespondContext {
-            persona: &self.name,
-            role: &self.args.config.role,
-            event: &f.delivery.event,
-            recalled: &f.recalled,
-            conversation: &f.conversation,
-            found: &f.found,
-            hints: &self.refs.hint(self.args.enricher.as_deref()),
-            state: &f.state,
-        });
+    fn draft_by_rules(&self, f: &mut Work, why: String) {
+        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let text = RulesBrain.respond(&self.respond_context(f, &hints));
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
         f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
         f.draft = Some(text);
@@ -262,16 +272,15 @@ impl PersonaState {
 
     /// The model's draft for the step of `task` (or why there is none).
     pub(super) fn on_drafted(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
-        if self.in_flight.as_ref().is_none_or(|f| f.task != task) {
+        let Some(mut f) = self.phase.take_work(task) else {
             // The event is over (the persona restarted meanwhile): only the grant is left.
             self.args.scheduler.done(task);
             return;
-        }
+        };
         match answer {
             Ok(g) if !g.text.trim().is_empty() => {
-                let f = self.in_flight.as_mut().expect("checked above");
-                let to = if f.delivery.event.sender_kind == SenderKind::Human {
-                    format!("@{} ", f.delivery.event.from)
+                let to = if f.event().sender_kind == SenderKind::Human {
+                    format!("@{} ", f.event().from)
                 } else {
                     String::new()
                 };
@@ -279,20 +288,21 @@ impl PersonaState {
                 f.drafted_by = self.brain.name();
                 f.tokens = (g.tokens_in + g.tokens_out) as u32;
             }
-            Ok(g) => self.draft_by_rules(format!("the model answered nothing ({:?})", g.stop)),
-            Err(e) => self.draft_by_rules(e.to_string()),
+            Ok(g) => self.draft_by_rules(&mut f, format!("the model answered nothing ({:?})", g.stop)),
+            Err(e) => self.draft_by_rules(&mut f, e.to_string()),
         }
-        let draft = self.in_flight.as_ref().and_then(|f| f.draft.clone());
+        let draft = f.draft.clone();
+        self.phase = Phase::Working(f);
         self.step_result(task, Ok(draft));
     }
 
     /// The knowledge search's results: into working memory as observations, and into the reply.
     pub(super) fn on_searched(&mut self, task: TaskId, answer: Result<Vec<Source>, RagError>) {
-        let Some(f) = self.in_flight.as_mut().filter(|f| f.task == task) else {
+        let Some(f) = self.phase.work_mut(task) else {
             self.args.scheduler.done(task);
             return;
         };
-        let e = f.delivery.event.clone();
+        let e = f.event().clone();
         let result = match answer {
             Ok(found) if !found.is_empty() => {
                 f.found.extend(found.iter().cloned());

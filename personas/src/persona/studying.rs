@@ -10,13 +10,14 @@ use ractor::ActorRef;
 
 use crate::study::{self};
 
-use super::{InFlight, PersonaState, STUDY_RETRY};
+use super::phase::{TaskFor, Work};
+use super::{PersonaState, STUDY_RETRY};
 
 impl PersonaState {
     /// Notes a gap in what the persona knows when the event showed one: its knowledge search
     /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
     /// is the question's content words; a topic that comes up again while it waits counts up.
-    pub(super) fn note_gap(&mut self, f: &InFlight, failed: bool) {
+    pub(super) fn note_gap(&mut self, f: &Work, failed: bool) {
         if self.args.index.is_none() {
             return;
         }
@@ -30,9 +31,9 @@ impl PersonaState {
         } else {
             return;
         };
-        let topic = study::topic_of(&f.delivery.event.text);
+        let topic = study::topic_of(&f.event().text);
         if self.study.note(&topic, why, now_us(), false) {
-            tracing::info!(persona = %self.name, %topic, why, event = %f.delivery.event.id, "knowledge gap noted for study");
+            tracing::info!(persona = %self.name, %topic, why, event = %f.event().id, "knowledge gap noted for study");
         }
     }
 
@@ -68,7 +69,7 @@ impl PersonaState {
             t = t.with_max_tokens(study::STAGE_TOKENS_RESERVED);
         }
         run.task = Some(t.id);
-        self.args.scheduler.submit(t);
+        self.submit(t, TaskFor::Study);
     }
 
     /// The model study asks, when this persona's brain is the local one.
@@ -93,8 +94,13 @@ impl PersonaState {
                 return;
             }
         };
+        let Some(index) = self.args.index.clone() else {
+            // Never: a session starts only with the index.
+            self.args.scheduler.done(g.task);
+            return;
+        };
         let svc = study::Services {
-            index: self.args.index.clone().expect("study needs the index"),
+            index,
             llm: if rules_only { None } else { self.study_llm() },
             persona: self.name.to_string(),
         };
