@@ -4,7 +4,6 @@
 use std::time::Instant;
 
 use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
-use mindfleet_runtime::messages::PersonaMsg;
 use mindfleet_runtime::model::{Adjustment, AdjustmentRecord, ErrorClass, StepState};
 use mindfleet_runtime::sched::{Grant, Outcome, SkipReason, TaskId};
 use mindfleet_runtime::time::now_us;
@@ -14,6 +13,7 @@ use tracing::Instrument;
 use crate::brain::{LessonContext, RespondContext};
 use crate::gate::{GateDecision, score};
 
+use super::Own;
 use super::phase::{Job, Phase, job_of};
 use super::{PersonaState, StepRun};
 
@@ -77,9 +77,9 @@ impl PersonaState {
             Outcome::Run => {
                 let job = self.brain.judge_request(&self.name, &self.args.config.role, &seen.delivery.event);
                 if let (Some(job), Some(llm)) = (job, self.args.llm.clone()) {
-                    let judged = |task, answer| PersonaMsg::Judged { task, answer };
+                    let judged = |task, answer| Own::Judged { task, answer };
                     self.ask_llm(llm, g.task, |reply| LlmMsg::Classify { job, reply }, judged);
-                    // The grant is held until the model answers (`PersonaMsg::Judged`).
+                    // The grant is held until the model answers (`Own::Judged`).
                     return;
                 }
                 self.brain.judge(&seen.delivery.event, seen.priority, &seen.state)
@@ -121,7 +121,7 @@ impl PersonaState {
         let (me, task, worker) = (self.myself.clone(), g.task, convo.embedding.clone());
         tokio::spawn(async move {
             let result = crate::conversation::remember(&worker, &convo.index, batch).await;
-            let _ = me.cast(PersonaMsg::Remembered { task, result });
+            let _ = me.cast(Own::Remembered { task, result }.into());
         });
         // The slot is free again at once: the embedding runs on the worker and the index's
         // thread, and holding the slot would keep the persona's own next steps waiting.
@@ -129,7 +129,7 @@ impl PersonaState {
     }
 
     /// The plan's choice: the model is asked each order of the candidates off the loop (the
-    /// grant held until `PersonaMsg::Planned`), or without a model the rules plan runs.
+    /// grant held until `Own::Planned`), or without a model the rules plan runs.
     fn run_choose_plan(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
         let Some(f) = self.phase.work_mut(g.task) else { return };
@@ -150,19 +150,19 @@ impl PersonaState {
             for job in jobs {
                 match ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) {
                     Ok(Ok(c)) => answers.push(c),
-                    Ok(Err(e)) => return me.cast(PersonaMsg::Planned { task, answer: Err(e) }),
+                    Ok(Err(e)) => return me.cast(Own::Planned { task, answer: Err(e) }.into()),
                     Err(e) => {
                         let answer = Err(LlmFailure::Failed(e.to_string()));
-                        return me.cast(PersonaMsg::Planned { task, answer });
+                        return me.cast(Own::Planned { task, answer }.into());
                     }
                 }
             }
-            me.cast(PersonaMsg::Planned { task, answer: Ok(answers) })
+            me.cast(Own::Planned { task, answer: Ok(answers) }.into())
         });
     }
 
     /// The evaluation's task: the model writes the plan's lesson (the grant held until
-    /// `PersonaMsg::Evaluated`), else the plan completes without one.
+    /// `Own::Evaluated`), else the plan completes without one.
     fn run_evaluate(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
         if let (Some(llm), Some(f)) = (llm, self.phase.work_mut(g.task)) {
@@ -185,9 +185,9 @@ impl PersonaState {
             if let Some(req) = self.brain.lesson_request(&ctx) {
                 let persona = Some(self.name.to_string());
                 let job = GenerateJob { req, purpose: "evaluate".into(), persona, stream: None };
-                let evaluated = |task, answer| PersonaMsg::Evaluated { task, answer };
+                let evaluated = |task, answer| Own::Evaluated { task, answer };
                 self.ask_llm(llm, g.task, |reply| LlmMsg::Generate { job, reply }, evaluated);
-                // The grant is held until the model answers (`PersonaMsg::Evaluated`).
+                // The grant is held until the model answers (`Own::Evaluated`).
                 return;
             }
         }
@@ -221,7 +221,7 @@ impl PersonaState {
         let run = self.run_step(&mut f, rules_only).await;
         self.phase = Phase::Working(f);
         match run {
-            // The grant is held until the answer comes (`PersonaMsg::Drafted`, `Searched`).
+            // The grant is held until the answer comes (`Own::Drafted`, `Searched`).
             Ok(StepRun::Waiting) => {}
             Ok(StepRun::Done(text)) => self.step_result(g.task, Ok(text)),
             Err(e) => self.step_result(g.task, Err(e)),
@@ -235,12 +235,12 @@ impl PersonaState {
         llm: ActorRef<LlmMsg>,
         task: TaskId,
         request: impl FnOnce(RpcReplyPort<Result<T, LlmFailure>>) -> LlmMsg + Send + 'static,
-        answered: fn(TaskId, Result<T, LlmFailure>) -> PersonaMsg,
+        answered: fn(TaskId, Result<T, LlmFailure>) -> Own,
     ) {
         let me = self.myself.clone();
         tokio::spawn(async move {
             let answer = ractor::call!(llm, request).unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
-            let _ = me.cast(answered(task, answer));
+            let _ = me.cast(answered(task, answer).into());
         });
     }
 }

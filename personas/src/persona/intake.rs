@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use mindfleet_runtime::config::BrainKind;
 use mindfleet_runtime::event::{Event, SenderKind};
 use mindfleet_runtime::llm::{Classification, LlmFailure};
-use mindfleet_runtime::messages::{AdminMsg, Claim, CoordinatorMsg, Delivery, PersonaCommit, PersonaMsg, Turn};
+use mindfleet_runtime::messages::{AdminMsg, Claim, CoordinatorMsg, Delivery, PersonaCommit, Turn};
 use mindfleet_runtime::model::{Decision, EntryKind, Preoccupation, Verdict};
 use mindfleet_runtime::refs::{Enrichment, RefMatch, Via};
 use mindfleet_runtime::sched::{Slot, TaskId};
@@ -23,6 +23,7 @@ use crate::mind::{Activity, Update};
 use crate::self_state::SelfStateMsg;
 use mindfleet_runtime::team::suitability;
 
+use super::Own;
 use super::phase::{Gated, Phase, PlanEnd, Seen, TaskFor};
 use super::{DONE_KEPT, GATE_TOKENS_RESERVED, PersonaState, TURN_RETRIES};
 
@@ -91,7 +92,7 @@ impl PersonaState {
             self.phase = Phase::Enriching { delivery: d, backlog };
             tokio::spawn(async move {
                 let enrichment = enricher.enrich(&text).await;
-                let _ = me.cast(PersonaMsg::Enriched { seq, enrichment });
+                let _ = me.cast(Own::Enriched { seq, enrichment }.into());
             });
             return;
         }
@@ -209,7 +210,7 @@ impl PersonaState {
                 self.go_on_alone(&id);
                 return;
             }
-            self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(id));
+            self.myself.send_after(self.args.turn_timeout, move || Own::TurnOverdue(id).into());
             return;
         }
         if gated.wants() {
@@ -257,7 +258,7 @@ impl PersonaState {
         let sent = claim.retry <= TURN_RETRIES
             && self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_ok();
         if sent {
-            self.myself.send_after(self.args.turn_timeout, move || PersonaMsg::TurnOverdue(event_id));
+            self.myself.send_after(self.args.turn_timeout, move || Own::TurnOverdue(event_id).into());
         } else {
             self.go_on_alone(&event_id);
         }

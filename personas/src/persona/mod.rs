@@ -54,6 +54,7 @@ use crate::working_memory::MemoryMsg;
 mod children;
 mod grant;
 mod intake;
+mod own;
 mod phase;
 mod plan;
 mod remembering;
@@ -61,6 +62,7 @@ mod steps;
 mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
+pub(crate) use own::Own;
 use phase::{Phase, TaskFor};
 
 /// How long the persona waits for its own children (recall, dumps).
@@ -239,6 +241,43 @@ impl PersonaState {
         }));
     }
 
+    /// One of the persona's own continuations.
+    fn on_own(&mut self, myself: &ActorRef<PersonaMsg>, own: Own) {
+        match own {
+            Own::Next(d, backlog) => self.on_next(d, backlog),
+            Own::SelfState(s) => {
+                self.snapshot = *s;
+                self.retune();
+            }
+            Own::TurnOverdue(id) => self.on_turn_overdue(id),
+            Own::StudyDue => self.study_next(),
+            Own::Studied { task, step } => self.on_studied(task, step),
+            Own::Consolidate => {
+                myself.send_after(self.args.config.consolidate_every, || Own::Consolidate.into());
+                self.want_consolidation();
+            }
+            Own::Drafted { task, answer } => self.on_drafted(task, answer),
+            Own::Judged { task, answer } => self.on_judged(task, answer),
+            Own::Evaluated { task, answer } => self.on_evaluated(task, answer),
+            Own::Planned { task, answer } => self.on_planned(task, answer),
+            Own::Searched { task, answer } => self.on_searched(task, answer),
+            Own::Enriched { seq, enrichment } => self.on_enriched(seq, enrichment),
+            Own::StepEnriched { task, enrichment } => self.on_step_enriched(task, enrichment),
+            Own::Remembered { task, result } => self.on_remembered(task, result),
+            Own::ReadBack { asked, found } => self.on_read_back(asked, found),
+            Own::ConversationLag => self.on_conversation_lag(),
+            Own::RememberDue => {
+                if let Some(c) = self.convo.as_mut() {
+                    c.gathering = false;
+                    if c.asked.is_empty() && c.waiting_count() > 0 {
+                        self.want_remember();
+                    }
+                }
+            }
+            Own::Recalled { task, recall } => self.on_recalled(task, recall),
+        }
+    }
+
     /// Its dump: what it holds now, then what its children answer (the returned future asks
     /// them).
     fn dump(&self, depth: DumpDepth) -> impl Future<Output = PersonaDump> + Send + 'static {
@@ -383,7 +422,7 @@ impl Actor for Persona {
         let every = st.args.config.consolidate_every;
         let phase =
             st.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || PersonaMsg::Consolidate);
+        myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || Own::Consolidate.into());
         st.retune();
         if st.convo.as_ref().is_some_and(|c| c.waiting_count() > 0) {
             // What was taken in before a restart and not embedded.
@@ -401,11 +440,6 @@ impl Actor for Persona {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             PersonaMsg::Deliver(d) => st.on_deliver(d),
-            PersonaMsg::Next(d, backlog) => st.on_next(d, backlog),
-            PersonaMsg::SelfState(s) => {
-                st.snapshot = *s;
-                st.retune();
-            }
             PersonaMsg::Granted(g) => st.on_grant(g).await,
             // A full dump is one moment of the persona: its events wait for the children's
             // answers. The dashboard's, asked of every persona each second, does not hold them
@@ -422,36 +456,10 @@ impl Actor for Persona {
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
             PersonaMsg::Turn(t) => st.on_turn(t),
-            PersonaMsg::TurnOverdue(id) => st.on_turn_overdue(id),
             PersonaMsg::Study { topic, reply } => {
                 let _ = reply.send(st.on_study(topic));
             }
-            PersonaMsg::Studied { task, step } => st.on_studied(task, step),
             PersonaMsg::Preempt(task) => st.on_preempt(task),
-            PersonaMsg::StudyDue => st.study_next(),
-            PersonaMsg::Consolidate => {
-                myself.send_after(st.args.config.consolidate_every, || PersonaMsg::Consolidate);
-                st.want_consolidation();
-            }
-            PersonaMsg::Drafted { task, answer } => st.on_drafted(task, answer),
-            PersonaMsg::Searched { task, answer } => st.on_searched(task, answer),
-            PersonaMsg::Enriched { seq, enrichment } => st.on_enriched(seq, enrichment),
-            PersonaMsg::StepEnriched { task, enrichment } => st.on_step_enriched(task, enrichment),
-            PersonaMsg::Remembered { task, result } => st.on_remembered(task, result),
-            PersonaMsg::ReadBack { asked, found } => st.on_read_back(asked, found),
-            PersonaMsg::ConversationLag => st.on_conversation_lag(),
-            PersonaMsg::RememberDue => {
-                if let Some(c) = st.convo.as_mut() {
-                    c.gathering = false;
-                    if c.asked.is_empty() && c.waiting_count() > 0 {
-                        st.want_remember();
-                    }
-                }
-            }
-            PersonaMsg::Recalled { task, recall } => st.on_recalled(task, recall),
-            PersonaMsg::Judged { task, answer } => st.on_judged(task, answer),
-            PersonaMsg::Planned { task, answer } => st.on_planned(task, answer),
-            PersonaMsg::Evaluated { task, answer } => st.on_evaluated(task, answer),
             PersonaMsg::SetState(change) => {
                 let u = match change {
                     StateChange::Dormant => Update::SetDormant(true),
@@ -460,6 +468,11 @@ impl Actor for Persona {
                 };
                 let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
             }
+            PersonaMsg::Own(carried) => match Own::open(carried) {
+                Some(own) => st.on_own(&myself, own),
+                // Not the persona's: somebody else made it.
+                None => tracing::warn!(persona = %st.name, "a continuation of another type: dropped"),
+            },
         }
         Ok(())
     }

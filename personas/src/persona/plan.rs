@@ -3,7 +3,6 @@
 
 use mindfleet_runtime::config::BrainKind;
 use mindfleet_runtime::llm::{Classification, Generation, LabelScore, LlmFailure};
-use mindfleet_runtime::messages::PersonaMsg;
 use mindfleet_runtime::model::{
     Action, Adjustment, AdjustmentRecord, EntryKind, ErrorClass, Learning, PlanRecord, Step, StepState,
 };
@@ -15,6 +14,7 @@ use crate::brain::PlanContext;
 use crate::mind::{Activity, Update};
 use crate::self_state::SelfStateMsg;
 
+use super::Own;
 use super::phase::{Gated, Phase, PlanEnd, TaskFor, Work};
 use super::{DRAFT_TOKENS_RESERVED, LESSON_TOKENS_RESERVED, PLAN_TOKENS_RESERVED, PersonaState};
 
@@ -104,7 +104,7 @@ impl PersonaState {
                 let me = self.myself.clone();
                 tokio::spawn(async move {
                     let enrichment = enricher.enrich(&text).await;
-                    let _ = me.cast(PersonaMsg::StepEnriched { task, enrichment });
+                    let _ = me.cast(Own::StepEnriched { task, enrichment }.into());
                 });
             }
             (result, _) => self.step_done(task, result.map(drop)),

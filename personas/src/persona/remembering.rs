@@ -2,7 +2,7 @@
 //! embedding them in batches, recalling them for a reply).
 
 use mindfleet_runtime::conversation::{Recall, Said};
-use mindfleet_runtime::messages::{Delivery, PersonaMsg};
+use mindfleet_runtime::messages::Delivery;
 use mindfleet_runtime::sched::{Class, TaskId};
 use mindfleet_runtime::time::now_us;
 use ractor::call_t;
@@ -10,6 +10,7 @@ use ractor::call_t;
 use crate::consolidate::consolidate;
 use crate::working_memory::MemoryMsg;
 
+use super::Own;
 use super::phase::TaskFor;
 use super::{CHILD_CALL_MS, GATHER, PersonaState};
 
@@ -57,7 +58,7 @@ impl PersonaState {
             self.want_remember();
         } else if !c.gathering {
             c.gathering = true;
-            self.myself.send_after(GATHER, || PersonaMsg::RememberDue);
+            self.myself.send_after(GATHER, || Own::RememberDue.into());
         }
     }
 
@@ -67,7 +68,7 @@ impl PersonaState {
         let t = self.own_task(Class::Background, 0.2, "remember");
         let Some(c) = self.convo.as_mut() else { return };
         c.asked.push(t.id);
-        self.myself.send_after(c.max_lag, || PersonaMsg::ConversationLag);
+        self.myself.send_after(c.max_lag, || Own::ConversationLag.into());
         self.submit(t, TaskFor::Remember);
     }
 
@@ -112,7 +113,7 @@ impl PersonaState {
         let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
         tokio::task::spawn_blocking(move || {
             let found = storage.conversation(&name, &asked).map_err(|e| e.to_string());
-            let _ = me.cast(PersonaMsg::ReadBack { asked, found });
+            let _ = me.cast(Own::ReadBack { asked, found }.into());
         });
     }
 

@@ -4,7 +4,6 @@ use mindfleet_runtime::conversation::{self, RecallQuery};
 use mindfleet_runtime::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_runtime::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_runtime::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
-use mindfleet_runtime::messages::PersonaMsg;
 use mindfleet_runtime::model::{Action, EntryKind, ErrorClass, OutboxEntry};
 use mindfleet_runtime::refs::{self as refs, RefMatch, Via};
 use mindfleet_runtime::sched::TaskId;
@@ -16,6 +15,7 @@ use crate::mind::REFERENCE_KIND;
 use crate::study::{self};
 use crate::working_memory::MemoryMsg;
 
+use super::Own;
 use super::phase::{Phase, Work};
 use super::{
     CHILD_CALL_MS, CONVERSATION_RECALLED, ConversationArgs, KNOWLEDGE_CHUNKS, PersonaState, REFS_READ_PER_STEP,
@@ -62,7 +62,7 @@ impl PersonaState {
     }
 
     /// The `recall_memory` step: working memory's entries for the event, then (off the
-    /// persona's loop, answered by `PersonaMsg::Recalled`) what conversation memory recalls.
+    /// persona's loop, answered by `Own::Recalled`) what conversation memory recalls.
     async fn recall_memory(&mut self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
         let e = f.event().clone();
         let got = call_t!(
@@ -91,13 +91,13 @@ impl PersonaState {
         let (me, task) = (self.myself.clone(), f.task);
         tokio::spawn(async move {
             let recall = conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
-            let _ = me.cast(PersonaMsg::Recalled { task, recall });
+            let _ = me.cast(Own::Recalled { task, recall }.into());
         });
         Ok(StepRun::Waiting)
     }
 
     /// The `search_knowledge` step: the event's question to the index, off the persona's loop
-    /// (answered by `PersonaMsg::Searched`).
+    /// (answered by `Own::Searched`).
     fn search_knowledge(&mut self, f: &Work) -> Result<StepRun, (ErrorClass, String)> {
         let Some(index) = self.args.index.clone() else {
             return Err((ErrorClass::MissingResource, "no knowledge index in this fleet".into()));
@@ -117,13 +117,13 @@ impl PersonaState {
                 Ok(Err(e)) => Err(e),
                 Err(e) => Err(RagError::Unavailable(format!("the index did not answer: {e}"))),
             };
-            let _ = me.cast(PersonaMsg::Searched { task, answer });
+            let _ = me.cast(Own::Searched { task, answer }.into());
         });
         Ok(StepRun::Waiting)
     }
 
     /// The `draft_reply` step: the brain drafts at once, or the model is asked off the loop
-    /// (answered by `PersonaMsg::Drafted`).
+    /// (answered by `Own::Drafted`).
     fn draft_reply(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
         let hints = self.refs.hint(self.args.enricher.as_deref());
         let ctx = self.respond_context(f, &hints);
@@ -140,7 +140,7 @@ impl PersonaState {
             return StepRun::Done(f.draft.clone());
         };
         let job = GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
-        let drafted = |task, answer| PersonaMsg::Drafted { task, answer };
+        let drafted = |task, answer| Own::Drafted { task, answer };
         self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
         StepRun::Waiting
     }

@@ -2,14 +2,14 @@
 
 use mindfleet_runtime::config::BrainKind;
 use mindfleet_runtime::llm::LlmMsg;
-use mindfleet_runtime::messages::{PersonaMsg, StudyStep};
 use mindfleet_runtime::model::{Action, StudySession};
 use mindfleet_runtime::sched::{Class, Grant, Outcome, Slot, TaskId};
 use mindfleet_runtime::time::now_us;
 use ractor::ActorRef;
 
-use crate::study::{self};
+use crate::study::{self, StudyStep};
 
+use super::Own;
 use super::phase::{TaskFor, Work};
 use super::{PersonaState, STUDY_RETRY};
 
@@ -113,7 +113,7 @@ impl PersonaState {
         let (copy, me, task) = (run.clone(), self.myself.clone(), g.task);
         self.study.stage = Some(tokio::spawn(async move {
             let step = study::run_stage(copy, svc).await;
-            let _ = me.cast(PersonaMsg::Studied { task, step });
+            let _ = me.cast(Own::Studied { task, step }.into());
         }));
     }
 
@@ -127,7 +127,7 @@ impl PersonaState {
         }
         self.args.scheduler.done(task);
         tracing::debug!(persona = %self.name, topic = %run.session.topic, "study stage yielded its slot");
-        self.myself.send_after(STUDY_RETRY, || PersonaMsg::StudyDue);
+        self.myself.send_after(STUDY_RETRY, || Own::StudyDue.into());
     }
 
     /// A stage of study is done: the next one, or the end of the session.
