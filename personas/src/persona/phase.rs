@@ -334,3 +334,6 @@ impl Phase {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
