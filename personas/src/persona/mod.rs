@@ -504,3 +504,6 @@ impl Actor for Persona {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
