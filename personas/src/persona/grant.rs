@@ -29,9 +29,7 @@ impl PersonaState {
         let job = job_of(&mut self.tasks, &self.phase, g.task).filter(|job| self.still_waits(*job, g.task));
         let Some(job) = job else {
             // A task of an event that is over (the persona restarted meanwhile).
-            if g.outcome.holds_slot() {
-                self.args.scheduler.done(g.task);
-            }
+            self.release(&g);
             return;
         };
         let span = tracing::debug_span!("task", persona = %self.name, label = job.label(), class = g.class.as_str(), waited_us = g.waited_us, outcome = ?g.outcome);
@@ -49,6 +47,13 @@ impl PersonaState {
             }
             Job::Study => self.study.run.as_ref().is_some_and(|r| r.task == Some(task)),
             _ => true,
+        }
+    }
+
+    /// Gives back the slot of a grant nothing runs on.
+    fn release(&self, g: &Grant) {
+        if g.outcome.holds_slot() {
+            self.args.scheduler.done(g.task);
         }
     }
 
@@ -72,7 +77,9 @@ impl PersonaState {
     /// The gate's task: the brain judges (the model, asked off the loop, when it has a
     /// question), or the deterministic scorer when the budget has no room for it.
     fn run_judge(&mut self, g: Grant) {
-        let Some(seen) = self.phase.judging(g.task) else { return };
+        // `job_of` found the phase judging with this task; the guards below keep the slot from
+        // leaking all the same.
+        let Some(seen) = self.phase.judging(g.task) else { return self.release(&g) };
         let gate = match g.outcome {
             Outcome::Run => {
                 let job = self.brain.judge_request(&self.name, &self.args.config.role, &seen.delivery.event);
@@ -89,9 +96,7 @@ impl PersonaState {
                 GateDecision { note: "over budget: judged by rules".into(), ..score(seen.priority, &seen.state) }
             }
         };
-        if g.outcome.holds_slot() {
-            self.args.scheduler.done(g.task);
-        }
+        self.release(&g);
         if let Some(seen) = self.phase.take_judged(g.task) {
             self.decided(seen.decided(gate));
         }
@@ -100,11 +105,11 @@ impl PersonaState {
     /// Conversation memory's task: embed the next batch off the persona's loop.
     fn run_remember(&mut self, g: Grant) {
         let ran = g.outcome.holds_slot();
-        let (Some(convo), Some(_)) = (self.args.conversation.clone(), self.convo.as_ref()) else { return };
+        let Some(convo) = self.args.conversation.clone() else { return self.release(&g) };
         if ran {
             self.refill_conversation();
         }
-        let Some(c) = self.convo.as_mut() else { return };
+        let Some(c) = self.convo.as_mut() else { return self.release(&g) };
         let batch = if ran { c.take_batch(&self.name) } else { Vec::new() };
         if batch.is_empty() {
             // The other request took the batch, or no slot was given (or what waits in
@@ -132,17 +137,15 @@ impl PersonaState {
     /// grant held until `Own::Planned`), or without a model the rules plan runs.
     fn run_choose_plan(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
-        let Some(f) = self.phase.work_mut(g.task) else { return };
+        let Some(f) = self.phase.work_mut(g.task) else { return self.release(&g) };
         let Some(llm) = llm else {
             f.choosing = None;
             f.notes.push("no budget for the model to choose the plan: rules plan".into());
-            if g.outcome.holds_slot() {
-                self.args.scheduler.done(g.task);
-            }
+            self.release(&g);
             self.next_step();
             return;
         };
-        let Some(choice) = &f.choosing else { return };
+        let Some(choice) = &f.choosing else { return self.release(&g) };
         let jobs: Vec<ClassifyJob> = choice.orders.iter().map(|(_, job)| job.clone()).collect();
         let (task, me) = (g.task, self.myself.clone());
         tokio::spawn(async move {
@@ -191,9 +194,7 @@ impl PersonaState {
                 return;
             }
         }
-        if g.outcome.holds_slot() {
-            self.args.scheduler.done(g.task);
-        }
+        self.release(&g);
         if let Some(f) = self.phase.take_work(g.task) {
             self.complete(f, None);
         }
@@ -202,7 +203,7 @@ impl PersonaState {
     /// A step's task: skipped for budget, the plan stops; else the step runs (on the rules brain
     /// at the budget's hard limit).
     async fn run_plan_step(&mut self, g: Grant) {
-        let Some(mut f) = self.phase.take_work(g.task) else { return };
+        let Some(mut f) = self.phase.take_work(g.task) else { return self.release(&g) };
         let rules_only = match g.outcome {
             Outcome::Skipped(reason) => {
                 abort_skipped(&mut f.record, f.cursor, reason);

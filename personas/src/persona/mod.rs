@@ -14,7 +14,23 @@
 //! `max_restarts` failures within `within_secs` escalate (the persona fails, and the fleet
 //! supervisor restarts the whole persona).
 //!
-//! Messages: [`PersonaMsg`].
+//! Messages: [`PersonaMsg`]; what only the persona sends itself (its timers, its children's
+//! reports, the answers to what it asked off its loop) is [`Own`], carried in `PersonaMsg::Own`
+//! and private to this crate.
+//!
+//! The folder, by concern (this file is the actor's shell: its state and the dispatch):
+//!
+//! ```text
+//! phase.rs         where the event in hand is: one enum of phases, and what a grant runs
+//! own.rs           the persona's own continuations
+//! children.rs      spawning and restarting the inbox, self-state and working memory
+//! intake.rs        inbox to enrichment to the gate chain, turn-taking, the journaled decision
+//! grant.rs         a grant looked up in the book of tasks and run
+//! plan.rs          engaging, one task per step, adjusting a failed plan, the evaluation
+//! steps.rs         the actions of the registry and the answers they wait for
+//! remembering.rs   consolidation and conversation memory
+//! studying.rs      knowledge gaps and study sessions
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
