@@ -120,10 +120,33 @@ pub fn consolidate(
 ) -> Consolidation {
     let fresh: Vec<&WmEntry> = entries.iter().filter(|e| e.id > watermark).collect();
     let mut report = ConsolidationReport { at_us: now_us, entries: fresh.len(), ..Default::default() };
-    let by_event: BTreeMap<&str, &PlanRecord> = plans.iter().map(|p| (p.event_id.as_str(), p)).collect();
+    let experiences = experiences(&fresh, plans);
+    let procedures = procedures(plans, now_us);
+    let observations: Vec<&WmEntry> =
+        fresh.iter().copied().filter(|e| matches!(e.kind, EntryKind::Observation | EntryKind::Question)).collect();
+    let groups = clusters(&observations);
+    report.clusters = groups.len();
+    let knowledge = knowledge(&observations, &groups, now_us);
+    let out_profiles = profiles_of(&observations, profiles, now_us, &mut report);
 
-    // Reflections on plans -> experiences.
-    let experiences: Vec<Experience> = fresh
+    report.experiences = experiences.len();
+    report.procedures = procedures.len();
+    report.knowledge = knowledge.len();
+    report.profiles = out_profiles.len();
+    Consolidation {
+        experiences,
+        procedures,
+        knowledge,
+        profiles: out_profiles,
+        watermark: fresh.iter().map(|e| e.id).max().unwrap_or(watermark),
+        report,
+    }
+}
+
+/// Reflections on plans -> experiences.
+fn experiences(fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
+    let by_event: BTreeMap<&str, &PlanRecord> = plans.iter().map(|p| (p.event_id.as_str(), p)).collect();
+    fresh
         .iter()
         .filter(|e| e.kind == EntryKind::Reflection && e.importance >= 0.7)
         .map(|e| {
@@ -141,9 +164,11 @@ pub fn consolidate(
                 at_us: e.created_us,
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Step sequences that ran at least twice -> procedures with their record.
+/// Step sequences that ran at least twice -> procedures with their record.
+fn procedures(plans: &[PlanRecord], now_us: i64) -> Vec<Procedure> {
     let mut runs: BTreeMap<(String, Vec<Action>), (u32, u32)> = BTreeMap::new();
     for p in plans {
         let steps: Vec<Action> = p.plan.steps.iter().filter(|s| s.state == StepState::Done).map(|s| s.action).collect();
@@ -155,8 +180,7 @@ pub fn consolidate(
         r.0 += u32::from(ok);
         r.1 += 1;
     }
-    let procedures: Vec<Procedure> = runs
-        .into_iter()
+    runs.into_iter()
         .filter(|(_, (_, used))| *used >= 2)
         .map(|((domain, steps), (ok, used))| Procedure {
             name: format!("{domain}: {}", steps.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" -> ")),
@@ -166,14 +190,12 @@ pub fn consolidate(
             times_used: used,
             updated_us: now_us,
         })
-        .collect();
+        .collect()
+}
 
-    // Clusters of related observations -> knowledge.
-    let observations: Vec<&WmEntry> =
-        fresh.iter().copied().filter(|e| matches!(e.kind, EntryKind::Observation | EntryKind::Question)).collect();
-    let groups = clusters(&observations);
-    report.clusters = groups.len();
-    let knowledge: Vec<Knowledge> = groups
+/// Clusters of related observations -> knowledge.
+fn knowledge(observations: &[&WmEntry], groups: &[Vec<usize>], now_us: i64) -> Vec<Knowledge> {
+    groups
         .iter()
         .filter(|c| c.len() >= 2)
         .map(|c| {
@@ -193,9 +215,17 @@ pub fn consolidate(
                 at_us: now_us,
             }
         })
-        .collect();
+        .collect()
+}
 
-    // What users said -> their profiles.
+/// What users said -> their profiles (merged into those kept); the topics dropped for the limit
+/// go into the report.
+fn profiles_of(
+    observations: &[&WmEntry],
+    profiles: &[UserProfile],
+    now_us: i64,
+    report: &mut ConsolidationReport,
+) -> Vec<UserProfile> {
     let mut merged: BTreeMap<String, UserProfile> = profiles.iter().map(|p| (p.user.clone(), p.clone())).collect();
     let mut tech: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut touched: BTreeSet<String> = BTreeSet::new();
@@ -258,19 +288,7 @@ pub fn consolidate(
         p.confidence = p.messages as f64 / (p.messages as f64 + 5.0);
         out_profiles.push(p);
     }
-
-    report.experiences = experiences.len();
-    report.procedures = procedures.len();
-    report.knowledge = knowledge.len();
-    report.profiles = out_profiles.len();
-    Consolidation {
-        experiences,
-        procedures,
-        knowledge,
-        profiles: out_profiles,
-        watermark: fresh.iter().map(|e| e.id).max().unwrap_or(watermark),
-        report,
-    }
+    out_profiles
 }
 
 #[cfg(test)]

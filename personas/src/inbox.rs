@@ -1,7 +1,7 @@
 //! The `Inbox` actor: a persona's bounded priority queue of stored deliveries.
 //!
 //! Pushes come from the persona; the persona pulls one event at a time (`Pull`), and the
-//! inbox answers with `PersonaMsg::Next` as soon as it has one. When full, the lowest
+//! inbox answers with `Own::Next` as soon as it has one. When full, the lowest
 //! priority event (the newest among equals) is shed; repeats (the same room+sender+text as
 //! another delivery within 3 s) are dropped; both are journaled as decisions through the
 //! admin, which finishes their delivery in storage: nothing is dropped silently. A delivery
@@ -28,6 +28,7 @@ use ractor_cluster_derive::RactorMessage;
 
 use crate::faults::FaultBook;
 use crate::gate::{PriorityInput, priority};
+use crate::persona::Own;
 
 /// Repeats of the same room+sender+text within this window are dropped.
 pub const DUPLICATE_WINDOW_US: i64 = 3_000_000;
@@ -228,7 +229,7 @@ impl InboxState {
         }
         if let Some(d) = self.queue.pop() {
             self.wanted = false;
-            let _ = self.args.parent.cast(PersonaMsg::Next(d, self.queue.len()));
+            let _ = self.args.parent.cast(Own::Next(d, self.queue.len()).into());
         }
     }
 }

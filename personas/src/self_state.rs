@@ -9,6 +9,8 @@
 use std::sync::Arc;
 
 use mindfleet_core::messages::{FaultTarget, PersonaMsg};
+
+use crate::persona::Own;
 use mindfleet_core::model::SelfStateData;
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
@@ -60,7 +62,7 @@ impl Actor for SelfState {
             Some(d) => SelfStateData { dormant: args.dormant, ..d },
             None => SelfStateData { dormant: args.dormant, ..SelfStateData::default() },
         };
-        let _ = args.parent.cast(PersonaMsg::SelfState(Box::new(data.clone())));
+        let _ = args.parent.cast(Own::SelfState(Box::new(data.clone())).into());
         Ok(SelfStateState { args, data })
     }
 
@@ -74,7 +76,7 @@ impl Actor for SelfState {
             SelfStateMsg::Apply(u) => {
                 apply(&mut st.data, u, now_us());
                 st.args.storage.put_self_state(st.args.name.clone(), st.data.clone());
-                let _ = st.args.parent.cast(PersonaMsg::SelfState(Box::new(st.data.clone())));
+                let _ = st.args.parent.cast(Own::SelfState(Box::new(st.data.clone())).into());
             }
             SelfStateMsg::Get(reply) => {
                 let _ = reply.send(st.data.clone());

@@ -26,11 +26,21 @@ use std::path::{Path, PathBuf};
 use mindfleet_core::dump::StudyDump;
 use mindfleet_core::knowledge::{IndexMsg, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{ChatMessage, GenerateJob, GenerateRequest, LlmFailure, LlmMsg};
-use mindfleet_core::messages::StudyStep;
 use mindfleet_core::model::{Knowledge, StudyAnswer, StudyGap, StudySession};
 use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;
+
+/// What one stage of a study session produced.
+#[derive(Debug)]
+pub enum StudyStep {
+    /// The search for the topic: the passages to study.
+    Found(Result<Vec<Source>, String>),
+    /// A question asked of the next passage (by the model, else by the rules).
+    Asked { question: String, tokens: u32 },
+    /// The question answered with retrieval, and graded.
+    Answered { answer: StudyAnswer, tokens: u32 },
+}
 
 /// Most passages one session studies (one question each).
 pub const PASSAGES: usize = 3;

@@ -14,8 +14,7 @@ use crate::dump::{FleetDump, PersonaDump};
 // Dump data that messages carry; named here too, where they were first defined.
 pub use crate::dump::{CoordinationStats, PersonaStatus};
 use crate::event::Event;
-use crate::llm::{Classification, Generation, LlmFailure};
-use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord, SelfStateData};
+use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord};
 use crate::stored::{HandOff, PersonaSnapshot};
 use crate::task::{Grant, TaskId};
 
@@ -120,15 +119,11 @@ pub enum StateChange {
     Focus { objective: String, intensity: f64 },
 }
 
-/// The persona actor's messages. Variants marked *internal* come from its own children.
+/// The persona actor's messages.
 #[derive(Debug, RactorMessage)]
 pub enum PersonaMsg {
     /// A durably stored event (sent by the storage writer after the commit).
     Deliver(Delivery),
-    /// Internal: the inbox hands over its highest-priority event and how many remain.
-    Next(Delivery, usize),
-    /// Internal: the self-state child pushes its new snapshot.
-    SelfState(Box<SelfStateData>),
     /// The scheduler granted a submitted task.
     Granted(Grant),
     /// Its dump; at [`DumpDepth::Cards`] without working memory's entries nor the references,
@@ -141,84 +136,20 @@ pub enum PersonaMsg {
     /// The room coordinator's answer to a claim (or, when the coordinator is gone, the
     /// persona's own decision to go on).
     Turn(Turn),
-    /// The persona's own timer: the coordinator has not answered its claim on this event yet.
-    TurnOverdue(String),
     /// The scheduler asks for the slot of this preemptible background task back: higher-class
     /// work waits for it.
     Preempt(TaskId),
-    /// Time to try the study session again (after a preemption).
-    StudyDue,
     /// Study `topic` (else the gap noted first) in idle time; answers with the topic.
     Study {
         topic: Option<String>,
         reply: RpcReplyPort<Result<String, String>>,
     },
-    /// A stage of the study session of `task` is done.
-    Studied {
-        task: TaskId,
-        step: StudyStep,
-    },
-    /// Time to consolidate working memory (the persona's own timer).
-    Consolidate,
     /// A person changes the self-state.
     SetState(StateChange),
-    /// The LLM's answer to the reply the persona asked it to draft for the step of `task`.
-    Drafted {
-        task: TaskId,
-        answer: Result<Generation, LlmFailure>,
-    },
-    /// The LLM's label scores for the engagement question the persona asked for `task`.
-    Judged {
-        task: TaskId,
-        answer: Result<Classification, LlmFailure>,
-    },
-    /// The LLM's lesson of the plan whose evaluation is `task`.
-    Evaluated {
-        task: TaskId,
-        answer: Result<Generation, LlmFailure>,
-    },
-    /// The LLM's label scores for each question of the choice of plan the persona asked for
-    /// `task`.
-    Planned {
-        task: TaskId,
-        answer: Result<Vec<Classification>, LlmFailure>,
-    },
-    /// The index's relevant results for the knowledge search of the step of `task`.
-    Searched {
-        task: TaskId,
-        answer: Result<Vec<crate::knowledge::Source>, crate::knowledge::RagError>,
-    },
-    /// The references the event of delivery `seq` calls for (the enrichment pipeline ran on
-    /// it before the gate).
-    Enriched {
-        seq: u64,
-        enrichment: crate::refs::Enrichment,
-    },
-    /// The references the result of the step of `task` calls for.
-    StepEnriched {
-        task: TaskId,
-        enrichment: crate::refs::Enrichment,
-    },
-    /// The batch of conversation memory that the task `task` embedded is in the index (or why
-    /// not).
-    Remembered {
-        task: TaskId,
-        result: Result<(), String>,
-    },
-    /// Conversation memory's messages `asked`, read back from storage (those it had).
-    ReadBack {
-        asked: Vec<u64>,
-        found: Result<Vec<crate::conversation::Said>, String>,
-    },
-    /// Time to check how long conversation memory has waited to be embedded.
-    ConversationLag,
-    /// Conversation memory has gathered long enough: time to embed what waits.
-    RememberDue,
-    /// What conversation memory recalled for the recall step of `task`.
-    Recalled {
-        task: TaskId,
-        recall: Result<crate::conversation::Recall, String>,
-    },
+    /// The persona's own continuations (its timers, the answers to what it asked off its loop,
+    /// its children's reports), of a type private to the personas crate: only it makes and
+    /// opens them.
+    Own(crate::private::Private),
 }
 
 /// Answer to an accepted injection.
@@ -382,17 +313,6 @@ pub enum AdminMsg {
     Joined(Vec<(String, String)>),
     /// Stop accepting events (shutdown).
     Close(RpcReplyPort<()>),
-}
-
-/// What one stage of a study session produced.
-#[derive(Debug)]
-pub enum StudyStep {
-    /// The search for the topic: the passages to study.
-    Found(Result<Vec<crate::knowledge::Source>, String>),
-    /// A question asked of the next passage (by the model, else by the rules).
-    Asked { question: String, tokens: u32 },
-    /// The question answered with retrieval, and graded.
-    Answered { answer: crate::model::StudyAnswer, tokens: u32 },
 }
 
 /// An event another node accepted, to be stored here for the named personas (placed here).

@@ -1,0 +1,525 @@
+//! The `Persona` actor: supervises its `Inbox`, `SelfState` and `WorkingMemory`, runs the
+//! engagement gate inline, and submits everything after the gate to the scheduler.
+//!
+//! One event at a time: the persona pulls the inbox's best event and decides through the
+//! gate chain (fast path, thermal, the brain's judgement: engage / ignore / defer, journaled
+//! with the adapter, the reason and the numbers). For an engaged event its brain formulates a
+//! plan from the action registry; each step is a scheduler task of its own, so higher-priority
+//! work runs between two steps. A failed step is classified and the brain adjusts the plan
+//! (continue, contingency, replan, abort). At the end the brain evaluates the outcome, which
+//! becomes a reflection in working memory and a learning; decision, reply and plan go to the
+//! admin, which commits them with the finished delivery in one transaction.
+//!
+//! Supervision: a failed child is restarted with its state restored from storage; more than
+//! `max_restarts` failures within `within_secs` escalate (the persona fails, and the fleet
+//! supervisor restarts the whole persona).
+//!
+//! Messages: [`PersonaMsg`]; what only the persona sends itself (its timers, its children's
+//! reports, the answers to what it asked off its loop) is [`Own`], carried in `PersonaMsg::Own`
+//! and private to this crate.
+//!
+//! The folder, by concern (this file is the actor's shell: its state and the dispatch):
+//!
+//! ```text
+//! phase.rs         where the event in hand is: one enum of phases, and what a grant runs
+//! own.rs           the persona's own continuations
+//! children.rs      spawning and restarting the inbox, self-state and working memory
+//! intake.rs        inbox to enrichment to the gate chain, turn-taking, the journaled decision
+//! grant.rs         a grant looked up in the book of tasks and run
+//! plan.rs          engaging, one task per step, adjusting a failed plan, the evaluation
+//! steps.rs         the actions of the registry and the answers they wait for
+//! remembering.rs   consolidation and conversation memory
+//! studying.rs      knowledge gaps and study sessions
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use mindfleet_core::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
+use mindfleet_core::conversation::Said;
+use mindfleet_core::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
+use mindfleet_core::embedding::EmbedMsg;
+use mindfleet_core::event::{Event, SenderKind};
+use mindfleet_core::knowledge::IndexMsg;
+use mindfleet_core::llm::LlmMsg;
+use mindfleet_core::messages::{
+    AdminMsg, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus,
+    StateChange,
+};
+use mindfleet_core::model::{EntryKind, Learning, PlanRecord, SelfStateData};
+use mindfleet_core::refs::{RefMatch, RefMode, Via};
+use mindfleet_core::restart::RestartWindow;
+use mindfleet_core::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
+use mindfleet_core::time::now_us;
+use mindfleet_store::Storage;
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
+
+use crate::brain::{Brain, LocalBrain, RulesBrain};
+use crate::conversation::ConversationBook;
+use crate::enrich::{Enricher, RefBook};
+use crate::faults::FaultBook;
+use crate::inbox::InboxMsg;
+use crate::memory::Draft;
+use crate::mind::{Update, cadence};
+use crate::self_state::SelfStateMsg;
+use crate::study::{self, StudyBook};
+use crate::working_memory::MemoryMsg;
+
+mod children;
+mod grant;
+mod intake;
+mod own;
+mod phase;
+mod plan;
+mod remembering;
+mod steps;
+mod studying;
+
+use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
+pub(crate) use own::Own;
+use phase::{Phase, TaskFor};
+
+/// How long the persona waits for its own children (recall, dumps).
+const CHILD_CALL_MS: u64 = 1000;
+/// Finished deliveries remembered to drop their redeliveries.
+const DONE_KEPT: usize = 256;
+/// How a persona's failure by escalation reads (its in-flight event is not to blame).
+pub const ESCALATION: &str = "failed too often; escalating";
+
+pub struct Persona;
+
+pub struct PersonaArgs {
+    pub config: Arc<PersonaConfig>,
+    pub storage: Storage,
+    pub admin: ActorRef<AdminMsg>,
+    pub scheduler: SchedulerHandle,
+    pub supervision: SupervisionConfig,
+    /// The delivery being handled (0: none), read by the fleet supervisor after a crash.
+    pub marker: Arc<AtomicU64>,
+    pub faults: Arc<FaultBook>,
+    /// Turn-taking for undirected human messages in shared rooms.
+    pub coordinator: ActorRef<CoordinatorMsg>,
+    /// How long to wait for the coordinator's answer before deciding alone.
+    pub turn_timeout: Duration,
+    /// The fleet's LLM, when a persona's brain uses it.
+    pub llm: Option<ActorRef<LlmMsg>>,
+    /// The fleet's codebase index, for the "search knowledge" step.
+    pub index: Option<ActorRef<IndexMsg>>,
+    /// The fleet's enrichment pipeline, when it has a reference catalog.
+    pub enricher: Option<Arc<Enricher>>,
+    /// Conversation memory, when it is on.
+    pub conversation: Option<ConversationArgs>,
+}
+
+/// What conversation memory uses: the fleet's conversation index, the embedding worker that
+/// makes its vectors, and how recall ranks.
+#[derive(Clone)]
+pub struct ConversationArgs {
+    pub index: ActorRef<IndexMsg>,
+    pub embedding: ActorRef<EmbedMsg>,
+    pub config: ConversationConfig,
+}
+
+/// Most chunks a knowledge search brings into working memory and the reply.
+const KNOWLEDGE_CHUNKS: usize = 3;
+/// How long a study stage that gave its slot back waits before it asks again.
+const STUDY_RETRY: Duration = Duration::from_secs(2);
+/// How many times a claim goes again to a coordinator that has not answered it.
+const TURN_RETRIES: u32 = 5;
+/// Longest a knowledge search waits for the index (which may be busy indexing a tree).
+const SEARCH_CALL_MS: u64 = 20_000;
+/// How long conversation memory gathers messages before it asks to embed them (unless a batch
+/// fills first).
+const GATHER: Duration = Duration::from_secs(1);
+/// Most messages conversation memory brings into a reply.
+const CONVERSATION_RECALLED: usize = 3;
+
+/// Tokens a drafting step reserves from the budgets: its prompt and its answer.
+const DRAFT_TOKENS_RESERVED: u32 = 1024;
+/// Tokens the gate's model question reserves.
+const GATE_TOKENS_RESERVED: u32 = 256;
+/// Tokens the plan questions (one per order of the candidates) reserve.
+const PLAN_TOKENS_RESERVED: u32 = 768;
+/// Tokens the lesson of a plan reserves: its prompt and its answer.
+const LESSON_TOKENS_RESERVED: u32 = 768;
+
+/// Most references one `select_reference` step selects from the candidates offered.
+const REFS_SELECTED_PER_STEP: usize = 3;
+/// Most references one `select_reference` step reads a passage of.
+const REFS_READ_PER_STEP: usize = 3;
+
+/// How a step ended its run: done (with its result's text, which the enrichment pipeline reads
+/// before the persona goes on), or waiting for an answer (a message to come).
+enum StepRun {
+    Done(Option<String>),
+    Waiting,
+}
+
+pub struct PersonaState {
+    args: PersonaArgs,
+    name: Arc<str>,
+    myself: ActorRef<PersonaMsg>,
+    inbox: Child<InboxMsg>,
+    self_state: Child<SelfStateMsg>,
+    memory: Child<MemoryMsg>,
+    snapshot: SelfStateData,
+    /// The event in hand, and where it is.
+    phase: Phase,
+    /// What each task submitted and not granted yet is for.
+    tasks: HashMap<TaskId, TaskFor>,
+    done: VecDeque<u64>,
+    /// Times of persona messages seen per room (echo-storm guard).
+    persona_msgs: HashMap<String, VecDeque<i64>>,
+    brain: Box<dyn Brain>,
+    /// What the persona learned from its plans (kept in storage too).
+    learnings: Vec<Learning>,
+    /// The last finished plan (for dumps).
+    last_plan: Option<PlanRecord>,
+    /// The cadence last sent to the scheduler (from mood and budget).
+    cadence: Duration,
+    /// Share of the model budget left, as of the last grant.
+    budget_left: f64,
+    refs: RefBook,
+    /// Conversation memory, when the fleet keeps one.
+    convo: Option<ConversationBook>,
+    /// The message of the event in hand as conversation memory keeps it, for its commit.
+    taking_in: Option<Said>,
+    /// Knowledge gaps noted and the study session under way.
+    study: StudyBook,
+}
+
+impl PersonaState {
+    fn pull(&mut self) {
+        let _ = self.inbox.actor.cast(InboxMsg::Pull);
+    }
+
+    fn is_done(&self, seq: u64) -> bool {
+        self.done.contains(&seq) || self.current_event().is_some_and(|d| d.seq == seq)
+    }
+
+    /// The event being enriched, judged, waiting for its turn, or worked on.
+    fn current_event(&self) -> Option<&Delivery> {
+        self.phase.delivery()
+    }
+
+    fn busy(&self) -> bool {
+        self.current_event().is_some()
+    }
+
+    /// The class the work on an event runs in: `urgent` if marked so or a human mentioned this
+    /// persona, `interactive` for chat and voice, `work` otherwise.
+    fn class_of(&self, e: &Event) -> Class {
+        if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
+            Class::Urgent
+        } else if matches!(e.domain.as_str(), "chat" | "voice") {
+            Class::Interactive
+        } else {
+            Class::Work
+        }
+    }
+
+    /// A task of this persona in a cheap slot.
+    fn own_task(&self, class: Class, priority: f64, label: &'static str) -> Task {
+        Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
+    }
+
+    /// Submits `t` to the scheduler, noting what it is for (its grant looks that up).
+    fn submit(&mut self, t: Task, what: TaskFor) {
+        self.tasks.insert(t.id, what);
+        self.args.scheduler.submit(t);
+    }
+
+    /// A task of this persona for the event `e` (its class, priority and room).
+    fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
+        self.own_task(class, priority, label).in_room(&e.room)
+    }
+
+    /// Sends the scheduler a new cadence when mood or budget changed it.
+    fn retune(&mut self) {
+        let c = cadence(self.snapshot.mood, self.budget_left);
+        if c != self.cadence {
+            self.cadence = c;
+            self.args.scheduler.set_cadence(self.name.clone(), c);
+        }
+    }
+
+    fn remember(&self, e: &Event, kind: EntryKind, text: String, importance: f64) {
+        let relevance = if self.snapshot.focus.domain == e.domain { 0.5 } else { 0.0 };
+        let _ = self.memory.actor.cast(MemoryMsg::Store(Draft {
+            domain: e.domain.clone(),
+            kind,
+            text,
+            importance,
+            event_id: Some(e.id.clone()),
+            relevance,
+        }));
+    }
+
+    /// One of the persona's own continuations.
+    fn on_own(&mut self, myself: &ActorRef<PersonaMsg>, own: Own) {
+        match own {
+            Own::Next(d, backlog) => self.on_next(d, backlog),
+            Own::SelfState(s) => {
+                self.snapshot = *s;
+                self.retune();
+            }
+            Own::TurnOverdue(id) => self.on_turn_overdue(id),
+            Own::StudyDue => self.study_next(),
+            Own::Studied { task, step } => self.on_studied(task, step),
+            Own::Consolidate => {
+                myself.send_after(self.args.config.consolidate_every, || Own::Consolidate.into());
+                self.want_consolidation();
+            }
+            Own::Drafted { task, answer } => self.on_drafted(task, answer),
+            Own::Judged { task, answer } => self.on_judged(task, answer),
+            Own::Evaluated { task, answer } => self.on_evaluated(task, answer),
+            Own::Planned { task, answer } => self.on_planned(task, answer),
+            Own::Searched { task, answer } => self.on_searched(task, answer),
+            Own::Enriched { seq, enrichment } => self.on_enriched(seq, enrichment),
+            Own::StepEnriched { task, enrichment } => self.on_step_enriched(task, enrichment),
+            Own::Remembered { task, result } => self.on_remembered(task, result),
+            Own::ReadBack { asked, found } => self.on_read_back(asked, found),
+            Own::ConversationLag => self.on_conversation_lag(),
+            Own::RememberDue => {
+                if let Some(c) = self.convo.as_mut() {
+                    c.gathering = false;
+                    if c.asked.is_empty() && c.waiting_count() > 0 {
+                        self.want_remember();
+                    }
+                }
+            }
+            Own::Recalled { task, recall } => self.on_recalled(task, recall),
+        }
+    }
+
+    /// Its dump: what it holds now, then what its children answer (the returned future asks
+    /// them).
+    fn dump(&self, depth: DumpDepth) -> impl Future<Output = PersonaDump> + Send + 'static {
+        let full = depth == DumpDepth::Full;
+        let c = &self.args.config;
+        let mut d = PersonaDump {
+            name: self.name.to_string(),
+            node: None,
+            role: c.role.clone(),
+            status: PersonaStatus::Running,
+            brain: self.brain.name().into(),
+            brain_degraded: None,
+            rooms: c.rooms.clone(),
+            domains: c.domains.clone(),
+            actors: ActorsDump {
+                persona: ChildDump::running(0),
+                inbox: self.inbox.dump(),
+                self_state: self.self_state.dump(),
+                working_memory: self.memory.dump(),
+            },
+            self_state: Some(self.snapshot.clone()),
+            inbox: Default::default(),
+            working_memory: WorkingMemoryDump::default(),
+            decisions: Vec::new(),
+            in_flight: self.current_event().map(|d| d.event.id.clone()),
+            cadence_ms: self.cadence.as_millis() as u64,
+            budget_left: self.budget_left,
+            plan: self.phase.working().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
+            references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.refs.dump()),
+            conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
+            study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
+        };
+        let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
+        async move {
+            d.inbox = call_t!(inbox, InboxMsg::Stats, CHILD_CALL_MS).unwrap_or_default();
+            if full {
+                d.working_memory = call_t!(memory, MemoryMsg::Dump, CHILD_CALL_MS).unwrap_or_default();
+            }
+            d
+        }
+    }
+
+    fn fault(&mut self, f: Fault) {
+        match f.when {
+            FaultWhen::OnText(t) => self.args.faults.set_text_trigger(Some(t)),
+            FaultWhen::OnStart(n) => {
+                self.args.faults.plan_start_failures(f.target, n);
+                self.panic_now(f.target);
+            }
+            FaultWhen::Now => self.panic_now(f.target),
+            FaultWhen::FailAction { action, class, times } => self.args.faults.fail_action(action, class, times),
+            FaultWhen::SlowAction { action, ms, times } => {
+                self.args.faults.slow_action(action, Duration::from_millis(ms), times)
+            }
+        }
+    }
+
+    fn panic_now(&self, target: FaultTarget) {
+        match target {
+            FaultTarget::Persona => panic!("injected fault: persona {} panics", self.name),
+            FaultTarget::Inbox => drop(self.inbox.actor.cast(InboxMsg::Panic)),
+            FaultTarget::SelfState => drop(self.self_state.actor.cast(SelfStateMsg::Panic)),
+            FaultTarget::WorkingMemory => drop(self.memory.actor.cast(MemoryMsg::Panic)),
+        }
+    }
+}
+
+impl Actor for Persona {
+    type Msg = PersonaMsg;
+    type State = PersonaState;
+    type Arguments = PersonaArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<PersonaMsg>,
+        args: PersonaArgs,
+    ) -> Result<PersonaState, ActorProcessingErr> {
+        let name: Arc<str> = args.config.name.as_str().into();
+        if args.faults.take_start(FaultTarget::Persona) {
+            panic!("injected fault: persona {name} panics in pre_start");
+        }
+        // Self-state first: its snapshot reaches this mailbox before any event does.
+        let self_state = spawn_self_state(&args, &name, &myself).await?;
+        let memory = spawn_memory(&args, &name, &myself).await?;
+        let inbox = spawn_inbox(&args, &name, &myself).await?;
+        let sup = args.supervision;
+        let learnings = args.storage.learnings(&name)?;
+        let mut refs = RefBook::default();
+        if let Some(enricher) = &args.enricher {
+            // Its choices so far, and the references every persona has.
+            let auto = enricher.catalog().refs.iter().filter(|r| r.mode == RefMode::Auto).map(|r| RefMatch {
+                id: r.id.clone(),
+                via: Via::Auto,
+                matched: Vec::new(),
+                score: 1.0,
+            });
+            for m in args.storage.selected_references(&name)?.into_iter().chain(auto) {
+                refs.select(enricher.catalog(), m);
+            }
+        }
+        let mut study = StudyBook::default();
+        if args.index.is_some() {
+            study.recent = args.storage.studies(&name, study::RECENT_KEPT)?.into();
+        }
+        let convo = match &args.conversation {
+            Some(ConversationArgs { config, .. }) => {
+                let (unembedded, kept) = args.storage.unembedded(&name)?;
+                Some(ConversationBook::new(config.max_lag, unembedded, kept))
+            }
+            None => None,
+        };
+        Ok(PersonaState {
+            snapshot: SelfStateData { dormant: args.config.dormant, ..SelfStateData::default() },
+            name,
+            myself,
+            inbox: Child { actor: inbox, window: RestartWindow::new(sup), last_error: None },
+            self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
+            memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
+            phase: Phase::Idle,
+            tasks: HashMap::new(),
+            done: VecDeque::new(),
+            persona_msgs: HashMap::new(),
+            brain: match args.config.brain {
+                BrainKind::Rules => Box::new(RulesBrain),
+                BrainKind::Local => Box::new(LocalBrain),
+            },
+            learnings,
+            last_plan: None,
+            cadence: Duration::ZERO,
+            budget_left: 1.0,
+            refs,
+            convo,
+            taking_in: None,
+            study,
+            args,
+        })
+    }
+
+    async fn post_start(&self, myself: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+        // Personas that start together would all consolidate together, period after period:
+        // each starts at its own phase of the period (from its name), then keeps the period.
+        let every = st.args.config.consolidate_every;
+        let phase =
+            st.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        myself.send_after(every.mul_f64((phase % 1000) as f64 / 1000.0), || Own::Consolidate.into());
+        st.retune();
+        if st.convo.as_ref().is_some_and(|c| c.waiting_count() > 0) {
+            // What was taken in before a restart and not embedded.
+            st.want_remember();
+        }
+        st.pull();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<PersonaMsg>,
+        msg: PersonaMsg,
+        st: &mut PersonaState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PersonaMsg::Deliver(d) => st.on_deliver(d),
+            PersonaMsg::Granted(g) => st.on_grant(g).await,
+            // A full dump is one moment of the persona: its events wait for the children's
+            // answers. The dashboard's, asked of every persona each second, does not hold them
+            // back: the inbox's length may then be a moment younger than the rest.
+            PersonaMsg::Dump(DumpDepth::Full, reply) => {
+                let _ = reply.send(st.dump(DumpDepth::Full).await);
+            }
+            PersonaMsg::Dump(DumpDepth::Cards, reply) => {
+                let d = st.dump(DumpDepth::Cards);
+                tokio::spawn(async move {
+                    let _ = reply.send(d.await);
+                });
+            }
+            PersonaMsg::Fault(f) => st.fault(f),
+            PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
+            PersonaMsg::Turn(t) => st.on_turn(t),
+            PersonaMsg::Study { topic, reply } => {
+                let _ = reply.send(st.on_study(topic));
+            }
+            PersonaMsg::Preempt(task) => st.on_preempt(task),
+            PersonaMsg::SetState(change) => {
+                let u = match change {
+                    StateChange::Dormant => Update::SetDormant(true),
+                    StateChange::Wake => Update::SetDormant(false),
+                    StateChange::Focus { objective, intensity } => Update::SetFocus { objective, intensity },
+                };
+                let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
+            }
+            PersonaMsg::Own(carried) => match Own::open(carried) {
+                Some(own) => st.on_own(&myself, own),
+                // Not the persona's: somebody else made it.
+                None => tracing::warn!(persona = %st.name, "a continuation of another type: dropped"),
+            },
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _: ActorRef<PersonaMsg>, st: &mut PersonaState) -> Result<(), ActorProcessingErr> {
+        // Recall marks still gathering: written, as a stop loses nothing it can keep.
+        if let Some(marks) = st.convo.as_mut().and_then(|c| c.marks_due(true)) {
+            st.args.storage.conversation_marks(st.name.clone(), marks);
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<PersonaMsg>,
+        evt: SupervisionEvent,
+        st: &mut PersonaState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, error) = match evt {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, format!("stopped unexpectedly: {}", reason.unwrap_or_else(|| "no reason".into())))
+            }
+            _ => return Ok(()),
+        };
+        match st.which(&cell) {
+            Some(kind) => st.restart(kind, error).await,
+            None => Ok(()), // an old incarnation's late notice
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

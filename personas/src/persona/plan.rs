@@ -1,0 +1,303 @@
+//! The plan: engaging, a task per step, the grants that run them, adjusting a failed step's
+//! plan, and the evaluation at the end.
+
+use mindfleet_core::config::BrainKind;
+use mindfleet_core::llm::{Classification, Generation, LabelScore, LlmFailure};
+use mindfleet_core::model::{
+    Action, Adjustment, AdjustmentRecord, EntryKind, ErrorClass, Learning, PlanRecord, Step, StepState,
+};
+use mindfleet_core::refs::Enrichment;
+use mindfleet_core::sched::{Class, Slot, TaskId};
+use mindfleet_core::time::now_us;
+
+use crate::brain::PlanContext;
+use crate::mind::{Activity, Update};
+use crate::self_state::SelfStateMsg;
+
+use super::Own;
+use super::phase::{Gated, Phase, PlanEnd, TaskFor, Work};
+use super::{DRAFT_TOKENS_RESERVED, LESSON_TOKENS_RESERVED, PLAN_TOKENS_RESERVED, PersonaState};
+
+impl PersonaState {
+    /// Engaged: the brain plans, and the first step goes to the scheduler.
+    pub(super) fn engage(&mut self, gated: Gated) {
+        let now = now_us();
+        let (e, p) = (&gated.seen.delivery.event, gated.seen.priority);
+        let class = self.class_of(e);
+        let ctx = PlanContext {
+            persona: &self.name,
+            role: &self.args.config.role,
+            event: e,
+            avoid: &[],
+            learnings: &self.learnings,
+            attempt: 0,
+            references: !self.refs.current.is_empty(),
+        };
+        let plan = self.brain.formulate_plan(&ctx);
+        let choosing = self.args.llm.as_ref().and_then(|_| self.brain.plan_request(&ctx));
+        let focus = Activity {
+            event_id: e.id.clone(),
+            verdict: "engage".into(),
+            reason: format!("working on: {}", plan.goal),
+            engaged: Some((e.domain.clone(), plan.goal.clone(), p.max(0.3))),
+            backlog: gated.seen.backlog,
+            ..Default::default()
+        };
+        let _ = self.self_state.actor.cast(SelfStateMsg::Apply(Update::Focus(Box::new(focus))));
+        let record = PlanRecord {
+            event_id: e.id.clone(),
+            domain: e.domain.clone(),
+            plan,
+            replaced: Vec::new(),
+            adjustments: Vec::new(),
+            evaluation: None,
+            started_us: now,
+            finished_us: None,
+        };
+        self.phase = Phase::Working(Box::new(Work::new(gated, class, record, choosing)));
+        self.next_step();
+    }
+
+    /// Submits the next pending step as a scheduler task; after the last one, the evaluation.
+    ///
+    /// The first step of a `work` plan starts a new piece of self-paced work, so it waits for
+    /// the persona's cadence; the steps after it, and interactive and urgent work, do not.
+    pub(super) fn next_step(&mut self) {
+        let Some(f) = self.phase.working() else { return };
+        let (class, priority) = (f.class, f.gated.seen.priority);
+        let mut t = self.task_for(f.event(), class, priority, f.job().label());
+        if f.choosing.is_some() {
+            // The model chooses the plan first: an inference slot, like the first step's.
+            t.slot = Slot::Inference;
+            t = t.with_max_tokens(PLAN_TOKENS_RESERVED);
+            if class == Class::Work {
+                t = t.paced();
+            }
+        } else {
+            let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
+            if matches!(action, Some(Action::DraftReply) | None) && self.args.config.brain == BrainKind::Local {
+                // The model drafts the reply, or writes the lesson: an inference slot, reserving
+                // the most tokens the request can take.
+                t.slot = Slot::Inference;
+                t = t.with_max_tokens(if action.is_some() { DRAFT_TOKENS_RESERVED } else { LESSON_TOKENS_RESERVED });
+            }
+            let starts = f.cursor == 0 && f.record.adjustments.is_empty();
+            if starts && class == Class::Work {
+                t = t.paced();
+            }
+        }
+        let Some(f) = self.phase.working_mut() else { return };
+        if f.choosing.is_none()
+            && let Some(step) = f.record.plan.steps.get_mut(f.cursor)
+        {
+            step.state = StepState::Running;
+        }
+        f.task = t.id;
+        self.submit(t, TaskFor::Event);
+    }
+
+    /// The step of `task` ended: its result's text goes through the enrichment pipeline (the
+    /// grant held meanwhile) before the plan goes on.
+    pub(super) fn step_result(&mut self, task: TaskId, result: Result<Option<String>, (ErrorClass, String)>) {
+        match (result, self.args.enricher.clone()) {
+            (Ok(Some(text)), Some(enricher)) if !text.trim().is_empty() => {
+                let me = self.myself.clone();
+                tokio::spawn(async move {
+                    let enrichment = enricher.enrich(&text).await;
+                    let _ = me.cast(Own::StepEnriched { task, enrichment }.into());
+                });
+            }
+            (result, _) => self.step_done(task, result.map(drop)),
+        }
+    }
+
+    /// What the result of the step of `task` calls for. References it names are selected at
+    /// once; new candidates get a `select_reference` step before the answer is drafted.
+    pub(super) fn on_step_enriched(&mut self, task: TaskId, enrichment: Enrichment) {
+        let Some(mut f) = self.phase.take_work(task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let event_id = f.event().id.clone();
+        let stage = format!("step:{}", f.record.plan.steps[f.cursor].action.as_str());
+        let fresh = self.take_matches(&event_id, &stage, enrichment);
+        let ahead = &f.record.plan.steps[f.cursor + 1..];
+        let drafts_later = ahead.iter().any(|s| s.action == Action::DraftReply);
+        let selects_later = ahead.iter().any(|s| s.action == Action::SelectReference);
+        if !fresh.is_empty() && drafts_later && !selects_later {
+            let step = Step { action: Action::SelectReference, state: StepState::Pending, contingency: false };
+            f.record.plan.steps.insert(f.cursor + 1, step);
+        }
+        self.phase = Phase::Working(f);
+        self.step_done(task, Ok(()));
+    }
+
+    /// The step of `task` is over: release its grant, then go on with the plan as its outcome
+    /// says.
+    pub(super) fn step_done(&mut self, task: TaskId, result: Result<(), (ErrorClass, String)>) {
+        let tokens = self.phase.working_mut().map_or(0, |f| std::mem::take(&mut f.tokens));
+        if tokens > 0 {
+            self.args.scheduler.done_with_tokens(task, tokens);
+        } else {
+            self.args.scheduler.done(task);
+        }
+        let Some(f) = self.phase.working_mut() else { return };
+        let i = f.cursor;
+        match result {
+            Ok(()) => {
+                f.record.plan.steps[i].state = StepState::Done;
+                f.cursor += 1;
+            }
+            Err((class, message)) => {
+                let action = f.record.plan.steps[i].action;
+                f.record.plan.steps[i].state = StepState::Failed { class, message: message.clone() };
+                let (adjustment, reason) = self.brain.adjust_plan(&f.record, i, class);
+                tracing::debug!(persona = %self.name, action = action.as_str(), class = class.as_str(), adjustment = adjustment.kind(), "step failed");
+                f.record.adjustments.push(AdjustmentRecord {
+                    step: i,
+                    action,
+                    class,
+                    error: message,
+                    adjustment: adjustment.clone(),
+                    reason,
+                    at_us: now_us(),
+                });
+                match adjustment {
+                    Adjustment::Continue => f.cursor += 1,
+                    Adjustment::Contingency(actions) => {
+                        let at = i + 1;
+                        for (k, a) in actions.into_iter().enumerate() {
+                            f.record
+                                .plan
+                                .steps
+                                .insert(at + k, Step { action: a, state: StepState::Pending, contingency: true });
+                        }
+                        f.cursor = at;
+                    }
+                    Adjustment::Replan => {
+                        f.avoid.push(action);
+                        let attempt = f.record.plan.attempt + 1;
+                        let plan = self.brain.formulate_plan(&PlanContext {
+                            persona: &self.name,
+                            role: &self.args.config.role,
+                            event: &f.gated.seen.delivery.event,
+                            avoid: &f.avoid,
+                            learnings: &self.learnings,
+                            attempt,
+                            references: !self.refs.current.is_empty(),
+                        });
+                        let old = std::mem::replace(&mut f.record.plan, plan);
+                        f.record.replaced.push(old);
+                        f.cursor = 0;
+                    }
+                    Adjustment::Abort => {
+                        for s in &mut f.record.plan.steps[i + 1..] {
+                            s.state = StepState::Skipped;
+                        }
+                        f.cursor = f.record.plan.steps.len();
+                    }
+                }
+            }
+        }
+        self.next_step();
+    }
+
+    /// The model's choice of plan for the event in flight: the plan it picked with a clear
+    /// margin, else the rules plan; then the first step.
+    pub(super) fn on_planned(&mut self, task: TaskId, answer: Result<Vec<Classification>, LlmFailure>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let Some(choice) = f.choosing.take() else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        match answer {
+            Ok(answers) => {
+                let tokens: usize =
+                    answers.iter().map(|c| c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>()).sum();
+                self.args.scheduler.done_with_tokens(task, tokens as u32);
+                let scores: Vec<Vec<LabelScore>> = answers.into_iter().map(|c| c.scores).collect();
+                let (plan, note) = choice.choose(&scores);
+                f.record.plan = plan;
+                f.notes.push(note);
+            }
+            Err(e) => {
+                self.args.scheduler.done(task);
+                f.notes.push(format!("model failed to choose the plan ({e}): rules plan"));
+            }
+        }
+        self.next_step();
+    }
+
+    /// The model's lesson of the plan in flight: the plan is complete.
+    pub(super) fn on_evaluated(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
+        let Some(mut f) = self.phase.take_work(task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        if !f.steps_over() {
+            self.phase = Phase::Working(f);
+            self.args.scheduler.done(task);
+            return;
+        }
+        let lesson = match answer {
+            Ok(g) => {
+                self.args.scheduler.done_with_tokens(task, (g.tokens_in + g.tokens_out) as u32);
+                let text = g.text.trim().to_string();
+                if text.is_empty() { Err(format!("the model answered nothing ({:?})", g.stop)) } else { Ok(text) }
+            }
+            Err(e) => {
+                self.args.scheduler.done(task);
+                Err(e.to_string())
+            }
+        };
+        match lesson {
+            Ok(text) => self.complete(f, Some(text)),
+            Err(why) => {
+                f.notes.push(format!("no lesson from the model: {why}"));
+                self.complete(f, None);
+            }
+        }
+    }
+
+    /// The plan is over: evaluate it, learn from it (with the model's `lesson`, when it wrote
+    /// one), and finish the event.
+    pub(super) fn complete(&mut self, mut f: Box<Work>, lesson: Option<String>) {
+        let evaluation = self.brain.evaluate_outcome(&f.record);
+        let now = now_us();
+        f.record.finished_us = Some(now);
+        let reflection = match &lesson {
+            Some(l) => {
+                f.notes.push(format!("lesson: {l}"));
+                format!("reflection: {}; lesson: {l}", evaluation.pattern)
+            }
+            None => format!("reflection: {}", evaluation.pattern),
+        };
+        self.remember(f.event(), EntryKind::Reflection, reflection, if evaluation.success { 0.8 } else { 0.9 });
+        match self.learnings.iter_mut().find(|l| l.pattern == evaluation.pattern) {
+            Some(l) => {
+                if evaluation.success {
+                    l.successes += 1;
+                } else {
+                    l.failures += 1;
+                }
+                l.last_us = now;
+            }
+            None => self.learnings.push(Learning {
+                pattern: evaluation.pattern.clone(),
+                domain: f.record.domain.clone(),
+                successes: u32::from(evaluation.success),
+                failures: u32::from(!evaluation.success),
+                last_us: now,
+            }),
+        }
+        let failed = !evaluation.success;
+        self.note_gap(&f, failed);
+        f.record.evaluation = Some(evaluation);
+        self.last_plan = Some(f.record.clone());
+        let Work { gated, record, notes, reply, .. } = *f;
+        self.finish(gated, Some(PlanEnd { record, failed, notes, reply }));
+    }
+}

@@ -1,0 +1,196 @@
+//! Memory: consolidation of working memory, and conversation memory (taking messages in,
+//! embedding them in batches, recalling them for a reply).
+
+use mindfleet_core::conversation::{Recall, Said};
+use mindfleet_core::messages::Delivery;
+use mindfleet_core::sched::{Class, TaskId};
+use mindfleet_core::time::now_us;
+use ractor::call_t;
+
+use crate::consolidate::consolidate;
+use crate::working_memory::MemoryMsg;
+
+use super::Own;
+use super::phase::TaskFor;
+use super::{CHILD_CALL_MS, GATHER, PersonaState};
+
+impl PersonaState {
+    /// Asks for a Background slot to consolidate (at most one request at a time).
+    pub(super) fn want_consolidation(&mut self) {
+        if self.tasks.values().any(|what| *what == TaskFor::Consolidate) {
+            return;
+        }
+        let t = self.own_task(Class::Background, 0.3, "consolidate").paced();
+        self.submit(t, TaskFor::Consolidate);
+    }
+
+    /// Takes a chat message in for conversation memory: embedded by a `Background` task, and
+    /// stored with the event's decision.
+    pub(super) fn take_in(&mut self, d: &Delivery, importance: f64, now: i64) {
+        let e = &d.event;
+        let Some(c) = self.convo.as_mut() else { return };
+        if !matches!(e.domain.as_str(), "chat" | "voice") || e.from == *self.name {
+            return;
+        }
+        let said = Said {
+            seq: d.seq,
+            event_id: e.id.clone(),
+            room: e.room.clone(),
+            from: e.from.clone(),
+            text: e.text.clone(),
+            at_us: e.accepted_us.min(now),
+            importance: importance.clamp(0.0, 1.0),
+            embedded: false,
+            recalled: 0,
+            last_recalled_us: 0,
+        };
+        c.take(said.clone());
+        // Kept with the event's decision (the event stays pending until then).
+        self.taking_in = Some(said);
+        self.gather();
+    }
+
+    /// Asks for the embedding of what waits once a batch is full, else after gathering for
+    /// [`GATHER`]: one index commit per batch, not one per message.
+    pub(super) fn gather(&mut self) {
+        let Some(c) = self.convo.as_mut().filter(|c| c.asked.is_empty() && c.waiting_count() > 0) else { return };
+        if c.pending.len() >= crate::conversation::BATCH {
+            self.want_remember();
+        } else if !c.gathering {
+            c.gathering = true;
+            self.myself.send_after(GATHER, || Own::RememberDue.into());
+        }
+    }
+
+    /// Asks for a `Background` slot to embed what conversation memory has waiting, and checks
+    /// the wait after `max_lag`.
+    pub(super) fn want_remember(&mut self) {
+        let t = self.own_task(Class::Background, 0.2, "remember");
+        let Some(c) = self.convo.as_mut() else { return };
+        c.asked.push(t.id);
+        self.myself.send_after(c.max_lag, || Own::ConversationLag.into());
+        self.submit(t, TaskFor::Remember);
+    }
+
+    /// A message waited past `max_lag`: the embedding also asks for a `work` slot.
+    pub(super) fn on_conversation_lag(&mut self) {
+        let t = self.own_task(Class::Work, 0.5, "remember");
+        let Some(c) = self.convo.as_mut().filter(|c| c.overdue(now_us())) else { return };
+        c.asked.push(t.id);
+        c.promotions += 1;
+        tracing::info!(persona = %self.name, lag_ms = c.lag_us(now_us()) / 1000, "conversation memory behind: promoted to work");
+        self.submit(t, TaskFor::Remember);
+    }
+
+    /// A batch of conversation memory is embedded (or goes back in line).
+    pub(super) fn on_remembered(&mut self, task: TaskId, result: Result<(), String>) {
+        let Some(c) = self.convo.as_mut() else { return };
+        c.asked.retain(|t| *t != task);
+        if let Err(e) = &result {
+            tracing::warn!(persona = %self.name, error = %e, "conversation memory: embedding failed; kept to retry");
+        }
+        let failed = result.is_err();
+        c.batch_done(result, now_us());
+        if let Some(marks) = c.marks_due(!failed) {
+            self.args.storage.conversation_marks(self.name.clone(), marks);
+        }
+        // More waiting: gather again (after a failure, at the next message or check).
+        if !failed {
+            self.refill_conversation();
+            self.gather();
+        }
+    }
+
+    /// Reads back what waits in storage once the queue runs low: at most `QUEUED` messages,
+    /// off the persona's loop (`ReadBack`).
+    pub(super) fn refill_conversation(&mut self) {
+        let Some(c) = self.convo.as_mut() else { return };
+        let asked = c.to_refill();
+        if asked.is_empty() {
+            return;
+        }
+        c.reading = true;
+        let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
+        tokio::task::spawn_blocking(move || {
+            let found = storage.conversation(&name, &asked).map_err(|e| e.to_string());
+            let _ = me.cast(Own::ReadBack { asked, found }.into());
+        });
+    }
+
+    /// What waited in storage is back in the queue.
+    pub(super) fn on_read_back(&mut self, asked: Vec<u64>, found: Result<Vec<Said>, String>) {
+        let Some(c) = self.convo.as_mut() else { return };
+        c.reading = false;
+        match found {
+            Ok(found) => c.refill(&asked, found),
+            Err(e) => {
+                tracing::warn!(persona = %self.name, error = %e, "conversation memory: reading back what waits failed")
+            }
+        }
+        self.gather();
+    }
+
+    /// What conversation memory recalled for the recall step: into the reply, and (when it
+    /// could only match words) reported.
+    pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.args.scheduler.done(task);
+            return;
+        };
+        let seq = f.gated.seen.delivery.seq;
+        let mut degraded = None;
+        match recall {
+            Ok(r) => {
+                f.conversation = r.items.into_iter().filter(|i| i.said.seq != seq).collect();
+                degraded = r.degraded;
+            }
+            Err(e) => f.notes.push(format!("conversation memory did not answer: {e}")),
+        }
+        if let Some(why) = &degraded {
+            f.notes.push(format!("conversation recall degraded (words only): {why}"));
+        }
+        let text = f
+            .recalled
+            .iter()
+            .map(|m| m.text.clone())
+            .chain(f.conversation.iter().map(|r| r.said.content()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if let Some(c) = self.convo.as_mut() {
+            if degraded.is_some() && c.degraded != degraded {
+                tracing::warn!(persona = %self.name, why = degraded.as_deref().unwrap_or(""), "conversation recall is degraded: words only, not meaning");
+            }
+            c.recalls += 1;
+            c.recalls_by_words += u64::from(degraded.is_some());
+            c.degraded = degraded;
+            c.marks.recall(f.conversation.iter().map(|r| r.said.seq), now_us());
+            if let Some(marks) = c.marks_due(false) {
+                self.args.storage.conversation_marks(self.name.clone(), marks);
+            }
+        }
+        self.step_result(task, Ok(Some(text)));
+    }
+
+    /// One consolidation pass: working memory and recent plans into long-term memory.
+    pub(super) async fn consolidate(&mut self) {
+        let Ok(entries) = call_t!(self.memory.actor, MemoryMsg::Snapshot, CHILD_CALL_MS) else { return };
+        let storage = self.args.storage.clone();
+        let name = self.name.clone();
+        // Storage reads and the clustering run off the actor threads.
+        let pass = tokio::task::spawn_blocking(move || {
+            let plans = storage.recent_plans(&name, 200)?;
+            let long_term = storage.long_term(&name, 0)?;
+            let pass = consolidate(&entries, &plans, &long_term.profiles, long_term.watermark, now_us());
+            Ok::<_, mindfleet_store::StorageError>((pass.watermark > long_term.watermark).then_some(pass))
+        })
+        .await;
+        match pass {
+            Ok(Ok(Some(pass))) => {
+                tracing::debug!(persona = %self.name, report = ?pass.report, "consolidated");
+                self.args.storage.consolidate(self.name.clone(), pass);
+            }
+            Ok(Ok(None)) => {}
+            _ => tracing::warn!(persona = %self.name, "consolidation skipped: long-term memory unreadable"),
+        }
+    }
+}
