@@ -48,16 +48,35 @@ pub struct Failure {
 
 /// The writer's state as the rest of the fleet sees it. Cloning is cheap.
 #[derive(Debug, Clone, Default)]
-pub struct Health(Arc<Mutex<Option<Failure>>>);
+pub struct Health(Arc<Watch>);
+
+#[derive(Debug, Default)]
+struct Watch {
+    failure: Mutex<Option<Failure>>,
+    /// The data dir and the free space the writer needs on its disk (`[storage] min_free_mb`).
+    floor: Option<(PathBuf, u64)>,
+}
 
 impl Health {
-    /// Why the writer cannot write now, or `None` when it can.
+    /// The health of a writer whose data dir `data_dir` needs `min_free_mb` MiB free.
+    pub(super) fn watching(data_dir: &Path, min_free_mb: u64) -> Health {
+        Health(Arc::new(Watch { failure: Mutex::default(), floor: Some((data_dir.to_path_buf(), min_free_mb)) }))
+    }
+
+    /// Why the writer cannot write now, or `None` when it can. A disk with less free space than
+    /// the writer needs to resume after a failure counts as full even before a write fails on
+    /// it: the writer would write on it until it fails, then wait for that much space.
     pub fn failure(&self) -> Option<Failure> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let failed = self.0.failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        failed.or_else(|| {
+            let (dir, need_mb) = self.0.floor.as_ref()?;
+            let disk = disk_of(dir).ok()?;
+            (disk.free_mb() < *need_mb).then(|| Failure { reason: nearly_full(dir, &disk, *need_mb), no_space: true })
+        })
     }
 
     pub(super) fn set(&self, f: Option<Failure>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = f;
+        *self.0.failure.lock().unwrap_or_else(|e| e.into_inner()) = f;
     }
 }
 
@@ -173,6 +192,18 @@ pub(super) fn still_full(data_dir: &Path, disk: &Disk, need_mb: u64) -> String {
     )
 }
 
+/// Why the fleet is not healthy although no write failed yet: the disk has less free space than
+/// the writer needs to resume after one.
+fn nearly_full(data_dir: &Path, disk: &Disk, need_mb: u64) -> String {
+    format!(
+        "the disk is full: data dir {} on {} has {} MiB free, less than [storage] min_free_mb ({need_mb} MiB); \
+         a write may fail at any time, and new events are refused once one does, until space is freed",
+        data_dir.display(),
+        disk.name,
+        disk.free_mb()
+    )
+}
+
 /// Retries after a failed write: 100 ms, doubling up to 10 s.
 #[derive(Debug)]
 pub(super) struct Backoff {
@@ -231,6 +262,19 @@ impl RateLimited {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_below_min_free_mb_is_unhealthy_before_any_write_fails() {
+        let dir = std::env::temp_dir();
+        assert_eq!(Health::watching(&dir, 0).failure(), None);
+        let f = Health::watching(&dir, u64::MAX >> 21).failure().expect("no disk has that much free");
+        assert!(f.no_space && f.reason.contains("disk is full") && f.reason.contains("min_free_mb"), "{}", f.reason);
+        // A recorded failure is reported as it is.
+        let h = Health::watching(&dir, 0);
+        let failed = Failure { reason: "I/O error".into(), no_space: false };
+        h.set(Some(failed.clone()));
+        assert_eq!(h.failure(), Some(failed));
+    }
 
     #[test]
     fn the_backoff_doubles_up_to_ten_seconds() {

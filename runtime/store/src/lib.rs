@@ -198,7 +198,7 @@ impl Storage {
         txn.commit().map_err(|e| dberr(e.into()))?;
 
         let db = DbSlot::new(db);
-        let health = Health::default();
+        let health = Health::watching(&cfg.data_dir, cfg.min_free_mb);
         let (tx, rx) = crossbeam_channel::unbounded();
         let writer = Writer::new(db.clone(), health.clone(), cfg.clone(), path.to_path_buf()).map_err(dberr)?;
         std::thread::Builder::new()
