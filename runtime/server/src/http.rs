@@ -29,6 +29,10 @@
 //! other error is JSON `{"error", "field"?}`, unknown routes, wrong methods and bad parameters
 //! among them. [`serve`] bounds connections: how many, how long a head may take, how long a
 //! kept-alive connection may idle.
+//!
+//! The guard (`Host`/`Origin`, then the token) is in `guard`; what a handler takes (query
+//! parameters, path segments, the size-checked body) and its error, `ApiError`, are in `extract`;
+//! the connections are in `conn`. A handler here is its route's parameters, one call, its answer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

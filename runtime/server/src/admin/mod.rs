@@ -6,7 +6,16 @@
 //! targets, and assembles dumps. HTTP handlers (see [`crate::http`]) only authenticate,
 //! size-check and parse, then call this actor.
 //!
-//! Messages: [`AdminMsg`].
+//! Messages: [`AdminMsg`]. This file is the shell (state, start, and `handle`, which hands each
+//! message to the file of its concern):
+//!
+//! - `inject`: events from the API, and those another node accepted for personas of this one;
+//! - `routing`: who an event goes to and where they run, finished events and their replies, the
+//!   persona actors coming up and going down;
+//! - `ask`: introspection (`ai`), embeddings, study, state changes and faults;
+//! - `dump`: gathering dumps, across nodes in a cluster;
+//! - `moves`: moves and placement across nodes, rebalancing, draining;
+//! - `forwarder`: the task per other node that sends what this node keeps for it.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeMap;
