@@ -29,41 +29,46 @@
 //! other error is JSON `{"error", "field"?}`, unknown routes, wrong methods and bad parameters
 //! among them. [`serve`] bounds connections: how many, how long a head may take, how long a
 //! kept-alive connection may idle.
+//!
+//! The guard (`Host`/`Origin`, then the token) is in `guard`; what a handler takes (query
+//! parameters, path segments, the size-checked body) and its error, `ApiError`, are in `extract`;
+//! the connections are in `conn`. A handler here is its route's parameters, one call, its answer.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, to_bytes};
-use axum::extract::rejection::FormRejection;
-use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::middleware;
+use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use ractor::{ActorRef, call_t};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::dashboard;
 use crate::openai;
 use mindfleet_core::ai::{AiQuery, parse_window, window_start};
 use mindfleet_core::config::{AdminConfig, DOMAINS, valid_name};
+use mindfleet_core::dump::{FleetDump, PersonaDump};
 use mindfleet_core::embedding::LongText;
-use mindfleet_core::event::EventInput;
-use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest};
+use mindfleet_core::event::{Event, EventInput};
+use mindfleet_core::knowledge::{IndexMsg, RagRequest};
 use mindfleet_core::llm::LlmMsg;
-use mindfleet_core::messages::{AdminMsg, DumpDepth, Fault, InjectError, StateChange};
+use mindfleet_core::messages::{AdminMsg, DumpDepth, Fault, InjectAck, StateChange};
 use mindfleet_core::model::Verdict;
 use mindfleet_core::sched::MAX_COST_BUCKETS;
 use mindfleet_core::time::now_us;
 
 mod conn;
+mod extract;
+mod guard;
 pub use conn::serve;
+use extract::{ApiError, FromBody, JsonBody, Params, Segments, Text, answer, json_body};
+use guard::{guard, post_login};
 
 /// The shortest token an admin API off loopback takes (without surrounding blanks).
 pub const MIN_TOKEN_CHARS: usize = 16;
@@ -114,27 +119,6 @@ impl From<&AdminConfig> for Edges {
         }
     }
 }
-
-fn error(status: StatusCode, message: impl Into<String>, field: Option<&str>) -> Response {
-    let mut body = json!({ "error": message.into() });
-    if let Some(f) = field {
-        body["field"] = json!(f);
-    }
-    (status, axum::Json(body)).into_response()
-}
-
-fn inject_error(e: InjectError) -> Response {
-    let status = match &e {
-        InjectError::Invalid(_) => StatusCode::BAD_REQUEST,
-        InjectError::NotFound(_) => StatusCode::NOT_FOUND,
-        InjectError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-        InjectError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        InjectError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
-        InjectError::ShuttingDown | InjectError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, e.to_string(), None)
-}
-
 /// Builds the router for a bound address.
 pub fn router(state: HttpState) -> Router {
     Router::new()
@@ -164,71 +148,12 @@ pub fn router(state: HttpState) -> Router {
         .with_state(state)
 }
 
-async fn not_found(uri: axum::http::Uri) -> Response {
-    error(StatusCode::NOT_FOUND, format!("no route {:?}", uri.path()), None)
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no route {:?}", uri.path()))
 }
 
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    error(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not a method of {:?}", uri.path()), None)
-}
-
-/// A request the API cannot take: 400 (unless said otherwise) with the JSON every error has,
-/// naming the query parameter, path segment or body field where one is known.
-#[derive(Debug, Clone, PartialEq)]
-struct BadRequest {
-    status: StatusCode,
-    message: String,
-    field: Option<String>,
-}
-
-impl BadRequest {
-    fn new(message: impl Into<String>, field: Option<&str>) -> BadRequest {
-        BadRequest { status: StatusCode::BAD_REQUEST, message: message.into(), field: field.map(str::to_string) }
-    }
-}
-
-impl IntoResponse for BadRequest {
-    fn into_response(self) -> Response {
-        error(self.status, self.message, self.field.as_deref())
-    }
-}
-
-/// The query string as `T`, or the parameter that is wrong and why.
-fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, BadRequest> {
-    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        match field.as_str() {
-            "" | "." => BadRequest::new(format!("query string: {}", e.inner()), None),
-            f => BadRequest::new(format!("query parameter `{f}`: {}", e.inner()), Some(f)),
-        }
-    })
-}
-
-/// Query parameters, refused with a JSON error that names the one that is wrong (axum's
-/// `Query` answers plain text).
-struct Params<T>(T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
-    type Rejection = BadRequest;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, BadRequest> {
-        parse_query(parts.uri.query().unwrap_or("")).map(Params)
-    }
-}
-
-/// Path segments, refused with a JSON error (axum's `Path` answers plain text).
-struct Segments<T>(T);
-
-impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Segments<T> {
-    type Rejection = BadRequest;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, BadRequest> {
-        match Path::<T>::from_request_parts(parts, state).await {
-            Ok(Path(v)) => Ok(Segments(v)),
-            Err(e) => Err(BadRequest { status: e.status(), message: e.body_text(), field: None }),
-        }
-    }
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::with_status(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not a method of {:?}", uri.path()))
 }
 
 #[derive(Deserialize, Default)]
@@ -249,12 +174,12 @@ struct AiParams {
 }
 
 /// Checks the parameters that name a persona, a room or a domain.
-fn check_names(p: &AiParams) -> Result<(), BadRequest> {
+fn check_names(p: &AiParams) -> Result<(), ApiError> {
     for (field, name) in [("persona", &p.persona), ("room", &p.room)] {
         if let Some(n) = name
             && !valid_name(n)
         {
-            return Err(BadRequest::new(
+            return Err(ApiError::new(
                 format!("`{field}` = {n:?} is not a {field} name (1-64 characters of a-z, 0-9, '-' or '_')"),
                 Some(field),
             ));
@@ -263,7 +188,7 @@ fn check_names(p: &AiParams) -> Result<(), BadRequest> {
     if let Some(d) = &p.domain
         && !DOMAINS.contains(&d.as_str())
     {
-        return Err(BadRequest::new(
+        return Err(ApiError::new(
             format!("`domain` = {d:?} is not a domain (known: {})", DOMAINS.join(", ")),
             Some("domain"),
         ));
@@ -272,14 +197,14 @@ fn check_names(p: &AiParams) -> Result<(), BadRequest> {
 }
 
 /// The query a path and its parameters ask, or what is missing or wrong.
-fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
+fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, ApiError> {
     check_names(&p)?;
     let need = |v: Option<String>, name: &str| {
-        v.ok_or_else(|| BadRequest::new(format!("`{what}` needs the `{name}` parameter"), Some(name)))
+        v.ok_or_else(|| ApiError::new(format!("`{what}` needs the `{name}` parameter"), Some(name)))
     };
     let limit = p.limit.unwrap_or(20).clamp(1, 1000);
     let window =
-        p.since.as_deref().map(parse_window).transpose().map_err(|e| BadRequest::new(e.to_string(), Some("since")))?;
+        p.since.as_deref().map(parse_window).transpose().map_err(|e| ApiError::new(e.to_string(), Some("since")))?;
     let since_us = window.map(|w| window_start(w, now_us()));
     Ok(match what {
         "state" => AiQuery::State { persona: p.persona },
@@ -297,7 +222,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
             since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs(),
             buckets: match p.buckets {
                 Some(b) if !(1..=MAX_COST_BUCKETS).contains(&b) => {
-                    return Err(BadRequest::new(
+                    return Err(ApiError::new(
                         format!("`buckets` must be within 1..={MAX_COST_BUCKETS}, not {b}"),
                         Some("buckets"),
                     ));
@@ -315,7 +240,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
         "select-for-task" => {
             let priority = p.priority.unwrap_or(0.5);
             if !priority.is_finite() || !(0.0..=1.0).contains(&priority) {
-                return Err(BadRequest::new(
+                return Err(ApiError::new(
                     format!("`priority` = {priority} is not a number in 0..=1"),
                     Some("priority"),
                 ));
@@ -323,28 +248,23 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, BadRequest> {
             AiQuery::SelectForTask { domain: need(p.domain, "domain")?, priority, text: p.text.unwrap_or_default() }
         }
         other => {
-            return Err(BadRequest {
-                status: StatusCode::NOT_FOUND,
-                message: format!("unknown query {other:?}"),
-                field: None,
-            });
+            return Err(ApiError::not_found(format!("unknown query {other:?}")));
         }
     })
 }
 
-async fn get_ai(
-    State(st): State<HttpState>,
-    Segments(what): Segments<String>,
-    Params(p): Params<AiParams>,
-) -> Response {
+/// What a handler answers: JSON (200), or the API's error.
+type Answer<T = Value> = Result<Json<T>, ApiError>;
+
+async fn get_ai(State(st): State<HttpState>, Segments(what): Segments<String>, Params(p): Params<AiParams>) -> Answer {
     ai(&st, &what, p).await
 }
 
-async fn get_ai_state(State(st): State<HttpState>, Params(p): Params<AiParams>) -> Response {
+async fn get_ai_state(State(st): State<HttpState>, Params(p): Params<AiParams>) -> Answer {
     ai(&st, "state", p).await
 }
 
-async fn ai(st: &HttpState, what: &str, p: AiParams) -> Response {
+async fn ai(st: &HttpState, what: &str, p: AiParams) -> Answer {
     let page_size = p.page_size;
     // The list a cursor pages through.
     let list = match (what, page_size) {
@@ -352,69 +272,28 @@ async fn ai(st: &HttpState, what: &str, p: AiParams) -> Response {
         ("thoughts", Some(_)) => Some("thoughts"),
         ("decisions", Some(_)) => Some("decisions"),
         (other, Some(_)) => {
-            return error(
-                StatusCode::BAD_REQUEST,
+            return Err(ApiError::new(
                 format!("`page_size` is for thoughts and decisions, not {other:?}"),
                 Some("page_size"),
-            );
+            ));
         }
     };
-    let q = match ai_query(what, p) {
-        Ok(q) => q,
-        Err(e) => return e.into_response(),
-    };
-    let mut v = match call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return inject_error(e),
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
-    };
-    let (Some(list), Some(page_size)) = (list, page_size) else {
-        return (StatusCode::OK, axum::Json(v)).into_response();
-    };
-    let items = match v.get_mut(list).map(serde_json::Value::take) {
-        Some(serde_json::Value::Array(items)) => items,
+    let q = ai_query(what, p)?;
+    let mut v = answer("admin", call_t!(st.admin, AdminMsg::Ai, ADMIN_CALL_MS, q))?;
+    let (Some(list), Some(page_size)) = (list, page_size) else { return Ok(Json(v)) };
+    let items = match v.get_mut(list).map(Value::take) {
+        Some(Value::Array(items)) => items,
         _ => Vec::new(),
     };
-    match call_t!(st.index, |reply| IndexMsg::OpenList { items, page_size, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(mut page)) => {
-            page["persona"] = v["persona"].take();
-            (StatusCode::OK, axum::Json(page)).into_response()
-        }
-        Ok(Err(e)) => rag_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("index unavailable: {e}"), None),
-    }
+    let open = call_t!(st.index, |reply| IndexMsg::OpenList { items, page_size, reply }, ADMIN_CALL_MS);
+    let mut page = answer("index", open)?;
+    page["persona"] = v["persona"].take();
+    Ok(Json(page))
 }
 
-fn rag_error(e: RagError) -> Response {
-    let status = match &e {
-        RagError::Invalid(_) => StatusCode::BAD_REQUEST,
-        RagError::Forbidden(_) => StatusCode::FORBIDDEN,
-        RagError::NotFound(_) => StatusCode::NOT_FOUND,
-        RagError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error(status, e.to_string(), None)
-}
-
-async fn post_rag(
-    State(st): State<HttpState>,
-    Segments(command): Segments<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let req = match RagRequest::parse(&command, &text) {
-        Ok(r) => r,
-        Err(e) => return rag_error(e),
-    };
-    match call_t!(st.index, IndexMsg::Request, INDEX_CALL_MS, Box::new(req)) {
-        Ok(Ok(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
-        Ok(Err(e)) => rag_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("index unavailable: {e}"), None),
-    }
+async fn post_rag(State(st): State<HttpState>, Segments(command): Segments<String>, Text(text): Text) -> Answer {
+    let req = RagRequest::parse(&command, &text)?;
+    answer("index", call_t!(st.index, IndexMsg::Request, INDEX_CALL_MS, Box::new(req))).map(Json)
 }
 
 #[derive(Deserialize)]
@@ -424,25 +303,22 @@ struct StateBody {
     change: StateChange,
 }
 
-async fn post_state(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let StateBody { persona, change } = match serde_json::from_str(&text) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid state change: {e}"), None),
-    };
-    if let StateChange::Focus { intensity, .. } = &change
-        && (!intensity.is_finite() || !(0.0..=1.0).contains(intensity))
-    {
-        return error(StatusCode::BAD_REQUEST, format!("`intensity` = {intensity} is not in 0..=1"), Some("intensity"));
+impl FromBody for StateBody {
+    fn from_body(text: &str) -> Result<StateBody, ApiError> {
+        let body: StateBody = json_body(text, "invalid state change")?;
+        if let StateChange::Focus { intensity, .. } = &body.change
+            && (!intensity.is_finite() || !(0.0..=1.0).contains(intensity))
+        {
+            return Err(ApiError::new(format!("`intensity` = {intensity} is not in 0..=1"), Some("intensity")));
+        }
+        Ok(body)
     }
-    match call_t!(st.admin, |reply| AdminMsg::SetState { persona, change, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
-    }
+}
+
+async fn post_state(State(st): State<HttpState>, JsonBody(b): JsonBody<StateBody>) -> Answer {
+    let StateBody { persona, change } = b;
+    answer("admin", call_t!(st.admin, |reply| AdminMsg::SetState { persona, change, reply }, ADMIN_CALL_MS))?;
+    Ok(Json(json!({"ok": true})))
 }
 
 #[derive(Deserialize)]
@@ -453,23 +329,17 @@ struct StudyBody {
     topic: Option<String>,
 }
 
-async fn post_study(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let StudyBody { persona, topic } = match serde_json::from_str(&text) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid study request: {e}"), None),
-    };
-    let asked = persona.clone();
-    match call_t!(st.admin, |reply| AdminMsg::Study { persona, topic, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(topic)) => {
-            (StatusCode::OK, axum::Json(json!({"persona": asked, "topic": topic, "queued": true}))).into_response()
-        }
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+impl FromBody for StudyBody {
+    fn from_body(text: &str) -> Result<StudyBody, ApiError> {
+        json_body(text, "invalid study request")
     }
+}
+
+async fn post_study(State(st): State<HttpState>, JsonBody(b): JsonBody<StudyBody>) -> Answer {
+    let StudyBody { persona, topic } = b;
+    let asked = persona.clone();
+    let topic = answer("admin", call_t!(st.admin, |reply| AdminMsg::Study { persona, topic, reply }, ADMIN_CALL_MS))?;
+    Ok(Json(json!({"persona": asked, "topic": topic, "queued": true})))
 }
 
 #[derive(Deserialize)]
@@ -480,24 +350,20 @@ struct MoveBody {
     to: Option<String>,
 }
 
+impl FromBody for MoveBody {
+    fn from_body(text: &str) -> Result<MoveBody, ApiError> {
+        json_body(text, "invalid move request")
+    }
+}
+
 /// How long a move or a drain may take: each persona stops, then its rows reach its new node.
 const MOVE_CALL_MS: u64 = 120_000;
 
 /// Moves a persona of this node, with its state, to another node (`to`, else the least loaded).
-async fn post_move(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let MoveBody { persona, to } = match serde_json::from_str(&text) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid move request: {e}"), None),
-    };
-    match call_t!(st.admin, |reply| AdminMsg::Move { persona, to, reply }, MOVE_CALL_MS) {
-        Ok(Ok(done)) => (StatusCode::OK, axum::Json(json!({ "moved": [done] }))).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
-    }
+async fn post_move(State(st): State<HttpState>, JsonBody(b): JsonBody<MoveBody>) -> Answer {
+    let MoveBody { persona, to } = b;
+    let done = answer("admin", call_t!(st.admin, |reply| AdminMsg::Move { persona, to, reply }, MOVE_CALL_MS))?;
+    Ok(Json(json!({ "moved": [done] })))
 }
 
 #[derive(Deserialize, Default)]
@@ -507,24 +373,20 @@ struct DrainBody {
     to: Option<String>,
 }
 
-/// Moves every persona of this node to the others, one after the other.
-async fn post_drain(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let DrainBody { to } = match text.trim() {
-        "" => DrainBody::default(),
-        t => match serde_json::from_str(t) {
-            Ok(b) => b,
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid drain request: {e}"), None),
-        },
-    };
-    match call_t!(st.admin, |reply| AdminMsg::Drain { to, reply }, MOVE_CALL_MS * 10) {
-        Ok(Ok(moved)) => (StatusCode::OK, axum::Json(json!({ "moved": moved }))).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+impl FromBody for DrainBody {
+    /// An empty body drains to the least loaded nodes.
+    fn from_body(text: &str) -> Result<DrainBody, ApiError> {
+        match text.trim() {
+            "" => Ok(DrainBody::default()),
+            t => json_body(t, "invalid drain request"),
+        }
     }
+}
+
+/// Moves every persona of this node to the others, one after the other.
+async fn post_drain(State(st): State<HttpState>, JsonBody(DrainBody { to }): JsonBody<DrainBody>) -> Answer {
+    let moved = answer("admin", call_t!(st.admin, |reply| AdminMsg::Drain { to, reply }, MOVE_CALL_MS * 10))?;
+    Ok(Json(json!({ "moved": moved })))
 }
 
 #[derive(Deserialize)]
@@ -535,256 +397,34 @@ struct EmbedBody {
     long: LongText,
 }
 
-async fn post_embedding(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let EmbedBody { text, long } = match serde_json::from_str(&text) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid embedding request: {e}"), None),
-    };
-    match call_t!(st.admin, |reply| AdminMsg::Embed { text, long, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(v)) => (StatusCode::OK, axum::Json(v)).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+impl FromBody for EmbedBody {
+    fn from_body(text: &str) -> Result<EmbedBody, ApiError> {
+        json_body(text, "invalid embedding request")
     }
 }
 
-async fn post_chat(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    match read_body(&st, &headers, body).await {
-        Ok(text) => openai::chat_completions(st.llm.clone(), &text).await,
-        Err(r) => r,
-    }
+async fn post_embedding(State(st): State<HttpState>, JsonBody(b): JsonBody<EmbedBody>) -> Answer {
+    let EmbedBody { text, long } = b;
+    answer("admin", call_t!(st.admin, |reply| AdminMsg::Embed { text, long, reply }, ADMIN_CALL_MS)).map(Json)
+}
+
+async fn post_chat(State(st): State<HttpState>, Text(text): Text) -> Response {
+    openai::chat_completions(st.llm.clone(), &text).await
 }
 
 async fn get_models(State(st): State<HttpState>) -> Response {
     openai::models(st.llm.clone()).await
 }
 
-/// The host of an authority (`host[:port]`), lowercase, if it is well-formed: a bracketed IPv6
-/// address or a name of letters, digits, `-`, `_` and `.`, then an optional port of digits.
-fn authority_host(authority: &str) -> Option<String> {
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(rest) => {
-            let (inside, _) = rest.split_once(']')?;
-            inside.parse::<Ipv6Addr>().ok()?;
-            authority.split_at(inside.len() + 2)
-        }
-        None => authority.split_at(authority.find(':').unwrap_or(authority.len())),
-    };
-    let port_ok = port.is_empty()
-        || port.strip_prefix(':').is_some_and(|d| d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit()));
-    let name_ok =
-        host.starts_with('[') || host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    (!host.is_empty() && name_ok && port_ok).then(|| host.to_ascii_lowercase())
-}
-
-/// Whether `host` (lowercase, from [`authority_host`]) is a loopback literal: `localhost`, an
-/// IPv4 address in 127.0.0.0/8 or `[::1]`. A name that only starts like one is not.
-fn is_loopback_literal(host: &str) -> bool {
-    host == "localhost"
-        || host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
-        || host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .and_then(|h| h.parse::<Ipv6Addr>().ok())
-            .is_some_and(|ip| ip.is_loopback())
-}
-
-/// Whether an authority names this loopback API: a loopback literal or a configured name.
-fn host_allowed(authority: &str, allowed: &[String]) -> bool {
-    authority_host(authority).is_some_and(|h| is_loopback_literal(&h) || allowed.contains(&h))
-}
-
-/// The authority of an `Origin` (`scheme://host[:port]`, http or https). An origin sent with
-/// a path is judged by its authority alone; `null` and other schemes have none.
-fn origin_authority(origin: &str) -> Option<&str> {
-    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"))?;
-    rest.split(['/', '?', '#']).next().filter(|a| !a.is_empty())
-}
-
-/// Whether the `Host` and `Origin` headers may drive this API; the refusal otherwise. On
-/// loopback `Host` must name it (a DNS-rebinding page's requests carry its own name); `Origin`,
-/// when present, must name it too (on loopback) or be the `Host` (off loopback, where the token
-/// guards the API). A header that is not ASCII is refused, never skipped.
-fn check_host_and_origin(headers: &HeaderMap, loopback: bool, allowed: &[String]) -> Result<(), BadRequest> {
-    let refuse = |message: String, field: &str| BadRequest {
-        status: StatusCode::FORBIDDEN,
-        message,
-        field: Some(field.to_string()),
-    };
-    let host = match headers.get(header::HOST).map(|h| h.to_str()) {
-        None => None,
-        Some(Ok(h)) => Some(h),
-        Some(Err(_)) => return Err(refuse("the Host header is not ASCII".into(), "Host")),
-    };
-    if let Some(h) = host
-        && !loopback
-        && authority_host(h).is_none()
-    {
-        return Err(refuse(format!("Host {h:?} is not host[:port]"), "Host"));
-    }
-    if loopback && !host.is_some_and(|h| host_allowed(h, allowed)) {
-        return Err(refuse(format!("Host {:?} is not a name of this loopback admin API", host.unwrap_or("")), "Host"));
-    }
-    let origin = match headers.get(header::ORIGIN).map(|h| h.to_str()) {
-        None => return Ok(()),
-        Some(Ok(o)) => o,
-        Some(Err(_)) => return Err(refuse("the Origin header is not ASCII".into(), "Origin")),
-    };
-    let ok = origin_authority(origin).is_some_and(|a| {
-        if loopback { host_allowed(a, allowed) } else { host.is_some_and(|h| a.eq_ignore_ascii_case(h)) }
-    });
-    if ok { Ok(()) } else { Err(refuse(format!("Origin {origin:?} may not drive this admin API"), "Origin")) }
-}
-
-/// DNS-rebinding and cross-site guard, then the bearer token.
-async fn guard(State(st): State<HttpState>, req: Request, next: Next) -> Response {
-    let headers = req.headers();
-    if let Err(e) = check_host_and_origin(headers, st.local.ip().is_loopback(), &st.edges.allowed_hosts) {
-        return e.into_response();
-    }
-    let path = req.uri().path();
-    // Open without the token: health, the dashboard's login and its (static) style and script.
-    let open = matches!(path, "/health" | "/dashboard/login" | "/dashboard/dashboard.css" | "/dashboard/dashboard.js");
-    if let Some(token) = &st.token
-        && !open
-        && !bearer_matches(headers, token)
-        && !cookie_matches(headers, token)
-    {
-        if path == "/" {
-            // A person at the dashboard: the form that sets the cookie.
-            return (StatusCode::UNAUTHORIZED, axum::response::Html(dashboard::render_login(false))).into_response();
-        }
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer ...)", None);
-    }
-    next.run(req).await
-}
-
-/// Compares in constant time: the SHA-256 digests of both, folded byte by byte, so neither
-/// the first difference nor the token's length shows in the time taken.
-fn same_token(given: &str, token: &str) -> bool {
-    use sha2::{Digest, Sha256};
-    let (a, b) = (Sha256::digest(given.as_bytes()), Sha256::digest(token.as_bytes()));
-    std::hint::black_box(a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
-}
-
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
-    same_token(given, token)
-}
-
-/// The dashboard's cookie, set by `POST /dashboard/login`: a browser cannot send the bearer
-/// header from a page or an `EventSource`.
-const TOKEN_COOKIE: &str = "mindfleet_token";
-
-fn cookie_matches(headers: &HeaderMap, token: &str) -> bool {
-    headers.get_all(header::COOKIE).iter().filter_map(|h| h.to_str().ok()).flat_map(|h| h.split(';')).any(|c| {
-        c.trim().strip_prefix(TOKEN_COOKIE).and_then(|v| v.strip_prefix('=')).is_some_and(|v| same_token(v, token))
-    })
-}
-
-#[derive(Deserialize)]
-struct Login {
-    token: String,
-}
-
-/// The dashboard's login: the right token sets the cookie (HttpOnly, SameSite=Strict, so no
-/// other site's page sends it) and goes to the page; a wrong one gets the form again.
-async fn post_login(State(st): State<HttpState>, form: Result<axum::Form<Login>, FormRejection>) -> Response {
-    let login = match form {
-        Ok(axum::Form(l)) => l,
-        Err(e) => return error(e.status(), e.body_text(), Some("token")),
-    };
-    let to_page = [(header::LOCATION, "/".to_string())];
-    match &st.token {
-        None => (StatusCode::SEE_OTHER, to_page).into_response(),
-        Some(token) if !same_token(&login.token, token) => {
-            (StatusCode::UNAUTHORIZED, axum::response::Html(dashboard::render_login(true))).into_response()
-        }
-        Some(token) => {
-            let cookie = format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-            (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie)], to_page).into_response()
-        }
+impl FromBody for Event {
+    fn from_body(text: &str) -> Result<Event, ApiError> {
+        let input = EventInput::from_json(text).map_err(|e| ApiError::new(format!("invalid event JSON: {e}"), None))?;
+        input.validate().map_err(|e| ApiError::new(e.to_string(), Some(e.field)))
     }
 }
 
-async fn read_body(st: &HttpState, headers: &HeaderMap, body: Body) -> Result<String, Response> {
-    let too_big = || {
-        error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than the limit of {} bytes", st.max_body), None)
-    };
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > st.max_body) {
-        return Err(too_big());
-    }
-    let bytes = match to_bytes(body, st.max_body).await {
-        Ok(b) => b,
-        Err(e) => {
-            return Err(match body_error(&e) {
-                BodyError::TooLarge => too_big(),
-                BodyError::Malformed(why) => error(StatusCode::BAD_REQUEST, why, None),
-            });
-        }
-    };
-    String::from_utf8(bytes.to_vec()).map_err(|_| error(StatusCode::BAD_REQUEST, "body is not UTF-8", None))
-}
-
-/// Why a body could not be read.
-#[derive(Debug, PartialEq)]
-enum BodyError {
-    /// Over the limit (413).
-    TooLarge,
-    /// Cut short or badly framed (400), and how.
-    Malformed(String),
-}
-
-/// Tells a body over the limit (`LengthLimitError`, somewhere in the chain) from one cut short
-/// (before its `Content-Length` or inside a chunk) or badly framed (a chunk size that is not hex).
-fn body_error(e: &(dyn std::error::Error + 'static)) -> BodyError {
-    let mut cause = Some(e);
-    let mut io_kind = None;
-    while let Some(c) = cause {
-        if c.is::<http_body_util::LengthLimitError>() {
-            return BodyError::TooLarge;
-        }
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            io_kind = Some((io.kind(), io.to_string()));
-        }
-        cause = c.source();
-    }
-    BodyError::Malformed(match io_kind {
-        Some((std::io::ErrorKind::UnexpectedEof, _)) => {
-            "body ended before its declared length (Content-Length or chunk size)".to_string()
-        }
-        Some((_, why)) => format!("malformed body: {why}"),
-        None => format!("cannot read the body: {e}"),
-    })
-}
-
-async fn post_event(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let input = match EventInput::from_json(&text) {
-        Ok(i) => i,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid event JSON: {e}"), None),
-    };
-    let event = match input.validate() {
-        Ok(e) => e,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string(), Some(e.field)),
-    };
-    match call_t!(st.admin, AdminMsg::Inject, ADMIN_CALL_MS, Box::new(event)) {
-        Ok(Ok(ack)) => (StatusCode::OK, axum::Json(ack)).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
-    }
+async fn post_event(State(st): State<HttpState>, JsonBody(event): JsonBody<Event>) -> Answer<InjectAck> {
+    answer("admin", call_t!(st.admin, AdminMsg::Inject, ADMIN_CALL_MS, Box::new(event))).map(Json)
 }
 
 #[derive(Deserialize)]
@@ -792,49 +432,34 @@ struct DumpQuery {
     persona: Option<String>,
 }
 
-async fn dump(st: &HttpState, persona: Option<String>) -> Response {
-    match call_t!(st.admin, |reply| AdminMsg::Dump { persona, depth: DumpDepth::Full, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(d)) => (StatusCode::OK, axum::Json(d)).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
-    }
+async fn dump(st: &HttpState, persona: Option<String>) -> Result<FleetDump, ApiError> {
+    answer("admin", call_t!(st.admin, |reply| AdminMsg::Dump { persona, depth: DumpDepth::Full, reply }, ADMIN_CALL_MS))
 }
 
-async fn get_dump(State(st): State<HttpState>, Params(q): Params<DumpQuery>) -> Response {
+async fn get_dump(State(st): State<HttpState>, Params(q): Params<DumpQuery>) -> Answer<FleetDump> {
     if let Some(p) = &q.persona
         && !valid_name(p)
     {
-        return error(StatusCode::BAD_REQUEST, format!("`persona` = {p:?} is not a persona name"), Some("persona"));
+        return Err(ApiError::new(format!("`persona` = {p:?} is not a persona name"), Some("persona")));
     }
-    dump(&st, q.persona).await
+    dump(&st, q.persona).await.map(Json)
 }
 
-async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Response {
-    match call_t!(
-        st.admin,
-        |reply| AdminMsg::Dump { persona: Some(name), depth: DumpDepth::Full, reply },
-        ADMIN_CALL_MS
-    ) {
-        Ok(Ok(mut d)) if !d.personas.is_empty() => (StatusCode::OK, axum::Json(d.personas.remove(0))).into_response(),
-        Ok(Ok(_)) => error(StatusCode::NOT_FOUND, "no such persona", None),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Answer<PersonaDump> {
+    let mut d = dump(&st, Some(name)).await?;
+    if d.personas.is_empty() {
+        return Err(ApiError::not_found("no such persona"));
     }
+    Ok(Json(d.personas.remove(0)))
 }
 
-async fn get_page(State(st): State<HttpState>) -> Response {
-    match dashboard::page(&st.admin).await {
-        Ok(html) => axum::response::Html(html).into_response(),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
-    }
+async fn get_page(State(st): State<HttpState>) -> Result<Html<String>, ApiError> {
+    dashboard::page(&st.admin).await.map(Html).map_err(ApiError::unavailable)
 }
 
-async fn get_panel(State(st): State<HttpState>, Segments(name): Segments<String>) -> Response {
-    match dashboard::panel(&st.admin, name.clone()).await {
-        Ok(Some(html)) => axum::response::Html(html).into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, format!("no persona {name:?}"), None),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
-    }
+async fn get_panel(State(st): State<HttpState>, Segments(name): Segments<String>) -> Result<Html<String>, ApiError> {
+    let html = dashboard::panel(&st.admin, name.clone()).await.map_err(ApiError::unavailable)?;
+    html.map(Html).ok_or_else(|| ApiError::not_found(format!("no persona {name:?}")))
 }
 
 #[derive(Deserialize)]
@@ -849,46 +474,44 @@ async fn get_panel_list(
     State(st): State<HttpState>,
     Segments((name, list)): Segments<(String, String)>,
     Params(q): Params<ListParams>,
-) -> Response {
+) -> Result<Html<String>, ApiError> {
     let Some(which) = dashboard::List::parse(&list) else {
-        return error(StatusCode::NOT_FOUND, format!("no panel list {list:?} (known: decisions, memory)"), None);
+        return Err(ApiError::not_found(format!("no panel list {list:?} (known: decisions, memory)")));
     };
-    match dashboard::list_page(&st.admin, &st.index, name.clone(), which, q.handle, q.direction).await {
-        Ok(Some(html)) => axum::response::Html(html).into_response(),
-        Ok(None) => error(
-            StatusCode::NOT_FOUND,
-            format!("no persona {name:?}, or its {list} cursor expired or was closed: reopen the panel"),
-            None,
-        ),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e, None),
-    }
+    let html = dashboard::list_page(&st.admin, &st.index, name.clone(), which, q.handle, q.direction)
+        .await
+        .map_err(ApiError::unavailable)?;
+    html.map(Html).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no persona {name:?}, or its {list} cursor expired or was closed: reopen the panel"
+        ))
+    })
 }
 
-async fn get_dashboard_events(State(st): State<HttpState>) -> Response {
+async fn get_dashboard_events(State(st): State<HttpState>) -> Result<impl IntoResponse, ApiError> {
     if !st.ready.load(Ordering::Acquire) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "restoring stored state", None);
+        return Err(ApiError::unavailable("restoring stored state"));
     }
-    dashboard::events(st.feed.subscribe(&st.admin, st.ready.clone())).into_response()
+    Ok(dashboard::events(st.feed.subscribe(&st.admin, st.ready.clone())))
 }
 
-async fn get_asset(Segments(asset): Segments<String>) -> Response {
+async fn get_asset(Segments(asset): Segments<String>) -> Result<impl IntoResponse, ApiError> {
     let (body, kind) = match asset.as_str() {
         "dashboard.js" => (dashboard::SCRIPT, "text/javascript; charset=utf-8"),
         "dashboard.css" => (dashboard::STYLE, "text/css; charset=utf-8"),
-        _ => return error(StatusCode::NOT_FOUND, format!("no dashboard asset {asset:?}"), None),
+        _ => return Err(ApiError::not_found(format!("no dashboard asset {asset:?}"))),
     };
-    ([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+    Ok(([(header::CONTENT_TYPE, kind), (header::CACHE_CONTROL, "no-cache")], body))
 }
 
-async fn health(State(st): State<HttpState>) -> Response {
+async fn health(State(st): State<HttpState>) -> Answer {
     if let Some(f) = st.storage.failure() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, f.reason, None);
+        return Err(ApiError::unavailable(f.reason));
     }
-    if st.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
-    } else {
-        error(StatusCode::SERVICE_UNAVAILABLE, "restoring stored state", None)
+    if !st.ready.load(Ordering::Acquire) {
+        return Err(ApiError::unavailable("restoring stored state"));
     }
+    Ok(Json(json!({"status": "ok"})))
 }
 
 #[derive(Deserialize)]
@@ -898,20 +521,16 @@ struct FaultBody {
     fault: Fault,
 }
 
-async fn post_fault(State(st): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let text = match read_body(&st, &headers, body).await {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let FaultBody { persona, fault } = match serde_json::from_str(&text) {
-        Ok(f) => f,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid fault JSON: {e}"), None),
-    };
-    match call_t!(st.admin, |reply| AdminMsg::Fault { persona, fault, reply }, ADMIN_CALL_MS) {
-        Ok(Ok(())) => (StatusCode::OK, axum::Json(json!({"ok": true}))).into_response(),
-        Ok(Err(e)) => inject_error(e),
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("admin unavailable: {e}"), None),
+impl FromBody for FaultBody {
+    fn from_body(text: &str) -> Result<FaultBody, ApiError> {
+        json_body(text, "invalid fault JSON")
     }
+}
+
+async fn post_fault(State(st): State<HttpState>, JsonBody(b): JsonBody<FaultBody>) -> Answer {
+    let FaultBody { persona, fault } = b;
+    answer("admin", call_t!(st.admin, |reply| AdminMsg::Fault { persona, fault, reply }, ADMIN_CALL_MS))?;
+    Ok(Json(json!({"ok": true})))
 }
 
 #[cfg(test)]

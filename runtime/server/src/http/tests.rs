@@ -1,6 +1,10 @@
-use axum::body::Bytes;
+use axum::body::{Body, Bytes, to_bytes};
+use axum::http::HeaderMap;
 use axum::http::HeaderValue;
+use std::net::Ipv4Addr;
 
+use super::extract::*;
+use super::guard::*;
 use super::*;
 use proptest::prelude::*;
 
