@@ -16,6 +16,7 @@
 
 mod ann;
 pub mod chunk;
+mod exact;
 mod keyword;
 mod store;
 mod vectors;
