@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
-use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_models::fetch;
+use mindfleet_models::llm::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_runtime::admin::{Admin, AdminArgs, AdminCluster};
@@ -36,7 +37,6 @@ use mindfleet_runtime::llm::LlmMsg;
 use mindfleet_runtime::messages::{
     AdminMsg, CoordinatorMsg, DumpDepth, Fault, FleetMsg, Handles, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
-use mindfleet_runtime::models;
 use mindfleet_runtime::restart::RestartWindow;
 use mindfleet_runtime::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_runtime::storage::{DataDirLock, HandOff, Storage, lock_data_dir};
@@ -362,7 +362,7 @@ fn serving(args: &FleetArgs, node: Option<&String>) -> Option<Serving> {
 pub fn embed_args(config: &FleetConfig) -> EmbedArgs {
     let e = config.embedding;
     EmbedArgs {
-        model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name)),
+        model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(fetch::MINILM.name)),
         cache: e.cache.then(|| config.storage.data_dir.join("embeddings.redb")),
         max_batch: e.max_batch,
         max_wait: e.max_wait,
@@ -387,14 +387,14 @@ pub fn index_args(config: &FleetConfig, embedding: ActorRef<EmbedMsg>, llm: Opti
 /// or an OpenAI-compatible endpoint.
 pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     match &config.llm {
-        LlmBackend::Local => {
-            BackendArgs::Local {
-                model: config.models.llm.clone().unwrap_or_else(|| {
-                    config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)
-                }),
-                config: LlmConfig::default(),
-            }
-        }
+        LlmBackend::Local => BackendArgs::Local {
+            model: config
+                .models
+                .llm
+                .clone()
+                .unwrap_or_else(|| config.models.dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name)),
+            config: LlmConfig::default(),
+        },
         LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
             url: url.clone(),
             model: model.clone(),

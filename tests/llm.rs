@@ -7,11 +7,11 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use mindfleet_actors::llm::{
+use mindfleet_models::fetch::SMOLLM2;
+use mindfleet_models::llm::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
 };
-use mindfleet_runtime::models::SMOLLM2;
 use serde_json::Value;
 
 use crate::util::pulled;
@@ -467,7 +467,7 @@ fn local_config(dir: &std::path::Path) -> mindfleet_runtime::config::FleetConfig
 
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
-    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Stop};
+    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Stop};
     use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
     use ractor::{ActorRef, call};
 
@@ -644,9 +644,9 @@ mod brain {
 mod openai {
     use std::time::Duration;
 
-    use mindfleet_actors::llm::ChatMessage;
     use mindfleet_actors::llm::openai::OpenAiConfig;
     use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
+    use mindfleet_models::llm::ChatMessage;
     use mindfleet_runtime::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
     use ractor::call;
     use serde_json::{Value, json};

@@ -36,7 +36,6 @@ pub mod knowledge;
 pub mod llm;
 pub mod messages;
 pub mod model;
-pub mod models;
 pub mod openai;
 pub mod private;
 pub mod refs;

@@ -22,7 +22,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use mindfleet_actors::embed::{Embedder, model_name};
+use mindfleet_actors::embed::model_name;
+use mindfleet_models::embed::Embedder;
 use mindfleet_runtime::config::ReferencesConfig;
 use mindfleet_runtime::refs::{self, Catalog, RefMatch};
 use serde::Deserialize;

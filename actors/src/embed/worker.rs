@@ -32,9 +32,9 @@ use mindfleet_runtime::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded,
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use sha2::{Digest, Sha256};
 
-use super::Embedder;
 use super::cache::{Cache, Key};
 use crate::scheduler::nearest_rank;
+use mindfleet_models::embed::Embedder;
 
 /// Latencies kept for the p50/p99 in stats.
 const LATENCIES_KEPT: usize = 4096;
@@ -507,7 +507,7 @@ pub(crate) fn fingerprint(dir: &Path) -> Key {
 
 /// Loads the model, then serves batches until the actor drops its end of the channel.
 fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Receiver<Job>, actor: ActorRef<EmbedMsg>) {
-    crate::lower_model_thread_priority();
+    mindfleet_models::lower_model_thread_priority();
     // The files are checked now, so a broken model is reported at once; the weights load with
     // the first request, so a fleet that embeds nothing does not hold them.
     let checked = Embedder::check(dir).map_err(|e| e.to_string());

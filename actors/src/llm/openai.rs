@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop};
+use mindfleet_models::llm::{
+    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
+};
 use mindfleet_runtime::llm::{TokenLogprob, TopLogprob};
 
 /// Alternatives asked for when classifying (OpenAI's most).

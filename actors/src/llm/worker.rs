@@ -27,8 +27,8 @@ use mindfleet_runtime::llm::{
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
 use super::openai::{OpenAi, OpenAiConfig};
-use super::{Llm, LlmConfig, LlmError};
 use crate::scheduler::nearest_rank;
+use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
 
 /// Times to first token kept for the p50/p99 in stats.
 const TTFT_KEPT: usize = 1024;
@@ -259,7 +259,7 @@ impl Actor for LlmWorker {
 fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     let started = Instant::now();
     let loaded: Result<(Arc<dyn Backend>, LlmInfo), LlmError> = match args.backend {
-        BackendArgs::Local { model, config } => super::runnable(&model).and_then(|file| {
+        BackendArgs::Local { model, config } => mindfleet_models::llm::runnable(&model).and_then(|file| {
             let llm = Llm::load_with(&file, config)?;
             let info = LlmInfo {
                 model: file_name(llm.file()),
@@ -313,7 +313,7 @@ fn failure(e: LlmError) -> LlmFailure {
 
 /// One slot: runs requests until the channel closes.
 fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
-    crate::lower_model_thread_priority();
+    mindfleet_models::lower_model_thread_priority();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {

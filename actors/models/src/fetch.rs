@@ -17,7 +17,7 @@ use std::process::Command;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use crate::config::default_models_dir as default_dir;
+pub use mindfleet_runtime::config::default_models_dir as default_dir;
 
 /// One file the runtime reads, as shipped inside its wheel.
 #[derive(Debug, Clone, Copy)]
