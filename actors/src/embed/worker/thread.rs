@@ -69,99 +69,14 @@ pub(super) fn inference_thread(
     let checked = Embedder::check(dir).map_err(|e| e.to_string());
     let _ = actor.cast(own(Callback::Checked(checked.clone())));
     let mut model = checked.map(|()| None);
-    let load = |model: &mut Result<Option<Embedder>, String>| {
-        if !matches!(model, Ok(None)) {
-            return;
-        }
-        let started = Instant::now();
-        *model = match Embedder::load(dir) {
-            Ok(m) => {
-                let info = ModelInfo {
-                    model: model_name(dir),
-                    path: dir.display().to_string(),
-                    dimensions: m.dimensions(),
-                    window: m.window(),
-                    load_s: started.elapsed().as_secs_f64(),
-                };
-                let _ = actor.cast(own(Callback::Loaded(Ok(info))));
-                Ok(Some(m))
-            }
-            Err(e) => {
-                let e = e.to_string();
-                let _ = actor.cast(own(Callback::Loaded(Err(e.clone()))));
-                Err(e)
-            }
-        };
-    };
-    // Bulk jobs wait here while other jobs are queued.
-    let mut deferred: VecDeque<Job> = VecDeque::new();
-    let sort = |job: Job, batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| match job.bulk() {
-        true => deferred.push_back(job),
-        false => batch.push(job),
-    };
-    // Inputs of other work run since the backlog last had a batch, while it waited; and when
-    // other work last came.
-    let (mut since_bulk, mut last_other) = (0, None::<Instant>);
-    loop {
-        let mut batch = Vec::new();
-        // Block only when nothing is deferred.
-        if deferred.is_empty() {
-            match jobs.recv() {
-                Ok(job) => sort(job, &mut batch, &mut deferred),
-                Err(_) => return,
-            }
-        }
-        while let Ok(job) = jobs.try_recv() {
-            sort(job, &mut batch, &mut deferred);
-        }
-        // A batch of the backlog: when there is no other work, and (beside it) once other work
-        // has kept the backlog waiting for `BULK_EVERY` batches' worth. While other work keeps
-        // coming, the backlog's batches are a quarter of the size, so a query that comes
-        // while one runs waits a quarter as long.
-        if !batch.is_empty() {
-            last_other = Some(Instant::now());
-        }
-        let busy = last_other.is_some_and(|t| t.elapsed() < QUERIES_RECENT);
-        let bulk_batch = if busy { (max_batch / 4).max(1) } else { max_batch };
-        let backlog = |batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| {
-            let mut inputs = 0;
-            while inputs < bulk_batch
-                && let Some(job) = deferred.pop_front()
-            {
-                inputs += job.texts.len();
-                batch.push(job);
-            }
-        };
-        if batch.is_empty() {
-            backlog(&mut batch, &mut deferred);
-            since_bulk = 0;
-        } else {
-            // Requests come in bursts: wait a little for more while the batch is short.
-            let mut inputs: usize = batch.iter().map(|j| j.texts.len()).sum();
-            let deadline = Instant::now() + max_wait;
-            while inputs < max_batch {
-                match jobs.recv_deadline(deadline) {
-                    Ok(job) => {
-                        inputs += if job.bulk() { 0 } else { job.texts.len() };
-                        sort(job, &mut batch, &mut deferred);
-                    }
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            if !deferred.is_empty() {
-                since_bulk += inputs;
-            }
-            if since_bulk >= BULK_EVERY * bulk_batch {
-                backlog(&mut batch, &mut deferred);
-                since_bulk = 0;
-            }
-        }
+    let mut intake = Intake { jobs, max_batch, max_wait, deferred: VecDeque::new(), since_bulk: 0, last_other: None };
+    while let Some(batch) = intake.next_batch() {
         // What is past its deadline is answered, not run.
         let now = Instant::now();
         let (late, batch): (Vec<Job>, Vec<Job>) =
             batch.into_iter().partition(|j| matches!(j.urgency, Urgency::Before(t) if t <= now));
         if !batch.is_empty() {
-            load(&mut model);
+            load(dir, &actor, &mut model);
         }
         let mut done = match &model {
             Ok(Some(m)) => run_batch(m, batch, max_batch),
@@ -177,6 +92,115 @@ pub(super) fn inference_thread(
         done.jobs.extend(late.into_iter().map(|j| (j.id, Err(EmbedFailure::Late))));
         if actor.cast(own(Callback::Computed(done))).is_err() {
             return;
+        }
+    }
+}
+
+/// Loads the weights into `model` if they are not loaded yet (and did not fail to), and tells
+/// the actor how it went.
+fn load(dir: &Path, actor: &ActorRef<EmbedMsg>, model: &mut Result<Option<Embedder>, String>) {
+    if !matches!(model, Ok(None)) {
+        return;
+    }
+    let started = Instant::now();
+    *model = match Embedder::load(dir) {
+        Ok(m) => {
+            let info = ModelInfo {
+                model: model_name(dir),
+                path: dir.display().to_string(),
+                dimensions: m.dimensions(),
+                window: m.window(),
+                load_s: started.elapsed().as_secs_f64(),
+            };
+            let _ = actor.cast(own(Callback::Loaded(Ok(info))));
+            Ok(Some(m))
+        }
+        Err(e) => {
+            let e = e.to_string();
+            let _ = actor.cast(own(Callback::Loaded(Err(e.clone()))));
+            Err(e)
+        }
+    };
+}
+
+/// The jobs the actor sent, made into batches by the policy of the worker's doc.
+struct Intake {
+    jobs: Receiver<Job>,
+    max_batch: usize,
+    max_wait: Duration,
+    /// Bulk jobs wait here while other jobs are queued.
+    deferred: VecDeque<Job>,
+    /// Inputs of other work run since the backlog last had a batch, while it waited.
+    since_bulk: usize,
+    /// When other work last came.
+    last_other: Option<Instant>,
+}
+
+impl Intake {
+    /// Bulk work aside, the rest into `batch`.
+    fn sort(&mut self, job: Job, batch: &mut Vec<Job>) {
+        match job.bulk() {
+            true => self.deferred.push_back(job),
+            false => batch.push(job),
+        }
+    }
+
+    /// The next batch: it waits for a job when none is deferred; `None` once the actor has
+    /// dropped its end of the channel.
+    fn next_batch(&mut self) -> Option<Vec<Job>> {
+        let mut batch = Vec::new();
+        // Block only when nothing is deferred.
+        if self.deferred.is_empty() {
+            let job = self.jobs.recv().ok()?;
+            self.sort(job, &mut batch);
+        }
+        while let Ok(job) = self.jobs.try_recv() {
+            self.sort(job, &mut batch);
+        }
+        // A batch of the backlog: when there is no other work, and (beside it) once other work
+        // has kept the backlog waiting for `BULK_EVERY` batches' worth. While other work keeps
+        // coming, the backlog's batches are a quarter of the size, so a query that comes
+        // while one runs waits a quarter as long.
+        if !batch.is_empty() {
+            self.last_other = Some(Instant::now());
+        }
+        let busy = self.last_other.is_some_and(|t| t.elapsed() < QUERIES_RECENT);
+        let bulk_batch = if busy { (self.max_batch / 4).max(1) } else { self.max_batch };
+        if batch.is_empty() {
+            self.backlog(&mut batch, bulk_batch);
+            self.since_bulk = 0;
+        } else {
+            // Requests come in bursts: wait a little for more while the batch is short.
+            let mut inputs: usize = batch.iter().map(|j| j.texts.len()).sum();
+            let deadline = Instant::now() + self.max_wait;
+            while inputs < self.max_batch {
+                match self.jobs.recv_deadline(deadline) {
+                    Ok(job) => {
+                        inputs += if job.bulk() { 0 } else { job.texts.len() };
+                        self.sort(job, &mut batch);
+                    }
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            if !self.deferred.is_empty() {
+                self.since_bulk += inputs;
+            }
+            if self.since_bulk >= BULK_EVERY * bulk_batch {
+                self.backlog(&mut batch, bulk_batch);
+                self.since_bulk = 0;
+            }
+        }
+        Some(batch)
+    }
+
+    /// Up to `inputs` inputs of the backlog, oldest first, into `batch`.
+    fn backlog(&mut self, batch: &mut Vec<Job>, inputs: usize) {
+        let mut taken = 0;
+        while taken < inputs
+            && let Some(job) = self.deferred.pop_front()
+        {
+            taken += job.texts.len();
+            batch.push(job);
         }
     }
 }
