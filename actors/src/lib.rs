@@ -9,6 +9,10 @@
 //! └── Index              the codebase knowledge (`index`): rag commands and cursors
 //!       └── index thread       owns the `mindfleet_index::Index`; embeds through the worker
 //! ```
+//!
+//! The workers own threads that run the models of `mindfleet-models` (forward passes, kernels,
+//! fetcher); what runs there knows no actor, and what they send back is private to the worker
+//! (`EmbedMsg::Own`, `LlmMsg::Own`).
 
 pub mod coordinator;
 pub mod embed;
