@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
-use mindfleet_actors::llm::LlmConfig;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_core::cluster::RoomRouter;
@@ -33,9 +32,10 @@ use mindfleet_core::messages::{
 };
 use mindfleet_core::restart::RestartWindow;
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
+use mindfleet_models::fetch;
+use mindfleet_models::llm::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
-use mindfleet_runtime::models;
 use mindfleet_server::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_server::http::{self, HttpState};
 use mindfleet_server::node::embed::RemoteEmbed;
@@ -363,7 +363,7 @@ fn serving(args: &FleetArgs, node: Option<&String>) -> Option<Serving> {
 pub fn embed_args(config: &FleetConfig) -> EmbedArgs {
     let e = config.embedding;
     EmbedArgs {
-        model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name)),
+        model_dir: config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(fetch::MINILM.name)),
         cache: e.cache.then(|| config.storage.data_dir.join("embeddings.redb")),
         max_batch: e.max_batch,
         max_wait: e.max_wait,
@@ -388,14 +388,14 @@ pub fn index_args(config: &FleetConfig, embedding: ActorRef<EmbedMsg>, llm: Opti
 /// or an OpenAI-compatible endpoint.
 pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     match &config.llm {
-        LlmBackend::Local => {
-            BackendArgs::Local {
-                model: config.models.llm.clone().unwrap_or_else(|| {
-                    config.models.dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name)
-                }),
-                config: LlmConfig::default(),
-            }
-        }
+        LlmBackend::Local => BackendArgs::Local {
+            model: config
+                .models
+                .llm
+                .clone()
+                .unwrap_or_else(|| config.models.dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name)),
+            config: LlmConfig::default(),
+        },
         LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
             url: url.clone(),
             model: model.clone(),

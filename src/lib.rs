@@ -18,14 +18,14 @@ pub use fleet::{Fleet, FleetError};
 
 /// The LLM file to run: `model`, else the pulled SmolLM2 (pulled now if missing), as Q8_0.
 pub fn llm_file(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
-    use mindfleet_runtime::models;
+    use mindfleet_models::fetch;
     let file = match model {
         Some(m) => m,
-        None => models::ensure(&models::default_dir(), &models::SMOLLM2, |l| eprintln!("mindfleet: {l}"))
+        None => fetch::ensure(&fetch::default_dir(), &fetch::SMOLLM2, |l| eprintln!("mindfleet: {l}"))
             .map_err(|e| e.to_string())?
-            .join(models::SMOLLM2.files[0].name),
+            .join(fetch::SMOLLM2.files[0].name),
     };
-    mindfleet_actors::llm::runnable(&file).map_err(|e| e.to_string())
+    mindfleet_models::llm::runnable(&file).map_err(|e| e.to_string())
 }
 
 /// The fleet file a one-shot command reads: `path`, else config/fleet.toml when present, else

@@ -7,11 +7,11 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use mindfleet_actors::llm::{
+use mindfleet_models::fetch::SMOLLM2;
+use mindfleet_models::llm::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
 };
-use mindfleet_runtime::models::SMOLLM2;
 use serde_json::Value;
 
 use crate::util::pulled;
@@ -467,8 +467,8 @@ fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
 
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
-    use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Stop};
     use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
+    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Stop};
     use ractor::{ActorRef, call};
 
     use super::{capital_of_france, generate, model_path};

@@ -45,8 +45,8 @@ pub fn spawn_run(cmd: &mut std::process::Command) -> Result<(std::process::Child
 /// The shared model cache, pulled through the same code path as `mindfleet models pull`
 /// (once; later calls find the models present under the cache's lock).
 pub fn pulled() -> std::path::PathBuf {
-    let dir = mindfleet_runtime::models::default_dir();
-    mindfleet_runtime::models::pull(&dir, &mindfleet_runtime::models::PACKAGES, |_| {}).expect("models pull");
+    let dir = mindfleet_models::fetch::default_dir();
+    mindfleet_models::fetch::pull(&dir, &mindfleet_models::fetch::PACKAGES, |_| {}).expect("models pull");
     dir
 }
 

@@ -36,7 +36,9 @@ use mindfleet_index::{Embed, Entry, Index, IndexError, MAX_LIMIT, Mode, SearchOp
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 use serde_json::{Value, json};
 
-use crate::embed::{Tokens, model_name};
+use mindfleet_models::embed::Tokens;
+
+use crate::embed::model_name;
 
 /// Longest the index thread waits for the embedding worker on one batch.
 const EMBED_CALL: Duration = Duration::from_secs(300);

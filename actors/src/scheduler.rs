@@ -84,11 +84,13 @@
 //! (trace for deferrals), with the task's persona, class, label and wait.
 
 mod budget;
+mod cadence;
 mod ready;
+mod stats;
 
 pub mod bench;
 
-use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -97,48 +99,22 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::config::{PersonaConfig, SchedulerConfig};
 use mindfleet_core::sched::{
-    self, BudgetStats, Class, CostReport, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg,
-    SchedulerStats, SubmitQueues, Task, TaskId,
+    self, Class, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats, SubmitQueues,
+    Task, TaskId,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, SpawnErr};
 
 use budget::{Limits, Verdict, Window};
+use cadence::Aside;
 use ready::{CHEAP, POOLS, Ready, Waiting, pool_of, slot_of};
+use stats::DoneRate;
+pub(crate) use stats::nearest_rank;
 
 /// How late the promotion timer may fire: promotions due within it are handled together.
 const PROMOTION_SLACK: Duration = Duration::from_millis(100);
-/// The window of `throughput_1m_per_s`, seconds.
-const RATE_WINDOW_SECS: u64 = 60;
 
 pub struct Scheduler;
-
-/// A task set aside until its persona's cadence allows it; best first in a max-heap.
-#[derive(Debug)]
-struct Aside(Waiting);
-
-impl PartialEq for Aside {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
-    }
-}
-impl Eq for Aside {}
-impl PartialOrd for Aside {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Aside {
-    /// Higher class, then higher key, then earlier arrival.
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        other
-            .0
-            .class
-            .cmp(&self.0.class)
-            .then_with(|| self.0.key.total_cmp(&other.0.key))
-            .then_with(|| other.0.seq.cmp(&self.0.seq))
-    }
-}
 
 /// What the scheduler keeps about a persona that has a cadence, a budget or model calls.
 #[derive(Debug)]
@@ -152,13 +128,6 @@ struct Persona {
     /// The instant this persona is queued at in `SchedulerState::due`, if any.
     due_queued: Option<Instant>,
     budget: Option<PersonaBudget>,
-}
-
-impl Persona {
-    /// When its next non-urgent task may be granted (`None`: now).
-    fn next_due(&self) -> Option<Instant> {
-        if self.cadence.is_zero() { None } else { self.last_grant.map(|g| g + self.cadence) }
-    }
 }
 
 #[derive(Debug)]
@@ -190,41 +159,6 @@ impl Hasher for IdHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
-}
-
-/// Tasks finished per whole second, over the last minute.
-#[derive(Debug)]
-struct DoneRate {
-    /// `(second, count)` by `second % RATE_WINDOW_SECS`.
-    buckets: [(u64, u64); RATE_WINDOW_SECS as usize],
-}
-
-impl Default for DoneRate {
-    fn default() -> Self {
-        DoneRate { buckets: [(0, 0); RATE_WINDOW_SECS as usize] }
-    }
-}
-
-impl DoneRate {
-    fn add(&mut self, second: u64) {
-        let b = &mut self.buckets[(second % RATE_WINDOW_SECS) as usize];
-        if b.0 != second {
-            *b = (second, 0);
-        }
-        b.1 += 1;
-    }
-
-    fn per_s(&self, elapsed: Duration) -> f64 {
-        let now = elapsed.as_secs();
-        let n: u64 = self.buckets.iter().filter(|(s, _)| now - (*s).min(now) < RATE_WINDOW_SECS).map(|b| b.1).sum();
-        let span = elapsed.as_secs_f64().min(RATE_WINDOW_SECS as f64);
-        if span > 0.0 { n as f64 / span } else { 0.0 }
-    }
-}
-
-/// The nearest-rank `p` quantile of `sorted` (ascending), if it is not empty.
-pub(crate) fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
-    sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied()
 }
 
 /// The task of an armed `send_after`.
@@ -396,60 +330,6 @@ impl SchedulerState {
             self.next_promotion = self.next_promotion.min(due);
         }
         self.ready.push(w);
-    }
-
-    fn set_aside(&mut self, p: u32, w: Waiting) {
-        tracing::trace!(task = w.task.id, persona = &*w.task.persona, label = w.task.label, "deferred by cadence");
-        self.deferred[w.class as usize] += 1;
-        self.personas[p as usize].aside.push(Aside(w));
-        self.schedule_due(p);
-    }
-
-    /// Queues the persona's next due instant for the timer, if it has tasks aside.
-    fn schedule_due(&mut self, p: u32) {
-        let ps = &mut self.personas[p as usize];
-        if let Some(d) = ps.next_due()
-            && !ps.aside.is_empty()
-            && ps.due_queued != Some(d)
-        {
-            ps.due_queued = Some(d);
-            self.due.push(Reverse((d, p)));
-        }
-    }
-
-    /// Returns the persona's best task aside to the queues if it is due (all of them if it
-    /// has no cadence any more); otherwise queues its due instant.
-    fn release_aside(&mut self, p: u32, now: Instant) {
-        let ps = &mut self.personas[p as usize];
-        if ps.aside.is_empty() {
-            return;
-        }
-        if ps.next_due().is_some_and(|d| d > now) {
-            self.schedule_due(p);
-            return;
-        }
-        let take = if ps.cadence.is_zero() { ps.aside.len() } else { 1 };
-        let back: Vec<Waiting> = (0..take).filter_map(|_| ps.aside.pop()).map(|a| a.0).collect();
-        for w in back {
-            self.deferred[w.class as usize] -= 1;
-            self.enqueue(w);
-        }
-    }
-
-    /// Personas whose cadence came due: their best task aside goes back to the queues.
-    fn release_due(&mut self, now: Instant) {
-        while let Some(&Reverse((at, p))) = self.due.peek() {
-            if at > now {
-                break;
-            }
-            self.due.pop();
-            let ps = &mut self.personas[p as usize];
-            if ps.due_queued != Some(at) {
-                continue;
-            }
-            ps.due_queued = None;
-            self.release_aside(p, now);
-        }
     }
 
     /// Moves every task that waited `promote_after` in its class up one class.
@@ -711,19 +591,6 @@ impl SchedulerState {
         }
     }
 
-    fn set_cadence(&mut self, persona: Arc<str>, interval: Duration, now: Instant) {
-        let p = self.persona_index(&persona);
-        let ps = &mut self.personas[p as usize];
-        let (had, has) = (!ps.cadence.is_zero(), !interval.is_zero());
-        ps.cadence = interval;
-        match (had, has) {
-            (false, true) => self.with_cadence += 1,
-            (true, false) => self.with_cadence -= 1,
-            _ => {}
-        }
-        self.release_aside(p, now);
-    }
-
     fn set_budget(&mut self, persona: Arc<str>, budget: Option<PersonaBudget>) {
         let p = self.persona_index(&persona);
         self.personas[p as usize].budget = budget;
@@ -776,60 +643,6 @@ impl SchedulerState {
         }
         let handle = self.myself.send_after(at.saturating_duration_since(now), move || SchedulerMsg::Tick(at));
         self.timer = Some((at, handle));
-    }
-
-    fn snapshot(&mut self, now: Instant) -> SchedulerStats {
-        let mut s = self.stats.clone();
-        let now_ns = self.ns(now);
-        for c in Class::ALL {
-            let mut queued = self.deferred[c as usize] + self.queues.queues[c as usize].len();
-            let mut oldest = 0;
-            for pool in 0..POOLS {
-                queued += self.ready.len(pool, c);
-                for origin in Class::ALL.into_iter().filter(|&o| o >= c) {
-                    if let Some((_, at)) = self.ready.oldest(pool, c, origin) {
-                        oldest = oldest.max(now_ns - at);
-                    }
-                }
-            }
-            let cs = s.class_mut(c);
-            cs.queued = queued;
-            cs.deferred = self.deferred[c as usize];
-            cs.running = self.running_by_class[c as usize];
-            cs.oldest_wait_ms = oldest as f64 / 1e6;
-        }
-        s.running_inference = self.config.inference_slots - self.free[0];
-        s.running_cheap = self.config.cheap_slots - self.free[1];
-        s.inference_slots = self.config.inference_slots;
-        s.cheap_slots = self.config.cheap_slots;
-        s.aging_per_30s = self.config.aging_per_30s;
-        s.promote_after_secs = self.config.promote_after.as_secs_f64();
-        s.background_period_secs = self.config.background_period.as_secs_f64();
-        let elapsed = now.saturating_duration_since(self.epoch);
-        let secs = elapsed.as_secs_f64();
-        s.throughput_per_s = if secs > 0.0 { s.done as f64 / secs } else { 0.0 };
-        s.throughput_1m_per_s = self.done_rate.per_s(elapsed);
-        s.budget = self.budget_stats(now);
-        s
-    }
-
-    fn budget_stats(&mut self, now: Instant) -> BudgetStats {
-        self.window.expire(now);
-        let used = self.window.fleet();
-        BudgetStats {
-            inferences_last_hour: used.inferences,
-            tokens_last_hour: used.tokens,
-            tokens_reserved: self.window.reserved(),
-            inferences_per_hour: self.config.fleet_inferences_per_hour,
-            tokens_per_hour: self.config.fleet_tokens_per_hour,
-            soft_limit: self.config.budget_soft_limit,
-        }
-    }
-
-    fn cost(&mut self, since: Duration, buckets: u32, now: Instant) -> CostReport {
-        let budget = self.budget_stats(now);
-        let names: Vec<Arc<str>> = self.personas.iter().map(|p| p.name.clone()).collect();
-        CostReport { budget, ..self.window.cost(now, since, buckets, &names) }
     }
 }
 

@@ -89,7 +89,7 @@ pub async fn conversation(personas: usize, rate: f64, seconds: u64, recalls: usi
     took.sort_by(f64::total_cmp);
     Ok(json!({
         "bench": "conversation",
-        "model": mindfleet_runtime::models::MINILM.name,
+        "model": mindfleet_models::fetch::MINILM.name,
         "personas": personas,
         "rate_per_s": rate,
         "seconds": seconds,

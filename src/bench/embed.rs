@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::embed::Embedder;
 use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_models::embed::Embedder;
 use serde_json::{Value, json};
 
 use super::round;
@@ -92,7 +92,7 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
     let mut out = json!({
         "bench": "embed",
         "model": model_dir.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "threads": mindfleet_actors::embed::threads(),
+        "threads": mindfleet_models::embed::threads(),
         "short_tokens_mean": count(&short)?,
         "code_tokens_mean": count(&code)?,
         "code_windows": code.len(),

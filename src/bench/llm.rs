@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;
 
-use mindfleet_actors::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
+use mindfleet_models::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
 use serde_json::{Value, json};
 
 use super::round;
@@ -70,7 +70,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
         }
     }
     let median_of = |rounds: &[[(&str, f64); 3]], i: usize| median(rounds.iter().map(|r| r[i].1).collect());
-    let info = mindfleet_actors::llm::inspect(model)?;
+    let info = mindfleet_models::llm::inspect(model)?;
     let mut out = json!({
         "bench": "llm",
         "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),

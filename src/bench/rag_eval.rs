@@ -26,7 +26,7 @@ use anyhow::Context;
 use mindfleet_actors::embed::IndexModel;
 use mindfleet_index::chunk::{Chunker, Lang, line_windows};
 use mindfleet_index::{Embed, Hit, Index, Mode, SearchOptions, UpdateOptions};
-use mindfleet_runtime::models::SourcePackage;
+use mindfleet_models::fetch::SourcePackage;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -22,9 +22,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use mindfleet_actors::embed::{Embedder, model_name};
+use mindfleet_actors::embed::model_name;
 use mindfleet_core::config::ReferencesConfig;
 use mindfleet_core::refs::{self, Catalog, RefMatch};
+use mindfleet_models::embed::Embedder;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

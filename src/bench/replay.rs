@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::embed::Embedder;
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::EventInput;
+use mindfleet_models::embed::Embedder;
 use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
@@ -120,7 +120,7 @@ pub async fn replay(model_dir: &Path, events: usize, personas: usize) -> anyhow:
         "events": events,
         "personas": personas,
         "deliveries": events * personas,
-        "threads": mindfleet_actors::embed::threads(),
+        "threads": mindfleet_models::embed::threads(),
         "drain_off_s": round(off.drained, 2),
         "drain_on_s": round(on.drained, 2),
         "drain_on_over_off": round(on.drained / off.drained.max(1e-3), 2),

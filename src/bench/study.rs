@@ -125,7 +125,7 @@ pub async fn study(corpus: &Path, rounds: usize) -> anyhow::Result<Value> {
     let (idle, busy) = (percentile(&idle_ms, 0.5), percentile(&busy_ms, 0.5));
     Ok(json!({
         "bench": "study",
-        "model": mindfleet_runtime::models::SMOLLM2.name,
+        "model": mindfleet_models::fetch::SMOLLM2.name,
         "sessions": TOPICS.len(),
         "session_p50_s": round(percentile(&secs, 0.5), 2),
         "session_max_s": round(secs.last().copied().unwrap_or(0.0), 2),

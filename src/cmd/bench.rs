@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use mindfleet::bench;
-use mindfleet_runtime::models;
+use mindfleet_models::fetch;
 
 use super::{Json, block_on, print_figures};
 
@@ -241,7 +241,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
             print_figures(r, out.json)
         }
         Which::Index { path, out } => {
-            let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+            let r = fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))
                 .map_err(anyhow::Error::from)
                 .and_then(|dir| bench::index::index(&path, &dir));
             print_figures(r, out.json)
@@ -250,7 +250,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
             print_figures(rag_eval(questions.as_deref(), tree.as_deref(), details), out.json)
         }
         Which::RefsEval { dir, details, out } => {
-            let r = models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}"))
+            let r = fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))
                 .map_err(anyhow::Error::from)
                 .and_then(|model| bench::refs_eval::refs_eval(&dir, &model, details));
             match r {
@@ -270,22 +270,22 @@ pub fn run(Args { which }: Args) -> ExitCode {
             print_figures(Ok(v), out.json)
         }),
         Which::Conversation { personas, rate, seconds, recalls, out } => block_on(async move {
-            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+            let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}")) {
                 Ok(_) => bench::conversation::conversation(personas.max(1), rate.max(0.1), seconds, recalls).await,
                 Err(e) => Err(e.into()),
             };
             print_figures(r, out.json)
         }),
         Which::Replay { events, personas, out } => block_on(async move {
-            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+            let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}")) {
                 Ok(dir) => bench::replay::replay(&dir, events.max(1), personas.max(1)).await,
                 Err(e) => Err(e.into()),
             };
             print_figures(r, out.json)
         }),
         Which::Study { corpus, rounds, out } => block_on(async move {
-            let dir = models::default_dir();
-            let r = match models::pull(&dir, &models::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
+            let dir = fetch::default_dir();
+            let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
                 Ok(_) => bench::study::study(&corpus, rounds.max(1)).await,
                 Err(e) => Err(e.into()),
             };
@@ -310,7 +310,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
             print_figures(bench::dashboard::dashboard(load, pages.max(1)).await, out.json)
         }),
         Which::Embed { peer_python, out } => block_on(async move {
-            let r = match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}")) {
+            let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}")) {
                 Ok(dir) => bench::embed::embed(&dir, peer_python.as_deref()).await,
                 Err(e) => Err(e.into()),
             };
@@ -330,7 +330,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
 /// `bench soak`: with conversation memory, the embedding model fetched first when missing.
 async fn soak(load: bench::SoakLoad) -> anyhow::Result<serde_json::Value> {
     if load.conversation {
-        models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("{l}"))?;
+        fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}"))?;
     }
     bench::soak(load, 0).await
 }
@@ -338,8 +338,8 @@ async fn soak(load: bench::SoakLoad) -> anyhow::Result<serde_json::Value> {
 /// `bench rag-eval`: the model and (unless `tree` is given) the codebase fetched when missing.
 fn rag_eval(questions: Option<&Path>, tree: Option<&Path>, details: bool) -> anyhow::Result<serde_json::Value> {
     use bench::rag_eval::{QUESTIONS, WERKZEUG};
-    let dir = models::default_dir();
-    let model = models::ensure(&dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
+    let dir = fetch::default_dir();
+    let model = fetch::ensure(&dir, &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))?;
     let questions = match questions {
         Some(p) => std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
         None => QUESTIONS.to_string(),
@@ -347,7 +347,7 @@ fn rag_eval(questions: Option<&Path>, tree: Option<&Path>, details: bool) -> any
     let (tree, source) = match tree {
         Some(t) => (t.to_path_buf(), t.display().to_string()),
         None => {
-            let t = models::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
+            let t = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
             (t, format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256))
         }
     };

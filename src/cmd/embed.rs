@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
-use mindfleet_runtime::models;
+use mindfleet_models::fetch;
 
 use super::{Json, MaybeRemote, fail};
 
@@ -61,7 +61,7 @@ pub async fn run(a: Args) -> ExitCode {
     } else {
         let model_dir = match model {
             Some(dir) => dir,
-            None => match models::ensure(&models::default_dir(), &models::MINILM, |l| eprintln!("mindfleet: {l}")) {
+            None => match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}")) {
                 Ok(dir) => dir,
                 Err(e) => return fail(1, e),
             },

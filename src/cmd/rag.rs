@@ -23,7 +23,7 @@ use mindfleet_core::knowledge::{
     SearchRequest,
 };
 use mindfleet_index::Hit;
-use mindfleet_runtime::models;
+use mindfleet_models::fetch;
 use serde_json::{Value, json};
 
 use mindfleet::client::Client;
@@ -363,7 +363,7 @@ impl Target {
             .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
         let mut args = mindfleet::fleet::embed_args(&config);
         if config.models.embedding.is_none() {
-            args.model_dir = models::ensure(&config.models.dir, &models::MINILM, |l| eprintln!("mindfleet: {l}"))?;
+            args.model_dir = fetch::ensure(&config.models.dir, &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))?;
         }
         let embedding = mindfleet_actors::embed::worker::spawn(args, None).await?;
         let mut others = vec![embedding.get_cell()];

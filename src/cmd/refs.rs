@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use mindfleet_actors::embed::{Embedder, cosine};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::refs::{self, Catalog, Via};
-use mindfleet_runtime::models;
+use mindfleet_models::embed::{Embedder, cosine};
+use mindfleet_models::fetch;
 use serde_json::{Value, json};
 
 use super::{Json, fail};
@@ -83,7 +83,7 @@ fn similarities(catalog: &Catalog, text: &str, config: &FleetConfig) -> Result<B
     if catalog.refs.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let dir = config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(models::MINILM.name));
+    let dir = config.models.embedding.clone().unwrap_or_else(|| config.models.dir.join(fetch::MINILM.name));
     let model = Embedder::load(&dir).map_err(|e| e.to_string())?;
     let texts: Vec<String> =
         std::iter::once(text.to_string()).chain(catalog.refs.iter().map(|r| r.semantic_text())).collect();

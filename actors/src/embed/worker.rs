@@ -27,14 +27,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedStats, Embedded, LongText, ModelInfo, Piece, Urgency};
+use crossbeam_channel::Sender;
+use mindfleet_core::embedding::{
+    EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, Embedded, LongText, ModelInfo, Piece, Urgency,
+};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use sha2::{Digest, Sha256};
 
-use super::Embedder;
 use super::cache::{Cache, Key};
 use crate::scheduler::nearest_rank;
+use thread::{Callback, Computed, Job, inference_thread};
+
+mod thread;
 
 /// Latencies kept for the p50/p99 in stats.
 const LATENCIES_KEPT: usize = 4096;
@@ -68,20 +72,6 @@ pub async fn spawn(args: EmbedArgs, supervisor: Option<ActorCell>) -> Result<Act
     Ok(actor)
 }
 
-/// Misses of one request, sent to the inference thread.
-struct Job {
-    id: u64,
-    texts: Vec<String>,
-    long: LongText,
-    urgency: Urgency,
-}
-
-impl Job {
-    fn bulk(&self) -> bool {
-        self.urgency == Urgency::Bulk
-    }
-}
-
 /// A text on its way to the model, and the other requests (id, index in its results) that
 /// asked for it meanwhile: it is embedded once for all of them.
 struct InFlight {
@@ -91,7 +81,7 @@ struct InFlight {
 }
 
 struct Request {
-    reply: RpcReplyPort<mindfleet_core::embedding::EmbedReply>,
+    reply: RpcReplyPort<EmbedReply>,
     results: Vec<Option<Embedded>>,
     /// Index in `results` and cache key of each text sent to the model in this request's job
     /// (cleared when the job is done).
@@ -237,6 +227,189 @@ impl WorkerState {
     }
 }
 
+impl WorkerState {
+    /// A request: what the cache holds is answered, the rest goes to the model (or waits for a
+    /// copy already on its way there), unless the model is degraded or the request would be late.
+    async fn embed(&mut self, texts: Vec<String>, long: LongText, urgency: Urgency, reply: RpcReplyPort<EmbedReply>) {
+        let received = Instant::now();
+        let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&self.fingerprint, long, t)).collect();
+        let lookup = keys.clone();
+        let found = self.with_cache(move |c| c.get_many(&lookup)).await.unwrap_or_else(|| vec![None; keys.len()]);
+        let mut req = Request {
+            reply,
+            results: Vec::with_capacity(texts.len()),
+            misses: Vec::new(),
+            shared: 0,
+            failure: None,
+            received,
+            queued: 0,
+        };
+        let mut missed = Vec::new();
+        for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
+            match hit {
+                Some(pieces) => req.results.push(Some(Embedded { pieces, cached: true })),
+                None => {
+                    req.results.push(None);
+                    req.misses.push((i, key));
+                    missed.push(text);
+                }
+            }
+        }
+        self.stats.cache_hits += (req.results.len() - missed.len()) as u64;
+        self.stats.cache_misses += missed.len() as u64;
+        if missed.is_empty() {
+            self.finish(req, Ok(()));
+            return;
+        }
+        if let Status::Degraded(e) = &self.status {
+            let e = EmbedFailure::Degraded(e.clone());
+            self.finish(req, Err(e));
+            return;
+        }
+        if let Urgency::Before(deadline) = urgency
+            && self.stats.inputs_per_s > 0.0
+            && received + Duration::from_secs_f64((self.queued + missed.len()) as f64 / self.stats.inputs_per_s)
+                > deadline
+        {
+            self.stats.late += 1;
+            self.finish(req, Err(EmbedFailure::Late));
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        // A text already on its way to the model waits for that answer.
+        let bulk = urgency == Urgency::Bulk;
+        let (mut job, mut owned) = (Vec::new(), Vec::new());
+        for ((i, key), text) in std::mem::take(&mut req.misses).into_iter().zip(missed) {
+            match self.in_flight.get_mut(&key) {
+                Some(f) if bulk || !f.bulk => {
+                    f.sharers.push((id, i));
+                    req.shared += 1;
+                }
+                sent => {
+                    if sent.is_none() && !matches!(urgency, Urgency::Before(_)) {
+                        self.in_flight.insert(key, InFlight { bulk, sharers: Vec::new() });
+                        owned.push(key);
+                    }
+                    req.misses.push((i, key));
+                    job.push(text);
+                }
+            }
+        }
+        if !job.is_empty()
+            && self.jobs.as_ref().is_none_or(|tx| tx.send(Job { id, texts: job, long, urgency }).is_err())
+        {
+            for key in &owned {
+                self.in_flight.remove(key);
+            }
+            self.finish(req, Err(EmbedFailure::Stopped));
+            return;
+        }
+        if !bulk {
+            req.queued = req.misses.len();
+            self.queued += req.queued;
+        }
+        self.waiting.insert(id, req);
+    }
+
+    /// A batch back from the model: the pace and batch figures, the cache filled, and every
+    /// request it completes (its own texts or texts it shared) answered.
+    async fn computed(&mut self, done: Computed) {
+        let Computed { model_calls, inputs, seconds, jobs } = done;
+        if inputs > 0 && seconds > 0.0 {
+            // Recent batches count most: the texts' lengths drift.
+            let pace = f64::from(inputs) / seconds;
+            let s = &mut self.stats;
+            s.inputs_per_s = if s.inputs_per_s > 0.0 { 0.8 * s.inputs_per_s + 0.2 * pace } else { pace };
+        }
+        self.stats.batches += model_calls as u64;
+        let total = self.stats.mean_batch * (self.stats.batches - model_calls as u64) as f64 + inputs as f64;
+        self.stats.mean_batch = if self.stats.batches > 0 { total / self.stats.batches as f64 } else { 0.0 };
+        let mut fresh: Vec<(Key, Vec<Piece>)> = Vec::new();
+        let mut outcomes: Vec<(Key, Result<Vec<Piece>, EmbedFailure>)> = Vec::new();
+        let mut touched = Vec::with_capacity(jobs.len());
+        for (id, outcome) in jobs {
+            let Some(req) = self.waiting.get_mut(&id) else { continue };
+            touched.push(id);
+            self.queued -= std::mem::take(&mut req.queued);
+            let misses = std::mem::take(&mut req.misses);
+            match outcome {
+                Ok(all) => {
+                    for ((i, key), pieces) in misses.into_iter().zip(all) {
+                        fresh.push((key, pieces.clone()));
+                        outcomes.push((key, Ok(pieces.clone())));
+                        req.results[i] = Some(Embedded { pieces, cached: false });
+                    }
+                }
+                // A late job owned none of its texts: whoever shares them waits for their
+                // owner's answer.
+                Err(EmbedFailure::Late) => {
+                    self.stats.late += 1;
+                    req.failure = Some(EmbedFailure::Late);
+                }
+                Err(e) => {
+                    outcomes.extend(misses.into_iter().map(|(_, key)| (key, Err(e.clone()))));
+                    req.failure = Some(e);
+                }
+            }
+        }
+        // The requests that asked for the same texts meanwhile.
+        for (key, outcome) in outcomes {
+            let sharers = self.in_flight.remove(&key).map(|f| f.sharers).unwrap_or_default();
+            for (id, i) in sharers {
+                let Some(req) = self.waiting.get_mut(&id) else { continue };
+                req.shared -= 1;
+                match &outcome {
+                    Ok(pieces) => req.results[i] = Some(Embedded { pieces: pieces.clone(), cached: false }),
+                    Err(e) => req.failure = Some(e.clone()),
+                }
+                touched.push(id);
+            }
+        }
+        if !fresh.is_empty() {
+            let put = move |c: &mut Cache| {
+                c.put_many(fresh.iter().map(|(k, p)| (*k, p.as_slice())))?;
+                c.len()
+            };
+            if let Some(entries) = self.with_cache(put).await {
+                self.stats.cache_entries = Some(entries);
+            }
+        }
+        for id in touched {
+            if self.waiting.get(&id).is_some_and(Request::answered) {
+                let mut req = self.waiting.remove(&id).expect("checked above");
+                let outcome = req.failure.take().map_or(Ok(()), Err);
+                self.finish(req, outcome);
+            }
+        }
+    }
+
+    /// The inference thread checked the model's files.
+    fn checked(&mut self, checked: Result<(), String>) {
+        match checked {
+            Ok(()) if matches!(self.status, Status::Loading) => self.status = Status::Idle,
+            Ok(()) => {}
+            Err(e) => self.degraded(e),
+        }
+    }
+
+    /// The inference thread loaded the model, or failed to.
+    fn loaded(&mut self, loaded: Result<ModelInfo, String>) {
+        match loaded {
+            Ok(info) => {
+                tracing::info!(model = %info.model, load_s = info.load_s, "embedding model loaded");
+                self.status = Status::Ready(info);
+            }
+            Err(e) => self.degraded(e),
+        }
+    }
+
+    fn degraded(&mut self, e: String) {
+        tracing::error!(error = %e, "embedding model unavailable: semantic features degraded");
+        self.status = Status::Degraded(e);
+    }
+}
+
 impl Actor for EmbeddingWorker {
     type Msg = EmbedMsg;
     type State = WorkerState;
@@ -296,168 +469,13 @@ impl Actor for EmbeddingWorker {
         st: &mut WorkerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            EmbedMsg::Embed { texts, long, urgency, reply } => {
-                let received = Instant::now();
-                let keys: Vec<Key> = texts.iter().map(|t| Cache::key(&st.fingerprint, long, t)).collect();
-                let lookup = keys.clone();
-                let found = st.with_cache(move |c| c.get_many(&lookup)).await.unwrap_or_else(|| vec![None; keys.len()]);
-                let mut req = Request {
-                    reply,
-                    results: Vec::with_capacity(texts.len()),
-                    misses: Vec::new(),
-                    shared: 0,
-                    failure: None,
-                    received,
-                    queued: 0,
-                };
-                let mut missed = Vec::new();
-                for (i, ((text, key), hit)) in texts.into_iter().zip(keys).zip(found).enumerate() {
-                    match hit {
-                        Some(pieces) => req.results.push(Some(Embedded { pieces, cached: true })),
-                        None => {
-                            req.results.push(None);
-                            req.misses.push((i, key));
-                            missed.push(text);
-                        }
-                    }
-                }
-                st.stats.cache_hits += (req.results.len() - missed.len()) as u64;
-                st.stats.cache_misses += missed.len() as u64;
-                if missed.is_empty() {
-                    st.finish(req, Ok(()));
-                    return Ok(());
-                }
-                if let Status::Degraded(e) = &st.status {
-                    let e = EmbedFailure::Degraded(e.clone());
-                    st.finish(req, Err(e));
-                    return Ok(());
-                }
-                if let Urgency::Before(deadline) = urgency
-                    && st.stats.inputs_per_s > 0.0
-                    && received + Duration::from_secs_f64((st.queued + missed.len()) as f64 / st.stats.inputs_per_s)
-                        > deadline
-                {
-                    st.stats.late += 1;
-                    st.finish(req, Err(EmbedFailure::Late));
-                    return Ok(());
-                }
-                let id = st.next_id;
-                st.next_id += 1;
-                // A text already on its way to the model waits for that answer.
-                let bulk = urgency == Urgency::Bulk;
-                let (mut job, mut owned) = (Vec::new(), Vec::new());
-                for ((i, key), text) in std::mem::take(&mut req.misses).into_iter().zip(missed) {
-                    match st.in_flight.get_mut(&key) {
-                        Some(f) if bulk || !f.bulk => {
-                            f.sharers.push((id, i));
-                            req.shared += 1;
-                        }
-                        sent => {
-                            if sent.is_none() && !matches!(urgency, Urgency::Before(_)) {
-                                st.in_flight.insert(key, InFlight { bulk, sharers: Vec::new() });
-                                owned.push(key);
-                            }
-                            req.misses.push((i, key));
-                            job.push(text);
-                        }
-                    }
-                }
-                if !job.is_empty()
-                    && st.jobs.as_ref().is_none_or(|tx| tx.send(Job { id, texts: job, long, urgency }).is_err())
-                {
-                    for key in &owned {
-                        st.in_flight.remove(key);
-                    }
-                    st.finish(req, Err(EmbedFailure::Stopped));
-                    return Ok(());
-                }
-                if !bulk {
-                    req.queued = req.misses.len();
-                    st.queued += req.queued;
-                }
-                st.waiting.insert(id, req);
-            }
-            EmbedMsg::Computed { model_calls, inputs, seconds, jobs } => {
-                if inputs > 0 && seconds > 0.0 {
-                    // Recent batches count most: the texts' lengths drift.
-                    let pace = f64::from(inputs) / seconds;
-                    let s = &mut st.stats;
-                    s.inputs_per_s = if s.inputs_per_s > 0.0 { 0.8 * s.inputs_per_s + 0.2 * pace } else { pace };
-                }
-                st.stats.batches += model_calls as u64;
-                let total = st.stats.mean_batch * (st.stats.batches - model_calls as u64) as f64 + inputs as f64;
-                st.stats.mean_batch = if st.stats.batches > 0 { total / st.stats.batches as f64 } else { 0.0 };
-                let mut fresh: Vec<(Key, Vec<Piece>)> = Vec::new();
-                let mut outcomes: Vec<(Key, Result<Vec<Piece>, EmbedFailure>)> = Vec::new();
-                let mut touched = Vec::with_capacity(jobs.len());
-                for (id, outcome) in jobs {
-                    let Some(req) = st.waiting.get_mut(&id) else { continue };
-                    touched.push(id);
-                    st.queued -= std::mem::take(&mut req.queued);
-                    let misses = std::mem::take(&mut req.misses);
-                    match outcome {
-                        Ok(all) => {
-                            for ((i, key), pieces) in misses.into_iter().zip(all) {
-                                fresh.push((key, pieces.clone()));
-                                outcomes.push((key, Ok(pieces.clone())));
-                                req.results[i] = Some(Embedded { pieces, cached: false });
-                            }
-                        }
-                        // A late job owned none of its texts: whoever shares them waits for their
-                        // owner's answer.
-                        Err(EmbedFailure::Late) => {
-                            st.stats.late += 1;
-                            req.failure = Some(EmbedFailure::Late);
-                        }
-                        Err(e) => {
-                            outcomes.extend(misses.into_iter().map(|(_, key)| (key, Err(e.clone()))));
-                            req.failure = Some(e);
-                        }
-                    }
-                }
-                // The requests that asked for the same texts meanwhile.
-                for (key, outcome) in outcomes {
-                    let sharers = st.in_flight.remove(&key).map(|f| f.sharers).unwrap_or_default();
-                    for (id, i) in sharers {
-                        let Some(req) = st.waiting.get_mut(&id) else { continue };
-                        req.shared -= 1;
-                        match &outcome {
-                            Ok(pieces) => req.results[i] = Some(Embedded { pieces: pieces.clone(), cached: false }),
-                            Err(e) => req.failure = Some(e.clone()),
-                        }
-                        touched.push(id);
-                    }
-                }
-                if !fresh.is_empty() {
-                    let put = move |c: &mut Cache| {
-                        c.put_many(fresh.iter().map(|(k, p)| (*k, p.as_slice())))?;
-                        c.len()
-                    };
-                    if let Some(entries) = st.with_cache(put).await {
-                        st.stats.cache_entries = Some(entries);
-                    }
-                }
-                for id in touched {
-                    if st.waiting.get(&id).is_some_and(Request::answered) {
-                        let mut req = st.waiting.remove(&id).expect("checked above");
-                        let outcome = req.failure.take().map_or(Ok(()), Err);
-                        st.finish(req, outcome);
-                    }
-                }
-            }
-            EmbedMsg::Checked(Ok(())) => {
-                if matches!(st.status, Status::Loading) {
-                    st.status = Status::Idle;
-                }
-            }
-            EmbedMsg::Checked(Err(e)) | EmbedMsg::Loaded(Err(e)) => {
-                tracing::error!(error = %e, "embedding model unavailable: semantic features degraded");
-                st.status = Status::Degraded(e);
-            }
-            EmbedMsg::Loaded(Ok(info)) => {
-                tracing::info!(model = %info.model, load_s = info.load_s, "embedding model loaded");
-                st.status = Status::Ready(info);
-            }
+            EmbedMsg::Embed { texts, long, urgency, reply } => st.embed(texts, long, urgency, reply).await,
+            EmbedMsg::Own(own) => match own.open::<Callback>() {
+                Ok(Callback::Computed(done)) => st.computed(done).await,
+                Ok(Callback::Checked(checked)) => st.checked(checked),
+                Ok(Callback::Loaded(loaded)) => st.loaded(loaded),
+                Err(_) => tracing::warn!("embedding worker: dropped a message that is not its own"),
+            },
             EmbedMsg::Stats(reply) => {
                 let _ = reply.send(st.stats());
             }
@@ -505,195 +523,5 @@ pub(crate) fn fingerprint(dir: &Path) -> Key {
     h.finalize().into()
 }
 
-/// Loads the model, then serves batches until the actor drops its end of the channel.
-fn inference_thread(dir: &Path, max_batch: usize, max_wait: Duration, jobs: Receiver<Job>, actor: ActorRef<EmbedMsg>) {
-    crate::lower_model_thread_priority();
-    // The files are checked now, so a broken model is reported at once; the weights load with
-    // the first request, so a fleet that embeds nothing does not hold them.
-    let checked = Embedder::check(dir).map_err(|e| e.to_string());
-    let _ = actor.cast(EmbedMsg::Checked(checked.clone()));
-    let mut model = checked.map(|()| None);
-    let load = |model: &mut Result<Option<Embedder>, String>| {
-        if !matches!(model, Ok(None)) {
-            return;
-        }
-        let started = Instant::now();
-        *model = match Embedder::load(dir) {
-            Ok(m) => {
-                let info = ModelInfo {
-                    model: model_name(dir),
-                    path: dir.display().to_string(),
-                    dimensions: m.dimensions(),
-                    window: m.window(),
-                    load_s: started.elapsed().as_secs_f64(),
-                };
-                let _ = actor.cast(EmbedMsg::Loaded(Ok(info)));
-                Ok(Some(m))
-            }
-            Err(e) => {
-                let e = e.to_string();
-                let _ = actor.cast(EmbedMsg::Loaded(Err(e.clone())));
-                Err(e)
-            }
-        };
-    };
-    // Bulk jobs wait here while other jobs are queued.
-    let mut deferred: VecDeque<Job> = VecDeque::new();
-    let sort = |job: Job, batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| match job.bulk() {
-        true => deferred.push_back(job),
-        false => batch.push(job),
-    };
-    // Inputs of other work run since the backlog last had a batch, while it waited; and when
-    // other work last came.
-    let (mut since_bulk, mut last_other) = (0, None::<Instant>);
-    loop {
-        let mut batch = Vec::new();
-        // Block only when nothing is deferred.
-        if deferred.is_empty() {
-            match jobs.recv() {
-                Ok(job) => sort(job, &mut batch, &mut deferred),
-                Err(_) => return,
-            }
-        }
-        while let Ok(job) = jobs.try_recv() {
-            sort(job, &mut batch, &mut deferred);
-        }
-        // A batch of the backlog: when there is no other work, and (beside it) once other work
-        // has kept the backlog waiting for `BULK_EVERY` batches' worth. While other work keeps
-        // coming, the backlog's batches are a quarter of the size, so a query that comes
-        // while one runs waits a quarter as long.
-        if !batch.is_empty() {
-            last_other = Some(Instant::now());
-        }
-        let busy = last_other.is_some_and(|t| t.elapsed() < QUERIES_RECENT);
-        let bulk_batch = if busy { (max_batch / 4).max(1) } else { max_batch };
-        let backlog = |batch: &mut Vec<Job>, deferred: &mut VecDeque<Job>| {
-            let mut inputs = 0;
-            while inputs < bulk_batch
-                && let Some(job) = deferred.pop_front()
-            {
-                inputs += job.texts.len();
-                batch.push(job);
-            }
-        };
-        if batch.is_empty() {
-            backlog(&mut batch, &mut deferred);
-            since_bulk = 0;
-        } else {
-            // Requests come in bursts: wait a little for more while the batch is short.
-            let mut inputs: usize = batch.iter().map(|j| j.texts.len()).sum();
-            let deadline = Instant::now() + max_wait;
-            while inputs < max_batch {
-                match jobs.recv_deadline(deadline) {
-                    Ok(job) => {
-                        inputs += if job.bulk() { 0 } else { job.texts.len() };
-                        sort(job, &mut batch, &mut deferred);
-                    }
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-                }
-            }
-            if !deferred.is_empty() {
-                since_bulk += inputs;
-            }
-            if since_bulk >= BULK_EVERY * bulk_batch {
-                backlog(&mut batch, &mut deferred);
-                since_bulk = 0;
-            }
-        }
-        // What is past its deadline is answered, not run.
-        let now = Instant::now();
-        let (late, batch): (Vec<Job>, Vec<Job>) =
-            batch.into_iter().partition(|j| matches!(j.urgency, Urgency::Before(t) if t <= now));
-        if !batch.is_empty() {
-            load(&mut model);
-        }
-        let mut msg = match &model {
-            Ok(Some(m)) => run_batch(m, batch, max_batch),
-            Ok(None) if batch.is_empty() => {
-                EmbedMsg::Computed { model_calls: 0, inputs: 0, seconds: 0.0, jobs: Vec::new() }
-            }
-            Ok(None) => unreachable!("loaded above"),
-            Err(e) => EmbedMsg::Computed {
-                model_calls: 0,
-                inputs: 0,
-                seconds: 0.0,
-                jobs: batch.into_iter().map(|j| (j.id, Err(EmbedFailure::Degraded(e.clone())))).collect(),
-            },
-        };
-        if let EmbedMsg::Computed { jobs, .. } = &mut msg {
-            jobs.extend(late.into_iter().map(|j| (j.id, Err(EmbedFailure::Late))));
-        }
-        if actor.cast(msg).is_err() {
-            return;
-        }
-    }
-}
-
-/// Runs the model over every input of `jobs`, shortest first in calls of at most `max_batch`.
-fn run_batch(model: &Embedder, jobs: Vec<Job>, max_batch: usize) -> EmbedMsg {
-    // Every input: (job, text, piece byte range).
-    let mut inputs: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
-    let mut failed: HashMap<usize, EmbedFailure> = HashMap::new();
-    for (j, job) in jobs.iter().enumerate() {
-        for (t, text) in job.texts.iter().enumerate() {
-            match job.long {
-                LongText::Truncate => inputs.push((j, t, 0..text.len())),
-                LongText::Split => match model.pieces(text) {
-                    Ok(ranges) => inputs.extend(ranges.into_iter().map(|r| (j, t, r))),
-                    Err(e) => {
-                        failed.insert(j, EmbedFailure::Failed(e.to_string()));
-                    }
-                },
-            }
-        }
-    }
-    let text_of = |&(j, t, ref r): &(usize, usize, std::ops::Range<usize>)| &jobs[j].texts[t][r.clone()];
-    let mut order: Vec<usize> = (0..inputs.len()).collect();
-    order.sort_by_key(|&i| text_of(&inputs[i]).len());
-    let mut vectors: Vec<Option<Piece>> = vec![None; inputs.len()];
-    let mut model_calls = 0u32;
-    let started = Instant::now();
-    for chunk in order.chunks(max_batch) {
-        let texts: Vec<&str> = chunk.iter().map(|&i| text_of(&inputs[i])).collect();
-        model_calls += 1;
-        match model.embed(&texts) {
-            Ok(out) => {
-                for (&i, e) in chunk.iter().zip(out) {
-                    let r = &inputs[i].2;
-                    vectors[i] = Some(Piece {
-                        vector: e.vector,
-                        tokens: e.tokens as u32,
-                        truncated_from: e.truncated_from.map(|n| n as u32),
-                        start: r.start as u32,
-                        end: r.end as u32,
-                    });
-                }
-            }
-            Err(e) => {
-                let failure = EmbedFailure::Failed(e.to_string());
-                for &i in chunk {
-                    failed.entry(inputs[i].0).or_insert_with(|| failure.clone());
-                }
-            }
-        }
-    }
-    // Regroup pieces by job and text, in order.
-    let mut per_job: Vec<Vec<Vec<Piece>>> = jobs.iter().map(|j| vec![Vec::new(); j.texts.len()]).collect();
-    for ((j, t, _), piece) in inputs.iter().zip(vectors) {
-        if let Some(p) = piece {
-            per_job[*j][*t].push(p);
-        }
-    }
-    let results = jobs
-        .iter()
-        .zip(per_job)
-        .enumerate()
-        .map(|(j, (job, pieces))| (job.id, failed.remove(&j).map_or(Ok(pieces), Err)))
-        .collect();
-    EmbedMsg::Computed {
-        model_calls,
-        inputs: inputs.len() as u32,
-        seconds: started.elapsed().as_secs_f64(),
-        jobs: results,
-    }
-}
+#[cfg(test)]
+mod tests;

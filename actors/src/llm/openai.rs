@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop};
 use mindfleet_core::llm::{TokenLogprob, TopLogprob};
+use mindfleet_models::llm::{
+    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
+};
 
 /// Alternatives asked for when classifying (OpenAI's most).
 const CLASSIFY_TOP: usize = 20;

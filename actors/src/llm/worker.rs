@@ -21,14 +21,15 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use mindfleet_core::llm::{
-    ChatMessage, Classification, ClassifyJob, Cost, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo,
-    LlmMsg, LlmStats,
+    ChatMessage, Classification, ClassifyJob, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo, LlmMsg,
+    LlmStats,
 };
+use mindfleet_core::private::Private;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
 use super::openai::{OpenAi, OpenAiConfig};
-use super::{Llm, LlmConfig, LlmError};
 use crate::scheduler::nearest_rank;
+use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
 
 /// Times to first token kept for the p50/p99 in stats.
 const TTFT_KEPT: usize = 1024;
@@ -103,6 +104,33 @@ pub async fn spawn(args: LlmArgs, supervisor: Option<ActorCell>) -> Result<Actor
         None => Actor::spawn(None, LlmWorker, args).await?,
     };
     Ok(actor)
+}
+
+/// What the loader and slot threads tell the actor. Only this module makes and opens these
+/// (inside [`LlmMsg::Own`]), so no holder of the worker's ref can report a model loaded or
+/// a request's cost.
+enum Callback {
+    /// The model is loaded (or failed to load).
+    Loaded(Result<LlmInfo, String>),
+    /// A request is done; what it cost.
+    Done(Cost),
+}
+
+fn own(callback: Callback) -> LlmMsg {
+    LlmMsg::Own(Private::new(callback))
+}
+
+/// What one inference cost.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Cost {
+    purpose: String,
+    persona: Option<String>,
+    tokens_in: u64,
+    tokens_out: u64,
+    prompt_ms: f64,
+    gen_ms: f64,
+    ttft_ms: f64,
+    ok: bool,
 }
 
 /// A request on its way to a slot.
@@ -233,16 +261,19 @@ impl Actor for LlmWorker {
             LlmMsg::Stats(reply) => {
                 let _ = reply.send(st.stats());
             }
-            LlmMsg::Loaded(Ok(info)) => {
-                tracing::info!(model = %info.model, path = %info.path, load_s = info.load_s, threads = info.threads, "LLM ready");
-                st.stats.model = info;
-                st.status = Status::Ready;
-            }
-            LlmMsg::Loaded(Err(e)) => {
-                tracing::error!(error = %e, "LLM unavailable: model-backed brains fall back to rules");
-                st.status = Status::Degraded(e);
-            }
-            LlmMsg::Done(cost) => st.account(cost),
+            LlmMsg::Own(own) => match own.open::<Callback>() {
+                Ok(Callback::Loaded(Ok(info))) => {
+                    tracing::info!(model = %info.model, path = %info.path, load_s = info.load_s, threads = info.threads, "LLM ready");
+                    st.stats.model = info;
+                    st.status = Status::Ready;
+                }
+                Ok(Callback::Loaded(Err(e))) => {
+                    tracing::error!(error = %e, "LLM unavailable: model-backed brains fall back to rules");
+                    st.status = Status::Degraded(e);
+                }
+                Ok(Callback::Done(cost)) => st.account(cost),
+                Err(_) => tracing::warn!("LLM worker: dropped a message that is not its own"),
+            },
         }
         Ok(())
     }
@@ -259,7 +290,7 @@ impl Actor for LlmWorker {
 fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     let started = Instant::now();
     let loaded: Result<(Arc<dyn Backend>, LlmInfo), LlmError> = match args.backend {
-        BackendArgs::Local { model, config } => super::runnable(&model).and_then(|file| {
+        BackendArgs::Local { model, config } => mindfleet_models::llm::runnable(&model).and_then(|file| {
             let llm = Llm::load_with(&file, config)?;
             let info = LlmInfo {
                 model: file_name(llm.file()),
@@ -280,16 +311,16 @@ fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
         Ok(loaded) => loaded,
         Err(e) => {
             let e = e.to_string();
-            let _ = actor.cast(LlmMsg::Loaded(Err(e.clone())));
+            let _ = actor.cast(own(Callback::Loaded(Err(e.clone()))));
             // Requests sent before the actor heard of the failure.
             while let Ok(job) = jobs.recv() {
-                let _ = actor.cast(LlmMsg::Done(Cost::default()));
+                let _ = actor.cast(own(Callback::Done(Cost::default())));
                 fail(job, LlmFailure::Degraded(e.clone()));
             }
             return;
         }
     };
-    let _ = actor.cast(LlmMsg::Loaded(Ok(info)));
+    let _ = actor.cast(own(Callback::Loaded(Ok(info))));
     let slots: Vec<_> = (0..args.slots.max(1))
         .map(|i| {
             let (backend, jobs, actor) = (backend.clone(), jobs.clone(), actor.clone());
@@ -313,7 +344,7 @@ fn failure(e: LlmError) -> LlmFailure {
 
 /// One slot: runs requests until the channel closes.
 fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
-    crate::lower_model_thread_priority();
+    mindfleet_models::lower_model_thread_priority();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {
@@ -337,7 +368,7 @@ fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) 
                 };
                 // The cost is counted before the caller hears the answer, so what the caller
                 // asks next (stats, a dump) includes it.
-                let _ = actor.cast(LlmMsg::Done(cost));
+                let _ = actor.cast(own(Callback::Done(cost)));
                 let _ = reply.send(out.map_err(failure));
             }
             Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => {
@@ -356,9 +387,12 @@ fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) 
                     },
                     Err(_) => Cost { purpose, persona, ..Default::default() },
                 };
-                let _ = actor.cast(LlmMsg::Done(cost));
+                let _ = actor.cast(own(Callback::Done(cost)));
                 let _ = reply.send(out.map_err(failure));
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -117,9 +117,6 @@ pub enum Urgency {
     Bulk,
 }
 
-/// A job's pieces per text, in order.
-pub type JobResult = Result<Vec<Vec<Piece>>, EmbedFailure>;
-
 /// One answer of the worker: a result per text, in order.
 pub type EmbedReply = Result<Vec<Embedded>, EmbedFailure>;
 
@@ -132,18 +129,9 @@ pub enum EmbedMsg {
         reply: RpcReplyPort<EmbedReply>,
     },
     Stats(RpcReplyPort<EmbedStats>),
-    /// From the inference thread: the model's files are sound (or what is wrong with them).
-    Checked(Result<(), String>),
-    /// From the inference thread: the model is loaded (or failed to load), at the first request.
-    Loaded(Result<ModelInfo, String>),
-    /// From the inference thread: a batch of jobs is done, in `model_calls` calls over
-    /// `inputs` texts or pieces taking `seconds`; each job's pieces per text, in order.
-    Computed {
-        model_calls: u32,
-        inputs: u32,
-        seconds: f64,
-        jobs: Vec<(u64, JobResult)>,
-    },
+    /// From the worker's inference thread (its files checked, its model loaded, a batch
+    /// done): a type private to the worker, which drops anything else sent here.
+    Own(crate::private::Private),
     /// Make every cached embedding durable (also done periodically and at stop).
     Sync(RpcReplyPort<()>),
 }

@@ -197,23 +197,9 @@ pub enum LlmMsg {
         reply: RpcReplyPort<Result<Classification, LlmFailure>>,
     },
     Stats(RpcReplyPort<LlmStats>),
-    /// From the loader thread: the model is loaded (or failed to load).
-    Loaded(Result<LlmInfo, String>),
-    /// From a slot thread: a request is done; what it cost.
-    Done(Cost),
-}
-
-/// What one inference cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Cost {
-    pub purpose: String,
-    pub persona: Option<String>,
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub prompt_ms: f64,
-    pub gen_ms: f64,
-    pub ttft_ms: f64,
-    pub ok: bool,
+    /// From the worker's loader and slot threads (the model loaded, a request's cost): a type
+    /// private to the worker, which drops anything else sent here.
+    Own(crate::private::Private),
 }
 
 /// The loaded model.

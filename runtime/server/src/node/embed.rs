@@ -121,7 +121,8 @@ impl Actor for RemoteEmbed {
             EmbedMsg::Sync(reply) => {
                 let _ = reply.send(());
             }
-            EmbedMsg::Checked(_) | EmbedMsg::Loaded(_) | EmbedMsg::Computed { .. } => {}
+            // The callbacks of a local worker's inference thread: none are meant for a proxy.
+            EmbedMsg::Own(_) => tracing::warn!("remote embedding proxy: dropped a message that is not its own"),
         }
         Ok(())
     }

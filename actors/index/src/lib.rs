@@ -16,6 +16,7 @@
 
 mod ann;
 pub mod chunk;
+mod exact;
 mod keyword;
 mod store;
 mod vectors;
@@ -310,43 +311,7 @@ impl Index {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<UpdateReport, IndexError> {
         let start = Instant::now();
-        let path_err = |message: String| IndexError::Path { path: path.to_path_buf(), message };
-        let abs = path.canonicalize().map_err(|e| path_err(e.to_string()))?;
-        let (root, single) = if abs.is_file() {
-            (abs.parent().map(Path::to_path_buf).unwrap_or_else(|| abs.clone()), Some(abs.clone()))
-        } else if abs.is_dir() {
-            (abs.clone(), None)
-        } else {
-            return Err(path_err("neither a file nor a directory".into()));
-        };
-        if let Some(types) = &opts.types
-            && let Some(bad) = types.iter().find(|t| !Lang::NAMES.contains(&t.as_str()))
-        {
-            return Err(IndexError::Request(format!("types: unknown {bad:?} (known: {})", Lang::NAMES.join(", "))));
-        }
-        if opts.windows == Some(0) {
-            return Err(IndexError::Request("windows: 0 lines".into()));
-        }
-        let model = embed.model();
-        if self.model()?.is_some_and(|m| m != model) {
-            // Vectors of another model cannot be compared with this one's: start again.
-            self.clear()?;
-            self.repairs.push(format!("the vectors came from another model; re-embedding with {model}"));
-        }
-        self.store.set_meta("model", model.as_bytes())?;
-        // Unchanged files keep their chunks, so a change of chunking must start again too. (An
-        // index without this record was cut by the structure alone, before neighbours merged.)
-        // Only files indexed from a root were cut: entries of their own (`create`, which records
-        // no chunking) are one chunk each, and an index of entries alone is not cut otherwise.
-        let chunking = opts.windows.map_or_else(|| CODE_CHUNKING.to_string(), |n| format!("windows of {n} lines"));
-        let stored = self.store.meta("chunking")?.map(|b| String::from_utf8_lossy(&b).into_owned());
-        if stored.as_deref().unwrap_or("code") != chunking
-            && self.store.files()?.iter().any(|(_, f)| !f.root.is_empty())
-        {
-            self.clear()?;
-            self.repairs.push(format!("the chunks were cut otherwise; cutting them again as {chunking}"));
-        }
-        self.store.set_meta("chunking", chunking.as_bytes())?;
+        let (root, single) = self.begin_update(path, embed, opts)?;
         let root_str = root.to_string_lossy().into_owned();
         let mut report = UpdateReport { root: root_str.clone(), ..Default::default() };
         let files = match &single {
@@ -409,25 +374,8 @@ impl Index {
                 Some(n) => chunk::line_windows(&text, n),
                 None => chunker.chunk(lang, &text),
             };
-            let update = FileUpdate {
-                abs,
-                record: FileRecord { root: root_str.clone(), rel: rel.clone(), hash, lang, chunks: Vec::new() },
-                chunks: chunks
-                    .iter()
-                    .map(|c| {
-                        let record = ChunkRecord {
-                            path: rel.clone(),
-                            lang,
-                            kind: c.kind.to_string(),
-                            symbol: c.symbol.clone(),
-                            start_line: c.start_line,
-                            end_line: c.end_line,
-                            text: Sha256::digest(c.text.as_bytes()).into(),
-                        };
-                        (0, record, c.text.clone(), None)
-                    })
-                    .collect(),
-            };
+            let record = FileRecord { root: root_str.clone(), rel, hash, lang, chunks: Vec::new() };
+            let update = file_update(abs, record, &chunks);
             report.files_indexed += 1;
             report.chunks_added += update.chunks.len();
             batch.push(update);
@@ -449,6 +397,55 @@ impl Index {
         }
         report.seconds = start.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// What [`Index::update_with`] checks and settles first: the request is sound, and an
+    /// index of another model or another chunking starts again. The root, and the file when
+    /// `path` is one.
+    fn begin_update(
+        &mut self,
+        path: &Path,
+        embed: &dyn Embed,
+        opts: &UpdateOptions,
+    ) -> Result<(PathBuf, Option<PathBuf>), IndexError> {
+        let path_err = |message: String| IndexError::Path { path: path.to_path_buf(), message };
+        let abs = path.canonicalize().map_err(|e| path_err(e.to_string()))?;
+        let (root, single) = if abs.is_file() {
+            (abs.parent().map(Path::to_path_buf).unwrap_or_else(|| abs.clone()), Some(abs.clone()))
+        } else if abs.is_dir() {
+            (abs.clone(), None)
+        } else {
+            return Err(path_err("neither a file nor a directory".into()));
+        };
+        if let Some(types) = &opts.types
+            && let Some(bad) = types.iter().find(|t| !Lang::NAMES.contains(&t.as_str()))
+        {
+            return Err(IndexError::Request(format!("types: unknown {bad:?} (known: {})", Lang::NAMES.join(", "))));
+        }
+        if opts.windows == Some(0) {
+            return Err(IndexError::Request("windows: 0 lines".into()));
+        }
+        let model = embed.model();
+        if self.model()?.is_some_and(|m| m != model) {
+            // Vectors of another model cannot be compared with this one's: start again.
+            self.clear()?;
+            self.repairs.push(format!("the vectors came from another model; re-embedding with {model}"));
+        }
+        self.store.set_meta("model", model.as_bytes())?;
+        // Unchanged files keep their chunks, so a change of chunking must start again too. (An
+        // index without this record was cut by the structure alone, before neighbours merged.)
+        // Only files indexed from a root were cut: entries of their own (`create`, which records
+        // no chunking) are one chunk each, and an index of entries alone is not cut otherwise.
+        let chunking = opts.windows.map_or_else(|| CODE_CHUNKING.to_string(), |n| format!("windows of {n} lines"));
+        let stored = self.store.meta("chunking")?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        if stored.as_deref().unwrap_or("code") != chunking
+            && self.store.files()?.iter().any(|(_, f)| !f.root.is_empty())
+        {
+            self.clear()?;
+            self.repairs.push(format!("the chunks were cut otherwise; cutting them again as {chunking}"));
+        }
+        self.store.set_meta("chunking", chunking.as_bytes())?;
+        Ok((root, single))
     }
 
     /// Gives the chunks of `batch` their ids, embeds what they need, stores them and makes them
@@ -741,6 +738,26 @@ struct Fused {
     keyword_rank: Option<usize>,
     vector_rank: Option<usize>,
     similarity: Option<f32>,
+}
+
+/// The update of file `abs` to `chunks` (ids and vectors are given when it is flushed).
+fn file_update(abs: String, record: FileRecord, chunks: &[chunk::Chunk]) -> FileUpdate {
+    let chunks = chunks
+        .iter()
+        .map(|c| {
+            let chunk = ChunkRecord {
+                path: record.rel.clone(),
+                lang: record.lang,
+                kind: c.kind.to_string(),
+                symbol: c.symbol.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                text: Sha256::digest(c.text.as_bytes()).into(),
+            };
+            (0, chunk, c.text.clone(), None)
+        })
+        .collect();
+    FileUpdate { abs, record, chunks }
 }
 
 /// What the keyword index reads of a chunk: its path and symbol as well as its text.

@@ -1,0 +1,476 @@
+//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF): the model's own
+//! tokenizer and chat template, streamed generation within an honest context budget, label
+//! scoring, and a Q4_1 -> Q8_0 rewrite of the weights.
+//!
+//! [`Llm`] is synchronous and CPU-bound like [`crate::embed::Embedder`]: callers run it on a
+//! thread of their own, never on the tokio workers that carry the actors (`mindfleet-actors`'
+//! `LlmWorker` runs it on its slot threads). It is `Sync`: the
+//! weights are shared and each request has a KV cache of its own.
+//!
+//! The forward pass is our own ([`llama`], on the Q8_0 kernels of [`q8`]); candle reads the
+//! GGUF file and samples.
+//!
+//! # Threads
+//!
+//! A forward pass runs on its caller's thread and the `Llm`'s own [`LlmConfig::threads`]` - 1`
+//! workers (`llm-1`, `llm-2`, ...), which spin between the steps of a pass and sleep between
+//! requests. Forward passes take turns process-wide: requests running at once
+//! interleave pass by pass instead of oversubscribing the cores (2 threads on 2 busy cores ran
+//! several times slower than 1).
+
+mod budget;
+mod llama;
+mod q8;
+mod quant;
+mod team;
+mod tokenizer;
+
+use std::fs::File;
+use std::io::BufReader;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::{Device, Tensor};
+use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
+
+use llama::{KvCache, Llama};
+use team::Team;
+
+pub use mindfleet_core::llm::{
+    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,
+    Trim, margin,
+};
+pub use quant::{requantize, runnable};
+pub use tokenizer::GgufTokenizer;
+
+/// Prompt tokens per forward pass: one pass for most prompts, bounded attention scratch for
+/// long ones.
+const PROMPT_CHUNK: usize = 512;
+
+/// The largest GGUF this loader opens; SmolLM2-135M is 98 MB as Q4_1, 145 MB as Q8_0.
+const MAX_FILE_BYTES: u64 = 8 << 30;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    #[error("{file}: {message}")]
+    Load { file: PathBuf, message: String },
+    #[error("{file}: {message}")]
+    Write { file: PathBuf, message: String },
+    #[error("tokenizing: {0}")]
+    Tokenize(String),
+    #[error("request: {0}")]
+    Request(String),
+    /// An OpenAI-compatible endpoint could not be reached or refused the request.
+    #[error("{url}: {message}")]
+    Endpoint { url: String, message: String },
+    #[error(
+        "context: the system message and the last user message take {needed} tokens, with {max_tokens} to generate more than the context of {context}"
+    )]
+    ContextOverflow { needed: usize, max_tokens: usize, context: usize },
+    #[error("model: {0}")]
+    Model(#[from] candle_core::Error),
+}
+
+/// A conversation's prompt as the model reads it: the chat template's ids, fitted to the context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    pub trimmed: Option<Trim>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlmConfig {
+    /// Upper bound on prompt plus generated tokens; the model's trained length bounds it too.
+    pub max_context: usize,
+    /// Threads inference runs on; `None` takes [`default_threads`].
+    pub threads: Option<usize>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> LlmConfig {
+        LlmConfig { max_context: 2048, threads: None }
+    }
+}
+
+/// The inference threads of an [`Llm`] whose config names none: `CANDLE_NUM_THREADS`, else
+/// `RAYON_NUM_THREADS`, else the physical cores (as for the embedding model).
+pub fn default_threads() -> usize {
+    candle_core::utils::get_num_threads()
+}
+
+pub struct Llm {
+    model: Llama,
+    tokenizer: GgufTokenizer,
+    context: usize,
+    team: Team,
+    file: PathBuf,
+}
+
+impl Llm {
+    /// Loads a llama-architecture GGUF with the default [`LlmConfig`].
+    pub fn load(path: &Path) -> Result<Llm, LlmError> {
+        Llm::load_with(path, LlmConfig::default())
+    }
+
+    pub fn load_with(path: &Path, config: LlmConfig) -> Result<Llm, LlmError> {
+        let load_err = |message: String| LlmError::Load { file: path.to_path_buf(), message };
+        let threads = config.threads.unwrap_or_else(default_threads);
+        if threads == 0 {
+            return Err(LlmError::Request("threads must be at least 1".into()));
+        }
+        if config.max_context == 0 {
+            return Err(LlmError::Request("max_context must be at least 1".into()));
+        }
+        let (mut reader, content) = open_gguf(path)?;
+        let arch = content.metadata.get("general.architecture").and_then(|v| v.to_string().ok());
+        if arch.map(String::as_str) != Some("llama") {
+            return Err(load_err(format!("architecture {arch:?}, only llama is supported")));
+        }
+        check_tensors(&content).map_err(load_err)?;
+        let trained = content.metadata.get("llama.context_length").and_then(|v| v.to_u64().ok());
+        let trained = trained.ok_or_else(|| load_err("no llama.context_length in the metadata".into()))?;
+        let context = config.max_context.min(usize::try_from(trained).unwrap_or(usize::MAX));
+        let tokenizer = GgufTokenizer::from_gguf(&content).map_err(load_err)?;
+        let model = Llama::load(&content, &mut reader, context).map_err(load_err)?;
+        let team = Team::new(threads, "llm")
+            .map_err(|e| LlmError::Request(format!("starting {threads} inference threads: {e}")))?;
+        Ok(Llm { model, tokenizer, context, team, file: path.to_path_buf() })
+    }
+
+    pub fn tokenizer(&self) -> &GgufTokenizer {
+        &self.tokenizer
+    }
+
+    /// The most tokens a prompt and its answer can have together.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    pub fn threads(&self) -> usize {
+        self.team.threads()
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The prompt [`Llm::generate`] reads for `messages`, with room for `max_tokens` after it.
+    /// When the context is too small, the conversation is trimmed (logged, and reported in
+    /// `trimmed`): the system message and the last user message are kept whole, the oldest
+    /// other messages go first, and the last of them left is cut in the middle (marked `…`)
+    /// rather than dropped when enough of it fits. When the system and last user message alone
+    /// do not fit, the error is [`LlmError::ContextOverflow`].
+    pub fn prompt(&self, messages: &[ChatMessage], max_tokens: usize) -> Result<Prompt, LlmError> {
+        budget::fit(&self.tokenizer, messages, max_tokens, self.context)
+    }
+
+    /// Answers the conversation, giving each piece of text to `on_token` as it comes (whole
+    /// characters only, never the start of a stop string); `Break` from it ends the answer.
+    pub fn generate(
+        &self,
+        req: &GenerateRequest,
+        mut on_token: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation, LlmError> {
+        let start = Instant::now();
+        if req.max_tokens == 0 {
+            return Err(LlmError::Request("max_tokens must be at least 1".into()));
+        }
+        if req.stop.iter().any(String::is_empty) {
+            return Err(LlmError::Request("an empty stop string".into()));
+        }
+        let (seed, sampling) = match req.sampling {
+            Sampling::Greedy => (0, CandleSampling::ArgMax),
+            Sampling::TopP { temperature, top_p, seed } => {
+                if !(temperature > 0.0 && temperature.is_finite() && top_p > 0.0 && top_p <= 1.0) {
+                    return Err(LlmError::Request(format!(
+                        "top-p sampling needs temperature > 0 and 0 < top_p <= 1, not {temperature} and {top_p}"
+                    )));
+                }
+                (seed, CandleSampling::TopP { p: top_p, temperature })
+            }
+        };
+        let prompt = self.prompt(&req.messages, req.max_tokens)?;
+        let mut cache = self.model.cache();
+        let prompt_start = Instant::now();
+        let mut logits = self.prefill(&mut cache, &prompt.ids)?;
+        let prompt_ms = ms(prompt_start);
+        let gen_start = Instant::now();
+
+        let mut sampler = LogitsProcessor::from_sampling(seed, sampling);
+        let mut stream = TextStream::new(&req.stop);
+        let mut text = String::new();
+        let mut ttft_ms = None;
+        let mut tokens_out = 0;
+        let mut logprobs = Vec::new();
+        let stop = loop {
+            let next = sampler.sample(&Tensor::from_slice(&logits, logits.len(), &Device::Cpu)?)?;
+            ttft_ms.get_or_insert_with(|| ms(start));
+            if self.tokenizer.ends_turn(next) {
+                break Stop::Eos;
+            }
+            if let Some(k) = req.top_logprobs {
+                logprobs.push(self.token_logprob(&logits, next, k)?);
+            }
+            tokens_out += 1;
+            let (piece, stopped) = stream.push(self.tokenizer.token_bytes(next));
+            if !piece.is_empty() {
+                text.push_str(&piece);
+                if on_token(&piece).is_break() && !stopped {
+                    break Stop::Cancelled;
+                }
+            }
+            if stopped {
+                break Stop::StopString;
+            }
+            if tokens_out == req.max_tokens {
+                break Stop::MaxTokens;
+            }
+            logits = self.forward(&mut cache, &[next])?;
+        };
+        if matches!(stop, Stop::Eos | Stop::MaxTokens) {
+            let rest = stream.finish();
+            if !rest.is_empty() {
+                text.push_str(&rest);
+                let _ = on_token(&rest);
+            }
+        }
+        Ok(Generation {
+            text,
+            tokens_in: prompt.ids.len(),
+            tokens_out,
+            prompt_ms,
+            gen_ms: ms(gen_start),
+            ttft_ms: ttft_ms.unwrap_or(prompt_ms),
+            stop,
+            trimmed: prompt.trimmed,
+            logprobs,
+        })
+    }
+
+    /// The sampled token's log-probability and the `k` most likely tokens at its position.
+    fn token_logprob(&self, logits: &[f32], token: u32, k: usize) -> Result<TokenLogprob, LlmError> {
+        let lp = log_softmax(logits);
+        let text = |id: usize| String::from_utf8_lossy(self.tokenizer.token_bytes(id as u32)).into_owned();
+        let mut order: Vec<usize> = (0..lp.len()).collect();
+        let k = k.min(order.len());
+        if k > 0 {
+            order.select_nth_unstable_by(k - 1, |a, b| lp[*b].total_cmp(&lp[*a]));
+        }
+        order.truncate(k);
+        order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]));
+        Ok(TokenLogprob {
+            token: text(token as usize),
+            logprob: lp[token as usize] as f32,
+            top: order.into_iter().map(|id| TopLogprob { token: text(id), logprob: lp[id] as f32 }).collect(),
+        })
+    }
+
+    /// The log-probability of each label as the beginning of the answer to `messages`, best
+    /// first. The prompt is read once; each label continues from a copy of its KV cache. Long
+    /// labels score lower by having more tokens: compare labels of like length (`yes`/`no`).
+    /// A conversation too long for the context is trimmed as for [`Llm::generate`] (logged).
+    pub fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
+        if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
+            return Err(LlmError::Request("classify needs labels, none empty".into()));
+        }
+        let label_ids: Vec<Vec<u32>> =
+            labels.iter().map(|l| self.tokenizer.encode_plain(l)).collect::<Result<_, _>>()?;
+        let longest = label_ids.iter().map(Vec::len).max().unwrap_or(1);
+        let prompt = self.prompt(messages, longest)?;
+        let mut cache = self.model.cache();
+        let first = log_softmax(&self.prefill(&mut cache, &prompt.ids)?);
+        let mut scores = Vec::with_capacity(labels.len());
+        for (label, ids) in labels.iter().zip(&label_ids) {
+            let mut logprob = first[ids[0] as usize];
+            for w in ids.windows(2) {
+                logprob += log_softmax(&self.forward(&mut cache, &w[..1])?)[w[1] as usize];
+            }
+            cache.truncate(prompt.ids.len());
+            scores.push(LabelScore { label: label.to_string(), logprob: logprob as f32, tokens: ids.len() });
+        }
+        scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+        Ok(Classification { scores, tokens_in: prompt.ids.len() })
+    }
+
+    /// Reads the prompt into the KV cache; the logits for the token after it.
+    fn prefill(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
+        let mut logits = None;
+        for chunk in ids.chunks(PROMPT_CHUNK) {
+            logits = Some(self.forward(cache, chunk)?);
+        }
+        logits.ok_or_else(|| LlmError::Request("an empty prompt".into()))
+    }
+
+    /// One forward pass on the `Llm`'s threads: the logits after the last of `ids`.
+    fn forward(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
+        // Passes of two requests at once only oversubscribe the cores (a generation on 2 cores
+        // slowed fivefold): requests take turns, pass by pass.
+        static ONE_PASS_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_PASS_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        self.model.forward(&self.team, cache, ids).map_err(LlmError::Request)
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn log_softmax(v: &[f32]) -> Vec<f64> {
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let log_sum = v.iter().map(|x| (*x as f64 - max).exp()).sum::<f64>().ln() + max;
+    v.iter().map(|x| *x as f64 - log_sum).collect()
+}
+
+/// Generated bytes to text pieces: whole UTF-8 characters only (a character can span tokens;
+/// invalid bytes become U+FFFD as in a lossy decode), and never a piece that could be the start
+/// of a stop string until the next tokens show it is not.
+struct TextStream<'a> {
+    bytes: Vec<u8>,
+    held: String,
+    stops: &'a [String],
+}
+
+impl<'a> TextStream<'a> {
+    fn new(stops: &'a [String]) -> TextStream<'a> {
+        TextStream { bytes: Vec::new(), held: String::new(), stops }
+    }
+
+    /// The text that can be given out after `token`, and whether a stop string came (the text
+    /// then ends before it, and nothing more is to come).
+    fn push(&mut self, token: &[u8]) -> (String, bool) {
+        self.bytes.extend_from_slice(token);
+        loop {
+            match std::str::from_utf8(&self.bytes) {
+                Ok(s) => {
+                    self.held.push_str(s);
+                    self.bytes.clear();
+                    break;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    self.held.push_str(std::str::from_utf8(&self.bytes[..valid]).expect("checked valid"));
+                    match e.error_len() {
+                        // An incomplete character at the end: wait for the next token.
+                        None => {
+                            self.bytes.drain(..valid);
+                            break;
+                        }
+                        Some(bad) => {
+                            self.held.push(char::REPLACEMENT_CHARACTER);
+                            self.bytes.drain(..valid + bad);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            self.held.truncate(at);
+            return (std::mem::take(&mut self.held), true);
+        }
+        // Keep back the longest end of the text that a stop string begins with.
+        let keep = self
+            .stops
+            .iter()
+            .flat_map(|s| s.char_indices().skip(1).map(|(i, _)| &s[..i]))
+            .filter(|prefix| self.held.ends_with(prefix))
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        let out = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        (out, false)
+    }
+
+    /// What is left at the end of the answer: the held text. The bytes of a character the
+    /// answer stopped in the middle of are not text, and are dropped.
+    fn finish(&mut self) -> String {
+        self.bytes.clear();
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// What a GGUF file holds, from its header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufInfo {
+    pub architecture: Option<String>,
+    /// `general.file_type`, llama.cpp's `llama_ftype` (3: mostly Q4_1, 7: mostly Q8_0).
+    pub file_type: Option<u32>,
+    /// Tensors per ggml type (`Q4_1`, `Q8_0`, `F32`, ...).
+    pub tensor_types: std::collections::BTreeMap<String, usize>,
+}
+
+/// Reads the header of a GGUF file, checking that every tensor lies within the file.
+pub fn inspect(path: &Path) -> Result<GgufInfo, LlmError> {
+    let (_, content) = open_gguf(path)?;
+    let mut tensor_types = std::collections::BTreeMap::new();
+    for info in content.tensor_infos.values() {
+        *tensor_types.entry(format!("{:?}", info.ggml_dtype)).or_insert(0) += 1;
+    }
+    Ok(GgufInfo {
+        architecture: content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned(),
+        file_type: content.metadata.get("general.file_type").and_then(|v| v.to_u32().ok()),
+        tensor_types,
+    })
+}
+
+/// Opens a GGUF file and reads its header, with the errors naming the file and what is wrong.
+fn open_gguf(path: &Path) -> Result<(BufReader<File>, Content), LlmError> {
+    let load_err = |message: String| LlmError::Load { file: path.to_path_buf(), message };
+    let file = File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => load_err("missing".into()),
+        _ => load_err(e.to_string()),
+    })?;
+    let len = file.metadata().map_err(|e| load_err(e.to_string()))?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(load_err(format!("{len} bytes, more than the {MAX_FILE_BYTES} a model may have")));
+    }
+    let mut reader = BufReader::new(file);
+    let content = Content::read(&mut reader).map_err(|e| load_err(format!("not a readable GGUF file: {e}")))?;
+    // Every tensor must lie within the file: a truncated download names its first lost tensor.
+    let mut infos: Vec<_> = content.tensor_infos.iter().collect();
+    infos.sort_by_key(|(_, info)| info.offset);
+    for (name, info) in infos {
+        let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+        if elems % block != 0 {
+            return Err(load_err(format!("tensor {name}: {elems} values are not whole blocks of {block}")));
+        }
+        let end = content.tensor_data_offset + info.offset + (elems / block * info.ggml_dtype.type_size()) as u64;
+        if end > len {
+            return Err(load_err(format!("truncated: tensor {name} ends at byte {end}, the file has {len}")));
+        }
+    }
+    Ok((reader, content))
+}
+
+/// The tensors [`Llama::load`] reads for a dense llama, so that a missing one is
+/// named (the output projection may be tied to the embeddings).
+fn check_tensors(content: &Content) -> Result<(), String> {
+    let blocks = match content.metadata.get("llama.block_count").map(Value::to_u32) {
+        Some(Ok(n)) => n,
+        _ => return Err("no llama.block_count in the metadata".into()),
+    };
+    let per_block =
+        ["attn_q", "attn_k", "attn_v", "attn_output", "attn_norm", "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"];
+    let moe = content.metadata.get("llama.expert_count").and_then(|v| v.to_u32().ok()).unwrap_or(0) > 1;
+    let names = ["token_embd.weight".to_string(), "output_norm.weight".to_string()].into_iter().chain(
+        (0..blocks).flat_map(|b| {
+            per_block
+                .iter()
+                .filter(move |t| !(moe && t.starts_with("ffn_") && !t.ends_with("norm")))
+                .map(move |t| format!("blk.{b}.{t}.weight"))
+        }),
+    );
+    for name in names {
+        if !content.tensor_infos.contains_key(&name) {
+            return Err(format!("missing tensor {name}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,3 +1,0 @@
-//! Local model files (moving to `mindfleet-models`).
-
-pub mod models;
