@@ -28,7 +28,7 @@ use ractor_cluster_derive::RactorMessage;
 
 use crate::faults::FaultBook;
 use crate::gate::{PriorityInput, priority};
-use crate::persona::Own;
+use crate::persona::own::Own;
 
 /// Repeats of the same room+sender+text within this window are dropped.
 pub const DUPLICATE_WINDOW_US: i64 = 3_000_000;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use mindfleet_core::messages::{FaultTarget, PersonaMsg};
 
-use crate::persona::Own;
+use crate::persona::own::Own;
 use mindfleet_core::model::SelfStateData;
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;

@@ -70,7 +70,7 @@ use crate::working_memory::MemoryMsg;
 mod children;
 mod grant;
 mod intake;
-mod own;
+pub(crate) mod own;
 mod phase;
 mod plan;
 mod remembering;
