@@ -143,7 +143,9 @@ async fn scheduler_stats(fleet: &mindfleet::Fleet) -> SchedulerStats {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_urgent_plan_runs_between_two_steps_of_a_work_plan() {
     let (fleet, _dir) = one_slot().await;
-    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 500, times: 1 };
+    // Slow enough that the urgent event is stored, delivered and gated while it runs, even on a
+    // machine busy with other tests (at 500 ms it once was not, and the work plan replied first).
+    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 2000, times: 1 };
     fleet.fault("coder", Fault { target: FaultTarget::Persona, when: slow }).await.unwrap();
     let work = fleet.inject(to_coder("please review the retry logic in the client")).await.unwrap();
     // The coder's first task, the slow recall (a directed event needs no gate task), holds the

@@ -19,3 +19,5 @@ pub mod embed;
 pub mod index;
 pub mod llm;
 pub mod scheduler;
+#[cfg(test)]
+mod testing;

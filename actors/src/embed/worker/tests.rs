@@ -1,24 +1,18 @@
 //! The worker's own callbacks cannot be forged through its public message type.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedStats, LongText, ModelInfo, Urgency};
 use mindfleet_core::private::Private;
 use ractor::ActorRef;
 
+use crate::testing::answer_when;
+
 use super::{EmbedArgs, spawn};
 
-/// The worker's stats once `done` holds of them, or a failure after ten seconds.
+/// The worker's stats once `done` holds of them.
 async fn stats_when(worker: &ActorRef<EmbedMsg>, done: impl Fn(&EmbedStats) -> bool) -> EmbedStats {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = ractor::call!(worker, EmbedMsg::Stats).unwrap();
-        if done(&stats) {
-            return stats;
-        }
-        assert!(Instant::now() < deadline, "still {stats:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    answer_when(worker, EmbedMsg::Stats, done).await
 }
 
 #[tokio::test]

@@ -1,24 +1,16 @@
 //! The worker's own callbacks cannot be forged through its public message type.
 
-use std::time::{Duration, Instant};
-
 use mindfleet_core::llm::{ClassifyJob, LlmFailure, LlmInfo, LlmMsg, LlmStats};
 use mindfleet_core::private::Private;
 use ractor::ActorRef;
 
+use crate::testing::answer_when;
+
 use super::{LlmArgs, spawn};
 
-/// The worker's stats once `done` holds of them, or a failure after ten seconds.
+/// The worker's stats once `done` holds of them.
 async fn stats_when(worker: &ActorRef<LlmMsg>, done: impl Fn(&LlmStats) -> bool) -> LlmStats {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = ractor::call!(worker, LlmMsg::Stats).unwrap();
-        if done(&stats) {
-            return stats;
-        }
-        assert!(Instant::now() < deadline, "still {stats:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    answer_when(worker, LlmMsg::Stats, done).await
 }
 
 #[tokio::test]
