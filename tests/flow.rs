@@ -149,8 +149,23 @@ async fn seven_personas_answer_each_human_message_about_once() {
     let d = dump(&fleet).await;
     let replies: usize = ids.iter().map(|id| d.outbox.iter().filter(|o| o.in_reply_to == *id).count()).sum();
     let per_message = replies as f64 / ids.len() as f64;
-    assert!((0.9..=1.2).contains(&per_message), "{replies} replies to {} messages", ids.len());
-    assert!(d.coordination.efficiency >= 0.9, "{:?}", d.coordination);
+    // Why each message answered other than once was decided as it was, by every persona.
+    let why = ids
+        .iter()
+        .filter(|id| d.outbox.iter().filter(|o| o.in_reply_to == **id).count() != 1)
+        .map(|id| {
+            let by: Vec<String> = d
+                .personas
+                .iter()
+                .flat_map(|p| p.decisions.iter().filter(|x| x.event_id == *id).map(move |x| (p, x)))
+                .map(|(p, x)| format!("{} {} by {}: {}", p.name, x.verdict.as_str(), x.by, x.reason))
+                .collect();
+            format!("{id}:\n  {}", by.join("\n  "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!((0.9..=1.2).contains(&per_message), "{replies} replies to {} messages\n{why}", ids.len());
+    assert!(d.coordination.efficiency >= 0.9, "{:?}\n{why}", d.coordination);
     let redundant = d.personas.iter().flat_map(|p| &p.decisions).filter(|x| x.by == "coordinator/redundant").count();
     assert!(redundant > 0, "the others stayed silent as redundant");
 
