@@ -65,7 +65,7 @@ pub struct OutboxEntry {
     /// The id the reply carries as an event in the room.
     pub event_id: String,
     pub text: String,
-    /// Which brain wrote it (`rules` until the model brains land).
+    /// Which brain wrote it: `rules`, or `local` (the fleet's LLM, run here or behind an OpenAI-compatible endpoint).
     pub brain: String,
     pub at_us: i64,
 }
