@@ -7,6 +7,20 @@
 //! channel, so they see every write sent before them (a restarted child never reads a
 //! state older than the one it last persisted). Read-only views for dumps use their own
 //! read transactions. The on-disk layout is in `docs/STORAGE.md`.
+//!
+//! ```text
+//! lib.rs        the Storage handle: open, the requests it sends, the data dir's lock
+//! read          reads for dumps and introspection, through the writes still held back
+//! op            the requests to the writer
+//! writer        the group-commit loop; apply (one function per request), journal writes,
+//!               trim (retention), handoff (a persona between nodes), recover (after a disk error)
+//! behind        write-behind of self-states, memory and decisions
+//! schema        tables, retention limits, the counters in `meta`; legacy: older layouts
+//! disk          free space, the disk's name, health; histogram: the writer's latencies
+//! conversation  recall from the conversation index, read back and ranked
+//! ```
+//!
+//! Invariant: only this crate opens `fleet.redb`, and only the writer thread writes it.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
