@@ -84,6 +84,10 @@ pub enum StorageError {
         "data dir {path} is on {disk}, which has {free_mb} MiB free; at least {min_mb} MiB are needed ([storage] min_free_mb)"
     )]
     NoSpace { path: PathBuf, disk: String, free_mb: u64, min_mb: u64 },
+    /// The batch the request was written in did not commit (the disk failed it): nothing of
+    /// the request was stored.
+    #[error("{reason}")]
+    NotCommitted { reason: String },
     /// Readers wait while the writer reopens the database after a failed write.
     #[error("{path}: {reason}")]
     Unavailable { path: PathBuf, reason: String },
@@ -301,13 +305,13 @@ impl Storage {
         version: u64,
         node: Arc<str>,
         to: ForwardQueue,
-    ) -> Result<HandOff, String> {
-        self.ask(|reply| Op::Release(Release { persona, version, node, to, reply })).await.map_err(|e| e.to_string())?
+    ) -> Result<HandOff, StorageError> {
+        self.ask(|reply| Op::Release(Release { persona, version, node, to, reply })).await?
     }
 
     /// Stores a persona's rows from another node and places it here, in one transaction.
-    pub async fn adopt(&self, snapshot: PersonaSnapshot) -> Result<HandOff, String> {
-        self.ask(|reply| Op::Adopt(Box::new(snapshot), reply)).await.map_err(|e| e.to_string())?
+    pub async fn adopt(&self, snapshot: PersonaSnapshot) -> Result<HandOff, StorageError> {
+        self.ask(|reply| Op::Adopt(Box::new(snapshot), reply)).await?
     }
 
     /// Keeps that `persona` runs on `node` since placement `version` (a move between other nodes).

@@ -13,7 +13,7 @@ use mindfleet_core::model::{Consolidation, Eviction, Knowledge, SelfStateData, S
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
 
-use crate::{Forward, ForwardQueue, InboxRestore, Target};
+use crate::{Forward, ForwardQueue, InboxRestore, StorageError, Target};
 
 pub(crate) enum Op {
     Inject {
@@ -32,7 +32,7 @@ pub(crate) enum Op {
     /// Takes a persona's rows out, to be kept in `forwards` for its new node.
     Release(Release),
     /// Stores a persona's rows from another node.
-    Adopt(Box<PersonaSnapshot>, oneshot::Sender<Result<HandOff, String>>),
+    Adopt(Box<PersonaSnapshot>, oneshot::Sender<Result<HandOff, StorageError>>),
     /// A persona now runs on another node (known from that node).
     Place(Arc<str>, String, u64),
     PutSelfState(Arc<str>, Box<SelfStateData>),
@@ -107,5 +107,5 @@ pub(crate) struct Release {
     pub(crate) version: u64,
     pub(crate) node: Arc<str>,
     pub(crate) to: ForwardQueue,
-    pub(crate) reply: oneshot::Sender<Result<HandOff, String>>,
+    pub(crate) reply: oneshot::Sender<Result<HandOff, StorageError>>,
 }

@@ -24,13 +24,13 @@ use mindfleet_core::messages::{InjectAck, InjectError};
 use mindfleet_core::stored::StorageStats;
 
 use crate::behind::Behind;
-use crate::data_dir_of;
 use crate::disk::{self, DbSlot, Health, Kind};
 use crate::histogram::{LogHistogram, Samples};
 use crate::op::Op;
 use crate::read::{load_decision_log, load_pending_of};
 use crate::schema::{Meta, SCHEMA_VERSION, Tables};
 use crate::writer::trim::JournalCount;
+use crate::{StorageError, data_dir_of};
 
 /// Why a batch was not committed, as each of its requests is answered.
 pub(crate) struct NotCommitted {
@@ -51,6 +51,11 @@ impl NotCommitted {
             Kind::Io => InjectError::Unavailable(self.message.clone()),
             Kind::Other => InjectError::Storage(self.message.clone()),
         }
+    }
+
+    /// The answer to another request that waited for the commit.
+    pub(crate) fn error(&self) -> StorageError {
+        StorageError::NotCommitted { reason: self.message.clone() }
     }
 }
 

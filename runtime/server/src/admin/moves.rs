@@ -243,6 +243,7 @@ impl AdminState {
         let (storage, myself) = (self.storage.clone(), self.myself.clone());
         tokio::spawn(async move {
             if let Err(error) = storage.release(name.clone(), version, node.clone(), queue).await {
+                let error = error.to_string();
                 let _ = myself.cast(AdminMsg::Stayed { persona: name.to_string(), version: version + 1, error });
             }
         });
@@ -283,7 +284,7 @@ impl AdminState {
         self.place(&name, &me, snapshot.version);
         let (storage, fleet) = (self.storage.clone(), self.fleet.clone());
         tokio::spawn(async move {
-            let r = storage.adopt(*snapshot).await.map_err(InjectError::Storage);
+            let r = storage.adopt(*snapshot).await.map_err(|e| InjectError::Storage(e.to_string()));
             if r.is_ok()
                 && let Some(fleet) = fleet
             {

@@ -47,7 +47,7 @@ impl Writer {
             Op::Adopt(snapshot, reply) => {
                 let done = self.adopt(t, *snapshot)?;
                 after.push(Box::new(move |r| {
-                    let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+                    let _ = reply.send(r.map(|_| done).map_err(NotCommitted::error));
                     None
                 }));
                 Ok(true)
@@ -236,7 +236,7 @@ impl Writer {
             if r.is_ok() {
                 let _ = to.send((key, request));
             }
-            let _ = reply.send(r.map(|_| done).map_err(|n| n.message.clone()));
+            let _ = reply.send(r.map(|_| done).map_err(NotCommitted::error));
             None
         }));
         Ok(true)
