@@ -47,8 +47,12 @@ async fn the_ai_queries_answer_from_live_state_and_journals() {
     assert_eq!(v["dormant"], 1);
     assert!(["HEALTHY", "ASSIGN_WORK", "REDUCE_LOAD"].contains(&v["recommendation"].as_str().unwrap()));
 
-    let (_, v) = get(&base, "/ai/select-for-task?domain=chat&priority=0.5").await;
-    assert_eq!(v["ranking"].as_array().unwrap().len(), 3);
+    // A dormant persona is never picked, whatever its suitability: it is listed with why.
+    let (_, v) = get(&base, "/ai/select-for-task?domain=docs&priority=0.5").await;
+    let ranked: Vec<&str> = v["ranking"].as_array().unwrap().iter().map(|r| r["persona"].as_str().unwrap()).collect();
+    assert_eq!(ranked.len(), 2, "{v}");
+    assert!(!ranked.contains(&"scribe") && v["best"] != "scribe", "{v}");
+    assert_eq!(v["unavailable"], json!([{"persona": "scribe", "reasons": ["dormant"]}]));
 
     // Bad questions get a clear 400 / 404.
     let (s, v) = get(&base, "/ai/decisions").await;
@@ -79,6 +83,9 @@ async fn the_ai_queries_answer_from_live_state_and_journals() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("persona") && text.contains("suitability") && text.contains("reviewer"), "{text}");
+    // The helper, made dormant above, is now listed as unavailable, not ranked.
+    let ranking = text.split("unavailable").next().unwrap();
+    assert!(!ranking.contains("helper") && text.contains("dormant"), "{text}");
     fleet.shutdown(DEADLINE).await;
 }
 

@@ -151,6 +151,22 @@ pub enum Unavailable {
     Busy,
 }
 
+impl Unavailable {
+    /// Whether it rules a persona out of new work altogether (it is down or asleep), rather
+    /// than making it less suited (busy, focused, loaded).
+    pub fn rules_out(self) -> bool {
+        matches!(
+            self,
+            Unavailable::Starting
+                | Unavailable::Restarting
+                | Unavailable::Failed
+                | Unavailable::Stopped
+                | Unavailable::Unreachable
+                | Unavailable::Dormant
+        )
+    }
+}
+
 /// Whether one persona can take new work right now, and why not.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Availability {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use mindfleet_core::ai::AiQuery;
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
-use mindfleet_core::team::{activity_map, availability, health, suitability};
+use mindfleet_core::team::{Unavailable, activity_map, availability, health, suitability};
 use mindfleet_core::time::now_us;
 use mindfleet_store::{Storage, StorageError};
 
@@ -96,23 +96,31 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
         AiQuery::ActivityMap => {
             serde_json::to_value(activity_map(&dump.personas, &dump.admin.rooms, now_us())).unwrap_or(Value::Null)
         }
-        AiQuery::SelectForTask { domain, priority, text } => {
-            let mut ranked: Vec<(f64, &str)> = dump
-                .personas
-                .iter()
-                .filter_map(|p| {
-                    Some((suitability(p.self_state.as_ref()?, &p.domains, domain, *priority, text), p.name.as_str()))
-                })
-                .collect();
-            ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-            json!({
-                "domain": domain,
-                "priority": priority,
-                "ranking": ranked.iter().map(|(s, n)| json!({"persona": n, "suitability": s})).collect::<Vec<_>>(),
-                "best": ranked.first().map(|(_, n)| *n),
-            })
-        }
+        AiQuery::SelectForTask { domain, priority, text } => select_for_task(dump, domain, *priority, text),
         // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
         AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
+    })
+}
+
+/// The personas that can take a task, most suited first; a persona that is down or dormant is
+/// never ranked, only listed with why.
+fn select_for_task(dump: &FleetDump, domain: &str, priority: f64, text: &str) -> Value {
+    let mut ranked: Vec<(f64, &str)> = Vec::new();
+    let mut unavailable = Vec::new();
+    for p in &dump.personas {
+        let out: Vec<Unavailable> = availability(p).reasons.into_iter().filter(|r| r.rules_out()).collect();
+        match (&p.self_state, out.is_empty()) {
+            (Some(s), true) => ranked.push((suitability(s, &p.domains, domain, priority, text), p.name.as_str())),
+            (None, true) => unavailable.push(json!({"persona": p.name, "reasons": [Unavailable::Starting]})),
+            (_, false) => unavailable.push(json!({"persona": p.name, "reasons": out})),
+        }
+    }
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    json!({
+        "domain": domain,
+        "priority": priority,
+        "ranking": ranked.iter().map(|(s, n)| json!({"persona": n, "suitability": s})).collect::<Vec<_>>(),
+        "best": ranked.first().map(|(_, n)| *n),
+        "unavailable": unavailable,
     })
 }
