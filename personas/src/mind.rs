@@ -45,6 +45,20 @@ pub enum Update {
         objective: String,
         intensity: f64,
     },
+    /// Nothing happened: time passed (mood settles, energy comes back).
+    Tick,
+}
+
+/// How long a persona reads `active` after its focus last changed, while it has done anything.
+pub const ACTIVE_FOR_US: i64 = 60_000_000;
+
+/// When `s`'s mood will settle by time alone (an `active` persona turns `idle`, unless
+/// something happens meanwhile): how long from `now_us`, or `None` when it will not.
+pub fn settles_in(s: &SelfStateData, now_us: i64) -> Option<Duration> {
+    (s.mood == Mood::Active).then(|| {
+        let left = (s.focus.since_us + ACTIVE_FOR_US - now_us).max(0);
+        Duration::from_micros(left as u64)
+    })
 }
 
 fn unit(x: f64) -> f64 {
@@ -74,6 +88,7 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
     let mut backlog = None;
     match u {
         Update::SetDormant(d) => s.dormant = d,
+        Update::Tick => {}
         Update::SetFocus { objective, intensity } => {
             s.focus = Focus {
                 activity: "focused".into(),
@@ -147,7 +162,7 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
         Mood::Overwhelmed
     } else if s.energy < 0.3 {
         Mood::Tired
-    } else if s.activities > 0 && now_us - s.focus.since_us < 60_000_000 {
+    } else if s.activities > 0 && now_us - s.focus.since_us < ACTIVE_FOR_US {
         Mood::Active
     } else {
         Mood::Idle
@@ -247,6 +262,21 @@ mod tests {
         engaged(&mut s, 100, 2_000_000);
         assert!(s.cognitive_load > light);
         assert!((s.cognitive_load + s.available_capacity - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_active_persona_settles_to_idle_when_nothing_happens() {
+        let mut s = SelfStateData::default();
+        engaged(&mut s, 0, 1_000_000);
+        assert_eq!(s.mood, Mood::Active);
+        let settle = settles_in(&s, 1_000_000).expect("an active mood settles");
+        assert_eq!(settle, Duration::from_micros(ACTIVE_FOR_US as u64));
+        // Before the time is up, a tick changes nothing; after it, the persona is idle.
+        apply(&mut s, Update::Tick, 1_000_000 + ACTIVE_FOR_US - 1);
+        assert_eq!(s.mood, Mood::Active);
+        apply(&mut s, Update::Tick, 1_000_000 + ACTIVE_FOR_US);
+        assert_eq!(s.mood, Mood::Idle);
+        assert_eq!(settles_in(&s, 1_000_000 + ACTIVE_FOR_US), None, "an idle mood stays");
     }
 
     #[test]

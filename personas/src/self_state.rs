@@ -7,6 +7,7 @@
 //! Messages: [`SelfStateMsg`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mindfleet_core::messages::{FaultTarget, PersonaMsg};
 
@@ -18,12 +19,14 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 
 use crate::faults::FaultBook;
-use crate::mind::{Update, apply};
+use crate::mind::{Update, apply, settles_in};
 
 #[derive(Debug, RactorMessage)]
 pub enum SelfStateMsg {
     Apply(Update),
     Get(RpcReplyPort<SelfStateData>),
+    /// Its own timer: the mood may have settled (see [`settles_in`]).
+    Tick,
     /// Injected fault: panic now.
     Panic,
 }
@@ -42,6 +45,28 @@ pub struct SelfStateArgs {
 pub struct SelfStateState {
     args: SelfStateArgs,
     data: SelfStateData,
+    /// A `Tick` is on its way.
+    tick_due: bool,
+}
+
+impl SelfStateState {
+    /// Applies `u`, persists and pushes the new state when it changed (a tick that changed
+    /// nothing writes nothing), and sets the timer for when the mood settles by itself.
+    fn update(&mut self, myself: &ActorRef<SelfStateMsg>, u: Update) {
+        let before = self.data.clone();
+        let tick = matches!(u, Update::Tick);
+        apply(&mut self.data, u, now_us());
+        if !tick || self.data.mood != before.mood {
+            self.args.storage.put_self_state(self.args.name.clone(), self.data.clone());
+            let _ = self.args.parent.cast(Own::SelfState(Box::new(self.data.clone())).into());
+        }
+        if !self.tick_due
+            && let Some(after) = settles_in(&self.data, now_us())
+        {
+            self.tick_due = true;
+            myself.send_after(after + Duration::from_millis(10), || SelfStateMsg::Tick);
+        }
+    }
 }
 
 impl Actor for SelfState {
@@ -51,7 +76,7 @@ impl Actor for SelfState {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<SelfStateMsg>,
+        myself: ActorRef<SelfStateMsg>,
         args: SelfStateArgs,
     ) -> Result<SelfStateState, ActorProcessingErr> {
         if args.faults.take_start(FaultTarget::SelfState) {
@@ -63,20 +88,23 @@ impl Actor for SelfState {
             None => SelfStateData { dormant: args.dormant, ..SelfStateData::default() },
         };
         let _ = args.parent.cast(Own::SelfState(Box::new(data.clone())).into());
-        Ok(SelfStateState { args, data })
+        let mut st = SelfStateState { args, data, tick_due: false };
+        // A mood restored as `active` settles in time too.
+        st.update(&myself, Update::Tick);
+        Ok(st)
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<SelfStateMsg>,
+        myself: ActorRef<SelfStateMsg>,
         msg: SelfStateMsg,
         st: &mut SelfStateState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SelfStateMsg::Apply(u) => {
-                apply(&mut st.data, u, now_us());
-                st.args.storage.put_self_state(st.args.name.clone(), st.data.clone());
-                let _ = st.args.parent.cast(Own::SelfState(Box::new(st.data.clone())).into());
+            SelfStateMsg::Apply(u) => st.update(&myself, u),
+            SelfStateMsg::Tick => {
+                st.tick_due = false;
+                st.update(&myself, Update::Tick);
             }
             SelfStateMsg::Get(reply) => {
                 let _ = reply.send(st.data.clone());
