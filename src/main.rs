@@ -150,6 +150,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn admin_token_and_format_of_ai_go_before_or_after_its_subcommand() {
+        for line in [
+            &["mindfleet", "ai", "--admin", "127.0.0.1:9", "--token", "t", "health", "--format", "table"][..],
+            &["mindfleet", "ai", "health", "--admin", "127.0.0.1:9", "--token", "t", "--format", "table"],
+            &[
+                "mindfleet",
+                "ai",
+                "--format",
+                "table",
+                "state",
+                "update",
+                "--persona",
+                "scribe",
+                "--admin",
+                "127.0.0.1:9",
+                "--wake",
+            ],
+        ] {
+            if let Err(e) = Cli::try_parse_from(line) {
+                panic!("{line:?}: {e}");
+            }
+        }
+    }
+
     /// Every `mindfleet ...` line of the README's Models, Codebase knowledge and Use blocks
     /// parses: once without its `[optional]` parts, and once with them (a placeholder `N` read
     /// as 1).

@@ -26,14 +26,15 @@ pub mod run;
 /// The admin address a command that talks to a running fleet asks by default.
 const DEFAULT_ADMIN: &str = "127.0.0.1:7878";
 
-// `--admin ADDR --token TOKEN` of a command that always talks to a running fleet.
+// `--admin ADDR --token TOKEN` of a command that always talks to a running fleet. Global, so a
+// command with subcommands (`ai`) takes them before or after its subcommand.
 #[derive(clap::Args)]
 pub struct Remote {
     /// Admin API address of the running fleet.
-    #[arg(long, default_value = DEFAULT_ADMIN)]
+    #[arg(long, default_value = DEFAULT_ADMIN, global = true)]
     pub admin: String,
     /// Bearer token (default: MINDFLEET_ADMIN_TOKEN).
-    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 }
 
