@@ -57,10 +57,7 @@ enum Command {
     /// Run a benchmark and print its figures.
     Bench(cmd::bench::Args),
     /// The codebase index: index files and directories, search them (in process on a data dir).
-    Rag {
-        #[command(subcommand)]
-        cmd: cmd::rag::RagCmd,
-    },
+    Rag(cmd::rag::Args),
     /// The reference catalog: what a text calls for (`refs match TEXT`).
     Refs {
         #[command(subcommand)]
@@ -87,7 +84,7 @@ fn set_inference_threads(asked: Option<usize>) {
 /// command only what went wrong.
 fn default_log(command: &Command) -> &'static str {
     match command {
-        Command::Rag { .. } | Command::Refs { .. } => "warn",
+        Command::Rag(_) | Command::Refs { .. } => "warn",
         Command::Run(_)
         | Command::Check(_)
         | Command::Generate(_)
@@ -125,7 +122,7 @@ fn main() -> ExitCode {
         Command::Ai(args) => cmd::block_on(cmd::ai::run(args)),
         // Each benchmark says whether it runs on a tokio runtime.
         Command::Bench(args) => cmd::bench::run(args),
-        Command::Rag { cmd } => cmd::rag::run(cmd),
+        Command::Rag(args) => cmd::rag::run(args),
         Command::Refs { cmd } => cmd::refs::run(cmd),
         Command::Models(args) => cmd::models::run(args),
     }
@@ -151,26 +148,19 @@ mod tests {
     }
 
     #[test]
-    fn admin_token_and_format_of_ai_go_before_or_after_its_subcommand() {
-        for line in [
-            &["mindfleet", "ai", "--admin", "127.0.0.1:9", "--token", "t", "health", "--format", "table"][..],
-            &["mindfleet", "ai", "health", "--admin", "127.0.0.1:9", "--token", "t", "--format", "table"],
-            &[
-                "mindfleet",
-                "ai",
-                "--format",
-                "table",
-                "state",
-                "update",
-                "--persona",
-                "scribe",
-                "--admin",
-                "127.0.0.1:9",
-                "--wake",
-            ],
-        ] {
-            if let Err(e) = Cli::try_parse_from(line) {
-                panic!("{line:?}: {e}");
+    fn shared_options_of_ai_and_rag_go_before_or_after_their_subcommand() {
+        let lines = [
+            "ai --admin 127.0.0.1:9 --token t health --format table",
+            "ai health --admin 127.0.0.1:9 --token t --format table",
+            "ai --format table state update --persona scribe --admin 127.0.0.1:9 --wake",
+            "rag --admin 127.0.0.1:9 --json search parse",
+            "rag search parse --admin 127.0.0.1:9 --json",
+            "rag --data d index src --fleet f.toml",
+        ];
+        for line in lines {
+            let args = std::iter::once("mindfleet").chain(line.split(' '));
+            if let Err(e) = Cli::try_parse_from(args) {
+                panic!("{line}: {e}");
             }
         }
     }

@@ -45,14 +45,15 @@ impl Remote {
 }
 
 // `--admin ADDR --token TOKEN` of a command that runs in this process unless given `--admin`.
-// The command says what `--admin` asks for with `mut_arg("admin", ...)`.
+// The command says what `--admin` asks for with `mut_arg("admin", ...)`. Global, so a command
+// with subcommands (`rag`) takes them before or after its subcommand.
 #[derive(clap::Args)]
 pub struct MaybeRemote {
     /// Ask the fleet running at this admin address instead.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub admin: Option<String>,
     /// Bearer token for --admin (default: MINDFLEET_ADMIN_TOKEN).
-    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "MINDFLEET_ADMIN_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 }
 
@@ -64,10 +65,10 @@ impl MaybeRemote {
     }
 }
 
-// `--json`: one JSON value on standard output instead of text for people.
+// `--json`: one JSON value on standard output instead of text for people. Global, as above.
 #[derive(clap::Args, Clone, Copy)]
 pub struct Json {
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

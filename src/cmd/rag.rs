@@ -30,6 +30,16 @@ use mindfleet::client::Client;
 
 use super::{Json, MaybeRemote, block_on, fail};
 
+/// `mindfleet rag [OPTIONS] COMMAND`: the options (where the index is, `--admin`, `--json`) go
+/// before or after the command.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: RagCmd,
+    #[command(flatten)]
+    common: Common,
+}
+
 #[derive(Subcommand)]
 pub enum RagCmd {
     /// Index files and directories (recursively, following .gitignore): new and changed files
@@ -41,22 +51,14 @@ pub enum RagCmd {
         /// markdown, text).
         #[arg(long, value_delimiter = ',')]
         types: Option<Vec<String>>,
-        #[command(flatten)]
-        common: Common,
     },
     /// Index one file.
-    IndexFile {
-        path: PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    IndexFile { path: PathBuf },
     /// Index a directory's files (its subdirectories too with --recursive).
     IndexDir {
         path: PathBuf,
         #[arg(long)]
         recursive: bool,
-        #[command(flatten)]
-        common: Common,
     },
     /// Search the index: keyword (BM25) and vector rankings fused.
     Search {
@@ -70,8 +72,6 @@ pub enum RagCmd {
         limit: usize,
         #[command(flatten)]
         filters: Filters,
-        #[command(flatten)]
-        common: Common,
     },
     /// Answer a question from the index: search, then the LLM answers from the chunks found,
     /// citing `path:start-end`; says so when the index has nothing relevant.
@@ -87,8 +87,6 @@ pub enum RagCmd {
         llm: Option<PathBuf>,
         #[command(flatten)]
         filters: Filters,
-        #[command(flatten)]
-        common: Common,
     },
     /// Store one entry: a text under a path of your choosing (not read from disk).
     Create {
@@ -99,16 +97,12 @@ pub enum RagCmd {
         /// Its vector as a JSON array (default: the model embeds the content).
         #[arg(long)]
         embedding: Option<String>,
-        #[command(flatten)]
-        common: Common,
     },
     /// The entries nearest the query by their vectors, with their relevance scores.
     Query {
         query: String,
         #[arg(long, default_value_t = 10)]
         limit: usize,
-        #[command(flatten)]
-        common: Common,
     },
     /// Search, and keep the ranking under a handle to page through: the first page.
     Open {
@@ -117,8 +111,6 @@ pub enum RagCmd {
         page_size: usize,
         #[command(flatten)]
         filters: Filters,
-        #[command(flatten)]
-        common: Common,
     },
     /// A page of an open handle: the next (forward) or previous (backward) one, or at --offset.
     Fetch {
@@ -129,15 +121,9 @@ pub enum RagCmd {
         offset: Option<usize>,
         #[arg(long)]
         limit: Option<usize>,
-        #[command(flatten)]
-        common: Common,
     },
     /// Close a handle.
-    Close {
-        handle: String,
-        #[command(flatten)]
-        common: Common,
-    },
+    Close { handle: String },
 }
 
 #[derive(clap::Args)]
@@ -179,15 +165,15 @@ pub enum FetchDirection {
 #[command(mut_arg("admin", |a| a.help("Ask the index of the fleet running at this admin address instead of opening the data dir")))]
 pub struct Common {
     /// Data dir (default: `[storage] data_dir` of the fleet file, else ./data).
-    #[arg(long, conflicts_with = "admin")]
+    #[arg(long, conflicts_with = "admin", global = true)]
     data: Option<PathBuf>,
     /// Fleet file for the data dir, `[index]`, `[models]` and `[llm]` (default:
     /// config/fleet.toml when present, else the embedded default fleet).
-    #[arg(long, conflicts_with = "admin")]
+    #[arg(long, conflicts_with = "admin", global = true)]
     fleet: Option<PathBuf>,
     /// A HuggingFace-layout BERT directory (default: `[models] embedding`, else the pulled
     /// all-MiniLM-L6-v2).
-    #[arg(long, conflicts_with = "admin")]
+    #[arg(long, conflicts_with = "admin", global = true)]
     model: Option<PathBuf>,
     #[command(flatten)]
     remote: MaybeRemote,
@@ -212,71 +198,69 @@ impl From<Mode> for SearchMode {
     }
 }
 
-pub fn run(cmd: RagCmd) -> ExitCode {
+pub fn run(args: Args) -> ExitCode {
     block_on(async move {
-        match execute(cmd).await {
+        match execute(args.cmd, args.common).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, format!("{e:#}")),
         }
     })
 }
 
-/// The command as a request, and the options it runs with.
-fn request(cmd: RagCmd) -> anyhow::Result<(RagRequest, Common)> {
+/// The command as a request.
+fn request(cmd: RagCmd) -> anyhow::Result<RagRequest> {
     let abs = |p: &Path| -> anyhow::Result<String> {
         Ok(std::path::absolute(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?.display().to_string())
     };
     Ok(match cmd {
-        RagCmd::Index { paths, types, common } => {
+        RagCmd::Index { paths, types } => {
             let paths = paths.iter().map(|p| abs(p)).collect::<anyhow::Result<_>>()?;
-            (RagRequest::Index(IndexRequest { paths, types, recursive: true, expect: None }), common)
+            RagRequest::Index(IndexRequest { paths, types, recursive: true, expect: None })
         }
-        RagCmd::IndexFile { path, common } => {
+        RagCmd::IndexFile { path } => {
             let r =
                 IndexRequest { paths: vec![abs(&path)?], types: None, recursive: false, expect: Some(PathKind::File) };
-            (RagRequest::Index(r), common)
+            RagRequest::Index(r)
         }
-        RagCmd::IndexDir { path, recursive, common } => {
+        RagCmd::IndexDir { path, recursive } => {
             let r = IndexRequest { paths: vec![abs(&path)?], types: None, recursive, expect: Some(PathKind::Dir) };
-            (RagRequest::Index(r), common)
+            RagRequest::Index(r)
         }
-        RagCmd::Search { query, batch: _, limit, filters, common } => {
-            (RagRequest::Search(filters.search(query.unwrap_or_default(), limit)), common)
+        RagCmd::Search { query, batch: _, limit, filters } => {
+            RagRequest::Search(filters.search(query.unwrap_or_default(), limit))
         }
-        RagCmd::Ask { question, limit, max_tokens, llm: _, filters, common } => {
+        RagCmd::Ask { question, limit, max_tokens, llm: _, filters } => {
             let Filters { lang, path_prefix, threshold: _, mode } = filters;
             let r = AskRequest { question, limit, max_tokens, lang, path_prefix, mode: mode.into() };
-            (RagRequest::Ask(r), common)
+            RagRequest::Ask(r)
         }
-        RagCmd::Create { file_path, content, embedding, common } => {
+        RagCmd::Create { file_path, content, embedding } => {
             let embedding = embedding
                 .map(|e| serde_json::from_str::<Vec<f32>>(&e))
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--embedding: not a JSON array of numbers: {e}"))?;
-            (RagRequest::Create(CreateRequest { file_path, content, embedding }), common)
+            RagRequest::Create(CreateRequest { file_path, content, embedding })
         }
-        RagCmd::Query { query, limit, common } => (RagRequest::Query(SearchRequest::new(query, limit)), common),
-        RagCmd::Open { query, page_size, filters, common } => {
-            (RagRequest::Open(filters.search(query, page_size)), common)
-        }
-        RagCmd::Fetch { handle, direction, offset, limit, common } => {
+        RagCmd::Query { query, limit } => RagRequest::Query(SearchRequest::new(query, limit)),
+        RagCmd::Open { query, page_size, filters } => RagRequest::Open(filters.search(query, page_size)),
+        RagCmd::Fetch { handle, direction, offset, limit } => {
             let direction = match direction {
                 FetchDirection::Forward => Direction::Forward,
                 FetchDirection::Backward => Direction::Backward,
             };
-            (RagRequest::Fetch(FetchRequest { handle, direction, offset, limit }), common)
+            RagRequest::Fetch(FetchRequest { handle, direction, offset, limit })
         }
-        RagCmd::Close { handle, common } => (RagRequest::Close(CloseRequest { handle }), common),
+        RagCmd::Close { handle } => RagRequest::Close(CloseRequest { handle }),
     })
 }
 
-async fn execute(cmd: RagCmd) -> anyhow::Result<()> {
+async fn execute(cmd: RagCmd, common: Common) -> anyhow::Result<()> {
     let (batch, llm) = match &cmd {
         RagCmd::Search { batch, .. } => (batch.clone(), None),
         RagCmd::Ask { llm, .. } => (None, llm.clone()),
         _ => (None, None),
     };
-    let (req, common) = request(cmd)?;
+    let req = request(cmd)?;
     let needs_llm = matches!(req, RagRequest::Ask(_));
     let index = Target::new(&common, needs_llm, llm, matches!(req, RagRequest::Index(_))).await?;
     if let (Some(file), RagRequest::Search(template)) = (batch, &req) {
