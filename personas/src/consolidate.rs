@@ -15,15 +15,12 @@ use mindfleet_core::model::{
     UserProfile, WmEntry,
 };
 
+use crate::words::is_stop_word;
+
 /// Topics kept per user profile (the "user facts" limit).
 pub const TOPICS_PER_USER: usize = 200;
 /// Entries of one cluster share at least this share of their words (Jaccard).
 const CLUSTER_OVERLAP: f64 = 0.3;
-
-const STOP: &[&str] = &[
-    "about", "after", "again", "could", "does", "from", "have", "here", "just", "like", "please", "should", "that",
-    "their", "there", "this", "what", "when", "where", "which", "with", "would", "your", "deferred", "asked",
-];
 
 const TECHNICAL: &[&str] = &[
     "api",
@@ -61,7 +58,7 @@ fn words(text: &str) -> BTreeSet<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() >= 4)
         .map(str::to_lowercase)
-        .filter(|w| !STOP.contains(&w.as_str()))
+        .filter(|w| !is_stop_word(w))
         .collect()
 }
 
@@ -365,6 +362,17 @@ mod tests {
         // Nothing new after the watermark: nothing promoted again.
         let again = consolidate(&entries, &[], &c.profiles, c.watermark, 20);
         assert!(again.experiences.is_empty() && again.profiles.is_empty());
+    }
+
+    #[test]
+    fn profile_topics_leave_out_words_that_say_nothing() {
+        let text = "dana in #dev: a question across the rollout: could the migration please wait";
+        let c = consolidate(&[entry(1, EntryKind::Observation, text)], &[], &[], 0, 0);
+        let topics: Vec<&str> = c.profiles[0].topics.iter().map(|(w, _)| w.as_str()).collect();
+        assert!(topics.contains(&"rollout") && topics.contains(&"migration"), "{topics:?}");
+        for stop in ["question", "across", "could", "please"] {
+            assert!(!topics.contains(&stop), "{stop} in {topics:?}");
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod mind;
 pub mod persona;
 pub mod self_state;
 pub mod study;
+mod words;
 pub mod working_memory;
 
 pub use faults::FaultBook;

@@ -31,6 +31,8 @@ use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;
 
+use crate::words::is_stop_word;
+
 /// What one stage of a study session produced.
 #[derive(Debug)]
 pub enum StudyStep {
@@ -59,17 +61,6 @@ const PASSAGE_CHARS: usize = 1_200;
 const QUESTION_TOKENS: usize = 48;
 const ANSWER_TOKENS: usize = 96;
 
-/// Words that say nothing about a topic.
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out",
-    "has", "him", "his", "how", "its", "may", "new", "now", "old", "see", "two", "way", "who", "did", "does", "get",
-    "got", "let", "say", "she", "too", "use", "what", "when", "where", "which", "while", "with", "why", "will",
-    "would", "could", "should", "there", "their", "them", "then", "than", "that", "this", "these", "those", "from",
-    "into", "about", "have", "been", "were", "your", "yours", "some", "such", "just", "like", "also", "only", "know",
-    "tell", "please", "explain", "anyone", "someone", "here", "more", "most", "much", "very", "each", "other", "over",
-    "under", "again", "being", "doing", "done", "make", "made", "need", "want", "think",
-];
-
 /// The content words of `text`, lowercased, in order, without repeats.
 fn content_words(text: &str) -> Vec<String> {
     let mut seen = Vec::new();
@@ -80,7 +71,7 @@ fn content_words(text: &str) -> Vec<String> {
             .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_'))
             .flat_map(char::to_lowercase)
             .collect();
-        if w.chars().count() >= 3 && !STOPWORDS.contains(&w.as_str()) && !seen.contains(&w) {
+        if w.chars().count() >= 3 && !is_stop_word(&w) && !seen.contains(&w) {
             seen.push(w);
         }
     }
