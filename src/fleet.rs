@@ -30,7 +30,7 @@ use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{
     AdminMsg, CoordinatorMsg, DumpDepth, Fault, InjectAck, InjectError, PersonaMsg, PersonaStatus,
 };
-use mindfleet_core::restart::RestartWindow;
+use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_models::fetch;
 use mindfleet_models::llm::LlmConfig;
@@ -311,13 +311,7 @@ impl Actor for FleetSupervisor {
         evt: SupervisionEvent,
         st: &mut FleetState,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, error) = match evt {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, format!("stopped unexpectedly: {}", reason.unwrap_or_else(|| "no reason".into())))
-            }
-            _ => return Ok(()),
-        };
+        let Some((cell, error)) = child_failure(evt) else { return Ok(()) };
         let Some(i) = st.by_id.remove(&cell.get_id()) else {
             let core = [
                 st.admin.get_id(),

@@ -53,10 +53,10 @@ impl SelfStateState {
     /// Applies `u`, persists and pushes the new state when it changed (a tick that changed
     /// nothing writes nothing), and sets the timer for when the mood settles by itself.
     fn update(&mut self, myself: &ActorRef<SelfStateMsg>, u: Update) {
-        let before = self.data.clone();
+        let mood = self.data.mood;
         let tick = matches!(u, Update::Tick);
         apply(&mut self.data, u, now_us());
-        if !tick || self.data.mood != before.mood {
+        if !tick || self.data.mood != mood {
             self.args.storage.put_self_state(self.args.name.clone(), self.data.clone());
             let _ = self.args.parent.cast(Own::SelfState(Box::new(self.data.clone())).into());
         }

@@ -50,7 +50,7 @@ use mindfleet_core::messages::{
 };
 use mindfleet_core::model::{EntryKind, Learning, PlanRecord, SelfStateData};
 use mindfleet_core::refs::{RefMatch, RefMode, Via};
-use mindfleet_core::restart::RestartWindow;
+use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
@@ -507,13 +507,7 @@ impl Actor for Persona {
         evt: SupervisionEvent,
         st: &mut PersonaState,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, error) = match evt {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, format!("stopped unexpectedly: {}", reason.unwrap_or_else(|| "no reason".into())))
-            }
-            _ => return Ok(()),
-        };
+        let Some((cell, error)) = child_failure(evt) else { return Ok(()) };
         match st.which(&cell) {
             Some(kind) => st.restart(kind, error).await,
             None => Ok(()), // an old incarnation's late notice

@@ -3,7 +3,21 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use ractor::{ActorCell, SupervisionEvent};
+
 use crate::config::SupervisionConfig;
+
+/// The child a supervision event says failed or stopped, and why; `None` for the events that
+/// ask nothing of a supervisor (a child started, a process group changed).
+pub fn child_failure(evt: SupervisionEvent) -> Option<(ActorCell, String)> {
+    match evt {
+        SupervisionEvent::ActorFailed(cell, err) => Some((cell, err.to_string())),
+        SupervisionEvent::ActorTerminated(cell, _, reason) => {
+            Some((cell, format!("stopped unexpectedly: {}", reason.unwrap_or_else(|| "no reason".into()))))
+        }
+        _ => None,
+    }
+}
 
 /// Remembers recent restarts of one supervised actor.
 #[derive(Debug, Clone)]
