@@ -196,6 +196,7 @@ impl InboxState {
             reply: None,
             plan: None,
             said: None,
+            defer: None,
         })));
     }
 

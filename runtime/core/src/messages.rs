@@ -116,7 +116,12 @@ pub struct Fault {
 pub enum StateChange {
     Dormant,
     Wake,
-    Focus { objective: String, intensity: f64 },
+    Focus {
+        objective: String,
+        intensity: f64,
+    },
+    /// The focus ends now: the persona takes up what it deferred.
+    ClearFocus,
 }
 
 /// The persona actor's messages.
@@ -200,6 +205,19 @@ pub struct PersonaCommit {
     /// The chat message as conversation memory keeps it (written with the decision, so taking
     /// it in costs no commit of its own; until then the event is pending, so not lost).
     pub said: Option<crate::conversation::Said>,
+    /// A deferral (the decision's verdict is `defer`): the delivery stays pending, kept aside
+    /// as this preoccupation until the persona takes it up or drops it with a later commit of
+    /// the same `seq`.
+    pub defer: Option<Deferral>,
+}
+
+/// A delivery a persona deferred, as kept in storage until it is taken up or dropped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deferral {
+    pub preoccupation: crate::model::Preoccupation,
+    /// How many personas the event went to (a shared room's turn is claimed again on taking
+    /// it up).
+    pub audience: u32,
 }
 
 /// How much of each persona's journals a dump reads from storage.

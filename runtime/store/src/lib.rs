@@ -58,7 +58,7 @@ use writer::Writer;
 use mindfleet_core::config::StorageConfig;
 use mindfleet_core::conversation::{Said, SaidMarks};
 use mindfleet_core::event::Event;
-use mindfleet_core::messages::{Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
+use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use mindfleet_core::model::{
     Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, SelfStateData, StudySession,
     UserProfile, WmEntry,
@@ -461,6 +461,12 @@ impl Storage {
 
     pub async fn load_inbox(&self, persona: Arc<str>) -> Result<InboxRestore, StorageError> {
         self.ask(|tx| Op::LoadInbox(persona, tx)).await
+    }
+
+    /// The deliveries `persona` deferred and has not taken up or dropped yet, with the
+    /// preoccupation each one keeps.
+    pub async fn load_deferred(&self, persona: Arc<str>) -> Result<Vec<(Delivery, Deferral)>, StorageError> {
+        self.ask(|tx| Op::LoadDeferred(persona, tx)).await
     }
 
     pub async fn stats(&self) -> Result<StorageStats, StorageError> {

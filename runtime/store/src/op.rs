@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use mindfleet_core::conversation::SaidMarks;
 use mindfleet_core::event::Event;
-use mindfleet_core::messages::{InjectAck, InjectError, PersonaCommit};
+use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
 use mindfleet_core::model::{Consolidation, Eviction, Knowledge, SelfStateData, StudySession, WmEntry};
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
@@ -55,6 +55,8 @@ pub(crate) enum Op {
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
+    /// The deliveries a persona deferred, with their preoccupations.
+    LoadDeferred(Arc<str>, oneshot::Sender<Vec<(Delivery, Deferral)>>),
     Stats(oneshot::Sender<StorageStats>),
     Flush(oneshot::Sender<()>),
     /// Commit what came before, then stop the writer (it drops its database handle).
@@ -94,6 +96,7 @@ impl Op {
             | Op::LoadSelfState(..)
             | Op::LoadMemory(..)
             | Op::LoadInbox(..)
+            | Op::LoadDeferred(..)
             | Op::Stats(_)
             | Op::Flush(_)
             | Op::Close(_) => return None,

@@ -41,6 +41,9 @@ pub(crate) const REFERENCES: TableDefinition<(&str, &str), &[u8]> = TableDefinit
 pub(crate) const CONVERSATION: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("conversation");
 /// Each persona's study sessions: (persona, start time in µs) -> `StudySession`.
 pub(crate) const STUDIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("studies");
+/// Deliveries a persona deferred: (seq, persona) -> the `Preoccupation` it keeps. The delivery
+/// stays in `pending` (so its event is kept) until a later commit finishes it.
+pub(crate) const DEFERRED: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("deferred");
 /// Replies for personas of other nodes, until their node has stored them: (node, the reply's
 /// seq) -> the request to send (opaque here).
 pub(crate) const FORWARDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("forwards");
@@ -73,6 +76,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) event_ids: redb::Table<'t, &'static str, u64>,
     pub(crate) pending: redb::Table<'t, (u64, &'static str), u32>,
     pub(crate) pending_by_seq: redb::Table<'t, u64, u32>,
+    pub(crate) deferred: redb::Table<'t, (u64, &'static str), &'static [u8]>,
     pub(crate) decisions: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) decision_log: redb::Table<'t, u64, &'static [u8]>,
     pub(crate) outbox: redb::Table<'t, u64, &'static [u8]>,
@@ -104,6 +108,7 @@ impl<'t> Tables<'t> {
             event_ids: txn.open_table(EVENT_IDS)?,
             pending: txn.open_table(PENDING)?,
             pending_by_seq: txn.open_table(PENDING_BY_SEQ)?,
+            deferred: txn.open_table(DEFERRED)?,
             decisions: txn.open_table(DECISIONS)?,
             decision_log: txn.open_table(DECISION_LOG)?,
             outbox: txn.open_table(OUTBOX)?,

@@ -169,6 +169,7 @@ async fn decisions_are_read_from_the_log_until_copied_then_kept_up_to_the_limit_
             reply: None,
             plan: None,
             said: None,
+            defer: None,
         };
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
@@ -226,6 +227,7 @@ async fn a_finish_of_a_finished_delivery_changes_nothing() {
             reply: None,
             plan: None,
             said: None,
+            defer: None,
         };
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
@@ -252,6 +254,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
             reply: None,
             plan: None,
             said: None,
+            defer: None,
         };
         a.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
@@ -302,6 +305,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
         reply: None,
         plan: None,
         said: None,
+        defer: None,
     };
     b.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     b.flush().await.unwrap();
@@ -326,6 +330,49 @@ async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
     assert_eq!(restored.deliveries.len(), 1);
     assert_eq!(restored.deliveries[0].event.id, "e1");
     assert!(inject(&s, "e1", "p").await.unwrap().duplicate);
+}
+
+#[tokio::test]
+async fn a_deferred_delivery_stays_pending_aside_from_the_inbox_across_a_reopen_until_taken_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p: Arc<str> = "p".into();
+    let concern = mindfleet_core::model::Preoccupation {
+        concern: "alice in #general: e1".into(),
+        priority: 0.4,
+        domain: "chat".into(),
+        event_id: "e1".into(),
+        created_us: 7,
+    };
+    let commit = |defer: Option<mindfleet_core::messages::Deferral>| PersonaCommit {
+        persona: "p".into(),
+        seq: 1,
+        accepted_us: 0,
+        decision: decision("e1"),
+        reply: None,
+        plan: None,
+        said: None,
+        defer,
+    };
+    {
+        let s = Storage::open(&cfg(dir.path())).unwrap();
+        inject(&s, "e1", "p").await.unwrap();
+        let deferral = mindfleet_core::messages::Deferral { preoccupation: concern.clone(), audience: 3 };
+        s.commit(Box::new(commit(Some(deferral))), Vec::new(), 0, Vec::new());
+        s.close().await.unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    assert!(s.load_inbox(p.clone()).await.unwrap().deliveries.is_empty(), "not back in the inbox");
+    let deferred = s.load_deferred(p.clone()).await.unwrap();
+    assert_eq!(deferred.len(), 1);
+    assert_eq!((deferred[0].0.seq, deferred[0].0.event.id.as_str(), deferred[0].0.audience), (1, "e1", 3));
+    assert_eq!(deferred[0].1.preoccupation, concern);
+    assert_eq!(s.stats().await.unwrap().pending, 1, "the event is kept while deferred");
+    // Taken up: the next decision on the same delivery finishes it.
+    s.commit(Box::new(commit(None)), Vec::new(), 0, Vec::new());
+    s.flush().await.unwrap();
+    assert!(s.load_deferred(p.clone()).await.unwrap().is_empty());
+    assert_eq!(s.stats().await.unwrap().pending, 0);
+    assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 2, "the deferral and the decision on taking it up");
 }
 
 #[tokio::test]

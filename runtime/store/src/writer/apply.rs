@@ -8,7 +8,7 @@ use redb::ReadableTable;
 use tokio::sync::oneshot;
 
 use mindfleet_core::event::Event;
-use mindfleet_core::messages::{Delivery, InjectAck, InjectError, PersonaCommit};
+use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
 use mindfleet_core::model::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
 use mindfleet_core::stored::HandOff;
 use mindfleet_core::time::now_us;
@@ -98,6 +98,7 @@ impl Writer {
             Op::LoadSelfState(persona, tx) => self.load_self_state(t, persona, tx, after),
             Op::LoadMemory(persona, tx) => self.load_memory(t, persona, tx, after),
             Op::LoadInbox(persona, tx) => self.load_inbox(t, persona, tx, after),
+            Op::LoadDeferred(persona, tx) => self.load_deferred(t, persona, tx, after),
             Op::Stats(tx) => {
                 let _ = tx.send(self.stats());
                 Ok(false)
@@ -169,8 +170,18 @@ impl Writer {
         forwards: Vec<Forward>,
         after: &mut Vec<AfterCommit>,
     ) -> Result<bool, redb::Error> {
-        let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said } = *commit;
-        if !self.finish_delivery(t, &persona, seq)? {
+        let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said, defer } = *commit;
+        let kept = match &defer {
+            // Deferred: the delivery stays pending, aside from the inbox, until taken up.
+            Some(p) => {
+                t.pending.get((seq, &*persona))?.is_some() && {
+                    t.deferred.insert((seq, &*persona), enc(p).as_slice())?;
+                    true
+                }
+            }
+            None => self.finish_delivery(t, &persona, seq)?,
+        };
+        if !kept {
             self.stats.stale_finishes += 1;
             return Ok(false);
         }
@@ -353,6 +364,10 @@ impl Writer {
         let mut out = InboxRestore::default();
         for &seq in self.pending_of.get(&*persona).into_iter().flatten() {
             let Some(crashes) = t.pending.get((seq, &*persona))? else { continue };
+            if t.deferred.get((seq, &*persona))?.is_some() {
+                // Aside as a preoccupation: the persona takes it up (`LoadDeferred`).
+                continue;
+            }
             if let Some(b) = t.events.get(seq)? {
                 out.deliveries.push(Delivery {
                     seq,
@@ -366,6 +381,33 @@ impl Writer {
         out.duplicates = t.counters.get((&*persona, Verdict::Duplicate.as_str()))?.map_or(0, |g| g.value());
         after.push(Box::new(move |r| match r {
             Err(n) if n.retried() => Some(Op::LoadInbox(persona, tx)),
+            _ => {
+                let _ = tx.send(out);
+                None
+            }
+        }));
+        Ok(false)
+    }
+
+    fn load_deferred(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        tx: oneshot::Sender<Vec<(Delivery, Deferral)>>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let mut out = Vec::new();
+        for &seq in self.pending_of.get(&*persona).into_iter().flatten() {
+            let Some(p) = t.deferred.get((seq, &*persona))? else { continue };
+            let deferral: Deferral = dec(p.value())?;
+            let crashes = t.pending.get((seq, &*persona))?.map_or(0, |g| g.value());
+            if let Some(b) = t.events.get(seq)? {
+                let event = Arc::new(dec(b.value())?);
+                out.push((Delivery { seq, event, crashes, audience: deferral.audience }, deferral));
+            }
+        }
+        after.push(Box::new(move |r| match r {
+            Err(n) if n.retried() => Some(Op::LoadDeferred(persona, tx)),
             _ => {
                 let _ = tx.send(out);
                 None

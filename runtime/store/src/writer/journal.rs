@@ -126,6 +126,7 @@ impl Writer {
         if t.pending.remove((seq, persona))?.is_none() {
             return Ok(false);
         }
+        t.deferred.remove((seq, persona))?;
         if let Some(seqs) = self.pending_of.get_mut(persona) {
             seqs.remove(&seq);
             if seqs.is_empty() {
