@@ -10,6 +10,7 @@ mod cluster;
 mod config;
 mod conversation;
 mod dashboard;
+mod deferred;
 mod durability;
 mod edges;
 mod embed;

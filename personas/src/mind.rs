@@ -10,7 +10,6 @@ use mindfleet_core::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStat
 
 const KEEP_THOUGHTS: usize = 20;
 const KEEP_DECISIONS: usize = 20;
-const KEEP_PREOCCUPATIONS: usize = 10;
 const KEEP_ROOMS: usize = 64;
 
 /// What one handled event did to the persona.
@@ -24,7 +23,6 @@ pub struct Activity {
     /// The engaged work is over (its plan ended).
     pub completed: bool,
     pub thought: Option<String>,
-    pub preoccupation: Option<Preoccupation>,
     /// The room the persona posted in.
     pub spoke_in: Option<String>,
     /// Events still waiting in the inbox.
@@ -45,12 +43,24 @@ pub enum Update {
         objective: String,
         intensity: f64,
     },
+    /// The focus ends (a person cleared it, or it held past `focus_max_secs`), for this reason.
+    ClearFocus(String),
+    /// What the persona keeps in mind: its deferred events, in the order it takes them up.
+    Preoccupations(Vec<Preoccupation>),
     /// Nothing happened: time passed (mood settles, energy comes back).
     Tick,
 }
 
 /// How long a persona reads `active` after its focus last changed, while it has done anything.
 pub const ACTIVE_FOR_US: i64 = 60_000_000;
+
+/// When `s`'s focus ends by time alone: `focus_max` after it began, unless it is idle.
+pub fn focus_ends_in(s: &SelfStateData, focus_max: Duration, now_us: i64) -> Option<Duration> {
+    (s.focus.activity != "idle").then(|| {
+        let left = (s.focus.since_us + focus_max.as_micros() as i64 - now_us).max(0);
+        Duration::from_micros(left as u64)
+    })
+}
 
 /// When `s`'s mood will settle by time alone (an `active` persona turns `idle`, unless
 /// something happens meanwhile): how long from `now_us`, or `None` when it will not.
@@ -89,6 +99,16 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
     match u {
         Update::SetDormant(d) => s.dormant = d,
         Update::Tick => {}
+        Update::ClearFocus(why) => {
+            if s.focus.activity != "idle" {
+                push_capped(&mut s.recent_thoughts, Thought { text: why, at_us: now_us }, KEEP_THOUGHTS);
+            }
+            // Its domain and start stay: they say what the persona last worked on, and when.
+            s.focus.activity = "idle".into();
+            s.focus.objective.clear();
+            s.focus.intensity = 0.0;
+        }
+        Update::Preoccupations(p) => s.preoccupations = p,
         Update::SetFocus { objective, intensity } => {
             s.focus = Focus {
                 activity: "focused".into(),
@@ -118,9 +138,11 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
                 s.activities += 1;
                 // The work is done: the focus relaxes.
                 s.focus.intensity = unit(s.focus.intensity * 0.5);
-                if a.backlog == 0 {
-                    s.focus.activity = "idle".into();
-                }
+            }
+            // Nothing in hand and nothing waiting: the work is over (a focus set by a person
+            // holds until it is cleared or expires).
+            if a.backlog == 0 && s.focus.activity == "working" {
+                s.focus.activity = "idle".into();
             }
             if a.failed {
                 s.cognitive_load = unit(s.cognitive_load + 0.1);
@@ -132,19 +154,6 @@ pub fn apply(s: &mut SelfStateData, u: Update, now_us: i64) {
             );
             if let Some(t) = a.thought {
                 push_capped(&mut s.recent_thoughts, Thought { text: t, at_us: now_us }, KEEP_THOUGHTS);
-            }
-            if let Some(p) = a.preoccupation {
-                s.preoccupations.push(p);
-                if s.preoccupations.len() > KEEP_PREOCCUPATIONS {
-                    let low = s
-                        .preoccupations
-                        .iter()
-                        .enumerate()
-                        .min_by(|a, b| a.1.priority.total_cmp(&b.1.priority))
-                        .map(|(i, _)| i)
-                        .expect("not empty");
-                    s.preoccupations.remove(low);
-                }
             }
             if let Some(room) = a.spoke_in {
                 s.spoke_in.insert(room, now_us);
@@ -277,6 +286,23 @@ mod tests {
         apply(&mut s, Update::Tick, 1_000_000 + ACTIVE_FOR_US);
         assert_eq!(s.mood, Mood::Idle);
         assert_eq!(settles_in(&s, 1_000_000 + ACTIVE_FOR_US), None, "an idle mood stays");
+    }
+
+    #[test]
+    fn a_focus_ends_after_focus_max_or_when_cleared_and_says_why() {
+        let mut s = SelfStateData::default();
+        let max = Duration::from_secs(900);
+        assert_eq!(focus_ends_in(&s, max, 0), None, "an idle focus does not end");
+        apply(&mut s, Update::SetFocus { objective: "the release".into(), intensity: 0.9 }, 1_000_000);
+        assert_eq!(focus_ends_in(&s, max, 1_000_000), Some(max));
+        assert_eq!(focus_ends_in(&s, max, 1_000_000 + 901_000_000), Some(Duration::ZERO), "overdue: now");
+        apply(&mut s, Update::ClearFocus("focus expired after 900 s".into()), 901_000_000);
+        assert_eq!((s.focus.activity.as_str(), s.focus.intensity), ("idle", 0.0));
+        assert_eq!(s.recent_thoughts.last().map(|t| t.text.as_str()), Some("focus expired after 900 s"));
+        assert_eq!(focus_ends_in(&s, max, 901_000_000), None);
+        // Clearing an idle focus changes nothing and thinks nothing of it.
+        apply(&mut s, Update::ClearFocus("cleared".into()), 902_000_000);
+        assert_eq!(s.recent_thoughts.len(), 1);
     }
 
     #[test]

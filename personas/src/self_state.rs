@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster_derive::RactorMessage;
 
 use crate::faults::FaultBook;
-use crate::mind::{Update, apply, settles_in};
+use crate::mind::{Update, apply, focus_ends_in, settles_in};
 
 #[derive(Debug, RactorMessage)]
 pub enum SelfStateMsg {
@@ -40,31 +40,51 @@ pub struct SelfStateArgs {
     pub storage: Storage,
     pub parent: ActorRef<PersonaMsg>,
     pub faults: Arc<FaultBook>,
+    /// Longest a focus holds (`focus_max_secs`).
+    pub focus_max: Duration,
 }
 
 pub struct SelfStateState {
     args: SelfStateArgs,
     data: SelfStateData,
-    /// A `Tick` is on its way.
-    tick_due: bool,
+    /// When the `Tick` on its way is due, if one is.
+    tick_due: Option<i64>,
 }
 
 impl SelfStateState {
     /// Applies `u`, persists and pushes the new state when it changed (a tick that changed
     /// nothing writes nothing), and sets the timer for when the mood settles by itself.
+    /// A focus held past `focus_max` ends first (see [`focus_ends_in`]).
     fn update(&mut self, myself: &ActorRef<SelfStateMsg>, u: Update) {
-        let mood = self.data.mood;
+        if matches!(&u, Update::Preoccupations(p) if *p == self.data.preoccupations) {
+            return; // the persona says again what it keeps in mind (after a restart)
+        }
+        let now = now_us();
+        let u = match u {
+            Update::Tick if focus_ends_in(&self.data, self.args.focus_max, now) == Some(Duration::ZERO) => {
+                let secs = self.args.focus_max.as_secs_f64();
+                Update::ClearFocus(format!("focus on \"{}\" ended after {secs:.0} s", self.data.focus.objective))
+            }
+            u => u,
+        };
+        let before = (self.data.mood, self.data.focus.activity.clone());
         let tick = matches!(u, Update::Tick);
-        apply(&mut self.data, u, now_us());
-        if !tick || self.data.mood != mood {
+        apply(&mut self.data, u, now);
+        if !tick || (self.data.mood, &self.data.focus.activity) != (before.0, &before.1) {
             self.args.storage.put_self_state(self.args.name.clone(), self.data.clone());
             let _ = self.args.parent.cast(Own::SelfState(Box::new(self.data.clone())).into());
         }
-        if !self.tick_due
-            && let Some(after) = settles_in(&self.data, now_us())
-        {
-            self.tick_due = true;
-            myself.send_after(after + Duration::from_millis(10), || SelfStateMsg::Tick);
+        // The next time something changes by time alone: the mood settles, or the focus ends.
+        let next = [settles_in(&self.data, now), focus_ends_in(&self.data, self.args.focus_max, now)]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(after) = next {
+            let at = now + after.as_micros() as i64;
+            if self.tick_due.is_none_or(|due| at < due) {
+                self.tick_due = Some(at);
+                myself.send_after(after + Duration::from_millis(10), || SelfStateMsg::Tick);
+            }
         }
     }
 }
@@ -88,7 +108,7 @@ impl Actor for SelfState {
             None => SelfStateData { dormant: args.dormant, ..SelfStateData::default() },
         };
         let _ = args.parent.cast(Own::SelfState(Box::new(data.clone())).into());
-        let mut st = SelfStateState { args, data, tick_due: false };
+        let mut st = SelfStateState { args, data, tick_due: None };
         // A mood restored as `active` settles in time too.
         st.update(&myself, Update::Tick);
         Ok(st)
@@ -103,7 +123,7 @@ impl Actor for SelfState {
         match msg {
             SelfStateMsg::Apply(u) => st.update(&myself, u),
             SelfStateMsg::Tick => {
-                st.tick_due = false;
+                st.tick_due = None;
                 st.update(&myself, Update::Tick);
             }
             SelfStateMsg::Get(reply) => {

@@ -10,7 +10,7 @@
 //! nothing is pending, stop it with SIGTERM and read every decision from
 //! its storage (the complete journal: the fleet keeps up to `decisions_per_persona`, set here
 //! far above what a run decides). Each event acknowledged (200, `accepted`) was delivered to the
-//! personas its answer names; each of those deliveries must end with exactly one decision
+//! personas its answer names; each of those deliveries must end with exactly one final decision (a deferral is not one)
 //! (docs/RUNTIME-SEMANTICS.md, "Delivery"): none is **lost**, two or more are **decided twice**.
 
 use std::collections::HashMap;
@@ -286,8 +286,9 @@ impl Fleet {
     }
 }
 
-/// Every decision in the stored journal of the (stopped) fleet on `data`: how many each
-/// (persona, event id) has.
+/// Every final decision in the stored journal of the (stopped) fleet on `data`: how many each
+/// (persona, event id) has. A deferral is not one: the persona decides the delivery again when
+/// it takes it up.
 async fn stored_decisions(data: &Path) -> anyhow::Result<HashMap<(String, String), u32>> {
     let data = data.to_path_buf();
     tokio::task::spawn_blocking(move || {
@@ -296,7 +297,9 @@ async fn stored_decisions(data: &Path) -> anyhow::Result<HashMap<(String, String
             Storage::open(&StorageConfig { data_dir: data.clone(), ..crate::defaults::default_fleet().storage })?;
         let mut n: HashMap<(String, String), u32> = HashMap::new();
         for (persona, d) in storage.all_decisions()? {
-            *n.entry((persona, d.event_id)).or_default() += 1;
+            if d.verdict != mindfleet_core::model::Verdict::Defer {
+                *n.entry((persona, d.event_id)).or_default() += 1;
+            }
         }
         drop(storage);
         // The database closes when its writer thread ends, after the handle is gone; the next

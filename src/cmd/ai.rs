@@ -140,7 +140,8 @@ enum AiCmd {
 
 #[derive(Subcommand)]
 enum StateCmd {
-    /// Make a persona dormant, wake it, or set its focus.
+    /// Make a persona dormant, wake it, set its focus, or clear it (it then takes up what it
+    /// deferred).
     Update {
         #[arg(long)]
         dormant: bool,
@@ -148,6 +149,8 @@ enum StateCmd {
         wake: bool,
         #[arg(long, conflicts_with_all = ["dormant", "wake"])]
         focus: Option<String>,
+        #[arg(long, conflicts_with_all = ["dormant", "wake", "focus"])]
+        clear_focus: bool,
         #[arg(long, default_value_t = 0.7)]
         intensity: f64,
     },
@@ -174,14 +177,18 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
         return fail(2, e);
     }
     let r = match query {
-        AiCmd::State { persona: Some(persona), update: Some(StateCmd::Update { dormant, wake, focus, intensity }) } => {
+        AiCmd::State {
+            persona: Some(persona),
+            update: Some(StateCmd::Update { dormant, wake, focus, clear_focus, intensity }),
+        } => {
             let change = match (dormant, wake, focus) {
                 (true, _, _) => serde_json::json!("dormant"),
                 (_, true, _) => serde_json::json!("wake"),
                 (_, _, Some(objective)) => {
                     serde_json::json!({"focus": {"objective": objective, "intensity": intensity}})
                 }
-                _ => return fail(2, "ai state update needs --dormant, --wake or --focus TEXT"),
+                _ if clear_focus => serde_json::json!("clear_focus"),
+                _ => return fail(2, "ai state update needs --dormant, --wake, --focus TEXT or --clear-focus"),
             };
             client.set_state(&serde_json::json!({"persona": persona, "change": change})).await
         }

@@ -71,6 +71,7 @@ pub(super) async fn spawn_self_state(
         storage: a.storage.clone(),
         parent: me.clone(),
         faults: a.faults.clone(),
+        focus_max: a.config.focus_max,
     };
     Ok(Actor::spawn_linked(None, SelfState, args, me.get_cell()).await?.0)
 }

@@ -62,6 +62,7 @@ impl PersonaState {
             Job::Judge => self.run_judge(g),
             Job::Remember => self.run_remember(g),
             Job::Study => self.run_study(g),
+            Job::TakeUp => self.run_take_up(g),
             Job::Consolidate => {
                 if g.outcome.holds_slot() {
                     self.consolidate().await;

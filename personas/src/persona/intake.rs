@@ -190,7 +190,10 @@ impl PersonaState {
     }
 
     /// The gate chain decided: take part in turn-taking, engage, or finish.
-    pub(super) fn decided(&mut self, gated: Gated) {
+    pub(super) fn decided(&mut self, mut gated: Gated) {
+        if self.deferrals.taking(gated.seen.delivery.seq).is_some() {
+            Self::decide_taken_up(&gated.seen.delivery, &mut gated.gate);
+        }
         let d = &gated.seen.delivery;
         // An undirected message that several personas got: the room's coordinator decides
         // who answers (every receiver claims or passes, so it knows when all have spoken).
@@ -241,7 +244,8 @@ impl PersonaState {
             } else {
                 suitability(&self.snapshot, &c.domains, &e.domain, p, &e.text)
             },
-            audience: d.audience,
+            // A deferral taken up claims late, alone: the others answered long ago.
+            audience: if self.deferrals.taking(d.seq).is_some() { 1 } else { d.audience },
             from_human: e.sender_kind == SenderKind::Human,
             retry: 0,
         }
@@ -307,7 +311,7 @@ impl PersonaState {
     /// Journals the decision (with the reply and plan) through the admin, updates self-state
     /// and memory, and asks for the next event.
     pub(super) fn finish(&mut self, gated: Gated, plan: Option<PlanEnd>) {
-        let decision = self.decision(&gated, plan.as_ref());
+        let mut decision = self.decision(&gated, plan.as_ref());
         let Gated { seen: Seen { delivery: d, backlog, priority: p, .. }, gate } = gated;
         let e = &d.event;
         let failed = plan.as_ref().is_some_and(|end| end.failed);
@@ -324,6 +328,9 @@ impl PersonaState {
             ..Default::default()
         };
         let summary: String = e.text.chars().take(160).collect();
+        // Taken up (decided again): no longer deferred.
+        self.taken_up(d.seq);
+        let mut defer = None;
         match gate.verdict {
             Verdict::Engage => {
                 activity.completed = true;
@@ -332,13 +339,18 @@ impl PersonaState {
                 self.remember(e, EntryKind::Observation, format!("{} in #{}: {summary}", e.from, e.room), p);
             }
             Verdict::Defer => {
-                activity.preoccupation = Some(Preoccupation {
+                let concern = Preoccupation {
                     concern: format!("{} in #{}: {summary}", e.from, e.room),
                     priority: p,
                     domain: e.domain.clone(),
                     event_id: e.id.clone(),
                     created_us: now_us(),
-                });
+                };
+                defer = self.keep_deferred(&d, concern, &mut decision.reason);
+                if defer.is_none() {
+                    // No room left: let go now, and journaled so.
+                    decision.verdict = Verdict::Ignore;
+                }
                 self.remember(
                     e,
                     EntryKind::Question,
@@ -361,6 +373,7 @@ impl PersonaState {
                 s.embedded = self.convo.as_ref().is_some_and(|c| !c.waiting(s.seq));
                 s
             }),
+            defer,
         })));
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
@@ -369,6 +382,7 @@ impl PersonaState {
         self.args.marker.store(0, Ordering::SeqCst);
         self.pull();
         self.study_next();
+        self.tend_deferred();
     }
 
     /// The decision as journaled: the gate's verdict, the reason (with how the plan went), and
@@ -376,6 +390,10 @@ impl PersonaState {
     fn decision(&mut self, gated: &Gated, plan: Option<&PlanEnd>) -> Decision {
         let (e, gate, state, p) = (&gated.seen.delivery.event, &gated.gate, &gated.seen.state, gated.seen.priority);
         let mut reason = explain(gate, p, state);
+        if let Some(t) = self.deferrals.taking(gated.seen.delivery.seq) {
+            let waited = (now_us() - t.since_us).max(0) as f64 / 1e6;
+            reason = format!("taking up deferred (deferred {waited:.0} s ago): {reason}");
+        }
         if let Some(end) = plan
             && let Some(ev) = &end.record.evaluation
         {

@@ -68,6 +68,7 @@ use crate::study::{self, StudyBook};
 use crate::working_memory::MemoryMsg;
 
 mod children;
+mod deferrals;
 mod grant;
 mod intake;
 pub(crate) mod own;
@@ -78,6 +79,7 @@ mod steps;
 mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
+use deferrals::DeferBook;
 pub(crate) use own::Own;
 use phase::{Phase, TaskFor};
 
@@ -188,6 +190,8 @@ pub struct PersonaState {
     taking_in: Option<Said>,
     /// Knowledge gaps noted and the study session under way.
     study: StudyBook,
+    /// The events it deferred, until taken up or dropped.
+    deferrals: DeferBook,
 }
 
 impl PersonaState {
@@ -264,6 +268,7 @@ impl PersonaState {
             Own::SelfState(s) => {
                 self.snapshot = *s;
                 self.retune();
+                self.tend_deferred();
             }
             Own::TurnOverdue(id) => self.on_turn_overdue(id),
             Own::StudyDue => self.study_next(),
@@ -291,6 +296,10 @@ impl PersonaState {
                 }
             }
             Own::Recalled { task, recall } => self.on_recalled(task, recall),
+            Own::DeferralsDue => {
+                self.deferrals.due = None;
+                self.tend_deferred();
+            }
         }
     }
 
@@ -394,6 +403,8 @@ impl Actor for Persona {
                 refs.select(enricher.catalog(), m);
             }
         }
+        // What it deferred before it stopped: still aside in storage.
+        let deferrals = DeferBook::new(args.storage.load_deferred(name.clone()).await?);
         let mut study = StudyBook::default();
         if args.index.is_some() {
             study.recent = args.storage.studies(&name, study::RECENT_KEPT)?.into();
@@ -428,6 +439,7 @@ impl Actor for Persona {
             convo,
             taking_in: None,
             study,
+            deferrals,
             args,
         })
     }
@@ -444,6 +456,8 @@ impl Actor for Persona {
             // What was taken in before a restart and not embedded.
             st.want_remember();
         }
+        // The self-state keeps what storage kept: a `kill -9` may have lost its last write.
+        st.publish_preoccupations();
         st.pull();
         Ok(())
     }
@@ -481,6 +495,7 @@ impl Actor for Persona {
                     StateChange::Dormant => Update::SetDormant(true),
                     StateChange::Wake => Update::SetDormant(false),
                     StateChange::Focus { objective, intensity } => Update::SetFocus { objective, intensity },
+                    StateChange::ClearFocus => Update::ClearFocus("focus cleared by a person".into()),
                 };
                 let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
             }

@@ -51,6 +51,8 @@ pub(crate) enum Own {
     ConversationLag,
     /// Conversation memory has gathered long enough: time to embed what waits.
     RememberDue,
+    /// The oldest deferred event may have gone stale.
+    DeferralsDue,
     /// What conversation memory recalled for the recall step of `task`.
     Recalled { task: TaskId, recall: Result<Recall, String> },
 }

@@ -109,6 +109,8 @@ pub(super) enum TaskFor {
     Consolidate,
     Remember,
     Study,
+    /// Taking a deferred event up.
+    TakeUp,
 }
 
 /// What a grant is to run.
@@ -125,6 +127,7 @@ pub(super) enum Job {
     Consolidate,
     Remember,
     Study,
+    TakeUp,
 }
 
 impl Job {
@@ -138,6 +141,7 @@ impl Job {
             Job::Consolidate => "consolidate",
             Job::Remember => "remember",
             Job::Study => "study",
+            Job::TakeUp => "take_up",
         }
     }
 }
@@ -150,6 +154,7 @@ pub(super) fn job_of(tasks: &mut HashMap<TaskId, TaskFor>, phase: &Phase, task: 
         TaskFor::Consolidate => Some(Job::Consolidate),
         TaskFor::Remember => Some(Job::Remember),
         TaskFor::Study => Some(Job::Study),
+        TaskFor::TakeUp => Some(Job::TakeUp),
     }
 }
 

@@ -337,6 +337,12 @@ pub struct PersonaConfig {
     pub tokens_per_hour: u64,
     /// How often working memory is consolidated into long-term memory (a Background task).
     pub consolidate_every: Duration,
+    /// Longest a focus holds before it ends by itself (`focus_max_secs`, default 900): then the
+    /// persona takes its deferred events up.
+    pub focus_max: Duration,
+    /// How long a deferred event waits to be taken up before it is dropped, with a journaled
+    /// decision (`preoccupation_ttl_secs`, default 3600).
+    pub preoccupation_ttl: Duration,
     /// The node it runs on (`node = ...`), when the fleet spans nodes; else placement picks one.
     pub node: Option<String>,
 }

@@ -17,7 +17,7 @@
 //! | `POST /cluster/move`, `POST /cluster/drain` | a fleet across nodes: move `{"persona", "to"?}` (or every persona of this node, `{"to"?}`) with its state to another node; `{"moved": [...]}` once stored there |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task`, `recall` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `room`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
 //! | `POST /ai/study` | `{"persona", "topic"?}`: the persona studies the topic (else the knowledge gap it noted first) in idle time; answers `{"persona", "topic", "queued": true}` |
-//! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}}}` |
+//! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}} \| "clear_focus"}` |
 //! | `GET /ai/thoughts?page_size=N`, `GET /ai/decisions?page_size=N` | the list under a cursor: `{"handle", "offset", "entries", "total_count", "has_more", "has_previous"}`, paged with `POST /rag/fetch` |
 //! | `POST /rag/{command}` | the codebase index ([`mindfleet_core::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | the fleet's LLM as an OpenAI-compatible API ([`crate::openai`]) |

@@ -195,6 +195,8 @@ pub(super) struct RawPersonaTuning {
     pub(super) inferences_per_hour: Option<Spanned<i64>>,
     pub(super) tokens_per_hour: Option<Spanned<i64>>,
     pub(super) consolidate_every_secs: Option<Spanned<f64>>,
+    pub(super) focus_max_secs: Option<Spanned<f64>>,
+    pub(super) preoccupation_ttl_secs: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -220,6 +222,8 @@ pub(super) struct RawPersona {
     pub(super) inferences_per_hour: Option<Spanned<i64>>,
     pub(super) tokens_per_hour: Option<Spanned<i64>>,
     pub(super) consolidate_every_secs: Option<Spanned<f64>>,
+    pub(super) focus_max_secs: Option<Spanned<f64>>,
+    pub(super) preoccupation_ttl_secs: Option<Spanned<f64>>,
 }
 
 impl RawPersona {
@@ -232,6 +236,8 @@ impl RawPersona {
             inferences_per_hour: self.inferences_per_hour.clone(),
             tokens_per_hour: self.tokens_per_hour.clone(),
             consolidate_every_secs: self.consolidate_every_secs.clone(),
+            focus_max_secs: self.focus_max_secs.clone(),
+            preoccupation_ttl_secs: self.preoccupation_ttl_secs.clone(),
         }
     }
 }

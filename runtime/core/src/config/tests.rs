@@ -101,6 +101,19 @@ fn out_of_range_names_key_and_range() {
 }
 
 #[test]
+fn focus_max_and_preoccupation_ttl_default_come_from_defaults_and_are_checked() {
+    let p = &parse(ONE).unwrap().personas[0];
+    assert_eq!((p.focus_max, p.preoccupation_ttl), (Duration::from_secs(900), Duration::from_secs(3600)));
+    let text = format!("[defaults]\nfocus_max_secs = 60\n{ONE}preoccupation_ttl_secs = 120\n");
+    let p = &parse(&text).unwrap().personas[0];
+    assert_eq!((p.focus_max, p.preoccupation_ttl), (Duration::from_secs(60), Duration::from_secs(120)));
+    let err = parse(&format!("{ONE}focus_max_secs = 0\n")).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:4:18:") && err.contains("focus_max_secs"), "{err}");
+    let err = parse(&format!("[defaults]\npreoccupation_ttl_secs = -1\n{ONE}")).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:2:26:") && err.contains("preoccupation_ttl_secs"), "{err}");
+}
+
+#[test]
 fn duplicate_persona_is_refused_at_second_name() {
     let err = parse(&format!("{ONE}{ONE}")).unwrap_err();
     assert_eq!(err.line, Some((5, 8)), "{err}");

@@ -21,6 +21,8 @@ pub(super) struct Tuning {
     inferences_per_hour: i64,
     tokens_per_hour: i64,
     consolidate_every_secs: f64,
+    focus_max_secs: f64,
+    preoccupation_ttl_secs: f64,
 }
 
 impl Tuning {
@@ -31,6 +33,8 @@ impl Tuning {
         inferences_per_hour: 600,
         tokens_per_hour: 200_000,
         consolidate_every_secs: 300.0,
+        focus_max_secs: 900.0,
+        preoccupation_ttl_secs: 3600.0,
     };
 }
 
@@ -485,6 +489,13 @@ impl Ctx<'_> {
                 0.01..=86_400.0,
                 base.consolidate_every_secs,
             )?,
+            focus_max_secs: self.float(&t.focus_max_secs, "focus_max_secs", 0.01..=604_800.0, base.focus_max_secs)?,
+            preoccupation_ttl_secs: self.float(
+                &t.preoccupation_ttl_secs,
+                "preoccupation_ttl_secs",
+                0.01..=3.2e7,
+                base.preoccupation_ttl_secs,
+            )?,
         })
     }
 
@@ -569,6 +580,8 @@ impl Ctx<'_> {
             inferences_per_hour: tuning.inferences_per_hour as u64,
             tokens_per_hour: tuning.tokens_per_hour as u64,
             consolidate_every: Duration::from_secs_f64(tuning.consolidate_every_secs),
+            focus_max: Duration::from_secs_f64(tuning.focus_max_secs),
+            preoccupation_ttl: Duration::from_secs_f64(tuning.preoccupation_ttl_secs),
             node: p.node.as_ref().map(|n| n.get_ref().clone()),
         })
     }
