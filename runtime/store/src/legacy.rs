@@ -5,7 +5,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 
 use mindfleet_core::event::Event;
-use mindfleet_core::model::{Decision, Verdict};
+use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
 
 use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, ROOMS, Tables};
 use crate::{dec, enc};
@@ -101,4 +101,41 @@ pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> 
         }
     }
     Tables::open(txn).map(drop)
+}
+
+/// A finished plan as stored before plans recorded the long-term memory they used (bincode
+/// reads no missing field as its default, so these are read as they are, not migrated: a plan
+/// that does not decode as the live layout is read as this one, with no memory used).
+#[derive(Deserialize)]
+pub(crate) struct PlanRecordV5 {
+    pub(crate) event_id: String,
+    pub(crate) domain: String,
+    pub(crate) plan: Plan,
+    pub(crate) replaced: Vec<Plan>,
+    pub(crate) adjustments: Vec<AdjustmentRecord>,
+    pub(crate) evaluation: Option<Evaluation>,
+    pub(crate) started_us: i64,
+    pub(crate) finished_us: Option<i64>,
+}
+
+impl From<PlanRecordV5> for PlanRecord {
+    fn from(p: PlanRecordV5) -> PlanRecord {
+        let PlanRecordV5 { event_id, domain, plan, replaced, adjustments, evaluation, started_us, finished_us } = p;
+        PlanRecord {
+            event_id,
+            domain,
+            plan,
+            replaced,
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used: Vec::new(),
+        }
+    }
+}
+
+/// A stored plan in the live layout, or in the layout before `memory_used`.
+pub(crate) fn dec_plan(b: &[u8]) -> Result<PlanRecord, redb::Error> {
+    crate::dec(b).or_else(|e| crate::dec::<PlanRecordV5>(b).map(PlanRecord::from).map_err(|_| e))
 }
