@@ -2,7 +2,8 @@
 //!
 //! A pass takes the working-memory entries written since the last pass, clusters them by
 //! shared words within each domain, and promotes what is worth keeping: reflections on plans
-//! become experiences (task, trajectory, outcome, learnings), step sequences that keep
+//! become experiences (the message the persona answered as their task, so that a plan recalls
+//! them by meaning; trajectory, outcome, learnings), step sequences that keep
 //! working become procedures (with their success rate and times used), clusters of related
 //! observations become knowledge, and what users said becomes their profiles (topics, stated
 //! preferences, technical level with a confidence). Limits are enforced by storage, and every
@@ -117,7 +118,7 @@ pub fn consolidate(
 ) -> Consolidation {
     let fresh: Vec<&WmEntry> = entries.iter().filter(|e| e.id > watermark).collect();
     let mut report = ConsolidationReport { at_us: now_us, entries: fresh.len(), ..Default::default() };
-    let experiences = experiences(&fresh, plans);
+    let experiences = experiences(entries, &fresh, plans);
     let procedures = procedures(plans, now_us);
     let observations: Vec<&WmEntry> =
         fresh.iter().copied().filter(|e| matches!(e.kind, EntryKind::Observation | EntryKind::Question)).collect();
@@ -140,9 +141,15 @@ pub fn consolidate(
     }
 }
 
-/// Reflections on plans -> experiences.
-fn experiences(fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
+/// Reflections on plans -> experiences. The task is the message the plan answered (the
+/// observation of the same event, in all of working memory), else the plan's goal.
+fn experiences(entries: &[WmEntry], fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
     let by_event: BTreeMap<&str, &PlanRecord> = plans.iter().map(|p| (p.event_id.as_str(), p)).collect();
+    let asked: BTreeMap<&str, &str> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Observation)
+        .filter_map(|e| Some((e.event_id.as_deref()?, observed(e)?.1)))
+        .collect();
     fresh
         .iter()
         .filter(|e| e.kind == EntryKind::Reflection && e.importance >= 0.7)
@@ -153,7 +160,14 @@ fn experiences(fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
             let (pattern, lesson) = text.split_once("; lesson: ").map_or((text, None), |(p, l)| (p, Some(l)));
             Experience {
                 domain: e.domain.clone(),
-                task: plan.map_or_else(|| pattern.to_string(), |p| p.plan.goal.clone()),
+                task: match (e.event_id.as_deref().and_then(|id| asked.get(id)), plan) {
+                    // Mentions say who was asked, not what.
+                    (Some(text), _) => {
+                        text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
+                    }
+                    (None, Some(p)) => p.plan.goal.clone(),
+                    (None, None) => pattern.to_string(),
+                },
                 trajectory: plan.map(|p| trajectory(p)).unwrap_or_default(),
                 success: plan.and_then(|p| p.evaluation.as_ref()).is_some_and(|v| v.success),
                 learnings: std::iter::once(pattern).chain(lesson).map(str::to_string).collect(),
@@ -334,6 +348,7 @@ mod tests {
             }),
             started_us: 0,
             finished_us: Some(1),
+            memory_used: vec![],
         }
     }
 
@@ -351,6 +366,7 @@ mod tests {
         assert_eq!(c.experiences.len(), 1);
         assert!(c.experiences[0].success && c.experiences[0].trajectory.len() == 3);
         assert_eq!(c.experiences[0].learnings, ["chat: worked", "ask for the logs first"], "pattern, then lesson");
+        assert_eq!(c.experiences[0].task, "answer alice", "no observation of e3: the plan's goal");
         assert_eq!(c.procedures.len(), 1);
         assert_eq!((c.procedures[0].times_used, c.procedures[0].success_rate), (2, 0.5));
         assert_eq!(c.knowledge.len(), 1, "{:?}", c.knowledge);
@@ -362,6 +378,18 @@ mod tests {
         // Nothing new after the watermark: nothing promoted again.
         let again = consolidate(&entries, &[], &c.profiles, c.watermark, 20);
         assert!(again.experiences.is_empty() && again.profiles.is_empty());
+    }
+
+    #[test]
+    fn an_experience_s_task_is_the_message_the_plan_answered() {
+        let mut reflection = entry(2, EntryKind::Reflection, "reflection: chat: worked");
+        reflection.event_id = Some("e1".into());
+        let entries =
+            vec![entry(1, EntryKind::Observation, "alice in #dev: @solo how do I rotate the admin token?"), reflection];
+        // The observation was consolidated by an earlier pass: it is still read for the task.
+        let c = consolidate(&entries, &[plan("e1", true)], &[], 1, 10);
+        assert_eq!(c.experiences.len(), 1);
+        assert_eq!(c.experiences[0].task, "how do I rotate the admin token?");
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub struct PersonaArgs {
     pub enricher: Option<Arc<Enricher>>,
     /// Conversation memory, when it is on.
     pub conversation: Option<ConversationArgs>,
+    /// The fleet's embedding worker: long-term memory is recalled by meaning through it.
+    pub embedding: Option<ActorRef<EmbedMsg>>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -291,6 +293,7 @@ impl PersonaState {
                 }
             }
             Own::Recalled { task, recall } => self.on_recalled(task, recall),
+            Own::LongTermRecalled { event_id, memory, note } => self.on_long_term_recalled(&event_id, *memory, note),
         }
     }
 
