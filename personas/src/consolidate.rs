@@ -72,7 +72,7 @@ fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
 /// Greedy clusters of entries (indices) by word overlap with each cluster's first entry,
 /// within one domain.
 pub fn clusters(entries: &[&WmEntry]) -> Vec<Vec<usize>> {
-    let sets: Vec<BTreeSet<String>> = entries.iter().map(|e| words(&e.text)).collect();
+    let sets: Vec<BTreeSet<String>> = entries.iter().map(|e| words(&content(e))).collect();
     let mut out: Vec<Vec<usize>> = Vec::new();
     for i in 0..entries.len() {
         let home = out.iter_mut().find(|c| {
@@ -85,6 +85,18 @@ pub fn clusters(entries: &[&WmEntry]) -> Vec<Vec<usize>> {
         }
     }
     out
+}
+
+/// What an entry says: an observation's message without who said it where, nor whom it
+/// mentions (every message of one user in one room shares those words, and they tell nothing of
+/// its topic).
+fn content(e: &WmEntry) -> String {
+    let text = observed(e).map_or(e.text.as_str(), |(_, t)| t);
+    without_mentions(text)
+}
+
+fn without_mentions(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
 }
 
 /// `user in #room: text` (the persona's observation format) split into user and text.
@@ -162,9 +174,7 @@ fn experiences(entries: &[WmEntry], fresh: &[&WmEntry], plans: &[PlanRecord]) ->
                 domain: e.domain.clone(),
                 task: match (e.event_id.as_deref().and_then(|id| asked.get(id)), plan) {
                     // Mentions say who was asked, not what.
-                    (Some(text), _) => {
-                        text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
-                    }
+                    (Some(text), _) => without_mentions(text),
                     (None, Some(p)) => p.plan.goal.clone(),
                     (None, None) => pattern.to_string(),
                 },
@@ -211,9 +221,9 @@ fn knowledge(observations: &[&WmEntry], groups: &[Vec<usize>], now_us: i64) -> V
         .filter(|c| c.len() >= 2)
         .map(|c| {
             let members: Vec<&WmEntry> = c.iter().map(|&i| observations[i]).collect();
-            let mut shared = words(&members[0].text);
+            let mut shared = words(&content(members[0]));
             for m in &members[1..] {
-                let w = words(&m.text);
+                let w = words(&content(m));
                 shared.retain(|x| w.contains(x));
             }
             let topic: Vec<String> = shared.into_iter().take(3).collect();
@@ -254,7 +264,7 @@ fn profiles_of(
         p.messages += 1;
         p.updated_us = now_us;
         touched.insert(user.to_string());
-        let ws = words(text);
+        let ws = words(&without_mentions(text));
         let t = tech.entry(user.to_string()).or_default();
         t.0 += ws.iter().filter(|w| TECHNICAL.contains(&w.as_str())).count();
         t.1 += ws.len();
@@ -390,6 +400,20 @@ mod tests {
         let c = consolidate(&entries, &[plan("e1", true)], &[], 1, 10);
         assert_eq!(c.experiences.len(), 1);
         assert_eq!(c.experiences[0].task, "how do I rotate the admin token?");
+    }
+
+    #[test]
+    fn who_said_it_where_and_whom_it_mentions_make_no_topic_and_no_cluster() {
+        let entries = vec![
+            entry(1, EntryKind::Observation, "alice in #desk: @solo lunch plans for friday"),
+            entry(2, EntryKind::Observation, "alice in #desk: @solo the release checklist"),
+            entry(3, EntryKind::Observation, "alice in #desk: @solo release checklist for friday"),
+        ];
+        let c = consolidate(&entries, &[], &[], 0, 0);
+        assert_eq!(c.knowledge.len(), 1, "only the two about the checklist: {:?}", c.knowledge);
+        assert_eq!(c.knowledge[0].topic, "checklist release");
+        let topics: Vec<&str> = c.profiles[0].topics.iter().map(|(w, _)| w.as_str()).collect();
+        assert!(!topics.contains(&"solo") && !topics.contains(&"desk"), "{topics:?}");
     }
 
     #[test]
