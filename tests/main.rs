@@ -21,6 +21,7 @@ mod models;
 mod plans;
 mod props;
 mod rag;
+mod recall;
 mod refs;
 mod study;
 mod supervision;
