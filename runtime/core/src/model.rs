@@ -384,7 +384,8 @@ pub struct PlanRecord {
     pub started_us: i64,
     pub finished_us: Option<i64>,
     /// What long-term memory the plan recalled and what each piece changed (in the plan or the
-    /// reply), or why it changed nothing. Plans stored before it read with none.
+    /// reply), or why it changed nothing. Since schema version 6 (older plans are migrated with
+    /// none); JSON without it reads as none.
     #[serde(default)]
     pub memory_used: Vec<MemoryUse>,
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use mindfleet_core::event::Event;
 use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
 
-use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, ROOMS, Tables};
+use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, PLANS, ROOMS, Tables};
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
@@ -15,7 +15,8 @@ pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinit
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-pub(crate) const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5];
+pub(crate) const MIGRATIONS: &[Migration] =
+    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -103,9 +104,7 @@ pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> 
     Tables::open(txn).map(drop)
 }
 
-/// A finished plan as stored before plans recorded the long-term memory they used (bincode
-/// reads no missing field as its default, so these are read as they are, not migrated: a plan
-/// that does not decode as the live layout is read as this one, with no memory used).
+/// A plan as version 5 stored it: without the long-term memory it used.
 #[derive(Deserialize)]
 pub(crate) struct PlanRecordV5 {
     pub(crate) event_id: String,
@@ -135,7 +134,19 @@ impl From<PlanRecordV5> for PlanRecord {
     }
 }
 
-/// A stored plan in the live layout, or in the layout before `memory_used`.
-pub(crate) fn dec_plan(b: &[u8]) -> Result<PlanRecord, redb::Error> {
-    crate::dec(b).or_else(|e| crate::dec::<PlanRecordV5>(b).map(PlanRecord::from).map_err(|_| e))
+/// Version 6 adds the long-term memory a plan used to plans (rewritten with none).
+pub(crate) fn migrate_5_to_6(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let mut t = txn.open_table(PLANS)?;
+    let old: Vec<((String, u64), PlanRecordV5)> = t
+        .iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (p, n) = k.value();
+            Ok(((p.to_string(), n), dec(v.value())?))
+        })
+        .collect::<Result<_, redb::Error>>()?;
+    for ((p, n), plan) in old {
+        t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
+    }
+    Ok(())
 }

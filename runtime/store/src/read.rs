@@ -10,7 +10,6 @@ use serde::de::DeserializeOwned;
 use mindfleet_core::event::Event;
 use mindfleet_core::model::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
 
-use crate::legacy::dec_plan;
 use crate::schema::{
     CONSOLIDATIONS, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES, KNOWLEDGE,
     LEARNINGS, OUTBOX, PENDING, PLANS, PROCEDURES, PROFILES,
@@ -84,7 +83,7 @@ impl Storage {
     pub fn recent_plans(&self, persona: &str, n: usize) -> Result<Vec<PlanRecord>, StorageError> {
         self.read(|txn| {
             let t = txn.open_table(PLANS)?;
-            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec_plan(r?.1.value())).collect()
+            t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(n).map(|r| dec(r?.1.value())).collect()
         })
     }
 

@@ -453,10 +453,9 @@ async fn a_version_4_database_keeps_its_decisions_without_references() {
 }
 
 #[tokio::test]
-async fn a_plan_stored_before_memory_used_reads_with_none() {
-    use mindfleet_core::model::{MemoryKind, MemoryUse, Plan, PlanRecord};
+async fn a_version_5_database_keeps_its_plans_without_memory_used() {
+    use mindfleet_core::model::{Plan, PlanRecord};
     let dir = tempfile::tempdir().unwrap();
-    Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
     let plan = Plan {
         goal: "answer alice".into(),
         steps: vec![],
@@ -465,34 +464,30 @@ async fn a_plan_stored_before_memory_used_reads_with_none() {
         source: "template:chat".into(),
         attempt: 0,
     };
-    let now = PlanRecord {
-        event_id: "new".into(),
-        domain: "chat".into(),
-        plan: plan.clone(),
-        replaced: vec![],
-        adjustments: vec![],
-        evaluation: None,
-        started_us: 2,
-        finished_us: Some(3),
-        memory_used: vec![MemoryUse { kind: MemoryKind::UserProfile, id: "alice".into(), effect: "e".into() }],
-    };
     {
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
         let txn = db.begin_write().unwrap();
-        // The fields of today's plan record, in order, without `memory_used`.
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 5).unwrap();
+        // A version 5 plan: the fields of today's, in order, without `memory_used`.
         let old = enc(&("old", "chat", &plan, Vec::<Plan>::new(), Vec::<()>::new(), None::<()>, 1_i64, Some(2_i64)));
-        let mut t = txn.open_table(PLANS).unwrap();
-        t.insert(("helper", 0), old.as_slice()).unwrap();
-        t.insert(("helper", 1), enc(&now).as_slice()).unwrap();
-        drop(t);
+        txn.open_table(PLANS).unwrap().insert(("helper", 0), old.as_slice()).unwrap();
         txn.commit().unwrap();
     }
     let s = Storage::open(&cfg(dir.path())).unwrap();
     let got = s.recent_plans("helper", 10).unwrap();
-    assert_eq!(got.len(), 2);
-    assert_eq!(got[0], now, "today's layout keeps what it used");
-    assert_eq!((got[1].event_id.as_str(), got[1].plan.goal.as_str()), ("old", "answer alice"));
-    assert!(got[1].memory_used.is_empty());
+    let want = PlanRecord {
+        event_id: "old".into(),
+        domain: "chat".into(),
+        plan,
+        replaced: vec![],
+        adjustments: vec![],
+        evaluation: None,
+        started_us: 1,
+        finished_us: Some(2),
+        memory_used: vec![],
+    };
+    assert_eq!(got, [want]);
     s.close().await.unwrap();
 }
 
