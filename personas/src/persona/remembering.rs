@@ -1,13 +1,13 @@
-//! Memory: consolidation of working memory, and conversation memory (taking messages in,
-//! embedding them in batches, recalling them for a reply).
+//! Memory: consolidation of working memory, conversation memory (taking messages in,
+//! embedding them in batches, recalling them for a reply), and the recall of long-term memory
+//! before a plan.
 
 use mindfleet_core::conversation::{Recall, Said};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_core::messages::Delivery;
 use mindfleet_core::sched::{Class, TaskId};
 use mindfleet_core::time::now_us;
 use ractor::call_t;
-
-use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 
 use crate::brain::recall::{self, RECALL_READ, Read};
 use crate::consolidate::consolidate;
