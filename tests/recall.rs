@@ -259,3 +259,33 @@ async fn a_local_persona_replies_at_the_level_of_the_profile_it_recalled() {
     assert_ne!(replies[0], replies[1], "the level changed nothing in the model's reply");
     fleet.shutdown(DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_embedding_model_a_plan_recalls_by_words_and_the_decision_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &fleet_toml(CODER));
+    cfg.models.embedding = Some(dir.path().join("no-such-model"));
+    let fleet = Fleet::start(cfg).await.unwrap();
+    fleet.storage.consolidate("coder".into(), learned());
+    poll("the stored memory", || async {
+        let storage = fleet.storage.clone();
+        let lt = tokio::task::spawn_blocking(move || storage.long_term("coder", 5)).await.unwrap().unwrap();
+        (!lt.experiences.is_empty()).then_some(())
+    })
+    .await;
+    let mut e = chat("dev", "bob", "@coder please review the auth module for token leaks again");
+    e.domain = "code".into();
+    let ack = fleet.inject(e).await.unwrap();
+    let plan = ai_plan(&fleet, "coder", &ack.event_id).await;
+    let used = memory_used(&plan);
+    let x = of_kind(&used, "experience");
+    assert_eq!(x.len(), 1, "the same words: still recalled, {used:?}");
+    assert!(x[0].2.starts_with("avoided search_knowledge"), "{used:?}");
+    let d = decision(&fleet, "coder", &ack.event_id).await;
+    assert!(
+        d.reason.contains("long-term memory recalled by words, not meaning: embedding model unavailable"),
+        "{}",
+        d.reason
+    );
+    fleet.shutdown(DEADLINE).await;
+}
