@@ -163,7 +163,6 @@ pub fn recollect(event: &Event, read: Read, vectors: Result<Vec<Vec<f32>>, Strin
     procedures.sort_by(|a, b| {
         b.success_rate.total_cmp(&a.success_rate).then(b.times_used.cmp(&a.times_used)).then(a.name.cmp(&b.name))
     });
-    let experiences: Vec<Experience> = experiences;
     Recollection {
         experiences: nearest(experiences, exp_scores, least, EXPERIENCES_RECALLED),
         procedures,
