@@ -112,6 +112,7 @@ impl FleetState {
                 embedding: self.embedding.clone(),
                 config: self.config.conversation,
             }),
+            embedding: Some(self.embedding.clone()),
         }
     }
 

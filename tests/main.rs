@@ -22,6 +22,7 @@ mod models;
 mod plans;
 mod props;
 mod rag;
+mod recall;
 mod refs;
 mod study;
 mod supervision;

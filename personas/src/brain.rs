@@ -17,6 +17,10 @@ use mindfleet_core::model::{
 use crate::gate::{GateDecision, GateState, score};
 use crate::mind::rules_reply;
 
+pub mod recall;
+
+pub use recall::{NOTHING_RECALLED, Recollection, memory_used};
+
 /// How many times a plan may be replaced before the brain gives up.
 pub const MAX_REPLANS: u32 = 2;
 
@@ -32,6 +36,8 @@ pub struct PlanContext<'a> {
     pub attempt: u32,
     /// The event calls for references (named, or matched by tag or meaning).
     pub references: bool,
+    /// What the persona recalled of its long-term memory for the event.
+    pub memory: &'a Recollection,
 }
 
 /// What a brain writes a reply from.
@@ -48,6 +54,9 @@ pub struct RespondContext<'a> {
     pub hints: &'a str,
     /// The persona's self-state when it decided to answer.
     pub state: &'a GateState,
+    /// What the persona recalled of its long-term memory for the event (the sender's profile
+    /// and knowledge shape the reply).
+    pub memory: &'a Recollection,
 }
 
 /// What a brain writes the lesson of a finished plan from.
@@ -334,6 +343,7 @@ impl Brain for LocalBrain {
 
     fn plan_request(&self, ctx: &PlanContext) -> Option<PlanChoice> {
         let rules = RulesBrain.formulate_plan(ctx);
+        let failed: Vec<Action> = ctx.memory.failed_steps().into_iter().map(|(a, _, _)| a).collect();
         let mut candidates = vec![rules.clone()];
         let alternatives = [
             vec![Action::RecallMemory, Action::DraftReply, Action::PostReply],
@@ -343,6 +353,10 @@ impl Brain for LocalBrain {
         for actions in alternatives {
             // A step that failed before for this event stays out, as in the rules plan.
             if actions.iter().any(|a| ctx.avoid.contains(a) && !matches!(a, Action::PostReply | Action::DraftReply)) {
+                continue;
+            }
+            // So does one that failed in a similar task that failed.
+            if actions.iter().any(|a| failed.contains(a) && recall::optional(*a)) {
                 continue;
             }
             if candidates.iter().any(|c| c.steps.iter().map(|s| s.action).eq(actions.iter().copied())) {
@@ -444,6 +458,7 @@ impl Brain for LocalBrain {
 
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
         let mut system = persona_preamble(ctx);
+        system.push_str(&recall::prompt_lines(ctx.memory));
         system.push_str("\nAnswer the last message in one or two short sentences.");
         let e = ctx.event;
         let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
@@ -525,29 +540,63 @@ impl RulesBrain {
     }
 }
 
-impl Brain for RulesBrain {
-    fn name(&self) -> &'static str {
-        "rules"
-    }
-
-    fn judge(&self, _event: &Event, priority: f64, state: &GateState) -> GateDecision {
-        score(priority, state)
-    }
-
-    fn formulate_plan(&self, ctx: &PlanContext) -> Plan {
+impl RulesBrain {
+    /// The domain's template, ordered by a proven procedure, without what failed for this event
+    /// or for a similar task that failed, and with the references first when the event calls
+    /// for them.
+    fn plan_of(ctx: &PlanContext) -> Plan {
         let domain = ctx.event.domain.as_str();
-        let (mut actions, criteria) = Self::template(domain, ctx.event);
+        let (template, mut criteria) = Self::template(domain, ctx.event);
+        let mut actions = template.clone();
+        let mut source = format!("template:{domain}");
+        // A procedure of the domain that keeps succeeding orders the plan.
+        if let Some(p) = ctx.memory.procedure_for(&template) {
+            let steps = recall::steps_of(p);
+            if steps != actions {
+                actions = steps;
+                source.push_str("+procedure");
+            }
+        }
         // A step that failed before is left out when the plan still makes sense without it.
         actions.retain(|a| !ctx.avoid.contains(a) || matches!(a, Action::PostReply | Action::DraftReply));
+        // So is a step that failed in a similar task that failed; a step every answer needs
+        // gets a recall before it instead, as a check.
+        let failed = ctx.memory.failed_steps();
+        let before = actions.len();
+        actions.retain(|a| !recall::optional(*a) || !failed.iter().any(|(f, _, _)| f == a));
+        let mut steered = actions.len() < before;
+        let needed_failed = failed.iter().any(|(f, _, _)| !recall::optional(*f) && actions.contains(f));
+        let gathers = |v: &[Action]| v.contains(&Action::RecallMemory) || v.contains(&Action::SearchKnowledge);
+        if (steered || needed_failed)
+            && actions.contains(&Action::DraftReply)
+            && !actions.contains(&Action::RecallMemory)
+            && !ctx.avoid.contains(&Action::RecallMemory)
+            && !failed.iter().any(|(f, _, _)| *f == Action::RecallMemory)
+        {
+            actions.insert(0, Action::RecallMemory);
+            steered = true;
+        }
+        if steered {
+            source.push_str("+experience");
+        }
+        if !gathers(&actions) {
+            criteria.retain(|c| *c != Criterion::ContextGathered);
+        }
         // A learned failure of knowledge search in this domain: do not plan it first.
         let search_fails = ctx.learnings.iter().any(|l| {
             l.domain == domain && l.pattern.contains("search_knowledge failed") && l.failures + l.successes >= 3
         });
         if search_fails {
             actions.retain(|a| *a != Action::SearchKnowledge);
+            source.push_str("+learned");
         }
         // References the event calls for are opened first, for a plan that writes an answer.
-        if ctx.references && actions.contains(&Action::DraftReply) && !ctx.avoid.contains(&Action::SelectReference) {
+        actions.retain(|a| *a != Action::SelectReference || ctx.references);
+        if ctx.references
+            && actions.contains(&Action::DraftReply)
+            && !actions.contains(&Action::SelectReference)
+            && !ctx.avoid.contains(&Action::SelectReference)
+        {
             actions.insert(0, Action::SelectReference);
         }
         Plan {
@@ -559,9 +608,23 @@ impl Brain for RulesBrain {
                 (ErrorClass::MissingResource, vec![Action::RecallMemory]),
             ],
             criteria,
-            source: if search_fails { format!("template:{domain}+learned") } else { format!("template:{domain}") },
+            source,
             attempt: ctx.attempt,
         }
+    }
+}
+
+impl Brain for RulesBrain {
+    fn name(&self) -> &'static str {
+        "rules"
+    }
+
+    fn judge(&self, _event: &Event, priority: f64, state: &GateState) -> GateDecision {
+        score(priority, state)
+    }
+
+    fn formulate_plan(&self, ctx: &PlanContext) -> Plan {
+        RulesBrain::plan_of(ctx)
     }
 
     fn adjust_plan(&self, record: &PlanRecord, failed: usize, class: ErrorClass) -> (Adjustment, String) {
@@ -660,7 +723,8 @@ impl Brain for RulesBrain {
     }
 
     fn respond(&self, ctx: &RespondContext) -> String {
-        rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.conversation, ctx.found)
+        let reply = rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.conversation, ctx.found);
+        reply + &recall::rules_additions(ctx.memory)
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! A pass takes the working-memory entries written since the last pass, clusters them by
 //! shared words within each domain, and promotes what is worth keeping: reflections on plans
-//! become experiences (task, trajectory, outcome, learnings), step sequences that keep
+//! become experiences (the message the persona answered as their task, so that a plan recalls
+//! them by meaning; trajectory, outcome, learnings), step sequences that keep
 //! working become procedures (with their success rate and times used), clusters of related
 //! observations become knowledge, and what users said becomes their profiles (topics, stated
 //! preferences, technical level with a confidence). Limits are enforced by storage, and every
@@ -71,7 +72,7 @@ fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
 /// Greedy clusters of entries (indices) by word overlap with each cluster's first entry,
 /// within one domain.
 pub fn clusters(entries: &[&WmEntry]) -> Vec<Vec<usize>> {
-    let sets: Vec<BTreeSet<String>> = entries.iter().map(|e| words(&e.text)).collect();
+    let sets: Vec<BTreeSet<String>> = entries.iter().map(|e| words(&content(e))).collect();
     let mut out: Vec<Vec<usize>> = Vec::new();
     for i in 0..entries.len() {
         let home = out.iter_mut().find(|c| {
@@ -84,6 +85,18 @@ pub fn clusters(entries: &[&WmEntry]) -> Vec<Vec<usize>> {
         }
     }
     out
+}
+
+/// What an entry says: an observation's message without who said it where, nor whom it
+/// mentions (every message of one user in one room shares those words, and they tell nothing of
+/// its topic).
+fn content(e: &WmEntry) -> String {
+    let text = observed(e).map_or(e.text.as_str(), |(_, t)| t);
+    without_mentions(text)
+}
+
+fn without_mentions(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
 }
 
 /// `user in #room: text` (the persona's observation format) split into user and text.
@@ -117,7 +130,7 @@ pub fn consolidate(
 ) -> Consolidation {
     let fresh: Vec<&WmEntry> = entries.iter().filter(|e| e.id > watermark).collect();
     let mut report = ConsolidationReport { at_us: now_us, entries: fresh.len(), ..Default::default() };
-    let experiences = experiences(&fresh, plans);
+    let experiences = experiences(entries, &fresh, plans);
     let procedures = procedures(plans, now_us);
     let observations: Vec<&WmEntry> =
         fresh.iter().copied().filter(|e| matches!(e.kind, EntryKind::Observation | EntryKind::Question)).collect();
@@ -140,9 +153,15 @@ pub fn consolidate(
     }
 }
 
-/// Reflections on plans -> experiences.
-fn experiences(fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
+/// Reflections on plans -> experiences. The task is the message the plan answered (the
+/// observation of the same event, in all of working memory), else the plan's goal.
+fn experiences(entries: &[WmEntry], fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
     let by_event: BTreeMap<&str, &PlanRecord> = plans.iter().map(|p| (p.event_id.as_str(), p)).collect();
+    let asked: BTreeMap<&str, &str> = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Observation)
+        .filter_map(|e| Some((e.event_id.as_deref()?, observed(e)?.1)))
+        .collect();
     fresh
         .iter()
         .filter(|e| e.kind == EntryKind::Reflection && e.importance >= 0.7)
@@ -153,7 +172,12 @@ fn experiences(fresh: &[&WmEntry], plans: &[PlanRecord]) -> Vec<Experience> {
             let (pattern, lesson) = text.split_once("; lesson: ").map_or((text, None), |(p, l)| (p, Some(l)));
             Experience {
                 domain: e.domain.clone(),
-                task: plan.map_or_else(|| pattern.to_string(), |p| p.plan.goal.clone()),
+                task: match (e.event_id.as_deref().and_then(|id| asked.get(id)), plan) {
+                    // Mentions say who was asked, not what.
+                    (Some(text), _) => without_mentions(text),
+                    (None, Some(p)) => p.plan.goal.clone(),
+                    (None, None) => pattern.to_string(),
+                },
                 trajectory: plan.map(|p| trajectory(p)).unwrap_or_default(),
                 success: plan.and_then(|p| p.evaluation.as_ref()).is_some_and(|v| v.success),
                 learnings: std::iter::once(pattern).chain(lesson).map(str::to_string).collect(),
@@ -197,9 +221,9 @@ fn knowledge(observations: &[&WmEntry], groups: &[Vec<usize>], now_us: i64) -> V
         .filter(|c| c.len() >= 2)
         .map(|c| {
             let members: Vec<&WmEntry> = c.iter().map(|&i| observations[i]).collect();
-            let mut shared = words(&members[0].text);
+            let mut shared = words(&content(members[0]));
             for m in &members[1..] {
-                let w = words(&m.text);
+                let w = words(&content(m));
                 shared.retain(|x| w.contains(x));
             }
             let topic: Vec<String> = shared.into_iter().take(3).collect();
@@ -240,7 +264,7 @@ fn profiles_of(
         p.messages += 1;
         p.updated_us = now_us;
         touched.insert(user.to_string());
-        let ws = words(text);
+        let ws = words(&without_mentions(text));
         let t = tech.entry(user.to_string()).or_default();
         t.0 += ws.iter().filter(|w| TECHNICAL.contains(&w.as_str())).count();
         t.1 += ws.len();
@@ -334,6 +358,7 @@ mod tests {
             }),
             started_us: 0,
             finished_us: Some(1),
+            memory_used: vec![],
         }
     }
 
@@ -351,6 +376,7 @@ mod tests {
         assert_eq!(c.experiences.len(), 1);
         assert!(c.experiences[0].success && c.experiences[0].trajectory.len() == 3);
         assert_eq!(c.experiences[0].learnings, ["chat: worked", "ask for the logs first"], "pattern, then lesson");
+        assert_eq!(c.experiences[0].task, "answer alice", "no observation of e3: the plan's goal");
         assert_eq!(c.procedures.len(), 1);
         assert_eq!((c.procedures[0].times_used, c.procedures[0].success_rate), (2, 0.5));
         assert_eq!(c.knowledge.len(), 1, "{:?}", c.knowledge);
@@ -362,6 +388,32 @@ mod tests {
         // Nothing new after the watermark: nothing promoted again.
         let again = consolidate(&entries, &[], &c.profiles, c.watermark, 20);
         assert!(again.experiences.is_empty() && again.profiles.is_empty());
+    }
+
+    #[test]
+    fn an_experience_s_task_is_the_message_the_plan_answered() {
+        let mut reflection = entry(2, EntryKind::Reflection, "reflection: chat: worked");
+        reflection.event_id = Some("e1".into());
+        let entries =
+            vec![entry(1, EntryKind::Observation, "alice in #dev: @solo how do I rotate the admin token?"), reflection];
+        // The observation was consolidated by an earlier pass: it is still read for the task.
+        let c = consolidate(&entries, &[plan("e1", true)], &[], 1, 10);
+        assert_eq!(c.experiences.len(), 1);
+        assert_eq!(c.experiences[0].task, "how do I rotate the admin token?");
+    }
+
+    #[test]
+    fn who_said_it_where_and_whom_it_mentions_make_no_topic_and_no_cluster() {
+        let entries = vec![
+            entry(1, EntryKind::Observation, "alice in #desk: @solo lunch plans for friday"),
+            entry(2, EntryKind::Observation, "alice in #desk: @solo the release checklist"),
+            entry(3, EntryKind::Observation, "alice in #desk: @solo release checklist for friday"),
+        ];
+        let c = consolidate(&entries, &[], &[], 0, 0);
+        assert_eq!(c.knowledge.len(), 1, "only the two about the checklist: {:?}", c.knowledge);
+        assert_eq!(c.knowledge[0].topic, "checklist release");
+        let topics: Vec<&str> = c.profiles[0].topics.iter().map(|(w, _)| w.as_str()).collect();
+        assert!(!topics.contains(&"solo") && !topics.contains(&"desk"), "{topics:?}");
     }
 
     #[test]

@@ -281,6 +281,7 @@ fn plan_choice(llm: &Llm) -> anyhow::Result<Value> {
             learnings: &[],
             attempt: 0,
             references: false,
+            memory: &mindfleet_personas::brain::NOTHING_RECALLED,
         };
         let choice = LocalBrain.plan_request(&ctx).expect("the local brain asks");
         let mut answers = Vec::new();

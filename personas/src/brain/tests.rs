@@ -47,6 +47,7 @@ fn the_local_brain_reads_the_hint_block_of_the_references_an_event_called_for() 
         found: &[],
         hints,
         state: &state,
+        memory: &NOTHING_RECALLED,
     };
     let with = LocalBrain.reply_request(&ctx(hints)).unwrap();
     assert!(with.messages[0].content.contains(hints), "{}", with.messages[0].content);
@@ -63,6 +64,7 @@ fn plan_for(e: &Event, learnings: &[Learning]) -> Plan {
         learnings,
         attempt: 0,
         references: false,
+        memory: &NOTHING_RECALLED,
     })
 }
 
@@ -76,14 +78,23 @@ fn record(plan: Plan) -> PlanRecord {
         evaluation: None,
         started_us: 0,
         finished_us: None,
+        memory_used: vec![],
     }
 }
 
 #[test]
 fn the_model_chooses_among_registry_plans_only_when_its_pick_survives_reordering() {
     let e = ev("chat", "how do I rotate the admin token?");
-    let ctx =
-        PlanContext { persona: "p", role: "r", event: &e, avoid: &[], learnings: &[], attempt: 0, references: false };
+    let ctx = PlanContext {
+        persona: "p",
+        role: "r",
+        event: &e,
+        avoid: &[],
+        learnings: &[],
+        attempt: 0,
+        references: false,
+        memory: &NOTHING_RECALLED,
+    };
     let choice = LocalBrain.plan_request(&ctx).unwrap();
     let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
     assert_eq!(choice.candidates[0], RulesBrain.formulate_plan(&ctx), "the first is the rules plan");
@@ -157,8 +168,16 @@ fn each_error_class_maps_to_its_adjustment() {
 fn references_an_event_calls_for_are_opened_first_and_a_plan_goes_on_without_them() {
     let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
     let e = ev("chat", "how do we ship the new version?");
-    let ctx =
-        PlanContext { persona: "p", role: "r", event: &e, avoid: &[], learnings: &[], attempt: 0, references: true };
+    let ctx = PlanContext {
+        persona: "p",
+        role: "r",
+        event: &e,
+        avoid: &[],
+        learnings: &[],
+        attempt: 0,
+        references: true,
+        memory: &NOTHING_RECALLED,
+    };
     let plan = RulesBrain.formulate_plan(&ctx);
     assert_eq!(actions(&plan), [Action::SelectReference, Action::RecallMemory, Action::DraftReply, Action::PostReply]);
     // Not for a question asked back, nor once it failed for this event.
@@ -190,4 +209,284 @@ fn a_learned_search_failure_changes_the_next_plan() {
     let p = plan_for(&ev("code", "please review the auth module"), &[l]);
     assert!(p.steps.iter().all(|s| s.action != Action::SearchKnowledge));
     assert!(p.source.ends_with("+learned"));
+}
+
+mod memory {
+    use super::*;
+    use mindfleet_core::model::{Experience, Knowledge, MemoryKind, Procedure, UserProfile};
+
+    use crate::brain::recall::{Read, Similar, recollect};
+
+    fn actions(p: &Plan) -> Vec<Action> {
+        p.steps.iter().map(|s| s.action).collect()
+    }
+
+    fn ctx<'a>(e: &'a Event, memory: &'a Recollection) -> PlanContext<'a> {
+        PlanContext {
+            persona: "p",
+            role: "r",
+            event: e,
+            avoid: &[],
+            learnings: &[],
+            attempt: 0,
+            references: false,
+            memory,
+        }
+    }
+
+    fn procedure(domain: &str, steps: &[Action], success_rate: f64) -> Procedure {
+        Procedure {
+            name: format!("{domain}: {}", steps.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" -> ")),
+            domain: domain.into(),
+            steps: steps.to_vec(),
+            success_rate,
+            times_used: 5,
+            updated_us: 0,
+        }
+    }
+
+    fn experience(task: &str, trajectory: &[&str], success: bool) -> Experience {
+        Experience {
+            domain: "code".into(),
+            task: task.into(),
+            trajectory: trajectory.iter().map(|t| t.to_string()).collect(),
+            success,
+            learnings: vec![],
+            event_id: Some(format!("ev-{task}")),
+            at_us: 0,
+        }
+    }
+
+    fn profile(user: &str, level: &str) -> UserProfile {
+        UserProfile {
+            user: user.into(),
+            topics: vec![("deploy".into(), 3), ("latency".into(), 2)],
+            preferences: vec![],
+            technical_level: level.into(),
+            confidence: 0.5,
+            messages: 5,
+            updated_us: 0,
+        }
+    }
+
+    fn used(ctx: &PlanContext, plan: &Plan, kind: MemoryKind) -> Vec<(String, String)> {
+        memory_used(ctx, plan).into_iter().filter(|u| u.kind == kind).map(|u| (u.id, u.effect)).collect()
+    }
+
+    #[test]
+    fn a_proven_procedure_of_the_domain_orders_the_plan() {
+        let e = ev("code", "please review the auth module");
+        let searched_first = [Action::SearchKnowledge, Action::RecallMemory, Action::DraftReply, Action::PostReply];
+        let m = Recollection { procedures: vec![procedure("code", &searched_first, 0.82)], ..Default::default() };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!(actions(&plan), searched_first);
+        assert_eq!(plan.source, "template:code+procedure");
+        let effect = used(&ctx(&e, &m), &plan, MemoryKind::Procedure);
+        assert_eq!(effect.len(), 1);
+        assert_eq!(effect[0].0, "code: search_knowledge -> recall_memory -> draft_reply -> post_reply");
+        assert!(effect[0].1.starts_with("ordered the steps as procedure 'code: search_knowledge"), "{effect:?}");
+        assert!(effect[0].1.contains("success 0.82"), "{effect:?}");
+        // The model choosing another plan: the procedure changed nothing, and says so.
+        let other = Plan { source: "model:registry".into(), ..plan_for(&e, &[]) };
+        let effect = used(&ctx(&e, &m), &other, MemoryKind::Procedure);
+        assert!(effect[0].1.starts_with("no effect: the model chose another plan"), "{effect:?}");
+    }
+
+    #[test]
+    fn a_procedure_below_the_success_bar_or_of_another_kind_is_not_followed() {
+        let e = ev("code", "please review the auth module");
+        let template = actions(&plan_for(&e, &[]));
+        let weak = procedure("code", &[Action::SearchKnowledge, Action::DraftReply, Action::PostReply], 0.6);
+        let read = Read { procedures: vec![weak], ..Default::default() };
+        let m = recollect(&e, read, Ok(vec![vec![]]));
+        assert!(m.procedures.is_empty(), "success 0.6 is under 0.7");
+        // Asking back is no way to answer a question that can be answered.
+        let ask = procedure("code", &[Action::AskClarifyingQuestion, Action::PostReply], 1.0);
+        let m = Recollection { procedures: vec![ask], ..Default::default() };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!(actions(&plan), template);
+        let effect = used(&ctx(&e, &m), &plan, MemoryKind::Procedure);
+        assert!(effect[0].1.starts_with("no effect: its steps do not fit this event"), "{effect:?}");
+        // The template's own steps: followed, and said to change nothing.
+        let same = procedure("code", &template, 0.9);
+        let m = Recollection { procedures: vec![same], ..Default::default() };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!((actions(&plan), plan.source.as_str()), (template, "template:code"));
+        let effect = used(&ctx(&e, &m), &plan, MemoryKind::Procedure);
+        assert!(effect[0].1.starts_with("no effect: the template takes its steps already"), "{effect:?}");
+    }
+
+    #[test]
+    fn a_step_that_failed_in_a_similar_task_that_failed_is_avoided() {
+        let e = ev("code", "please review the auth module");
+        let failed = experience(
+            "review the auth module",
+            &["recall_memory", "search_knowledge failed (timeout)", "draft_reply skipped"],
+            false,
+        );
+        let m = Recollection { experiences: vec![Similar { item: failed, score: 0.8 }], ..Default::default() };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!(actions(&plan), [Action::RecallMemory, Action::DraftReply, Action::PostReply]);
+        assert_eq!(plan.source, "template:code+experience");
+        let effect = used(&ctx(&e, &m), &plan, MemoryKind::Experience);
+        assert_eq!(effect[0].0, "ev-review the auth module");
+        assert_eq!(effect[0].1, "avoided search_knowledge: it failed (timeout) for 'review the auth module'");
+        // The local brain offers no candidate that takes it either.
+        let choice = LocalBrain.plan_request(&ctx(&e, &m)).unwrap();
+        assert!(choice.candidates.iter().all(|p| !actions(p).contains(&Action::SearchKnowledge)), "{choice:?}");
+    }
+
+    #[test]
+    fn a_failed_step_every_answer_needs_gets_a_recall_before_it_and_a_success_changes_nothing() {
+        let e = ev("code", "please review the auth module");
+        // A procedure without recall, and a similar task whose draft failed.
+        let bare = procedure("code", &[Action::SearchKnowledge, Action::DraftReply, Action::PostReply], 0.9);
+        let failed = experience("review auth", &["search_knowledge", "draft_reply failed (unknown)"], false);
+        let went_well = experience("review the auth module again", &["recall_memory", "post_reply"], true);
+        let m = Recollection {
+            procedures: vec![bare],
+            experiences: vec![Similar { item: failed, score: 0.7 }, Similar { item: went_well, score: 0.6 }],
+            ..Default::default()
+        };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!(
+            actions(&plan),
+            [Action::RecallMemory, Action::SearchKnowledge, Action::DraftReply, Action::PostReply]
+        );
+        let effects = used(&ctx(&e, &m), &plan, MemoryKind::Experience);
+        assert_eq!(plan.source, "template:code+procedure+experience");
+        assert_eq!(
+            effects[0].1,
+            "added recall_memory as a check before draft_reply: it failed (unknown) for 'review auth'"
+        );
+        assert!(effects[1].1.starts_with("no effect: a similar task went well"), "{effects:?}");
+        // When the plan recalls anyway, the failure changes nothing, and the effect says so.
+        let m = Recollection { procedures: vec![], ..m };
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        assert_eq!(plan.source, "template:code");
+        let effects = used(&ctx(&e, &m), &plan, MemoryKind::Experience);
+        assert_eq!(
+            effects[0].1,
+            "no effect: failed: draft_reply failed (unknown) for 'review auth', and this plan needs it"
+        );
+    }
+
+    #[test]
+    fn the_profile_shapes_the_rules_reply_by_level_and_the_model_prompt_names_it() {
+        let e = ev("chat", "how do I deploy the cache?");
+        let state = GateState::default();
+        let reply = |m: &Recollection| {
+            RulesBrain.respond(&RespondContext {
+                persona: "p",
+                role: "r",
+                event: &e,
+                recalled: &[],
+                conversation: &[],
+                found: &[],
+                hints: "",
+                state: &state,
+                memory: m,
+            })
+        };
+        let beginner = Recollection { profile: Some(profile("alice", "beginner")), ..Default::default() };
+        let mut expert = Recollection { profile: Some(profile("alice", "expert")), ..Default::default() };
+        let (b, x, none) = (reply(&beginner), reply(&expert), reply(&NOTHING_RECALLED));
+        assert!(b.contains("Step by step, since this may be new to you"), "{b}");
+        assert!(x.contains("In brief, as you know this area well"), "{x}");
+        assert!(b.starts_with(&none) && x.starts_with(&none) && b != x, "{b} / {x}");
+        expert.profile.as_mut().unwrap().preferences.push("I prefer short answers".into());
+        assert!(reply(&expert).contains("As you asked: \"I prefer short answers\""));
+        // The plan says what the profile does to the reply.
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &expert));
+        let effect = used(&ctx(&e, &expert), &plan, MemoryKind::UserProfile);
+        assert_eq!(effect[0].0, "alice");
+        assert_eq!(effect[0].1, "reply for an expert user (confidence 0.50), who said: \"I prefer short answers\"");
+        // Asked back, no reply is drafted: no effect.
+        let vague = ev("chat", "why?");
+        let plan = RulesBrain.formulate_plan(&ctx(&vague, &expert));
+        assert_eq!(
+            used(&ctx(&vague, &expert), &plan, MemoryKind::UserProfile)[0].1,
+            "no effect: the plan drafts no reply"
+        );
+        // The model's prompt gets a line about the user, at their level.
+        let req = LocalBrain
+            .reply_request(&RespondContext {
+                persona: "p",
+                role: "r",
+                event: &e,
+                recalled: &[],
+                conversation: &[],
+                found: &[],
+                hints: "",
+                state: &state,
+                memory: &beginner,
+            })
+            .unwrap();
+        let system = &req.messages[0].content;
+        assert!(system.contains("About alice: beginner user who talks about deploy, latency"), "{system}");
+        assert!(system.contains("use simple words"), "{system}");
+    }
+
+    #[test]
+    fn recall_ranks_by_meaning_and_falls_back_to_words_with_the_reason() {
+        let e = ev("code", "@p how do I rotate the admin token?");
+        let read = || Read {
+            experiences: vec![experience("rotate the admin token", &[], true), experience("lunch plans", &[], false)],
+            knowledge: vec![Knowledge {
+                domain: "code".into(),
+                topic: "admin token".into(),
+                summary: "alice in #dev: the admin token rotates monthly".into(),
+                sources: vec![],
+                at_us: 0,
+            }],
+            procedures: vec![procedure("chat", &[Action::DraftReply, Action::PostReply], 1.0)],
+            profiles: vec![profile("bob", "expert"), profile("alice", "beginner")],
+        };
+        // Unit vectors: the query, the two tasks, the knowledge entry.
+        let v = vec![vec![1.0, 0.0], vec![0.8, 0.6], vec![0.0, 1.0], vec![0.6, 0.8]];
+        let m = recollect(&e, read(), Ok(v));
+        let tasks: Vec<&str> = m.experiences.iter().map(|s| s.item.task.as_str()).collect();
+        assert_eq!(tasks, ["rotate the admin token"], "the unrelated one is under the bar");
+        assert_eq!(m.knowledge.len(), 1);
+        assert!(m.procedures.is_empty(), "another domain's procedure");
+        assert_eq!(m.profile.as_ref().map(|p| p.user.as_str()), Some("alice"), "the sender's profile");
+        assert!(m.by_words.is_none());
+        let m = recollect(&e, read(), Err("embedding model unavailable: gone".into()));
+        assert_eq!(m.by_words.as_deref(), Some("embedding model unavailable: gone"));
+        assert_eq!(m.experiences.len(), 1, "{m:?}");
+        assert_eq!(m.experiences[0].item.task, "rotate the admin token");
+    }
+
+    #[test]
+    fn knowledge_recalled_is_told_in_the_reply() {
+        let e = ev("chat", "when does the admin token rotate?");
+        let k = Knowledge {
+            domain: "chat".into(),
+            topic: "admin token".into(),
+            summary: "the admin token rotates monthly".into(),
+            sources: vec![],
+            at_us: 0,
+        };
+        let m = Recollection { knowledge: vec![Similar { item: k, score: 0.7 }], ..Default::default() };
+        let state = GateState::default();
+        let r = RulesBrain.respond(&RespondContext {
+            persona: "p",
+            role: "r",
+            event: &e,
+            recalled: &[],
+            conversation: &[],
+            found: &[],
+            hints: "",
+            state: &state,
+            memory: &m,
+        });
+        assert!(r.contains("What I know of admin token: the admin token rotates monthly."), "{r}");
+        let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
+        let effect = used(&ctx(&e, &m), &plan, MemoryKind::Knowledge);
+        assert_eq!(effect, [("admin token".to_string(), "told in the reply (similarity 0.70)".to_string())]);
+        // A plan whose draft never ran: nothing was told.
+        let mut u = memory_used(&ctx(&e, &m), &plan);
+        crate::brain::recall::no_reply_drafted(&plan, &mut u);
+        assert_eq!(u[0].effect, "no effect: no reply was drafted");
+    }
 }

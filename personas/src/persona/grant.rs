@@ -181,6 +181,7 @@ impl PersonaState {
                     found: &f.found,
                     hints: &self.refs.hint(self.args.enricher.as_deref()),
                     state: &f.gated.seen.state,
+                    memory: &f.memory,
                 },
                 record: &f.record,
                 evaluation: &evaluation,

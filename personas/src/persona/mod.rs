@@ -113,6 +113,8 @@ pub struct PersonaArgs {
     pub enricher: Option<Arc<Enricher>>,
     /// Conversation memory, when it is on.
     pub conversation: Option<ConversationArgs>,
+    /// The fleet's embedding worker: long-term memory is recalled by meaning through it.
+    pub embedding: Option<ActorRef<EmbedMsg>>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -300,6 +302,7 @@ impl PersonaState {
                 self.deferrals.due = None;
                 self.tend_deferred();
             }
+            Own::LongTermRecalled { event_id, memory, note } => self.on_long_term_recalled(&event_id, *memory, note),
         }
     }
 

@@ -12,6 +12,7 @@ use mindfleet_core::private::Private;
 use mindfleet_core::refs::Enrichment;
 use mindfleet_core::sched::TaskId;
 
+use crate::brain::Recollection;
 use crate::study::StudyStep;
 
 pub(crate) enum Own {
@@ -55,6 +56,9 @@ pub(crate) enum Own {
     DeferralsDue,
     /// What conversation memory recalled for the recall step of `task`.
     Recalled { task: TaskId, recall: Result<Recall, String> },
+    /// What long-term memory recalled for the engaged event `event_id`, before its plan (and
+    /// a note when the recall was by words only or failed).
+    LongTermRecalled { event_id: String, memory: Box<Recollection>, note: Option<String> },
 }
 
 impl Own {

@@ -5,7 +5,8 @@
 //!  Idle --next--> Enriching --enriched--> (gate) --fast path / thermal--> decided
 //!    ^                                       \--brain's judgement--> Judging --judged--> decided
 //!    |    decided: Waiting (a shared room's turn) --turn--> engage or finish
-//!    |             engage: Working (plan, steps, evaluation) --complete--> finish
+//!    |             engage: Recalling (long-term memory) --recalled--> Working (plan, steps,
+//!    |                     evaluation) --complete--> finish
 //!    +------------------------------------------------------------------- finish
 //! ```
 //!
@@ -20,7 +21,7 @@ use mindfleet_core::messages::{Claim, Delivery, Turn};
 use mindfleet_core::model::{Action, OutboxEntry, PlanRecord, Verdict, WmEntry};
 use mindfleet_core::sched::{Class, TaskId};
 
-use crate::brain::PlanChoice;
+use crate::brain::{PlanChoice, Recollection};
 use crate::gate::{GateDecision, GateState};
 
 /// An event as the gate chain saw it: the delivery, the inbox's backlog behind it, its
@@ -57,6 +58,8 @@ pub(super) enum Phase {
         /// The claim, to send again while its answer is overdue.
         claim: Claim,
     },
+    /// Engaged: recalling long-term memory (off the persona's loop) before the plan.
+    Recalling { gated: Gated },
     /// Engaged: its plan runs.
     Working(Box<Work>),
 }
@@ -88,6 +91,8 @@ pub(super) struct Work {
     /// Candidate plans the model is to choose from before the first step (`record.plan` is the
     /// rules brain's meanwhile).
     pub choosing: Option<PlanChoice>,
+    /// What was recalled of long-term memory before the plan.
+    pub memory: Recollection,
 }
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
@@ -215,6 +220,7 @@ impl Work {
             drafted_by: "rules",
             tokens: 0,
             choosing,
+            memory: Recollection::default(),
         }
     }
 
@@ -244,6 +250,7 @@ impl Phase {
             Phase::Enriching { delivery, .. } => Some(delivery),
             Phase::Judging { seen, .. } => Some(&seen.delivery),
             Phase::Waiting { gated, .. } => Some(&gated.seen.delivery),
+            Phase::Recalling { gated } => Some(&gated.seen.delivery),
             Phase::Working(w) => Some(&w.gated.seen.delivery),
         }
     }
@@ -299,6 +306,18 @@ impl Phase {
     pub fn take_waiting(&mut self, event_id: &str) -> Option<Gated> {
         match std::mem::take(self) {
             Phase::Waiting { gated, .. } if gated.seen.delivery.event.id == event_id => Some(gated),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// The event `event_id` engaged and recalling long-term memory, taken out to be planned
+    /// (the phase is then idle).
+    pub fn take_recalling(&mut self, event_id: &str) -> Option<Gated> {
+        match std::mem::take(self) {
+            Phase::Recalling { gated } if gated.seen.delivery.event.id == event_id => Some(gated),
             other => {
                 *self = other;
                 None

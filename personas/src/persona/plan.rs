@@ -10,7 +10,8 @@ use mindfleet_core::refs::Enrichment;
 use mindfleet_core::sched::{Class, Slot, TaskId};
 use mindfleet_core::time::now_us;
 
-use crate::brain::PlanContext;
+use crate::brain::recall::no_reply_drafted;
+use crate::brain::{PlanContext, Recollection, memory_used};
 use crate::mind::{Activity, Update};
 use crate::self_state::SelfStateMsg;
 
@@ -19,8 +20,20 @@ use super::phase::{Gated, Phase, PlanEnd, TaskFor, Work};
 use super::{DRAFT_TOKENS_RESERVED, LESSON_TOKENS_RESERVED, PLAN_TOKENS_RESERVED, PersonaState};
 
 impl PersonaState {
-    /// Engaged: the brain plans, and the first step goes to the scheduler.
+    /// Engaged: long-term memory is recalled first, off the persona's loop
+    /// (`Own::LongTermRecalled`), then the brain plans.
     pub(super) fn engage(&mut self, gated: Gated) {
+        self.recall_long_term(gated);
+    }
+
+    /// What long-term memory recalled for the engaged event `event_id`: the brain plans with it.
+    pub(super) fn on_long_term_recalled(&mut self, event_id: &str, memory: Recollection, note: Option<String>) {
+        let Some(gated) = self.phase.take_recalling(event_id) else { return };
+        self.plan(gated, memory, note);
+    }
+
+    /// The brain plans with what was recalled, and the first step goes to the scheduler.
+    fn plan(&mut self, gated: Gated, memory: Recollection, note: Option<String>) {
         let now = now_us();
         let (e, p) = (&gated.seen.delivery.event, gated.seen.priority);
         let class = self.class_of(e);
@@ -32,8 +45,10 @@ impl PersonaState {
             learnings: &self.learnings,
             attempt: 0,
             references: !self.refs.current.is_empty(),
+            memory: &memory,
         };
         let plan = self.brain.formulate_plan(&ctx);
+        let memory_used = memory_used(&ctx, &plan);
         let choosing = self.args.llm.as_ref().and_then(|_| self.brain.plan_request(&ctx));
         let focus = Activity {
             event_id: e.id.clone(),
@@ -53,8 +68,12 @@ impl PersonaState {
             evaluation: None,
             started_us: now,
             finished_us: None,
+            memory_used,
         };
-        self.phase = Phase::Working(Box::new(Work::new(gated, class, record, choosing)));
+        let mut work = Work::new(gated, class, record, choosing);
+        work.memory = memory;
+        work.notes.extend(note);
+        self.phase = Phase::Working(Box::new(work));
         self.next_step();
     }
 
@@ -177,7 +196,7 @@ impl PersonaState {
                     Adjustment::Replan => {
                         f.avoid.push(action);
                         let attempt = f.record.plan.attempt + 1;
-                        let plan = self.brain.formulate_plan(&PlanContext {
+                        let ctx = PlanContext {
                             persona: &self.name,
                             role: &self.args.config.role,
                             event: &f.gated.seen.delivery.event,
@@ -185,7 +204,10 @@ impl PersonaState {
                             learnings: &self.learnings,
                             attempt,
                             references: !self.refs.current.is_empty(),
-                        });
+                            memory: &f.memory,
+                        };
+                        let plan = self.brain.formulate_plan(&ctx);
+                        f.record.memory_used = memory_used(&ctx, &plan);
                         let old = std::mem::replace(&mut f.record.plan, plan);
                         f.record.replaced.push(old);
                         f.cursor = 0;
@@ -220,6 +242,20 @@ impl PersonaState {
                 self.args.scheduler.done_with_tokens(task, tokens as u32);
                 let scores: Vec<Vec<LabelScore>> = answers.into_iter().map(|c| c.scores).collect();
                 let (plan, note) = choice.choose(&scores);
+                // What memory changed is said of the plan chosen.
+                f.record.memory_used = memory_used(
+                    &PlanContext {
+                        persona: &self.name,
+                        role: &self.args.config.role,
+                        event: &f.gated.seen.delivery.event,
+                        avoid: &f.avoid,
+                        learnings: &self.learnings,
+                        attempt: plan.attempt,
+                        references: !self.refs.current.is_empty(),
+                        memory: &f.memory,
+                    },
+                    &plan,
+                );
                 f.record.plan = plan;
                 f.notes.push(note);
             }
@@ -268,6 +304,7 @@ impl PersonaState {
         let evaluation = self.brain.evaluate_outcome(&f.record);
         let now = now_us();
         f.record.finished_us = Some(now);
+        no_reply_drafted(&f.record.plan, &mut f.record.memory_used);
         let reflection = match &lesson {
             Some(l) => {
                 f.notes.push(format!("lesson: {l}"));

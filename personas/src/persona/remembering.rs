@@ -1,18 +1,24 @@
-//! Memory: consolidation of working memory, and conversation memory (taking messages in,
-//! embedding them in batches, recalling them for a reply).
+//! Memory: consolidation of working memory, conversation memory (taking messages in,
+//! embedding them in batches, recalling them for a reply), and the recall of long-term memory
+//! before a plan.
 
 use mindfleet_core::conversation::{Recall, Said};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_core::messages::Delivery;
 use mindfleet_core::sched::{Class, TaskId};
 use mindfleet_core::time::now_us;
 use ractor::call_t;
 
+use crate::brain::recall::{self, RECALL_READ, Read};
 use crate::consolidate::consolidate;
 use crate::working_memory::MemoryMsg;
 
 use super::Own;
-use super::phase::TaskFor;
+use super::phase::{Gated, Phase, TaskFor};
 use super::{CHILD_CALL_MS, GATHER, PersonaState};
+
+/// Longest the recall before a plan waits for the embedding worker before it compares by words.
+const RECALL_EMBED_MS: u64 = 2000;
 
 impl PersonaState {
     /// Asks for a Background slot to consolidate (at most one request at a time).
@@ -169,6 +175,65 @@ impl PersonaState {
             }
         }
         self.step_result(task, Ok(Some(text)));
+    }
+
+    /// Recalls long-term memory for the engaged event of `gated`, off the persona's loop: a
+    /// storage read (bounded, [`RECALL_READ`]) and, when there is something to compare by
+    /// meaning, one embedding request; answered by `Own::LongTermRecalled`.
+    pub(super) fn recall_long_term(&mut self, gated: Gated) {
+        let event = gated.seen.delivery.event.clone();
+        self.phase = Phase::Recalling { gated };
+        let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
+        let embedding = self.args.embedding.clone();
+        tokio::spawn(async move {
+            let read = tokio::task::spawn_blocking(move || storage.long_term(&name, RECALL_READ)).await;
+            let read = match read {
+                Ok(Ok(lt)) => Ok(Read {
+                    experiences: lt.experiences,
+                    knowledge: lt.knowledge,
+                    procedures: lt.procedures,
+                    profiles: lt.profiles,
+                }),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let (memory, note) = match read {
+                Err(e) => (Default::default(), Some(format!("long-term memory unreadable ({e}): planned without it"))),
+                // Nothing to compare by meaning: no embedding asked (the query's vector alone
+                // would say nothing).
+                Ok(read) if read.nothing_to_compare() => (recall::recollect(&event, read, Ok(vec![Vec::new()])), None),
+                Ok(read) => {
+                    let query = recall::query_of(&event);
+                    let texts = recall::texts(&query, &read.experiences, &read.knowledge);
+                    let vectors = match embedding {
+                        None => Err("no embedding worker".to_string()),
+                        Some(worker) => {
+                            let urgency = Urgency::Before(
+                                std::time::Instant::now() + std::time::Duration::from_millis(RECALL_EMBED_MS),
+                            );
+                            match call_t!(
+                                worker,
+                                |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency, reply },
+                                RECALL_EMBED_MS
+                            ) {
+                                Ok(Ok(v)) => Ok(v.iter().map(|e| e.vector().to_vec()).collect()),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(e) => Err(format!("the embedding worker did not answer: {e}")),
+                            }
+                        }
+                    };
+                    let memory = recall::recollect(&event, read, vectors);
+                    let note = memory
+                        .by_words
+                        .as_ref()
+                        .filter(|_| !memory.experiences.is_empty() || !memory.knowledge.is_empty())
+                        .map(|why| format!("long-term memory recalled by words, not meaning: {why}"));
+                    (memory, note)
+                }
+            };
+            let event_id = event.id.clone();
+            let _ = me.cast(Own::LongTermRecalled { event_id, memory: Box::new(memory), note }.into());
+        });
     }
 
     /// One consolidation pass: working memory and recent plans into long-term memory.

@@ -156,6 +156,7 @@ impl PersonaState {
             found: &f.found,
             hints,
             state: &f.gated.seen.state,
+            memory: &f.memory,
         }
     }
 

@@ -383,7 +383,53 @@ pub struct PlanRecord {
     pub evaluation: Option<Evaluation>,
     pub started_us: i64,
     pub finished_us: Option<i64>,
+    /// What long-term memory the plan recalled and what each piece changed (in the plan or the
+    /// reply), or why it changed nothing. Since schema version 6 (older plans are migrated with
+    /// none); JSON without it reads as none.
+    #[serde(default)]
+    pub memory_used: Vec<MemoryUse>,
 }
+
+/// The kinds of long-term memory a plan recalls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    Experience,
+    Procedure,
+    UserProfile,
+    Knowledge,
+}
+
+impl MemoryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Experience => "experience",
+            MemoryKind::Procedure => "procedure",
+            MemoryKind::UserProfile => "user_profile",
+            MemoryKind::Knowledge => "knowledge",
+        }
+    }
+}
+
+/// A piece of long-term memory a plan recalled: which (an experience by the event it came
+/// from, a procedure by its name, a user profile by the user, knowledge by its topic) and, in
+/// words, what it changed ("no effect: ..." when it changed nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryUse {
+    pub kind: MemoryKind,
+    pub id: String,
+    pub effect: String,
+}
+
+impl MemoryUse {
+    /// Whether it changed the plan or the reply.
+    pub fn had_effect(&self) -> bool {
+        !self.effect.starts_with(NO_EFFECT)
+    }
+}
+
+/// How the effect of a recalled piece of memory that changed nothing starts.
+pub const NO_EFFECT: &str = "no effect";
 
 /// What a persona learned from its plans: a pattern with its success and failure counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

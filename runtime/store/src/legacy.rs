@@ -5,9 +5,9 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 
 use mindfleet_core::event::Event;
-use mindfleet_core::model::{Decision, Verdict};
+use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
 
-use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, ROOMS, Tables};
+use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, PLANS, ROOMS, Tables};
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
@@ -15,7 +15,8 @@ pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinit
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-pub(crate) const MIGRATIONS: &[Migration] = &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5];
+pub(crate) const MIGRATIONS: &[Migration] =
+    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -100,5 +101,55 @@ pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> 
             log.insert(k, enc(&(p, Decision::from(d))).as_slice())?;
         }
     }
+    Tables::open(txn).map(drop)
+}
+
+/// A plan as version 5 stored it: without the long-term memory it used.
+#[derive(Deserialize)]
+pub(crate) struct PlanRecordV5 {
+    pub(crate) event_id: String,
+    pub(crate) domain: String,
+    pub(crate) plan: Plan,
+    pub(crate) replaced: Vec<Plan>,
+    pub(crate) adjustments: Vec<AdjustmentRecord>,
+    pub(crate) evaluation: Option<Evaluation>,
+    pub(crate) started_us: i64,
+    pub(crate) finished_us: Option<i64>,
+}
+
+impl From<PlanRecordV5> for PlanRecord {
+    fn from(p: PlanRecordV5) -> PlanRecord {
+        let PlanRecordV5 { event_id, domain, plan, replaced, adjustments, evaluation, started_us, finished_us } = p;
+        PlanRecord {
+            event_id,
+            domain,
+            plan,
+            replaced,
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used: Vec::new(),
+        }
+    }
+}
+
+/// Version 6 adds the long-term memory a plan used to plans (rewritten with none), and the
+/// `deferred` table.
+pub(crate) fn migrate_5_to_6(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let mut t = txn.open_table(PLANS)?;
+    let old: Vec<((String, u64), PlanRecordV5)> = t
+        .iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (p, n) = k.value();
+            Ok(((p.to_string(), n), dec(v.value())?))
+        })
+        .collect::<Result<_, redb::Error>>()?;
+    for ((p, n), plan) in old {
+        t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
+    }
+    drop(t);
+    // And `deferred`, which starts empty.
     Tables::open(txn).map(drop)
 }

@@ -10,8 +10,9 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// `experiences`, `procedures`, `knowledge`, `profiles`, `consolidations`. 4: pending
 /// deliveries keyed by sequence number first. 5: decisions carry the references their event
 /// called for; adds `references` (what each persona selected), `conversation` (the chat
-/// messages each persona took in) and `studies` (self-directed study sessions).
-pub const SCHEMA_VERSION: u64 = 5;
+/// messages each persona took in) and `studies` (self-directed study sessions). 6: plans carry
+/// the long-term memory they used; adds `deferred` (deliveries kept aside as preoccupations).
+pub const SCHEMA_VERSION: u64 = 6;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");

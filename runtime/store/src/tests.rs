@@ -500,6 +500,45 @@ async fn a_version_4_database_keeps_its_decisions_without_references() {
 }
 
 #[tokio::test]
+async fn a_version_5_database_keeps_its_plans_without_memory_used() {
+    use mindfleet_core::model::{Plan, PlanRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan {
+        goal: "answer alice".into(),
+        steps: vec![],
+        contingencies: vec![],
+        criteria: vec![],
+        source: "template:chat".into(),
+        attempt: 0,
+    };
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 5).unwrap();
+        // A version 5 plan: the fields of today's, in order, without `memory_used`.
+        let old = enc(&("old", "chat", &plan, Vec::<Plan>::new(), Vec::<()>::new(), None::<()>, 1_i64, Some(2_i64)));
+        txn.open_table(PLANS).unwrap().insert(("helper", 0), old.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got = s.recent_plans("helper", 10).unwrap();
+    let want = PlanRecord {
+        event_id: "old".into(),
+        domain: "chat".into(),
+        plan,
+        replaced: vec![],
+        adjustments: vec![],
+        evaluation: None,
+        started_us: 1,
+        finished_us: Some(2),
+        memory_used: vec![],
+    };
+    assert_eq!(got, [want]);
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_newer_schema_is_refused_with_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();

@@ -76,6 +76,7 @@ fn working(task: TaskId, cursor: usize, choosing: bool) -> Phase {
         evaluation: None,
         started_us: 1,
         finished_us: None,
+        memory_used: vec![],
     };
     let choice = choosing.then(|| PlanChoice { candidates: vec![plan], orders: Vec::new() });
     let mut work = Work::new(seen(1, "e1").decided(gate(Verdict::Engage)), Class::Interactive, record, choice);
@@ -90,6 +91,7 @@ fn phases() -> Vec<(&'static str, Phase)> {
         ("enriching", Phase::Enriching { delivery: delivery(1, "e1"), backlog: 0 }),
         ("judging", Phase::Judging { seen: seen(1, "e1"), task: 7 }),
         ("waiting", Phase::Waiting { gated: seen(1, "e1").decided(gate(Verdict::Engage)), claim: claim("e1") }),
+        ("recalling", Phase::Recalling { gated: seen(1, "e1").decided(gate(Verdict::Engage)) }),
         ("working", working(7, 0, false)),
     ]
 }
@@ -105,6 +107,7 @@ fn an_event_grant_runs_what_the_phase_waits_for() {
         ("enriching", None),
         ("judging", Some(Job::Judge)),
         ("waiting", None),
+        ("recalling", None),
         ("working", Some(Job::Step(Action::RecallMemory))),
     ];
     for ((name, phase), (expected_name, expected)) in phases().into_iter().zip(cases) {
@@ -188,6 +191,12 @@ fn taking_an_event_out_of_its_phase_needs_its_key_and_leaves_the_phase_idle() {
     claim.retry += 1;
     assert!(matches!(&p, Phase::Waiting { claim, .. } if claim.retry == 1), "the claim's retries are counted in place");
     assert_eq!(p.take_waiting("e1").map(|g| g.gate.verdict), Some(Verdict::Ignore));
+    assert!(matches!(p, Phase::Idle));
+
+    let mut p = Phase::Recalling { gated: seen(1, "e1").decided(gate(Verdict::Engage)) };
+    assert!(p.take_recalling("e2").is_none());
+    assert!(p.take_waiting("e1").is_none(), "recalling is not waiting");
+    assert_eq!(p.take_recalling("e1").map(|g| g.seen.delivery.seq), Some(1));
     assert!(matches!(p, Phase::Idle));
 
     let mut p = working(7, 1, false);

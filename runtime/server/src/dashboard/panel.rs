@@ -139,7 +139,8 @@ pub fn render_list(persona: &str, list: List, handle: Option<&str>, page: &Page<
 }
 
 /// The introspection panel of a persona: its thoughts, working memory by domain, plan with the
-/// state of each step, decision journal, learnings and recoveries; working memory and the journal
+/// state of each step and the long-term memory it used (with what each piece changed), decision
+/// journal, learnings and recoveries; working memory and the journal
 /// are paged ([`List`]). `learnings` and
 /// `recoveries` are the answers of `ai learnings` and `ai recoveries` for it.
 pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
@@ -181,8 +182,26 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
                 (None, Some(_)) => "finished".into(),
                 (None, None) => "running".into(),
             };
+            let memory: String = r
+                .memory_used
+                .iter()
+                .map(|u| {
+                    format!(
+                        r#"<li data-kind="{kind}" data-effect="{had}"><b>{kind}</b> {id}: {effect}</li>"#,
+                        kind = u.kind.as_str(),
+                        had = if u.had_effect() { "yes" } else { "no" },
+                        id = e(&u.id),
+                        effect = e(&u.effect),
+                    )
+                })
+                .collect();
+            let memory = if memory.is_empty() {
+                r#"<p class="empty">no long-term memory recalled</p>"#.to_string()
+            } else {
+                format!(r#"<ul class="memory-used">{memory}</ul>"#)
+            };
             format!(
-                r#"<p>{goal} <small>for {event}, {outcome}, {n} adjustments</small></p><ol class="steps">{steps}</ol>"#,
+                r#"<p>{goal} <small>for {event}, {outcome}, {n} adjustments</small></p><ol class="steps">{steps}</ol><h4>Memory used</h4>{memory}"#,
                 goal = e(&r.plan.goal),
                 event = e(&r.event_id),
                 n = r.adjustments.len(),

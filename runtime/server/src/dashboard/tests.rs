@@ -165,3 +165,42 @@ fn a_fleet_across_nodes_shows_its_nodes_and_where_each_persona_runs() {
     );
     assert!(card(&d.personas[0]).html.contains(r#"<p class="role">assistant <small class="node">on b</small></p>"#));
 }
+
+#[test]
+fn the_panel_shows_the_memory_a_plan_used_and_what_it_changed() {
+    use mindfleet_core::model::{MemoryKind, MemoryUse, Plan, PlanRecord};
+    let mut p = persona("ada");
+    let record = |memory_used| PlanRecord {
+        event_id: "e1".into(),
+        domain: "chat".into(),
+        plan: Plan {
+            goal: "answer alice".into(),
+            steps: vec![],
+            contingencies: vec![],
+            criteria: vec![],
+            source: "template:chat".into(),
+            attempt: 0,
+        },
+        replaced: vec![],
+        adjustments: vec![],
+        evaluation: None,
+        started_us: 0,
+        finished_us: Some(1),
+        memory_used,
+    };
+    p.plan = Some(record(vec![]));
+    let none = render_panel(&p, &serde_json::Value::Null, &serde_json::Value::Null);
+    assert!(none.contains("no long-term memory recalled"), "{none}");
+    p.plan = Some(record(vec![
+        MemoryUse { kind: MemoryKind::UserProfile, id: "alice".into(), effect: "reply for <an> expert user".into() },
+        MemoryUse { kind: MemoryKind::Procedure, id: "chat: post_reply".into(), effect: "no effect: why".into() },
+    ]));
+    let html = render_panel(&p, &serde_json::Value::Null, &serde_json::Value::Null);
+    assert!(
+        html.contains(
+            r#"<li data-kind="user_profile" data-effect="yes"><b>user_profile</b> alice: reply for &lt;an&gt; expert user</li>"#
+        ),
+        "{html}"
+    );
+    assert!(html.contains(r#"<li data-kind="procedure" data-effect="no">"#), "{html}");
+}
