@@ -22,5 +22,6 @@ mod plans;
 mod props;
 mod rag;
 mod refs;
+mod signals;
 mod study;
 mod supervision;

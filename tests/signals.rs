@@ -1,0 +1,221 @@
+//! Signals that tell the truth: on the same fleet, the health (`/ai/health`), availability
+//! (`/ai/availability`, `/ai/select-for-task`), the activity map (`/ai/activity-map`) and the
+//! dashboard's badges and fleet view (`/dashboard/events`) say the same of every persona.
+
+use std::collections::BTreeMap;
+
+use mindfleet_core::ai::{Condition, condition};
+use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
+use mindfleet_core::model::Action;
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// One persona for each condition: `worker` will work on an event, `idler` stays idle,
+/// `sleeper` is dormant, `broken` will fail for good.
+const FOUR: &str = r#"
+[[persona]]
+name = "worker"
+role = "assistant"
+rooms = ["dev"]
+
+[[persona]]
+name = "idler"
+role = "assistant"
+rooms = ["dev"]
+
+[[persona]]
+name = "sleeper"
+role = "note taker"
+rooms = ["dev"]
+dormant = true
+
+[[persona]]
+name = "broken"
+role = "assistant"
+rooms = ["dev"]
+"#;
+
+async fn get(http: &reqwest::Client, base: &str, path: &str) -> Value {
+    let r = http.get(format!("{base}{path}")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.unwrap()
+}
+
+/// The first frame of the dashboard's stream: every card and the fleet view, as a page
+/// opened now shows them.
+async fn dashboard(http: &reqwest::Client, base: &str) -> Value {
+    let mut stream = http.get(format!("{base}/dashboard/events")).send().await.unwrap();
+    let mut buf = String::new();
+    let read = async {
+        loop {
+            if let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                if let Some(data) = event.strip_prefix("event: cards\ndata: ") {
+                    return serde_json::from_str::<Value>(data.trim_end()).unwrap();
+                }
+                continue;
+            }
+            let chunk = stream.chunk().await.unwrap().expect("the stream goes on");
+            buf.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    };
+    tokio::time::timeout(DEADLINE, read).await.expect("a frame within the deadline")
+}
+
+/// What each view says of each persona, and of the fleet.
+struct Views {
+    health: Value,
+    availability: Value,
+    activity: Value,
+    select: Value,
+    page: Value,
+}
+
+impl Views {
+    async fn take(http: &reqwest::Client, base: &str) -> Views {
+        Views {
+            health: get(http, base, "/ai/health").await,
+            availability: get(http, base, "/ai/availability").await,
+            activity: get(http, base, "/ai/activity-map").await,
+            select: get(http, base, "/ai/select-for-task?domain=chat&priority=0.5").await,
+            page: dashboard(http, base).await,
+        }
+    }
+
+    /// Each persona's word in each view that names one: the badge, availability's condition,
+    /// and the activity map's (in every room it is in).
+    fn words(&self) -> BTreeMap<String, Vec<String>> {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut add = |name: &Value, word: &Value| {
+            out.entry(name.as_str().unwrap().to_string()).or_default().push(word.as_str().unwrap().to_string());
+        };
+        for c in self.page["cards"].as_array().unwrap() {
+            add(&c["name"], &c["status"]);
+        }
+        for a in self.availability["personas"].as_array().unwrap() {
+            add(&a["persona"], &a["condition"]);
+        }
+        for r in self.activity["rooms"].as_array().unwrap() {
+            for p in r["personas"].as_array().unwrap() {
+                add(&p["persona"], &p["condition"]);
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_availability_the_activity_map_and_the_badges_agree_on_every_persona() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(FOUR)).await;
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::new();
+
+    // An idle fleet asks for work: it does not read HEALTHY.
+    poll("every persona's self-state", || async {
+        dump(&fleet).await.personas.iter().all(|p| p.self_state.is_some()).then_some(())
+    })
+    .await;
+    let v = Views::take(&http, &base).await;
+    assert_eq!(v.health["recommendation"], "ASSIGN_WORK", "{}", v.health);
+    assert_eq!(v.page["fleet_view"]["recommendation"], "assign_work", "{}", v.page["fleet_view"]);
+
+    // broken fails for good: its inbox panics on every start.
+    fleet.fault("broken", Fault { target: FaultTarget::Inbox, when: FaultWhen::OnStart(1000) }).await.unwrap();
+    poll("broken failed", || async {
+        (persona(&dump(&fleet).await, "broken").status == PersonaStatus::Failed).then_some(())
+    })
+    .await;
+    // worker's first step takes long enough for every view to be read while it works.
+    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 8000, times: 1 };
+    fleet.fault("worker", Fault { target: FaultTarget::Persona, when: slow }).await.unwrap();
+    let mut e = chat("dev", "alice", "please review the retry logic in the client");
+    e.persona = Some("worker".into());
+    fleet.inject(e).await.unwrap();
+
+    let want = BTreeMap::from([
+        ("broken", Condition::Failed),
+        ("idler", Condition::Idle),
+        ("sleeper", Condition::Dormant),
+        ("worker", Condition::Working),
+    ]);
+    let conditions = || async {
+        let d = dump(&fleet).await;
+        d.personas.iter().map(|p| (p.name.clone(), condition(p))).collect::<BTreeMap<_, _>>()
+    };
+    let is_wanted = |got: &BTreeMap<String, Condition>| want.iter().all(|(n, c)| got.get(*n) == Some(c));
+    // The views are read one after the other: a snapshot counts when the fleet was in the wanted
+    // state before and after it.
+    let v = poll("the four views read while worker works", || async {
+        if !is_wanted(&conditions().await) {
+            return None;
+        }
+        let v = Views::take(&http, &base).await;
+        is_wanted(&conditions().await).then_some(v)
+    })
+    .await;
+
+    // Each persona reads the same word in every view, and the one it should.
+    let words = v.words();
+    for (name, c) in &want {
+        let said = &words[*name];
+        assert!(said.len() >= 3, "{name} in every view: {said:?}");
+        assert!(said.iter().all(|w| w == c.as_str()), "{name} should read {} everywhere: {said:?}", c.as_str());
+    }
+
+    // Health and the dashboard's fleet view count the same conditions.
+    let h = &v.health;
+    assert_eq!(
+        (&h["personas"], &h["awake"], &h["busy"], &h["idle"], &h["dormant"], &h["down"]),
+        (&json!(4), &json!(2), &json!(1), &json!(1), &json!(1), &json!(1)),
+        "{h}"
+    );
+    // One of two awake personas idle is not more than half.
+    assert_eq!(h["recommendation"], "HEALTHY", "{h}");
+    let f = &v.page["fleet_view"];
+    for k in ["busy", "idle", "dormant", "down", "overloaded"] {
+        assert_eq!(f[k], h[k], "the dashboard's {k} and /ai/health's: {f} {h}");
+    }
+    assert_eq!(f["recommendation"], "healthy");
+
+    // Availability: only the idle persona takes new work; the others say why not.
+    let a = &v.availability;
+    assert_eq!(a["available"], json!(["idler"]), "{a}");
+    let reasons = |name: &str| {
+        a["personas"].as_array().unwrap().iter().find(|p| p["persona"] == name).unwrap()["reasons"].clone()
+    };
+    assert!(reasons("worker").as_array().unwrap().contains(&json!("busy")), "{a}");
+    assert_eq!((reasons("sleeper"), reasons("broken")), (json!(["dormant"]), json!(["failed"])), "{a}");
+
+    // select-for-task ranks the awake personas only, and lists the others with the same reasons.
+    let ranked: Vec<&str> =
+        v.select["ranking"].as_array().unwrap().iter().map(|r| r["persona"].as_str().unwrap()).collect();
+    assert_eq!(ranked, ["idler", "worker"], "the idle one first: {}", v.select);
+    assert_eq!(
+        v.select["unavailable"],
+        json!([{"persona": "broken", "reasons": ["failed"]}, {"persona": "sleeper", "reasons": ["dormant"]}])
+    );
+
+    // The activity map: worker focused on its event's domain, the others counted apart.
+    let m = &v.activity;
+    assert_eq!((&m["idle"], &m["dormant"], &m["down"]), (&json!(1), &json!(1), &json!(1)), "{m}");
+    let focused: Vec<&str> = m["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["personas"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()))
+        .collect();
+    assert_eq!(focused, ["worker"], "{m}");
+
+    // Its work done, worker is idle in every view, and the fleet asks for work again.
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let v = poll("worker idle everywhere", || async {
+        let v = Views::take(&http, &base).await;
+        v.words()["worker"].iter().all(|w| w == "idle").then_some(v)
+    })
+    .await;
+    assert_eq!((&v.health["idle"], &v.health["recommendation"]), (&json!(2), &json!("ASSIGN_WORK")), "{}", v.health);
+    assert_eq!(v.page["fleet_view"]["recommendation"], "assign_work");
+    fleet.shutdown(DEADLINE).await;
+}
