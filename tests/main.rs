@@ -21,6 +21,7 @@ mod models;
 mod plans;
 mod props;
 mod rag;
+mod readme;
 mod refs;
 mod signals;
 mod study;
