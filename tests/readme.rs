@@ -15,16 +15,13 @@ const README_ADMIN: &str = "127.0.0.1:7878";
 
 /// Lines that are not run, by how they start (after `mindfleet`), and why.
 const SKIPPED: &[(&str, &str)] = &[
-    ("run", "starts a fleet of its own (on the README's admin address, where the live fleet runs)"),
-    ("move", "needs a fleet across two nodes, node a's admin on 127.0.0.1:7700 (tests/cluster.rs moves personas)"),
-    ("drain", "needs a fleet across two nodes, node a's admin on 127.0.0.1:7700 (tests/cluster.rs drains a node)"),
-    ("generate \"Write a haiku\" --openai", "needs an OpenAI-compatible server of another program on 127.0.0.1:8080"),
     ("bench rag-eval", "fetches Werkzeug from the Python package index (the network)"),
-    ("bench scheduler", "a benchmark of minutes (docs/BENCHMARKS.md has its figures and command)"),
-    ("bench refs-eval", "a benchmark of minutes (docs/BENCHMARKS.md has its figures and command)"),
-    ("bench conversation", "a benchmark of minutes (docs/BENCHMARKS.md has its figures and command)"),
-    ("bench cluster", "a benchmark of minutes that starts fleets (docs/BENCHMARKS.md has its figures and command)"),
-    ("bench chaos", "a benchmark of minutes that starts and kills fleets (docs/BENCHMARKS.md has its figures)"),
+    ("bench conversation", "a benchmark of 30 s of messages and more (docs/BENCHMARKS.md has its figures and command)"),
+    (
+        "bench cluster",
+        "a benchmark of half a minute or more that starts two fleets (docs/BENCHMARKS.md has its figures)",
+    ),
+    ("bench chaos", "a benchmark of minutes that kills fleets 20 times (docs/BENCHMARKS.md has its figures)"),
 ];
 
 /// What the output of a line must hold, by how the line starts (after `mindfleet`).
@@ -45,7 +42,61 @@ const SAYS: &[(&str, &str)] = &[
     ("ai select-for-task", "\"best\": \"reviewer\""),
     ("refs match", "["),
     ("bench gate --json", "{"),
+    ("bench scheduler", "tasks_per_s"),
+    ("bench refs-eval", "at_default"),
+    ("move helper --to b", "\"node\":\"b\""),
+    ("drain", "moved"),
 ];
+
+/// The fleet across nodes the README's `run fleet.toml --node a|b` lines start: node a's admin on
+/// 127.0.0.1:7700, as its `move` and `drain` lines ask, with `helper` on it.
+const ACROSS: &str = r#"
+[fleet]
+name = "across"
+brain = "rules"
+[admin]
+addr = "127.0.0.1:7700"
+[storage]
+data_dir = "./a"
+[cluster]
+nodes = ["a", "b"]
+[conversation]
+enabled = false
+[[persona]]
+name = "helper"
+role = "assistant"
+rooms = ["general"]
+node = "a"
+[[persona]]
+name = "ops"
+role = "site reliability engineer"
+rooms = ["general"]
+node = "a"
+[[persona]]
+name = "reviewer"
+role = "code reviewer"
+rooms = ["general"]
+"#;
+
+/// The OpenAI-compatible endpoint the README's `generate --openai http://127.0.0.1:8080/v1` line
+/// asks: a fleet with the local LLM serves one on its admin address (`POST /v1/chat/completions`),
+/// as llama.cpp's server would.
+const ENDPOINT: &str = r#"
+[fleet]
+name = "endpoint"
+brain = "local"
+[admin]
+addr = "127.0.0.1:8080"
+[storage]
+data_dir = "./endpoint"
+[conversation]
+enabled = false
+[[persona]]
+name = "quiet"
+role = "assistant"
+rooms = ["general"]
+dormant = true
+"#;
 
 /// A command line of the README: the line, its environment assignments, and its words from
 /// `mindfleet` on, each marked whether it is inside `[...]`.
@@ -61,6 +112,22 @@ impl Example {
     fn rest(&self) -> &str {
         let start = self.line.find("mindfleet ").map_or(self.line.len(), |i| i + "mindfleet ".len());
         &self.line[start..]
+    }
+
+    fn has(&self, word: &str) -> bool {
+        self.words.iter().any(|(w, _)| w == word)
+    }
+
+    /// A fleet run until idle: run before the live fleet starts, as it serves the README's admin
+    /// address too.
+    fn runs_to_idle(&self) -> bool {
+        self.rest().starts_with("run ") && self.has("--until-idle")
+    }
+
+    /// A node of a fleet across nodes: it runs until stopped, so it is started in the background
+    /// for the lines after it (`move`, `drain`).
+    fn starts_node(&self) -> bool {
+        self.rest().starts_with("run ") && self.has("--node")
     }
 
     /// Its arguments: the required words, or all of them (a placeholder `N` read as 1). `None`
@@ -168,9 +235,35 @@ fn wait(child: &mut Child, deadline: Duration) -> Option<i32> {
     }
 }
 
-/// The working directory of the examples: the default fleet's file with the rules brain (the
-/// examples need no model's judgement, and it answers at once), a small tree for `rag index .`,
-/// and the batch file `rag search --batch` reads.
+/// Copies a file, or a directory with everything in it.
+fn copy(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    if from.is_dir() {
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            copy(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+}
+
+/// Starts a `mindfleet run` in `dir`, with `env`, and waits for its admin API; stopped when the
+/// test ends. With the address of its admin API.
+fn start_run(dir: &Path, env: &[(String, String)], args: &[String]) -> (Stops, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mindfleet"));
+    cmd.args(args).current_dir(dir).env_remove("MINDFLEET_ADMIN_TOKEN").envs(env.iter().map(|(k, v)| (k, v)));
+    match spawn_run(&mut cmd) {
+        Ok((child, admin)) => (Stops(child), admin),
+        Err((code, log)) => panic!("mindfleet {} did not start (exit {code:?}):\n{log}", args.join(" ")),
+    }
+}
+
+/// The working directory of the examples, with the files they name: the default fleet's file
+/// with the rules brain (the examples need no model's judgement, and it answers at once), a
+/// fleet across nodes ([`ACROSS`]), the events and the labelled set of the repository, a small
+/// tree for `rag index .`, the batch file `rag search --batch` reads, and an OpenAI-compatible
+/// endpoint's fleet ([`ENDPOINT`]).
 fn workdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let write = |rel: &str, text: &str| {
@@ -178,7 +271,8 @@ fn workdir() -> tempfile::TempDir {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    let fleet = include_str!("../config/fleet.toml");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fleet = std::fs::read_to_string(repo.join("config/fleet.toml")).unwrap();
     assert!(fleet.contains("brain = \"local\""), "config/fleet.toml names its brain");
     write("config/fleet.toml", &fleet.replace("brain = \"local\"", "brain = \"rules\""));
     write(
@@ -190,6 +284,11 @@ fn workdir() -> tempfile::TempDir {
         "/// Calls `f` again after a failure, waiting twice as long each time (exponential back-off).\npub fn with_backoff<T>(mut f: impl FnMut() -> Option<T>, tries: u32) -> Option<T> {\n    let mut wait = 10;\n    for _ in 0..tries {\n        if let Some(v) = f() {\n            return Some(v);\n        }\n        std::thread::sleep(std::time::Duration::from_millis(wait));\n        wait *= 2;\n    }\n    None\n}\n",
     );
     write("docs/deploy.md", "# Deploys\n\nA failed deploy is rolled back by the circuit breaker once it trips.\n");
+    write("fleet.toml", ACROSS);
+    write("endpoint.toml", ENDPOINT);
+    for rel in ["examples/events/standup.jsonl", "bench/refs-eval"] {
+        copy(&repo.join(rel), &dir.path().join(rel));
+    }
     write(
         "queries.jsonl",
         "{\"id\": \"q1\", \"query\": \"trim the prompt\"}\n{\"id\": \"q2\", \"query\": \"retry with back-off\"}\n",
@@ -209,31 +308,54 @@ impl Drop for Stops {
 
 #[test]
 fn every_example_of_the_readme_runs_as_written_against_a_live_fleet() {
-    let readme = include_str!("../README.md");
-    let examples = examples(readme);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let examples = examples(&readme);
     assert!(examples.len() > 30, "README.md: {} `mindfleet` examples found", examples.len());
     for (start, _) in SKIPPED.iter().chain(SAYS) {
         assert!(examples.iter().any(|e| e.rest().starts_with(start)), "README.md: no example starts with {start:?}");
     }
     pulled();
     let dir = workdir();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mindfleet"));
-    cmd.args(["run", "config/fleet.toml", "--data", "fleet-data"])
-        .current_dir(dir.path())
-        .env_remove("MINDFLEET_ADMIN_TOKEN");
-    let (fleet, admin) = match spawn_run(&mut cmd) {
-        Ok(f) => f,
-        Err((code, log)) => panic!("the live fleet did not start on {README_ADMIN} (exit {code:?}):\n{log}"),
-    };
-    let _fleet = Stops(fleet);
-    assert_eq!(admin, README_ADMIN);
-
-    let mut handle = None::<String>;
     let mut failures = Vec::new();
     let mut ran = 0;
+    for e in examples.iter().filter(|e| e.runs_to_idle()) {
+        let args = e.args(false).unwrap();
+        let (code, _, err) = run(dir.path(), &e.env, &args);
+        ran += 1;
+        eprintln!("ran first: mindfleet {}: exit {code:?}", args.join(" "));
+        if code != Some(0) {
+            failures.push(format!("{:?} exited {code:?}:\n{err}", args.join(" ")));
+        }
+        let out = args.iter().skip_while(|a| *a != "--dump-out").nth(1).expect("--dump-out FILE");
+        let dumped = std::fs::read_to_string(dir.path().join(out)).unwrap_or_default();
+        if !dumped.contains("\"personas\"") {
+            failures.push(format!("{:?} should write its final dump to {out}:\n{dumped}", args.join(" ")));
+        }
+    }
+    let (live, admin) =
+        start_run(dir.path(), &[], &["run", "config/fleet.toml", "--data", "fleet-data"].map(String::from));
+    assert_eq!(admin, README_ADMIN, "the live fleet serves the README's admin address");
+
+    let (mut nodes, mut endpoint) = (Vec::new(), None);
+    let mut handle = None::<String>;
     for e in &examples {
         if let Some((_, why)) = SKIPPED.iter().find(|(start, _)| e.rest().starts_with(start)) {
             eprintln!("skipped: {}: {why}", e.line);
+            continue;
+        }
+        if e.runs_to_idle() {
+            continue;
+        }
+        if e.rest().starts_with("generate") && e.has("--openai") && endpoint.is_none() {
+            endpoint = Some(start_run(dir.path(), &[], &["run", "endpoint.toml"].map(String::from)).0);
+        }
+        if e.starts_node() {
+            nodes.push(start_run(dir.path(), &e.env, &e.args(false).unwrap()).0);
+            ran += 1;
+            if nodes.len() == 2 {
+                linked(dir.path(), "127.0.0.1:7700", "b");
+            }
             continue;
         }
         for optional in [false, true] {
@@ -272,5 +394,23 @@ fn every_example_of_the_readme_runs_as_written_against_a_live_fleet() {
             }
         }
     }
+    drop((live, nodes, endpoint));
     assert!(failures.is_empty(), "{} of {ran} README examples failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// Waits until the node at `admin` reports `node` up (linked), as a person would before moving
+/// personas to it.
+fn linked(dir: &Path, admin: &str, node: &str) {
+    let args = ["dump", "--admin", admin].map(String::from);
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let (_, out, _) = run(dir, &[], &args);
+        let d: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let nodes = d["nodes"].as_array().cloned().unwrap_or_default();
+        if nodes.iter().any(|n| n["name"] == node && n["status"] == "up") {
+            return;
+        }
+        assert!(Instant::now() < until, "node {node} never reported up at {admin}: {}", d["nodes"]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
