@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::ai::{Condition, condition};
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
+use mindfleet_core::model::Action;
 use mindfleet_core::sched::{Class, Owner, Slot, Task};
 use serde_json::{Value, json};
 
@@ -74,14 +75,16 @@ struct Views {
 }
 
 impl Views {
+    /// Every view, asked at once.
     async fn take(http: &reqwest::Client, base: &str) -> Views {
-        Views {
-            health: get(http, base, "/ai/health").await,
-            availability: get(http, base, "/ai/availability").await,
-            activity: get(http, base, "/ai/activity-map").await,
-            select: get(http, base, "/ai/select-for-task?domain=chat&priority=0.5").await,
-            page: dashboard(http, base).await,
-        }
+        let (health, availability, activity, select, page) = tokio::join!(
+            get(http, base, "/ai/health"),
+            get(http, base, "/ai/availability"),
+            get(http, base, "/ai/activity-map"),
+            get(http, base, "/ai/select-for-task?domain=chat&priority=0.5"),
+            dashboard(http, base),
+        );
+        Views { health, availability, activity, select, page }
     }
 
     /// Each persona's word in each view that names one: the badge, availability's condition,
@@ -232,5 +235,44 @@ async fn health_availability_the_activity_map_and_the_badges_agree_on_every_pers
     .await;
     assert_eq!((&v.health["idle"], &v.health["recommendation"]), (&json!(2), &json!("ASSIGN_WORK")), "{}", v.health);
     assert_eq!(v.page["fleet_view"]["recommendation"], "assign_work");
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persona_too_busy_to_answer_reads_unresponsive_everywhere_not_restarting() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = "[[persona]]\nname = \"slow\"\nrole = \"assistant\"\nrooms = [\"dev\"]\n\n[[persona]]\nname = \"idler\"\nrole = \"assistant\"\nrooms = [\"dev\"]\n";
+    let fleet = start(dir.path(), &fleet_toml(two)).await;
+    let base = format!("http://{}", fleet.addr);
+    let http = reqwest::Client::new();
+    // A step that blocks the persona longer than the admin waits for its dump (2 s): its
+    // supervisor has it running, and the dump used to call it restarting.
+    let slow = FaultWhen::SlowAction { action: Action::RecallMemory, ms: 12_000, times: 1 };
+    fleet.fault("slow", Fault { target: FaultTarget::Persona, when: slow }).await.unwrap();
+    let mut e = chat("dev", "alice", "please look into the flaky test");
+    e.persona = Some("slow".into());
+    fleet.inject(e).await.unwrap();
+    poll("slow's dump unanswered", || async {
+        (persona(&dump(&fleet).await, "slow").status == PersonaStatus::Unresponsive).then_some(())
+    })
+    .await;
+    let deadline = Instant::now() + DEADLINE;
+    let v = loop {
+        let v = Views::take(&http, &base).await;
+        if v.words()["slow"].iter().all(|w| w == "unresponsive") || Instant::now() > deadline {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let said = &v.words()["slow"];
+    assert!(said.len() >= 3 && said.iter().all(|w| w == "unresponsive"), "{said:?}");
+    assert_eq!((&v.health["down"], &v.health["idle"]), (&json!(1), &json!(1)), "{}", v.health);
+    assert_eq!(v.select["unavailable"], json!([{"persona": "slow", "reasons": ["unresponsive"]}]), "{}", v.select);
+    // Its step over, it answers again, and reads what it does.
+    assert!(fleet.wait_idle(DEADLINE).await);
+    poll("slow answering again", || async {
+        (condition(persona(&dump(&fleet).await, "slow")) == Condition::Idle).then_some(())
+    })
+    .await;
     fleet.shutdown(DEADLINE).await;
 }

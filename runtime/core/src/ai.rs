@@ -26,6 +26,8 @@ pub enum Condition {
     Stopped,
     /// On another node of the cluster whose link is down.
     Unreachable,
+    /// Running, but it did not answer the dump in time (busy in a long step, or stuck).
+    Unresponsive,
     /// Asleep (fleet file or `ai state update --dormant`): takes no work, whatever else holds.
     Dormant,
     /// Cognitive load above [`team::OVERLOAD`], or overwhelmed.
@@ -50,6 +52,7 @@ impl Condition {
             Condition::Failed => "failed",
             Condition::Stopped => "stopped",
             Condition::Unreachable => "unreachable",
+            Condition::Unresponsive => "unresponsive",
             Condition::Dormant => "dormant",
             Condition::Overloaded => "overloaded",
             Condition::Working => "working",
@@ -59,7 +62,7 @@ impl Condition {
         }
     }
 
-    /// Not running: neither idle nor busy, and never given work.
+    /// Not running, or not answering: neither idle nor busy, and never given work.
     pub fn down(self) -> bool {
         matches!(
             self,
@@ -68,6 +71,7 @@ impl Condition {
                 | Condition::Failed
                 | Condition::Stopped
                 | Condition::Unreachable
+                | Condition::Unresponsive
         )
     }
 
@@ -95,6 +99,7 @@ pub fn condition(p: &PersonaDump) -> Condition {
         PersonaStatus::Failed => return Condition::Failed,
         PersonaStatus::Stopped => return Condition::Stopped,
         PersonaStatus::Unreachable => return Condition::Unreachable,
+        PersonaStatus::Unresponsive => return Condition::Unresponsive,
     }
     let Some(s) = &p.self_state else { return Condition::Starting };
     let plan_running = p.in_flight.is_some() && p.plan.as_ref().is_some_and(|r| r.finished_us.is_none());

@@ -162,6 +162,8 @@ pub enum Unavailable {
     Stopped,
     /// On another node of the cluster whose link is down.
     Unreachable,
+    /// Running, but it did not answer in time: what it is doing is not known.
+    Unresponsive,
     /// Made dormant (fleet file or `ai state update --dormant`).
     Dormant,
     /// Not idle, and focused above [`DEEP_FOCUS`].
@@ -186,6 +188,7 @@ impl Unavailable {
                 | Unavailable::Failed
                 | Unavailable::Stopped
                 | Unavailable::Unreachable
+                | Unavailable::Unresponsive
                 | Unavailable::Dormant
         )
     }
@@ -225,6 +228,7 @@ pub fn availability(p: &PersonaDump) -> Availability {
         PersonaStatus::Failed => reasons.push(Unavailable::Failed),
         PersonaStatus::Stopped => reasons.push(Unavailable::Stopped),
         PersonaStatus::Unreachable => reasons.push(Unavailable::Unreachable),
+        PersonaStatus::Unresponsive => reasons.push(Unavailable::Unresponsive),
     }
     let s = p.self_state.as_ref();
     if let Some(s) = s {
