@@ -155,7 +155,7 @@ async fn health_availability_the_activity_map_and_the_badges_agree_on_every_pers
         d.personas.iter().map(|p| (p.name.clone(), condition(p))).collect::<BTreeMap<_, _>>()
     };
     let is_wanted = |got: &BTreeMap<String, Condition>| want.iter().all(|(n, c)| got.get(*n) == Some(c));
-    // The views are read one after the other, and the dashboard's frame may be a tick (1 s) old:
+    // Each view is read from a dump of its own, and the dashboard's frame may be a tick (1 s) old:
     // a snapshot counts once the fleet was in the wanted state before and after it and every view
     // says so. Past the deadline, the last one is checked as it is, and what disagrees is named.
     let agree = |v: &Views| {
