@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use mindfleet::panic_hook;
 
 mod cmd;
@@ -29,6 +29,9 @@ struct Cli {
     /// share busy cores), else cores - 1.
     #[arg(long, global = true, env = "MINDFLEET_THREADS")]
     threads: Option<usize>,
+    /// `--admin`, `--token`, `--json`, `--format` before the command's name too.
+    #[command(flatten)]
+    _anywhere: cmd::Anywhere,
     #[command(subcommand)]
     command: Command,
 }
@@ -99,8 +102,20 @@ fn default_log(command: &Command) -> &'static str {
     }
 }
 
+/// The command line, parsed and checked: clap's errors exit 2 as clap does, and so does a shared
+/// flag given to a command that does not take it.
+fn parse() -> Result<Cli, ExitCode> {
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    cmd::refuse_misplaced(&command, &matches).map_err(|e| cmd::fail(2, e))?;
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     set_inference_threads(cli.threads);
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -130,9 +145,10 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::{CommandFactory, Parser};
+    use clap::{CommandFactory, FromArgMatches, Parser};
 
     use super::Cli;
+    use crate::cmd::OutputFormat;
 
     #[test]
     fn the_command_line_passes_clap_s_own_consistency_checks() {
@@ -147,22 +163,106 @@ mod tests {
         }
     }
 
+    /// The shared flags given on `line` reach every (sub)command on it: the value of `admin`,
+    /// `token`, `json` or `format` in the matches of each level, as clap hands them out.
+    fn shared_flags_reach(line: &str) {
+        let words: Vec<&str> = std::iter::once("mindfleet").chain(line.split(' ')).collect();
+        let command = Cli::command();
+        let m = command.clone().try_get_matches_from(&words).unwrap_or_else(|e| panic!("{line}: {e}"));
+        if let Err(e) = crate::cmd::refuse_misplaced(&command, &m) {
+            panic!("{line}: {e}");
+        }
+        if let Err(e) = Cli::from_arg_matches(&m) {
+            panic!("{line}: {e}");
+        }
+        let mut levels = vec![&m];
+        while let Some((_, sub)) = levels.last().unwrap().subcommand() {
+            levels.push(sub);
+        }
+        for (i, level) in levels.iter().enumerate() {
+            let at = format!("{line}: level {i}");
+            if words.contains(&"--admin") {
+                assert_eq!(level.get_one::<String>("admin").map(String::as_str), Some("127.0.0.1:9"), "{at}");
+            }
+            if words.contains(&"--token") {
+                assert_eq!(level.get_one::<String>("token").map(String::as_str), Some("t"), "{at}");
+            }
+            if words.contains(&"--json") {
+                assert_eq!(level.get_one::<bool>("json"), Some(&true), "{at}");
+            }
+            for (word, format) in [("table", OutputFormat::Table), ("tree", OutputFormat::Tree)] {
+                if words.windows(2).any(|w| w == ["--format", word]) {
+                    assert_eq!(level.get_one::<OutputFormat>("format"), Some(&format), "{at}");
+                }
+            }
+        }
+    }
+
     #[test]
-    fn shared_options_of_ai_and_rag_go_before_or_after_their_subcommand() {
+    fn shared_options_go_before_the_command_before_its_subcommand_or_after_it() {
         let lines = [
+            "--admin 127.0.0.1:9 --token t inject --room r --from f --text hi",
+            "inject --admin 127.0.0.1:9 --room r --from f --text hi --token t",
+            "--admin 127.0.0.1:9 --format tree dump",
+            "dump --persona p --admin 127.0.0.1:9 --format tree --token t",
+            "--admin 127.0.0.1:9 move helper --to b",
+            "move helper --admin 127.0.0.1:9 --token t",
+            "--token t drain --admin 127.0.0.1:9",
+            "--admin 127.0.0.1:9 --format table ai health",
             "ai --admin 127.0.0.1:9 --token t health --format table",
             "ai health --admin 127.0.0.1:9 --token t --format table",
             "ai --format table state update --persona scribe --admin 127.0.0.1:9 --wake",
+            "--admin 127.0.0.1:9 ai state update --persona scribe --wake",
+            "--admin 127.0.0.1:9 --json rag search parse",
             "rag --admin 127.0.0.1:9 --json search parse",
-            "rag search parse --admin 127.0.0.1:9 --json",
-            "rag --data d index src --fleet f.toml",
+            "rag search parse --admin 127.0.0.1:9 --json --token t",
+            "--admin 127.0.0.1:9 --json embed hi",
+            "embed hi --admin 127.0.0.1:9 --json",
+            "--json generate hi",
+            "generate hi --json",
+            "--json bench gate",
+            "bench --json gate",
+            "bench gate --json",
+            "--json models list",
+            "models --json list --verify",
+            "models pull --json",
+            "--json refs match text",
+            "refs --json match text",
+            "refs match text --json",
+            "--admin 127.0.0.1:9 --token t run fleet.toml",
+            "run fleet.toml --admin 127.0.0.1:9",
         ];
         for line in lines {
-            let args = std::iter::once("mindfleet").chain(line.split(' '));
-            if let Err(e) = Cli::try_parse_from(args) {
-                panic!("{line}: {e}");
-            }
+            shared_flags_reach(line);
         }
+    }
+
+    #[test]
+    fn a_shared_option_given_to_a_command_that_does_not_take_it_is_refused() {
+        for (line, flag, command) in [
+            ("check --admin 127.0.0.1:9 fleet.toml", "admin", "check"),
+            ("--json check fleet.toml", "json", "check"),
+            ("--format table run", "format", "run"),
+            ("inject --room r --from f --text hi --json", "json", "inject"),
+            ("generate hi --token t", "token", "generate"),
+            ("bench --admin 127.0.0.1:9 gate", "admin", "bench gate"),
+        ] {
+            let words = std::iter::once("mindfleet").chain(line.split(' '));
+            let command_line = Cli::command();
+            let m = command_line.clone().try_get_matches_from(words).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let e = crate::cmd::refuse_misplaced(&command_line, &m).expect_err(line);
+            assert_eq!(e, format!("--{flag}: `mindfleet {command}` does not take it"), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_format_the_command_does_not_print_is_named_with_those_it_does() {
+        let f = crate::cmd::Format { format: OutputFormat::Tree };
+        assert_eq!(
+            f.only("ai", &[OutputFormat::Json, OutputFormat::Table]),
+            Err("--format tree: ai prints json or table".into())
+        );
+        assert_eq!(f.only("dump", &[OutputFormat::Json, OutputFormat::Tree]), Ok(OutputFormat::Tree));
     }
 
     /// Every `mindfleet ...` line of the README's Models, Codebase knowledge and Use blocks

@@ -188,7 +188,7 @@ async fn the_activity_map_shows_who_is_in_which_room_doing_what() {
     assert!(entry(general, "personas", "persona", "scribe").unwrap()["last_spoke_us"].is_null(), "{v}");
     assert_eq!(entry(&v, "rooms", "room", "dev").unwrap()["personas"].as_array().unwrap().len(), 1, "{v}");
 
-    // Focus shows up by domain, and idle personas are counted apart.
+    // Focus shows up by domain, and idle and dormant personas are counted apart.
     post_state(&base, json!({"persona": "reviewer", "change": {"focus": {"objective": "audit", "intensity": 0.8}}}))
         .await;
     let v = poll("the reviewer focused", || async {
@@ -201,7 +201,7 @@ async fn the_activity_map_shows_who_is_in_which_room_doing_what() {
     let d = domains.iter().find(|d| d["personas"].as_array().unwrap().contains(&json!("reviewer"))).unwrap();
     assert_eq!(d["focused"].as_u64().unwrap() as usize, d["personas"].as_array().unwrap().len(), "{v}");
     let focused: u64 = domains.iter().map(|d| d["focused"].as_u64().unwrap()).sum();
-    assert_eq!(focused + v["idle"].as_u64().unwrap(), 3, "{v}");
+    assert_eq!(focused + v["idle"].as_u64().unwrap() + v["dormant"].as_u64().unwrap(), 3, "{v}");
 
     let (code, text, err) = cli(&fleet, &["--format", "table", "activity-map"]);
     assert_eq!(code, 0, "{err}");

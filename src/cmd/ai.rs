@@ -3,25 +3,19 @@
 
 use std::process::ExitCode;
 
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use mindfleet::table;
 
-use super::{Format, Remote, fail};
+use super::{Format, OutputFormat, Remote, fail};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     remote: Remote,
     #[command(flatten)]
-    format: Format<AiFormat>,
+    format: Format,
     #[command(subcommand)]
     query: AiCmd,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum AiFormat {
-    Json,
-    Table,
 }
 
 #[derive(Subcommand)]
@@ -166,6 +160,10 @@ enum PlanCmd {
 }
 
 pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
+    let format = match format.only("ai", &[OutputFormat::Json, OutputFormat::Table]) {
+        Ok(f) => f,
+        Err(e) => return fail(2, e),
+    };
     let client = remote.client();
     let opt = |k: &'static str, v: Option<String>| v.map(|v| (k, v));
     // Checked here too, so a typo is reported without a round trip (same message as the API's).
@@ -252,9 +250,9 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
     };
     match r {
         Ok(v) => {
-            match format.format {
-                AiFormat::Json => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
-                AiFormat::Table => print!("{}", table::render(&v)),
+            match format {
+                OutputFormat::Table => print!("{}", table::render(&v)),
+                _ => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
             }
             ExitCode::SUCCESS
         }

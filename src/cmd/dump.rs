@@ -3,9 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::ValueEnum;
-
-use super::{Format, Remote, fail};
+use super::{Format, OutputFormat, Remote, fail};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,21 +12,19 @@ pub struct Args {
     #[arg(long)]
     persona: Option<String>,
     #[command(flatten)]
-    format: Format<DumpFormat>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum DumpFormat {
-    Json,
-    Tree,
+    format: Format,
 }
 
 pub async fn run(a: Args) -> ExitCode {
+    let format = match a.format.only("dump", &[OutputFormat::Json, OutputFormat::Tree]) {
+        Ok(f) => f,
+        Err(e) => return fail(2, e),
+    };
     match a.remote.client().dump(a.persona.as_deref()).await {
         Ok(d) => {
-            let out = match a.format.format {
-                DumpFormat::Json => serde_json::to_string_pretty(&d).unwrap_or_default() + "\n",
-                DumpFormat::Tree => d.render_tree(),
+            let out = match format {
+                OutputFormat::Tree => d.render_tree(),
+                _ => serde_json::to_string_pretty(&d).unwrap_or_default() + "\n",
             };
             let _ = std::io::stdout().write_all(out.as_bytes());
             ExitCode::SUCCESS

@@ -4,7 +4,8 @@
 //!
 //! The flags several commands share are declared here once and flattened into theirs:
 //! [`Remote`] and [`MaybeRemote`] (`--admin`, `--token`), [`Json`] (`--json`) and [`Format`]
-//! (`--format`).
+//! (`--format`). Each is global, so it goes before or after a command's subcommand, and
+//! [`Anywhere`] puts them on the top level too, so they go before the command's name.
 
 use std::process::ExitCode;
 
@@ -72,12 +73,78 @@ pub struct Json {
     pub json: bool,
 }
 
-// `--format F` with the values of `F` (`json` by default). Global, so a command with
-// subcommands (`ai`) takes it after them too.
+/// What `--format` can ask for: one set for every command, so the flag can be given before the
+/// command's name too ([`Anywhere`]); each command prints some of them ([`Format::only`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Json,
+    Table,
+    Tree,
+}
+
+// `--format F` (`json` by default). Global, so a command with subcommands (`ai`) takes it after
+// them too.
 #[derive(clap::Args)]
-pub struct Format<F: ValueEnum + Clone + Send + Sync + 'static> {
+pub struct Format {
     #[arg(long, value_enum, default_value = "json", global = true)]
-    pub format: F,
+    pub format: OutputFormat,
+}
+
+impl Format {
+    /// The format asked for when `command` prints it, else what it prints.
+    pub fn only(&self, command: &str, prints: &[OutputFormat]) -> Result<OutputFormat, String> {
+        let name = |f: &OutputFormat| f.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+        if prints.contains(&self.format) {
+            Ok(self.format)
+        } else {
+            let prints: Vec<String> = prints.iter().map(name).collect();
+            Err(format!("--format {}: {command} prints {}", name(&self.format), prints.join(" or ")))
+        }
+    }
+}
+
+/// The shared flags on the top level, so they go before the command's name too
+/// (`mindfleet --admin ADDR dump`): global, and hidden, as each command that takes them declares
+/// them itself (clap hands a value given here to the command's flag of the same name). A flag
+/// given to a command that does not take it is refused ([`refuse_misplaced`]), not ignored.
+#[derive(clap::Args)]
+pub struct Anywhere {
+    #[arg(long, global = true, hide = true)]
+    admin: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    token: Option<String>,
+    #[arg(long, global = true, hide = true)]
+    json: bool,
+    #[arg(long, value_enum, global = true, hide = true)]
+    format: Option<OutputFormat>,
+}
+
+/// The flags of [`Anywhere`].
+const ANYWHERE: [&str; 4] = ["admin", "token", "json", "format"];
+
+/// Refuses a shared flag given to a command none of whose (sub)commands on the line declares it:
+/// clap accepts a global flag anywhere, so `mindfleet check --admin ADDR FILE` would otherwise
+/// run and ignore it. `cli` is the command line's definition before clap built it (each command
+/// with its own flags only), `m` what was parsed.
+pub fn refuse_misplaced(cli: &clap::Command, m: &clap::ArgMatches) -> Result<(), String> {
+    let mut path = Vec::new();
+    let (mut c, mut at) = (cli, m);
+    while let Some((name, sub)) = at.subcommand() {
+        let Some(next) = c.find_subcommand(name) else { break };
+        path.push(next);
+        (c, at) = (next, sub);
+    }
+    if path.is_empty() {
+        return Ok(());
+    }
+    for id in ANYWHERE {
+        let given = matches!(m.value_source(id), Some(clap::parser::ValueSource::CommandLine));
+        if given && !path.iter().any(|c| c.get_arguments().any(|a| a.get_id() == id)) {
+            let line: Vec<&str> = path.iter().map(|c| c.get_name()).collect();
+            return Err(format!("--{id}: `mindfleet {}` does not take it", line.join(" ")));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `f` on a multi-thread tokio runtime: the commands that need one get it here, the others

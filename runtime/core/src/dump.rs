@@ -262,6 +262,7 @@ pub fn status_str(s: PersonaStatus) -> &'static str {
         PersonaStatus::Failed => "failed",
         PersonaStatus::Stopped => "stopped",
         PersonaStatus::Unreachable => "unreachable",
+        PersonaStatus::Unresponsive => "unresponsive",
     }
 }
 
@@ -493,4 +494,7 @@ pub enum PersonaStatus {
     /// Placed on another node of the cluster whose link is down: events for it are refused
     /// (503) until the node is back.
     Unreachable,
+    /// Running, but it did not answer the dump in time (busy in a long step, or stuck): a
+    /// dump's word only, as what it is doing is not known.
+    Unresponsive,
 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ai::{Condition, condition};
 use crate::dump::PersonaDump;
 use crate::dump::PersonaStatus;
 use crate::model::{Mood, SelfStateData};
@@ -74,55 +75,77 @@ pub enum Recommendation {
     /// Many personas are idle: there is room for more work.
     AssignWork,
     Healthy,
+    /// Every persona is dormant or down: nobody can take work until one is woken or restarted.
+    NobodyAwake,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Health {
+    /// Every persona of the fleet, down ones included.
     pub personas: usize,
+    /// Running and not dormant: the personas the recommendation is about.
+    pub awake: usize,
+    /// By [`Condition`]: overloaded, idle, busy (working or thinking), dormant, down.
     pub overloaded: usize,
     pub idle: usize,
+    pub busy: usize,
     pub deeply_focused: usize,
     pub dormant: usize,
+    pub down: usize,
+    /// Over the personas whose self-state is known.
     pub average_capacity: f64,
     pub recommendation: Recommendation,
 }
 
-/// The fleet's health from its personas' self-states.
-pub fn health<'a>(states: impl IntoIterator<Item = &'a SelfStateData>) -> Health {
-    let (mut n, mut n_overloaded, mut idle, mut focused, mut dormant, mut capacity) = (0, 0, 0, 0, 0, 0.0);
-    for s in states {
-        n += 1;
-        capacity += s.available_capacity;
-        if s.mood == Mood::Overwhelmed || overloaded(s) {
-            n_overloaded += 1;
+/// The fleet's health from its personas' [`condition`]s: REDUCE_LOAD when a third or more of
+/// the awake personas are overloaded, ASSIGN_WORK when more than half of them are idle,
+/// NOBODY_AWAKE when none is awake, else HEALTHY.
+pub fn health(personas: &[PersonaDump]) -> Health {
+    let mut h = Health {
+        personas: personas.len(),
+        awake: 0,
+        overloaded: 0,
+        idle: 0,
+        busy: 0,
+        deeply_focused: 0,
+        dormant: 0,
+        down: 0,
+        average_capacity: 0.0,
+        recommendation: Recommendation::Healthy,
+    };
+    let mut known = 0;
+    for p in personas {
+        let c = condition(p);
+        match c {
+            Condition::Dormant => h.dormant += 1,
+            Condition::Overloaded => h.overloaded += 1,
+            Condition::Idle => h.idle += 1,
+            c if c.down() => h.down += 1,
+            c if c.busy() => h.busy += 1,
+            _ => {}
         }
-        if s.mood == Mood::Idle {
-            idle += 1;
+        if !c.down() && c != Condition::Dormant {
+            h.awake += 1;
         }
-        if deeply_focused(s) {
-            focused += 1;
-        }
-        if s.dormant {
-            dormant += 1;
+        if let Some(s) = &p.self_state {
+            known += 1;
+            h.average_capacity += s.available_capacity;
+            if !c.down() && c != Condition::Dormant && deeply_focused(s) {
+                h.deeply_focused += 1;
+            }
         }
     }
-    let average_capacity = if n == 0 { 0.0 } else { capacity / n as f64 };
-    let recommendation = if n > 0 && n_overloaded * 3 >= n {
+    h.average_capacity = if known == 0 { 0.0 } else { h.average_capacity / known as f64 };
+    h.recommendation = if h.awake == 0 {
+        Recommendation::NobodyAwake
+    } else if h.overloaded * 3 >= h.awake {
         Recommendation::ReduceLoad
-    } else if n > 0 && idle * 2 > n {
+    } else if h.idle * 2 > h.awake {
         Recommendation::AssignWork
     } else {
         Recommendation::Healthy
     };
-    Health {
-        personas: n,
-        overloaded: n_overloaded,
-        idle,
-        deeply_focused: focused,
-        dormant,
-        average_capacity,
-        recommendation,
-    }
+    h
 }
 
 /// Why a persona is not available for new work.
@@ -139,6 +162,8 @@ pub enum Unavailable {
     Stopped,
     /// On another node of the cluster whose link is down.
     Unreachable,
+    /// Running, but it did not answer in time: what it is doing is not known.
+    Unresponsive,
     /// Made dormant (fleet file or `ai state update --dormant`).
     Dormant,
     /// Not idle, and focused above [`DEEP_FOCUS`].
@@ -147,7 +172,8 @@ pub enum Unavailable {
     Overloaded,
     /// Available capacity below [`LOW_CAPACITY`].
     LowCapacity,
-    /// An event is in flight.
+    /// An event is in flight, or its focus is still on the work it engaged with (it reads
+    /// [`Condition::Working`]).
     Busy,
 }
 
@@ -162,6 +188,7 @@ impl Unavailable {
                 | Unavailable::Failed
                 | Unavailable::Stopped
                 | Unavailable::Unreachable
+                | Unavailable::Unresponsive
                 | Unavailable::Dormant
         )
     }
@@ -172,6 +199,8 @@ impl Unavailable {
 pub struct Availability {
     pub persona: String,
     pub available: bool,
+    /// What it is doing, as the badge and the activity map say ([`condition`]).
+    pub condition: Condition,
     /// Empty when available; else in the order of the variants of [`Unavailable`].
     pub reasons: Vec<Unavailable>,
     pub status: PersonaStatus,
@@ -191,12 +220,15 @@ pub struct Availability {
 pub fn availability(p: &PersonaDump) -> Availability {
     let mut reasons = Vec::new();
     match p.status {
+        // Up, but its self-state not read yet.
+        PersonaStatus::Running if p.self_state.is_none() => reasons.push(Unavailable::Starting),
         PersonaStatus::Running => {}
         PersonaStatus::Starting => reasons.push(Unavailable::Starting),
         PersonaStatus::Restarting => reasons.push(Unavailable::Restarting),
         PersonaStatus::Failed => reasons.push(Unavailable::Failed),
         PersonaStatus::Stopped => reasons.push(Unavailable::Stopped),
         PersonaStatus::Unreachable => reasons.push(Unavailable::Unreachable),
+        PersonaStatus::Unresponsive => reasons.push(Unavailable::Unresponsive),
     }
     let s = p.self_state.as_ref();
     if let Some(s) = s {
@@ -208,12 +240,14 @@ pub fn availability(p: &PersonaDump) -> Availability {
         ];
         reasons.extend(checks.into_iter().filter(|(hit, _)| *hit).map(|(_, r)| r));
     }
-    if p.in_flight.is_some() {
+    let c = condition(p);
+    if p.in_flight.is_some() || c == Condition::Working {
         reasons.push(Unavailable::Busy);
     }
     Availability {
         persona: p.name.clone(),
         available: reasons.is_empty(),
+        condition: c,
         reasons,
         status: p.status,
         capacity: s.map(|s| s.available_capacity),
@@ -231,6 +265,8 @@ pub fn availability(p: &PersonaDump) -> Availability {
 pub struct Presence {
     pub persona: String,
     pub status: PersonaStatus,
+    /// What it is doing, as the badge says ([`condition`]).
+    pub condition: Condition,
     /// The focus; `None` while the persona is down.
     pub activity: Option<String>,
     pub domain: Option<String>,
@@ -265,9 +301,12 @@ pub struct ActivityMap {
     pub at_us: i64,
     /// By room name.
     pub rooms: Vec<RoomActivity>,
-    /// By domain name; idle personas are counted in `idle` instead.
+    /// By domain name, the personas occupied ([`Condition::occupied`]: working, thinking,
+    /// focused, overloaded); the others are counted in `idle`, `dormant` or `down` instead.
     pub domains: Vec<DomainActivity>,
     pub idle: usize,
+    pub dormant: usize,
+    pub down: usize,
 }
 
 /// The activity map at `now_us`. A persona is in a room it is configured for, a room it was
@@ -294,20 +333,20 @@ pub fn activity_map(personas: &[PersonaDump], members: &BTreeMap<String, Vec<Str
         .filter(|r| !r.personas.is_empty())
         .collect();
     let mut domains: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut idle = 0;
+    let (mut idle, mut dormant, mut down) = (0, 0, 0);
     for p in personas {
-        match &p.self_state {
-            Some(s) if s.focus.activity != "idle" => domains.entry(&s.focus.domain).or_default().push(p.name.clone()),
-            Some(_) => idle += 1,
-            // Down: neither focused nor idle.
-            None => {}
+        match (condition(p), &p.self_state) {
+            (Condition::Idle, _) => idle += 1,
+            (Condition::Dormant, _) => dormant += 1,
+            (c, Some(s)) if c.occupied() => domains.entry(&s.focus.domain).or_default().push(p.name.clone()),
+            _ => down += 1,
         }
     }
     let domains = domains
         .into_iter()
         .map(|(d, personas)| DomainActivity { domain: d.to_string(), focused: personas.len(), personas })
         .collect();
-    ActivityMap { at_us: now_us, rooms, domains, idle }
+    ActivityMap { at_us: now_us, rooms, domains, idle, dormant, down }
 }
 
 fn presence(p: &PersonaDump, room: &str, now_us: i64) -> Presence {
@@ -316,6 +355,7 @@ fn presence(p: &PersonaDump, room: &str, now_us: i64) -> Presence {
     Presence {
         persona: p.name.clone(),
         status: p.status,
+        condition: condition(p),
         activity: s.map(|s| s.focus.activity.clone()),
         domain: s.map(|s| s.focus.domain.clone()),
         objective: s.map(|s| s.focus.objective.clone()),
@@ -380,10 +420,39 @@ mod tests {
         let idle = SelfStateData::default();
         let over =
             SelfStateData { mood: Mood::Overwhelmed, cognitive_load: 0.9, available_capacity: 0.1, ..idle.clone() };
-        assert_eq!(health([&idle, &idle, &idle]).recommendation, Recommendation::AssignWork);
-        let h = health([&over, &idle, &SelfStateData { mood: Mood::Active, ..idle.clone() }]);
+        let three_idle = [running("a", idle.clone()), running("b", idle.clone()), running("c", idle.clone())];
+        assert_eq!(health(&three_idle).recommendation, Recommendation::AssignWork);
+        let h = health(&[
+            running("a", over),
+            running("b", idle.clone()),
+            running("c", SelfStateData { mood: Mood::Active, ..idle.clone() }),
+        ]);
         assert_eq!((h.overloaded, h.recommendation), (1, Recommendation::ReduceLoad));
         assert!((h.average_capacity - (0.1 + 1.0 + 1.0) / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_all_idle_fleet_reads_assign_work_whatever_its_mood() {
+        // The mood lags the work by a minute (it reads `active` after any work): idle is what
+        // the persona does, not how it feels.
+        let just_done = SelfStateData { mood: Mood::Active, activities: 3, ..SelfStateData::default() };
+        let fleet = [running("a", just_done.clone()), running("b", just_done)];
+        let h = health(&fleet);
+        assert_eq!((h.idle, h.busy, h.recommendation), (2, 0, Recommendation::AssignWork), "{h:?}");
+    }
+
+    #[test]
+    fn dormant_and_down_personas_count_apart_from_the_awake_ones() {
+        let asleep = running("zz", SelfStateData { dormant: true, ..SelfStateData::default() });
+        let down = PersonaDump::placeholder("dee", PersonaStatus::Failed, 5, None);
+        let mut busy = running("ada", focused("working", "code", 0.5));
+        busy.in_flight = Some("e1".into());
+        let h = health(&[busy.clone(), running("bo", SelfStateData::default()), asleep.clone(), down.clone()]);
+        assert_eq!((h.personas, h.awake, h.busy, h.idle, h.dormant, h.down), (4, 2, 1, 1, 1, 1), "{h:?}");
+        // One idle of two awake is not more than half: the dormant and the down one are not
+        // counted as idle.
+        assert_eq!(h.recommendation, Recommendation::Healthy);
+        assert_eq!(health(&[asleep, down]).recommendation, Recommendation::NobodyAwake);
     }
 
     #[test]
@@ -424,13 +493,19 @@ mod tests {
 
     #[test]
     fn availability_uses_the_suitability_thresholds() {
-        // At the thresholds, not past them: still available.
+        // At the thresholds, not past them: still available (a focus set by a person; a focus
+        // on work it engaged with is busy, as the badge says).
         let edge = SelfStateData {
             cognitive_load: OVERLOAD,
             available_capacity: LOW_CAPACITY,
-            ..focused("working", "code", DEEP_FOCUS)
+            ..focused("focused", "code", DEEP_FOCUS)
         };
         assert!(availability(&running("ada", edge)).available);
+        let still_working = availability(&running("ada", focused("working", "code", 0.3)));
+        assert_eq!(
+            (still_working.condition, still_working.reasons.as_slice()),
+            (Condition::Working, [Unavailable::Busy].as_slice())
+        );
         // A high intensity left over from finished work does not count once idle.
         assert!(availability(&running("ada", focused("idle", "code", 0.95))).available);
         let deep = availability(&running("ada", focused("focused", "code", 0.71)));
@@ -487,7 +562,8 @@ mod tests {
         assert_eq!(m.domains.len(), 1);
         assert_eq!((m.domains[0].domain.as_str(), m.domains[0].focused), ("code", 2));
         assert_eq!(m.domains[0].personas, ["ada", "cy"]);
-        assert_eq!(m.idle, 1);
+        assert_eq!((m.idle, m.dormant, m.down), (1, 0, 1));
+        assert_eq!(m.rooms[1].personas[1].condition, Condition::Failed);
     }
 
     #[test]

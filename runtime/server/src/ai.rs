@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use mindfleet_core::ai::AiQuery;
+use mindfleet_core::ai::{AiQuery, Condition, condition};
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
 use mindfleet_core::team::{Unavailable, activity_map, availability, health, suitability};
@@ -26,6 +26,7 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
             "personas": dump.personas.iter().map(|p| json!({
                 "name": p.name,
                 "status": p.status,
+                "condition": condition(p),
                 "self_state": p.self_state,
                 "inbox": p.inbox.len,
                 "in_flight": p.in_flight,
@@ -86,8 +87,7 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
             json!({ "recoveries": r })
         }
         AiQuery::Memory { persona } => serde_json::to_value(storage.long_term(persona, 20)?).unwrap_or(Value::Null),
-        AiQuery::Health => serde_json::to_value(health(dump.personas.iter().filter_map(|p| p.self_state.as_ref())))
-            .unwrap_or(Value::Null),
+        AiQuery::Health => serde_json::to_value(health(&dump.personas)).unwrap_or(Value::Null),
         AiQuery::Availability { .. } => {
             let all: Vec<_> = dump.personas.iter().map(availability).collect();
             let free: Vec<&str> = all.iter().filter(|a| a.available).map(|a| a.persona.as_str()).collect();
@@ -103,16 +103,20 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
 }
 
 /// The personas that can take a task, most suited first; a persona that is down or dormant is
-/// never ranked, only listed with why.
+/// never ranked, only listed with why (the same [`condition`] the badge and health read).
 fn select_for_task(dump: &FleetDump, domain: &str, priority: f64, text: &str) -> Value {
     let mut ranked: Vec<(f64, &str)> = Vec::new();
     let mut unavailable = Vec::new();
     for p in &dump.personas {
-        let out: Vec<Unavailable> = availability(p).reasons.into_iter().filter(|r| r.rules_out()).collect();
-        match (&p.self_state, out.is_empty()) {
-            (Some(s), true) => ranked.push((suitability(s, &p.domains, domain, priority, text), p.name.as_str())),
-            (None, true) => unavailable.push(json!({"persona": p.name, "reasons": [Unavailable::Starting]})),
-            (_, false) => unavailable.push(json!({"persona": p.name, "reasons": out})),
+        let a = availability(p);
+        match &p.self_state {
+            Some(s) if !a.condition.down() && a.condition != Condition::Dormant => {
+                ranked.push((suitability(s, &p.domains, domain, priority, text), p.name.as_str()));
+            }
+            _ => {
+                let out: Vec<Unavailable> = a.reasons.into_iter().filter(|r| r.rules_out()).collect();
+                unavailable.push(json!({"persona": p.name, "reasons": out}));
+            }
         }
     }
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));

@@ -193,14 +193,18 @@ impl DumpBase {
             DumpDepth::Cards => (1, 0),
         };
         let calls = work.into_iter().map(|(name, actor, status, restarts, error)| async move {
-            let live = match (&actor, status) {
-                (Some(a), PersonaStatus::Running) => call_t!(a, PersonaMsg::Dump, DUMP_CALL_MS, depth).ok(),
-                _ => None,
+            // A running persona that does not answer in time is said to be unresponsive, not
+            // restarting: its supervisor has it running.
+            let (live, status) = match (&actor, status) {
+                (Some(a), PersonaStatus::Running) => match call_t!(a, PersonaMsg::Dump, DUMP_CALL_MS, depth) {
+                    Ok(d) => (Some(d), status),
+                    Err(ractor::RactorErr::Timeout) => (None, PersonaStatus::Unresponsive),
+                    Err(_) => (None, PersonaStatus::Restarting),
+                },
+                (_, PersonaStatus::Running) => (None, PersonaStatus::Restarting),
+                _ => (None, status),
             };
-            let mut d = live.unwrap_or_else(|| {
-                let status = if status == PersonaStatus::Running { PersonaStatus::Restarting } else { status };
-                PersonaDump::placeholder(&name, status, restarts, error.clone())
-            });
+            let mut d = live.unwrap_or_else(|| PersonaDump::placeholder(&name, status, restarts, error.clone()));
             d.actors.persona.restarts = restarts;
             if d.actors.persona.last_error.is_none() {
                 d.actors.persona.last_error = error;

@@ -3,10 +3,9 @@
 
 use serde::Serialize;
 
+use mindfleet_core::ai::condition;
 use mindfleet_core::dump::PersonaDump;
-use mindfleet_core::messages::PersonaStatus;
-use mindfleet_core::model::{Mood, SelfStateData};
-use mindfleet_core::team;
+use mindfleet_core::model::SelfStateData;
 
 use super::html::{escape, named, percent};
 
@@ -17,8 +16,8 @@ pub struct Card {
     pub role: String,
     /// The node it runs on, in a fleet across nodes.
     pub node: Option<String>,
-    /// `thinking`, `working`, `idle`, `overloaded`, `dormant`, `failed`, `restarting`,
-    /// `starting`, `stopped` or `unreachable` ([`status_of`]).
+    /// `thinking`, `working`, `focused`, `idle`, `overloaded`, `dormant`, `failed`,
+    /// `restarting`, `starting`, `stopped` or `unreachable` ([`status_of`]).
     pub status: &'static str,
     /// Cognitive load, 0..=1 (the badge's colour).
     pub load: f64,
@@ -39,27 +38,10 @@ pub struct Card {
     pub html: String,
 }
 
-/// The status badge of a persona: its supervisor's word when it is not running, else dormant,
-/// overloaded, working on a plan, thinking (an event in hand, no plan running yet), or idle.
+/// The status badge of a persona: its [`condition`], the one rule health, availability and the
+/// activity map read too.
 pub fn status_of(p: &PersonaDump) -> &'static str {
-    match p.status {
-        PersonaStatus::Failed => return "failed",
-        PersonaStatus::Restarting => return "restarting",
-        PersonaStatus::Starting => return "starting",
-        PersonaStatus::Stopped => return "stopped",
-        PersonaStatus::Unreachable => return "unreachable",
-        PersonaStatus::Running => {}
-    }
-    let Some(s) = &p.self_state else { return "starting" };
-    if s.dormant {
-        "dormant"
-    } else if team::overloaded(s) || s.mood == Mood::Overwhelmed {
-        "overloaded"
-    } else if p.in_flight.is_some() {
-        if p.plan.as_ref().is_some_and(|r| r.finished_us.is_none()) { "working" } else { "thinking" }
-    } else {
-        "idle"
-    }
+    condition(p).as_str()
 }
 
 pub fn card(p: &PersonaDump) -> Card {

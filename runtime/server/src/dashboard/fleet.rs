@@ -20,11 +20,14 @@ pub(super) const COST_PERSONAS: usize = 8;
 /// The fleet as a whole: health, the scheduler's classes, and the supervision tree.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetView {
-    /// `healthy`, `reduce_load` or `assign_work`, with the counts it comes from.
+    /// `healthy`, `reduce_load`, `assign_work` or `nobody_awake`, with the counts it comes
+    /// from (`ai health`'s, from the personas' conditions, as their badges).
     pub recommendation: String,
     pub overloaded: usize,
     pub idle: usize,
+    pub busy: usize,
     pub dormant: usize,
+    pub down: usize,
     pub average_capacity: f64,
     /// Per class, highest first: (class, queued, running, deadline misses).
     pub classes: Vec<(&'static str, usize, usize, u64)>,
@@ -57,14 +60,16 @@ pub struct Supervised {
 
 /// The fleet view of a dump, with the scheduler's cost report (asked with a timeline).
 pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
-    let h = team::health(d.personas.iter().filter_map(|p| p.self_state.as_ref()));
+    let h = team::health(&d.personas);
     let s = &d.scheduler;
     let class = |name, c: &mindfleet_core::sched::ClassStats| (name, c.queued, c.running, c.deadline_misses);
     FleetView {
         recommendation: named(&h.recommendation).to_lowercase(),
         overloaded: h.overloaded,
         idle: h.idle,
+        busy: h.busy,
         dormant: h.dormant,
+        down: h.down,
         average_capacity: h.average_capacity,
         classes: vec![
             class("urgent", &s.urgent),
@@ -200,7 +205,7 @@ pub fn render_fleet(f: &FleetView) -> String {
     format!(
         concat!(
             r#"<section id="fleet" aria-label="fleet"><h2>Fleet</h2>"#,
-            r#"<p class="health" data-recommendation="{rec}"><b>{rec}</b> <small>{over} overloaded, {idle} idle, {dormant} dormant, "#,
+            r#"<p class="health" data-recommendation="{rec}"><b>{rec}</b> <small>{over} overloaded, {busy} busy, {idle} idle, {dormant} dormant, {down} down, "#,
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
@@ -211,7 +216,9 @@ pub fn render_fleet(f: &FleetView) -> String {
         rec = e(&f.recommendation),
         over = f.overloaded,
         idle = f.idle,
+        busy = f.busy,
         dormant = f.dormant,
+        down = f.down,
         cap = percent(f.average_capacity),
         classes = classes,
         misses = f.deadline_misses,
