@@ -13,7 +13,7 @@ use mindfleet_core::model::{Consolidation, Eviction, Knowledge, SelfStateData, S
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
 
-use crate::{Forward, ForwardQueue, InboxRestore, StorageError, Target};
+use crate::{Forward, ForwardQueue, InboxRestore, Reopened, StorageError, Target};
 
 pub(crate) enum Op {
     Inject {
@@ -55,6 +55,8 @@ pub(crate) enum Op {
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
     LoadMemory(Arc<str>, oneshot::Sender<Vec<WmEntry>>),
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
+    /// Makes a finished delivery pending again (a room's turn passed to its persona).
+    Reopen(Arc<str>, u64, oneshot::Sender<Result<Reopened, StorageError>>),
     Stats(oneshot::Sender<StorageStats>),
     Flush(oneshot::Sender<()>),
     /// Commit what came before, then stop the writer (it drops its database handle).
@@ -94,6 +96,7 @@ impl Op {
             | Op::LoadSelfState(..)
             | Op::LoadMemory(..)
             | Op::LoadInbox(..)
+            | Op::Reopen(..)
             | Op::Stats(_)
             | Op::Flush(_)
             | Op::Close(_) => return None,
