@@ -174,7 +174,7 @@ impl Actor for FleetSupervisor {
         let c = args.config.coordination;
         let rooms = args.cluster.as_ref().map(|c| c.rooms.clone());
         let coordinator = mindfleet_actors::coordinator::spawn(
-            CoordinatorArgs { responders: c.responders, window: c.window, rooms },
+            CoordinatorArgs { responders: c.responders, window: c.window, hold: c.hold, rooms },
             Some(me.clone()),
         )
         .await?;

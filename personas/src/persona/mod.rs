@@ -76,6 +76,7 @@ mod plan;
 mod remembering;
 mod steps;
 mod studying;
+mod turns;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
 pub(crate) use own::Own;

@@ -201,6 +201,9 @@ pub struct CoordinationConfig {
     pub responders: usize,
     /// How long claims are collected when not every persona's answer is awaited.
     pub window: Duration,
+    /// How long the holder of a turn has to report its reply before the turn passes on (a
+    /// holder whose actor stopped loses it at once).
+    pub hold: Duration,
 }
 
 #[derive(Debug, Clone)]
