@@ -24,3 +24,4 @@ mod rag;
 mod refs;
 mod study;
 mod supervision;
+mod turns;

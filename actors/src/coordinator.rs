@@ -145,3 +145,5 @@ pub async fn spawn(args: CoordinatorArgs, supervisor: Option<ActorCell>) -> Resu
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod props;
