@@ -141,6 +141,7 @@ struct Sim {
     queue: BinaryHeap<Reverse<(u64, u64)>>,
     events: Vec<Option<Ev>>,
     posted: Vec<usize>,
+    /// Turns granted to a persona that did not want them.
     assigned: u32,
 }
 
@@ -195,10 +196,12 @@ impl Sim {
     /// Sends what the coordinator answered (in order, 1 ms later) and sets its timers.
     fn flush(&mut self) {
         for (c, turn) in std::mem::take(&mut self.turns.answers) {
-            if turn.assigned {
+            let p: usize = c.persona[1..].parse().unwrap();
+            // Given to a persona that did not want it (a turn passed on to a wanting one is
+            // answered as given too, and is fine).
+            if turn.granted && !self.personas[p].wants {
                 self.assigned += 1;
             }
-            let p: usize = c.persona[1..].parse().unwrap();
             let inc: u32 = c.room.parse().unwrap();
             self.at(1, Ev::Turn { p, inc, turn });
         }
@@ -268,6 +271,7 @@ impl Sim {
                     persona: format!("p{p}").into(),
                     posted,
                     why: "plan failed".into(),
+                    redundant: false,
                 };
                 match outcome {
                     Outcome::Post => {
