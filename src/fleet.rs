@@ -35,6 +35,7 @@ use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_models::fetch;
 use mindfleet_models::llm::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
+use mindfleet_personas::redundancy::Redundancy;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_server::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_server::http::{self, HttpState};
@@ -111,6 +112,10 @@ impl FleetState {
                 index,
                 embedding: self.embedding.clone(),
                 config: self.config.conversation,
+            }),
+            redundancy: Some(Redundancy {
+                embedding: self.embedding.clone(),
+                threshold: self.config.coordination.redundancy_threshold,
             }),
         }
     }

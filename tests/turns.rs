@@ -109,3 +109,55 @@ async fn a_holder_that_cannot_post_its_reply_passes_the_turn_on() {
     assert_eq!(taken.by, "coordinator/assigned");
     fleet.shutdown(DEADLINE).await;
 }
+
+/// Three personas that all know rollouts: a persona's reply on one draws a reply from another.
+const KEEN: &str = r#"
+[[persona]]
+name = "ada"
+role = "release engineer"
+rooms = ["team"]
+expertise = ["rollout", "deploy", "status"]
+
+[[persona]]
+name = "bob"
+role = "release engineer"
+rooms = ["team"]
+expertise = ["rollout", "deploy", "status"]
+
+[[persona]]
+name = "cyd"
+role = "release engineer"
+rooms = ["team"]
+expertise = ["rollout", "deploy", "status"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persona_reply_that_repeats_the_reply_it_answers_is_withheld_and_journaled_as_redundant() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(KEEN)).await;
+    let mut e = chat("team", "alice", "what is the status of the rollout and the deploy?");
+    e.id = Some("status-1".into());
+    fleet.inject(e).await.unwrap();
+    let first = reply_to(&fleet, "status-1").await;
+    // The first reply goes to the two others; the one that takes it up drafts "I'll take it from
+    // here" on it, which says again what the first said: withheld.
+    let withheld = poll("a draft on the first reply withheld as redundant", || async {
+        let storage = fleet.storage.clone();
+        let all = tokio::task::spawn_blocking(move || storage.all_decisions()).await.unwrap().unwrap();
+        all.into_iter().find(|(_, d)| d.event_id == first.event_id && d.by == "redundancy/redundant")
+    })
+    .await;
+    let (who, d) = withheld;
+    assert_ne!(who, first.persona);
+    assert_eq!(d.verdict, Verdict::Ignore);
+    let repeats = format!("redundant: the draft repeats {}'s reply {}", first.persona, first.event_id);
+    assert!(d.reason.contains(&repeats), "{}", d.reason);
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let dump = dump(&fleet).await;
+    let answers: Vec<&str> =
+        dump.outbox.iter().filter(|o| o.in_reply_to == first.event_id).map(|o| o.text.as_str()).collect();
+    assert!(answers.is_empty(), "nothing posted on the first reply: {answers:?}");
+    assert_eq!(dump.outbox.iter().filter(|o| o.in_reply_to == "status-1").count(), 1);
+    fleet.shutdown(DEADLINE).await;
+}

@@ -144,6 +144,6 @@ pub async fn spawn(args: CoordinatorArgs, supervisor: Option<ActorCell>) -> Resu
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod props;
+#[cfg(test)]
+mod tests;

@@ -79,7 +79,8 @@ async fn a_claim_sent_again_gets_the_same_answer_and_counts_once() {
     let other = bob_turns.recv().await.unwrap();
     assert!(!other.granted, "{other:?}");
     assert_eq!(other.reason, "redundant: ada has the turn");
-    let report = TurnReport { event_id: "e1".into(), persona: "ada".into(), posted: true, why: String::new() };
+    let report =
+        TurnReport { event_id: "e1".into(), persona: "ada".into(), posted: true, why: String::new(), redundant: false };
     coordinator.cast(CoordinatorMsg::Report(report)).unwrap();
     let stats = call_t!(coordinator, CoordinatorMsg::Stats, 1000).unwrap();
     assert_eq!((stats.messages, stats.answered_by_one, stats.redundant), (1, 1, 1), "{stats:?}");
@@ -117,7 +118,8 @@ async fn a_holder_whose_actor_stops_loses_the_turn_to_the_next_claimant() {
     assert_eq!(passed.retake, Some(mindfleet_core::messages::Retake { seq: 7, audience: 2 }));
     let stats = call_t!(coordinator, CoordinatorMsg::Stats, 1000).unwrap();
     assert_eq!((stats.messages, stats.answered_by_one, stats.passed), (1, 0, 1), "{stats:?}");
-    let report = TurnReport { event_id: "e1".into(), persona: "bob".into(), posted: true, why: String::new() };
+    let report =
+        TurnReport { event_id: "e1".into(), persona: "bob".into(), posted: true, why: String::new(), redundant: false };
     coordinator.cast(CoordinatorMsg::Report(report)).unwrap();
     let stats = call_t!(coordinator, CoordinatorMsg::Stats, 1000).unwrap();
     assert_eq!((stats.answered_by_one, stats.efficiency), (1, 1.0), "{stats:?}");
@@ -159,7 +161,7 @@ mod rules {
     }
 
     fn report(name: &str, posted: bool) -> TurnReport {
-        TurnReport { event_id: "e1".into(), persona: name.into(), posted, why: "plan failed".into() }
+        TurnReport { event_id: "e1".into(), persona: name.into(), posted, why: "plan failed".into(), redundant: false }
     }
 
     #[test]
@@ -297,5 +299,20 @@ mod rules {
         assert_eq!(again[0].1.reason, "it holds the turn: most confident claim (0.90)");
         t.check("e1", now, |_| true);
         assert!(answers(&mut t).is_empty());
+    }
+
+    #[test]
+    fn a_holder_whose_draft_repeats_the_thread_does_not_pass_the_turn_on() {
+        let (mut t, now) = (turns(), Instant::now());
+        t.claim(claim("ada", true, 0.9, 0.5, 2, false), now);
+        t.claim(claim("bob", true, 0.4, 0.5, 2, false), now);
+        answers(&mut t);
+        let mut r = report("ada", false);
+        r.redundant = true;
+        t.report(r, now);
+        t.check("e1", now + Duration::from_secs(60), |_| true);
+        t.claim(claim("cyd", true, 0.9, 0.5, 2, false), now);
+        let after = answers(&mut t);
+        assert!(after.iter().all(|(_, turn)| !turn.granted), "the next one would repeat it too: {after:?}");
     }
 }

@@ -69,6 +69,8 @@ struct Decided {
     counted: Option<usize>,
     /// A check of its holders is due.
     checking: bool,
+    /// A holder's draft repeated a reply posted to the thread: the turn does not pass on.
+    redundant: bool,
 }
 
 /// Orders claims: mentioned first, then wanting, the more confident, the more suitable, by name.
@@ -172,6 +174,7 @@ impl Turns {
             lost: Vec::new(),
             counted: None,
             checking: false,
+            redundant: false,
         };
         let mentioned = claims.iter().take_while(|c| c.mentioned).count();
         let granted =
@@ -269,7 +272,7 @@ impl Turns {
         } else if d.posted.contains(&c.persona) {
             self.answer(&c, false, false, "it answered already".into(), None);
         } else {
-            let open = d.holders.is_empty() && d.posted.is_empty();
+            let open = d.holders.is_empty() && d.posted.is_empty() && !d.redundant;
             let can_take = c.mentioned || c.wants || (d.human && c.suitability > 0.0);
             d.candidates.retain(|x| x.persona != c.persona);
             if c.mentioned || (open && can_take) {
@@ -299,7 +302,7 @@ impl Turns {
     }
 
     /// A persona finished an event it held the turn of: a reply posted, or none (the turn
-    /// passes on).
+    /// passes on, unless the draft repeated a reply posted to the thread).
     pub(crate) fn report(&mut self, r: TurnReport, now: Instant) {
         let Some(d) = self.decided.get_mut(&r.event_id) else { return };
         match d.holders.iter().position(|h| h.claim.persona == r.persona) {
@@ -308,6 +311,7 @@ impl Turns {
                 if r.posted {
                     d.posted.push(r.persona);
                 } else {
+                    d.redundant |= r.redundant;
                     d.lost.push(format!("{} could not answer: {}", r.persona, r.why));
                 }
             }
@@ -357,7 +361,7 @@ impl Turns {
     /// human's message, the most suitable one that can take it).
     fn pass_if_open(&mut self, id: &str, now: Instant) {
         let Some(mut d) = self.decided.remove(id) else { return };
-        if d.holders.is_empty() && d.posted.is_empty() && !d.lost.is_empty() {
+        if d.holders.is_empty() && d.posted.is_empty() && !d.lost.is_empty() && !d.redundant {
             let next = d
                 .candidates
                 .iter()

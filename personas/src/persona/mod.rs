@@ -112,6 +112,8 @@ pub struct PersonaArgs {
     pub enricher: Option<Arc<Enricher>>,
     /// Conversation memory, when it is on.
     pub conversation: Option<ConversationArgs>,
+    /// The redundancy check of drafts before they are posted (none: every draft is posted).
+    pub redundancy: Option<crate::redundancy::Redundancy>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that

@@ -47,6 +47,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         index: None,
         enricher: None,
         conversation: None,
+        redundancy: None,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

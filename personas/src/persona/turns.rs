@@ -1,6 +1,7 @@
 //! The persona's side of a room's turn beyond its claim: the report of a turn it held (a reply
-//! posted, or none, so that the turn passes on), and a turn that passed to it after it had
-//! finished the event (it takes the event up again).
+//! posted, or none, so that the turn passes on), a turn that passed to it after it had
+//! finished the event (it takes the event up again), and the redundancy check of its draft
+//! before it is posted (see [`crate::redundancy`]).
 
 use std::time::Duration;
 
@@ -8,10 +9,15 @@ use mindfleet_core::messages::{CoordinatorMsg, Turn, TurnReport};
 use mindfleet_core::model::Verdict;
 use mindfleet_store::Reopened;
 
+use crate::gate::GateDecision;
 use crate::inbox::InboxMsg;
+use crate::redundancy;
 
 use super::PersonaState;
-use super::phase::{Gated, PlanEnd};
+use super::phase::{Gated, PlanEnd, Work};
+
+/// The adapter a draft withheld as redundant is journaled by (`redundancy/redundant`).
+const REDUNDANCY: &str = "redundancy";
 
 /// How often a passed turn asks storage again for a delivery whose finish is not committed yet.
 const REOPEN_TRIES: u32 = 20;
@@ -24,12 +30,13 @@ impl PersonaState {
     /// passes to the next claimant). Only such events report: on the others it held no turn.
     pub(super) fn report_turn(&self, gated: &Gated, plan: Option<&PlanEnd>, reason: &str) {
         let d = &gated.seen.delivery;
-        if d.audience <= 1 || d.event.persona.is_some() || gated.gate.verdict != Verdict::Engage {
+        if d.audience <= 1 || d.event.persona.is_some() || (gated.gate.verdict != Verdict::Engage && plan.is_none()) {
             return;
         }
         let posted = plan.is_some_and(|end| end.reply.is_some());
         let why = if posted { String::new() } else { format!("no reply posted ({reason})") };
-        let report = TurnReport { event_id: d.event.id.clone(), persona: self.name.clone(), posted, why };
+        let redundant = gated.gate.adapter == REDUNDANCY;
+        let report = TurnReport { event_id: d.event.id.clone(), persona: self.name.clone(), posted, why, redundant };
         let _ = self.args.coordinator.cast(CoordinatorMsg::Report(report));
     }
 
@@ -66,5 +73,33 @@ impl PersonaState {
             }
             tracing::warn!(persona = %name, event = %t.event_id, "a passed turn could not be taken up: the delivery is not finished or gone");
         });
+    }
+
+    /// The redundancy check of the draft about to be posted (the hook is in the `post_reply`
+    /// step): a draft that repeats a reply already posted to its thread is withheld, and the
+    /// decision says `ignore` by `redundancy/redundant` with the reply it repeats. A check that
+    /// cannot run (no embedding model) lets the draft through, with a note saying why.
+    pub(super) async fn withheld_as_redundant(&mut self, f: &mut Work) -> bool {
+        let (Some(r), Some(draft)) = (self.args.redundancy.clone(), f.draft.clone()) else { return false };
+        match redundancy::check(&r, &self.args.storage, f.event(), &draft).await {
+            Ok(None) => false,
+            Ok(Some(repeat)) => {
+                let reason = repeat.reason(r.threshold);
+                tracing::info!(persona = %self.name, event = %f.event().id, %reason, "draft withheld");
+                f.gated.gate = GateDecision {
+                    verdict: Verdict::Ignore,
+                    adapter: REDUNDANCY,
+                    rule: "redundant",
+                    threshold: r.threshold,
+                    score: repeat.similarity,
+                    note: reason,
+                };
+                true
+            }
+            Err(why) => {
+                f.notes.push(format!("redundancy check skipped: {why}"));
+                false
+            }
+        }
     }
 }

@@ -95,6 +95,10 @@ pub struct TurnReport {
     pub posted: bool,
     /// Why it did not post (the decision's reason).
     pub why: String,
+    /// It did not post because its draft repeats a reply already posted to the thread: the turn
+    /// does not pass on (the next claimant would repeat it too).
+    #[serde(default)]
+    pub redundant: bool,
 }
 
 /// The coordinator's messages.
