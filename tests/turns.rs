@@ -161,3 +161,26 @@ async fn a_persona_reply_that_repeats_the_reply_it_answers_is_withheld_and_journ
     assert_eq!(dump.outbox.iter().filter(|o| o.in_reply_to == "status-1").count(), 1);
     fleet.shutdown(DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_personas_a_person_names_both_answer_though_their_replies_are_alike() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(KEEN)).await;
+    // bob drafts after ada posted: its draft is checked against ada's reply (and not withheld).
+    let slow = FaultWhen::SlowAction { action: Action::DraftReply, ms: 1000, times: 1 };
+    fleet.fault("bob", fault(slow)).await.unwrap();
+    let mut e = chat("team", "alice", "@ada @bob what is the status of the rollout?");
+    e.id = Some("both-1".into());
+    fleet.inject(e).await.unwrap();
+    let both = poll("both named personas' replies", || async {
+        let d = dump(&fleet).await;
+        let mut who: Vec<String> =
+            d.outbox.iter().filter(|o| o.in_reply_to == "both-1").map(|o| o.persona.clone()).collect();
+        who.sort();
+        (who.len() == 2).then_some(who)
+    })
+    .await;
+    assert_eq!(both, ["ada", "bob"]);
+    fleet.shutdown(DEADLINE).await;
+}

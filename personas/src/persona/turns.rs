@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use mindfleet_core::event::SenderKind;
 use mindfleet_core::messages::{CoordinatorMsg, Turn, TurnReport};
 use mindfleet_core::model::Verdict;
 use mindfleet_store::Reopened;
@@ -78,8 +79,14 @@ impl PersonaState {
     /// The redundancy check of the draft about to be posted (the hook is in the `post_reply`
     /// step): a draft that repeats a reply already posted to its thread is withheld, and the
     /// decision says `ignore` by `redundancy/redundant` with the reply it repeats. A check that
-    /// cannot run (no embedding model) lets the draft through, with a note saying why.
+    /// cannot run (no embedding model) lets the draft through, with a note saying why. A person
+    /// who named this persona (a mention, a directed message) gets its answer unchecked.
     pub(super) async fn withheld_as_redundant(&mut self, f: &mut Work) -> bool {
+        let e = f.event();
+        let named = e.mentions.iter().any(|m| **m == *self.name) || e.persona.as_deref() == Some(&*self.name);
+        if e.sender_kind == SenderKind::Human && named {
+            return false;
+        }
         let (Some(r), Some(draft)) = (self.args.redundancy.clone(), f.draft.clone()) else { return false };
         match redundancy::check(&r, &self.args.storage, f.event(), &draft).await {
             Ok(None) => false,
