@@ -9,6 +9,7 @@ pub mod embed;
 pub mod index;
 pub mod llm;
 pub mod rag_eval;
+pub mod redundancy;
 pub mod refs_eval;
 pub mod replay;
 pub mod study;

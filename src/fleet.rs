@@ -35,6 +35,7 @@ use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_models::fetch;
 use mindfleet_models::llm::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
+use mindfleet_personas::redundancy::Redundancy;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
 use mindfleet_server::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_server::http::{self, HttpState};
@@ -113,6 +114,10 @@ impl FleetState {
                 config: self.config.conversation,
             }),
             embedding: Some(self.embedding.clone()),
+            redundancy: Some(Redundancy {
+                embedding: self.embedding.clone(),
+                threshold: self.config.coordination.redundancy_threshold,
+            }),
         }
     }
 
@@ -175,7 +180,7 @@ impl Actor for FleetSupervisor {
         let c = args.config.coordination;
         let rooms = args.cluster.as_ref().map(|c| c.rooms.clone());
         let coordinator = mindfleet_actors::coordinator::spawn(
-            CoordinatorArgs { responders: c.responders, window: c.window, rooms },
+            CoordinatorArgs { responders: c.responders, window: c.window, hold: c.hold, rooms },
             Some(me.clone()),
         )
         .await?;

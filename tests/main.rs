@@ -28,3 +28,4 @@ mod refs;
 mod signals;
 mod study;
 mod supervision;
+mod turns;

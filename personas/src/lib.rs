@@ -20,6 +20,7 @@ pub mod inbox;
 pub mod memory;
 pub mod mind;
 pub mod persona;
+pub mod redundancy;
 pub mod self_state;
 pub mod study;
 mod words;

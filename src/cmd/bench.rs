@@ -130,6 +130,12 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// The redundancy check's threshold: the labelled pairs of bench/redundancy embedded with the
+    /// real MiniLM; the threshold with the best F1, its precision and recall.
+    Redundancy {
+        #[command(flatten)]
+        out: Json,
+    },
     /// Embeddings per second (batch 1, 8, 32; sentences and code), the shared worker under 100
     /// callers, and sentence-transformers on the same inputs as the peer.
     Embed {
@@ -316,6 +322,12 @@ pub fn run(Args { which }: Args) -> ExitCode {
             };
             print_figures(r, out.json)
         }),
+        Which::Redundancy { out } => {
+            let r = fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))
+                .map_err(anyhow::Error::from)
+                .and_then(|dir| bench::redundancy::redundancy(&dir));
+            print_figures(r, out.json)
+        }
         Which::Chaos { rounds, seed, clients, disk_full, out } => block_on(async move {
             let seed = seed.unwrap_or_else(bench::chaos::clock_seed);
             let options = bench::chaos::Options { rounds, seed, clients, disk_full };

@@ -43,6 +43,8 @@ pub(super) struct DeferBook {
     taking: Option<TakingUp>,
     /// When the timer for the next stale one is due, if one is set.
     pub due: Option<i64>,
+    /// One a room's turn passed to: taken up next, whatever the focus.
+    passed: Option<u64>,
 }
 
 impl DeferBook {
@@ -75,16 +77,32 @@ impl DeferBook {
         self.items.iter().find(|(_, (_, p))| p.event_id == last.event_id).map(|(s, _)| *s)
     }
 
+    pub fn holds(&self, seq: u64) -> bool {
+        self.items.contains_key(&seq)
+    }
+
+    /// The one to take up now: one a turn passed to, else the most urgent, when the persona is
+    /// `free` (its focus over).
+    fn pick(&self, free: bool) -> Option<u64> {
+        self.passed.filter(|s| self.items.contains_key(s)).or_else(|| self.next().filter(|_| free))
+    }
+
     pub fn taking(&self, seq: u64) -> Option<&TakingUp> {
         self.taking.as_ref().filter(|t| t.seq == seq)
     }
 }
 
 impl PersonaState {
-    /// Whether the persona is free to take a deferred event up: nothing in hand, awake, and
-    /// its focus over.
-    fn free_to_take_up(&self) -> bool {
-        !self.busy() && !self.snapshot.dormant && self.snapshot.focus.activity == "idle"
+    /// Whether the persona's focus is over and it is awake: free to take a deferred event up.
+    fn focus_over(&self) -> bool {
+        !self.snapshot.dormant && self.snapshot.focus.activity == "idle"
+    }
+
+    /// A shared room's turn passed to this persona for an event it deferred: it takes it up as
+    /// soon as nothing is in hand, whatever its focus (the room waits on it).
+    pub(super) fn take_up_passed(&mut self, seq: u64) {
+        self.deferrals.passed = Some(seq);
+        self.tend_deferred();
     }
 
     /// Drops what went stale, then, when the persona is free, asks the scheduler for a `work`
@@ -105,10 +123,10 @@ impl PersonaState {
             self.drop_deferred(seq, why);
         }
         self.wake_when_stale(now, ttl.as_micros() as i64);
-        let Some(seq) = self.deferrals.next() else { return };
-        if self.deferrals.task.is_some() || self.deferrals.taking.is_some() || !self.free_to_take_up() {
+        if self.deferrals.task.is_some() || self.deferrals.taking.is_some() || self.busy() {
             return;
         }
+        let Some(seq) = self.deferrals.pick(self.focus_over()) else { return };
         let priority = self.deferrals.items[&seq].1.priority;
         let t = self.own_task(Class::Work, priority, "take_up");
         self.deferrals.task = Some(t.id);
@@ -134,10 +152,13 @@ impl PersonaState {
         if g.outcome.holds_slot() {
             self.args.scheduler.done(g.task);
         }
-        if !self.free_to_take_up() {
+        if self.busy() {
             return;
         }
-        let Some(seq) = self.deferrals.next() else { return };
+        let Some(seq) = self.deferrals.pick(self.focus_over()) else { return };
+        if self.deferrals.passed == Some(seq) {
+            self.deferrals.passed = None;
+        }
         let (d, p) = self.deferrals.items[&seq].clone();
         tracing::info!(persona = %self.name, event = %d.event.id, "taking up a deferred event");
         self.deferrals.taking = Some(TakingUp { seq, since_us: p.created_us });
@@ -188,6 +209,9 @@ impl PersonaState {
     pub(super) fn taken_up(&mut self, seq: u64) {
         if self.deferrals.taking.as_ref().is_some_and(|t| t.seq == seq) {
             self.deferrals.taking = None;
+        }
+        if self.deferrals.passed == Some(seq) {
+            self.deferrals.passed = None;
         }
         if self.deferrals.items.remove(&seq).is_some() {
             self.publish_preoccupations();

@@ -208,7 +208,7 @@ impl PersonaState {
                 return;
             }
             let id = d.event.id.clone();
-            self.phase = Phase::Waiting { gated, claim };
+            self.phase = Phase::Waiting { gated, claim: Box::new(claim) };
             if gone {
                 self.go_on_alone(&id);
                 return;
@@ -248,6 +248,7 @@ impl PersonaState {
             audience: if self.deferrals.taking(d.seq).is_some() { 1 } else { d.audience },
             from_human: e.sender_kind == SenderKind::Human,
             retry: 0,
+            seq: d.seq,
         }
     }
 
@@ -273,12 +274,12 @@ impl PersonaState {
         let Some((gated, _)) = self.phase.waiting_mut(event_id) else { return };
         let granted = gated.wants();
         let reason = "no coordinator answered: the persona's own verdict".into();
-        self.on_turn(Turn { event_id: event_id.to_string(), granted, assigned: false, reason });
+        self.on_turn(Turn { event_id: event_id.to_string(), granted, assigned: false, reason, retake: None });
     }
 
     /// The coordinator's answer: go ahead, stay silent, or take a message nobody claimed.
     pub(super) fn on_turn(&mut self, t: Turn) {
-        let Some(gated) = self.phase.take_waiting(&t.event_id) else { return };
+        let Some(gated) = self.phase.take_waiting(&t.event_id) else { return self.on_passed_turn(t) };
         match gated.turn(&t) {
             (gated, true) => self.engage(gated),
             (gated, false) => self.finish(gated, None),
@@ -312,6 +313,7 @@ impl PersonaState {
     /// and memory, and asks for the next event.
     pub(super) fn finish(&mut self, gated: Gated, plan: Option<PlanEnd>) {
         let mut decision = self.decision(&gated, plan.as_ref());
+        self.report_turn(&gated, plan.as_ref(), &decision.reason);
         let Gated { seen: Seen { delivery: d, backlog, priority: p, .. }, gate } = gated;
         let e = &d.event;
         let failed = plan.as_ref().is_some_and(|end| end.failed);

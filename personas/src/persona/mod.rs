@@ -77,6 +77,7 @@ mod plan;
 mod remembering;
 mod steps;
 mod studying;
+mod turns;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
 use deferrals::DeferBook;
@@ -115,6 +116,8 @@ pub struct PersonaArgs {
     pub conversation: Option<ConversationArgs>,
     /// The fleet's embedding worker: long-term memory is recalled by meaning through it.
     pub embedding: Option<ActorRef<EmbedMsg>>,
+    /// The redundancy check of drafts before they are posted (none: every draft is posted).
+    pub redundancy: Option<crate::redundancy::Redundancy>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that

@@ -55,8 +55,9 @@ pub(super) enum Phase {
     /// Decided; a shared room's coordinator has not granted its turn yet.
     Waiting {
         gated: Gated,
-        /// The claim, to send again while its answer is overdue.
-        claim: Claim,
+        /// The claim, to send again while its answer is overdue (boxed: the largest phase
+        /// otherwise).
+        claim: Box<Claim>,
     },
     /// Engaged: recalling long-term memory (off the persona's loop) before the plan.
     Recalling { gated: Gated },
@@ -178,7 +179,8 @@ impl Gated {
     /// or the coordinator's when it assigned the event), `false` to finish (silent, the
     /// coordinator's "redundant" when the persona wanted it).
     pub fn turn(mut self, t: &Turn) -> (Gated, bool) {
-        let wants = self.wants();
+        // A turn the coordinator gave (nobody claimed it, or it passed on) says why.
+        let wants = self.wants() && !t.assigned;
         let coordinated = |gate: &GateDecision, verdict, rule| GateDecision {
             verdict,
             adapter: "coordinator",
@@ -297,7 +299,7 @@ impl Phase {
     /// The event `event_id` waiting for its turn, and its claim.
     pub fn waiting_mut(&mut self, event_id: &str) -> Option<(&Gated, &mut Claim)> {
         match self {
-            Phase::Waiting { gated, claim } if gated.seen.delivery.event.id == event_id => Some((gated, claim)),
+            Phase::Waiting { gated, claim } if gated.seen.delivery.event.id == event_id => Some((gated, &mut **claim)),
             _ => None,
         }
     }

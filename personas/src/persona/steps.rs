@@ -57,7 +57,13 @@ impl PersonaState {
             }
             Action::NotePreoccupation => Ok(StepRun::Done(None)),
             Action::SelectReference => self.select_references(f).map(|text| StepRun::Done(Some(text))),
-            Action::PostReply => self.post_reply(f),
+            Action::PostReply => {
+                // The redundancy check (persona/turns.rs): a draft that repeats the thread is not posted.
+                if self.withheld_as_redundant(f).await {
+                    return Ok(StepRun::Done(None));
+                }
+                self.post_reply(f)
+            }
         }
     }
 

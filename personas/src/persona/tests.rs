@@ -48,6 +48,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         enricher: None,
         conversation: None,
         embedding: None,
+        redundancy: None,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

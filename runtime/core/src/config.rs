@@ -194,6 +194,10 @@ impl Default for IndexConfig {
     }
 }
 
+/// `[coordination] redundancy_threshold` by default: the best F1 on the labelled pairs of
+/// `bench/redundancy/pairs.tsv` (`mindfleet bench redundancy`, docs/BENCHMARKS.md).
+pub const REDUNDANCY_THRESHOLD: f64 = 0.624;
+
 /// Turn-taking in shared rooms.
 #[derive(Debug, Clone, Copy)]
 pub struct CoordinationConfig {
@@ -201,6 +205,12 @@ pub struct CoordinationConfig {
     pub responders: usize,
     /// How long claims are collected when not every persona's answer is awaited.
     pub window: Duration,
+    /// How long the holder of a turn has to report its reply before the turn passes on (a
+    /// holder whose actor stopped loses it at once).
+    pub hold: Duration,
+    /// A draft whose embedding's cosine similarity to a reply already posted to its thread is at
+    /// least this is withheld as redundant.
+    pub redundancy_threshold: f64,
 }
 
 #[derive(Debug, Clone)]

@@ -153,6 +153,8 @@ const KEYS: &[(&str, &str, &str, &[&str])] = &[
     ("scheduler", "budget_soft_limit", "0.5", &["\"half\"", "false"]),
     ("scheduler", "cheap_slots", "8", &["-inf", "nan", "\"8\""]),
     ("coordination", "window_ms", "300", &["300.0", "\"300\""]),
+    ("coordination", "hold_secs", "300", &["1.5", "\"5m\""]),
+    ("coordination", "redundancy_threshold", "0.9", &["\"high\"", "true"]),
     ("cluster", "rebalance", "true", &["1", "\"yes\""]),
     ("cluster", "nodes", "[\"n1\"]", &["\"n1\"", "[1]", "[[\"n1\"]]"]),
     ("embedding", "max_wait_ms", "2.0", &["\"2\"", "{}"]),

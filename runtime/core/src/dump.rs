@@ -454,6 +454,8 @@ pub struct CoordinationStats {
     pub window_ms: u64,
     /// Human messages decided.
     pub messages: u64,
+    /// Each decided human message is counted by the replies posted to it once no holder of
+    /// its turn is still out (a message whose reply is not posted yet is in none of them).
     pub answered_by_one: u64,
     pub answered_by_none: u64,
     pub answered_by_many: u64,
@@ -464,6 +466,10 @@ pub struct CoordinationStats {
     pub efficiency: f64,
     /// Decided by the window rather than by every claim being in.
     pub by_window: u64,
+    /// Turns passed on because their holder could not answer (it posted nothing, its actor
+    /// stopped, or it did not report in time).
+    #[serde(default)]
+    pub passed: u64,
 }
 
 impl CoordinationStats {
@@ -477,6 +483,7 @@ impl CoordinationStats {
         self.assigned += o.assigned;
         self.redundant += o.redundant;
         self.by_window += o.by_window;
+        self.passed += o.passed;
         self.efficiency = if self.messages == 0 { 0.0 } else { self.answered_by_one as f64 / self.messages as f64 };
     }
 }

@@ -57,6 +57,10 @@ pub struct Claim {
     pub from_human: bool,
     /// The same claim sent again because its answer was overdue (not counted again).
     pub retry: u32,
+    /// The delivery's sequence number (the persona takes it up again if the turn passes to it
+    /// after it finished the event).
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// The coordinator's answer to a claim.
@@ -64,9 +68,37 @@ pub struct Claim {
 pub struct Turn {
     pub event_id: String,
     pub granted: bool,
-    /// Granted although the persona passed: nobody claimed the message.
+    /// Given by the coordinator rather than won by the claim: the persona passed and nobody
+    /// claimed the message, or the turn passed to it from a holder that could not answer.
     pub assigned: bool,
     pub reason: String,
+    /// The turn passed to this persona after its holder could not answer: the delivery to take
+    /// up again when the persona finished the event meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retake: Option<Retake>,
+}
+
+/// A delivery a persona takes up again because the turn passed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retake {
+    pub seq: u64,
+    /// The event's audience (it claims again, and the coordinator answers that it holds the turn).
+    pub audience: u32,
+}
+
+/// What the holder of a turn reports when it finishes the event: it posted a reply or it did
+/// not (the plan failed, it ignored the event after all). A turn not posted passes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnReport {
+    pub event_id: String,
+    pub persona: Arc<str>,
+    pub posted: bool,
+    /// Why it did not post (the decision's reason).
+    pub why: String,
+    /// It did not post because its draft repeats a reply already posted to the thread: the turn
+    /// does not pass on (the next claimant would repeat it too).
+    #[serde(default)]
+    pub redundant: bool,
 }
 
 /// The coordinator's messages.
@@ -76,6 +108,11 @@ pub enum CoordinatorMsg {
     /// The claim window of an event is over.
     Decide(String),
     Stats(RpcReplyPort<CoordinationStats>),
+    /// A persona finished an event it held the turn of (or went ahead on alone).
+    Report(TurnReport),
+    /// Time to look at the holders of an event's turn: one whose actor stopped, or that has
+    /// not reported within the hold deadline, loses it.
+    Check(String),
 }
 
 /// Where a fault is injected (tests and chaos drills; needs `[admin] faults = true`).

@@ -120,6 +120,17 @@ pub struct InboxRestore {
     pub duplicates: u64,
 }
 
+/// What [`Storage::reopen`] did.
+#[derive(Debug)]
+pub enum Reopened {
+    /// Pending again: the delivery to queue.
+    Delivery(Delivery),
+    /// Still pending: its finish is not committed yet (or it was never finished).
+    StillPending,
+    /// The event is no longer stored.
+    Gone,
+}
+
 /// The first byte of a kept request that carries a persona's snapshot ([`Storage::release`]);
 /// any other is a stored event (JSON).
 pub const FORWARD_ADOPT: u8 = 0;
@@ -467,6 +478,12 @@ impl Storage {
     /// preoccupation each one keeps.
     pub async fn load_deferred(&self, persona: Arc<str>) -> Result<Vec<(Delivery, Deferral)>, StorageError> {
         self.ask(|tx| Op::LoadDeferred(persona, tx)).await
+    }
+
+    /// Makes `persona`'s finished delivery `seq` pending again, durably (a room's turn passed
+    /// to it after it finished the event): answers the delivery once committed.
+    pub async fn reopen(&self, persona: Arc<str>, seq: u64) -> Result<Reopened, StorageError> {
+        self.ask(|tx| Op::Reopen(persona, seq, tx)).await?
     }
 
     pub async fn stats(&self) -> Result<StorageStats, StorageError> {

@@ -13,7 +13,7 @@ use mindfleet_core::model::{Consolidation, Eviction, Knowledge, SelfStateData, S
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
 
-use crate::{Forward, ForwardQueue, InboxRestore, StorageError, Target};
+use crate::{Forward, ForwardQueue, InboxRestore, Reopened, StorageError, Target};
 
 pub(crate) enum Op {
     Inject {
@@ -57,6 +57,8 @@ pub(crate) enum Op {
     LoadInbox(Arc<str>, oneshot::Sender<InboxRestore>),
     /// The deliveries a persona deferred, with their preoccupations.
     LoadDeferred(Arc<str>, oneshot::Sender<Vec<(Delivery, Deferral)>>),
+    /// Makes a finished delivery pending again (a room's turn passed to its persona).
+    Reopen(Arc<str>, u64, oneshot::Sender<Result<Reopened, StorageError>>),
     Stats(oneshot::Sender<StorageStats>),
     Flush(oneshot::Sender<()>),
     /// Commit what came before, then stop the writer (it drops its database handle).
@@ -97,6 +99,7 @@ impl Op {
             | Op::LoadMemory(..)
             | Op::LoadInbox(..)
             | Op::LoadDeferred(..)
+            | Op::Reopen(..)
             | Op::Stats(_)
             | Op::Flush(_)
             | Op::Close(_) => return None,

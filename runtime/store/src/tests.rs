@@ -318,6 +318,36 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
 }
 
 #[tokio::test]
+async fn a_finished_delivery_reopened_for_a_passed_turn_is_pending_again_and_its_second_finish_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    inject(&s, "e1", "p").await.unwrap();
+    let finish = || PersonaCommit {
+        persona: "p".into(),
+        seq: 1,
+        accepted_us: 0,
+        decision: decision("e1"),
+        reply: None,
+        plan: None,
+        said: None,
+        defer: None,
+    };
+    // Not finished yet: nothing to reopen.
+    assert!(matches!(s.reopen("p".into(), 1).await.unwrap(), Reopened::StillPending));
+    s.commit(Box::new(finish()), Vec::new(), 0, Vec::new());
+    let Reopened::Delivery(d) = s.reopen("p".into(), 1).await.unwrap() else { panic!("reopened") };
+    assert_eq!((d.seq, d.event.id.as_str()), (1, "e1"));
+    // Durably: a restore finds it.
+    assert_eq!(s.load_inbox("p".into()).await.unwrap().deliveries.len(), 1);
+    s.commit(Box::new(finish()), Vec::new(), 0, Vec::new());
+    s.flush().await.unwrap();
+    assert_eq!(s.recent_decisions("p", 10).unwrap().len(), 2, "the second handling is journaled");
+    assert_eq!(s.stats().await.unwrap().stale_finishes, 0);
+    assert!(s.load_inbox("p".into()).await.unwrap().deliveries.is_empty());
+    assert!(matches!(s.reopen("p".into(), 99).await.unwrap(), Reopened::Gone));
+}
+
+#[tokio::test]
 async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
     let dir = tempfile::tempdir().unwrap();
     {

@@ -50,6 +50,7 @@ fn claim(id: &str) -> Claim {
         audience: 2,
         from_human: true,
         retry: 0,
+        seq: 1,
     }
 }
 
@@ -90,7 +91,10 @@ fn phases() -> Vec<(&'static str, Phase)> {
         ("idle", Phase::Idle),
         ("enriching", Phase::Enriching { delivery: delivery(1, "e1"), backlog: 0 }),
         ("judging", Phase::Judging { seen: seen(1, "e1"), task: 7 }),
-        ("waiting", Phase::Waiting { gated: seen(1, "e1").decided(gate(Verdict::Engage)), claim: claim("e1") }),
+        (
+            "waiting",
+            Phase::Waiting { gated: seen(1, "e1").decided(gate(Verdict::Engage)), claim: Box::new(claim("e1")) },
+        ),
         ("recalling", Phase::Recalling { gated: seen(1, "e1").decided(gate(Verdict::Engage)) }),
         ("working", working(7, 0, false)),
     ]
@@ -184,7 +188,7 @@ fn taking_an_event_out_of_its_phase_needs_its_key_and_leaves_the_phase_idle() {
     assert_eq!(p.take_judged(7).map(|s| s.backlog), Some(3));
     assert!(matches!(p, Phase::Idle));
 
-    let mut p = Phase::Waiting { gated: seen(1, "e1").decided(gate(Verdict::Ignore)), claim: claim("e1") };
+    let mut p = Phase::Waiting { gated: seen(1, "e1").decided(gate(Verdict::Ignore)), claim: Box::new(claim("e1")) };
     assert!(p.waiting_mut("e2").is_none());
     assert!(p.take_waiting("e2").is_none());
     let (_, claim) = p.waiting_mut("e1").expect("waiting for e1");
@@ -227,7 +231,7 @@ fn steps_are_over_past_the_last_step() {
 
 #[test]
 fn the_coordinator_s_turn_engages_or_finishes_and_says_who_decided() {
-    let turn = |granted| Turn { event_id: "e1".into(), granted, assigned: false, reason: "why".into() };
+    let turn = |granted| Turn { event_id: "e1".into(), granted, assigned: false, reason: "why".into(), retake: None };
     let gated = |verdict| seen(1, "e1").decided(gate(verdict));
 
     // Wanted and granted: the gate's own decision goes on.

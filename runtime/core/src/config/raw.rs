@@ -135,6 +135,8 @@ pub(super) struct RawScheduler {
 pub(super) struct RawCoordination {
     pub(super) responders: Option<Spanned<i64>>,
     pub(super) window_ms: Option<Spanned<i64>>,
+    pub(super) hold_secs: Option<Spanned<i64>>,
+    pub(super) redundancy_threshold: Option<Spanned<f64>>,
 }
 
 /// `[cluster]`: the nodes a fleet spans.

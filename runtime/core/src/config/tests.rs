@@ -243,3 +243,23 @@ fn line_col_counts_characters() {
     assert_eq!(line_col("ab\ncé\nx", 7), (3, 1));
     assert_eq!(line_col("ab\ncé", 3), (2, 1));
 }
+
+#[test]
+fn the_turn_hold_defaults_to_five_minutes_and_zero_is_refused_where_it_is() {
+    assert_eq!(parse(ONE).unwrap().coordination.hold, Duration::from_secs(300));
+    let c = parse(&format!("[coordination]\nhold_secs = 20\n{ONE}")).unwrap().coordination;
+    assert_eq!(c.hold, Duration::from_secs(20));
+    let err = parse(&format!("[coordination]\nhold_secs = 0\n{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((2, 13)), "{err}");
+    assert!(err.message.contains("hold_secs"), "{err}");
+}
+
+#[test]
+fn the_redundancy_threshold_defaults_to_its_calibration_and_is_a_cosine() {
+    assert_eq!(parse(ONE).unwrap().coordination.redundancy_threshold, REDUNDANCY_THRESHOLD);
+    let c = parse(&format!("[coordination]\nredundancy_threshold = 0.75\n{ONE}")).unwrap().coordination;
+    assert_eq!(c.redundancy_threshold, 0.75);
+    let err = parse(&format!("[coordination]\nredundancy_threshold = 1.5\n{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((2, 24)), "{err}");
+    assert!(err.message.contains("redundancy_threshold") && err.message.contains("0..=1"), "{err}");
+}

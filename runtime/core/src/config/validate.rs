@@ -310,6 +310,13 @@ impl Ctx<'_> {
         Ok(CoordinationConfig {
             responders: self.int(&c.responders, "responders", 1..=1000, 1)? as usize,
             window: Duration::from_millis(self.int(&c.window_ms, "window_ms", 1..=60_000, 300)? as u64),
+            hold: Duration::from_secs(self.int(&c.hold_secs, "hold_secs", 1..=86_400, 300)? as u64),
+            redundancy_threshold: self.float(
+                &c.redundancy_threshold,
+                "redundancy_threshold",
+                0.0..=1.0,
+                REDUNDANCY_THRESHOLD,
+            )?,
         })
     }
 

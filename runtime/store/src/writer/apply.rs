@@ -18,7 +18,7 @@ use super::journal::{deliver, mark_said, put_said};
 use super::{AfterCommit, Injected, NotCommitted, Writer};
 use crate::op::{Op, Release};
 use crate::schema::Tables;
-use crate::{FORWARD_ADOPT, Forward, InboxRestore, Target, dec, enc};
+use crate::{FORWARD_ADOPT, Forward, InboxRestore, Reopened, StorageError, Target, dec, enc};
 
 impl Writer {
     /// Applies one request inside the batch's transaction; true when it wrote anything.
@@ -99,6 +99,7 @@ impl Writer {
             Op::LoadMemory(persona, tx) => self.load_memory(t, persona, tx, after),
             Op::LoadInbox(persona, tx) => self.load_inbox(t, persona, tx, after),
             Op::LoadDeferred(persona, tx) => self.load_deferred(t, persona, tx, after),
+            Op::Reopen(persona, seq, tx) => self.on_reopen(t, persona, seq, tx, after),
             Op::Stats(tx) => {
                 let _ = tx.send(self.stats());
                 Ok(false)
@@ -298,6 +299,38 @@ impl Writer {
         self.put_decision(t, &persona, decision)?;
         self.stats.dead_letters += 1;
         Ok(true)
+    }
+
+    /// Makes a finished delivery pending again; answers once committed.
+    fn on_reopen(
+        &mut self,
+        t: &mut Tables<'_>,
+        persona: Arc<str>,
+        seq: u64,
+        tx: oneshot::Sender<Result<Reopened, StorageError>>,
+        after: &mut Vec<AfterCommit>,
+    ) -> Result<bool, redb::Error> {
+        let outcome = if t.pending.get((seq, &*persona))?.is_some() {
+            Reopened::StillPending
+        } else {
+            match t.events.get(seq)?.map(|b| dec::<Event>(b.value())).transpose()? {
+                None => Reopened::Gone,
+                Some(event) => {
+                    t.pending.insert((seq, &*persona), 0u32)?;
+                    self.pending_of.entry(persona.clone()).or_default().insert(seq);
+                    let n = t.pending_by_seq.get(seq)?.map_or(0, |g| g.value());
+                    t.pending_by_seq.insert(seq, n + 1)?;
+                    self.meta.pending += 1;
+                    Reopened::Delivery(Delivery { seq, event: Arc::new(event), crashes: 0, audience: 0 })
+                }
+            }
+        };
+        let wrote = matches!(outcome, Reopened::Delivery(_));
+        after.push(Box::new(move |r| {
+            let _ = tx.send(r.map(|_| outcome).map_err(NotCommitted::error));
+            None
+        }));
+        Ok(wrote)
     }
 
     /// A persona's self-state, through the held writes.
