@@ -113,6 +113,32 @@ async fn a_deferred_message_that_goes_stale_is_dropped_with_a_journaled_decision
     fleet.shutdown(DEADLINE).await;
 }
 
+#[tokio::test]
+async fn a_deferral_taken_up_in_a_shared_room_adds_no_second_reply_to_a_message_answered_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = "[[persona]]\nname = \"solo\"\nrole = \"assistant\"\nrooms = [\"general\"]\n\
+                [[persona]]\nname = \"other\"\nrole = \"assistant\"\nrooms = [\"general\"]\n";
+    let fleet = start(dir.path(), &fleet_toml(pair)).await;
+    let id = deferred_message(&fleet).await;
+    // `other` answered it; `solo` takes its deferral up once its focus is cleared.
+    let reply = reply_to(&fleet, &id).await;
+    assert_eq!(reply.persona, "other");
+    set_state(&fleet, StateChange::ClearFocus).await;
+    let again = poll("solo's decision on taking the deferral up", || async {
+        decisions_on(&fleet, &id).into_iter().find(|d| d.reason.starts_with("taking up deferred"))
+    })
+    .await;
+    assert_ne!(again.verdict, Verdict::Defer, "{again:?}");
+    assert!(again.reason.contains("other answered it"), "{}", again.reason);
+    poll("the preoccupation to go", || async {
+        persona(&dump(&fleet).await, "solo").self_state.as_ref()?.preoccupations.is_empty().then_some(())
+    })
+    .await;
+    let replies: Vec<_> = dump(&fleet).await.outbox.into_iter().filter(|o| o.in_reply_to == id).collect();
+    assert_eq!(replies.len(), 1, "one primary reply: {replies:?}");
+    fleet.shutdown(DEADLINE).await;
+}
+
 async fn post(http: &reqwest::Client, url: String, body: Value) -> Value {
     let r = http.post(url).json(&body).send().await.unwrap();
     assert!(r.status().is_success(), "{}", r.status());
