@@ -158,7 +158,12 @@ async fn an_urgent_plan_runs_between_two_steps_of_a_work_plan() {
     let urgent = fleet.inject(chat("ops", "bob", "@pager the api is down")).await.unwrap();
     assert!(fleet.wait_idle(DEADLINE).await);
     let d = dump(&fleet).await;
-    let reply_at = |id: &str| d.outbox.iter().find(|o| o.in_reply_to == id).map(|o| o.at_us).expect("a reply");
+    let reply_at = |id: &str| {
+        let reply = d.outbox.iter().find(|o| o.in_reply_to == id).map(|o| o.at_us);
+        // Which event went unanswered, and why, when one did (it has, on a loaded machine).
+        let why: Vec<_> = d.personas.iter().flat_map(|p| p.decisions.iter().filter(|x| x.event_id == id)).collect();
+        reply.unwrap_or_else(|| panic!("a reply to {id}: decisions {why:#?}"))
+    };
     // Run to completion, the work plan would have replied first: its plan started before
     // the urgent event arrived. Split into steps, the urgent plan overtook it between steps.
     assert!(reply_at(&urgent.event_id) < reply_at(&work.event_id));
