@@ -144,10 +144,14 @@ fn main() -> ExitCode {
 }
 
 #[cfg(test)]
+#[path = "../tests/readme_lines.rs"]
+mod readme_lines;
+
+#[cfg(test)]
 mod tests {
     use clap::{CommandFactory, FromArgMatches, Parser};
 
-    use super::Cli;
+    use super::{Cli, readme_lines};
     use crate::cmd::OutputFormat;
 
     #[test]
@@ -272,9 +276,13 @@ mod tests {
     fn every_command_example_of_the_readme_parses() {
         let readme = include_str!("../README.md");
         for section in ["## Models", "## Codebase knowledge", "## Use"] {
-            let examples = examples(readme, section);
+            let start = readme.find(section).unwrap_or_else(|| panic!("README.md has no {section:?} section"));
+            let body = &readme[start + section.len()..];
+            let examples = readme_lines::command_lines(&body[..body.find("\n## ").unwrap_or(body.len())]);
             assert!(!examples.is_empty(), "README.md: no `mindfleet` example found under {section:?}");
-            for (line, words) in examples {
+            for readme_lines::CommandLine { line, words, env } in examples {
+                // What a line sets before `mindfleet` is one of its own variables.
+                assert!(env.iter().all(|(k, _)| k.starts_with("MINDFLEET_")), "README.md: {line:?} sets {env:?}");
                 let required = words.iter().filter(|(_, optional)| !optional).map(|(w, _)| w.as_str());
                 let all = words.iter().map(|(w, _)| if w == "N" { "1" } else { w.as_str() });
                 for args in [required.collect::<Vec<_>>(), all.collect()] {
@@ -284,58 +292,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// The command lines in the code blocks of `section`: each line, and its words from
-    /// `mindfleet` on (environment assignments before it dropped), each marked whether it is
-    /// inside `[...]`.
-    fn examples<'a>(readme: &'a str, section: &str) -> Vec<(&'a str, Vec<(String, bool)>)> {
-        let start = readme.find(section).unwrap_or_else(|| panic!("README.md has no {section:?} section"));
-        let body = &readme[start + section.len()..];
-        let body = &body[..body.find("\n## ").unwrap_or(body.len())];
-        let mut in_block = false;
-        let mut out = Vec::new();
-        for line in body.lines() {
-            if line.starts_with("```") {
-                in_block = !in_block;
-                continue;
-            }
-            if !in_block {
-                continue;
-            }
-            let mut words = words(line);
-            let skip = words.iter().take_while(|(w, _)| w.contains('=') && !w.starts_with('-')).count();
-            words.drain(..skip);
-            if words.first().is_some_and(|(w, _)| w == "mindfleet") {
-                out.push((line, words));
-            }
-        }
-        out
-    }
-
-    /// A command line split as a shell would (quotes, a `#` comment), with `[` and `]` outside
-    /// quotes marking optional words.
-    fn words(line: &str) -> Vec<(String, bool)> {
-        let (mut words, mut word, mut quoted) = (Vec::new(), None::<String>, None::<char>);
-        let mut optional = false;
-        for c in line.chars() {
-            match (quoted, c) {
-                (Some(q), c) if c == q => quoted = None,
-                (Some(_), c) => word.get_or_insert_default().push(c),
-                (None, '\'' | '"') => {
-                    quoted = Some(c);
-                    word.get_or_insert_default();
-                }
-                (None, '#') if word.is_none() => break,
-                (None, '[') if word.is_none() => optional = true,
-                (None, ']' | ' ') => {
-                    words.extend(word.take().map(|w| (w, optional)));
-                    optional &= c != ']';
-                }
-                (None, c) => word.get_or_insert_default().push(c),
-            }
-        }
-        words.extend(word.map(|w| (w, optional)));
-        words
     }
 }

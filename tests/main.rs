@@ -23,6 +23,7 @@ mod plans;
 mod props;
 mod rag;
 mod readme;
+mod readme_lines;
 mod recall;
 mod refs;
 mod signals;

@@ -100,11 +100,7 @@ dormant = true
 
 /// A command line of the README: the line, its environment assignments, and its words from
 /// `mindfleet` on, each marked whether it is inside `[...]`.
-struct Example {
-    line: String,
-    env: Vec<(String, String)>,
-    words: Vec<(String, bool)>,
-}
+use crate::readme_lines::{CommandLine as Example, command_lines as examples};
 
 impl Example {
     /// The words after `mindfleet` as one string, to match the prefixes of [`SKIPPED`] and
@@ -138,57 +134,6 @@ impl Example {
         let placeholder = self.words.iter().any(|(w, o)| *o && w.contains("[...]"));
         (!(optional && placeholder)).then_some(args)
     }
-}
-
-/// The `mindfleet` lines of the README's code blocks, in order.
-fn examples(readme: &str) -> Vec<Example> {
-    let mut in_block = false;
-    let mut out = Vec::new();
-    for line in readme.lines() {
-        if line.starts_with("```") {
-            in_block = !in_block;
-            continue;
-        }
-        if !in_block {
-            continue;
-        }
-        let mut words = words(line);
-        let skip = words.iter().take_while(|(w, _)| w.contains('=') && !w.starts_with('-')).count();
-        let env = words
-            .drain(..skip)
-            .filter_map(|(w, _)| w.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-            .collect();
-        if words.first().is_some_and(|(w, _)| w == "mindfleet") {
-            out.push(Example { line: line.to_string(), env, words });
-        }
-    }
-    out
-}
-
-/// A command line split as a shell would (quotes, a `#` comment), with `[` and `]` outside
-/// quotes marking optional words.
-fn words(line: &str) -> Vec<(String, bool)> {
-    let (mut words, mut word, mut quoted) = (Vec::new(), None::<String>, None::<char>);
-    let mut optional = false;
-    for c in line.chars() {
-        match (quoted, c) {
-            (Some(q), c) if c == q => quoted = None,
-            (Some(_), c) => word.get_or_insert_default().push(c),
-            (None, '\'' | '"') => {
-                quoted = Some(c);
-                word.get_or_insert_default();
-            }
-            (None, '#') if word.is_none() => break,
-            (None, '[') if word.is_none() => optional = true,
-            (None, ']' | ' ') => {
-                words.extend(word.take().map(|w| (w, optional)));
-                optional &= c != ']';
-            }
-            (None, c) => word.get_or_insert_default().push(c),
-        }
-    }
-    words.extend(word.map(|w| (w, optional)));
-    words
 }
 
 /// Runs `mindfleet args` in `dir` within [`DEADLINE`]: its exit code (`None`: killed at the
