@@ -188,16 +188,8 @@ impl InboxState {
             at_us: now_us(),
             references: Vec::new(),
         };
-        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
-            persona: self.args.name.clone(),
-            seq: d.seq,
-            accepted_us: d.event.accepted_us,
-            decision,
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        })));
+        let commit = PersonaCommit::decision_only(self.args.name.clone(), d, decision);
+        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(commit)));
     }
 
     fn push(&mut self, d: Delivery, spoke_recently: bool) {

@@ -232,16 +232,8 @@ impl PersonaState {
             at_us: now_us(),
             references: Vec::new(),
         };
-        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
-            persona: self.name.clone(),
-            seq,
-            accepted_us: d.event.accepted_us,
-            decision,
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        })));
+        let commit = PersonaCommit::decision_only(self.name.clone(), &d, decision);
+        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(commit)));
         self.publish_preoccupations();
     }
 

@@ -248,6 +248,23 @@ pub struct PersonaCommit {
     pub defer: Option<Deferral>,
 }
 
+impl PersonaCommit {
+    /// The end of delivery `d` by a decision alone (no plan, no reply): what the inbox sheds,
+    /// and a deferral dropped.
+    pub fn decision_only(persona: Arc<str>, d: &Delivery, decision: Decision) -> PersonaCommit {
+        PersonaCommit {
+            persona,
+            seq: d.seq,
+            accepted_us: d.event.accepted_us,
+            decision,
+            reply: None,
+            plan: None,
+            said: None,
+            defer: None,
+        }
+    }
+}
+
 /// A delivery a persona deferred, as kept in storage until it is taken up or dropped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Deferral {
