@@ -145,8 +145,9 @@ impl PersonaState {
         self.myself.send_after(after, || Own::DeferralsDue.into());
     }
 
-    /// The slot to take a deferred event up: its event goes through the gate again (as
-    /// `work`), unless the persona got busy meanwhile (then it waits for the next chance).
+    /// The `work` slot to take a deferred event up: its event goes through the gate again
+    /// (then runs in its own class), unless the persona got busy meanwhile (then it waits for
+    /// the next chance: the end of what it has in hand).
     pub(super) fn run_take_up(&mut self, g: Grant) {
         self.deferrals.task = None;
         if g.outcome.holds_slot() {
