@@ -7,8 +7,13 @@ use mindfleet_core::model::{Action, Verdict};
 use crate::util::*;
 
 /// Three awake personas in `team`; `ada` knows rollouts, so it is the most confident claimant
-/// on a rollout question.
+/// on a rollout question. The claim window is the coordinator's safety net when a claim is slow
+/// (it decides as soon as all three are in): long enough that a loaded machine cannot make ada's
+/// claim late, as 3 x 300 ms once did.
 const TEAM: &str = r#"
+[coordination]
+window_ms = 2000
+
 [[persona]]
 name = "ada"
 role = "release engineer"
