@@ -126,7 +126,8 @@ pub fn read_set(dir: &Path) -> Result<Vec<Conversation>, SetError> {
     if files.is_empty() {
         return Err(bad(dir, "no conversation files (*.json)".into()));
     }
-    let mut set = Vec::with_capacity(files.len());
+    let mut set: Vec<Conversation> = Vec::with_capacity(files.len());
+    let mut names: HashMap<String, PathBuf> = HashMap::new();
     for file in files {
         let size = std::fs::metadata(&file).map_err(|e| bad(&file, e.to_string()))?.len();
         if size > MAX_FILE_BYTES {
@@ -135,7 +136,11 @@ pub fn read_set(dir: &Path) -> Result<Vec<Conversation>, SetError> {
         let text = std::fs::read_to_string(&file).map_err(|e| bad(&file, e.to_string()))?;
         let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
         let id = stem.strip_prefix("conv-").unwrap_or(stem);
-        set.push(parse_conversation(id, &text).map_err(|m| bad(&file, m))?);
+        let c = parse_conversation(id, &text).map_err(|m| bad(&file, m))?;
+        if let Some(first) = names.insert(persona_name(&c.id), file.clone()) {
+            return Err(bad(&file, format!("names the same conversation as {}", first.display())));
+        }
+        set.push(c);
     }
     Ok(set)
 }
@@ -198,7 +203,10 @@ pub fn parse_conversation(id: &str, text: &str) -> Result<Conversation, String> 
         if category == UNANSWERABLE || evidence.is_empty() {
             continue;
         }
-        let text = q.get("question").and_then(Value::as_str).ok_or_else(|| format!("`qa`[{i}]: no `question`"))?;
+        let text = q.get("question").and_then(Value::as_str).unwrap_or_default();
+        if text.trim().is_empty() {
+            return Err(format!("`qa`[{i}]: no `question` (a string, not empty)"));
+        }
         questions.push(Question { id: format!("{id}-q{i}"), text: text.to_string(), category, evidence });
     }
     Ok(Conversation { id: id.to_string(), turns, questions })

@@ -68,6 +68,8 @@ fn a_bad_conversation_file_is_refused_naming_what_is_wrong() {
     assert_eq!(parse_conversation("7", &odd).unwrap_err(), "`session_10`[0].dia_id: \"10:1\" is not like D3:1");
     let no_category = SMALL.replace("\"category\": 4", "\"kind\": 4");
     assert_eq!(parse_conversation("7", &no_category).unwrap_err(), "`qa`[0]: no `category`");
+    let no_question = SMALL.replace("\"Who has a dog?\"", "\" \"");
+    assert_eq!(parse_conversation("7", &no_question).unwrap_err(), "`qa`[0]: no `question` (a string, not empty)");
     assert!(parse_conversation("Seven!", SMALL).unwrap_err().contains("\"Seven!\""));
 }
 
@@ -82,6 +84,10 @@ fn reading_a_directory_names_the_file_that_is_wrong() {
     std::fs::write(dir.path().join("conv-2.json"), SMALL).unwrap();
     let set = read_set(dir.path()).unwrap();
     assert_eq!(set.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["1", "2"]);
+    // `2.json` would be a second conversation 2, its persona and turns those of `conv-2.json`.
+    std::fs::write(dir.path().join("2.json"), SMALL).unwrap();
+    let e = read_set(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("conv-2.json: names the same conversation as") && e.ends_with("2.json"), "{e}");
 }
 
 /// A set of questions whose figures are worked out by hand below, and checked against the dev
