@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod embed;
 pub mod index;
 pub mod llm;
+pub mod memory_eval;
 pub mod rag_eval;
 pub mod redundancy;
 pub mod refs_eval;

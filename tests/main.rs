@@ -18,6 +18,7 @@ mod flow;
 mod inbox;
 mod llm;
 mod memory;
+mod memory_eval;
 mod models;
 mod plans;
 mod props;

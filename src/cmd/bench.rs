@@ -106,6 +106,24 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Conversation memory on long conversations (LoCoMo-format files, issue 26): one dormant
+    /// persona per conversation, each turn an event, each answerable question as `ai recall
+    /// --limit 10`; recall@5, recall@10 and hit@5 overall and per category, ingest and embedding
+    /// time, recall latency.
+    MemoryEval {
+        /// The directory of conversation files (`*.json`), e.g. ../shared/memory-dev.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Also BM25, dense (MiniLM) and hybrid (reciprocal-rank fusion) baselines over the same
+        /// turns, and the ratios of ours to each.
+        #[arg(long)]
+        baseline: bool,
+        /// Writes ours per question to FILE, a `{"id", "ranked"}` line each (score.py's input).
+        #[arg(long, value_name = "FILE")]
+        results: Option<PathBuf>,
+        #[command(flatten)]
+        out: Json,
+    },
     /// A backlog of stored chat events replayed at start, with conversation memory off and on
     /// (real MiniLM): seconds until every delivery is decided, and until every message is
     /// embedded, against the bare model on the same texts.
@@ -278,6 +296,13 @@ pub fn run(Args { which }: Args) -> ExitCode {
         Which::Conversation { personas, rate, seconds, recalls, out } => block_on(async move {
             let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}")) {
                 Ok(_) => bench::conversation::conversation(personas.max(1), rate.max(0.1), seconds, recalls).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::MemoryEval { dir, baseline, results, out } => block_on(async move {
+            let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}")) {
+                Ok(_) => bench::memory_eval::memory_eval(&bench::memory_eval::Options { dir, baseline, results }).await,
                 Err(e) => Err(e.into()),
             };
             print_figures(r, out.json)
