@@ -22,6 +22,10 @@ const SKIPPED: &[(&str, &str)] = &[
         "a benchmark of half a minute or more that starts two fleets (docs/BENCHMARKS.md has its figures)",
     ),
     ("bench chaos", "a benchmark of minutes that kills fleets 20 times (docs/BENCHMARKS.md has its figures)"),
+    (
+        "bench memory-eval",
+        "needs LoCoMo conversations, which are not in the repository (its own test runs it on one it writes)",
+    ),
 ];
 
 /// What the output of a line must hold, by how the line starts (after `mindfleet`).
