@@ -363,6 +363,21 @@ async fn pending_deliveries_survive_a_reopen_and_ids_stay_known() {
 }
 
 #[tokio::test]
+async fn a_restored_delivery_knows_how_many_personas_still_decide_its_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let targets = ["a", "b", "c"].map(|p| (Arc::from(p), None)).to_vec();
+    s.inject(Box::new(event("e1")), targets, tx.into());
+    rx.await.unwrap().unwrap();
+    inject(&s, "e2", "a").await.unwrap();
+    let restored = s.load_inbox("a".into()).await.unwrap().deliveries;
+    let audience: Vec<(&str, u32)> = restored.iter().map(|d| (d.event.id.as_str(), d.audience)).collect();
+    // Shared: its turn-taking waits for all three; alone: no turn to take.
+    assert_eq!(audience, [("e1", 3), ("e2", 1)]);
+}
+
+#[tokio::test]
 async fn a_deferred_delivery_stays_pending_aside_from_the_inbox_across_a_reopen_until_taken_up() {
     let dir = tempfile::tempdir().unwrap();
     let p: Arc<str> = "p".into();

@@ -402,11 +402,15 @@ impl Writer {
                 continue;
             }
             if let Some(b) = t.events.get(seq)? {
+                // The personas still to decide it: all of its audience when none has yet (a
+                // restart, or a resync that races the live delivery), so a shared room's
+                // turn-taking still holds.
+                let audience = t.pending_by_seq.get(seq)?.map_or(1, |g| g.value());
                 out.deliveries.push(Delivery {
                     seq,
                     event: Arc::new(dec(b.value())?),
                     crashes: crashes.value(),
-                    audience: 0,
+                    audience,
                 });
             }
         }
