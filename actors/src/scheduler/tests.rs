@@ -553,6 +553,8 @@ async fn a_queued_reply_runs_on_the_model_once_a_refund_makes_room() {
     assert_eq!(rig.grant().await.outcome, Outcome::Run);
     let reply = waited(&rig, "p", Class::Interactive, 0.7, 100, OverBudget::Queue);
     rig.quiet().await;
+    let s = rig.stats().await;
+    assert!(!s.foreground_idle() && s.interactive.queued == 1, "a queued reply is work not granted yet");
     // `t1` used 300 of its 1000: the queued reply has its room, and runs as submitted.
     rig.h.done_with_tokens(t1, 300);
     let g = rig.grant().await;
