@@ -12,6 +12,7 @@ pub mod rag_eval;
 pub mod refs_eval;
 pub mod replay;
 pub mod study;
+pub mod turns;
 
 use std::hint::black_box;
 use std::sync::Arc;
