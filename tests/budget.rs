@@ -130,3 +130,33 @@ async fn a_persona_message_over_budget_is_skipped_and_the_decision_says_why() {
     assert_eq!(stop.reason, "over budget: the plan stops here", "{plan:?}");
     fleet.shutdown(DEADLINE).await;
 }
+
+#[test]
+fn bench_turns_prints_for_both_brains_that_nobody_is_left_unanswered() {
+    pulled();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["bench", "turns", "--budget", "4", "--messages", "10", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench turns failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(
+        (v["bench"].as_str(), v["personas"].as_u64(), v["inferences_per_hour"].as_u64()),
+        (Some("turns"), Some(7), Some(4))
+    );
+    for brain in ["rules", "local"] {
+        let b = &v[brain];
+        let n = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("{brain}.{k} in {v}"));
+        assert_eq!((n("undirected"), n("mentions")), (10, 2), "{v}");
+        assert_eq!(n("unanswered_undirected"), 0, "{brain}: {v}");
+        assert_eq!(n("mentions_answered_by_named"), 2, "{brain}: {v}");
+        let per = b["replies_per_undirected"].as_f64().unwrap();
+        assert!((0.9..=1.2).contains(&per), "{brain}: {v}");
+        assert_eq!(n("replies_by_rules") + n("replies_by_model"), (per * 10.0).round() as u64 + 2, "{brain}: {v}");
+        assert_eq!(n("skipped_grants"), 0, "nothing a human waits on is skipped: {v}");
+    }
+    assert_eq!(v["rules"]["replies_by_model"], 0, "{v}");
+    assert!(v["local"]["budgeted_calls"].as_u64().unwrap() <= 7 * 4, "the budgets hold: {v}");
+    assert!(v["local"]["replies_by_rules"].as_u64().unwrap() > 0, "the budget ran out: {v}");
+}
