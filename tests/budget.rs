@@ -6,7 +6,7 @@ use mindfleet_core::dump::FleetDump;
 use mindfleet_core::event::{EventInput, SenderKind};
 use mindfleet_core::model::Decision;
 
-use crate::util::{DEADLINE, chat, decision, dump, fleet_toml, pulled, reply_to};
+use crate::util::{DEADLINE, chat, decision, dump, fleet_toml, poll, pulled, reply_to};
 
 const SEVEN: [&str; 7] = ["ada", "bob", "cyd", "dee", "eve", "fay", "gus"];
 
@@ -66,6 +66,8 @@ async fn seven_local_personas_with_a_budget_of_4_answer_every_undirected_human_m
     let mut cfg = crate::util::config(dir.path(), &seven_on_a_budget("local", 4));
     cfg.models.dir = pulled();
     let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    // Turn-taking on a budget, not a cold start: the messages go to a fleet with its model loaded.
+    poll("the model", || async { (dump(&fleet).await.llm.status == "ready").then_some(()) }).await;
     let mut ids = Vec::new();
     for i in 0..12 {
         let text = format!("status question number {i}: how is the rollout going");
@@ -88,6 +90,13 @@ async fn seven_local_personas_with_a_budget_of_4_answer_every_undirected_human_m
         let (_, x) = all.iter().find(|(p, x)| *p == o.persona && x.event_id == o.in_reply_to).expect("its decision");
         assert!(x.reason.contains("model budget spent"), "{}: {}", o.persona, x.reason);
     }
+    // A mention on a spent budget is answered by the persona named, and by it alone.
+    let ack = fleet.inject(chat("team", "alice", "@fay can you take this one")).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    let who: Vec<&str> =
+        d.outbox.iter().filter(|o| o.in_reply_to == ack.event_id).map(|o| o.persona.as_str()).collect();
+    assert_eq!(who, ["fay"]);
     fleet.shutdown(DEADLINE).await;
 }
 

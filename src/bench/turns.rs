@@ -59,6 +59,14 @@ fn chat(text: String) -> EventInput {
 async fn run(brain: &str, budget: u64, undirected: usize, models: &Path) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let fleet = Fleet::start(fleet_config(brain, budget, dir.path(), models)?).await?;
+    // The messages go to a fleet that is up, its model loaded: what is measured is turn-taking
+    // on a budget, not a cold start.
+    let loading = Instant::now();
+    while fleet.dump(None).await.map_err(fail)?.llm.status == "loading" {
+        anyhow::ensure!(loading.elapsed() < SETTLE, "{brain}: the model did not load within {SETTLE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    anyhow::ensure!(fleet.wait_idle(SETTLE).await, "{brain}: the fleet did not settle before the messages");
     let started = Instant::now();
     let (mut open, mut mentions) = (Vec::new(), Vec::new());
     for i in 0..undirected {
