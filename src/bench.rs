@@ -14,6 +14,7 @@ pub mod redundancy;
 pub mod refs_eval;
 pub mod replay;
 pub mod study;
+pub mod turns;
 
 use std::hint::black_box;
 use std::sync::Arc;

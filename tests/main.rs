@@ -5,6 +5,7 @@ mod util;
 mod ai;
 mod api;
 mod browser;
+mod budget;
 mod chaos;
 mod cluster;
 mod config;

@@ -55,13 +55,19 @@
 //! `fleet_tokens_per_hour`) and, when one is registered (`SchedulerArgs::budgets` or
 //! `Budget`), the persona's. At grant time, with this call's reservation included:
 //!
-//! - if a hard limit would be crossed, an `Urgent` task gets `RulesOnly(HardBudget)`: it
-//!   runs without a model, on a cheap slot, and no reservation is made; any other task gets
-//!   `Skipped(HardBudget)`;
+//! - if a hard limit would be crossed, the call is refused (`HardBudget`);
 //! - else, for non-urgent tasks, above `budget_soft_limit` of a token budget only a priority
-//!   above 0.8 runs (else `Skipped(SoftTokenBudget)`), and above it of a call budget only a
-//!   priority above 0.6 runs (else `Skipped(SoftCallBudget)`). `Urgent` calls only answer to
+//!   above 0.8 runs (else refused, `SoftTokenBudget`), and above it of a call budget only a
+//!   priority above 0.6 runs (else refused, `SoftCallBudget`). `Urgent` calls only answer to
 //!   the hard limit: the soft margin is kept for them.
+//!
+//! A refused call becomes what its `Task::over_budget` says of who waits on it (`refused.rs`):
+//! an `Urgent` one, or one a human waits on, gets `RulesOnly(reason)`: it runs without a model,
+//! on a cheap slot, and no reservation is made; a reply a human waits on (`Queue`) with priority
+//! above 0.6 first waits for budget, up to `queue_deadline` after its submission, and is granted
+//! as usual if the budget makes room meanwhile (a call leaves the hour, a reservation is
+//! refunded), else `RulesOnly` at the deadline; a call nobody waits on (`Skip`) gets
+//! `Skipped(reason)`.
 //!
 //! The priority judged is the submitted one, not the aged one. A call is judged when it is
 //! taken in, so a refused call is answered at once without waiting for a slot (and an
@@ -75,7 +81,8 @@
 //! - Every submitted task is answered at most once, and exactly once unless its persona is
 //!   released first; only `Run` and `RulesOnly` answers hold a slot.
 //! - After every message, a pool with a free slot has no task waiting for it (tasks aside
-//!   for their cadence are not waiting).
+//!   for their cadence, and calls queued for budget, are not waiting).
+//! - A model call a human waits on is never `Skipped`.
 //! - Grants never take the budget's use (reservations included) over a hard limit.
 //! - Dispatch is amortized O(log n) per task: heaps with lazy deletion and compaction, no
 //!   scans. Only `Release` (rare: a persona stopped) walks the waiting and running tasks.
@@ -86,6 +93,7 @@
 mod budget;
 mod cadence;
 mod ready;
+mod refused;
 mod stats;
 
 pub mod bench;
@@ -99,8 +107,8 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::config::{PersonaConfig, SchedulerConfig};
 use mindfleet_core::sched::{
-    self, Class, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats, SubmitQueues,
-    Task, TaskId,
+    self, Class, Grant, Outcome, Owner, PersonaBudget, SchedulerHandle, SchedulerMsg, SchedulerStats, SkipReason,
+    SubmitQueues, Task, TaskId,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, SpawnErr};
@@ -108,6 +116,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, Spawn
 use budget::{Limits, Verdict, Window};
 use cadence::Aside;
 use ready::{CHEAP, POOLS, Ready, Waiting, pool_of, slot_of};
+use refused::Refused;
 use stats::DoneRate;
 pub(crate) use stats::nearest_rank;
 
@@ -187,6 +196,8 @@ pub struct SchedulerState {
     /// Granted and not done, by class of submission.
     running_by_class: [usize; 4],
     window: Window,
+    /// Model calls a human waits on, waiting for budget (see `refused`), with why they were refused.
+    budget_queue: Vec<(SkipReason, Waiting)>,
     /// Earliest promotion due, ns from `epoch` (may be early, never late; `i64::MAX`: none).
     next_promotion: i64,
     /// Last background turn ahead of higher classes, by pool.
@@ -224,6 +235,7 @@ impl SchedulerState {
             deferred: [0; 4],
             running_by_class: [0; 4],
             window: Window::default(),
+            budget_queue: Vec::new(),
             next_promotion: i64::MAX,
             background_turn: [None; POOLS],
             timer: None,
@@ -300,11 +312,18 @@ impl SchedulerState {
             let p = self.persona_index(&w.task.persona);
             match self.judge(&w, p, now) {
                 Verdict::Run => {}
-                Verdict::Skip(reason) => {
-                    let pool = w.pool;
-                    self.answer(w, pool, Outcome::Skipped(reason), None, Some(p), now);
-                    return;
-                }
+                Verdict::Skip(reason) => match self.refused(&w, now) {
+                    Refused::Skip => {
+                        let pool = w.pool;
+                        self.answer(w, pool, Outcome::Skipped(reason), None, Some(p), now);
+                        return;
+                    }
+                    Refused::Queue => return self.queue_for_budget(w, reason),
+                    Refused::Rules => {
+                        w.rules_only = Some(reason);
+                        w.pool = CHEAP;
+                    }
+                },
                 Verdict::RulesOnly(reason) => {
                     w.rules_only = Some(reason);
                     w.pool = CHEAP;
@@ -465,8 +484,11 @@ impl SchedulerState {
                     reservation = Some((seq, tokens));
                     Outcome::Run
                 }
-                Verdict::Skip(reason) => Outcome::Skipped(reason),
-                Verdict::RulesOnly(reason) => {
+                Verdict::Skip(reason) if self.refused(&w, now) == Refused::Skip => Outcome::Skipped(reason),
+                Verdict::Skip(reason) if self.refused(&w, now) == Refused::Queue => {
+                    return self.queue_for_budget(w, reason);
+                }
+                Verdict::Skip(reason) | Verdict::RulesOnly(reason) => {
                     if pool != CHEAP && self.free[CHEAP] == 0 {
                         // No cheap slot now: it waits for one, to run without a model.
                         w.rules_only = Some(reason);
@@ -611,7 +633,7 @@ impl SchedulerState {
             }
         }
         let dropped = self.ready.take_where(|w| &*w.task.persona == persona);
-        self.stats.released += dropped.len() as u64;
+        self.stats.released += (dropped.len() + self.release_queued(persona)) as u64;
         if let Some(&p) = self.by_name.get(persona) {
             let ps = &mut self.personas[p as usize];
             for Aside(w) in std::mem::take(&mut ps.aside) {
@@ -621,19 +643,22 @@ impl SchedulerState {
         }
     }
 
-    /// What every message ends with: cadences and promotions that came due, grants, timer.
+    /// What every message ends with: cadences, promotions and queued model calls that came
+    /// due, grants, timer.
     fn step(&mut self, now: Instant) {
         self.release_due(now);
+        self.release_budget_queue(now);
         self.promote_due(now);
         self.dispatch(now);
         self.arm_timer(now);
     }
 
-    /// Keeps one timer armed for the earliest cadence or promotion due.
+    /// Keeps one timer armed for the earliest cadence, promotion or queued model call due.
     fn arm_timer(&mut self, now: Instant) {
         let cadence = self.due.peek().map(|r| r.0.0);
         let promotion = (self.next_promotion != i64::MAX).then(|| self.instant(self.next_promotion) + PROMOTION_SLACK);
-        let Some(at) = [cadence, promotion].into_iter().flatten().min() else { return };
+        let queued = self.budget_queue_due();
+        let Some(at) = [cadence, promotion, queued].into_iter().flatten().min() else { return };
         // What is due now was handled by this step; never spin on a timer in the past.
         if at <= now || self.timer.as_ref().is_some_and(|(armed, _)| *armed <= at) {
             return;

@@ -135,6 +135,19 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Seven personas in one room on a model budget each, 30 undirected human messages and 6
+    /// mentions, on the rules and on the local brain: replies per message, unanswered messages,
+    /// mentions answered by the persona named, replies by the rules brain and by the model.
+    Turns {
+        /// Model calls each persona may make in an hour (`inferences_per_hour`).
+        #[arg(long, default_value_t = 4)]
+        budget: u64,
+        /// Undirected messages (a mention follows every fifth).
+        #[arg(long, default_value_t = 30)]
+        messages: usize,
+        #[command(flatten)]
+        out: Json,
+    },
     /// Self-directed study with the real local models over a small corpus (bench/study): session
     /// time and tokens, grades, training lines, and a person's reply while a session runs
     /// against the same reply to the idle persona.
@@ -318,6 +331,14 @@ pub fn run(Args { which }: Args) -> ExitCode {
             let dir = fetch::default_dir();
             let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
                 Ok(_) => bench::study::study(&corpus, rounds.max(1)).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
+        Which::Turns { budget, messages, out } => block_on(async move {
+            let dir = fetch::default_dir();
+            let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
+                Ok(_) => bench::turns::turns(budget, messages.max(1), &dir).await,
                 Err(e) => Err(e.into()),
             };
             print_figures(r, out.json)

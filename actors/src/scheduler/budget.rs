@@ -87,6 +87,11 @@ impl Window {
         }
     }
 
+    /// Grant time of the oldest call in the window: it leaves the window an hour after.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.entries.front().map(|e| e.at)
+    }
+
     pub fn fleet(&self) -> Usage {
         self.fleet
     }

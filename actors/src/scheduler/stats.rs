@@ -52,7 +52,9 @@ impl SchedulerState {
         let mut s = self.stats.clone();
         let now_ns = self.ns(now);
         for c in Class::ALL {
-            let mut queued = self.deferred[c as usize] + self.queues.queues[c as usize].len();
+            // Calls queued for budget wait too (counted as not granted yet, like those aside).
+            let for_budget = self.budget_queue.iter().filter(|(_, w)| w.class == c).count();
+            let mut queued = self.deferred[c as usize] + self.queues.queues[c as usize].len() + for_budget;
             let mut oldest = 0;
             for pool in 0..POOLS {
                 queued += self.ready.len(pool, c);

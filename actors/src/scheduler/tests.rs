@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use mindfleet_core::messages::PersonaMsg;
-use mindfleet_core::sched::{Owner, SkipReason, Slot};
+use mindfleet_core::sched::{OverBudget, Owner, SkipReason, Slot};
 use ractor::call_t;
 use tokio::sync::mpsc;
 
@@ -26,6 +26,7 @@ fn task(id: TaskId, class: Class, priority: f64, age: Duration, tx: &crossbeam_c
         paced: false,
         room: None,
         preemptible: false,
+        over_budget: OverBudget::Skip,
     }
 }
 
@@ -243,6 +244,24 @@ impl Rig {
     async fn grant(&mut self) -> Grant {
         let next = tokio::time::timeout(Duration::from_secs(600), self.rx.recv());
         next.await.expect("a grant within 600 s").expect("the probe runs").expect("a grant, not a marker")
+    }
+
+    /// The outcome of the next grant, which must be `id`'s.
+    async fn outcome_of(&mut self, id: TaskId) -> Outcome {
+        let g = self.grant().await;
+        assert_eq!(g.task, id);
+        g.outcome
+    }
+
+    /// Every grant sent before now (see [`Rig::quiet`] for the marker).
+    async fn granted_so_far(&mut self) -> Vec<Grant> {
+        self.stats().await;
+        self.probe.cast(PersonaMsg::Resync).unwrap();
+        let mut got = Vec::new();
+        while let Some(g) = self.rx.recv().await.expect("the probe runs") {
+            got.push(g);
+        }
+        got
     }
 
     /// Asserts that nothing was granted: everything the scheduler sent before answering
@@ -496,6 +515,188 @@ async fn an_urgent_call_over_the_hard_budget_runs_rules_only_on_a_cheap_slot() {
     rig.h.done(u2);
     let s = rig.stats().await;
     assert_eq!((s.running_cheap, s.done, s.granted), (0, 3, 4));
+    rig.stop();
+}
+
+/// A model call of `persona` that `waits` says who waits on (see [`OverBudget`]).
+fn waited(rig: &Rig, persona: &str, class: Class, priority: f64, tokens: u32, waits: OverBudget) -> TaskId {
+    rig.submit(rig.task(persona, class, priority, Slot::Inference).with_max_tokens(tokens).over_budget(waits))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_a_human_waits_on_is_never_skipped_for_budget() {
+    let cfg = SchedulerConfig { inference_slots: 16, fleet_tokens_per_hour: 1000, ..config(4) };
+    let mut rig = Rig::with_budgets(cfg, HashMap::from([(Arc::from("calls"), budget(10, 1_000_000))])).await;
+    let t1 = rig.call("p", Class::Work, 0.9, 1000);
+    assert_eq!(rig.grant().await.outcome, Outcome::Run);
+    let hard = SkipReason::HardBudget;
+    // Nobody waits: skipped, as before.
+    let id = waited(&rig, "p", Class::Interactive, 0.9, 10, OverBudget::Skip);
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome), (id, Outcome::Skipped(hard)));
+    // A human waits on the work: the rules brain, on a cheap slot, at once.
+    let id = waited(&rig, "p", Class::Interactive, 0.9, 10, OverBudget::Rules);
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome, g.slot), (id, Outcome::RulesOnly(hard), Slot::Cheap));
+    // A reply at priority 0.6 or below does not wait for budget either.
+    let id = waited(&rig, "p", Class::Interactive, 0.6, 10, OverBudget::Queue);
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome, g.slot), (id, Outcome::RulesOnly(hard), Slot::Cheap));
+    // Above the soft limit of a call budget too: the rules brain, with the soft reason.
+    rig.h.done_with_tokens(t1, 0);
+    for _ in 0..8 {
+        waited(&rig, "calls", Class::Work, 0.9, 1, OverBudget::Rules);
+        assert_eq!(rig.grant().await.outcome, Outcome::Run);
+    }
+    let id = waited(&rig, "calls", Class::Work, 0.5, 1, OverBudget::Rules);
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome), (id, Outcome::RulesOnly(SkipReason::SoftCallBudget)));
+    let s = rig.stats().await;
+    assert_eq!((s.skipped.hard_budget, s.rules_only.hard_budget, s.rules_only.soft_call_budget), (1, 2, 1));
+    rig.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_reply_runs_on_the_model_once_a_refund_makes_room() {
+    let cfg = SchedulerConfig { inference_slots: 2, fleet_tokens_per_hour: 1000, ..config(2) };
+    let mut rig = Rig::new(cfg).await;
+    let t1 = rig.call("p", Class::Work, 0.9, 1000);
+    assert_eq!(rig.grant().await.outcome, Outcome::Run);
+    let reply = waited(&rig, "p", Class::Interactive, 0.7, 100, OverBudget::Queue);
+    rig.quiet().await;
+    let s = rig.stats().await;
+    assert!(!s.foreground_idle() && s.interactive.queued == 1, "a queued reply is work not granted yet");
+    // `t1` used 300 of its 1000: the queued reply has its room, and runs as submitted.
+    rig.h.done_with_tokens(t1, 300);
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome, g.slot), (reply, Outcome::Run, Slot::Inference));
+    assert_eq!(rig.stats().await.budget.tokens_last_hour, 400);
+    rig.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_queued_past_its_deadline_runs_on_the_rules_brain() {
+    let cfg = SchedulerConfig {
+        inference_slots: 2,
+        fleet_inferences_per_hour: 1,
+        queue_deadline: Duration::from_secs(30),
+        ..config(2)
+    };
+    let mut rig = Rig::new(cfg).await;
+    assert_eq!(rig.outcome_of(rig.call("p", Class::Work, 0.9, 10)).await, Outcome::Run);
+    let reply = waited(&rig, "p", Class::Interactive, 0.7, 10, OverBudget::Queue);
+    rig.quiet().await;
+    let asked = rig.elapsed();
+    // Nothing makes room: at the deadline, on the scheduler's own timer, the rules brain.
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome, g.slot), (reply, Outcome::RulesOnly(SkipReason::HardBudget), Slot::Cheap));
+    let waited_for = rig.elapsed() - asked;
+    assert!(waited_for >= Duration::from_secs(30) && waited_for < Duration::from_secs(31), "{waited_for:?}");
+    rig.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_reply_runs_on_the_model_when_the_oldest_call_leaves_the_hour() {
+    let cfg = SchedulerConfig {
+        inference_slots: 2,
+        fleet_inferences_per_hour: 1,
+        queue_deadline: Duration::from_secs(3600),
+        ..config(2)
+    };
+    let mut rig = Rig::new(cfg).await;
+    let t1 = rig.call("p", Class::Work, 0.9, 10);
+    assert_eq!(rig.grant().await.outcome, Outcome::Run);
+    rig.h.done_with_tokens(t1, 10);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let reply = waited(&rig, "p", Class::Interactive, 0.9, 10, OverBudget::Queue);
+    rig.quiet().await;
+    // Still queued 48 minutes on; the grant comes on the scheduler's own timer.
+    tokio::time::sleep(Duration::from_secs(2900)).await;
+    rig.quiet().await;
+    let g = rig.grant().await;
+    assert_eq!((g.task, g.outcome), (reply, Outcome::Run));
+    let at = rig.elapsed();
+    assert!(at >= budget::WINDOW && at < budget::WINDOW + Duration::from_secs(1), "granted at {at:?}");
+    rig.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_random_calls_a_call_a_human_waits_on_is_never_skipped_and_every_call_is_answered_once() {
+    // A small budget, few slots, and calls of every kind at random (a fixed seed, so a failure
+    // replays): what nobody waits on may be skipped, nothing else ever is, and each call is
+    // answered exactly once, the queued ones by their deadline at the latest.
+    let cfg = SchedulerConfig {
+        inference_slots: 2,
+        fleet_inferences_per_hour: 6,
+        queue_deadline: Duration::from_secs(30),
+        ..config(3)
+    };
+    let mut rig = Rig::with_budgets(cfg, HashMap::from([(Arc::from("a"), budget(3, 1_000_000))])).await;
+    let mut seed: u64 = 0x5eed_2026;
+    let mut next = move |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut asked: HashMap<TaskId, OverBudget> = HashMap::new();
+    let mut running: Vec<TaskId> = Vec::new();
+    let mut answered: HashMap<TaskId, Outcome> = HashMap::new();
+    for _ in 0..60 {
+        let waits = [OverBudget::Skip, OverBudget::Rules, OverBudget::Queue][next(3) as usize];
+        let class = [Class::Urgent, Class::Interactive, Class::Work][next(3) as usize];
+        let persona = ["a", "b"][next(2) as usize];
+        let priority = next(10) as f64 / 10.0 + 0.05;
+        asked.insert(waited(&rig, persona, class, priority, 10, waits), waits);
+        // Finish some running calls, and let time pass now and then.
+        for g in rig.granted_so_far().await {
+            assert!(answered.insert(g.task, g.outcome).is_none(), "{} answered twice", g.task);
+            if g.outcome.holds_slot() {
+                running.push(g.task);
+            }
+        }
+        if !running.is_empty() && next(2) == 0 {
+            let t = running.swap_remove(next(running.len() as u64) as usize);
+            rig.h.done_with_tokens(t, 10);
+        }
+        if next(8) == 0 {
+            tokio::time::sleep(Duration::from_secs(next(40))).await;
+        }
+    }
+    // Everything left finishes; the queued calls come by their deadline.
+    while answered.len() < asked.len() {
+        for t in running.drain(..) {
+            rig.h.done_with_tokens(t, 10);
+        }
+        let g = rig.grant().await;
+        assert!(answered.insert(g.task, g.outcome).is_none(), "{} answered twice", g.task);
+        if g.outcome.holds_slot() {
+            running.push(g.task);
+        }
+    }
+    for (t, outcome) in &answered {
+        if asked[t] != OverBudget::Skip {
+            assert!(!matches!(outcome, Outcome::Skipped(_)), "task {t} ({:?}) skipped", asked[t]);
+        }
+    }
+    let s = rig.stats().await;
+    assert!(s.skipped.hard_budget + s.skipped.soft_call_budget > 0, "the budget ran out: {s:?}");
+    assert!(s.rules_only.hard_budget + s.rules_only.soft_call_budget > 0, "{s:?}");
+    assert!(s.done > 6, "calls finished along the way: {s:?}");
+    assert!(s.budget.inferences_last_hour <= 6, "the fleet's budget holds: {s:?}");
+    rig.stop();
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_drops_a_personas_replies_queued_for_budget() {
+    let cfg = SchedulerConfig { fleet_inferences_per_hour: 1, ..config(2) };
+    let mut rig = Rig::new(cfg).await;
+    assert_eq!(rig.outcome_of(rig.call("p", Class::Work, 0.9, 10)).await, Outcome::Run);
+    waited(&rig, "p", Class::Interactive, 0.9, 10, OverBudget::Queue);
+    rig.quiet().await;
+    rig.h.release("p".into());
+    assert_eq!(rig.stats().await.released, 2, "the running call and the queued reply");
+    // Its deadline passes with nothing left to answer.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    rig.quiet().await;
     rig.stop();
 }
 

@@ -3,9 +3,10 @@
 
 use std::time::Instant;
 
+use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
-use mindfleet_core::model::{Adjustment, AdjustmentRecord, ErrorClass, StepState};
-use mindfleet_core::sched::{Grant, Outcome, SkipReason, TaskId};
+use mindfleet_core::model::{Action, Adjustment, AdjustmentRecord, ErrorClass, StepState};
+use mindfleet_core::sched::{Grant, Outcome, OverBudget, SkipReason, TaskId};
 use mindfleet_core::time::now_us;
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::Instrument;
@@ -93,9 +94,10 @@ impl PersonaState {
                 self.brain.judge(&seen.delivery.event, seen.priority, &seen.state)
             }
             // No budget for the brain's judgement: the deterministic scorer decides.
-            Outcome::RulesOnly(_) | Outcome::Skipped(_) => {
-                GateDecision { note: "over budget: judged by rules".into(), ..score(seen.priority, &seen.state) }
-            }
+            Outcome::RulesOnly(reason) | Outcome::Skipped(reason) => GateDecision {
+                note: format!("{BUDGET_SPENT} ({}): judged by rules", reason.as_str()),
+                ..score(seen.priority, &seen.state)
+            },
         };
         self.release(&g);
         if let Some(seen) = self.phase.take_judged(g.task) {
@@ -141,7 +143,8 @@ impl PersonaState {
         let Some(f) = self.phase.work_mut(g.task) else { return self.release(&g) };
         let Some(llm) = llm else {
             f.choosing = None;
-            f.notes.push("no budget for the model to choose the plan: rules plan".into());
+            let why = spent(g.outcome).unwrap_or_else(|| "no model to choose the plan".into());
+            f.notes.push(format!("{why}: rules plan"));
             self.release(&g);
             self.next_step();
             return;
@@ -202,21 +205,31 @@ impl PersonaState {
         }
     }
 
-    /// A step's task: skipped for budget, the plan stops; else the step runs (on the rules brain
-    /// at the budget's hard limit).
+    /// A step's task: the step runs, on the rules brain when the budget has no room for the
+    /// model. Only a plan no human waits on stops for budget (the scheduler skips its step).
     async fn run_plan_step(&mut self, g: Grant) {
         let Some(mut f) = self.phase.take_work(g.task) else { return self.release(&g) };
+        let human = f.event().sender_kind == SenderKind::Human;
         let rules_only = match g.outcome {
-            Outcome::Skipped(reason) => {
+            Outcome::Skipped(reason) if !human => {
                 abort_skipped(&mut f.record, f.cursor, reason);
+                f.notes.push(format!("skipped: {BUDGET_SPENT} ({}) and no human waits on it", reason.as_str()));
                 f.cursor = f.record.plan.steps.len();
                 self.phase = Phase::Working(f);
                 self.next_step();
                 return;
             }
-            Outcome::RulesOnly(reason) => {
+            // A skip a human waits on (the scheduler gives such calls `RulesOnly`; this holds
+            // whatever submitted the task): the rules brain, never silence. No slot is held; the
+            // `done` the step ends with is ignored.
+            Outcome::Skipped(reason) | Outcome::RulesOnly(reason) => {
                 let action = f.record.plan.steps[f.cursor].action.as_str();
-                f.notes.push(format!("{action} ran on the rules brain ({})", reason.as_str()));
+                let waited = match g.waited_us {
+                    // Queued for budget (or waiting for a slot) long enough to say so.
+                    us if us >= 1_000_000 => format!(" after {:.1} s waiting", us as f64 / 1e6),
+                    _ => String::new(),
+                };
+                f.notes.push(format!("{BUDGET_SPENT} ({}){waited}: {action} ran on the rules brain", reason.as_str()));
                 true
             }
             Outcome::Run => false,
@@ -245,6 +258,29 @@ impl PersonaState {
             let answer = ractor::call!(llm, request).unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
             let _ = me.cast(answered(task, answer).into());
         });
+    }
+}
+
+/// What a decision says when the budget had no room for the model.
+const BUDGET_SPENT: &str = "model budget spent";
+
+/// Why the model was not asked, when the budget said so.
+fn spent(outcome: Outcome) -> Option<String> {
+    match outcome {
+        Outcome::Run => None,
+        Outcome::RulesOnly(r) | Outcome::Skipped(r) => Some(format!("{BUDGET_SPENT} ({})", r.as_str())),
+    }
+}
+
+/// What becomes of the model call of an event's task `label` when the budget has no room for
+/// it: a human waits on everything done for a human's message, so its calls run on the rules
+/// brain, and its reply's draft first waits for budget (`Queue`, above priority 0.6); a
+/// persona's or the system's message waits on nobody, so its calls are skipped.
+pub(super) fn over_budget(e: &Event, label: &str) -> OverBudget {
+    match e.sender_kind {
+        SenderKind::Human if label == Action::DraftReply.as_str() => OverBudget::Queue,
+        SenderKind::Human => OverBudget::Rules,
+        SenderKind::Persona | SenderKind::System => OverBudget::Skip,
     }
 }
 

@@ -240,9 +240,10 @@ impl PersonaState {
         self.args.scheduler.submit(t);
     }
 
-    /// A task of this persona for the event `e` (its class, priority and room).
+    /// A task of this persona for the event `e` (its class, priority and room, and what becomes
+    /// of it over budget: see `grant::over_budget`).
     fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
-        self.own_task(class, priority, label).in_room(&e.room)
+        self.own_task(class, priority, label).in_room(&e.room).over_budget(grant::over_budget(e, label))
     }
 
     /// Sends the scheduler a new cadence when mood or budget changed it.

@@ -290,6 +290,9 @@ pub struct SchedulerConfig {
     pub fleet_tokens_per_hour: u64,
     /// Share (0..=1) of a budget above which only high-priority model calls are granted.
     pub budget_soft_limit: f64,
+    /// How long a model call a human waits on (priority > 0.6) may wait for budget before the
+    /// rules brain answers instead.
+    pub queue_deadline: Duration,
 }
 
 impl SchedulerConfig {
@@ -300,6 +303,7 @@ impl SchedulerConfig {
     pub const DEFAULT_FLEET_INFERENCES_PER_HOUR: u64 = 1_000_000;
     pub const DEFAULT_FLEET_TOKENS_PER_HOUR: u64 = 1_000_000_000;
     pub const DEFAULT_BUDGET_SOFT_LIMIT: f64 = 0.8;
+    pub const DEFAULT_QUEUE_DEADLINE_SECS: f64 = 30.0;
 
     /// One inference slot per core but one (at least one).
     pub fn default_inference_slots() -> usize {
@@ -318,6 +322,7 @@ impl Default for SchedulerConfig {
             fleet_inferences_per_hour: Self::DEFAULT_FLEET_INFERENCES_PER_HOUR,
             fleet_tokens_per_hour: Self::DEFAULT_FLEET_TOKENS_PER_HOUR,
             budget_soft_limit: Self::DEFAULT_BUDGET_SOFT_LIMIT,
+            queue_deadline: Duration::from_secs_f64(Self::DEFAULT_QUEUE_DEADLINE_SECS),
         }
     }
 }

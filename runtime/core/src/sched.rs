@@ -88,6 +88,23 @@ pub struct Task {
     /// A `Background` task whose slot the owner gives back when asked (`PersonaMsg::Preempt`)
     /// because higher-class work waits for it.
     pub preemptible: bool,
+    /// What becomes of this model call when the budget has no room for it.
+    pub over_budget: OverBudget,
+}
+
+/// What becomes of a model call the budget has no room for, by who waits on it. `Urgent` calls
+/// run on the rules brain whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OverBudget {
+    /// Nobody waits on it (a persona's message, self-paced work): it is skipped.
+    #[default]
+    Skip,
+    /// A human waits on the work it is part of: it runs on the rules brain instead.
+    Rules,
+    /// A human waits on its answer (the reply): above priority 0.6 it waits for budget up to the
+    /// scheduler's `queue_deadline` from its submission, then runs on the rules brain; at or
+    /// below 0.6 it runs on the rules brain at once.
+    Queue,
 }
 
 impl Task {
@@ -107,7 +124,14 @@ impl Task {
             paced: false,
             room: None,
             preemptible: false,
+            over_budget: OverBudget::Skip,
         }
+    }
+
+    /// The same task, `over_budget` when the budget has no room for it.
+    pub fn over_budget(mut self, over_budget: OverBudget) -> Task {
+        self.over_budget = over_budget;
+        self
     }
 
     /// The same task, its slot given back when higher-class work waits for one.

@@ -128,6 +128,7 @@ pub(super) struct RawScheduler {
     pub(super) fleet_inferences_per_hour: Option<Spanned<i64>>,
     pub(super) fleet_tokens_per_hour: Option<Spanned<i64>>,
     pub(super) budget_soft_limit: Option<Spanned<f64>>,
+    pub(super) queue_deadline_secs: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -172,6 +172,20 @@ fn scheduler_policy_keys_are_read() {
 }
 
 #[test]
+fn the_budget_queue_deadline_defaults_to_30_s_and_is_checked() {
+    assert_eq!(parse(ONE).unwrap().scheduler.queue_deadline, Duration::from_secs(30));
+    let s = parse(&format!("[scheduler]\nqueue_deadline_secs = 2.5\n{ONE}")).unwrap().scheduler;
+    assert_eq!(s.queue_deadline, Duration::from_millis(2500));
+    let s = parse(&format!("[scheduler]\nqueue_deadline_secs = 0.0\n{ONE}")).unwrap().scheduler;
+    assert_eq!(s.queue_deadline, Duration::ZERO, "0: the rules brain answers at once");
+    let err = parse(&format!("[scheduler]\nqueue_deadline_secs = -1.0\n{ONE}")).unwrap_err();
+    assert_eq!(err.line, Some((2, 23)), "{err}");
+    assert!(err.message.contains("queue_deadline_secs"), "{err}");
+    let err = parse(&format!("[scheduler]\nqueue_deadline_secs = \"30s\"\n{ONE}")).unwrap_err();
+    assert!(err.message.contains("queue_deadline_secs"), "{err}");
+}
+
+#[test]
 fn scheduler_soft_limit_out_of_range_names_the_key() {
     let err = parse(&format!("[scheduler]\nbudget_soft_limit = 1.5\n{ONE}")).unwrap_err();
     assert_eq!(err.line, Some((2, 21)), "{err}");

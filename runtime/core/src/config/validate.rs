@@ -303,6 +303,12 @@ impl Ctx<'_> {
                 d.fleet_tokens_per_hour as i64,
             )? as u64,
             budget_soft_limit: self.float(&s.budget_soft_limit, "budget_soft_limit", 0.0..=1.0, d.budget_soft_limit)?,
+            queue_deadline: Duration::from_secs_f64(self.float(
+                &s.queue_deadline_secs,
+                "queue_deadline_secs",
+                0.0..=3600.0,
+                SchedulerConfig::DEFAULT_QUEUE_DEADLINE_SECS,
+            )?),
         })
     }
 
