@@ -22,6 +22,7 @@ const SKIPPED: &[(&str, &str)] = &[
         "a benchmark of half a minute or more that starts two fleets (docs/BENCHMARKS.md has its figures)",
     ),
     ("bench chaos", "a benchmark of minutes that kills fleets 20 times (docs/BENCHMARKS.md has its figures)"),
+    ("bench turns", "a benchmark of two fleets of seven personas, one on the local model (tests/budget.rs runs it)"),
     (
         "bench memory-eval",
         "needs LoCoMo conversations, which are not in the repository (its own test runs it on one it writes)",
