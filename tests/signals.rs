@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use mindfleet_core::ai::{Condition, condition};
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
 use mindfleet_core::model::Action;
 use mindfleet_core::sched::{Class, Owner, Slot, Task};
+use mindfleet_core::team::{Condition, condition};
 use serde_json::{Value, json};
 
 use crate::util::*;

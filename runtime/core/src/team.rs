@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ai::{Condition, condition};
 use crate::dump::PersonaDump;
 use crate::dump::PersonaStatus;
 use crate::model::{Mood, SelfStateData};
@@ -367,10 +366,153 @@ fn presence(p: &PersonaDump, room: &str, now_us: i64) -> Presence {
     }
 }
 
+/// What a persona is doing, in one word: the one rule behind the dashboard's badge, the
+/// fleet's health, availability (`select-for-task`) and the activity map, so that they agree.
+/// Serialized as the badge reads (`working`, `idle`, `dormant`, `failed`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Condition {
+    /// Its actor is not up yet (or its self-state not read yet).
+    Starting,
+    /// Its actor failed and is being restarted.
+    Restarting,
+    /// It failed more often than the restart policy allows: down for good.
+    Failed,
+    Stopped,
+    /// On another node of the cluster whose link is down.
+    Unreachable,
+    /// Running, but it did not answer the dump in time (busy in a long step, or stuck).
+    Unresponsive,
+    /// Asleep (fleet file or `ai state update --dormant`): takes no work, whatever else holds.
+    Dormant,
+    /// Cognitive load above [`OVERLOAD`], or overwhelmed.
+    Overloaded,
+    /// At work on an event: its plan runs, or its focus is still on the work it engaged with
+    /// (the focus reads `working`).
+    Working,
+    /// An event in hand, not engaged with (yet): the gate or the plan's choice is under way.
+    Thinking,
+    /// A focus set by a person, and nothing in hand.
+    Focused,
+    /// Nothing in hand and no focus: free for work.
+    Idle,
+}
+
+impl Condition {
+    /// The word the badge and the JSON answers use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::Starting => "starting",
+            Condition::Restarting => "restarting",
+            Condition::Failed => "failed",
+            Condition::Stopped => "stopped",
+            Condition::Unreachable => "unreachable",
+            Condition::Unresponsive => "unresponsive",
+            Condition::Dormant => "dormant",
+            Condition::Overloaded => "overloaded",
+            Condition::Working => "working",
+            Condition::Thinking => "thinking",
+            Condition::Focused => "focused",
+            Condition::Idle => "idle",
+        }
+    }
+
+    /// Not running, or not answering: neither idle nor busy, and never given work.
+    pub fn down(self) -> bool {
+        matches!(
+            self,
+            Condition::Starting
+                | Condition::Restarting
+                | Condition::Failed
+                | Condition::Stopped
+                | Condition::Unreachable
+                | Condition::Unresponsive
+        )
+    }
+
+    /// Running and awake, with something on its mind (an event, a focus, a backlog past
+    /// its load).
+    pub fn occupied(self) -> bool {
+        matches!(self, Condition::Overloaded | Condition::Working | Condition::Thinking | Condition::Focused)
+    }
+
+    /// Has an event in hand or its focus on one.
+    pub fn busy(self) -> bool {
+        matches!(self, Condition::Working | Condition::Thinking)
+    }
+}
+
+/// The condition of `p`, first match wins: its supervisor's word when it is not running
+/// (starting while its self-state is not read yet); dormant; overloaded; working (a plan
+/// running, or the focus reading `working`); thinking (an event in flight, no plan running);
+/// focused (a focus other than `idle`, nothing in flight); idle.
+pub fn condition(p: &PersonaDump) -> Condition {
+    match p.status {
+        PersonaStatus::Running => {}
+        PersonaStatus::Starting => return Condition::Starting,
+        PersonaStatus::Restarting => return Condition::Restarting,
+        PersonaStatus::Failed => return Condition::Failed,
+        PersonaStatus::Stopped => return Condition::Stopped,
+        PersonaStatus::Unreachable => return Condition::Unreachable,
+        PersonaStatus::Unresponsive => return Condition::Unresponsive,
+    }
+    let Some(s) = &p.self_state else { return Condition::Starting };
+    let plan_running = p.in_flight.is_some() && p.plan.as_ref().is_some_and(|r| r.finished_us.is_none());
+    if s.dormant {
+        Condition::Dormant
+    } else if overloaded(s) || s.mood == Mood::Overwhelmed {
+        Condition::Overloaded
+    } else if plan_running || s.focus.activity == "working" {
+        Condition::Working
+    } else if p.in_flight.is_some() {
+        Condition::Thinking
+    } else if s.focus.activity != "idle" {
+        Condition::Focused
+    } else {
+        Condition::Idle
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{Focus, Preoccupation};
+
+    fn up(s: SelfStateData) -> PersonaDump {
+        PersonaDump { self_state: Some(s), ..PersonaDump::placeholder("ada", PersonaStatus::Running, 0, None) }
+    }
+
+    fn focus(activity: &str) -> SelfStateData {
+        SelfStateData { focus: Focus { activity: activity.into(), ..Focus::default() }, ..SelfStateData::default() }
+    }
+
+    #[test]
+    fn a_persona_whose_focus_reads_working_is_never_idle() {
+        // Its event handled, the next one still in its inbox: nothing in flight, the focus on
+        // the work. The badge read `idle` beside a focus that read `working`.
+        assert_eq!(condition(&up(focus("working"))), Condition::Working);
+        let mut p = up(focus("idle"));
+        p.in_flight = Some("e1".into());
+        assert_eq!(condition(&p), Condition::Thinking, "an event in hand, no plan yet");
+        assert_eq!(condition(&up(focus("focused"))), Condition::Focused);
+        assert_eq!(condition(&up(focus("idle"))), Condition::Idle);
+    }
+
+    #[test]
+    fn down_and_dormant_come_before_what_the_self_state_says() {
+        let mut p = up(SelfStateData { dormant: true, cognitive_load: 0.95, ..focus("working") });
+        p.in_flight = Some("e1".into());
+        assert_eq!(condition(&p), Condition::Dormant);
+        p.status = PersonaStatus::Failed;
+        assert_eq!(condition(&p), Condition::Failed);
+        assert!(Condition::Failed.down() && !Condition::Dormant.down());
+        let up = PersonaDump::placeholder("ada", PersonaStatus::Running, 0, None);
+        assert_eq!(condition(&up), Condition::Starting, "its self-state not read yet");
+        for c in [Condition::Working, Condition::Idle, Condition::Unreachable] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
+    }
 
     fn running(name: &str, s: SelfStateData) -> PersonaDump {
         PersonaDump { self_state: Some(s), ..PersonaDump::placeholder(name, PersonaStatus::Running, 0, None) }

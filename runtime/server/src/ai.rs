@@ -3,9 +3,10 @@
 
 use serde_json::{Value, json};
 
-use mindfleet_core::ai::{AiQuery, Condition, condition};
+use mindfleet_core::ai::AiQuery;
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
+use mindfleet_core::team::{Condition, condition};
 use mindfleet_core::team::{Unavailable, activity_map, availability, health, suitability};
 use mindfleet_core::time::now_us;
 use mindfleet_store::{Storage, StorageError};

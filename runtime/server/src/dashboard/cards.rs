@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
-use mindfleet_core::ai::condition;
 use mindfleet_core::dump::PersonaDump;
 use mindfleet_core::model::SelfStateData;
+use mindfleet_core::team::condition;
 
 use super::html::{escape, named, percent};
 
