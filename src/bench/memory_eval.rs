@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_core::event::EventInput;
+use mindfleet_personas::redundancy::cosine;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
@@ -545,17 +546,6 @@ async fn embed(fleet: &Fleet, texts: Vec<String>) -> anyhow::Result<Vec<Vec<f32>
     .map_err(|e| anyhow::anyhow!("the dense baseline needs the embedding model: {e}"))?;
     anyhow::ensure!(r.len() == n, "the embedding worker answered {} of {n} texts", r.len());
     Ok(r.iter().map(|e| e.vector().to_vec()).collect())
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa == 0.0 || bb == 0.0 { 0.0 } else { ab / (aa.sqrt() * bb.sqrt()) }
 }
 
 /// Indices by score, best first; equal scores in their order.

@@ -56,14 +56,13 @@ impl DeferBook {
     /// Its preoccupations in the order they are taken up: highest priority first, then oldest.
     pub fn preoccupations(&self) -> Vec<Preoccupation> {
         let mut v: Vec<Preoccupation> = self.items.values().map(|(_, p)| p.clone()).collect();
-        v.sort_by(|a, b| b.priority.total_cmp(&a.priority).then(a.created_us.cmp(&b.created_us)));
+        v.sort_by(first_up);
         v
     }
 
     /// The seq of the one to take up next.
     fn next(&self) -> Option<u64> {
-        let first = self.preoccupations().into_iter().next()?;
-        self.items.iter().find(|(_, (_, p))| p.event_id == first.event_id).map(|(s, _)| *s)
+        self.items.iter().min_by(|a, b| first_up(&a.1.1, &b.1.1)).map(|(s, _)| *s)
     }
 
     /// The seqs of those deferred for `ttl_us` or longer at `now`.
@@ -73,8 +72,7 @@ impl DeferBook {
 
     /// The seq of the one taken up last (lowest priority, then newest).
     fn last(&self) -> Option<u64> {
-        let last = self.preoccupations().pop()?;
-        self.items.iter().find(|(_, (_, p))| p.event_id == last.event_id).map(|(s, _)| *s)
+        self.items.iter().max_by(|a, b| first_up(&a.1.1, &b.1.1)).map(|(s, _)| *s)
     }
 
     pub fn holds(&self, seq: u64) -> bool {
@@ -90,6 +88,11 @@ impl DeferBook {
     pub fn taking(&self, seq: u64) -> Option<&TakingUp> {
         self.taking.as_ref().filter(|t| t.seq == seq)
     }
+}
+
+/// The order deferrals are taken up in: highest priority first, then oldest.
+fn first_up(a: &Preoccupation, b: &Preoccupation) -> std::cmp::Ordering {
+    b.priority.total_cmp(&a.priority).then(a.created_us.cmp(&b.created_us))
 }
 
 impl PersonaState {
