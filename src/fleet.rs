@@ -204,6 +204,10 @@ impl Actor for FleetSupervisor {
         let conversation = if args.config.conversation.enabled {
             let mut a = index_args(&args.config, embedding.clone(), None);
             a.dir = args.config.storage.data_dir.join("conversation");
+            // Recall's fusion ([conversation]), not the codebase index's.
+            let w = args.config.conversation.weights;
+            (a.config.keyword_weight, a.config.vector_weight, a.config.rrf_k) =
+                (w.keyword as f32, w.vector as f32, w.rrf_k as f32);
             Some(mindfleet_actors::index::spawn(a, Some(me.clone())).await?)
         } else {
             None

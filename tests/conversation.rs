@@ -86,6 +86,119 @@ async fn a_persona_recalls_what_it_was_told_about_a_topic_and_only_that_and_uses
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
+/// `text` said in `room` by `from`, `days` ago (its event's `ts`).
+fn said_days_ago(room: &str, from: &str, text: &str, days: i64) -> (mindfleet_core::event::EventInput, String) {
+    let at = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * days);
+    let ts = jiff::Timestamp::from_second(at.as_second()).unwrap().to_string();
+    (mindfleet_core::event::EventInput { ts: Some(ts.clone()), ..chat(room, from, text) }, ts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_keeps_the_time_it_was_said_and_since_reads_that_time() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &format!("{}{ON}", fleet_toml(HELPER))).await;
+    // History replayed today: one said forty days ago, one two days ago.
+    let (old, old_ts) = said_days_ago("ops", "alice", "the quarterly budget review moved to Tuesday", 40);
+    let (new, new_ts) = said_days_ago("ops", "bob", "the budget spreadsheet is in the shared drive", 2);
+    for e in [old, new] {
+        fleet.inject(e).await.unwrap();
+    }
+    poll("helper's conversation memory to hold both", || async {
+        let d = fleet.dump(None).await.unwrap();
+        let c = persona(&d, "helper").conversation.clone().expect("conversation memory is on");
+        (c.stored >= 2 && c.pending == 0).then_some(())
+    })
+    .await;
+    let api = Client::new(&fleet.addr.to_string(), None);
+    let budget = [("persona", "helper".to_string()), ("text", "where is the budget?".to_string())];
+    let v = api.ai("recall", &budget).await.unwrap();
+    let said: Vec<(&str, &str, &str)> = v["recall"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["from"].as_str().unwrap(), i["at"].as_str().unwrap(), i["text"].as_str().unwrap()))
+        .collect();
+    // Each recalled message says who said it and when: its event's time, not its arrival.
+    assert!(said.contains(&("alice", old_ts.as_str(), "the quarterly budget review moved to Tuesday")), "{v}");
+    assert!(said.contains(&("bob", new_ts.as_str(), "the budget spreadsheet is in the shared drive")), "{v}");
+    // `since` reads the time it was said: a week back finds only bob's.
+    let v = api.ai("recall", &[budget[0].clone(), budget[1].clone(), ("since", "7d".into())]).await.unwrap();
+    assert_eq!(texts(&v), ["the budget spreadsheet is in the shared drive"], "{v}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_recalled_by_the_words_of_the_question_it_answers() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &format!("{}{ON}", fleet_toml(HELPER))).await;
+    for (from, text) in [
+        ("alice", "what did you look into over the weekend, mel?"),
+        ("mel", "adoption agencies, mostly ones that help single parents"),
+        ("alice", "nice! the weather was lovely too"),
+    ] {
+        fleet.inject(chat("ops", from, text)).await.unwrap();
+    }
+    poll("helper's conversation memory to hold all three", || async {
+        let d = fleet.dump(None).await.unwrap();
+        let c = persona(&d, "helper").conversation.clone().expect("conversation memory is on");
+        (c.stored >= 3 && c.pending == 0).then_some(())
+    })
+    .await;
+    let api = Client::new(&fleet.addr.to_string(), None);
+    // The reply shares no word with the question: its keyword document holds the question.
+    let v = recall(&api, "helper", "what did mel look into over the weekend?").await;
+    let got = texts(&v);
+    let answer = got.iter().position(|t| t.starts_with("adoption agencies")).unwrap_or(usize::MAX);
+    assert!(answer < 2, "the answer among the first two: {v}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_conversation_is_consolidated_and_an_observation_recalls_its_source_message() {
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    // A dormant persona consolidates too; a conversation is quiet after half a second here.
+    let toml = fleet_toml("[[persona]]\nname = \"diary\"\nrole = \"listener\"\nrooms = [\"talk\"]\ndormant = true\n");
+    let fleet = start(dir.path(), &format!("{toml}{ON}observe_after_secs = 0.5\n")).await;
+    // Said on 8 May 2023: "yesterday" is the 7th, which no message says.
+    for (i, (from, text)) in [
+        ("melanie", "Hey Caroline, how was your weekend?"),
+        ("caroline", "I went to a pottery class yesterday, it was so much fun"),
+        ("melanie", "Pottery sounds lovely, I painted a sunset with the kids"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ts = format!("2023-05-08T13:56:{:02}Z", i * 30 % 60);
+        fleet.inject(mindfleet_core::event::EventInput { ts: Some(ts), ..chat("talk", from, text) }).await.unwrap();
+    }
+    let c = poll("diary to consolidate the conversation", || async {
+        let d = fleet.dump(None).await.unwrap();
+        let c = persona(&d, "diary").conversation.clone().expect("conversation memory is on");
+        (c.stored == 3 && c.observations_pending == 0 && c.observations > 0).then_some(c)
+    })
+    .await;
+    // Two facts (the greeting only asks) and the session's summary; `stored` counts messages only.
+    assert_eq!((c.stored, c.observations, c.observed_by.as_str()), (3, 3, "rules"), "{c:?}");
+    let api = Client::new(&fleet.addr.to_string(), None);
+    let params = [("persona", "diary".to_string()), ("text", "what did Caroline do on 7 May 2023?".to_string())];
+    let v = api.ai("recall", &params).await.unwrap();
+    let first = &v["recall"]["items"][0];
+    // The observation is returned as the message it came from, marked with it.
+    assert_eq!(first["text"], "I went to a pottery class yesterday, it was so much fun", "{v}");
+    assert_eq!(first["from"], "caroline", "{v}");
+    assert_eq!(first["at"], "2023-05-08T13:56:30Z", "{v}");
+    assert_eq!(first["via"]["kind"], "fact", "{v}");
+    let via = first["via"]["text"].as_str().unwrap();
+    assert!(via.starts_with("Caroline went to a pottery class 7 May 2023"), "{v}");
+    // Results are messages: no observation is an item of its own.
+    let items = v["recall"]["items"].as_array().unwrap();
+    assert!(items.iter().all(|i| i["event_id"].is_string() && i["seq"].is_u64()), "{v}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_embedding_model_recall_matches_words_and_says_it_is_degraded() {
     let dir = tempfile::tempdir().unwrap();

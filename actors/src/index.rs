@@ -509,6 +509,7 @@ impl Service {
             mode,
             keyword_weight: self.config.keyword_weight,
             vector_weight: self.config.vector_weight,
+            rrf_k: self.config.rrf_k,
         };
         if let Some(t) = r.threshold.filter(|t| !(0.0..=1.0).contains(t)) {
             return Err(RagError::Invalid(format!("threshold: {t} is not within 0..=1")));

@@ -19,6 +19,7 @@ pub mod gate;
 pub mod inbox;
 pub mod memory;
 pub mod mind;
+pub mod observe;
 pub mod persona;
 pub mod redundancy;
 pub mod self_state;

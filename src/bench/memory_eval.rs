@@ -6,7 +6,8 @@
 //!   room, `from` the speaker lower-cased with spaces as `-`, `ts` the session's date and time
 //!   plus 30 s per turn, the text with ` [shares a photo: CAPTION]` when the turn has one;
 //! - once every message is in the persona's conversation memory (the dump's
-//!   `conversation.stored`), each answerable question (categories 1-4 with evidence) asked as
+//!   `conversation.stored`) and consolidated (`conversation.observations_pending` 0, which takes
+//!   the `observe_after_secs` of quiet after the last turn), each answerable question (categories 1-4 with evidence) asked as
 //!   `GET /ai/recall?persona=P&room=R&limit=10&text=QUESTION`, the path `ai recall` takes;
 //! - scored as the dev set's `score.py` does: turn-level recall@5, recall@10 and hit@5, overall
 //!   and per category.
@@ -422,31 +423,38 @@ async fn run(
     });
     futures::future::try_join_all(ingest).await?;
     let ingest_s = started.elapsed().as_secs_f64();
-    // Every message in conversation memory (embedded and stored in the index).
+    // Every message in conversation memory (embedded and stored in the index), then
+    // consolidated (once the conversation is quiet for `observe_after_secs`).
     let expected: HashMap<String, u64> = set.iter().map(|c| (persona_name(&c.id), c.turns.len() as u64)).collect();
-    loop {
+    let mut embed_s = None;
+    let observations = loop {
         let d = fleet.dump(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        let behind: Vec<String> = d
-            .personas
-            .iter()
-            .filter_map(|p| {
-                let stored = p.conversation.as_ref().map_or(0, |c| c.stored);
-                let want = expected.get(&p.name).copied().unwrap_or(0);
-                (stored < want).then(|| format!("{} has {stored} of {want}", p.name))
-            })
-            .collect();
+        let mut behind = Vec::new();
+        let (mut unobserved, mut observations) = (0, 0);
+        for p in &d.personas {
+            let c = p.conversation.clone().unwrap_or_default();
+            let want = expected.get(&p.name).copied().unwrap_or(0);
+            if c.stored < want {
+                behind.push(format!("{} has {} of {want}", p.name, c.stored));
+            }
+            (unobserved, observations) = (unobserved + c.observations_pending, observations + c.observations);
+        }
         if behind.is_empty() {
-            break;
+            embed_s.get_or_insert(started.elapsed().as_secs_f64());
+            if unobserved == 0 {
+                break observations;
+            }
         }
         anyhow::ensure!(
             started.elapsed() < EMBED_DEADLINE,
-            "conversation memory not complete after {} s: {}",
+            "conversation memory not complete after {} s: {} ({unobserved} messages not consolidated)",
             EMBED_DEADLINE.as_secs(),
             behind.join(", ")
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let embed_s = started.elapsed().as_secs_f64();
+    };
+    let embed_s = embed_s.unwrap_or_default();
+    let observe_s = started.elapsed().as_secs_f64();
     // Ours: each question as `ai recall`, through the admin API.
     let api = Client::new(&fleet.addr.to_string(), None);
     let mut ours: HashMap<String, Vec<String>> = HashMap::new();
@@ -478,6 +486,9 @@ async fn run(
         "ingest_s": round(ingest_s, 2),
         "embed_s": round(embed_s, 2),
         "embedded_per_s": round(set.iter().map(|c| c.turns.len()).sum::<usize>() as f64 / embed_s, 1),
+        "observed_s": round(observe_s, 2),
+        "observations": observations,
+        "observe_after_s": fleet.config.conversation.observe_after.as_secs_f64(),
         "ours": method_json(&ours_scores, &mut took),
     });
     v["ours"]["recalls_by_words"] = by_words.into();

@@ -104,9 +104,9 @@ enum AiCmd {
         #[arg(long, default_value = "")]
         text: String,
     },
-    /// What a persona was told about a topic: its conversation memory, recalled by meaning
-    /// (ranked by similarity, recency, importance and room; `degraded` when only words could
-    /// be matched).
+    /// What a persona was told about a topic: its conversation memory, recalled by words and
+    /// meaning (ranked by their fused relevance, recency, importance and room; `degraded` when
+    /// only words could be matched). Each message says who said it (`from`) and when (`at`).
     Recall {
         #[arg(long)]
         persona: String,

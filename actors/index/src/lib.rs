@@ -139,6 +139,8 @@ pub struct SearchOptions {
     /// Weights of the keyword and the vector ranking in the fusion.
     pub keyword_weight: f32,
     pub vector_weight: f32,
+    /// Reciprocal rank fusion's constant: a result at rank r counts weight / (rrf_k + r).
+    pub rrf_k: f32,
 }
 
 impl Default for SearchOptions {
@@ -151,14 +153,15 @@ impl Default for SearchOptions {
             mode: Mode::Hybrid,
             keyword_weight: 1.0,
             vector_weight: 1.0,
+            rrf_k: RRF_K,
         }
     }
 }
 
 /// The most results one search returns.
 pub const MAX_LIMIT: usize = 1000;
-/// Reciprocal rank fusion's constant: a result at rank r counts weight / (RRF_K + r).
-const RRF_K: f32 = 60.0;
+/// Reciprocal rank fusion's constant by default: a result at rank r counts weight / (RRF_K + r).
+pub const RRF_K: f32 = 60.0;
 /// How [`Chunker`] cuts, as the index records it.
 const CODE_CHUNKING: &str = "code, neighbours merged";
 /// Texts embedded per call of the model, unless [`Embed::batch`] says otherwise.
@@ -689,16 +692,17 @@ impl Index {
             Mode::Keyword => (1.0, 0.0),
             Mode::Vector => (0.0, 1.0),
         };
-        let best = (wk + wv) / (RRF_K + 1.0);
+        let k = opts.rrf_k;
+        let best = (wk + wv) / (k + 1.0);
         let mut fused: HashMap<u64, Fused> = HashMap::new();
         for (rank, (id, _)) in keyword.iter().enumerate() {
             let e = fused.entry(*id).or_default();
-            e.score += wk / (RRF_K + rank as f32 + 1.0);
+            e.score += wk / (k + rank as f32 + 1.0);
             e.keyword_rank = Some(rank + 1);
         }
         for (rank, (id, sim)) in vector.iter().enumerate() {
             let e = fused.entry(*id).or_default();
-            e.score += wv / (RRF_K + rank as f32 + 1.0);
+            e.score += wv / (k + rank as f32 + 1.0);
             e.vector_rank = Some(rank + 1);
             e.similarity = Some(*sim);
         }

@@ -46,13 +46,14 @@ impl PersonaState {
             Job::Remember => {
                 self.convo.as_ref().is_some_and(|c| c.asked.contains(&task)) && self.args.conversation.is_some()
             }
+            Job::Observe => self.convo.as_ref().is_some_and(|c| c.observe_asked == Some(task)),
             Job::Study => self.study.run.as_ref().is_some_and(|r| r.task == Some(task)),
             _ => true,
         }
     }
 
     /// Gives back the slot of a grant nothing runs on.
-    fn release(&self, g: &Grant) {
+    pub(super) fn release(&self, g: &Grant) {
         if g.outcome.holds_slot() {
             self.args.scheduler.done(g.task);
         }
@@ -62,6 +63,7 @@ impl PersonaState {
         match job {
             Job::Judge => self.run_judge(g),
             Job::Remember => self.run_remember(g),
+            Job::Observe => self.run_observe(g),
             Job::Study => self.run_study(g),
             Job::TakeUp => self.run_take_up(g),
             Job::Consolidate => {

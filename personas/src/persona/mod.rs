@@ -71,6 +71,7 @@ mod children;
 mod deferrals;
 mod grant;
 mod intake;
+mod observing;
 pub(crate) mod own;
 mod phase;
 mod plan;
@@ -302,6 +303,13 @@ impl PersonaState {
                 }
             }
             Own::Recalled { task, recall } => self.on_recalled(task, recall),
+            Own::ObserveDue => {
+                if let Some(c) = self.convo.as_mut() {
+                    c.observe_armed = false;
+                }
+                self.arm_observe();
+            }
+            Own::Observed { task, result } => self.on_observed(task, result),
             Own::DeferralsDue => {
                 self.deferrals.due = None;
                 self.tend_deferred();
@@ -418,8 +426,7 @@ impl Actor for Persona {
         }
         let convo = match &args.conversation {
             Some(ConversationArgs { config, .. }) => {
-                let (unembedded, kept) = args.storage.unembedded(&name)?;
-                Some(ConversationBook::new(config.max_lag, unembedded, kept))
+                Some(ConversationBook::new(config, args.storage.conversation_backlog(&name)?))
             }
             None => None,
         };
@@ -463,6 +470,8 @@ impl Actor for Persona {
             // What was taken in before a restart and not embedded.
             st.want_remember();
         }
+        // And what was embedded and not consolidated.
+        st.arm_observe();
         // The self-state keeps what storage kept: a `kill -9` may have lost its last write.
         st.publish_preoccupations();
         st.pull();

@@ -3,7 +3,7 @@
 //! [`PersonaMsg::Own`](mindfleet_core::messages::PersonaMsg::Own), which only this crate can
 //! make or open, so no holder of the persona's ref can forge one.
 
-use mindfleet_core::conversation::{Recall, Said};
+use mindfleet_core::conversation::{Observation, Recall, Said};
 use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{Classification, Generation, LlmFailure};
 use mindfleet_core::messages::{Delivery, PersonaMsg};
@@ -52,6 +52,10 @@ pub(crate) enum Own {
     ConversationLag,
     /// Conversation memory has gathered long enough: time to embed what waits.
     RememberDue,
+    /// Time to check whether the conversation has gone quiet, to consolidate it.
+    ObserveDue,
+    /// The observations the consolidation task `task` made and put in the index (or why not).
+    Observed { task: TaskId, result: Result<Vec<Observation>, String> },
     /// The oldest deferred event may have gone stale.
     DeferralsDue,
     /// What conversation memory recalled for the recall step of `task`.

@@ -114,6 +114,8 @@ pub(super) enum TaskFor {
     Event,
     Consolidate,
     Remember,
+    /// Consolidating conversation memory into observations.
+    Observe,
     Study,
     /// Taking a deferred event up.
     TakeUp,
@@ -132,6 +134,7 @@ pub(super) enum Job {
     Evaluate,
     Consolidate,
     Remember,
+    Observe,
     Study,
     TakeUp,
 }
@@ -146,6 +149,7 @@ impl Job {
             Job::Evaluate => "evaluate",
             Job::Consolidate => "consolidate",
             Job::Remember => "remember",
+            Job::Observe => "observe",
             Job::Study => "study",
             Job::TakeUp => "take_up",
         }
@@ -159,6 +163,7 @@ pub(super) fn job_of(tasks: &mut HashMap<TaskId, TaskFor>, phase: &Phase, task: 
         TaskFor::Event => phase.job(task),
         TaskFor::Consolidate => Some(Job::Consolidate),
         TaskFor::Remember => Some(Job::Remember),
+        TaskFor::Observe => Some(Job::Observe),
         TaskFor::Study => Some(Job::Study),
         TaskFor::TakeUp => Some(Job::TakeUp),
     }

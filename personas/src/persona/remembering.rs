@@ -44,9 +44,12 @@ impl PersonaState {
             room: e.room.clone(),
             from: e.from.clone(),
             text: e.text.clone(),
-            at_us: e.accepted_us.min(now),
+            // When it was said: its event's time, also for history replayed or imported.
+            at_us: e.ts_us,
+            taken_us: now,
             importance: importance.clamp(0.0, 1.0),
             embedded: false,
+            observed: false,
             recalled: 0,
             last_recalled_us: 0,
         };
@@ -54,6 +57,7 @@ impl PersonaState {
         // Kept with the event's decision (the event stays pending until then).
         self.taking_in = Some(said);
         self.gather();
+        self.arm_observe();
     }
 
     /// Asks for the embedding of what waits once a batch is full, else after gathering for
@@ -104,6 +108,7 @@ impl PersonaState {
         if !failed {
             self.refill_conversation();
             self.gather();
+            self.arm_observe();
         }
     }
 

@@ -90,6 +90,8 @@ pub struct ConversationConfig {
     /// Longest a persona's recall waits for the embedding model to take its query; past it,
     /// recall goes on by words (reported as degraded).
     pub recall_wait: Duration,
+    /// A conversation quiet this long (no message taken in) is consolidated into observations.
+    pub observe_after: Duration,
 }
 
 impl Default for ConversationConfig {
@@ -101,6 +103,7 @@ impl Default for ConversationConfig {
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
             recall_wait: Duration::from_millis(250),
+            observe_after: Duration::from_secs(60),
         }
     }
 }
@@ -180,6 +183,8 @@ pub struct IndexConfig {
     /// Weights of the keyword and the vector ranking in the hybrid fusion.
     pub keyword_weight: f32,
     pub vector_weight: f32,
+    /// Reciprocal rank fusion's constant (a result at rank r counts weight / (rrf_k + r)).
+    pub rrf_k: f32,
 }
 
 impl Default for IndexConfig {
@@ -190,6 +195,7 @@ impl Default for IndexConfig {
             max_cursors: 64,
             keyword_weight: 1.0,
             vector_weight: 1.0,
+            rrf_k: 60.0,
         }
     }
 }

@@ -190,8 +190,17 @@ pub struct ConversationDump {
     /// How long the oldest of them has waited, and the longest any waited, ms.
     pub lag_ms: i64,
     pub max_lag_ms: i64,
-    /// Messages in its namespace of the conversation index.
+    /// Messages in its namespace of the conversation index (messages only, not observations).
     pub stored: u64,
+    /// Messages in the index not consolidated into observations yet (they are once the
+    /// conversation is quiet for `observe_after_secs`).
+    #[serde(default)]
+    pub observations_pending: u64,
+    /// Observations made since the persona started, and what made them (`rules`).
+    #[serde(default)]
+    pub observations: u64,
+    #[serde(default)]
+    pub observed_by: String,
     /// Times the embedding task was promoted from `background` to `work` by a long wait.
     pub promotions: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

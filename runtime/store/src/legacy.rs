@@ -4,10 +4,11 @@
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 
+use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
 use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
 
-use crate::schema::{DECISION_LOG, DECISIONS, EVENTS, PENDING, PLANS, ROOMS, Tables};
+use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
@@ -16,7 +17,7 @@ pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinit
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
 pub(crate) const MIGRATIONS: &[Migration] =
-    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6];
+    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6, migrate_6_to_7];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -151,5 +152,61 @@ pub(crate) fn migrate_5_to_6(txn: &WriteTransaction) -> Result<(), redb::Error> 
     }
     drop(t);
     // And `deferred`, which starts empty.
+    Tables::open(txn).map(drop)
+}
+
+/// A chat message as version 6 kept it: its time was when it arrived, and it had no other.
+#[derive(Deserialize)]
+pub(crate) struct SaidV6 {
+    pub(crate) seq: u64,
+    pub(crate) event_id: String,
+    pub(crate) room: String,
+    pub(crate) from: String,
+    pub(crate) text: String,
+    pub(crate) at_us: i64,
+    pub(crate) importance: f64,
+    pub(crate) embedded: bool,
+    pub(crate) recalled: u32,
+    pub(crate) last_recalled_us: i64,
+}
+
+/// Version 7 keeps when a message was said (its event's `ts`) apart from when it was taken in:
+/// the arrival becomes `taken_us`, and `at_us` its event's time where the event is still kept
+/// (else the arrival, as before); no message is consolidated yet.
+pub(crate) fn migrate_6_to_7(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let events = txn.open_table(EVENTS)?;
+    let ids = txn.open_table(EVENT_IDS)?;
+    let mut t = txn.open_table(CONVERSATION)?;
+    let old: Vec<((String, u64), SaidV6)> = t
+        .iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (p, n) = k.value();
+            Ok(((p.to_string(), n), dec(v.value())?))
+        })
+        .collect::<Result<_, redb::Error>>()?;
+    for ((p, n), s) in old {
+        let said_at = match ids.get(s.event_id.as_str())? {
+            Some(seq) => events.get(seq.value())?.map(|e| dec::<Event>(e.value())).transpose()?.map(|e| e.ts_us),
+            None => None,
+        };
+        let said = Said {
+            seq: s.seq,
+            event_id: s.event_id,
+            room: s.room,
+            from: s.from,
+            text: s.text,
+            at_us: said_at.unwrap_or(s.at_us),
+            taken_us: s.at_us,
+            importance: s.importance,
+            embedded: s.embedded,
+            observed: false,
+            recalled: s.recalled,
+            last_recalled_us: s.last_recalled_us,
+        };
+        t.insert((p.as_str(), n), enc(&said).as_slice())?;
+    }
+    drop((t, ids, events));
+    // And `observations`, which starts empty.
     Tables::open(txn).map(drop)
 }

@@ -47,16 +47,17 @@ pub use disk::{Disk, Failure, Health, disk_of};
 use legacy::MIGRATIONS;
 pub use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows, StorageStats};
 use op::{Op, Release};
-use schema::{CONVERSATION, FORWARDS, META, PLACEMENT, REFERENCES, ROOMS, STUDIES, open_all};
+use schema::{CONVERSATION, FORWARDS, META, OBSERVATIONS, PLACEMENT, REFERENCES, ROOMS, STUDIES, open_all};
 pub use schema::{
-    CONVERSATION_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, PROCEDURES_PER_DOMAIN, SCHEMA_VERSION, STUDIES_KEPT,
+    CONVERSATION_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, OBSERVATIONS_KEPT, PROCEDURES_PER_DOMAIN, SCHEMA_VERSION,
+    STUDIES_KEPT,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use writer::Writer;
 
 use mindfleet_core::config::StorageConfig;
-use mindfleet_core::conversation::{Said, SaidMarks};
+use mindfleet_core::conversation::{Observation, Said, SaidMarks};
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use mindfleet_core::model::{
@@ -192,6 +193,16 @@ use mindfleet_core::stored::encode as enc;
 
 fn dec<T: DeserializeOwned>(b: &[u8]) -> Result<T, redb::Error> {
     mindfleet_core::stored::decode(b).map_err(|e| redb::Error::Corrupted(e.to_string()))
+}
+
+/// A persona's conversation memory as storage keeps it: its messages not yet in the index
+/// (oldest first), those in it not yet consolidated (their sequence numbers, oldest first),
+/// and how many are kept in all.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    pub unembedded: Vec<Said>,
+    pub unobserved: Vec<u64>,
+    pub kept: u64,
 }
 
 impl Storage {
@@ -399,8 +410,8 @@ impl Storage {
         })
     }
 
-    /// Marks messages of a persona embedded or recalled: each message is rewritten once,
-    /// whatever the marks on it.
+    /// Marks messages of a persona embedded, observed or recalled, and keeps the observations
+    /// made of them: each message is rewritten once, whatever the marks on it.
     pub fn conversation_marks(&self, persona: Arc<str>, marks: SaidMarks) {
         if !marks.is_empty() {
             self.send(Op::SaidMarks(persona, marks));
@@ -421,21 +432,35 @@ impl Storage {
         })
     }
 
-    /// A persona's messages not yet in the conversation index, oldest first, and how many are
-    /// kept in all (blocking read).
-    pub fn unembedded(&self, persona: &str) -> Result<(Vec<Said>, u64), StorageError> {
+    /// The observations `ids` of a persona that are kept, in the order asked (blocking read).
+    pub fn observations(&self, persona: &str, ids: &[u64]) -> Result<Vec<Observation>, StorageError> {
         self.read(|txn| {
-            let t = txn.open_table(CONVERSATION)?;
-            let mut out = Vec::new();
-            let mut n = 0;
-            for r in t.range((persona, 0)..=(persona, u64::MAX))? {
-                let said: Said = dec(r?.1.value())?;
-                n += 1;
-                if !said.embedded {
-                    out.push(said);
+            let t = txn.open_table(OBSERVATIONS)?;
+            let mut out = Vec::with_capacity(ids.len());
+            for &id in ids {
+                if let Some(v) = t.get((persona, id))? {
+                    out.push(dec(v.value())?);
                 }
             }
-            Ok((out, n))
+            Ok(out)
+        })
+    }
+
+    /// What a persona's conversation memory still has to do, from what is kept (blocking read).
+    pub fn conversation_backlog(&self, persona: &str) -> Result<Backlog, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(CONVERSATION)?;
+            let mut b = Backlog::default();
+            for r in t.range((persona, 0)..=(persona, u64::MAX))? {
+                let said: Said = dec(r?.1.value())?;
+                b.kept += 1;
+                if !said.embedded {
+                    b.unembedded.push(said);
+                } else if !said.observed {
+                    b.unobserved.push(said.seq);
+                }
+            }
+            Ok(b)
         })
     }
 

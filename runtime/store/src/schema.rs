@@ -12,7 +12,9 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// called for; adds `references` (what each persona selected), `conversation` (the chat
 /// messages each persona took in) and `studies` (self-directed study sessions). 6: plans carry
 /// the long-term memory they used; adds `deferred` (deliveries kept aside as preoccupations).
-pub const SCHEMA_VERSION: u64 = 6;
+/// 7: a conversation message keeps when it was said (its event's `ts`), when it was taken in
+/// and whether it was consolidated; adds `observations` (what consolidation made of messages).
+pub const SCHEMA_VERSION: u64 = 7;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -40,6 +42,8 @@ pub(crate) const CONSOLIDATIONS: TableDefinition<(&str, u64), &[u8]> = TableDefi
 pub(crate) const REFERENCES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("references");
 /// The chat messages each persona took in: (persona, delivery seq) -> `Said`.
 pub(crate) const CONVERSATION: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("conversation");
+/// What consolidation made of each persona's messages: (persona, observation id) -> `Observation`.
+pub(crate) const OBSERVATIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("observations");
 /// Each persona's study sessions: (persona, start time in µs) -> `StudySession`.
 pub(crate) const STUDIES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("studies");
 /// Deliveries a persona deferred: (seq, persona) -> the `Preoccupation` it keeps. The delivery
@@ -65,6 +69,8 @@ pub const STUDIES_KEPT: u64 = 200;
 pub(crate) const CONSOLIDATIONS_KEPT: u64 = 100;
 /// Chat messages kept per persona for conversation memory.
 pub const CONVERSATION_KEPT: u64 = 10_000;
+/// Observations kept per persona: a fact per message and a summary per session at most.
+pub const OBSERVATIONS_KEPT: u64 = 2 * CONVERSATION_KEPT;
 
 pub(crate) fn open_all(txn: &WriteTransaction) -> Result<(), redb::Error> {
     Tables::open(txn).map(drop)
@@ -96,6 +102,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) consolidations: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) references: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
     pub(crate) conversation: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    pub(crate) observations: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) studies: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) forwards: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) placement: redb::Table<'t, &'static str, &'static [u8]>,
@@ -128,6 +135,7 @@ impl<'t> Tables<'t> {
             consolidations: txn.open_table(CONSOLIDATIONS)?,
             references: txn.open_table(REFERENCES)?,
             conversation: txn.open_table(CONVERSATION)?,
+            observations: txn.open_table(OBSERVATIONS)?,
             studies: txn.open_table(STUDIES)?,
             forwards: txn.open_table(FORWARDS)?,
             placement: txn.open_table(PLACEMENT)?,

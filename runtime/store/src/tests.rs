@@ -584,6 +584,37 @@ async fn a_version_5_database_keeps_its_plans_without_memory_used() {
 }
 
 #[tokio::test]
+async fn a_version_6_message_gets_its_events_time_and_keeps_its_arrival_as_taken_in() {
+    use mindfleet_core::conversation::Said;
+    let dir = tempfile::tempdir().unwrap();
+    let said_at = event("e7").ts_us - 86_400_000_000;
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 6).unwrap();
+        // Event e7 was said a day before it was sent; e8 is no longer kept.
+        let e7 = Event { ts_us: said_at, ..event("e7") };
+        txn.open_table(EVENTS).unwrap().insert(7, enc(&e7).as_slice()).unwrap();
+        txn.open_table(EVENT_IDS).unwrap().insert("e7", 7).unwrap();
+        // Version 6 messages: today's fields, in order, without `taken_us`.
+        let mut t = txn.open_table(CONVERSATION).unwrap();
+        for (seq, id) in [(7_u64, "e7"), (8, "e8")] {
+            let old = enc(&(seq, id, "r", "a", "t", 1_000_i64 + seq as i64, 0.5_f64, true, 0_u32, 0_i64));
+            t.insert(("helper", seq), old.as_slice()).unwrap();
+        }
+        drop(t);
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got: Vec<Said> = s.conversation("helper", &[7, 8]).unwrap();
+    let times: Vec<(u64, i64, i64)> = got.iter().map(|m| (m.seq, m.at_us, m.taken_us)).collect();
+    assert_eq!(times, [(7, said_at, 1_007), (8, 1_008, 1_008)]);
+    assert!(got.iter().all(|m| m.embedded && m.text == "t"));
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_newer_schema_is_refused_with_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();

@@ -34,13 +34,20 @@ pub(super) struct RawFleetFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConversation {
     pub(super) enabled: Option<bool>,
-    pub(super) similarity_weight: Option<Spanned<f64>>,
+    /// Called `similarity_weight` before recall fused keyword and vector ranks.
+    #[serde(alias = "similarity_weight")]
+    pub(super) relevance_weight: Option<Spanned<f64>>,
     pub(super) recency_weight: Option<Spanned<f64>>,
     pub(super) importance_weight: Option<Spanned<f64>>,
     pub(super) room_weight: Option<Spanned<f64>>,
     pub(super) half_life_hours: Option<Spanned<f64>>,
+    pub(super) keyword_weight: Option<Spanned<f64>>,
+    pub(super) vector_weight: Option<Spanned<f64>>,
+    pub(super) rrf_k: Option<Spanned<f64>>,
+    pub(super) context_messages: Option<Spanned<i64>>,
     pub(super) max_lag_secs: Option<Spanned<f64>>,
     pub(super) recall_wait_secs: Option<Spanned<f64>>,
+    pub(super) observe_after_secs: Option<Spanned<f64>>,
 }
 
 /// `[references]`: catalog files to include, and how matching behaves.

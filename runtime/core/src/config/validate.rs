@@ -412,6 +412,7 @@ impl Ctx<'_> {
             max_cursors: self.int(&i.max_cursors, "max_cursors", 1..=100_000, d.max_cursors as i64)? as usize,
             keyword_weight,
             vector_weight,
+            rrf_k: d.rrf_k,
         })
     }
 
@@ -453,7 +454,7 @@ impl Ctx<'_> {
         let d = ConversationConfig::default();
         let w = |v: &Option<Spanned<f64>>, name, default| self.float(v, name, 0.0..=100.0, default);
         let weights = crate::conversation::RecallWeights {
-            similarity: w(&c.similarity_weight, "similarity_weight", d.weights.similarity)?,
+            relevance: w(&c.relevance_weight, "relevance_weight", d.weights.relevance)?,
             recency: w(&c.recency_weight, "recency_weight", d.weights.recency)?,
             importance: w(&c.importance_weight, "importance_weight", d.weights.importance)?,
             same_room: w(&c.room_weight, "room_weight", d.weights.same_room)?,
@@ -466,15 +467,26 @@ impl Ctx<'_> {
                         d.weights.half_life.as_secs_f64() / 3600.0,
                     )?,
             ),
+            keyword: w(&c.keyword_weight, "keyword_weight", d.weights.keyword)?,
+            vector: w(&c.vector_weight, "vector_weight", d.weights.vector)?,
+            rrf_k: self.float(&c.rrf_k, "rrf_k", 0.0..=1000.0, d.weights.rrf_k)?,
+            context: self.int(&c.context_messages, "context_messages", 0..=16, d.weights.context as i64)? as usize,
         };
+        if weights.keyword + weights.vector == 0.0 {
+            let at = c.keyword_weight.as_ref().map_or(0..0, Spanned::span);
+            return Err(self.err_at(at, "`keyword_weight` and `vector_weight`: the weights cannot both be 0"));
+        }
         let max_lag = self.float(&c.max_lag_secs, "max_lag_secs", 0.01..=86_400.0, d.max_lag.as_secs_f64())?;
         let recall_wait =
             self.float(&c.recall_wait_secs, "recall_wait_secs", 0.01..=600.0, d.recall_wait.as_secs_f64())?;
+        let observe_after =
+            self.float(&c.observe_after_secs, "observe_after_secs", 0.01..=86_400.0, d.observe_after.as_secs_f64())?;
         Ok(ConversationConfig {
             enabled: c.enabled.unwrap_or(d.enabled),
             weights,
             max_lag: Duration::from_secs_f64(max_lag),
             recall_wait: Duration::from_secs_f64(recall_wait),
+            observe_after: Duration::from_secs_f64(observe_after),
         })
     }
 

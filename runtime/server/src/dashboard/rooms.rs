@@ -50,7 +50,8 @@ pub fn rooms(d: &FleetDump) -> Vec<Room> {
                     text: e.text.clone(),
                     in_reply_to: e.in_reply_to.clone(),
                     answered_by: d.outbox.iter().filter(|o| o.in_reply_to == e.id).map(|o| o.persona.clone()).collect(),
-                    at_us: e.accepted_us,
+                    // When it was said (its `ts`), as conversation memory keeps it.
+                    at_us: e.ts_us,
                 })
                 .collect();
             messages.reverse();

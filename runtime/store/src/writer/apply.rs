@@ -75,7 +75,7 @@ impl Writer {
                 Ok(true)
             }
             Op::SaidMarks(persona, marks) => {
-                mark_said(&mut t.conversation, &persona, marks)?;
+                mark_said(t, &persona, marks)?;
                 Ok(true)
             }
             Op::PutSelfState(persona, state) => {

@@ -17,8 +17,8 @@ use mindfleet_core::time::now_us;
 
 use crate::behind::Behind;
 use crate::schema::{
-    CONSOLIDATIONS_KEPT, CONVERSATION_KEPT, EVICTIONS_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, PLANS_KEPT,
-    PROCEDURES_PER_DOMAIN, STUDIES_KEPT, Tables,
+    CONSOLIDATIONS_KEPT, CONVERSATION_KEPT, EVICTIONS_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, OBSERVATIONS_KEPT,
+    PLANS_KEPT, PROCEDURES_PER_DOMAIN, STUDIES_KEPT, Tables,
 };
 use crate::writer::trim::{Journal, bounded, trim_journal};
 use crate::writer::{Injected, Writer};
@@ -306,26 +306,43 @@ pub(crate) fn put_said(t: &mut Tables<'_>, persona: &str, said: &Said) -> Result
     Ok(())
 }
 
-/// Applies `marks` to the kept messages of `persona`, rewriting each once.
-pub(crate) fn mark_said(
-    t: &mut redb::Table<(&str, u64), &[u8]>,
-    persona: &str,
-    marks: SaidMarks,
-) -> Result<(), redb::Error> {
-    let mut by_seq: BTreeMap<u64, (bool, u32, i64)> = BTreeMap::new();
+/// Applies `marks` to the kept messages of `persona`, rewriting each once, and keeps the
+/// observations they carry (the oldest go past [`OBSERVATIONS_KEPT`]).
+pub(crate) fn mark_said(t: &mut Tables<'_>, persona: &str, marks: SaidMarks) -> Result<(), redb::Error> {
+    #[derive(Default)]
+    struct Mark {
+        embedded: bool,
+        observed: bool,
+        times: u32,
+        at_us: i64,
+    }
+    let mut by_seq: BTreeMap<u64, Mark> = BTreeMap::new();
     for seq in marks.embedded {
-        by_seq.entry(seq).or_default().0 = true;
+        by_seq.entry(seq).or_default().embedded = true;
+    }
+    for seq in marks.observed {
+        by_seq.entry(seq).or_default().observed = true;
     }
     for (seq, (times, at_us)) in marks.recalled {
         let m = by_seq.entry(seq).or_default();
-        (m.1, m.2) = (times, at_us);
+        (m.times, m.at_us) = (times, at_us);
     }
-    for (seq, (embedded, times, at_us)) in by_seq {
-        let Some(mut said) = t.get((persona, seq))?.map(|v| dec::<Said>(v.value())).transpose()? else { continue };
-        said.embedded |= embedded;
-        said.recalled += times;
-        said.last_recalled_us = said.last_recalled_us.max(at_us);
-        t.insert((persona, seq), enc(&said).as_slice())?;
+    for (seq, m) in by_seq {
+        let Some(mut said) = t.conversation.get((persona, seq))?.map(|v| dec::<Said>(v.value())).transpose()? else {
+            continue;
+        };
+        said.embedded |= m.embedded;
+        said.observed |= m.observed;
+        said.recalled += m.times;
+        said.last_recalled_us = said.last_recalled_us.max(m.at_us);
+        t.conversation.insert((persona, seq), enc(&said).as_slice())?;
+    }
+    for o in marks.observations {
+        // Made again after a crash: it replaces itself, and counts once.
+        let again = t.observations.insert((persona, o.id), enc(&o).as_slice())?.is_some();
+        if !again {
+            bounded(&mut t.observations, &mut t.counters, persona, "observations", OBSERVATIONS_KEPT)?;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,88 @@
+use super::*;
+
+const DAY: i64 = 86_400_000_000;
+/// 8 May 2023, 13:56 UTC.
+const MAY_8: i64 = 1_683_554_160_000_000;
+
+fn said(seq: u64, from: &str, text: &str, at_us: i64) -> Said {
+    Said {
+        seq,
+        event_id: format!("e{seq}"),
+        room: "talk".into(),
+        from: from.into(),
+        text: text.into(),
+        at_us,
+        taken_us: at_us,
+        importance: 0.5,
+        embedded: true,
+        observed: false,
+        recalled: 0,
+        last_recalled_us: 0,
+    }
+}
+
+#[test]
+fn a_statement_becomes_a_fact_about_its_speaker_in_the_third_person_with_dates() {
+    let turns = [
+        said(1, "melanie", "Hey Caroline! How have you been?", MAY_8),
+        said(2, "caroline", "I went to a LGBTQ support group yesterday and it was so powerful.", MAY_8 + 30_000_000),
+        said(3, "melanie", "Wow, your courage inspires me. We should paint together next month!", MAY_8 + 60_000_000),
+    ];
+    let got = observe(&turns);
+    let facts: Vec<(&str, &str, &[u64])> = got
+        .iter()
+        .filter(|o| o.kind == ObservationKind::Fact)
+        .map(|o| (o.about.as_str(), o.text.as_str(), o.sources.as_slice()))
+        .collect();
+    assert_eq!(
+        facts,
+        [
+            (
+                "caroline",
+                "Caroline went to a LGBTQ support group 7 May 2023 and it was so powerful. (said by Caroline on 8 May 2023)",
+                &[2][..]
+            ),
+            (
+                "melanie",
+                "Wow, Caroline's courage inspires Melanie. Melanie and Caroline should paint together June 2023! (said by Melanie on 8 May 2023)",
+                &[3][..]
+            ),
+        ],
+        "a greeting that only asks says nothing: no fact"
+    );
+    assert!(got.iter().all(|o| o.by == BY));
+    assert_eq!(got.iter().find(|o| o.sources == [2]).map(|o| o.id), Some(Observation::id_of(ObservationKind::Fact, 2)));
+}
+
+#[test]
+fn each_session_of_a_room_gets_a_summary_linked_to_all_its_messages() {
+    let later = MAY_8 + 14 * DAY;
+    let turns = [
+        said(1, "caroline", "The adoption agency called about the interview", MAY_8),
+        said(2, "melanie", "An adoption interview, that is big news", MAY_8 + 30_000_000),
+        // Two weeks later: another session.
+        said(5, "melanie", "We went camping at the lake with the kids", later),
+        said(6, "caroline", "Camping sounds lovely, which lake?", later + 30_000_000),
+        said(7, "melanie", "The lake near the mountains, camping there every summer", later + 60_000_000),
+    ];
+    let summaries: Vec<Observation> =
+        observe(&turns).into_iter().filter(|o| o.kind == ObservationKind::Summary).collect();
+    assert_eq!(summaries.len(), 2, "{summaries:?}");
+    assert_eq!(summaries[0].sources, [1, 2]);
+    assert!(
+        summaries[0].text.starts_with("On 8 May 2023 in #talk, Caroline and Melanie talked about adoption"),
+        "{}",
+        summaries[0].text
+    );
+    assert_eq!(summaries[1].sources, [5, 6, 7]);
+    assert!(summaries[1].text.contains("camping, lake"), "the commonest words first: {}", summaries[1].text);
+    assert_eq!(summaries[1].id, Observation::id_of(ObservationKind::Summary, 5));
+    assert_eq!(summaries[1].at_us, later + 60_000_000, "when its last message was said");
+}
+
+#[test]
+fn names_read_as_people_write_them() {
+    assert_eq!(display("caroline"), "Caroline");
+    assert_eq!(display("mary-ann"), "Mary Ann");
+    assert_eq!(day(MAY_8), "8 May 2023");
+}
