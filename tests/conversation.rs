@@ -53,11 +53,15 @@ async fn a_persona_recalls_what_it_was_told_about_a_topic_and_only_that_and_uses
     let v = recall(&api, "helper", "what went wrong with the release to production?").await;
     assert!(v["recall"].get("degraded").is_none(), "{v}");
     let got = texts(&v);
-    assert_eq!(got[0], "the deploy to production failed: the canary ran out of memory", "{v}");
+    // The answer first, or second to the other message that names releases (found by that
+    // word, and said after it): ties of the fused ranks go to the newer.
+    let canary = "the deploy to production failed: the canary ran out of memory";
+    let answer = got.iter().position(|t| t == canary).unwrap_or(usize::MAX);
+    assert!(answer < 2 && got[..2].iter().all(|t| t == canary || t.contains("release")), "{v}");
     assert!(got.iter().all(|t| !t.contains("lunch") && !t.contains("plants")), "nothing off-topic: {v}");
-    let first = &v["recall"]["items"][0];
-    assert!(first["similarity"].as_f64().unwrap() > 0.25, "{v}");
-    assert_eq!((first["room"].as_str(), first["from"].as_str()), (Some("ops"), Some("alice")));
+    let it = &v["recall"]["items"][answer];
+    assert!(it["similarity"].as_f64().unwrap() > 0.25, "{v}");
+    assert_eq!((it["room"].as_str(), it["from"].as_str()), (Some("ops"), Some("alice")));
     // Each persona has its own namespace: scribe heard only the general room (with the
     // replies posted there, which may quote other rooms).
     let v = recall(&api, "scribe", "what went wrong with the release to production?").await;
@@ -171,7 +175,7 @@ async fn a_quiet_conversation_is_consolidated_and_an_observation_recalls_its_sou
     .into_iter()
     .enumerate()
     {
-        let ts = format!("2023-05-08T13:56:{:02}Z", i * 30 % 60);
+        let ts = format!("2023-05-08T13:{}:00Z", 56 + i);
         fleet.inject(mindfleet_core::event::EventInput { ts: Some(ts), ..chat("talk", from, text) }).await.unwrap();
     }
     let c = poll("diary to consolidate the conversation", || async {
@@ -189,7 +193,7 @@ async fn a_quiet_conversation_is_consolidated_and_an_observation_recalls_its_sou
     // The observation is returned as the message it came from, marked with it.
     assert_eq!(first["text"], "I went to a pottery class yesterday, it was so much fun", "{v}");
     assert_eq!(first["from"], "caroline", "{v}");
-    assert_eq!(first["at"], "2023-05-08T13:56:30Z", "{v}");
+    assert_eq!(first["at"], "2023-05-08T13:57:00Z", "{v}");
     assert_eq!(first["via"]["kind"], "fact", "{v}");
     let via = first["via"]["text"].as_str().unwrap();
     assert!(via.starts_with("Caroline went to a pottery class 7 May 2023"), "{v}");

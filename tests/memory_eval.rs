@@ -51,6 +51,8 @@ fn memory_eval_prints_the_figures_and_finds_an_exact_keyword() {
         .arg(dir.path())
         .arg("--results")
         .arg(&results)
+        // Consolidated after a second of quiet, not the default minute.
+        .args(["--conversation", "observe_after_secs = 1"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -60,6 +62,21 @@ fn memory_eval_prints_the_figures_and_finds_an_exact_keyword() {
     assert_eq!((&v["conversations"], &v["turns"], &v["questions"]), (&1.into(), &14.into(), &2.into()), "{v}");
     let (ingest, embed) = (v["ingest_s"].as_f64().unwrap(), v["embed_s"].as_f64().unwrap());
     assert!(ingest > 0.0 && embed >= ingest, "{v}");
+    // The turns were consolidated before any question: facts and the two sessions' summaries.
+    assert!(v["observed_s"].as_f64().unwrap() >= embed && v["observations"].as_u64().unwrap() > 2, "{v}");
+    assert_eq!(v["observe_after_s"], 1.0, "{v}");
+    // The temporal question is answered among the first five.
+    assert_eq!(v["ours"]["by_category"]["2"]["hit_at_5"], 1.0, "{v}");
+
+    // A bad `[conversation]` key is named, as a fleet file's is.
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["bench", "memory-eval", "--json", "--dir"])
+        .arg(dir.path())
+        .args(["--conversation", "rrf_k = -1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("`rrf_k` = -1 is out of range"), "{stderr}");
 
     // Every method with the same figures, overall and per category (the adversarial question
     // is in none).

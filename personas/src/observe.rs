@@ -232,9 +232,21 @@ fn relative(phrase: &str, at_us: i64) -> Option<String> {
         "this year" => year(at_us, 0),
         "last year" => year(at_us, -1),
         "next year" => year(at_us, 1),
-        _ => return None,
+        other => {
+            // "last sunday": the sunday before; "next friday": the friday after.
+            let (which, name) = other.split_once(' ')?;
+            let wanted = WEEKDAYS.iter().position(|d| *d == name)? as i64;
+            let today = i64::from(civil(at_us).weekday().to_monday_zero_offset());
+            match which {
+                "last" => day(t(-((today - wanted + 6).rem_euclid(7) + 1))),
+                "next" => day(t((wanted - today + 6).rem_euclid(7) + 1)),
+                _ => return None,
+            }
+        }
     })
 }
+
+const WEEKDAYS: [&str; 7] = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"];
 
 fn civil(at_us: i64) -> jiff::civil::Date {
     jiff::Timestamp::from_microsecond(at_us)

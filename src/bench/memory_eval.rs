@@ -56,6 +56,8 @@ pub struct Options {
     pub baseline: bool,
     /// Where to write ours per question, one `{"id", "ranked"}` line each (`score.py`'s input).
     pub results: Option<PathBuf>,
+    /// `[conversation]` keys for the fleet (`context_messages = 0`), as a fleet file has them.
+    pub conversation: Vec<String>,
 }
 
 /// A conversation of the set.
@@ -376,6 +378,7 @@ pub async fn memory_eval(opts: &Options) -> anyhow::Result<Value> {
     let turns: usize = set.iter().map(|c| c.turns.len()).sum();
     let dir = tempfile::tempdir()?;
     let mut cfg = crate::defaults::synthetic_fleet(set.len(), dir.path().to_path_buf());
+    cfg.conversation = conversation_config(&opts.conversation)?;
     cfg.conversation.enabled = true;
     for (p, c) in cfg.personas.iter_mut().zip(&set) {
         p.name = persona_name(&c.id);
@@ -394,6 +397,14 @@ pub async fn memory_eval(opts: &Options) -> anyhow::Result<Value> {
     v["turns"] = turns.into();
     v["questions"] = questions.len().into();
     Ok(v)
+}
+
+/// `[conversation]` with `keys` (each `key = value`, as in a fleet file), checked as a fleet
+/// file's are.
+fn conversation_config(keys: &[String]) -> anyhow::Result<mindfleet_core::config::ConversationConfig> {
+    let toml = format!("[[persona]]\nname = \"p\"\nrole = \"r\"\n\n[conversation]\n{}\n", keys.join("\n"));
+    let cfg = mindfleet_core::config::FleetConfig::from_toml(Path::new("--conversation"), &toml)?;
+    Ok(cfg.conversation)
 }
 
 /// Ingests, waits for memory, asks; the figures and ours per question.
@@ -489,6 +500,7 @@ async fn run(
         "observed_s": round(observe_s, 2),
         "observations": observations,
         "observe_after_s": fleet.config.conversation.observe_after.as_secs_f64(),
+        "conversation": opts.conversation,
         "ours": method_json(&ours_scores, &mut took),
     });
     v["ours"]["recalls_by_words"] = by_words.into();

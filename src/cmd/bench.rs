@@ -121,6 +121,10 @@ enum Which {
         /// Writes ours per question to FILE, a `{"id", "ranked"}` line each (score.py's input).
         #[arg(long, value_name = "FILE")]
         results: Option<PathBuf>,
+        /// A `[conversation]` key for the fleet, as in a fleet file (`context_messages = 0`);
+        /// repeat for more. What each part of recall brings is measured so.
+        #[arg(long, value_name = "KEY = VALUE")]
+        conversation: Vec<String>,
         #[command(flatten)]
         out: Json,
     },
@@ -313,9 +317,12 @@ pub fn run(Args { which }: Args) -> ExitCode {
             };
             print_figures(r, out.json)
         }),
-        Which::MemoryEval { dir, baseline, results, out } => block_on(async move {
+        Which::MemoryEval { dir, baseline, results, conversation, out } => block_on(async move {
             let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}")) {
-                Ok(_) => bench::memory_eval::memory_eval(&bench::memory_eval::Options { dir, baseline, results }).await,
+                Ok(_) => {
+                    let opts = bench::memory_eval::Options { dir, baseline, results, conversation };
+                    bench::memory_eval::memory_eval(&opts).await
+                }
                 Err(e) => Err(e.into()),
             };
             print_figures(r, out.json)

@@ -81,6 +81,16 @@ fn each_session_of_a_room_gets_a_summary_linked_to_all_its_messages() {
 }
 
 #[test]
+fn a_weekday_last_or_next_is_the_date_before_or_after() {
+    // 8 May 2023 was a Monday.
+    let said = |text: &str| resolve(text, "Bob", None, MAY_8);
+    assert_eq!(said("I ran last Sunday!"), "Bob ran 7 May 2023!");
+    assert_eq!(said("since last monday"), "since 1 May 2023");
+    assert_eq!(said("see you next Monday."), "see you 15 May 2023.");
+    assert_eq!(said("next friday"), "12 May 2023");
+}
+
+#[test]
 fn names_read_as_people_write_them() {
     assert_eq!(display("caroline"), "Caroline");
     assert_eq!(display("mary-ann"), "Mary Ann");
