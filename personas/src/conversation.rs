@@ -171,7 +171,8 @@ pub struct ConversationBook {
     pub context: Context,
     /// The context as it was before the batch being embedded: a failed batch goes back to it.
     context_before: Option<Context>,
-    /// A conversation quiet this long is consolidated.
+    /// Consolidation is on, and a conversation quiet this long is consolidated.
+    pub observe: bool,
     pub observe_after: Duration,
     /// When the last message was taken in (µs).
     pub heard_us: i64,
@@ -190,7 +191,10 @@ pub struct ConversationBook {
 impl ConversationBook {
     /// From what storage kept (`backlog`): what waits to be embedded and to be consolidated.
     pub fn new(config: &ConversationConfig, backlog: Backlog) -> Self {
-        let Backlog { unembedded, unobserved, kept } = backlog;
+        let Backlog { unembedded, mut unobserved, kept } = backlog;
+        if !config.observations {
+            unobserved.clear();
+        }
         let stored = kept.saturating_sub(unembedded.len() as u64);
         let mut unembedded = unembedded.into_iter();
         let pending = unembedded.by_ref().take(QUEUED).collect();
@@ -212,6 +216,7 @@ impl ConversationBook {
             recalls_by_words: 0,
             context: Context::new(config.weights.context),
             context_before: None,
+            observe: config.observations,
             observe_after: config.observe_after,
             heard_us: 0,
             unobserved: unobserved.into(),
@@ -326,7 +331,9 @@ impl ConversationBook {
                 self.last_error = None;
                 self.stored += batch.len() as u64;
                 self.marks.embedded.extend(batch.iter().map(|s| s.seq));
-                self.unobserved.extend(batch.iter().map(|s| s.seq));
+                if self.observe {
+                    self.unobserved.extend(batch.iter().map(|s| s.seq));
+                }
             }
             Err(e) => {
                 self.last_error = Some(e);
@@ -464,6 +471,14 @@ mod tests {
         let marks = c.marks_due(true).unwrap();
         assert_eq!((marks.observed, marks.observations), (vec![1, 2, 3], made));
         assert_eq!(c.observe_wait(161 * S), None, "nothing left");
+
+        // Turned off: nothing waits to be consolidated, from before or after the start.
+        let off = ConversationConfig { observations: false, ..ConversationConfig::default() };
+        let mut c = ConversationBook::new(&off, Backlog { unembedded: Vec::new(), unobserved: vec![1], kept: 1 });
+        c.take(said(2, S));
+        c.take_batch("helper");
+        c.batch_done(Ok(()), 2 * S);
+        assert_eq!((c.observe_wait(1000 * S), c.dump(1000 * S).observations_pending), (None, 0));
     }
 
     #[test]

@@ -90,7 +90,9 @@ pub struct ConversationConfig {
     /// Longest a persona's recall waits for the embedding model to take its query; past it,
     /// recall goes on by words (reported as degraded).
     pub recall_wait: Duration,
-    /// A conversation quiet this long (no message taken in) is consolidated into observations.
+    /// Consolidation into observations: on, and after how long a conversation is quiet (no
+    /// message taken in).
+    pub observations: bool,
     pub observe_after: Duration,
 }
 
@@ -103,6 +105,7 @@ impl Default for ConversationConfig {
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
             recall_wait: Duration::from_millis(250),
+            observations: true,
             observe_after: Duration::from_secs(60),
         }
     }

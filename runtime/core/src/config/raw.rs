@@ -47,6 +47,7 @@ pub(super) struct RawConversation {
     pub(super) context_messages: Option<Spanned<i64>>,
     pub(super) max_lag_secs: Option<Spanned<f64>>,
     pub(super) recall_wait_secs: Option<Spanned<f64>>,
+    pub(super) observations: Option<bool>,
     pub(super) observe_after_secs: Option<Spanned<f64>>,
 }
 

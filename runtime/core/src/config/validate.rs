@@ -486,6 +486,7 @@ impl Ctx<'_> {
             weights,
             max_lag: Duration::from_secs_f64(max_lag),
             recall_wait: Duration::from_secs_f64(recall_wait),
+            observations: c.observations.unwrap_or(d.observations),
             observe_after: Duration::from_secs_f64(observe_after),
         })
     }
