@@ -148,9 +148,9 @@ impl SaidMarks {
         }
     }
 
-    /// Messages with a mark.
+    /// Messages with a mark, and observations to keep.
     pub fn len(&self) -> usize {
-        self.embedded.len() + self.observed.len() + self.recalled.len()
+        self.embedded.len() + self.observed.len() + self.recalled.len() + self.observations.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -252,21 +252,27 @@ pub struct Recall {
     pub degraded: Option<String>,
 }
 
+impl Found {
+    /// Whether it is about the query: its words matched, or its similarity is at least
+    /// [`RECALL_SIMILARITY`].
+    pub fn related(&self) -> bool {
+        self.by_words || self.similarity.is_some_and(|sim| sim >= RECALL_SIMILARITY)
+    }
+}
+
 /// The least cosine similarity of a message the vectors alone found: below it, a vector
 /// neighbour is not about the query (all-MiniLM-L6-v2 puts unrelated short messages around 0
 /// to 0.2). A message whose words matched is kept whatever its similarity.
 pub const RECALL_SIMILARITY: f32 = 0.25;
 
-/// `candidates` ranked by `w`, best first; those said before `q.since_us`, and those only the
-/// vectors found under [`RECALL_SIMILARITY`], left out.
+/// `candidates` ranked by `w`, best first; those said before `q.since_us`, and those not
+/// [`Found::related`] to the query (nor brought by an observation that was), left out.
 pub fn rank(candidates: Vec<(Said, Found)>, q: &RecallQuery, w: &RecallWeights, now_us: i64) -> Vec<Recalled> {
     let half_life_us = w.half_life.as_micros().max(1) as f64;
     let mut out: Vec<Recalled> = candidates
         .into_iter()
-        .filter(|(s, f)| {
-            (f.by_words || f.via.is_some() || f.similarity.is_some_and(|sim| sim >= RECALL_SIMILARITY))
-                && q.since_us.is_none_or(|t| s.at_us >= t)
-        })
+        // A message an observation brought is related: the observation was.
+        .filter(|(s, f)| (f.related() || f.via.is_some()) && q.since_us.is_none_or(|t| s.at_us >= t))
         .map(|(said, f)| {
             let age = (now_us - said.at_us).max(0) as f64;
             let recency = 0.5f64.powf(age / half_life_us);

@@ -68,21 +68,6 @@ fn found(storage: &Storage, persona: &str, hits: Vec<(Entry, Found)>) -> Result<
         hits.iter().filter_map(|(e, _)| if let Entry::Observation(id) = e { Some(*id) } else { None }).collect();
     let observations = storage.observations(persona, &ids)?;
     let mut by_seq: Vec<(u64, Found)> = Vec::new();
-    let add =
-        |by_seq: &mut Vec<(u64, Found)>, seq: u64, f: &Found, via: Option<&Observation>, only_found: bool| match by_seq
-            .iter_mut()
-            .find(|(s, _)| *s == seq)
-        {
-            Some((_, mine)) => {
-                mine.relevance += f.relevance;
-                mine.by_words |= f.by_words;
-                if mine.via.is_none() {
-                    mine.via = via.map(via_of);
-                }
-            }
-            None if !only_found => by_seq.push((seq, Found { via: via.map(via_of), ..f.clone() })),
-            None => {}
-        };
     for (entry, f) in &hits {
         if let Entry::Said(seq) = entry {
             add(&mut by_seq, *seq, f, None, false);
@@ -92,7 +77,11 @@ fn found(storage: &Storage, persona: &str, hits: Vec<(Entry, Found)>) -> Result<
         for (entry, f) in &hits {
             let Entry::Observation(id) = entry else { continue };
             let Some(o) = observations.iter().find(|o| o.id == *id && o.kind == kind) else { continue };
-            // An observation's own similarity is not its messages'.
+            // An unrelated vector neighbour brings nothing; an observation's own similarity is
+            // not its messages'.
+            if !f.related() {
+                continue;
+            }
             let f = Found { similarity: None, ..f.clone() };
             for seq in &o.sources {
                 add(&mut by_seq, *seq, &f, Some(o), kind == ObservationKind::Summary);
@@ -105,6 +94,22 @@ fn found(storage: &Storage, persona: &str, hits: Vec<(Entry, Found)>) -> Result<
         .into_iter()
         .filter_map(|(seq, found)| said.iter().find(|s| s.seq == seq).map(|s| (s.clone(), found)))
         .collect())
+}
+
+/// Adds what `f` says of message `seq` (brought by `via`, when an observation did) to what
+/// `by_seq` has of it; `only_found`: only to a message it has already.
+fn add(by_seq: &mut Vec<(u64, Found)>, seq: u64, f: &Found, via: Option<&Observation>, only_found: bool) {
+    match by_seq.iter_mut().find(|(s, _)| *s == seq) {
+        Some((_, mine)) => {
+            mine.relevance += f.relevance;
+            mine.by_words |= f.by_words;
+            if mine.via.is_none() {
+                mine.via = via.map(via_of);
+            }
+        }
+        None if !only_found => by_seq.push((seq, Found { via: via.map(via_of), ..f.clone() })),
+        None => {}
+    }
 }
 
 fn via_of(o: &Observation) -> Via {

@@ -263,6 +263,18 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     a.put_self_state(p.clone(), state(0.7));
     a.put_memory(p.clone(), entry(4));
     a.join_room("side".into(), p.clone());
+    let observation = mindfleet_core::conversation::Observation {
+        id: 8,
+        kind: mindfleet_core::conversation::ObservationKind::Fact,
+        about: "a".into(),
+        room: "r".into(),
+        text: "A said t".into(),
+        at_us: 1,
+        sources: vec![4],
+        by: "rules".into(),
+    };
+    let marks = SaidMarks { observations: vec![observation.clone()], ..SaidMarks::default() };
+    a.conversation_marks(p.clone(), marks);
     // b already stored e3 for one of its own personas: it keeps its seq there.
     inject(&b, "e0", "r").await.unwrap();
     inject(&b, "e3", "r").await.unwrap();
@@ -277,6 +289,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     assert!(a.recent_decisions("p", 10).unwrap().is_empty());
     assert!(a.load_self_state(p.clone()).await.unwrap().is_none());
     assert!(a.load_memory(p.clone()).await.unwrap().is_empty());
+    assert!(a.observations("p", &[8]).unwrap().is_empty());
     assert!(a.load_inbox(p.clone()).await.unwrap().deliveries.is_empty());
     assert_eq!(a.load_inbox("q".into()).await.unwrap().deliveries.len(), 1);
     assert_eq!(a.stats().await.unwrap().pending, 1);
@@ -291,6 +304,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     assert_eq!(ids, ["e2", "e1"]);
     assert_eq!(b.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.7));
     assert_eq!(b.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
+    assert_eq!(b.observations("p", &[8]).unwrap(), [observation], "what consolidation made goes along");
     let inbox = b.load_inbox(p.clone()).await.unwrap();
     assert_eq!(inbox.deliveries.iter().map(|d| (d.event.id.as_str(), d.seq)).collect::<Vec<_>>(), [("e3", 2)]);
     assert_eq!(b.stats().await.unwrap().pending, 3);

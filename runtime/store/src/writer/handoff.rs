@@ -19,7 +19,7 @@ type Named<'a, 't> = &'a mut redb::Table<'t, (&'static str, &'static str), &'sta
 
 impl<'t> Tables<'t> {
     /// The tables keyed by (persona, number), by name.
-    fn numbered(&mut self) -> [(&'static str, Numbered<'_, 't>); 10] {
+    fn numbered(&mut self) -> [(&'static str, Numbered<'_, 't>); 11] {
         [
             ("decisions", &mut self.decisions),
             ("memory", &mut self.memory),
@@ -30,6 +30,7 @@ impl<'t> Tables<'t> {
             ("knowledge", &mut self.knowledge),
             ("consolidations", &mut self.consolidations),
             ("conversation", &mut self.conversation),
+            ("observations", &mut self.observations),
             ("studies", &mut self.studies),
         ]
     }
