@@ -14,6 +14,20 @@ use crate::{dec, enc};
 /// Before version 4: pending deliveries keyed by persona first.
 pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
 
+/// Rows of a table keyed by (persona, number), with their keys.
+type Rows<T> = Vec<((String, u64), T)>;
+
+/// Every row of a table keyed by (persona, number), decoded as an older layout's `T`.
+fn rows<T: serde::de::DeserializeOwned>(t: &redb::Table<(&str, u64), &[u8]>) -> Result<Rows<T>, redb::Error> {
+    t.iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            let (p, n) = k.value();
+            Ok(((p.to_string(), n), dec(v.value())?))
+        })
+        .collect()
+}
+
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
 pub(crate) const MIGRATIONS: &[Migration] =
@@ -79,14 +93,7 @@ impl From<DecisionV4> for Decision {
 pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> {
     {
         let mut t = txn.open_table(DECISIONS)?;
-        let old: Vec<((String, u64), DecisionV4)> = t
-            .iter()?
-            .map(|r| {
-                let (k, v) = r?;
-                let (p, n) = k.value();
-                Ok(((p.to_string(), n), dec(v.value())?))
-            })
-            .collect::<Result<_, redb::Error>>()?;
+        let old: Rows<DecisionV4> = rows(&t)?;
         for ((p, n), d) in old {
             t.insert((p.as_str(), n), enc(&Decision::from(d)).as_slice())?;
         }
@@ -139,14 +146,7 @@ impl From<PlanRecordV5> for PlanRecord {
 /// `deferred` table.
 pub(crate) fn migrate_5_to_6(txn: &WriteTransaction) -> Result<(), redb::Error> {
     let mut t = txn.open_table(PLANS)?;
-    let old: Vec<((String, u64), PlanRecordV5)> = t
-        .iter()?
-        .map(|r| {
-            let (k, v) = r?;
-            let (p, n) = k.value();
-            Ok(((p.to_string(), n), dec(v.value())?))
-        })
-        .collect::<Result<_, redb::Error>>()?;
+    let old: Rows<PlanRecordV5> = rows(&t)?;
     for ((p, n), plan) in old {
         t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
     }
@@ -177,14 +177,7 @@ pub(crate) fn migrate_6_to_7(txn: &WriteTransaction) -> Result<(), redb::Error> 
     let events = txn.open_table(EVENTS)?;
     let ids = txn.open_table(EVENT_IDS)?;
     let mut t = txn.open_table(CONVERSATION)?;
-    let old: Vec<((String, u64), SaidV6)> = t
-        .iter()?
-        .map(|r| {
-            let (k, v) = r?;
-            let (p, n) = k.value();
-            Ok(((p.to_string(), n), dec(v.value())?))
-        })
-        .collect::<Result<_, redb::Error>>()?;
+    let old: Rows<SaidV6> = rows(&t)?;
     for ((p, n), s) in old {
         let said_at = match ids.get(s.event_id.as_str())? {
             Some(seq) => events.get(seq.value())?.map(|e| dec::<Event>(e.value())).transpose()?.map(|e| e.ts_us),

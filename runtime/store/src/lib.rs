@@ -420,25 +420,26 @@ impl Storage {
 
     /// The messages `seqs` of a persona that are kept, in the order asked (blocking read).
     pub fn conversation(&self, persona: &str, seqs: &[u64]) -> Result<Vec<Said>, StorageError> {
-        self.read(|txn| {
-            let t = txn.open_table(CONVERSATION)?;
-            let mut out = Vec::with_capacity(seqs.len());
-            for &seq in seqs {
-                if let Some(v) = t.get((persona, seq))? {
-                    out.push(dec(v.value())?);
-                }
-            }
-            Ok(out)
-        })
+        self.rows_of(CONVERSATION, persona, seqs)
     }
 
     /// The observations `ids` of a persona that are kept, in the order asked (blocking read).
     pub fn observations(&self, persona: &str, ids: &[u64]) -> Result<Vec<Observation>, StorageError> {
+        self.rows_of(OBSERVATIONS, persona, ids)
+    }
+
+    /// The rows `keys` of `persona` in `table` that are kept, in the order asked (blocking read).
+    fn rows_of<T: DeserializeOwned>(
+        &self,
+        table: redb::TableDefinition<(&str, u64), &[u8]>,
+        persona: &str,
+        keys: &[u64],
+    ) -> Result<Vec<T>, StorageError> {
         self.read(|txn| {
-            let t = txn.open_table(OBSERVATIONS)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for &id in ids {
-                if let Some(v) = t.get((persona, id))? {
+            let t = txn.open_table(table)?;
+            let mut out = Vec::with_capacity(keys.len());
+            for &k in keys {
+                if let Some(v) = t.get((persona, k))? {
                     out.push(dec(v.value())?);
                 }
             }
