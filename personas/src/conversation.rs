@@ -333,6 +333,10 @@ impl ConversationBook {
                 self.marks.embedded.extend(batch.iter().map(|s| s.seq));
                 if self.observe {
                     self.unobserved.extend(batch.iter().map(|s| s.seq));
+                    // Storage keeps no more: the oldest are gone from it.
+                    while self.unobserved.len() > CONVERSATION_KEPT as usize {
+                        self.unobserved.pop_front();
+                    }
                 }
             }
             Err(e) => {
@@ -357,10 +361,14 @@ impl ConversationBook {
 
     /// How long until the conversation is to be consolidated (µs; 0: now), or none when
     /// nothing waits for it or a consolidation is under way. Only what is in the index is
-    /// consolidated: while messages wait to be embedded, it waits too.
+    /// consolidated: while messages wait to be embedded, it waits too; but a room that is never
+    /// quiet is consolidated a batch ([`OBSERVE_BATCH`]) at a time.
     pub fn observe_wait(&self, now_us: i64) -> Option<i64> {
         if self.unobserved.is_empty() || self.observe_asked.is_some() || !self.observing.is_empty() {
             return None;
+        }
+        if self.unobserved.len() >= OBSERVE_BATCH {
+            return Some(0);
         }
         let quiet = (self.heard_us + self.observe_after.as_micros() as i64 - now_us).max(0);
         Some(if self.waiting_count() > 0 { quiet.max(1_000_000) } else { quiet })
@@ -471,6 +479,13 @@ mod tests {
         let marks = c.marks_due(true).unwrap();
         assert_eq!((marks.observed, marks.observations), (vec![1, 2, 3], made));
         assert_eq!(c.observe_wait(161 * S), None, "nothing left");
+
+        // Never quiet: a batch's worth is consolidated anyway.
+        let mut c = book(Vec::new(), (0..OBSERVE_BATCH as u64).collect(), OBSERVE_BATCH as u64);
+        c.heard_us = 1000 * S;
+        assert_eq!(c.observe_wait(1000 * S), Some(0));
+        c.unobserved.pop_back();
+        assert_eq!(c.observe_wait(1000 * S), Some(60 * S));
 
         // Turned off: nothing waits to be consolidated, from before or after the start.
         let off = ConversationConfig { observations: false, ..ConversationConfig::default() };

@@ -115,7 +115,9 @@ impl EventInput {
             None => now,
             Some(ts) => ts
                 .parse::<jiff::Timestamp>()
-                .map_err(|e| bad("ts", format!("{ts:?} is not an RFC 3339 time: {e}")))?
+                // The parser's reason in brackets: it may end with the character it stopped at,
+                // a full stop too.
+                .map_err(|e| bad("ts", format!("{ts:?} is not an RFC 3339 time ({e})")))?
                 .as_microsecond(),
         };
         if !DOMAINS.contains(&self.domain.as_str()) {
@@ -265,5 +267,11 @@ mod tests {
         let mut i = input("x");
         i.ts = Some("yesterday".into());
         assert_eq!(i.validate().unwrap_err().field, "ts");
+        // A reason that ends with the character the parser stopped at, a full stop here, does
+        // not end the message (regression: the property test of event bodies found it).
+        let mut i = input("x");
+        i.ts = Some(".2026-01-02T03:04:05Z".into());
+        let err = i.validate().unwrap_err().to_string();
+        assert!(err.contains("is not an RFC 3339 time (") && err.ends_with(')'), "{err}");
     }
 }
