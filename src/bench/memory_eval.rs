@@ -7,7 +7,8 @@
 //!   plus 30 s per turn, the text with ` [shares a photo: CAPTION]` when the turn has one;
 //! - once every message is in the persona's conversation memory (the dump's
 //!   `conversation.stored`) and consolidated (`conversation.observations_pending` 0, which takes
-//!   the `observe_after_secs` of quiet after the last turn), each answerable question (categories 1-4 with evidence) asked as
+//!   the `observe_after_secs` of quiet after the last turn), each answerable question
+//!   (categories 1-4 with evidence) asked as
 //!   `GET /ai/recall?persona=P&room=R&limit=10&text=QUESTION`, the path `ai recall` takes;
 //! - scored as the dev set's `score.py` does: turn-level recall@5, recall@10 and hit@5, overall
 //!   and per category.
