@@ -20,7 +20,7 @@ use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_core::cluster::RoomRouter;
 use mindfleet_core::cluster::Serving;
-use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, PersonaConfig};
+use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, Observer, PersonaConfig};
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::embedding::EmbedMsg;
 use mindfleet_core::event::EventInput;
@@ -409,13 +409,12 @@ pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     }
 }
 
-/// The LLM worker of a fleet, when a persona's brain uses it: one slot per inference slot of
-/// the scheduler.
+/// The LLM worker of a fleet, when a persona's brain or the consolidation of conversations
+/// uses it: one slot per inference slot of the scheduler.
 fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
-    config
-        .personas
-        .iter()
-        .any(|p| p.brain == BrainKind::Local)
+    let c = &config.conversation;
+    let observes = c.enabled && c.observations == Observer::Model;
+    (observes || config.personas.iter().any(|p| p.brain == BrainKind::Local))
         .then(|| LlmArgs { backend: llm_backend(config), slots: config.scheduler.inference_slots })
 }
 

@@ -16,10 +16,11 @@
 //! its event's decision), by sequence number, read back as the queue runs low.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use std::time::Duration;
 
-use mindfleet_core::config::ConversationConfig;
+use mindfleet_core::config::{ConversationConfig, Observer};
 use mindfleet_core::conversation::{CONTEXT_GAP_US, Observation, Said, SaidMarks};
 use mindfleet_core::dump::ConversationDump;
 use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, LongText, Urgency};
@@ -27,6 +28,7 @@ use mindfleet_core::knowledge::{CreateManyRequest, CreateRequest, IndexMsg, RagR
 use mindfleet_core::sched::TaskId;
 use mindfleet_store::{Backlog, CONVERSATION_KEPT};
 use ractor::{ActorRef, call_t};
+use tokio::sync::Notify;
 
 /// Most messages one task embeds.
 pub const BATCH: usize = 64;
@@ -171,8 +173,8 @@ pub struct ConversationBook {
     pub context: Context,
     /// The context as it was before the batch being embedded: a failed batch goes back to it.
     context_before: Option<Context>,
-    /// Consolidation is on, and a conversation quiet this long is consolidated.
-    pub observe: bool,
+    /// Who consolidates (`Off`: nobody), and a conversation quiet this long is consolidated.
+    pub observe: Observer,
     pub observe_after: Duration,
     /// When the last message was taken in (µs).
     pub heard_us: i64,
@@ -184,6 +186,8 @@ pub struct ConversationBook {
     pub observe_asked: Option<TaskId>,
     /// A check of the quiet is set.
     pub observe_armed: bool,
+    /// The consolidation holding the model's slot, and what tells it to give the slot back.
+    pub observe_stop: Option<(TaskId, Arc<Notify>)>,
     /// Observations made since the start.
     pub observations: u64,
 }
@@ -192,7 +196,7 @@ impl ConversationBook {
     /// From what storage kept (`backlog`): what waits to be embedded and to be consolidated.
     pub fn new(config: &ConversationConfig, backlog: Backlog) -> Self {
         let Backlog { unembedded, mut unobserved, kept } = backlog;
-        if !config.observations {
+        if config.observations == Observer::Off {
             unobserved.clear();
         }
         let stored = kept.saturating_sub(unembedded.len() as u64);
@@ -223,6 +227,7 @@ impl ConversationBook {
             observing: Vec::new(),
             observe_asked: None,
             observe_armed: false,
+            observe_stop: None,
             observations: 0,
         }
     }
@@ -331,7 +336,7 @@ impl ConversationBook {
                 self.last_error = None;
                 self.stored += batch.len() as u64;
                 self.marks.embedded.extend(batch.iter().map(|s| s.seq));
-                if self.observe {
+                if self.observe != Observer::Off {
                     self.unobserved.extend(batch.iter().map(|s| s.seq));
                     // Storage keeps no more: the oldest are gone from it.
                     while self.unobserved.len() > CONVERSATION_KEPT as usize {
@@ -374,12 +379,12 @@ impl ConversationBook {
         Some(if self.waiting_count() > 0 { quiet.max(1_000_000) } else { quiet })
     }
 
-    /// The next messages to consolidate, oldest first (at most [`OBSERVE_BATCH`]).
-    pub fn take_observing(&mut self) -> Vec<u64> {
+    /// The next messages to consolidate, oldest first (at most `max`).
+    pub fn take_observing(&mut self, max: usize) -> Vec<u64> {
         if !self.observing.is_empty() {
             return Vec::new();
         }
-        let n = self.unobserved.len().min(OBSERVE_BATCH);
+        let n = self.unobserved.len().min(max);
         self.observing = self.unobserved.drain(..n).collect();
         self.observing.clone()
     }
@@ -412,7 +417,11 @@ impl ConversationBook {
             stored: self.stored,
             observations_pending: (self.unobserved.len() + self.observing.len()) as u64,
             observations: self.observations,
-            observed_by: crate::observe::BY.to_string(),
+            observed_by: match self.observe {
+                Observer::Model => crate::observe::model::BY,
+                Observer::Rules | Observer::Off => crate::observe::BY,
+            }
+            .to_string(),
             promotions: self.promotions,
             last_error: self.last_error.clone(),
             recall: self.degraded.as_ref().map_or_else(|| "semantic".to_string(), |why| format!("degraded: {why}")),
@@ -464,12 +473,12 @@ mod tests {
         c.batch_done(Ok(()), 102 * S);
         assert_eq!(c.observe_wait(130 * S), Some(30 * S));
         assert_eq!(c.observe_wait(160 * S), Some(0));
-        assert_eq!(c.take_observing(), [1, 2, 3]);
+        assert_eq!(c.take_observing(OBSERVE_BATCH), [1, 2, 3]);
         assert_eq!(c.observe_wait(160 * S), None, "under way");
         assert_eq!(c.dump(160 * S).observations_pending, 3);
         c.observed(Err("index down".into()));
         assert_eq!(c.unobserved, [1, 2, 3], "back first in line");
-        c.take_observing();
+        c.take_observing(OBSERVE_BATCH);
         let told = Said { text: "the deploy to production failed on friday".into(), ..said(1, 0) };
         let made = crate::observe::observe(&[told]);
         assert_eq!(made.len(), 1);
@@ -488,7 +497,7 @@ mod tests {
         assert_eq!(c.observe_wait(1000 * S), Some(60 * S));
 
         // Turned off: nothing waits to be consolidated, from before or after the start.
-        let off = ConversationConfig { observations: false, ..ConversationConfig::default() };
+        let off = ConversationConfig { observations: Observer::Off, ..ConversationConfig::default() };
         let mut c = ConversationBook::new(&off, Backlog { unembedded: Vec::new(), unobserved: vec![1], kept: 1 });
         c.take(said(2, S));
         c.take_batch("helper");

@@ -17,6 +17,7 @@ pub mod enrich;
 pub mod faults;
 pub mod gate;
 pub mod inbox;
+mod llm;
 pub mod memory;
 pub mod mind;
 pub mod observe;

@@ -15,6 +15,8 @@ use mindfleet_core::conversation::{CONTEXT_GAP_US, Observation, ObservationKind,
 
 use crate::words::is_stop_word;
 
+pub mod model;
+
 /// What made these observations, as they record it.
 pub const BY: &str = "rules";
 /// Words of a session its summary names.
@@ -24,18 +26,21 @@ const CONTENT_WORDS: usize = 3;
 
 /// The observations `said` gives (oldest first; several rooms may be mixed).
 pub fn observe(said: &[Said]) -> Vec<Observation> {
+    let mut out = Vec::new();
+    for session in sessions_of(said) {
+        out.extend(session.iter().enumerate().filter_map(|(i, s)| fact(s, addressee(&session, i))));
+        out.extend(summary(&session));
+    }
+    out
+}
+
+/// The sessions of `said`, room by room (see [`sessions`]).
+fn sessions_of(said: &[Said]) -> Vec<Vec<&Said>> {
     let mut rooms: BTreeMap<&str, Vec<&Said>> = BTreeMap::new();
     for s in said {
         rooms.entry(s.room.as_str()).or_default().push(s);
     }
-    let mut out = Vec::new();
-    for turns in rooms.values() {
-        for session in sessions(turns) {
-            out.extend(session.iter().enumerate().filter_map(|(i, s)| fact(s, addressee(&session, i))));
-            out.extend(summary(&session));
-        }
-    }
-    out
+    rooms.values().flat_map(|turns| sessions(turns)).collect()
 }
 
 /// A room's messages cut where more than [`CONTEXT_GAP_US`] passed between two.

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use mindfleet_core::dump::StudyDump;
 use mindfleet_core::knowledge::{IndexMsg, RagRequest, SearchRequest, Source};
-use mindfleet_core::llm::{ChatMessage, GenerateJob, GenerateRequest, LlmFailure, LlmMsg};
+use mindfleet_core::llm::{ChatMessage, GenerateRequest, LlmFailure, LlmMsg};
 use mindfleet_core::model::{Knowledge, StudyAnswer, StudyGap, StudySession};
 use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
@@ -285,7 +285,10 @@ pub async fn run_stage(run: Run, svc: Services) -> StudyStep {
         Stage::Ask(i) => {
             let passage = &run.passages[i];
             let asked = match &svc.llm {
-                Some(llm) => generate(llm, &svc, "study-ask", question_request(&run.session.topic, passage)).await,
+                Some(llm) => {
+                    crate::llm::generate(llm, &svc.persona, "study-ask", question_request(&run.session.topic, passage))
+                        .await
+                }
                 None => Err(LlmFailure::Failed("no LLM in this fleet".into())),
             };
             // The rules ask when the model cannot, or writes no question.
@@ -304,7 +307,9 @@ pub async fn run_stage(run: Run, svc: Services) -> StudyStep {
             let cited: Vec<String> = context.iter().map(|s| s.cite.clone()).collect();
             let (text, by, tokens) = match (&svc.llm, context.is_empty()) {
                 (Some(llm), false) => {
-                    match generate(llm, &svc, "study-answer", answer_request(&question, &context)).await {
+                    match crate::llm::generate(llm, &svc.persona, "study-answer", answer_request(&question, &context))
+                        .await
+                    {
                         Ok((text, tokens)) if !text.trim().is_empty() => (text.trim().to_string(), "model", tokens),
                         Ok((_, tokens)) => (rules_answer(&question, &context), "rules", tokens),
                         Err(_) => (rules_answer(&question, &context), "rules", 0),
@@ -327,20 +332,6 @@ async fn search(index: &ActorRef<IndexMsg>, query: &str) -> Result<Vec<Source>, 
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(format!("the index did not answer: {e}")),
     }
-}
-
-async fn generate(
-    llm: &ActorRef<LlmMsg>,
-    svc: &Services,
-    purpose: &str,
-    req: GenerateRequest,
-) -> Result<(String, u32), LlmFailure> {
-    // Streamed, so that dropping this future (the stage aborted) stops the generation too.
-    let (tx, _pieces) = tokio::sync::mpsc::unbounded_channel();
-    let job = GenerateJob { req, purpose: purpose.into(), persona: Some(svc.persona.clone()), stream: Some(tx) };
-    let g = ractor::call!(llm, |reply| LlmMsg::Generate { job, reply })
-        .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())))?;
-    Ok((g.text, (g.tokens_in + g.tokens_out) as u32))
 }
 
 fn clip(text: &str) -> String {

@@ -11,7 +11,8 @@
 //!   (categories 1-4 with evidence) asked as
 //!   `GET /ai/recall?persona=P&room=R&limit=10&text=QUESTION`, the path `ai recall` takes;
 //! - scored as the dev set's `score.py` does: turn-level recall@5, recall@10 and hit@5, overall
-//!   and per category.
+//!   and per category; beside them, who consolidated (`observed_by`, as `ai cost` says) and its
+//!   model calls (`observe_cost`, the purpose `observe` of `ai cost`).
 //!
 //! With `--baseline`, BM25 (rank_bm25's `BM25Okapi` with its defaults), dense (the fleet's
 //! MiniLM, cosine) and their reciprocal-rank fusion (k = 60, the first 50 of each) over the same
@@ -469,6 +470,13 @@ async fn run(
     let observe_s = started.elapsed().as_secs_f64();
     // Ours: each question as `ai recall`, through the admin API.
     let api = Client::new(&fleet.addr.to_string(), None);
+    // What consolidation cost: its model calls, as `ai cost` shows them.
+    let cost = api.ai("cost", &[]).await.map_err(|e| anyhow::anyhow!("ai cost: {e}"))?;
+    let observe_cost =
+        cost["by_purpose"].as_array().and_then(|rows| rows.iter().find(|r| r["key"] == "observe")).map_or_else(
+            || json!({ "inferences": 0, "tokens": 0 }),
+            |r| json!({ "inferences": r["inferences"], "tokens": r["tokens"] }),
+        );
     let mut ours: HashMap<String, Vec<String>> = HashMap::new();
     let (mut took, mut by_words) = (Vec::with_capacity(questions.len()), 0usize);
     for c in set {
@@ -500,6 +508,8 @@ async fn run(
         "embedded_per_s": round(set.iter().map(|c| c.turns.len()).sum::<usize>() as f64 / embed_s, 1),
         "observed_s": round(observe_s, 2),
         "observations": observations,
+        "observed_by": cost["observations"],
+        "observe_cost": observe_cost,
         "observe_after_s": fleet.config.conversation.observe_after.as_secs_f64(),
         "conversation": opts.conversation,
         "ours": method_json(&ours_scores, &mut took),

@@ -155,3 +155,85 @@ async fn an_endpoint_that_refuses_is_a_failed_request_naming_the_url() {
     w.stop_and_wait(None, None).await.unwrap();
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A dormant persona's conversation, said on 8 May 2023, and the consolidation of it, polled
+/// until nothing waits: the dump's conversation of `diary`.
+async fn consolidated(fleet: &mindfleet::Fleet) -> mindfleet_core::dump::ConversationDump {
+    for (i, (from, text)) in [
+        ("melanie", "Hey Caroline, how was your weekend?"),
+        ("caroline", "I went to a pottery class yesterday with my sister, it was so much fun"),
+        ("melanie", "Pottery sounds lovely, I painted a sunset with the kids at the lake"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ts = format!("2023-05-08T13:{}:00Z", 56 + i);
+        let e = mindfleet_core::event::EventInput { ts: Some(ts), ..crate::util::chat("talk", from, text) };
+        fleet.inject(e).await.unwrap();
+    }
+    crate::util::poll("diary to consolidate the conversation", || async {
+        let d = dump(fleet).await;
+        let c = crate::util::persona(&d, "diary").conversation.clone().expect("conversation memory is on");
+        (c.stored == 3 && c.observations_pending == 0 && c.observations > 0).then_some(c)
+    })
+    .await
+}
+
+/// A fleet whose conversations the model consolidates, its LLM behind `[llm]` (more TOML).
+fn observing_fleet(dir: &std::path::Path, llm: &str) -> mindfleet_core::config::FleetConfig {
+    let persona = "[[persona]]\nname = \"diary\"\nrole = \"listener\"\nrooms = [\"talk\"]\ndormant = true\n";
+    let toml =
+        format!("{}\n[conversation]\nobservations = \"model\"\nobserve_after_secs = 0.5\n{llm}", fleet_toml(persona));
+    let mut cfg = config(dir, &toml);
+    cfg.models.dir = crate::util::pulled();
+    cfg
+}
+
+fn observe_cost(cost: &Value) -> Option<&Value> {
+    cost["by_purpose"].as_array().unwrap().iter().find(|r| r["key"] == "observe")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_consolidated_by_a_model_behind_an_openai_endpoint_and_ai_cost_shows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serving_fleet(&tmp.path().join("server")).await;
+    let llm = format!("[llm]\nbackend = \"openai\"\nurl = \"http://{}/v1\"\nmodel = \"smollm2\"\n", server.addr);
+    let fleet = mindfleet::Fleet::start(observing_fleet(&tmp.path().join("fleet"), &llm)).await.unwrap();
+
+    let c = consolidated(&fleet).await;
+    assert_eq!(c.observed_by, "rules+model", "{c:?}");
+    let api = mindfleet::client::Client::new(&fleet.addr.to_string(), None);
+    let cost = api.ai("cost", &[]).await.unwrap();
+    assert_eq!(cost["observations"], "model", "the choice: {cost}");
+    // One session, one piece: one model call, its tokens counted under its purpose.
+    let row = observe_cost(&cost).unwrap_or_else(|| panic!("no `observe` row: {cost}"));
+    assert_eq!(row["inferences"], 1, "{cost}");
+    assert!(row["tokens"].as_u64().unwrap() > 100, "its prompt and answer: {cost}");
+    // The endpoint did the work: the server's model took the call.
+    let served = dump(&server).await.llm;
+    assert!(served.requests >= 1, "{served:?}");
+
+    // What the model added does not take the rules' place: the fact still brings its message.
+    let params = [("persona", "diary".to_string()), ("text", "what did Caroline do on 7 May 2023?".to_string())];
+    let v = api.ai("recall", &params).await.unwrap();
+    let first = &v["recall"]["items"][0];
+    assert_eq!(first["from"], "caroline", "{v}");
+    assert_eq!(first["via"]["kind"], "fact", "{v}");
+    assert!(first["via"]["text"].as_str().unwrap().starts_with("Caroline went to a pottery class 7 May 2023"), "{v}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+    server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_budget_left_the_rules_consolidate_alone_and_no_model_call_is_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet =
+        mindfleet::Fleet::start(observing_fleet(tmp.path(), "[scheduler]\nfleet_tokens_per_hour = 0\n")).await.unwrap();
+    let c = consolidated(&fleet).await;
+    // Two facts and the session's summary, as the rules make them.
+    assert_eq!(c.observations, 3, "{c:?}");
+    let cost = mindfleet::client::Client::new(&fleet.addr.to_string(), None).ai("cost", &[]).await.unwrap();
+    assert_eq!((cost["observations"].as_str(), cost["inferences"].as_u64()), (Some("model"), Some(0)), "{cost}");
+    assert!(observe_cost(&cost).is_none(), "{cost}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+}

@@ -96,3 +96,63 @@ fn names_read_as_people_write_them() {
     assert_eq!(display("mary-ann"), "Mary Ann");
     assert_eq!(day(MAY_8), "8 May 2023");
 }
+
+#[test]
+fn the_model_s_lines_join_the_fact_of_the_message_they_came_from_when_the_conversation_grounds_them() {
+    let turns = [
+        said(1, "melanie", "Hey Caroline! How have you been?", MAY_8),
+        said(2, "caroline", "I went to a LGBTQ support group yesterday and it was so powerful.", MAY_8 + 30_000_000),
+        said(3, "melanie", "Ok", MAY_8 + 60_000_000),
+        said(4, "melanie", "I am painting a sunset with my kids this weekend.", MAY_8 + 90_000_000),
+    ];
+    let pieces = model::pieces(&turns);
+    assert_eq!(pieces.len(), 1, "one session, one piece");
+    let asked = model::request(&pieces[0]);
+    let prompt = &asked.messages[1].content;
+    assert!(prompt.starts_with("Conversation in #talk on 8 May 2023:\nMelanie: Hey Caroline!"), "{prompt}");
+
+    let answer = "1. Caroline went to an LGBTQ support group.\n\
+                  - Melanie is painting a sunset with her kids.\n\
+                  Melanie: Ok\n\
+                  Caroline: I went to a LGBTQ support group yesterday and it was so powerful.\n\
+                  3. Melanie is a doctor who lives in Paris with Sarah.\n\
+                  - Caroline went to an LGBTQ support group.";
+    let facts = model::facts(&pieces[0], answer);
+    assert_eq!(
+        facts,
+        [
+            (2, "Caroline went to an LGBTQ support group.".to_string()),
+            (4, "Melanie is painting a sunset with her kids.".to_string()),
+        ],
+        "numbering gone; a copy of a message, a line of too few words, one the conversation does not ground and \
+         one said twice are left out"
+    );
+
+    let mut made = observe(&turns);
+    let rules = made.len();
+    model::add(&mut made, &pieces[0], facts);
+    assert_eq!(made.len(), rules, "each line joins its message's fact: one fact per message still");
+    let fact = made.iter().find(|o| o.id == Observation::id_of(ObservationKind::Fact, 2)).unwrap();
+    assert!(fact.text.ends_with("Caroline went to an LGBTQ support group."), "{}", fact.text);
+    assert_eq!((fact.by.as_str(), fact.sources.as_slice()), (model::BY, &[2][..]));
+
+    // A message the rules made nothing of gets a fact of its own, linked to it.
+    let mut made = Vec::new();
+    model::add(&mut made, &pieces[0], vec![(3, "Melanie agreed".into())]);
+    assert_eq!(
+        (made[0].text.as_str(), made[0].sources.as_slice(), made[0].about.as_str()),
+        ("Melanie agreed (said by Melanie on 8 May 2023)", &[3][..], "melanie")
+    );
+}
+
+#[test]
+fn the_model_reads_a_long_session_in_pieces() {
+    let turns: Vec<Said> = (0..50)
+        .map(|i| said(i, if i % 2 == 0 { "a" } else { "b" }, "we talked about boats", MAY_8 + i as i64))
+        .collect();
+    let sizes: Vec<usize> = model::pieces(&turns).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [model::PIECE_MESSAGES, model::PIECE_MESSAGES, 2]);
+    let later = said(50, "a", "and boats again", MAY_8 + 2 * DAY);
+    let sizes: Vec<usize> = model::pieces(&[turns[0].clone(), later]).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1, 1], "a piece never spans two sessions");
+}

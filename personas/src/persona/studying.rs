@@ -120,6 +120,9 @@ impl PersonaState {
     /// Higher-class work waits for the slot of the study stage of `task`: the stage stops (its
     /// model call with it) and gives the slot back, to run again later.
     pub(super) fn on_preempt(&mut self, task: TaskId) {
+        if self.preempt_observe(task) {
+            return;
+        }
         let Some(run) = self.study.run.as_mut().filter(|r| r.task == Some(task)) else { return };
         run.task = None;
         if let Some(stage) = self.study.stage.take() {

@@ -90,10 +90,33 @@ pub struct ConversationConfig {
     /// Longest a persona's recall waits for the embedding model to take its query; past it,
     /// recall goes on by words (reported as degraded).
     pub recall_wait: Duration,
-    /// Consolidation into observations: on, and after how long a conversation is quiet (no
-    /// message taken in).
-    pub observations: bool,
+    /// Consolidation into observations: who makes them, and after how long a conversation is
+    /// quiet (no message taken in).
+    pub observations: Observer,
     pub observe_after: Duration,
+}
+
+/// Who consolidates conversations into observations (`[conversation] observations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Observer {
+    /// None are made; recall searches the messages alone.
+    Off,
+    /// Extractive rules, no model.
+    Rules,
+    /// The rules, and the fleet's LLM adds the facts it reads in each session (a `background`
+    /// model call per session, within the budget; the rules alone when the budget says so).
+    Model,
+}
+
+impl Observer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Observer::Off => "off",
+            Observer::Rules => "rules",
+            Observer::Model => "model",
+        }
+    }
 }
 
 impl Default for ConversationConfig {
@@ -105,7 +128,7 @@ impl Default for ConversationConfig {
             weights: crate::conversation::RecallWeights::default(),
             max_lag: Duration::from_secs(30),
             recall_wait: Duration::from_millis(250),
-            observations: true,
+            observations: Observer::Rules,
             observe_after: Duration::from_secs(60),
         }
     }

@@ -28,7 +28,7 @@ pub struct FleetDump {
     #[serde(default)]
     pub embedding: EmbedStats,
     /// The LLM worker and the fleet's model cost report; `status` is `off` when no persona's
-    /// brain uses a model.
+    /// brain and no consolidation (`[conversation] observations = "model"`) uses a model.
     #[serde(default)]
     pub llm: LlmStats,
     /// The shared codebase index.

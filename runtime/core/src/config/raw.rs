@@ -47,8 +47,16 @@ pub(super) struct RawConversation {
     pub(super) context_messages: Option<Spanned<i64>>,
     pub(super) max_lag_secs: Option<Spanned<f64>>,
     pub(super) recall_wait_secs: Option<Spanned<f64>>,
-    pub(super) observations: Option<bool>,
+    pub(super) observations: Option<Spanned<BoolOrName>>,
     pub(super) observe_after_secs: Option<Spanned<f64>>,
+}
+
+/// A key that takes `true`/`false` or a name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum BoolOrName {
+    Bool(bool),
+    Name(String),
 }
 
 /// `[references]`: catalog files to include, and how matching behaves.

@@ -277,3 +277,25 @@ fn the_redundancy_threshold_defaults_to_its_calibration_and_is_a_cosine() {
     assert_eq!(err.line, Some((2, 24)), "{err}");
     assert!(err.message.contains("redundancy_threshold") && err.message.contains("0..=1"), "{err}");
 }
+
+#[test]
+fn observations_name_who_consolidates_and_an_unknown_one_is_named_where_it_is() {
+    for (value, want) in [
+        ("\"model\"", Observer::Model),
+        ("\"rules\"", Observer::Rules),
+        ("\"off\"", Observer::Off),
+        ("true", Observer::Rules),
+        ("false", Observer::Off),
+    ] {
+        let c = parse(&format!("[conversation]\nobservations = {value}\n{ONE}")).unwrap();
+        assert_eq!(c.conversation.observations, want, "{value}");
+    }
+    assert_eq!(parse(ONE).unwrap().conversation.observations, Observer::Rules, "the default");
+    let e = parse(&format!("[conversation]\nobservations = \"gpt\"\n{ONE}")).unwrap_err().to_string();
+    assert!(
+        e.contains("fleet.toml:2:16:")
+            && e.contains("`observations` = \"gpt\"")
+            && e.contains("known: \"rules\", \"model\""),
+        "{e}"
+    );
+}

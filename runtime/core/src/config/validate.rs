@@ -186,6 +186,22 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    fn observer(&self, v: &Spanned<BoolOrName>) -> Result<Observer, ConfigError> {
+        match v.get_ref() {
+            BoolOrName::Bool(true) => Ok(Observer::Rules),
+            BoolOrName::Bool(false) => Ok(Observer::Off),
+            BoolOrName::Name(n) if n == "rules" => Ok(Observer::Rules),
+            BoolOrName::Name(n) if n == "model" => Ok(Observer::Model),
+            BoolOrName::Name(n) if n == "off" => Ok(Observer::Off),
+            BoolOrName::Name(other) => Err(self.err_at(
+                v.span(),
+                format!(
+                    "`observations` = {other:?} is not available (known: \"rules\", \"model\", \"off\", true, false)"
+                ),
+            )),
+        }
+    }
+
     pub(super) fn brain(&self, v: &Spanned<String>) -> Result<BrainKind, ConfigError> {
         match v.get_ref().as_str() {
             "rules" => Ok(BrainKind::Rules),
@@ -486,7 +502,10 @@ impl Ctx<'_> {
             weights,
             max_lag: Duration::from_secs_f64(max_lag),
             recall_wait: Duration::from_secs_f64(recall_wait),
-            observations: c.observations.unwrap_or(d.observations),
+            observations: match &c.observations {
+                Some(o) => self.observer(o)?,
+                None => d.observations,
+            },
             observe_after: Duration::from_secs_f64(observe_after),
         })
     }

@@ -173,6 +173,10 @@ pub struct CostReport {
     /// in the order of `by_persona`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<CostSeries>,
+    /// Who consolidates conversations into observations (`[conversation] observations`):
+    /// `rules` cost no model call; `model` calls show under the purpose `observe`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub observations: String,
 }
 
 impl CostReport {
@@ -216,6 +220,9 @@ impl CostReport {
             b.soft_limit = p.budget.soft_limit;
             m.bucket_secs = m.bucket_secs.max(p.bucket_secs);
             m.timeline.extend(p.timeline);
+            if m.observations.is_empty() {
+                m.observations = p.observations;
+            }
         }
         m.by_persona = rows(personas.into_iter());
         m.by_room = rows(rooms.into_iter());

@@ -23,9 +23,14 @@ impl AdminState {
             AiQuery::Cost { since_secs, buckets } => {
                 let scheduler = self.scheduler.actor().clone();
                 let since = Duration::from_secs(since_secs);
+                let c = &self.config.conversation;
+                let observer = if c.enabled { c.observations } else { mindfleet_core::config::Observer::Off };
                 tokio::spawn(async move {
                     let r = call_t!(scheduler, |reply| SchedulerMsg::Cost { since, buckets, reply }, DUMP_CALL_MS)
-                        .map(|c| serde_json::to_value(c).unwrap_or_default())
+                        .map(|mut c| {
+                            c.observations = observer.as_str().to_string();
+                            serde_json::to_value(c).unwrap_or_default()
+                        })
                         .map_err(|e| InjectError::Storage(format!("scheduler: {e}")));
                     let _ = reply.send(r);
                 });
