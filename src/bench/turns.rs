@@ -81,7 +81,6 @@ async fn run(brain: &str, budget: u64, undirected: usize, models: &Path) -> anyh
     let settled = fleet.wait_idle(SETTLE).await;
     let wall_s = started.elapsed().as_secs_f64();
     let d = fleet.dump(None).await.map_err(fail)?;
-    fleet.shutdown(Duration::from_secs(5)).await;
     anyhow::ensure!(settled, "{brain}: the fleet did not settle within {SETTLE:?}");
     let mut replies_to: HashMap<&str, Vec<&str>> = HashMap::new();
     for o in &d.outbox {
@@ -91,15 +90,18 @@ async fn run(brain: &str, budget: u64, undirected: usize, models: &Path) -> anyh
     let to_open: usize = open.iter().map(|id| to(id).len()).sum();
     let unanswered = open.iter().filter(|id| to(id).is_empty()).count();
     let by_named = mentions.iter().filter(|(named, id)| to(id).contains(named)).count();
+    let by_others = mentions.iter().filter(|(named, id)| to(id).iter().any(|p| p != named)).count();
     let asked: Vec<&str> = open.iter().chain(mentions.iter().map(|(_, id)| id)).map(String::as_str).collect();
     let replies: Vec<_> = d.outbox.iter().filter(|o| asked.contains(&o.in_reply_to.as_str())).collect();
     let by_rules = replies.iter().filter(|o| o.brain == "rules").count();
+    fleet.shutdown(Duration::from_secs(5)).await;
     Ok(json!({
         "undirected": open.len(),
         "mentions": mentions.len(),
         "replies_per_undirected": round(to_open as f64 / open.len().max(1) as f64, 3),
         "unanswered_undirected": unanswered,
         "mentions_answered_by_named": by_named,
+        "mentions_answered_by_others": by_others,
         "replies_by_rules": by_rules,
         "replies_by_model": replies.len() - by_rules,
         // Calls counted against the budgets (a plan's choice is one, of two model requests).

@@ -184,6 +184,7 @@ impl Sim {
             node: None,
             wants: s.wants,
             mentioned: false,
+            named: false,
             confidence: s.confidence,
             suitability: s.suitability,
             audience: self.personas.len() as u32,

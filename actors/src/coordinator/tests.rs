@@ -47,6 +47,7 @@ fn claim(name: &str, actor: &ActorRef<PersonaMsg>, wants: bool, confidence: f64)
         node: None,
         wants,
         mentioned: false,
+        named: false,
         confidence,
         suitability: 0.5,
         audience: 2,
@@ -142,6 +143,7 @@ mod rules {
             node: None,
             wants,
             mentioned: false,
+            named: false,
             confidence,
             suitability,
             audience,
@@ -226,6 +228,51 @@ mod rules {
         t.report(report("bob", true), now);
         t.report(report("ada", true), now);
         assert_eq!((t.stats.answered_by_one, t.stats.answered_by_many), (0, 1), "{:?}", t.stats);
+    }
+
+    #[test]
+    fn a_message_naming_a_persona_still_busy_waits_for_its_claim_and_nobody_else_answers_it() {
+        let named = |name: &str, wants: bool, confidence: f64| Claim {
+            named: true,
+            ..claim(name, wants, confidence, 0.5, 3, true)
+        };
+        let (mut t, now) = (turns(), Instant::now());
+        // "@ada ...": bob and cyd pass or want it; ada is busy, so the window decides.
+        t.claim(named("bob", true, 0.6), now);
+        t.claim(named("cyd", false, 0.2), now);
+        t.window_over("e1", now);
+        let first = answers(&mut t);
+        assert!(first.iter().all(|(_, turn)| !turn.granted), "nobody takes ada's message: {first:?}");
+        assert_eq!(first[0].1.reason, "it names somebody else, who has not claimed it yet");
+        assert!(
+            t.timers
+                .iter()
+                .any(|(after, timer)| *after == Duration::from_secs(30) && *timer == Timer::Check("e1".into()))
+        );
+        // A claim by nobody named meanwhile does not take it either.
+        t.claim(named("dee", true, 0.9), now);
+        assert!(!answers(&mut t)[0].1.granted);
+        // ada is done with its work and claims: the turn is its.
+        t.claim(Claim { mentioned: true, ..named("ada", true, 0.9) }, now + Duration::from_secs(3));
+        let late = answers(&mut t);
+        assert_eq!((late[0].0.as_str(), late[0].1.granted), ("ada", true), "{late:?}");
+        t.report(report("ada", true), now + Duration::from_secs(4));
+        t.check("e1", now + Duration::from_secs(30), |_| true);
+        assert!(answers(&mut t).is_empty(), "answered by the one named: nothing passes on");
+        assert_eq!((t.stats.answered_by_one, t.stats.answered_by_many), (1, 0), "{:?}", t.stats);
+
+        // One named who never claims (gone for good): after the hold deadline the turn passes
+        // to the best claimant, so the human is answered all the same.
+        let (mut t, now) = (turns(), Instant::now());
+        t.claim(named("bob", true, 0.6), now);
+        t.window_over("e1", now);
+        answers(&mut t);
+        t.check("e1", now + Duration::from_secs(29), |_| true);
+        assert!(answers(&mut t).is_empty(), "still waiting for the one named");
+        t.check("e1", now + Duration::from_secs(30), |_| true);
+        let passed = answers(&mut t);
+        assert_eq!((passed[0].0.as_str(), passed[0].1.granted), ("bob", true), "{passed:?}");
+        assert_eq!(passed[0].1.reason, "nobody it names claimed it within the hold deadline; the turn passed to bob");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!
 //! ```text
 //!  claims --all in, or the window--> decided: holders granted, the other claims candidates
+//!  (by the window, a message that names somebody whose claim is not in yet grants nobody:
+//!  the named one's late claim takes it, else after `hold` the best candidate does)
 //!  holder reports "posted" ------------------> answered (counted once no holder is out)
 //!  holder reports "no reply", its actor
 //!  stopped, or no report within `hold` ------> the turn passes to the best candidate
@@ -71,6 +73,9 @@ struct Decided {
     checking: bool,
     /// A holder's draft repeated a reply posted to the thread: the turn does not pass on.
     redundant: bool,
+    /// The message names somebody whose claim was not in when it was decided: until this
+    /// deadline, only a mentioned claim takes the turn.
+    awaiting_named: Option<Instant>,
 }
 
 /// Orders claims: mentioned first, then wanting, the more confident, the more suitable, by name.
@@ -163,6 +168,7 @@ impl Turns {
     /// Grants the turn for one message and answers every claimer.
     fn decide(&mut self, id: &str, now: Instant) {
         let Some(p) = self.pending.remove(id) else { return };
+        let missing = p.audience > 0 && (p.claims.len() as u32) < p.audience;
         let mut claims = p.claims;
         claims.sort_by(rank);
         let human = claims.iter().any(|c| c.from_human);
@@ -175,11 +181,20 @@ impl Turns {
             counted: None,
             checking: false,
             redundant: false,
+            awaiting_named: None,
         };
         let mentioned = claims.iter().take_while(|c| c.mentioned).count();
         let granted =
             if mentioned > 0 { mentioned } else { claims.iter().take_while(|c| c.wants).count().min(self.responders) };
-        if granted > 0 {
+        if mentioned == 0 && missing && claims.iter().any(|c| c.named) {
+            // Addressed to somebody who has not claimed yet (busy with other work): theirs.
+            d.awaiting_named = Some(now + self.hold);
+            self.timers.push((self.hold, Timer::Check(id.to_string())));
+            for c in claims {
+                self.answer(&c, false, false, "it names somebody else, who has not claimed it yet".into(), None);
+                d.candidates.push(c);
+            }
+        } else if granted > 0 {
             let rest = claims.split_off(granted);
             let holding = names(claims.iter().map(|c| &c.persona));
             for c in claims {
@@ -272,10 +287,11 @@ impl Turns {
         } else if d.posted.contains(&c.persona) {
             self.answer(&c, false, false, "it answered already".into(), None);
         } else {
-            let open = d.holders.is_empty() && d.posted.is_empty() && !d.redundant;
+            let open = d.holders.is_empty() && d.posted.is_empty() && !d.redundant && d.awaiting_named.is_none();
             let can_take = c.mentioned || c.wants || (d.human && c.suitability > 0.0);
             d.candidates.retain(|x| x.persona != c.persona);
             if c.mentioned || (open && can_take) {
+                d.awaiting_named = None;
                 let why = match (c.mentioned, c.wants) {
                     (true, _) => format!("mentioned ({:.2})", c.confidence),
                     (false, true) => format!("the turn was open: claim after the decision ({:.2})", c.confidence),
@@ -288,6 +304,8 @@ impl Turns {
                 }
                 let why = if !d.holders.is_empty() {
                     format!("redundant: {} has the turn", names(d.holders.iter().map(|h| &h.claim.persona)))
+                } else if d.awaiting_named.is_some() {
+                    "it names somebody else, who has not claimed it yet".to_string()
                 } else if !d.posted.is_empty() {
                     format!("redundant: {} answered it", names(d.posted.iter()))
                 } else {
@@ -329,6 +347,12 @@ impl Turns {
     pub(crate) fn check(&mut self, id: &str, now: Instant, alive: impl Fn(&Claim) -> bool) {
         let Some(d) = self.decided.get_mut(id) else { return };
         d.checking = false;
+        if d.awaiting_named.is_some_and(|until| now >= until) {
+            d.awaiting_named = None;
+            if d.holders.is_empty() && d.posted.is_empty() {
+                d.lost.push("nobody it names claimed it within the hold deadline".into());
+            }
+        }
         let hold = self.hold;
         let mut lost = Vec::new();
         d.holders.retain(|h| {

@@ -237,6 +237,7 @@ impl PersonaState {
             node: None,
             wants: gated.wants(),
             mentioned: gate.rule == "mention",
+            named: !e.mentions.is_empty() || e.persona.is_some(),
             confidence: if gate.adapter == "model" { gate.score } else { p },
             // Dormant: never assigned a message nobody claimed.
             suitability: if self.snapshot.dormant {

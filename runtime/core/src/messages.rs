@@ -47,6 +47,10 @@ pub struct Claim {
     pub wants: bool,
     /// The persona is mentioned: it always gets the turn.
     pub mentioned: bool,
+    /// The message names somebody (a mention, or sent to one persona): a claim of another
+    /// persona does not take its turn while the one named may still claim it.
+    #[serde(default)]
+    pub named: bool,
     /// How sure it is that it should answer (orders the claims).
     pub confidence: f64,
     /// How suited it is (the select-for-task score; picks who answers an unclaimed message).

@@ -45,6 +45,7 @@ fn claim(id: &str) -> Claim {
         node: None,
         wants: true,
         mentioned: false,
+        named: false,
         confidence: 0.7,
         suitability: 0.5,
         audience: 2,
