@@ -29,6 +29,10 @@ struct Cli {
     /// share busy cores), else cores - 1.
     #[arg(long, global = true, env = "MINDFLEET_THREADS")]
     threads: Option<usize>,
+    /// Log what the command does on stderr (`-v`: info, `-vv`: debug); a one-shot command logs
+    /// only what went wrong without it. `MINDFLEET_LOG` (else `RUST_LOG`) sets the filter itself.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     /// `--admin`, `--token`, `--json`, `--format` before the command's name too.
     #[command(flatten)]
     _anywhere: cmd::Anywhere,
@@ -83,22 +87,14 @@ fn set_inference_threads(asked: Option<usize>) {
     }
 }
 
-/// The log filter unless `MINDFLEET_LOG` says otherwise: a fleet reports what it does; a one-shot
-/// command only what went wrong.
-fn default_log(command: &Command) -> &'static str {
-    match command {
-        Command::Rag(_) | Command::Refs { .. } => "warn",
-        Command::Run(_)
-        | Command::Check(_)
-        | Command::Generate(_)
-        | Command::Embed(_)
-        | Command::Inject(_)
-        | Command::Dump(_)
-        | Command::Move(_)
-        | Command::Drain(_)
-        | Command::Ai(_)
-        | Command::Bench(_)
-        | Command::Models(_) => "warn,mindfleet=info",
+/// The log filter unless `MINDFLEET_LOG` or `RUST_LOG` says otherwise: a fleet reports what it
+/// does; a one-shot command only what went wrong, unless `-v` asks for more.
+fn default_log(command: &Command, verbose: u8) -> &'static str {
+    let fleet = matches!(command, Command::Run(_));
+    match verbose {
+        0 if !fleet => "warn",
+        0 | 1 => "warn,mindfleet=info",
+        _ => "warn,mindfleet=debug",
     }
 }
 
@@ -121,7 +117,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG")
-                .unwrap_or_else(|_| default_log(&cli.command).into()),
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
+                .unwrap_or_else(|_| default_log(&cli.command, cli.verbose).into()),
         )
         .init();
     panic_hook::install(true);

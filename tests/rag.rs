@@ -521,3 +521,41 @@ fn rag_search_batch_answers_each_query_on_its_own_line_and_names_a_bad_line() {
     assert!(lines[1]["error"].as_str().unwrap().contains("queries.jsonl:2:"), "{}", lines[1]);
     assert_eq!((&lines[2]["id"], &lines[2]["results"][0]["path"]), (&Value::from(7), &Value::from("tax.py")));
 }
+
+#[test]
+fn rag_failures_exit_with_the_readme_s_codes_and_one_shot_commands_are_quiet_unless_asked() {
+    crate::util::pulled();
+    let (tmp, store) = (two_files(), tempfile::tempdir().unwrap());
+    let data = store.path().join("data");
+    let d = data.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let dir = tmp.path().to_str().unwrap();
+    let file = tmp.path().join("retry.rs");
+    // Success: nothing on stderr but what went wrong; `-v` logs what the command does.
+    let (code, err) = run(&["rag", "index", dir, "--data", d, "--json"]);
+    assert_eq!((code, err.as_str()), (Some(0), ""), "quiet by default");
+    let (code, err) = run(&["rag", "search", "backoff", "--data", d, "-v"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("INFO") && err.contains("embedding model loaded"), "-v: {err}");
+    let (code, err) = run(&["embed", "hello", "--json"]);
+    assert_eq!((code, err.as_str()), (Some(0), ""), "embed is quiet too");
+    // Bad input: 2, named.
+    for (args, says) in [
+        (vec!["rag", "index-file", dir, "--data", d], "not a file"),
+        (vec!["rag", "index", file.to_str().unwrap(), "--types", "cobol", "--data", d], "cobol"),
+        (vec!["rag", "search", "x", "--limit", "0", "--data", d], "limit: 0 is not within"),
+        (vec!["rag", "fetch", "c9-9", "--data", d], "c9-9"),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // A data dir another process holds: 4, and what to do instead.
+    let _held = mindfleet_store::lock_data_dir(&data).unwrap();
+    let (code, err) = run(&["rag", "search", "backoff", "--data", d]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("in use") && err.contains("--admin"), "{err}");
+}

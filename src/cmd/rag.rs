@@ -19,8 +19,8 @@ use clap::{Subcommand, ValueEnum};
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_core::cursor::Direction;
 use mindfleet_core::knowledge::{
-    AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagRequest, SearchMode,
-    SearchRequest,
+    AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagError, RagRequest,
+    SearchMode, SearchRequest,
 };
 use mindfleet_index::Hit;
 use mindfleet_models::fetch;
@@ -202,9 +202,25 @@ pub fn run(args: Args) -> ExitCode {
     block_on(async move {
         match execute(args.cmd, args.common).await {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(1, format!("{e:#}")),
+            Err(e) => fail(exit_code(&e), format!("{e:#}")),
         }
     })
+}
+
+/// The exit code of a failed command (README, "Exit codes"): 4 for a data dir another process
+/// holds, 2 for a request the index refused as bad input (a path that is not a file, an unknown
+/// type, a closed handle), the admin API's code when one answered (or did not), else 1.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(mindfleet_store::StorageError::InUse { .. }) = e.downcast_ref() {
+        return 4;
+    }
+    if let Some(c) = e.downcast_ref::<mindfleet::client::ClientError>() {
+        return c.exit_code() as u8;
+    }
+    match e.downcast_ref::<RagError>() {
+        Some(RagError::Invalid(_) | RagError::NotFound(_) | RagError::Forbidden(_)) => 2,
+        _ => 1,
+    }
 }
 
 /// The command as a request.
@@ -343,8 +359,11 @@ impl Target {
             config.models.embedding = Some(m.clone());
         }
         let data = config.storage.data_dir.clone();
-        let lock = mindfleet_store::lock_data_dir(&data)
-            .map_err(|e| anyhow::anyhow!("{e} (while a fleet runs on it, ask through its admin API: --admin ADDR)"))?;
+        let lock = mindfleet_store::lock_data_dir(&data).map_err(|e| {
+            let held = matches!(e, mindfleet_store::StorageError::InUse { .. });
+            let e = anyhow::Error::new(e);
+            if held { e.context("while a fleet runs on it, ask through its admin API: --admin ADDR") } else { e }
+        })?;
         let mut args = mindfleet::fleet::embed_args(&config);
         if config.models.embedding.is_none() {
             args.model_dir = fetch::ensure(&config.models.dir, &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))?;
