@@ -310,3 +310,52 @@ async fn cost_breaks_model_calls_down_by_persona_room_and_purpose() {
     assert!(v["error"].as_str().unwrap().contains("`buckets` must be within 1..=120"), "{v}");
     fleet.shutdown(DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_answers_for_any_event_of_a_burst_beyond_the_dump_with_every_persona_s_decision_and_the_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    // 80 messages, each decided by the three personas in the room: 240 decisions, of which the
+    // dump shows each persona's last 50.
+    let mut ids = Vec::new();
+    for i in 0..80 {
+        let text =
+            if i == 0 { "@reviewer please review the rust auth module".to_string() } else { format!("note {i}") };
+        ids.push(fleet.inject(chat("general", "alice", &text)).await.unwrap().event_id);
+    }
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let d = dump(&fleet).await;
+    assert!(
+        d.personas.iter().all(|p| p.decisions.iter().all(|x| x.event_id != ids[0])),
+        "the first event is beyond what the dump shows"
+    );
+
+    let (s, v) = get(&base, &format!("/ai/why?event={}", ids[0])).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["event_id"], ids[0].as_str());
+    let decisions = v["decisions"].as_array().unwrap();
+    let mut who: Vec<&str> = decisions.iter().map(|x| x["persona"].as_str().unwrap()).collect();
+    who.sort();
+    assert_eq!(who, ["helper", "reviewer", "scribe"], "every persona's decision, once: {v}");
+    let of = |name: &str| decisions.iter().find(|x| x["persona"] == name).unwrap();
+    assert_eq!(
+        (of("reviewer")["verdict"].as_str(), of("reviewer")["by"].as_str()),
+        (Some("engage"), Some("fast_path/mention"))
+    );
+    assert_eq!(of("scribe")["verdict"], "ignore", "{v}");
+    assert!(decisions.iter().all(|x| !x["reason"].as_str().unwrap().is_empty() && x["at"].is_string()), "{v}");
+    let replies = v["replies"].as_array().unwrap();
+    assert_eq!(replies.len(), 1, "{v}");
+    assert_eq!(replies[0]["persona"], "reviewer", "{v}");
+
+    // The same from the command line; an id nobody decided has no decisions; a bad one is named.
+    let (code, out, err) = cli(&fleet, &["why", "--event", &ids[0]]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["decisions"].as_array().unwrap().len(), 3, "{out}");
+    let (s, v) = get(&base, "/ai/why?event=no-such-event").await;
+    assert_eq!((s, v["decisions"].as_array().map(Vec::len)), (200, Some(0)), "{v}");
+    let (s, v) = get(&base, &format!("/ai/why?event={}", "x".repeat(129))).await;
+    assert_eq!(s, 400, "{v}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}

@@ -42,6 +42,7 @@ const SAYS: &[(&str, &str)] = &[
     ("inject", "event_id"),
     ("dump --persona helper --format tree", "helper"),
     ("ai health --format table", "recommendation"),
+    ("ai why", "\"decisions\""),
     ("ai availability --format table", "condition"),
     ("ai activity-map --format table", "general"),
     ("ai select-for-task", "\"best\": \"reviewer\""),

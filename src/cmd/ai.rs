@@ -41,6 +41,13 @@ enum AiCmd {
         #[arg(long)]
         page_size: Option<usize>,
     },
+    /// Why an event was decided as it was: every persona's decision on it that the journal
+    /// keeps (verdict, reason, rule, numbers, time) and the replies posted to it.
+    Why {
+        /// The event's id (as `inject` printed it).
+        #[arg(long)]
+        event: String,
+    },
     /// The decision journal, with the reasons.
     Decisions {
         #[arg(long)]
@@ -225,6 +232,7 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
         }
         AiCmd::Memory { persona } => client.ai("memory", &[("persona", persona)]).await,
         AiCmd::Health => client.ai("health", &[]).await,
+        AiCmd::Why { event } => client.ai("why", &[("event", event)]).await,
         AiCmd::Availability { persona } => {
             client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }

@@ -101,6 +101,11 @@ pub enum AiQuery {
     /// What a persona was told about a topic: its conversation memory, recalled by meaning.
     /// Answered by the conversation index.
     Recall(crate::conversation::RecallQuery),
+    /// Why an event was decided as it was: every persona's decision on it the journal keeps,
+    /// with its reason, and the replies posted to it. Answered from storage, by every node.
+    Why {
+        event_id: String,
+    },
     /// Model calls and tokens over the last `since_secs` (at most the budget's hour), by
     /// persona, room and purpose, with latency percentiles, and with `buckets` > 0 each
     /// persona's tokens over time. Answered by the scheduler.
@@ -125,7 +130,11 @@ impl AiQuery {
             | AiQuery::PlanHistory { persona, .. }
             | AiQuery::Memory { persona } => Some(persona),
             AiQuery::Recall(q) => Some(&q.persona),
-            AiQuery::Health | AiQuery::ActivityMap | AiQuery::SelectForTask { .. } | AiQuery::Cost { .. } => None,
+            AiQuery::Health
+            | AiQuery::ActivityMap
+            | AiQuery::SelectForTask { .. }
+            | AiQuery::Cost { .. }
+            | AiQuery::Why { .. } => None,
         }
     }
 }

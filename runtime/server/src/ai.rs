@@ -8,7 +8,7 @@ use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
 use mindfleet_core::team::{Condition, condition};
 use mindfleet_core::team::{Unavailable, activity_map, availability, health, suitability};
-use mindfleet_core::time::now_us;
+use mindfleet_core::time::{now_us, rfc3339};
 use mindfleet_store::{Storage, StorageError};
 
 fn plans_of(storage: &Storage, names: &[String], limit: usize) -> Result<Vec<(String, PlanRecord)>, StorageError> {
@@ -98,9 +98,45 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
             serde_json::to_value(activity_map(&dump.personas, &dump.admin.rooms, now_us())).unwrap_or(Value::Null)
         }
         AiQuery::SelectForTask { domain, priority, text } => select_for_task(dump, domain, *priority, text),
+        AiQuery::Why { event_id } => why(storage, event_id)?,
         // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
         AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
     })
+}
+
+/// `ai why`: every persona's decision on `event_id` that the journal keeps (oldest first: who
+/// decided what, why, by which rule, on which numbers, when) and the replies posted to it.
+pub fn why(storage: &Storage, event_id: &str) -> Result<Value, StorageError> {
+    let mindfleet_store::Why { decisions, replies } = storage.why(event_id)?;
+    let decisions: Vec<Value> = decisions
+        .into_iter()
+        .map(|(persona, d)| {
+            let numbers: serde_json::Map<String, Value> = d.numbers.into_iter().map(|(k, v)| (k, json!(v))).collect();
+            json!({
+                "persona": persona,
+                "verdict": d.verdict,
+                "reason": d.reason,
+                "by": d.by,
+                "priority": d.priority,
+                "numbers": numbers,
+                "at": rfc3339(d.at_us),
+            })
+        })
+        .collect();
+    let replies: Vec<Value> = replies
+        .into_iter()
+        .map(|o| {
+            json!({
+                "persona": o.persona,
+                "room": o.room,
+                "event_id": o.event_id,
+                "text": o.text,
+                "brain": o.brain,
+                "at": rfc3339(o.at_us),
+            })
+        })
+        .collect();
+    Ok(json!({ "event_id": event_id, "decisions": decisions, "replies": replies }))
 }
 
 /// The personas that can take a task, most suited first; a persona that is down or dormant is

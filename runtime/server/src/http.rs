@@ -171,6 +171,8 @@ struct AiParams {
     page_size: Option<usize>,
     /// `cost`: also each persona's tokens over this many equal slices of the window.
     buckets: Option<u32>,
+    /// `why`: the event's id.
+    event: Option<String>,
 }
 
 /// Checks the parameters that name a persona, a room or a domain.
@@ -218,6 +220,16 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, ApiError> {
         "health" => AiQuery::Health,
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,
+        "why" => {
+            let id = need(p.event, "event")?;
+            if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) {
+                return Err(ApiError::new(
+                    format!("`event` = {id:?} is not an event id (1-128 bytes of printable characters)"),
+                    Some("event"),
+                ));
+            }
+            AiQuery::Why { event_id: id }
+        }
         "cost" => AiQuery::Cost {
             since_secs: window.unwrap_or(Duration::from_secs(3600)).as_secs(),
             buckets: match p.buckets {

@@ -211,6 +211,51 @@ impl Storage {
     }
 }
 
+/// What the journal keeps of one event (`ai why`).
+#[derive(Debug, Default)]
+pub struct Why {
+    /// Each persona's decision on it, with the persona, oldest first.
+    pub decisions: Vec<(String, Decision)>,
+    /// The replies posted to it.
+    pub replies: Vec<OutboxEntry>,
+}
+
+impl Storage {
+    /// Every decision the journal keeps on the event `event_id`, of every persona of this
+    /// storage, and the replies posted to it. Reads the whole journal (`decisions` and
+    /// `decision_log`) and the outbox: a question a person asks, not a hot path.
+    pub fn why(&self, event_id: &str) -> Result<Why, StorageError> {
+        self.read(|txn| {
+            let mut decisions: BTreeMap<(String, u64), Decision> = BTreeMap::new();
+            for r in txn.open_table(DECISIONS)?.iter()? {
+                let (k, v) = r?;
+                let d: Decision = dec(v.value())?;
+                if d.event_id == event_id {
+                    let (persona, n) = k.value();
+                    decisions.insert((persona.to_string(), n), d);
+                }
+            }
+            for r in txn.open_table(DECISION_LOG)?.iter()? {
+                let (k, v) = r?;
+                let (persona, d): (String, Decision) = dec(v.value())?;
+                if d.event_id == event_id {
+                    decisions.entry((persona, k.value())).or_insert(d);
+                }
+            }
+            let mut decisions: Vec<(String, Decision)> = decisions.into_iter().map(|((p, _), d)| (p, d)).collect();
+            decisions.sort_by_key(|(_, d)| d.at_us);
+            let mut replies = Vec::new();
+            for r in txn.open_table(OUTBOX)?.iter()? {
+                let o: OutboxEntry = dec(r?.1.value())?;
+                if o.in_reply_to == event_id {
+                    replies.push(o);
+                }
+            }
+            Ok(Why { decisions, replies })
+        })
+    }
+}
+
 /// The decisions of `decision_log`, oldest first.
 pub(crate) fn load_decision_log(db: &Database) -> Result<Vec<(Arc<str>, u64, Decision)>, redb::Error> {
     let txn = db.begin_read()?;

@@ -60,6 +60,17 @@ impl AdminState {
                     let _ = reply.send(r);
                 });
             }
+            AiQuery::Why { event_id } => {
+                // From the journal alone: no dump needed.
+                let storage = self.storage.clone();
+                tokio::spawn(async move {
+                    let r = tokio::task::spawn_blocking(move || crate::ai::why(&storage, &event_id))
+                        .await
+                        .map_err(|e| InjectError::Storage(e.to_string()))
+                        .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string())));
+                    let _ = reply.send(r);
+                });
+            }
             query => match self.dump_work(query.persona()) {
                 Ok(work) => {
                     answer_from(self.dump_base().gather(work, DumpDepth::Full), query, self.storage.clone(), reply)
@@ -87,7 +98,7 @@ impl AdminState {
             return;
         }
         match query {
-            AiQuery::Cost { .. } | AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } => {
+            AiQuery::Cost { .. } | AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } | AiQuery::Why { .. } => {
                 // Kept by each node for its own personas: every node's answer, joined.
                 let costs = matches!(query, AiQuery::Cost { .. });
                 let (tx, here) = tokio::sync::oneshot::channel();

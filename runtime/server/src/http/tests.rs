@@ -210,10 +210,11 @@ const QUERIES: &[&str] = &[
     "cost",
     "recall",
     "select-for-task",
+    "why",
     "nope",
 ];
 const KEYS: &[&str] =
-    &["persona", "domain", "verdict", "priority", "text", "room", "limit", "since", "page_size", "buckets"];
+    &["persona", "domain", "verdict", "priority", "text", "room", "limit", "since", "page_size", "buckets", "event"];
 
 /// Values as clients send them: edge numbers, names, and anything at all.
 fn value() -> impl Strategy<Value = String> {
@@ -250,6 +251,9 @@ fn check_query(what: &str, query: &str) {
                 AiQuery::Cost { buckets, .. } => assert!(buckets <= MAX_COST_BUCKETS),
                 AiQuery::PlanHistory { limit, .. } | AiQuery::Recoveries { limit, .. } => {
                     assert!((1..=1000).contains(&limit))
+                }
+                AiQuery::Why { event_id } => {
+                    assert!((1..=128).contains(&event_id.len()) && !event_id.contains(char::is_control), "{query}")
                 }
                 _ => {}
             }
