@@ -349,6 +349,15 @@ async fn why_answers_for_any_event_of_a_burst_beyond_the_dump_with_every_persona
     assert_eq!(replies.len(), 1, "{v}");
     assert_eq!(replies[0]["persona"], "reviewer", "{v}");
 
+    // The journal, not the dump: a decision on every message of the burst (and on the replies
+    // of the others), newest first.
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer").await;
+    let journal = v["decisions"].as_array().unwrap();
+    assert!(ids.iter().all(|id| journal.iter().any(|d| d["event_id"] == id.as_str())), "{} decisions", journal.len());
+    assert!(journal.windows(2).all(|w| w[0]["at_us"].as_i64() >= w[1]["at_us"].as_i64()), "newest first");
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer&verdict=engage").await;
+    assert!(v["decisions"].as_array().unwrap().iter().any(|d| d["event_id"] == ids[0].as_str()), "{v}");
+
     // The same from the command line; an id nobody decided has no decisions; a bad one is named.
     let (code, out, err) = cli(&fleet, &["why", "--event", &ids[0]]);
     assert_eq!(code, 0, "{err}");

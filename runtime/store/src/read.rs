@@ -59,7 +59,7 @@ impl Storage {
                 .map(|p| {
                     let mut m = logged.remove(p.as_str()).unwrap_or_default();
                     let extra = m.len();
-                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n + extra) {
+                    for r in t.range((p.as_str(), 0)..=(p.as_str(), u64::MAX))?.rev().take(n.saturating_add(extra)) {
                         let (k, v) = r?;
                         if let std::collections::btree_map::Entry::Vacant(e) = m.entry(k.value().1) {
                             e.insert(dec(v.value())?);
