@@ -91,12 +91,22 @@ pub fn chat(room: &str, from: &str, text: &str) -> EventInput {
 }
 
 /// Polls `f` until it returns `Some`, failing the test after [`DEADLINE`].
-pub async fn poll<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn poll<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + DEADLINE;
+    poll_within(what, DEADLINE, f).await
+}
+
+/// Polls `f` until it returns `Some`, failing the test after `within` (for a wait on model
+/// calls, which a loaded machine slows most).
+pub async fn poll_within<T, F, Fut>(what: &str, within: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
     loop {
         if let Some(v) = f().await {
             return v;

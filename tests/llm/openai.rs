@@ -171,7 +171,8 @@ async fn consolidated(fleet: &mindfleet::Fleet) -> mindfleet_core::dump::Convers
         let e = mindfleet_core::event::EventInput { ts: Some(ts), ..crate::util::chat("talk", from, text) };
         fleet.inject(e).await.unwrap();
     }
-    crate::util::poll("diary to consolidate the conversation", || async {
+    // A model call or several on the way: more time than a wait on the fleet alone.
+    crate::util::poll_within("diary to consolidate the conversation", 3 * crate::util::DEADLINE, || async {
         let d = dump(fleet).await;
         let c = crate::util::persona(&d, "diary").conversation.clone().expect("conversation memory is on");
         (c.stored == 3 && c.observations_pending == 0 && c.observations > 0).then_some(c)
