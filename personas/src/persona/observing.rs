@@ -78,7 +78,8 @@ impl PersonaState {
             return;
         }
         let stop = Arc::new(Notify::new());
-        if llm.is_some() {
+        let model_slot = llm.is_some();
+        if model_slot {
             c.observe_stop = Some((g.task, stop.clone()));
         }
         let (storage, persona, me, task) = (self.args.storage.clone(), self.name.clone(), self.myself.clone(), g.task);
@@ -120,7 +121,8 @@ impl PersonaState {
             .await;
             let _ = me.cast(Own::Observed { task, result }.into());
         });
-        if self.convo.as_ref().is_none_or(|c| c.observe_stop.is_none()) {
+        // Without the model, the slot is not needed past here; with it, the task gives it back.
+        if !model_slot {
             self.args.scheduler.done(g.task);
         }
     }
