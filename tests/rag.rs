@@ -142,6 +142,15 @@ fn entries_created_by_hand_are_queried_and_results_page_by_handle_across_invocat
     let scores = q["relevance_scores"].as_array().unwrap();
     assert_eq!(scores.len(), 2);
     assert!(scores[0].as_f64() >= scores[1].as_f64(), "{q}");
+    // As text, each line starts with the cosine the JSON reports, not a rank score.
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["rag", "query", "switching production traffic between server pools", "--limit", "2", "--data", d])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first: Vec<&str> = text.lines().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    let want: Vec<String> = scores.iter().map(|s| format!("{:.3}", s.as_f64().unwrap())).collect();
+    assert_eq!(first, want, "{text}");
 
     // All five, two per page: forward to the end, back, and straight to an offset.
     let first = rag(&["open", "notes", "--page-size", "2", "--data", d]);

@@ -462,8 +462,9 @@ fn print_human(req: &RagRequest, answer: &Value) {
                 }
             }
         }
-        RagRequest::Search(_) => print_hits(&answer["hits"]),
-        RagRequest::Query(_) => print_hits(&answer["entries"]),
+        RagRequest::Search(_) => print_hits(&answer["hits"], false),
+        // Nearest by vectors: their cosine, not the rank fusion's score.
+        RagRequest::Query(_) => print_hits(&answer["entries"], true),
         RagRequest::Open(_) | RagRequest::Fetch(_) => {
             let flag = |k: &str| answer[k].as_bool().unwrap_or(false);
             println!(
@@ -475,7 +476,7 @@ fn print_human(req: &RagRequest, answer: &Value) {
                 if flag("has_previous") { ", more before" } else { "" },
                 if flag("has_more") { ", more after" } else { "" }
             );
-            print_hits(&answer["entries"]);
+            print_hits(&answer["entries"], false);
         }
         RagRequest::Ask(_) => {
             println!("{}", answer["answer"].as_str().unwrap_or(""));
@@ -490,13 +491,15 @@ fn print_human(req: &RagRequest, answer: &Value) {
     }
 }
 
-fn print_hits(hits: &Value) {
+/// One line per hit: its score (`cosine`: its cosine similarity instead), where it is, what it is.
+fn print_hits(hits: &Value, cosine: bool) {
     let hits: Vec<Hit> = serde_json::from_value(hits.clone()).unwrap_or_default();
     if hits.is_empty() {
         println!("nothing found");
     }
     for h in hits {
         let symbol = h.symbol.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
-        println!("{:.3}  {}:{}-{}  {}{symbol}", h.score, h.path, h.start_line, h.end_line, h.kind);
+        let score = if cosine { h.similarity.unwrap_or(0.0) } else { h.score };
+        println!("{score:.3}  {}:{}-{}  {}{symbol}", h.path, h.start_line, h.end_line, h.kind);
     }
 }
