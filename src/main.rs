@@ -30,7 +30,8 @@ struct Cli {
     #[arg(long, global = true, env = "MINDFLEET_THREADS")]
     threads: Option<usize>,
     /// Log what the command does on stderr (`-v`: info, `-vv`: debug); a one-shot command logs
-    /// only what went wrong without it. `MINDFLEET_LOG` (else `RUST_LOG`) sets the filter itself.
+    /// only what went wrong without it. `MINDFLEET_LOG` sets the filter itself (and `RUST_LOG`,
+    /// for a one-shot command).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// `--admin`, `--token`, `--json`, `--format` before the command's name too.
@@ -87,10 +88,10 @@ fn set_inference_threads(asked: Option<usize>) {
     }
 }
 
-/// The log filter unless `MINDFLEET_LOG` or `RUST_LOG` says otherwise: a fleet reports what it
-/// does; a one-shot command only what went wrong, unless `-v` asks for more.
-fn default_log(command: &Command, verbose: u8) -> &'static str {
-    let fleet = matches!(command, Command::Run(_));
+/// The log filter unless `MINDFLEET_LOG` (or, for a one-shot command, `RUST_LOG`) says
+/// otherwise: a fleet reports what it does; a one-shot command only what went wrong, unless `-v`
+/// asks for more.
+fn default_log(fleet: bool, verbose: u8) -> &'static str {
     match verbose {
         0 if !fleet => "warn",
         0 | 1 => "warn,mindfleet=info",
@@ -113,12 +114,15 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     set_inference_threads(cli.threads);
+    let fleet = matches!(cli.command, Command::Run(_));
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MINDFLEET_LOG")
-                .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
-                .unwrap_or_else(|_| default_log(&cli.command, cli.verbose).into()),
+                // A fleet's log is its own setting: the line that names its admin address is
+                // not silenced by a filter set for other programs.
+                .or_else(|e| if fleet { Err(e) } else { tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") })
+                .unwrap_or_else(|_| default_log(fleet, cli.verbose).into()),
         )
         .init();
     panic_hook::install(true);

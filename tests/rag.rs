@@ -538,7 +538,12 @@ fn rag_failures_exit_with_the_readme_s_codes_and_one_shot_commands_are_quiet_unl
     let data = store.path().join("data");
     let d = data.to_str().unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("MINDFLEET_LOG")
+            .output()
+            .unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let dir = tmp.path().to_str().unwrap();
@@ -551,6 +556,13 @@ fn rag_failures_exit_with_the_readme_s_codes_and_one_shot_commands_are_quiet_unl
     assert!(err.contains("INFO") && err.contains("embedding model loaded"), "-v: {err}");
     let (code, err) = run(&["embed", "hello", "--json"]);
     assert_eq!((code, err.as_str()), (Some(0), ""), "embed is quiet too");
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["embed", "hello", "--json"])
+        .env("RUST_LOG", "info")
+        .env_remove("MINDFLEET_LOG")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("embedding model loaded"), "RUST_LOG is read too");
     // Bad input: 2, named.
     for (args, says) in [
         (vec!["rag", "index-file", dir, "--data", d], "not a file"),
