@@ -125,6 +125,47 @@ async fn a_configured_token_is_required() {
     assert_eq!(http.get(format!("{base}/dump")).send().await.unwrap().status(), 401);
     assert_eq!(http.get(format!("{base}/dump")).bearer_auth("wrong").send().await.unwrap().status(), 401);
     assert_eq!(http.get(format!("{base}/dump")).bearer_auth("s3cret").send().await.unwrap().status(), 200);
+    // Metrics too: a scraper sends the token.
+    assert_eq!(http.get(format!("{base}/metrics")).send().await.unwrap().status(), 401);
+    assert_eq!(http.get(format!("{base}/metrics")).bearer_auth("s3cret").send().await.unwrap().status(), 200);
+    fleet.shutdown(DEADLINE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    for text in ["@reviewer please review the rust auth module", "lunch anyone?", "the build is green"] {
+        fleet.inject(chat("general", "alice", text)).await.unwrap();
+    }
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let r = reqwest::get(format!("http://{}/metrics", fleet.addr)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let body = r.text().await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    assert!(scrape.samples.iter().all(|s| s.metric.starts_with("mindfleet_")), "{body}");
+    let value = |metric: &str, label: Option<(&str, &str)>| {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+            .unwrap_or_else(|| panic!("no {metric} {label:?} in {body}"));
+        match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{metric}: {:?}", s.value),
+        }
+    };
+    // Three human messages and the replies the personas posted, each an accepted event.
+    assert!(value("mindfleet_events_accepted_total", None) >= 3.0, "{body}");
+    for p in ["helper", "reviewer", "scribe"] {
+        assert_eq!(value("mindfleet_inbox_depth", Some(("persona", p))), 0.0, "idle: {body}");
+    }
+    assert_eq!(value("mindfleet_scheduler_queued", Some(("class", "urgent"))), 0.0, "{body}");
+    assert!(value("mindfleet_scheduler_granted_total", Some(("class", "interactive"))) >= 1.0, "{body}");
+    assert!(value("mindfleet_storage_commits_total", None) >= 1.0, "{body}");
     fleet.shutdown(DEADLINE).await;
 }
 

@@ -130,6 +130,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/dashboard/login", post(post_login))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
+        .route("/metrics", get(get_metrics))
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))
         .route("/faults", post(post_fault))
@@ -455,6 +456,15 @@ async fn get_dump(State(st): State<HttpState>, Params(q): Params<DumpQuery>) -> 
         return Err(ApiError::new(format!("`persona` = {p:?} is not a persona name"), Some("persona")));
     }
     dump(&st, q.persona).await.map(Json)
+}
+
+/// The fleet's figures for Prometheus (OpenMetrics text), from a dump taken now.
+async fn get_metrics(
+    State(st): State<HttpState>,
+) -> Result<([(header::HeaderName, &'static str); 1], String), ApiError> {
+    let d = dump(&st, None).await?;
+    let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, kind)], crate::metrics::exposition(&d)))
 }
 
 async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Answer<PersonaDump> {

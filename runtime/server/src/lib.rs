@@ -26,5 +26,6 @@ pub mod admin;
 pub mod ai;
 pub mod dashboard;
 pub mod http;
+pub mod metrics;
 pub mod node;
 pub mod openai;

@@ -1,0 +1,141 @@
+//! `GET /metrics`: the fleet's figures in the Prometheus text format, every metric named
+//! `mindfleet_...`, encoded by `prometheus-client` from a dump taken at each scrape (the dump is
+//! what the fleet knows of itself; a scrape costs one, as `GET /dump` does).
+
+use std::sync::atomic::AtomicU64;
+
+use mindfleet_core::dump::FleetDump;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn label(key: &str, value: &str) -> Labels {
+    vec![(key.to_string(), value.to_string())]
+}
+
+/// A counter at `value` (a total the fleet keeps since it started).
+fn counter(r: &mut Registry, name: &str, help: &str, value: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(value);
+    r.register(name, help, c);
+}
+
+fn gauge(r: &mut Registry, name: &str, help: &str, value: f64) {
+    let g = FloatGauge::default();
+    g.set(value);
+    r.register(name, help, g);
+}
+
+/// A gauge per label value.
+fn gauges(r: &mut Registry, name: &str, help: &str, values: impl IntoIterator<Item = (Labels, f64)>) {
+    let f = Family::<Labels, FloatGauge>::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).set(v);
+    }
+    r.register(name, help, f);
+}
+
+/// A counter per label value.
+fn counters(r: &mut Registry, name: &str, help: &str, values: impl IntoIterator<Item = (Labels, u64)>) {
+    let f = Family::<Labels, Counter<u64>>::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).inc_by(v);
+    }
+    r.register(name, help, f);
+}
+
+/// The exposition of `d`.
+pub fn exposition(d: &FleetDump) -> String {
+    let mut r = Registry::with_prefix("mindfleet");
+    let s = &d.storage;
+    counter(&mut r, "events_accepted", "Events accepted (acknowledged after the fsync).", s.accepted);
+    counter(&mut r, "events_duplicate", "Events refused as a duplicate of an id already accepted.", s.duplicates);
+    counter(&mut r, "storage_commits", "Storage transactions committed.", s.commits);
+    gauge(&mut r, "storage_pending_deliveries", "Deliveries not finished yet.", s.pending as f64);
+    let quantiles = |p50: f64, p99: f64| [(label("quantile", "0.5"), p50), (label("quantile", "0.99"), p99)];
+    gauges(
+        &mut r,
+        "storage_commit_latency_ms",
+        "Storage commit latency of recent commits, by quantile (milliseconds).",
+        quantiles(s.commit_p50_ms, s.commit_p99_ms),
+    );
+    gauges(
+        &mut r,
+        "decision_latency_ms",
+        "From an event's acceptance to its decision being stored, by quantile (milliseconds).",
+        quantiles(s.decision_p50_ms, s.decision_p99_ms),
+    );
+    let persona = |name: &str| label("persona", name);
+    gauges(
+        &mut r,
+        "inbox_depth",
+        "Events waiting in each persona's inbox.",
+        d.personas.iter().map(|p| (persona(&p.name), p.inbox.len as f64)),
+    );
+    counters(
+        &mut r,
+        "inbox_shed",
+        "Events each persona's full inbox shed.",
+        d.personas.iter().map(|p| (persona(&p.name), p.inbox.shed)),
+    );
+    gauges(
+        &mut r,
+        "conversation_lag_ms",
+        "How long the oldest message waiting to be embedded into each persona's conversation memory has waited.",
+        d.personas.iter().filter_map(|p| p.conversation.as_ref().map(|c| (persona(&p.name), c.lag_ms as f64))),
+    );
+    let sc = &d.scheduler;
+    let classes =
+        [("urgent", &sc.urgent), ("interactive", &sc.interactive), ("work", &sc.work), ("background", &sc.background)];
+    gauges(
+        &mut r,
+        "scheduler_queued",
+        "Tasks waiting for a slot, by class.",
+        classes.iter().map(|(c, s)| (label("class", c), s.queued as f64)),
+    );
+    gauges(
+        &mut r,
+        "scheduler_running",
+        "Tasks holding a slot, by class.",
+        classes.iter().map(|(c, s)| (label("class", c), s.running as f64)),
+    );
+    counters(
+        &mut r,
+        "scheduler_granted",
+        "Tasks granted a slot, by class.",
+        classes.iter().map(|(c, s)| (label("class", c), s.granted)),
+    );
+    let l = &d.llm;
+    counter(&mut r, "model_calls", "Calls the LLM worker answered or failed.", l.requests);
+    counter(&mut r, "model_call_failures", "Calls the LLM worker failed.", l.failures);
+    counters(
+        &mut r,
+        "model_tokens",
+        "Tokens the LLM read (prompt) and wrote (generated).",
+        [(label("kind", "prompt"), l.tokens_in), (label("kind", "generated"), l.tokens_out)],
+    );
+    gauges(
+        &mut r,
+        "model_time_to_first_token_ms",
+        "The LLM's time to the first token, by quantile (milliseconds).",
+        quantiles(l.ttft_p50_ms, l.ttft_p99_ms),
+    );
+    let e = &d.embedding;
+    counter(&mut r, "embedding_texts", "Texts the embedding worker embedded.", e.texts);
+    counter(&mut r, "embedding_batches", "Model calls of the embedding worker.", e.batches);
+    gauges(
+        &mut r,
+        "embedding_latency_ms",
+        "The embedding worker's request latency, by quantile (milliseconds).",
+        quantiles(e.p50_ms, e.p99_ms),
+    );
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
