@@ -166,6 +166,9 @@ async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_di
     assert_eq!(value("mindfleet_scheduler_queued", Some(("class", "urgent"))), 0.0, "{body}");
     assert!(value("mindfleet_scheduler_granted_total", Some(("class", "interactive"))) >= 1.0, "{body}");
     assert!(value("mindfleet_storage_commits_total", None) >= 1.0, "{body}");
+    // The mention was engaged by the one it names; the dormant scribe ignored all three.
+    assert!(value("mindfleet_decisions_total", Some(("verdict", "engage"))) >= 1.0, "{body}");
+    assert!(value("mindfleet_decisions_total", Some(("verdict", "ignore"))) >= 3.0, "{body}");
     fleet.shutdown(DEADLINE).await;
 }
 

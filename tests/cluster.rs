@@ -467,6 +467,11 @@ async fn a_node_that_stops_answering_is_unreachable_until_it_answers_again() {
     let d = dump_until(&http, &a.admin, "b unreachable while stopped", |d| node_status(d, "b") == "unreachable").await;
     let b_node = d["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "b").unwrap();
     assert_eq!(b_node["error"], "no answer to the liveness check", "{d}");
+    // What a scraper of a sees of the link.
+    let metrics = http.get(format!("http://{}/metrics", a.admin)).send().await.unwrap().text().await.unwrap();
+    for line in ["mindfleet_cluster_node_up{node=\"b\"} 0", "mindfleet_cluster_node_up{node=\"a\"} 1"] {
+        assert!(metrics.lines().any(|l| l.starts_with(line)), "{line} in {metrics}");
+    }
     let (status, err) = inject(
         &http,
         &a.admin,

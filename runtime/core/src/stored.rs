@@ -42,6 +42,9 @@ pub struct StorageStats {
     pub decision_p99_all_ms: f64,
     pub decision_max_ms: f64,
     pub decisions: u64,
+    /// `decisions` by verdict (`engage`, `ignore`, ...), since the storage opened.
+    #[serde(default)]
+    pub decisions_by_verdict: std::collections::BTreeMap<String, u64>,
     pub dead_letters: u64,
     pub stale_finishes: u64,
     pub errors: u64,

@@ -56,6 +56,18 @@ pub fn exposition(d: &FleetDump) -> String {
     counter(&mut r, "events_accepted", "Events accepted (acknowledged after the fsync).", s.accepted);
     counter(&mut r, "events_duplicate", "Events refused as a duplicate of an id already accepted.", s.duplicates);
     counter(&mut r, "storage_commits", "Storage transactions committed.", s.commits);
+    counters(
+        &mut r,
+        "decisions",
+        "Decisions journaled since the storage opened, by verdict.",
+        s.decisions_by_verdict.iter().map(|(v, n)| (label("verdict", v), *n)),
+    );
+    counter(
+        &mut r,
+        "dead_letters",
+        "Deliveries that crashed their persona too often, since the start.",
+        s.dead_letters,
+    );
     gauge(&mut r, "storage_pending_deliveries", "Deliveries not finished yet.", s.pending as f64);
     let quantiles = |p50: f64, p99: f64| [(label("quantile", "0.5"), p50), (label("quantile", "0.99"), p99)];
     gauges(
@@ -133,6 +145,13 @@ pub fn exposition(d: &FleetDump) -> String {
         "embedding_latency_ms",
         "The embedding worker's request latency, by quantile (milliseconds).",
         quantiles(e.p50_ms, e.p99_ms),
+    );
+    // A fleet across nodes: each node as the answering one sees it (1 up or itself, 0 not).
+    gauges(
+        &mut r,
+        "cluster_node_up",
+        "Each node of a fleet across nodes: 1 when it is this node or linked to it, 0 when unreachable.",
+        d.nodes.iter().map(|n| (label("node", &n.name), f64::from(u8::from(n.status != "unreachable")))),
     );
     let mut out = String::new();
     // Writing into a String cannot fail.

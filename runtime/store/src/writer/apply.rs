@@ -191,6 +191,7 @@ impl Writer {
             let n = t.counters.get((&*persona, name))?.map_or(0, |g| g.value());
             t.counters.insert((&*persona, name), n + 1)?;
         }
+        *self.stats.decisions_by_verdict.entry(decision.verdict.as_str().to_string()).or_default() += 1;
         self.put_decision(t, &persona, decision)?;
         self.stats.decisions += 1;
         if let Some(said) = said {
