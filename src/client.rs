@@ -85,6 +85,28 @@ impl Client {
         self.send(self.http.get(url)).await
     }
 
+    /// `GET /outbox/stream` with its parameters: the response, open, to be read as it comes
+    /// (`chunk`); a refusal is the error.
+    pub async fn outbox_stream(&self, params: &[(&str, String)]) -> Result<reqwest::Response, ClientError> {
+        let mut url = reqwest::Url::parse(&format!("{}/outbox/stream", self.base))
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        for (k, v) in params {
+            url.query_pairs_mut().append_pair(k, v);
+        }
+        let resp = self
+            .req(self.http.get(url))
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        let status = resp.status().as_u16();
+        if status == 200 {
+            return Ok(resp);
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let message = body.get("error").and_then(Value::as_str).unwrap_or("no error message").to_string();
+        Err(ClientError::Status { status, message })
+    }
+
     /// `POST /ai/state`.
     pub async fn set_state(&self, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/ai/state", self.base)).json(body)).await

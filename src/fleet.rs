@@ -519,6 +519,7 @@ impl Fleet {
             index: index.clone(),
             feed: Default::default(),
             storage: storage.health().clone(),
+            store: storage.clone(),
             edges: http::Edges::from(&config.admin),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -55,6 +55,8 @@ enum Command {
     Inject(cmd::inject::Args),
     /// Print the supervision tree and every persona's state.
     Dump(cmd::dump::Args),
+    /// Follow the replies the personas post, live (`--after 0`: from the oldest kept).
+    Tail(cmd::tail::Args),
     /// Move a persona, with all its state, from the node of --admin to another node.
     Move(cmd::cluster::MoveArgs),
     /// Move every persona of the node of --admin to other nodes, with their state (before
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
         Command::Embed(args) => cmd::block_on(cmd::embed::run(args)),
         Command::Inject(args) => cmd::block_on(cmd::inject::run(args)),
         Command::Dump(args) => cmd::block_on(cmd::dump::run(args)),
+        Command::Tail(args) => cmd::block_on(cmd::tail::run(args)),
         Command::Move(args) => cmd::block_on(cmd::cluster::move_persona(args)),
         Command::Drain(args) => cmd::block_on(cmd::cluster::drain(args)),
         Command::Ai(args) => cmd::block_on(cmd::ai::run(args)),

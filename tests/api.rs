@@ -180,3 +180,105 @@ async fn a_non_loopback_admin_without_token_is_refused_at_start() {
     let err = mindfleet::Fleet::start(cfg).await.err().expect("refused");
     assert!(err.to_string().contains("token"), "{err}");
 }
+
+/// Reads Server-Sent Events from `resp` until `n` have come: each event's `id` and `data`.
+async fn sse_events(resp: &mut reqwest::Response, n: usize) -> Vec<(u64, Value)> {
+    let (mut out, mut buf, mut id, mut data) = (Vec::new(), String::new(), 0u64, String::new());
+    while out.len() < n {
+        let chunk = tokio::time::timeout(DEADLINE, resp.chunk()).await.expect("an event in time").unwrap().unwrap();
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find('\n') {
+            let line: String = buf.drain(..=end).collect();
+            let line = line.trim_end();
+            if let Some(v) = line.strip_prefix("id: ") {
+                id = v.parse().unwrap();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data.push_str(v);
+            } else if line.is_empty() && !data.is_empty() {
+                out.push((id, serde_json::from_str(&std::mem::take(&mut data)).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_pages_by_sequence_number_and_streams_resumably_and_tail_follows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    let mut asked = Vec::new();
+    for i in 0..5 {
+        asked.push(
+            fleet.inject(chat("general", "alice", &format!("@reviewer look at change {i}"))).await.unwrap().event_id,
+        );
+    }
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let page = |q: String| {
+        let url = format!("{base}/outbox?{q}");
+        async move { reqwest::get(url).await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let all = page("after=0&limit=1000".into()).await;
+    let all = all["entries"].as_array().unwrap().clone();
+    let to_asked: Vec<&Value> = all.iter().filter(|e| asked.iter().any(|a| e["in_reply_to"] == a.as_str())).collect();
+    assert_eq!(to_asked.len(), 5, "one reply to each mention: {all:?}");
+    assert!(to_asked.iter().all(|e| e["persona"] == "reviewer" && e["kind"] == "reply" && e["at"].is_string()));
+    assert!(all.windows(2).all(|w| w[0]["seq"].as_u64() < w[1]["seq"].as_u64()), "by sequence number");
+
+    // Two at a time, from the start to the end: the same entries.
+    let (mut paged, mut after) = (Vec::new(), 0);
+    loop {
+        let p = page(format!("after={after}&limit=2")).await;
+        let got = p["entries"].as_array().unwrap();
+        if got.is_empty() {
+            assert_eq!(p["next"], after, "nothing after the end: next stays");
+            break;
+        }
+        assert!(got.len() <= 2);
+        paged.extend(got.iter().cloned());
+        after = p["next"].as_u64().unwrap();
+    }
+    assert_eq!(paged, all);
+    let only = page("after=0&persona=reviewer".into()).await;
+    assert!(only["entries"].as_array().unwrap().iter().all(|e| e["persona"] == "reviewer"), "{only}");
+    let r = reqwest::get(format!("{base}/outbox?after=x")).await.unwrap();
+    assert_eq!(r.status(), 400);
+
+    // The stream from the start; cut after two, resumed with Last-Event-ID.
+    let http = reqwest::Client::new();
+    let mut s = http.get(format!("{base}/outbox/stream?after=0")).send().await.unwrap();
+    let first = sse_events(&mut s, 2).await;
+    drop(s);
+    assert_eq!(first.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), all[..2].to_vec());
+    let mut s =
+        http.get(format!("{base}/outbox/stream")).header("Last-Event-ID", first[1].0.to_string()).send().await.unwrap();
+    let rest = sse_events(&mut s, all.len() - 2).await;
+    assert_eq!(rest.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), all[2..].to_vec(), "resumed after the last id");
+    // A reply posted now comes down the open stream.
+    let late = fleet.inject(chat("general", "alice", "@reviewer one more")).await.unwrap().event_id;
+    let next = sse_events(&mut s, 1).await;
+    assert_eq!(next[0].1["in_reply_to"], late.as_str(), "{next:?}");
+    drop(s);
+
+    // `mindfleet tail` follows the same stream.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["tail", "--admin", &fleet.addr.to_string(), "--after", "0", "--persona", "reviewer", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let lines: Vec<Value> =
+        (0..6).map(|_| serde_json::from_str(&rx.recv_timeout(DEADLINE).expect("a line from tail")).unwrap()).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(lines.iter().all(|l| l["persona"] == "reviewer"), "{lines:?}");
+    assert_eq!(lines[5]["in_reply_to"], late.as_str(), "{lines:?}");
+    fleet.shutdown(DEADLINE).await;
+}

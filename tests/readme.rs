@@ -15,6 +15,7 @@ const README_ADMIN: &str = "127.0.0.1:7878";
 
 /// Lines that are not run, by how they start (after `mindfleet`), and why.
 const SKIPPED: &[(&str, &str)] = &[
+    ("tail", "follows the outbox until interrupted (tests/api.rs runs it against a live fleet)"),
     ("bench rag-eval", "fetches Werkzeug from the Python package index (the network)"),
     ("bench conversation", "a benchmark of 30 s of messages and more (docs/BENCHMARKS.md has its figures and command)"),
     (

@@ -66,6 +66,7 @@ use mindfleet_core::time::now_us;
 mod conn;
 mod extract;
 mod guard;
+mod outbox;
 pub use conn::serve;
 use extract::{ApiError, FromBody, JsonBody, Params, Segments, Text, answer, json_body};
 use guard::{guard, post_login};
@@ -95,6 +96,8 @@ pub struct HttpState {
     pub feed: dashboard::Feed,
     /// Whether the storage writer can write (a full disk makes `/health` answer 503).
     pub storage: mindfleet_store::Health,
+    /// Storage itself, read by the outbox's feed.
+    pub store: mindfleet_store::Storage,
     /// The names `Host` and `Origin` may carry, the timeouts and the connection cap.
     pub edges: Edges,
 }
@@ -130,6 +133,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/dashboard/login", post(post_login))
         .route("/events", post(post_event))
         .route("/dump", get(get_dump))
+        .route("/outbox", get(outbox::get_outbox))
+        .route("/outbox/stream", get(outbox::get_outbox_stream))
         .route("/metrics", get(get_metrics))
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))

@@ -256,6 +256,31 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// The sequence number of the newest outbox entry (0: none yet). An entry's sequence
+    /// number is its row's key plus one, so that 0 is before every entry.
+    pub fn outbox_last(&self) -> Result<u64, StorageError> {
+        self.read(|txn| Ok(txn.open_table(OUTBOX)?.last()?.map_or(0, |(k, _)| k.value() + 1)))
+    }
+
+    /// Up to `limit` outbox entries after the sequence number `after`, oldest first, each with
+    /// its sequence number (`GET /outbox`). The outbox is bounded: entries older than the
+    /// oldest kept are gone.
+    pub fn outbox_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, OutboxEntry)>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(OUTBOX)?;
+            // The entry of sequence number `after + 1` is the row `after`.
+            t.range(after..)?
+                .take(limit)
+                .map(|r| {
+                    let (k, v) = r?;
+                    Ok((k.value() + 1, dec(v.value())?))
+                })
+                .collect()
+        })
+    }
+}
+
 /// The decisions of `decision_log`, oldest first.
 pub(crate) fn load_decision_log(db: &Database) -> Result<Vec<(Arc<str>, u64, Decision)>, redb::Error> {
     let txn = db.begin_read()?;
