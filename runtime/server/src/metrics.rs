@@ -49,6 +49,11 @@ fn counters(r: &mut Registry, name: &str, help: &str, values: impl IntoIterator<
     r.register(name, help, f);
 }
 
+/// A gauge per quantile (`0.5`, `0.99`) of a latency.
+fn quantiles(r: &mut Registry, name: &str, help: &str, p50: f64, p99: f64) {
+    gauges(r, name, help, [(label("quantile", "0.5"), p50), (label("quantile", "0.99"), p99)]);
+}
+
 /// The exposition of `d`.
 pub fn exposition(d: &FleetDump) -> String {
     let mut r = Registry::with_prefix("mindfleet");
@@ -69,18 +74,19 @@ pub fn exposition(d: &FleetDump) -> String {
         s.dead_letters,
     );
     gauge(&mut r, "storage_pending_deliveries", "Deliveries not finished yet.", s.pending as f64);
-    let quantiles = |p50: f64, p99: f64| [(label("quantile", "0.5"), p50), (label("quantile", "0.99"), p99)];
-    gauges(
+    quantiles(
         &mut r,
         "storage_commit_latency_ms",
         "Storage commit latency of recent commits, by quantile (milliseconds).",
-        quantiles(s.commit_p50_ms, s.commit_p99_ms),
+        s.commit_p50_ms,
+        s.commit_p99_ms,
     );
-    gauges(
+    quantiles(
         &mut r,
         "decision_latency_ms",
         "From an event's acceptance to its decision being stored, by quantile (milliseconds).",
-        quantiles(s.decision_p50_ms, s.decision_p99_ms),
+        s.decision_p50_ms,
+        s.decision_p99_ms,
     );
     let persona = |name: &str| label("persona", name);
     gauges(
@@ -131,20 +137,22 @@ pub fn exposition(d: &FleetDump) -> String {
         "Tokens the LLM read (prompt) and wrote (generated).",
         [(label("kind", "prompt"), l.tokens_in), (label("kind", "generated"), l.tokens_out)],
     );
-    gauges(
+    quantiles(
         &mut r,
         "model_time_to_first_token_ms",
         "The LLM's time to the first token, by quantile (milliseconds).",
-        quantiles(l.ttft_p50_ms, l.ttft_p99_ms),
+        l.ttft_p50_ms,
+        l.ttft_p99_ms,
     );
     let e = &d.embedding;
     counter(&mut r, "embedding_texts", "Texts the embedding worker embedded.", e.texts);
     counter(&mut r, "embedding_batches", "Model calls of the embedding worker.", e.batches);
-    gauges(
+    quantiles(
         &mut r,
         "embedding_latency_ms",
         "The embedding worker's request latency, by quantile (milliseconds).",
-        quantiles(e.p50_ms, e.p99_ms),
+        e.p50_ms,
+        e.p99_ms,
     );
     // A fleet across nodes: each node as the answering one sees it (1 up or itself, 0 not).
     gauges(

@@ -68,12 +68,12 @@ async fn read(st: &HttpState, after: u64, limit: usize) -> Result<Vec<(u64, Outb
 pub(super) async fn get_outbox(State(st): State<HttpState>, Params(p): Params<Page>) -> Result<Json<Value>, ApiError> {
     let after = p.after.unwrap_or(0);
     let limit = p.limit.unwrap_or(100).clamp(1, MAX_PAGE);
-    let read_all = p.room.is_some() || p.persona.is_some();
+    let filtered = p.room.is_some() || p.persona.is_some();
     let mut entries = Vec::new();
     let mut next = after;
     // With a filter, read on until a page is full or the outbox ends.
     loop {
-        let got = read(&st, next, if read_all { READ_AT_ONCE } else { limit }).await?;
+        let got = read(&st, next, if filtered { READ_AT_ONCE } else { limit }).await?;
         let Some((last, _)) = got.last() else { break };
         let last = *last;
         for (seq, o) in &got {
@@ -85,7 +85,7 @@ pub(super) async fn get_outbox(State(st): State<HttpState>, Params(p): Params<Pa
                 entries.push(entry(*seq, o));
             }
         }
-        if entries.len() == limit || !read_all || next < last {
+        if entries.len() == limit || !filtered || next < last {
             break;
         }
     }
