@@ -368,3 +368,60 @@ async fn why_answers_for_any_event_of_a_burst_beyond_the_dump_with_every_persona
     assert_eq!(s, 400, "{v}");
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_s_history_is_what_was_said_there_oldest_first_paged_either_way_with_a_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = start(dir.path(), &fleet_toml(TRIO)).await;
+    let base = format!("http://{}", fleet.addr);
+    // Said in the order 2, 0, 1 by their own times: history is by when it was said.
+    for (i, minute) in [(2, 12), (0, 10), (1, 11)] {
+        let ts = format!("2026-01-05T09:{minute}:00Z");
+        let text = format!("@reviewer note {i}");
+        fleet.inject(EventInput { ts: Some(ts), ..chat("general", "alice", &text) }).await.unwrap();
+    }
+    let aside = EventInput { persona: Some("helper".into()), ..chat("elsewhere", "bob", "not in general") };
+    fleet.inject(aside).await.unwrap();
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let v = poll("the three notes and the replies in history", || async {
+        let (_, v) = get(&base, "/ai/history?room=general").await;
+        (v["messages"].as_array()?.len() >= 6).then_some(v)
+    })
+    .await;
+    let messages = v["messages"].as_array().unwrap();
+    let notes: Vec<&str> =
+        messages.iter().filter(|m| m["from"] == "alice").map(|m| m["text"].as_str().unwrap()).collect();
+    assert_eq!(notes, ["@reviewer note 0", "@reviewer note 1", "@reviewer note 2"], "{v}");
+    assert_eq!(messages.iter().filter(|m| m["from"] == "reviewer").count(), 3, "its replies too, each once: {v}");
+    assert!(messages.iter().all(|m| !m["text"].as_str().unwrap().contains("not in general")), "{v}");
+    assert!(messages.windows(2).all(|w| w[0]["at"].as_str() <= w[1]["at"].as_str()), "{v}");
+
+    // Under a cursor, two at a time: forward to the end, then back.
+    let (_, first) = get(&base, "/ai/history?room=general&page_size=2").await;
+    assert_eq!(
+        (first["room"].as_str(), first["total_count"].as_u64()),
+        (Some("general"), Some(messages.len() as u64)),
+        "{first}"
+    );
+    assert_eq!(first["entries"].as_array().unwrap()[..], messages[..2]);
+    let handle = first["handle"].as_str().unwrap().to_string();
+    let http = reqwest::Client::new();
+    let fetch = |body: Value| {
+        let http = http.clone();
+        let url = format!("{base}/rag/fetch");
+        async move { http.post(url).json(&body).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let second = fetch(json!({ "handle": handle })).await;
+    assert_eq!(second["entries"].as_array().unwrap()[..], messages[2..4], "{second}");
+    let back = fetch(json!({ "handle": handle, "direction": "backward" })).await;
+    assert_eq!(back["entries"].as_array().unwrap()[..], messages[..2], "{back}");
+    assert_eq!(back["has_previous"], false, "{back}");
+    let (code, out, err) = cli(&fleet, &["history", "--room", "general", "--since", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["messages"].as_array().unwrap().iter().all(|m| m["from"] != "alice"),
+        "the notes were said in January: {v}"
+    );
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}

@@ -44,6 +44,7 @@ const SAYS: &[(&str, &str)] = &[
     ("dump --persona helper --format tree", "helper"),
     ("ai health --format table", "recommendation"),
     ("ai why", "\"decisions\""),
+    ("ai history", "\"messages\""),
     ("ai availability --format table", "condition"),
     ("ai activity-map --format table", "general"),
     ("ai select-for-task", "\"best\": \"reviewer\""),

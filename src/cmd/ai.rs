@@ -48,6 +48,18 @@ enum AiCmd {
         #[arg(long)]
         event: String,
     },
+    /// What was said in a room, human and persona messages, oldest first (as its personas took
+    /// it in and posted it).
+    History {
+        #[arg(long)]
+        room: String,
+        /// Only the last while: 90s, 15m, 1h, 2d.
+        #[arg(long)]
+        since: Option<String>,
+        /// Page through it under a handle (`mindfleet rag fetch HANDLE --admin ...`, either way).
+        #[arg(long)]
+        page_size: Option<usize>,
+    },
     /// The decision journal, with the reasons.
     Decisions {
         #[arg(long)]
@@ -176,6 +188,7 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
     // Checked here too, so a typo is reported without a round trip (same message as the API's).
     if let AiCmd::Thoughts { since: Some(since), .. }
     | AiCmd::Decisions { since: Some(since), .. }
+    | AiCmd::History { since: Some(since), .. }
     | AiCmd::Cost { since: Some(since), .. } = &query
         && let Err(e) = mindfleet_core::ai::parse_window(since)
     {
@@ -233,6 +246,14 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
         AiCmd::Memory { persona } => client.ai("memory", &[("persona", persona)]).await,
         AiCmd::Health => client.ai("health", &[]).await,
         AiCmd::Why { event } => client.ai("why", &[("event", event)]).await,
+        AiCmd::History { room, since, page_size } => {
+            let p: Vec<_> =
+                [Some(("room", room)), opt("since", since), opt("page_size", page_size.map(|n| n.to_string()))]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+            client.ai("history", &p).await
+        }
         AiCmd::Availability { persona } => {
             client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }

@@ -101,6 +101,13 @@ pub enum AiQuery {
     /// What a persona was told about a topic: its conversation memory, recalled by meaning.
     /// Answered by the conversation index.
     Recall(crate::conversation::RecallQuery),
+    /// What was said in a room, human and persona messages, oldest first by when they were
+    /// said: what its personas took in and posted. Answered from storage, by every node.
+    History {
+        room: String,
+        /// Only what was said at or after this time (µs since the epoch).
+        since_us: Option<i64>,
+    },
     /// Why an event was decided as it was: every persona's decision on it the journal keeps,
     /// with its reason, and the replies posted to it. Answered from storage, by every node.
     Why {
@@ -134,7 +141,8 @@ impl AiQuery {
             | AiQuery::ActivityMap
             | AiQuery::SelectForTask { .. }
             | AiQuery::Cost { .. }
-            | AiQuery::Why { .. } => None,
+            | AiQuery::Why { .. }
+            | AiQuery::History { .. } => None,
         }
     }
 }

@@ -99,9 +99,30 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
         }
         AiQuery::SelectForTask { domain, priority, text } => select_for_task(dump, domain, *priority, text),
         AiQuery::Why { event_id } => why(storage, event_id)?,
+        AiQuery::History { room, since_us } => history(storage, room, *since_us)?,
         // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
         AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
     })
+}
+
+/// `ai history`: the room's messages (what its personas took in, and the replies they posted,
+/// each once), oldest first by when they were said.
+pub fn history(storage: &Storage, room: &str, since_us: Option<i64>) -> Result<Value, StorageError> {
+    let mindfleet_store::RoomHistory { said, replies } = storage.room_history(room)?;
+    let mut messages: Vec<(i64, Value)> = said
+        .iter()
+        .map(|s| (s.at_us, json!({ "event_id": s.event_id, "from": s.from, "text": s.text, "at": rfc3339(s.at_us) })))
+        .collect();
+    for o in &replies {
+        if !said.iter().any(|s| s.event_id == o.event_id) {
+            let m = json!({ "event_id": o.event_id, "from": o.persona, "text": o.text, "at": rfc3339(o.at_us), "in_reply_to": o.in_reply_to });
+            messages.push((o.at_us, m));
+        }
+    }
+    messages.retain(|(at, _)| since_us.is_none_or(|t| *at >= t));
+    messages.sort_by_key(|(at, _)| *at);
+    let messages: Vec<Value> = messages.into_iter().map(|(_, m)| m).collect();
+    Ok(json!({ "room": room, "messages": messages }))
 }
 
 /// `ai why`: every persona's decision on `event_id` that the journal keeps (oldest first: who

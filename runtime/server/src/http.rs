@@ -226,6 +226,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, ApiError> {
         "health" => AiQuery::Health,
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,
+        "history" => AiQuery::History { room: need(p.room, "room")?, since_us },
         "why" => {
             let id = need(p.event, "event")?;
             if id.is_empty() || id.len() > 128 || id.chars().any(char::is_control) {
@@ -289,9 +290,10 @@ async fn ai(st: &HttpState, what: &str, p: AiParams) -> Answer {
         (_, None) => None,
         ("thoughts", Some(_)) => Some("thoughts"),
         ("decisions", Some(_)) => Some("decisions"),
+        ("history", Some(_)) => Some("messages"),
         (other, Some(_)) => {
             return Err(ApiError::new(
-                format!("`page_size` is for thoughts and decisions, not {other:?}"),
+                format!("`page_size` is for thoughts, decisions and history, not {other:?}"),
                 Some("page_size"),
             ));
         }
@@ -305,7 +307,11 @@ async fn ai(st: &HttpState, what: &str, p: AiParams) -> Answer {
     };
     let open = call_t!(st.index, |reply| IndexMsg::OpenList { items, page_size, reply }, ADMIN_CALL_MS);
     let mut page = answer("index", open)?;
-    page["persona"] = v["persona"].take();
+    for key in ["persona", "room"] {
+        if let Some(x) = v.get_mut(key).map(Value::take) {
+            page[key] = x;
+        }
+    }
     Ok(Json(page))
 }
 

@@ -47,7 +47,7 @@ pub use disk::{Disk, Failure, Health, disk_of};
 use legacy::MIGRATIONS;
 pub use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows, StorageStats};
 use op::{Op, Release};
-pub use read::Why;
+pub use read::{RoomHistory, Why};
 use schema::{CONVERSATION, FORWARDS, META, OBSERVATIONS, PLACEMENT, REFERENCES, ROOMS, STUDIES, open_all};
 pub use schema::{
     CONVERSATION_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, OBSERVATIONS_KEPT, PROCEDURES_PER_DOMAIN, SCHEMA_VERSION,

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
+use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
 use mindfleet_core::model::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
 
 use crate::schema::{
-    CONSOLIDATIONS, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES, KNOWLEDGE,
-    LEARNINGS, OUTBOX, PENDING, PLANS, PROCEDURES, PROFILES,
+    CONSOLIDATIONS, CONVERSATION, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES,
+    KNOWLEDGE, LEARNINGS, OUTBOX, PENDING, PLANS, PROCEDURES, PROFILES,
 };
 use crate::{LongTerm, Storage, StorageError, dec};
 
@@ -277,6 +278,42 @@ impl Storage {
                     Ok((k.value() + 1, dec(v.value())?))
                 })
                 .collect()
+        })
+    }
+}
+
+/// What was said in a room, as this storage kept it (`ai history`).
+#[derive(Debug, Default)]
+pub struct RoomHistory {
+    /// The room's messages its personas took in (conversation memory), each once, by when
+    /// they were said.
+    pub said: Vec<Said>,
+    /// The replies its personas posted there (the outbox), oldest first.
+    pub replies: Vec<OutboxEntry>,
+}
+
+impl Storage {
+    /// The room's history: what its personas took in and posted there, each message once. Reads
+    /// every persona's conversation memory and the outbox: bounded as they are.
+    pub fn room_history(&self, room: &str) -> Result<RoomHistory, StorageError> {
+        self.read(|txn| {
+            let mut said: BTreeMap<String, Said> = BTreeMap::new();
+            for r in txn.open_table(CONVERSATION)?.iter()? {
+                let s: Said = dec(r?.1.value())?;
+                if s.room == room {
+                    said.entry(s.event_id.clone()).or_insert(s);
+                }
+            }
+            let mut said: Vec<Said> = said.into_values().collect();
+            said.sort_by_key(|s| (s.at_us, s.seq));
+            let mut replies = Vec::new();
+            for r in txn.open_table(OUTBOX)?.iter()? {
+                let o: OutboxEntry = dec(r?.1.value())?;
+                if o.room == room {
+                    replies.push(o);
+                }
+            }
+            Ok(RoomHistory { said, replies })
         })
     }
 }

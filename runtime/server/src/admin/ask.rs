@@ -60,14 +60,18 @@ impl AdminState {
                     let _ = reply.send(r);
                 });
             }
-            AiQuery::Why { event_id } => {
-                // From the journal alone: no dump needed.
+            q @ (AiQuery::Why { .. } | AiQuery::History { .. }) => {
+                // From storage alone: no dump needed.
                 let storage = self.storage.clone();
                 tokio::spawn(async move {
-                    let r = tokio::task::spawn_blocking(move || crate::ai::why(&storage, &event_id))
-                        .await
-                        .map_err(|e| InjectError::Storage(e.to_string()))
-                        .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string())));
+                    let r = tokio::task::spawn_blocking(move || match &q {
+                        AiQuery::Why { event_id } => crate::ai::why(&storage, event_id),
+                        AiQuery::History { room, since_us } => crate::ai::history(&storage, room, *since_us),
+                        _ => Ok(serde_json::Value::Null),
+                    })
+                    .await
+                    .map_err(|e| InjectError::Storage(e.to_string()))
+                    .and_then(|r| r.map_err(|e| InjectError::Storage(e.to_string())));
                     let _ = reply.send(r);
                 });
             }
@@ -98,7 +102,11 @@ impl AdminState {
             return;
         }
         match query {
-            AiQuery::Cost { .. } | AiQuery::Learnings { .. } | AiQuery::Recoveries { .. } | AiQuery::Why { .. } => {
+            AiQuery::Cost { .. }
+            | AiQuery::Learnings { .. }
+            | AiQuery::Recoveries { .. }
+            | AiQuery::Why { .. }
+            | AiQuery::History { .. } => {
                 // Kept by each node for its own personas: every node's answer, joined.
                 let costs = matches!(query, AiQuery::Cost { .. });
                 let (tx, here) = tokio::sync::oneshot::channel();

@@ -211,6 +211,7 @@ const QUERIES: &[&str] = &[
     "recall",
     "select-for-task",
     "why",
+    "history",
     "nope",
 ];
 const KEYS: &[&str] =
