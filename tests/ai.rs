@@ -416,6 +416,10 @@ async fn a_room_s_history_is_what_was_said_there_oldest_first_paged_either_way_w
     let back = fetch(json!({ "handle": handle, "direction": "backward" })).await;
     assert_eq!(back["entries"].as_array().unwrap()[..], messages[..2], "{back}");
     assert_eq!(back["has_previous"], false, "{back}");
+    // The reviewer's plans (one per note) under the same cursor.
+    let (_, plans) = get(&base, "/ai/plan-history?persona=reviewer&limit=1000&page_size=2").await;
+    assert_eq!((plans["persona"].as_str(), plans["total_count"].as_u64()), (Some("reviewer"), Some(3)), "{plans}");
+    assert_eq!(plans["entries"].as_array().unwrap().len(), 2, "{plans}");
     let (code, out, err) = cli(&fleet, &["history", "--room", "general", "--since", "1h"]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();

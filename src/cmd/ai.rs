@@ -175,6 +175,9 @@ enum PlanCmd {
     History {
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Page through them under a handle (`mindfleet rag fetch HANDLE --admin ...`).
+        #[arg(long)]
+        page_size: Option<usize>,
     },
 }
 
@@ -233,8 +236,13 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
             client.ai("decisions", &p).await
         }
         AiCmd::Plan { persona, history: None } => client.ai("plan", &[("persona", persona)]).await,
-        AiCmd::Plan { persona, history: Some(PlanCmd::History { limit }) } => {
-            client.ai("plan-history", &[("persona", persona), ("limit", limit.to_string())]).await
+        AiCmd::Plan { persona, history: Some(PlanCmd::History { limit, page_size }) } => {
+            let p: Vec<_> = [Some(("persona", persona)), Some(("limit", limit.to_string()))]
+                .into_iter()
+                .chain([opt("page_size", page_size.map(|n| n.to_string()))])
+                .flatten()
+                .collect();
+            client.ai("plan-history", &p).await
         }
         AiCmd::Learnings { persona } => {
             client.ai("learnings", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await

@@ -291,9 +291,10 @@ async fn ai(st: &HttpState, what: &str, p: AiParams) -> Answer {
         ("thoughts", Some(_)) => Some("thoughts"),
         ("decisions", Some(_)) => Some("decisions"),
         ("history", Some(_)) => Some("messages"),
+        ("plan-history", Some(_)) => Some("plans"),
         (other, Some(_)) => {
             return Err(ApiError::new(
-                format!("`page_size` is for thoughts, decisions and history, not {other:?}"),
+                format!("`page_size` is for thoughts, decisions, history and plan-history, not {other:?}"),
                 Some("page_size"),
             ));
         }
