@@ -113,8 +113,9 @@ pub fn history(storage: &Storage, room: &str, since_us: Option<i64>) -> Result<V
         .iter()
         .map(|s| (s.at_us, json!({ "event_id": s.event_id, "from": s.from, "text": s.text, "at": rfc3339(s.at_us) })))
         .collect();
+    let heard: std::collections::HashSet<&str> = said.iter().map(|s| s.event_id.as_str()).collect();
     for o in &replies {
-        if !said.iter().any(|s| s.event_id == o.event_id) {
+        if !heard.contains(o.event_id.as_str()) {
             let m = json!({ "event_id": o.event_id, "from": o.persona, "text": o.text, "at": rfc3339(o.at_us), "in_reply_to": o.in_reply_to });
             messages.push((o.at_us, m));
         }
