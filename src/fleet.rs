@@ -520,6 +520,7 @@ impl Fleet {
             feed: Default::default(),
             storage: storage.health().clone(),
             store: storage.clone(),
+            refused: Default::default(),
             edges: http::Edges::from(&config.admin),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

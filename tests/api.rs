@@ -138,6 +138,8 @@ async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_di
     for text in ["@reviewer please review the rust auth module", "lunch anyone?", "the build is green"] {
         fleet.inject(chat("general", "alice", text)).await.unwrap();
     }
+    let (status, _) = post(&format!("http://{}/events", fleet.addr), r#"{"domain": "chat"}"#).await;
+    assert_eq!(status, 400);
     assert!(fleet.wait_idle(DEADLINE).await);
     let r = reqwest::get(format!("http://{}/metrics", fleet.addr)).await.unwrap();
     assert_eq!(r.status(), 200);
@@ -160,6 +162,7 @@ async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_di
     };
     // Three human messages and the replies the personas posted, each an accepted event.
     assert!(value("mindfleet_events_accepted_total", None) >= 3.0, "{body}");
+    assert_eq!(value("mindfleet_events_refused_total", None), 1.0, "the one without a room: {body}");
     for p in ["helper", "reviewer", "scribe"] {
         assert_eq!(value("mindfleet_inbox_depth", Some(("persona", p))), 0.0, "idle: {body}");
     }

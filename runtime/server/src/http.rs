@@ -98,6 +98,8 @@ pub struct HttpState {
     pub storage: mindfleet_store::Health,
     /// Storage itself, read by the outbox's feed.
     pub store: mindfleet_store::Storage,
+    /// Events refused at `POST /events` (any answer but 200), for `/metrics`.
+    pub refused: Arc<std::sync::atomic::AtomicU64>,
     /// The names `Host` and `Origin` may carry, the timeouts and the connection cap.
     pub edges: Edges,
 }
@@ -131,7 +133,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/dashboard/persona/{name}", get(get_panel))
         .route("/dashboard/persona/{name}/{list}", get(get_panel_list))
         .route("/dashboard/login", post(post_login))
-        .route("/events", post(post_event))
+        .route("/events", post(post_event).layer(middleware::from_fn_with_state(state.clone(), count_refused)))
         .route("/dump", get(get_dump))
         .route("/outbox", get(outbox::get_outbox))
         .route("/outbox/stream", get(outbox::get_outbox_stream))
@@ -470,13 +472,22 @@ async fn get_dump(State(st): State<HttpState>, Params(q): Params<DumpQuery>) -> 
     dump(&st, q.persona).await.map(Json)
 }
 
+/// Counts the events `POST /events` refuses (bad input, a full queue, a full disk, ...).
+async fn count_refused(State(st): State<HttpState>, req: axum::extract::Request, next: middleware::Next) -> Response {
+    let r = next.run(req).await;
+    if !r.status().is_success() {
+        st.refused.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
 /// The fleet's figures for Prometheus (OpenMetrics text), from a dump taken now.
 async fn get_metrics(
     State(st): State<HttpState>,
 ) -> Result<([(header::HeaderName, &'static str); 1], String), ApiError> {
     let d = dump(&st, None).await?;
     let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    Ok(([(header::CONTENT_TYPE, kind)], crate::metrics::exposition(&d)))
+    Ok(([(header::CONTENT_TYPE, kind)], crate::metrics::exposition(&d, st.refused.load(Ordering::Relaxed))))
 }
 
 async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Answer<PersonaDump> {

@@ -54,11 +54,12 @@ fn quantiles(r: &mut Registry, name: &str, help: &str, p50: f64, p99: f64) {
     gauges(r, name, help, [(label("quantile", "0.5"), p50), (label("quantile", "0.99"), p99)]);
 }
 
-/// The exposition of `d`.
-pub fn exposition(d: &FleetDump) -> String {
+/// The exposition of `d`, and of the events the admin API refused (`refused`, since it started).
+pub fn exposition(d: &FleetDump, refused: u64) -> String {
     let mut r = Registry::with_prefix("mindfleet");
     let s = &d.storage;
     counter(&mut r, "events_accepted", "Events accepted (acknowledged after the fsync).", s.accepted);
+    counter(&mut r, "events_refused", "Events `POST /events` refused (bad input, a full disk, ...).", refused);
     counter(&mut r, "events_duplicate", "Events refused as a duplicate of an id already accepted.", s.duplicates);
     counter(&mut r, "storage_commits", "Storage transactions committed.", s.commits);
     counters(
