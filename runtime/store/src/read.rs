@@ -226,25 +226,10 @@ impl Storage {
     /// storage, and the replies posted to it. Reads the whole journal (`decisions` and
     /// `decision_log`) and the outbox: a question a person asks, not a hot path.
     pub fn why(&self, event_id: &str) -> Result<Why, StorageError> {
+        let mut decisions: Vec<(String, Decision)> =
+            self.all_decisions()?.into_iter().filter(|(_, d)| d.event_id == event_id).collect();
+        decisions.sort_by_key(|(_, d)| d.at_us);
         self.read(|txn| {
-            let mut decisions: BTreeMap<(String, u64), Decision> = BTreeMap::new();
-            for r in txn.open_table(DECISIONS)?.iter()? {
-                let (k, v) = r?;
-                let d: Decision = dec(v.value())?;
-                if d.event_id == event_id {
-                    let (persona, n) = k.value();
-                    decisions.insert((persona.to_string(), n), d);
-                }
-            }
-            for r in txn.open_table(DECISION_LOG)?.iter()? {
-                let (k, v) = r?;
-                let (persona, d): (String, Decision) = dec(v.value())?;
-                if d.event_id == event_id {
-                    decisions.entry((persona, k.value())).or_insert(d);
-                }
-            }
-            let mut decisions: Vec<(String, Decision)> = decisions.into_iter().map(|((p, _), d)| (p, d)).collect();
-            decisions.sort_by_key(|(_, d)| d.at_us);
             let mut replies = Vec::new();
             for r in txn.open_table(OUTBOX)?.iter()? {
                 let o: OutboxEntry = dec(r?.1.value())?;
@@ -255,9 +240,7 @@ impl Storage {
             Ok(Why { decisions, replies })
         })
     }
-}
 
-impl Storage {
     /// The sequence number of the newest outbox entry (0: none yet). An entry's sequence
     /// number is its row's key plus one, so that 0 is before every entry.
     pub fn outbox_last(&self) -> Result<u64, StorageError> {
