@@ -357,6 +357,19 @@ async fn why_answers_for_any_event_of_a_burst_beyond_the_dump_with_every_persona
     assert!(journal.windows(2).all(|w| w[0]["at_us"].as_i64() >= w[1]["at_us"].as_i64()), "newest first");
     let (_, v) = get(&base, "/ai/decisions?persona=reviewer&verdict=engage").await;
     assert!(v["decisions"].as_array().unwrap().iter().any(|d| d["event_id"] == ids[0].as_str()), "{v}");
+    // By room: an event addressed to the reviewer in another room is the only decision there.
+    let mut directed = chat("ops", "alice", "a note for the ops room");
+    directed.persona = Some("reviewer".into());
+    let other = fleet.inject(directed).await.unwrap().event_id;
+    assert!(fleet.wait_idle(DEADLINE).await);
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer&room=ops").await;
+    let in_ops: Vec<&str> =
+        v["decisions"].as_array().unwrap().iter().map(|d| d["event_id"].as_str().unwrap()).collect();
+    assert_eq!(in_ops, [other.as_str()], "{v}");
+    let (_, v) = get(&base, "/ai/decisions?persona=reviewer&room=general").await;
+    let in_general = v["decisions"].as_array().unwrap();
+    assert!(in_general.iter().all(|d| d["room"] == "general" && d["event_id"] != other.as_str()), "{v}");
+    assert!(in_general.iter().any(|d| d["event_id"] == ids[0].as_str()), "{v}");
 
     // The same from the command line; an id nobody decided has no decisions; a bad one is named.
     let (code, out, err) = cli(&fleet, &["why", "--event", &ids[0]]);

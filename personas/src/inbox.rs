@@ -187,6 +187,7 @@ impl InboxState {
             numbers: vec![("priority".into(), p), ("capacity".into(), self.args.config.inbox_capacity as f64)],
             at_us: now_us(),
             references: Vec::new(),
+            room: d.event.room.clone(),
         };
         let commit = PersonaCommit::decision_only(self.args.name.clone(), d, decision);
         let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(commit)));

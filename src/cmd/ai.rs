@@ -70,6 +70,9 @@ enum AiCmd {
         /// Only the last while: 90s, 15m, 1h, 2d.
         #[arg(long)]
         since: Option<String>,
+        /// Only decisions on events of this room.
+        #[arg(long)]
+        room: Option<String>,
         /// Page through them under a handle (`mindfleet rag fetch HANDLE --admin ...`).
         #[arg(long)]
         page_size: Option<usize>,
@@ -226,13 +229,18 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
                     .collect();
             client.ai("thoughts", &p).await
         }
-        AiCmd::Decisions { persona, verdict, since, page_size } => {
+        AiCmd::Decisions { persona, verdict, since, room, page_size } => {
             let page_size = page_size.map(|n| n.to_string());
-            let p: Vec<_> =
-                [Some(("persona", persona)), opt("verdict", verdict), opt("since", since), opt("page_size", page_size)]
-                    .into_iter()
-                    .flatten()
-                    .collect();
+            let p: Vec<_> = [
+                Some(("persona", persona)),
+                opt("verdict", verdict),
+                opt("since", since),
+                opt("room", room),
+                opt("page_size", page_size),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             client.ai("decisions", &p).await
         }
         AiCmd::Plan { persona, history: None } => client.ai("plan", &[("persona", persona)]).await,

@@ -235,6 +235,7 @@ impl PersonaState {
             numbers: vec![("deferred_at_us".into(), p.created_us as f64)],
             at_us: now_us(),
             references: Vec::new(),
+            room: d.event.room.clone(),
         };
         let commit = PersonaCommit::decision_only(self.name.clone(), &d, decision);
         let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(commit)));

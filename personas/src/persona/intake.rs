@@ -423,6 +423,7 @@ impl PersonaState {
             ],
             at_us: now_us(),
             references: self.refs.finish(&e.id),
+            room: e.room.clone(),
         }
     }
 }

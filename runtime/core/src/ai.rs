@@ -62,6 +62,8 @@ pub enum AiQuery {
         verdict: Option<Verdict>,
         /// Only decisions made at or after this time (µs since the epoch).
         since_us: Option<i64>,
+        /// Only decisions on events of this room.
+        room: Option<String>,
     },
     /// The plan being run, else the last one.
     Plan {

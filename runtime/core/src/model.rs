@@ -54,6 +54,9 @@ pub struct Decision {
     /// The references the event and the results of its steps called for, each with why.
     #[serde(default)]
     pub references: Vec<RefMatch>,
+    /// The room of the event decided on (`ai decisions --room`, a webhook's `rooms`).
+    #[serde(default)]
+    pub room: String,
 }
 
 /// A reply a persona posted into a room.

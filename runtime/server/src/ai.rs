@@ -46,14 +46,18 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
                 p.self_state.as_ref().map(|s| s.recent_thoughts.iter().filter(|t| recent(t.at_us)).collect::<Vec<_>>());
             json!({ "persona": p.name, "since_us": since_us, "thoughts": entries, "recent_thoughts": thoughts })
         }
-        AiQuery::Decisions { persona, verdict, since_us } => {
+        AiQuery::Decisions { persona, verdict, since_us, room } => {
             // The whole journal (`[storage] decisions_per_persona`), not the dump's last ones.
             let d: Vec<_> = storage
                 .recent_decisions(persona, usize::MAX)?
                 .into_iter()
-                .filter(|d| verdict.is_none_or(|v| v == d.verdict) && since_us.is_none_or(|t| d.at_us >= t))
+                .filter(|d| {
+                    verdict.is_none_or(|v| v == d.verdict)
+                        && since_us.is_none_or(|t| d.at_us >= t)
+                        && room.as_ref().is_none_or(|r| *r == d.room)
+                })
                 .collect();
-            json!({ "persona": persona, "since_us": since_us, "decisions": d })
+            json!({ "persona": persona, "since_us": since_us, "room": room, "decisions": d })
         }
         AiQuery::Plan { .. } => {
             let p = &dump.personas[0];

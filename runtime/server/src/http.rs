@@ -219,7 +219,9 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, ApiError> {
     Ok(match what {
         "state" => AiQuery::State { persona: p.persona },
         "thoughts" => AiQuery::Thoughts { persona: need(p.persona, "persona")?, domain: p.domain, since_us },
-        "decisions" => AiQuery::Decisions { persona: need(p.persona, "persona")?, verdict: p.verdict, since_us },
+        "decisions" => {
+            AiQuery::Decisions { persona: need(p.persona, "persona")?, verdict: p.verdict, since_us, room: p.room }
+        }
         "plan" => AiQuery::Plan { persona: need(p.persona, "persona")? },
         "plan-history" => AiQuery::PlanHistory { persona: need(p.persona, "persona")?, limit },
         "learnings" => AiQuery::Learnings { persona: p.persona },

@@ -2,11 +2,12 @@
 //! and the record formats only they read.
 
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
 use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
+use mindfleet_core::refs::RefMatch;
 
 use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};
 use crate::{dec, enc};
@@ -31,7 +32,7 @@ fn rows<T: serde::de::DeserializeOwned>(t: &redb::Table<(&str, u64), &[u8]>) -> 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
 pub(crate) const MIGRATIONS: &[Migration] =
-    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6, migrate_6_to_7];
+    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6, migrate_6_to_7, migrate_7_to_8];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -81,11 +82,24 @@ pub(crate) struct DecisionV4 {
     pub(crate) at_us: i64,
 }
 
-impl From<DecisionV4> for Decision {
-    fn from(d: DecisionV4) -> Decision {
+impl From<DecisionV4> for DecisionV7 {
+    fn from(d: DecisionV4) -> DecisionV7 {
         let DecisionV4 { event_id, verdict, reason, by, priority, numbers, at_us } = d;
-        Decision { event_id, verdict, reason, by, priority, numbers, at_us, references: Vec::new() }
+        DecisionV7 { event_id, verdict, reason, by, priority, numbers, at_us, references: Vec::new() }
     }
+}
+
+/// A decision as versions 5 to 7 stored it: without its event's room.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DecisionV7 {
+    pub(crate) event_id: String,
+    pub(crate) verdict: Verdict,
+    pub(crate) reason: String,
+    pub(crate) by: String,
+    pub(crate) priority: f64,
+    pub(crate) numbers: Vec<(String, f64)>,
+    pub(crate) at_us: i64,
+    pub(crate) references: Vec<RefMatch>,
 }
 
 /// Version 5 adds the references to decisions (rewritten without any), and the `references`
@@ -95,7 +109,7 @@ pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> 
         let mut t = txn.open_table(DECISIONS)?;
         let old: Rows<DecisionV4> = rows(&t)?;
         for ((p, n), d) in old {
-            t.insert((p.as_str(), n), enc(&Decision::from(d)).as_slice())?;
+            t.insert((p.as_str(), n), enc(&DecisionV7::from(d)).as_slice())?;
         }
         let mut log = txn.open_table(DECISION_LOG)?;
         let old: Vec<(u64, (String, DecisionV4))> = log
@@ -106,7 +120,7 @@ pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> 
             })
             .collect::<Result<_, redb::Error>>()?;
         for (k, (p, d)) in old {
-            log.insert(k, enc(&(p, Decision::from(d))).as_slice())?;
+            log.insert(k, enc(&(p, DecisionV7::from(d))).as_slice())?;
         }
     }
     Tables::open(txn).map(drop)
@@ -201,5 +215,48 @@ pub(crate) fn migrate_6_to_7(txn: &WriteTransaction) -> Result<(), redb::Error> 
     }
     drop((t, ids, events));
     // And `observations`, which starts empty.
+    Tables::open(txn).map(drop)
+}
+
+/// Version 8 keeps the room of the event decided on in each decision (its event's room where the
+/// event is still kept, else none).
+pub(crate) fn migrate_7_to_8(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let events = txn.open_table(EVENTS)?;
+    let ids = txn.open_table(EVENT_IDS)?;
+    let room_of = |d: DecisionV7| -> Result<Decision, redb::Error> {
+        let room = match ids.get(d.event_id.as_str())? {
+            Some(seq) => events.get(seq.value())?.map(|e| dec::<Event>(e.value())).transpose()?.map(|e| e.room),
+            None => None,
+        };
+        let DecisionV7 { event_id, verdict, reason, by, priority, numbers, at_us, references } = d;
+        Ok(Decision {
+            event_id,
+            verdict,
+            reason,
+            by,
+            priority,
+            numbers,
+            at_us,
+            references,
+            room: room.unwrap_or_default(),
+        })
+    };
+    let mut t = txn.open_table(DECISIONS)?;
+    let old: Rows<DecisionV7> = rows(&t)?;
+    for ((p, n), d) in old {
+        t.insert((p.as_str(), n), enc(&room_of(d)?).as_slice())?;
+    }
+    let mut log = txn.open_table(DECISION_LOG)?;
+    let old: Vec<(u64, (String, DecisionV7))> = log
+        .iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            Ok((k.value(), dec(v.value())?))
+        })
+        .collect::<Result<_, redb::Error>>()?;
+    for (k, (p, d)) in old {
+        log.insert(k, enc(&(p, room_of(d)?)).as_slice())?;
+    }
+    drop((t, log, ids, events));
     Tables::open(txn).map(drop)
 }

@@ -14,7 +14,8 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// the long-term memory they used; adds `deferred` (deliveries kept aside as preoccupations).
 /// 7: a conversation message keeps when it was said (its event's `ts`), when it was taken in
 /// and whether it was consolidated; adds `observations` (what consolidation made of messages).
-pub const SCHEMA_VERSION: u64 = 7;
+/// 8: a decision keeps its event's room.
+pub const SCHEMA_VERSION: u64 = 8;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");

@@ -146,6 +146,7 @@ fn decision(id: &str) -> Decision {
         numbers: Vec::new(),
         at_us: 0,
         references: Vec::new(),
+        room: "general".into(),
     }
 }
 
@@ -625,6 +626,34 @@ async fn a_version_6_message_gets_its_events_time_and_keeps_its_arrival_as_taken
     let times: Vec<(u64, i64, i64)> = got.iter().map(|m| (m.seq, m.at_us, m.taken_us)).collect();
     assert_eq!(times, [(7, said_at, 1_007), (8, 1_008, 1_008)]);
     assert!(got.iter().all(|m| m.embedded && m.text == "t"));
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_version_7_decision_gets_the_room_of_its_event_where_the_event_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 7).unwrap();
+        let mut kept = event("kept");
+        kept.room = "ops".into();
+        txn.open_table(EVENTS).unwrap().insert(1, enc(&kept).as_slice()).unwrap();
+        txn.open_table(EVENT_IDS).unwrap().insert("kept", 1).unwrap();
+        // Version 7 decisions: today's fields, in order, without the room.
+        let v7 = |id: &'static str| {
+            (id, Verdict::Ignore, "why", "test", 0.5, Vec::<(String, f64)>::new(), 42_i64, Vec::<RefMatch>::new())
+        };
+        txn.open_table(DECISIONS).unwrap().insert(("helper", 0), enc(&v7("kept")).as_slice()).unwrap();
+        txn.open_table(DECISION_LOG).unwrap().insert(1, enc(&("helper", v7("gone"))).as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got = s.recent_decisions("helper", 10).unwrap();
+    let rooms: Vec<(&str, &str, &str)> =
+        got.iter().map(|d| (d.event_id.as_str(), d.room.as_str(), d.reason.as_str())).collect();
+    assert_eq!(rooms, [("gone", "", "why"), ("kept", "ops", "why")]);
     s.close().await.unwrap();
 }
 

@@ -274,7 +274,7 @@ impl Writer {
             Some(b) => Some(dec(b.value())?),
             None => None,
         };
-        let event_id = event.map_or_else(|| format!("seq {seq}"), |e| e.id);
+        let (event_id, room) = event.map_or_else(|| (format!("seq {seq}"), String::new()), |e| (e.id, e.room));
         self.finish_delivery(t, &persona, seq)?;
         let now = now_us();
         let dl = DeadLetter {
@@ -296,6 +296,7 @@ impl Writer {
             numbers: vec![("crashes".into(), crashes as f64)],
             at_us: now,
             references: Vec::new(),
+            room,
         };
         self.put_decision(t, &persona, decision)?;
         self.stats.dead_letters += 1;

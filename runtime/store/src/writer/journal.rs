@@ -357,6 +357,7 @@ pub(crate) fn skipped(event: &Event, reason: &str) -> Decision {
         numbers: Vec::new(),
         at_us: now_us(),
         references: Vec::new(),
+        room: event.room.clone(),
     }
 }
 
