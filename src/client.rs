@@ -127,6 +127,16 @@ impl Client {
         self.send(self.http.post(format!("{}/rag/{command}", self.base)).json(body)).await
     }
 
+    /// `POST /webhooks/retry[?webhook=NAME]`.
+    pub async fn webhooks_retry(&self, webhook: Option<&str>) -> Result<Value, ClientError> {
+        let mut url = reqwest::Url::parse(&format!("{}/webhooks/retry", self.base))
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        if let Some(w) = webhook {
+            url.query_pairs_mut().append_pair("webhook", w);
+        }
+        self.send(self.http.post(url)).await
+    }
+
     /// `POST /cluster/{command}` (`move`, `drain`) with the request's JSON body.
     pub async fn cluster(&self, command: &str, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/cluster/{command}", self.base)).json(body)).await

@@ -41,6 +41,7 @@ use mindfleet_server::admin::{Admin, AdminArgs, AdminCluster};
 use mindfleet_server::http::{self, HttpState};
 use mindfleet_server::node::embed::RemoteEmbed;
 use mindfleet_server::node::index::RemoteIndex;
+use mindfleet_server::webhook::Senders;
 use mindfleet_store::{DataDirLock, HandOff, Storage, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
@@ -457,6 +458,8 @@ pub struct Fleet {
     /// This process as a node of a cluster, and where the fleet's personas run.
     node: Option<crate::cluster::Node>,
     placement: Option<AdminCluster>,
+    /// The `[[webhook]]` senders.
+    webhooks: Senders,
     _lock: DataDirLock,
 }
 
@@ -497,6 +500,8 @@ impl Fleet {
             // Personas that moved since the fleet file placed them.
             c.moved(&config, storage.placements()?);
         }
+        // Before any persona can reply: each reply a webhook wants is queued with it.
+        let webhooks = Senders::start(&storage, &config.webhooks);
         let config = Arc::new(config);
         let args = FleetArgs {
             config: config.clone(),
@@ -522,6 +527,7 @@ impl Fleet {
             store: storage.clone(),
             refused: Default::default(),
             edges: http::Edges::from(&config.admin),
+            webhooks: config.webhooks.iter().map(|w| w.name.clone()).collect(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {
@@ -570,6 +576,7 @@ impl Fleet {
             supervisor_done,
             node,
             placement,
+            webhooks,
             _lock: lock,
         };
         tracing::info!(fleet = %fleet.config.name, personas = fleet.personas_here(), admin = %local, "fleet ready");
@@ -673,6 +680,7 @@ impl Fleet {
             node.stop();
         }
         self.supervisor.stop(Some("shutdown".into()));
+        self.webhooks.stop();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.stopped()).await;
         if let Some(t) = self.http_task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), t).await;

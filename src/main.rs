@@ -57,6 +57,8 @@ enum Command {
     Dump(cmd::dump::Args),
     /// Follow the replies the personas post, live (`--after 0`: from the oldest kept).
     Tail(cmd::tail::Args),
+    /// The fleet's webhooks (`list`), and their dead letters sent again (`retry`).
+    Webhooks(cmd::webhooks::Args),
     /// Move a persona, with all its state, from the node of --admin to another node.
     Move(cmd::cluster::MoveArgs),
     /// Move every persona of the node of --admin to other nodes, with their state (before
@@ -136,6 +138,7 @@ fn main() -> ExitCode {
         Command::Inject(args) => cmd::block_on(cmd::inject::run(args)),
         Command::Dump(args) => cmd::block_on(cmd::dump::run(args)),
         Command::Tail(args) => cmd::block_on(cmd::tail::run(args)),
+        Command::Webhooks(args) => cmd::block_on(cmd::webhooks::run(args)),
         Command::Move(args) => cmd::block_on(cmd::cluster::move_persona(args)),
         Command::Drain(args) => cmd::block_on(cmd::cluster::drain(args)),
         Command::Ai(args) => cmd::block_on(cmd::ai::run(args)),

@@ -1,7 +1,7 @@
 //! Durability across `kill -9`, graceful SIGTERM, and the data-dir lock, with the real binary.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,31 +10,6 @@ use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
 use crate::util::*;
-
-/// Starts `mindfleet run` and returns it with the admin address it printed.
-fn spawn_fleet(fleet: &Path, data: &Path) -> (Child, String) {
-    spawn_run(Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(fleet).arg("--data").arg(data))
-        .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
-}
-
-fn sigterm(child: &Child) {
-    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(ok.success());
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> Option<i32> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn write_fleet(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("fleet.toml");

@@ -32,3 +32,4 @@ mod signals;
 mod study;
 mod supervision;
 mod turns;
+mod webhooks;

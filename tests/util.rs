@@ -42,6 +42,31 @@ pub fn spawn_run(cmd: &mut std::process::Command) -> Result<(std::process::Child
     }
 }
 
+/// Starts `mindfleet run` and returns it with the admin address it printed.
+pub fn spawn_fleet(fleet: &Path, data: &Path) -> (std::process::Child, String) {
+    spawn_run(std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet")).arg("run").arg(fleet).arg("--data").arg(data))
+        .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
+}
+
+pub fn sigterm(child: &std::process::Child) {
+    let ok = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+}
+
+pub fn wait_exit(child: &mut std::process::Child, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The shared model cache, pulled through the same code path as `mindfleet models pull`
 /// (once; later calls find the models present under the cache's lock).
 pub fn pulled() -> std::path::PathBuf {

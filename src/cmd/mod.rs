@@ -24,6 +24,7 @@ pub mod rag;
 pub mod refs;
 pub mod run;
 pub mod tail;
+pub mod webhooks;
 
 /// The admin address a command that talks to a running fleet asks by default.
 const DEFAULT_ADMIN: &str = "127.0.0.1:7878";

@@ -38,6 +38,8 @@ pub struct FleetConfig {
     pub references: ReferencesConfig,
     pub conversation: ConversationConfig,
     pub personas: Vec<PersonaConfig>,
+    /// `[[webhook]]`: where replies (and decisions, dead letters) are posted.
+    pub webhooks: Vec<crate::webhook::WebhookConfig>,
 }
 
 /// `[cluster]`: the nodes a fleet spans, when it runs on several (`mindfleet run --node`).
@@ -451,6 +453,7 @@ impl FleetConfig {
             .iter()
             .map(|p| cx.persona(p.get_ref(), &mut names, base, &cluster, default_brain))
             .collect::<Result<Vec<_>, _>>()?;
+        let webhooks = cx.webhooks(&raw.webhook, &names)?;
 
         Ok(FleetConfig {
             source: path.to_path_buf(),
@@ -468,6 +471,7 @@ impl FleetConfig {
             references,
             conversation,
             personas,
+            webhooks,
         })
     }
 }

@@ -42,6 +42,9 @@ pub struct FleetDump {
     #[serde(default)]
     pub recent_events: Vec<crate::event::Event>,
     pub dead_letters: Vec<DeadLetter>,
+    /// The `[[webhook]]`s: their deliveries and dead letters.
+    #[serde(default)]
+    pub webhooks: Vec<crate::webhook::WebhookDump>,
     /// The nodes of a fleet that spans several (`mindfleet run --node`), this one first, with
     /// their links; empty on a single node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

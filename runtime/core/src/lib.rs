@@ -26,3 +26,4 @@ pub mod stored;
 pub mod task;
 pub mod team;
 pub mod time;
+pub mod webhook;

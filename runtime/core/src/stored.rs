@@ -48,6 +48,9 @@ pub struct StorageStats {
     pub dead_letters: u64,
     pub stale_finishes: u64,
     pub errors: u64,
+    /// Each webhook's deliveries, by name.
+    #[serde(default)]
+    pub webhooks: std::collections::BTreeMap<String, crate::webhook::HookStats>,
 }
 
 /// A table's rows of one persona: the key after the persona's name, and the value as stored.

@@ -12,6 +12,10 @@
 //! | `POST /events` | `{"event_id", "accepted": true}` after the fsync; 400 / 404 / 413 / 429 / 500 / 503 / 507 (the data dir's disk is full) with `{"error", "field"?}` |
 //! | `GET /dump[?persona=P]` | the fleet dump |
 //! | `GET /personas/{name}` | one persona's dump |
+//! | `GET /outbox?after=SEQ&limit=N[&room=R][&persona=P]` | the replies after `SEQ`, oldest first: `{"entries", "next"}` (`limit` at most 1,000) |
+//! | `GET /outbox/stream` | the replies as Server-Sent Events (`event: reply`, `id:` its seq), resumed after `Last-Event-ID` |
+//! | `GET /metrics` | the fleet's figures in the Prometheus text format ([`crate::metrics`]) |
+//! | `POST /webhooks/retry[?webhook=NAME]` | queues this node's webhook dead letters (of one webhook, or all) again: `{"retried": N}`; 404 for a webhook the fleet does not have |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 with the reason (restoring, or the storage writer cannot write: a full disk) |
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
 //! | `POST /cluster/move`, `POST /cluster/drain` | a fleet across nodes: move `{"persona", "to"?}` (or every persona of this node, `{"to"?}`) with its state to another node; `{"moved": [...]}` once stored there |
@@ -102,6 +106,8 @@ pub struct HttpState {
     pub refused: Arc<std::sync::atomic::AtomicU64>,
     /// The names `Host` and `Origin` may carry, the timeouts and the connection cap.
     pub edges: Edges,
+    /// The names of the fleet's `[[webhook]]`s.
+    pub webhooks: Arc<[String]>,
 }
 
 /// What connections and the `Host`/`Origin` guard are held to (`[admin]`).
@@ -138,6 +144,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/outbox", get(outbox::get_outbox))
         .route("/outbox/stream", get(outbox::get_outbox_stream))
         .route("/metrics", get(get_metrics))
+        .route("/webhooks/retry", post(post_webhooks_retry))
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))
         .route("/faults", post(post_fault))
@@ -490,6 +497,21 @@ async fn get_metrics(
     let d = dump(&st, None).await?;
     let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, kind)], crate::metrics::exposition(&d, st.refused.load(Ordering::Relaxed))))
+}
+
+#[derive(Deserialize)]
+struct RetryParams {
+    webhook: Option<String>,
+}
+
+async fn post_webhooks_retry(State(st): State<HttpState>, Params(p): Params<RetryParams>) -> Answer<Value> {
+    if let Some(w) = &p.webhook
+        && !st.webhooks.contains(w)
+    {
+        return Err(ApiError::not_found(format!("no webhook {w:?} (the fleet's: {})", st.webhooks.join(", "))));
+    }
+    let n = st.store.hook_retry(p.webhook.clone()).await.map_err(|e| ApiError::unavailable(e.to_string()))?;
+    Ok(Json(json!({ "retried": n, "webhook": p.webhook })))
 }
 
 async fn get_persona(State(st): State<HttpState>, Segments(name): Segments<String>) -> Answer<PersonaDump> {

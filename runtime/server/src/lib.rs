@@ -29,3 +29,4 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod openai;
+pub mod webhook;

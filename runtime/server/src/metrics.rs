@@ -155,6 +155,31 @@ pub fn exposition(d: &FleetDump, refused: u64) -> String {
         e.p50_ms,
         e.p99_ms,
     );
+    let hook = |name: &str| label("webhook", name);
+    counters(
+        &mut r,
+        "webhook_deliveries",
+        "Webhook deliveries their receiver acknowledged (2xx), since the start.",
+        d.webhooks.iter().map(|w| (hook(&w.name), w.delivered)),
+    );
+    counters(
+        &mut r,
+        "webhook_failures",
+        "Webhook delivery attempts that failed (each retried, or dead-lettered), since the start.",
+        d.webhooks.iter().map(|w| (hook(&w.name), w.failures)),
+    );
+    gauges(
+        &mut r,
+        "webhook_pending",
+        "Webhook deliveries stored and not acknowledged yet.",
+        d.webhooks.iter().map(|w| (hook(&w.name), w.pending as f64)),
+    );
+    gauges(
+        &mut r,
+        "webhook_dead_letters",
+        "Webhook deliveries that gave up, kept until `mindfleet webhooks retry`.",
+        d.webhooks.iter().map(|w| (hook(&w.name), w.dead as f64)),
+    );
     // A fleet across nodes: each node as the answering one sees it (1 up or itself, 0 not).
     gauges(
         &mut r,

@@ -219,7 +219,7 @@ pub(crate) fn migrate_6_to_7(txn: &WriteTransaction) -> Result<(), redb::Error> 
 }
 
 /// Version 8 keeps the room of the event decided on in each decision (its event's room where the
-/// event is still kept, else none).
+/// event is still kept, else none), and adds the webhooks' queues (empty).
 pub(crate) fn migrate_7_to_8(txn: &WriteTransaction) -> Result<(), redb::Error> {
     let events = txn.open_table(EVENTS)?;
     let ids = txn.open_table(EVENT_IDS)?;

@@ -18,6 +18,7 @@
 //! schema        tables, retention limits, the counters in `meta`; legacy: older layouts
 //! disk          free space, the disk's name, health; histogram: the writer's latencies
 //! conversation  recall from the conversation index, read back and ranked
+//! webhook       webhook deliveries: the queue a sender reads, its outcomes, dead letters
 //! ```
 //!
 //! Invariant: only this crate opens `fleet.redb`, and only the writer thread writes it.
@@ -41,6 +42,7 @@ mod legacy;
 mod op;
 mod read;
 mod schema;
+mod webhook;
 mod writer;
 use disk::DbSlot;
 pub use disk::{Disk, Failure, Health, disk_of};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use ractor::RpcReplyPort;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use mindfleet_core::conversation::SaidMarks;
 use mindfleet_core::event::Event;
@@ -12,6 +12,7 @@ use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, Perso
 use mindfleet_core::model::{Consolidation, Eviction, Knowledge, SelfStateData, StudySession, WmEntry};
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
+use mindfleet_core::webhook::HookRoute;
 
 use crate::{Forward, ForwardQueue, InboxRestore, Reopened, StorageError, Target};
 
@@ -59,6 +60,16 @@ pub(crate) enum Op {
     LoadDeferred(Arc<str>, oneshot::Sender<Vec<(Delivery, Deferral)>>),
     /// Makes a finished delivery pending again (a room's turn passed to its persona).
     Reopen(Arc<str>, u64, oneshot::Sender<Result<Reopened, StorageError>>),
+    /// The webhooks, set once at start: what each is sent, and how to wake its sender.
+    HookRoutes(Vec<(HookRoute, Arc<Notify>)>),
+    /// A webhook's receiver acknowledged a delivery: (webhook, key).
+    HookAcked(Arc<str>, u64),
+    /// An attempt at a delivery failed: (webhook, key, why).
+    HookFailed(Arc<str>, u64, String),
+    /// A delivery gave up: (webhook, key, why); it moves to the dead letters.
+    HookDead(Arc<str>, u64, String),
+    /// Queues the dead letters of a webhook (or of all) again; answers how many.
+    HookRetry(Option<String>, oneshot::Sender<Result<u64, StorageError>>),
     Stats(oneshot::Sender<StorageStats>),
     Flush(oneshot::Sender<()>),
     /// Commit what came before, then stop the writer (it drops its database handle).
@@ -92,6 +103,10 @@ impl Op {
             Op::SaidMarks(p, m) => Op::SaidMarks(p.clone(), m.clone()),
             Op::Consolidate(p, c) => Op::Consolidate(p.clone(), c.clone()),
             Op::Study(p, s, k) => Op::Study(p.clone(), s.clone(), k.clone()),
+            Op::HookRoutes(r) => Op::HookRoutes(r.clone()),
+            Op::HookAcked(h, k) => Op::HookAcked(h.clone(), *k),
+            Op::HookFailed(h, k, e) => Op::HookFailed(h.clone(), *k, e.clone()),
+            Op::HookDead(h, k, e) => Op::HookDead(h.clone(), *k, e.clone()),
             Op::Inject { .. }
             | Op::Release(_)
             | Op::Adopt(..)
@@ -100,6 +115,7 @@ impl Op {
             | Op::LoadInbox(..)
             | Op::LoadDeferred(..)
             | Op::Reopen(..)
+            | Op::HookRetry(..)
             | Op::Stats(_)
             | Op::Flush(_)
             | Op::Close(_) => return None,

@@ -14,7 +14,7 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// the long-term memory they used; adds `deferred` (deliveries kept aside as preoccupations).
 /// 7: a conversation message keeps when it was said (its event's `ts`), when it was taken in
 /// and whether it was consolidated; adds `observations` (what consolidation made of messages).
-/// 8: a decision keeps its event's room.
+/// 8: a decision keeps its event's room; adds `hook_queue` and `hook_dead` (webhook deliveries).
 pub const SCHEMA_VERSION: u64 = 8;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -53,6 +53,11 @@ pub(crate) const DEFERRED: TableDefinition<(u64, &str), &[u8]> = TableDefinition
 /// Replies for personas of other nodes, until their node has stored them: (node, the reply's
 /// seq) -> the request to send (opaque here).
 pub(crate) const FORWARDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("forwards");
+/// Webhook deliveries not acknowledged yet: (webhook, key from `next_hook`) -> `HookDelivery`.
+/// Written in the transaction of the reply (decision, dead letter) it reports.
+pub(crate) const HOOK_QUEUE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("hook_queue");
+/// Webhook deliveries that gave up, until `webhooks retry`: same keys and values.
+pub(crate) const HOOK_DEAD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("hook_dead");
 /// A fleet across nodes: where each persona that moved runs, persona -> (node, version).
 pub(crate) const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new("placement");
 
@@ -107,6 +112,8 @@ pub(crate) struct Tables<'t> {
     pub(crate) studies: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) forwards: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) placement: redb::Table<'t, &'static str, &'static [u8]>,
+    pub(crate) hook_queue: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    pub(crate) hook_dead: redb::Table<'t, (&'static str, u64), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -140,6 +147,8 @@ impl<'t> Tables<'t> {
             studies: txn.open_table(STUDIES)?,
             forwards: txn.open_table(FORWARDS)?,
             placement: txn.open_table(PLACEMENT)?,
+            hook_queue: txn.open_table(HOOK_QUEUE)?,
+            hook_dead: txn.open_table(HOOK_DEAD)?,
         })
     }
 }
@@ -157,9 +166,10 @@ pub(crate) struct Meta {
     pub(crate) pending: u64,
     pub(crate) outbox_count: u64,
     pub(crate) events_count: u64,
+    pub(crate) next_hook: u64,
 }
 
-pub(crate) const META_KEYS: [&str; 10] = [
+pub(crate) const META_KEYS: [&str; 11] = [
     "next_seq",
     "next_decision",
     "next_outbox",
@@ -170,10 +180,11 @@ pub(crate) const META_KEYS: [&str; 10] = [
     "pending",
     "outbox_count",
     "events_count",
+    "next_hook",
 ];
 
 impl Meta {
-    pub(crate) fn fields(&mut self) -> [&mut u64; 10] {
+    pub(crate) fn fields(&mut self) -> [&mut u64; 11] {
         [
             &mut self.next_seq,
             &mut self.next_decision,
@@ -185,6 +196,7 @@ impl Meta {
             &mut self.pending,
             &mut self.outbox_count,
             &mut self.events_count,
+            &mut self.next_hook,
         ]
     }
 
@@ -196,6 +208,8 @@ impl Meta {
             *f = t.get(*k)?.map_or(0, |g| g.value());
         }
         m.next_seq = m.next_seq.max(1);
+        // Keys from 1: a sender reads after the last it finished, 0 before any.
+        m.next_hook = m.next_hook.max(1);
         Ok(m)
     }
 

@@ -678,3 +678,82 @@ fn a_locked_data_dir_names_the_holder() {
     let err = lock_data_dir(dir.path()).unwrap_err().to_string();
     assert!(err.ends_with(&format!("in use by pid {}", std::process::id())), "{err}");
 }
+
+#[tokio::test]
+async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowledged_or_dead() {
+    use mindfleet_core::model::OutboxEntry;
+    use mindfleet_core::webhook::{HookKind, HookRoute};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let route = |name: &str, rooms: &[&str]| HookRoute {
+        name: name.into(),
+        rooms: rooms.iter().map(|r| r.to_string()).collect(),
+        personas: Vec::new(),
+        kinds: vec![HookKind::Reply],
+    };
+    let (all, ops) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    s.route_webhooks(vec![(route("all", &[]), all.clone()), (route("ops", &["ops"]), ops.clone())]);
+    // Both events first (sequence numbers 1 and 2), then the replies (which are events too).
+    inject(&s, "e1", "p").await.unwrap();
+    inject(&s, "e2", "p").await.unwrap();
+    for i in 1..=2u64 {
+        let id = format!("e{i}");
+        let entry = OutboxEntry {
+            persona: "p".into(),
+            room: "r".into(),
+            in_reply_to: id.clone(),
+            event_id: format!("reply-{i}"),
+            text: "hi".into(),
+            brain: "rules".into(),
+            at_us: 0,
+        };
+        let mut reply = event(&format!("reply-{i}"));
+        reply.from = "p".into();
+        let commit = PersonaCommit {
+            persona: "p".into(),
+            seq: i,
+            accepted_us: 0,
+            decision: decision(&id),
+            reply: Some((entry, reply)),
+            plan: None,
+            said: None,
+            defer: None,
+        };
+        s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    s.flush().await.unwrap();
+    // Woken once committed; only the webhook whose rooms take the reply's.
+    tokio::time::timeout(Duration::from_secs(5), all.notified()).await.unwrap();
+    let queued = s.hook_queue("all", 0, 10).unwrap();
+    let ids: Vec<&str> = queued.iter().map(|(_, d)| d.id.as_str()).collect();
+    assert_eq!(ids, ["reply-1", "reply-2"], "in the order stored, keys from 1");
+    assert!(queued[0].0 >= 1 && queued[0].0 < queued[1].0);
+    assert!(s.hook_queue("ops", 0, 10).unwrap().is_empty());
+    assert_eq!(s.hook_queue("all", queued[0].0, 10).unwrap().len(), 1, "after a key");
+
+    let (k1, k2) = (queued[0].0, queued[1].0);
+    s.hook_failed("all".into(), k1, "HTTP 500".into());
+    s.hook_acked("all".into(), k1);
+    s.hook_failed("all".into(), k2, "HTTP 503".into());
+    s.hook_dead("all".into(), k2, "gave up".into());
+    s.flush().await.unwrap();
+    assert!(s.hook_queue("all", 0, 10).unwrap().is_empty());
+    let dead = s.hook_dead_letters("all", 10).unwrap();
+    assert_eq!((dead.len(), dead[0].id.as_str(), dead[0].attempts), (1, "reply-2", 1));
+    assert_eq!(dead[0].error, "gave up");
+    let stats = s.stats().await.unwrap().webhooks["all"].clone();
+    assert_eq!((stats.pending, stats.delivered, stats.failures, stats.dead), (0, 1, 2, 1));
+
+    // Sent again: queued behind everything, with no attempt made.
+    assert_eq!(s.hook_retry(Some("all".into())).await.unwrap(), 1);
+    let again = s.hook_queue("all", k2, 10).unwrap();
+    assert_eq!((again.len(), again[0].1.id.as_str(), again[0].1.attempts), (1, "reply-2", 0));
+    assert!(s.hook_dead_letters("all", 10).unwrap().is_empty());
+    s.close().await.unwrap();
+
+    // Kept across a reopen, and counted again.
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    s.route_webhooks(vec![(route("all", &[]), all)]);
+    assert_eq!(s.stats().await.unwrap().webhooks["all"].pending, 1);
+    s.close().await.unwrap();
+}

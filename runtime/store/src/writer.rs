@@ -6,6 +6,7 @@
 
 mod apply;
 pub(crate) mod handoff;
+mod hooks;
 mod journal;
 mod recover;
 mod trim;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use redb::Durability;
+use redb::{Durability, ReadableDatabase};
 
 use mindfleet_core::config::StorageConfig;
 use mindfleet_core::event::Event;
@@ -28,7 +29,7 @@ use crate::disk::{self, DbSlot, Health, Kind};
 use crate::histogram::{LogHistogram, Samples};
 use crate::op::Op;
 use crate::read::{load_decision_log, load_pending_of};
-use crate::schema::{Meta, SCHEMA_VERSION, Tables};
+use crate::schema::{HOOK_DEAD, HOOK_QUEUE, Meta, SCHEMA_VERSION, Tables};
 use crate::writer::trim::JournalCount;
 use crate::{StorageError, data_dir_of};
 
@@ -109,6 +110,8 @@ pub(crate) struct Writer {
     /// The sequence numbers of each persona's pending deliveries: the `pending` table by
     /// persona, for restores (kept in step with the table, reloaded if a commit fails).
     pub(crate) pending_of: HashMap<Arc<str>, BTreeSet<u64>>,
+    /// The webhooks: what each is sent (see `hooks.rs`).
+    pub(crate) routes: Vec<hooks::Route>,
 }
 
 impl Writer {
@@ -140,6 +143,7 @@ impl Writer {
             held,
             journal_counts: HashMap::new(),
             pending_of,
+            routes: Vec::new(),
         })
     }
 
@@ -273,6 +277,7 @@ impl Writer {
                 for a in after {
                     a(Ok(()));
                 }
+                self.wake_hooks(true);
                 Ok(())
             }
             Err(e) => {
@@ -286,6 +291,7 @@ impl Writer {
                     kind,
                 };
                 // The transaction is gone: reload the counters and the index it may have changed.
+                self.wake_hooks(false);
                 self.reload();
                 let mut again: Vec<Op> = Vec::new();
                 if not.retried() {
@@ -318,6 +324,11 @@ impl Writer {
         }
         if let Ok(d) = load_decision_log(&db) {
             self.held.set_decisions(d, self.cfg.write_behind);
+        }
+        if let Ok(txn) = db.begin_read()
+            && let (Ok(queue), Ok(dead)) = (txn.open_table(HOOK_QUEUE), txn.open_table(HOOK_DEAD))
+        {
+            let _ = self.count_hooks(&queue, &dead);
         }
         self.journal_counts.clear();
     }

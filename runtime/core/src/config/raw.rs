@@ -27,6 +27,27 @@ pub(super) struct RawFleetFile {
     pub(super) defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     pub(super) persona: Vec<Spanned<RawPersona>>,
+    #[serde(default)]
+    pub(super) webhook: Vec<Spanned<RawWebhook>>,
+}
+
+/// `[[webhook]]`: where the fleet posts its replies (and decisions, dead letters).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) url: Spanned<String>,
+    pub(super) secret_env: Spanned<String>,
+    #[serde(default)]
+    pub(super) rooms: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) personas: Vec<Spanned<String>>,
+    pub(super) kinds: Option<Vec<Spanned<String>>>,
+    pub(super) max_attempts: Option<Spanned<i64>>,
+    pub(super) max_age_secs: Option<Spanned<f64>>,
+    pub(super) backoff_initial_secs: Option<Spanned<f64>>,
+    pub(super) backoff_max_secs: Option<Spanned<f64>>,
+    pub(super) timeout_secs: Option<Spanned<f64>>,
 }
 
 /// `[conversation]`: conversation memory.

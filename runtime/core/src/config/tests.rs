@@ -299,3 +299,44 @@ fn observations_name_who_consolidates_and_an_unknown_one_is_named_where_it_is() 
         "{e}"
     );
 }
+
+#[test]
+fn a_webhook_needs_its_secret_s_variable_an_http_url_and_known_personas_and_kinds() {
+    use crate::webhook::HookKind;
+    // PATH is set wherever tests run: it stands for a variable holding the secret.
+    let hook =
+        |keys: &str| format!("{ONE}[[webhook]]\nurl = \"https://hooks.example/in\"\nsecret_env = \"PATH\"\n{keys}");
+    let cfg = parse(&hook("")).unwrap();
+    let w = &cfg.webhooks[0];
+    assert_eq!((w.name.as_str(), w.route.kinds.as_slice()), ("https://hooks.example/in", [HookKind::Reply].as_slice()));
+    assert_eq!(w.secret, std::env::var("PATH").unwrap());
+    assert_eq!((w.max_attempts, w.backoff_max), (100, Duration::from_secs(10)));
+    assert!(!format!("{w:?}").contains(&w.secret), "the secret stays out of debug output");
+    let cfg = parse(&hook(
+        "name = \"ops\"\nrooms = [\"ops\"]\npersonas = [\"a\"]\nkinds = [\"decision\", \"dead_letter\"]\n",
+    ))
+    .unwrap();
+    let r = &cfg.webhooks[0].route;
+    assert!(r.wants(HookKind::Decision, "a", "ops") && !r.wants(HookKind::Reply, "a", "ops"));
+
+    let text =
+        format!("{ONE}[[webhook]]\nurl = \"http://127.0.0.1:9/\"\nsecret_env = \"MINDFLEET_TEST_NO_SUCH_SECRET\"\n");
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:6:14:"), "{err}");
+    assert!(
+        err.contains(
+            "`secret_env`: the variable MINDFLEET_TEST_NO_SUCH_SECRET that holds its signing secret is not set"
+        )
+    );
+    let err = parse(&format!("{ONE}[[webhook]]\nurl = \"ftp://x/\"\nsecret_env = \"PATH\"\n")).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:5:7:") && err.contains("must be an http:// or https:// URL"), "{err}");
+    let err = parse(&hook("personas = [\"zed\"]\n")).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:7:13:") && err.contains("\"zed\" is not a persona of the fleet"), "{err}");
+    let err = parse(&hook("kinds = [\"replies\"]\n")).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:7:10:") && err.contains("unknown kind \"replies\""), "{err}");
+    let err = parse(&hook("backoff_max_secs = 0.1\n")).unwrap_err().to_string();
+    assert!(err.contains("`backoff_max_secs` is below `backoff_initial_secs`"), "{err}");
+    let twice = format!("{}[[webhook]]\nurl = \"https://hooks.example/in\"\nsecret_env = \"PATH\"\n", hook(""));
+    let err = parse(&twice).unwrap_err().to_string();
+    assert!(err.starts_with("fleet.toml:8:7:") && err.contains("duplicate webhook"), "{err}");
+}

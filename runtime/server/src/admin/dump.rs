@@ -14,6 +14,7 @@ use mindfleet_core::llm::{LlmMsg, LlmStats};
 use mindfleet_core::messages::{CoordinatorMsg, DumpDepth, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_core::sched::SchedulerMsg;
 use mindfleet_core::time::{now_us, rfc3339};
+use mindfleet_core::webhook::{WebhookConfig, WebhookDump};
 use mindfleet_store::Storage;
 
 use super::{AdminState, DUMP_CALL_MS, PersonaEntry};
@@ -60,6 +61,7 @@ impl AdminState {
                 rejected: self.rejected,
                 ..Default::default()
             },
+            webhooks: self.config.webhooks.clone(),
         }
     }
 
@@ -157,6 +159,12 @@ impl ClusterPart {
             d.outbox.extend(part.outbox);
             d.recent_events.extend(part.recent_events);
             d.dead_letters.extend(part.dead_letters);
+            for theirs in part.webhooks {
+                match d.webhooks.iter_mut().find(|w| w.name == theirs.name) {
+                    Some(w) => w.add(theirs),
+                    None => d.webhooks.push(theirs),
+                }
+            }
             d.admin.accepted += part.admin.accepted;
             d.admin.duplicates += part.admin.duplicates;
             d.admin.rejected += part.admin.rejected;
@@ -182,6 +190,7 @@ pub(super) struct DumpBase {
     llm: Option<ActorRef<LlmMsg>>,
     index: ActorRef<IndexMsg>,
     admin: AdminDump,
+    webhooks: Vec<WebhookConfig>,
 }
 
 pub(super) type DumpWork = Vec<(Arc<str>, Option<ActorRef<PersonaMsg>>, PersonaStatus, u32, Option<String>)>;
@@ -214,7 +223,8 @@ impl DumpBase {
         let mut personas = futures::future::join_all(calls).await;
         let storage = self.storage.clone();
         let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
-        let (journals, outbox, recent_events, dead_letters) = tokio::task::spawn_blocking(move || {
+        let hooks: Vec<String> = self.webhooks.iter().map(|h| h.name.clone()).collect();
+        let (journals, outbox, recent_events, dead_letters, hooks_dead) = tokio::task::spawn_blocking(move || {
             let decisions = storage.recent_decisions_of(&names, decisions)?;
             let evictions: Result<Vec<_>, _> = match evictions {
                 0 => Ok(vec![Vec::new(); names.len()]),
@@ -222,7 +232,9 @@ impl DumpBase {
             };
             let journals: Vec<_> = decisions.into_iter().zip(evictions?).collect();
             let (outbox, events) = (storage.recent_outbox(RECENT)?, storage.recent_events(RECENT)?);
-            Ok::<_, mindfleet_store::StorageError>((journals, outbox, events, storage.dead_letters()?))
+            let hooks_dead: Result<Vec<_>, _> =
+                hooks.iter().map(|h| storage.hook_dead_letters(h, WebhookDump::DEAD_SHOWN)).collect();
+            Ok::<_, mindfleet_store::StorageError>((journals, outbox, events, storage.dead_letters()?, hooks_dead?))
         })
         .await
         .map_err(|e| InjectError::Storage(e.to_string()))?
@@ -258,6 +270,14 @@ impl DumpBase {
                 p.brain_degraded = Some(why.clone());
             }
         }
+        let webhooks = self
+            .webhooks
+            .iter()
+            .zip(hooks_dead)
+            .map(|(h, dead)| {
+                WebhookDump::new(h, storage_stats.webhooks.get(&h.name).cloned().unwrap_or_default(), dead)
+            })
+            .collect();
         let mut admin = self.admin;
         admin.accepted = storage_stats.accepted;
         admin.duplicates = storage_stats.duplicates;
@@ -276,6 +296,7 @@ impl DumpBase {
             outbox,
             recent_events,
             dead_letters,
+            webhooks,
             nodes: Vec::new(),
         })
     }

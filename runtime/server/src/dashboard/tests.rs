@@ -51,6 +51,7 @@ fn dump(personas: Vec<PersonaDump>) -> FleetDump {
         outbox: Vec::new(),
         recent_events: Vec::new(),
         dead_letters: Vec::new(),
+        webhooks: Vec::new(),
         nodes: Vec::new(),
     }
 }

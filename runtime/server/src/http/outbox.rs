@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json};
 use mindfleet_core::model::OutboxEntry;
-use mindfleet_core::time::rfc3339;
+use mindfleet_core::webhook::reply_json;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -25,21 +25,6 @@ pub const MAX_PAGE: usize = 1000;
 const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 /// Entries a stream reads from storage at a time.
 const READ_AT_ONCE: usize = 256;
-
-/// One entry as clients see it (the fields of a webhook's body too).
-pub fn entry(seq: u64, o: &OutboxEntry) -> Value {
-    json!({
-        "seq": seq,
-        "kind": "reply",
-        "event_id": o.event_id,
-        "persona": o.persona,
-        "room": o.room,
-        "in_reply_to": o.in_reply_to,
-        "text": o.text,
-        "brain": o.brain,
-        "at": rfc3339(o.at_us),
-    })
-}
 
 #[derive(Deserialize)]
 pub(super) struct Page {
@@ -82,7 +67,7 @@ pub(super) async fn get_outbox(State(st): State<HttpState>, Params(p): Params<Pa
             }
             next = *seq;
             if p.wants(o) {
-                entries.push(entry(*seq, o));
+                entries.push(reply_json(*seq, o));
             }
         }
         if entries.len() == limit || !filtered || next < last {
@@ -119,7 +104,7 @@ pub(super) async fn get_outbox_stream(
                 if !p.wants(&o) {
                     continue;
                 }
-                let ev = Event::default().id(seq.to_string()).event("reply").data(entry(seq, &o).to_string());
+                let ev = Event::default().id(seq.to_string()).event("reply").data(reply_json(seq, &o).to_string());
                 return Some((Ok::<_, std::convert::Infallible>(ev), (st, p, after, queue)));
             }
             match read(&st, after, READ_AT_ONCE).await {

@@ -12,6 +12,7 @@ use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, Perso
 use mindfleet_core::model::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
 use mindfleet_core::stored::HandOff;
 use mindfleet_core::time::now_us;
+use mindfleet_core::webhook::{HookDelivery, HookKind};
 
 use super::handoff;
 use super::journal::{deliver, mark_said, put_said};
@@ -100,6 +101,14 @@ impl Writer {
             Op::LoadInbox(persona, tx) => self.load_inbox(t, persona, tx, after),
             Op::LoadDeferred(persona, tx) => self.load_deferred(t, persona, tx, after),
             Op::Reopen(persona, seq, tx) => self.on_reopen(t, persona, seq, tx, after),
+            Op::HookRoutes(routes) => {
+                let routes = routes.into_iter().map(|(r, wake)| super::hooks::Route::new(r, wake)).collect();
+                self.on_routes(t, routes)
+            }
+            Op::HookAcked(name, key) => self.on_hook_acked(t, &name, key),
+            Op::HookFailed(name, key, error) => self.on_hook_failed(t, &name, key, error),
+            Op::HookDead(name, key, why) => self.on_hook_dead(t, &name, key, why),
+            Op::HookRetry(name, tx) => self.on_hook_retry(t, name, tx, after),
             Op::Stats(tx) => {
                 let _ = tx.send(self.stats());
                 Ok(false)
@@ -204,7 +213,8 @@ impl Writer {
         self.decision_ms.push(latency_ms);
         self.decision_all.push(latency_ms);
         if let Some((entry, event)) = reply {
-            self.put_outbox(t, &entry)?;
+            let seq = self.put_outbox(t, &entry)?;
+            self.queue_hooks(t, HookKind::Reply, &persona, &entry.room, || HookDelivery::reply(seq, &entry))?;
             let (rseq, event) = self.put_event(t, event, &reply_targets)?;
             for f in &forwards {
                 t.forwards.insert((&*f.node, rseq), f.request.as_slice())?;
@@ -287,6 +297,7 @@ impl Writer {
         let key = self.meta.next_dead;
         self.meta.next_dead += 1;
         t.dead_letters.insert((&*persona, key), enc(&dl).as_slice())?;
+        self.queue_hooks(t, HookKind::DeadLetter, &persona, &room, || HookDelivery::dead_letter(key + 1, &room, &dl))?;
         let decision = Decision {
             event_id,
             verdict: Verdict::DeadLetter,

@@ -14,6 +14,7 @@ use mindfleet_core::model::{
     Consolidation, Decision, Knowledge, Learning, OutboxEntry, PlanRecord, Procedure, StudySession, Verdict,
 };
 use mindfleet_core::time::now_us;
+use mindfleet_core::webhook::{HookDelivery, HookKind};
 
 use crate::behind::Behind;
 use crate::schema::{
@@ -154,6 +155,7 @@ impl Writer {
         let key = self.meta.next_decision;
         self.meta.next_decision += 1;
         t.decision_log.insert(key, enc(&(&**persona, &d)).as_slice())?;
+        self.queue_hooks(t, HookKind::Decision, persona, &d.room, || HookDelivery::decision(key + 1, persona, &d))?;
         self.held.of(persona, self.cfg.write_behind).decisions.push((persona.clone(), key, d));
         Ok(())
     }
@@ -284,7 +286,8 @@ impl Writer {
         Ok(())
     }
 
-    pub(crate) fn put_outbox(&mut self, t: &mut Tables<'_>, e: &OutboxEntry) -> Result<(), redb::Error> {
+    /// Appends a reply to the outbox; returns its sequence number (its key + 1, as feeds give it).
+    pub(crate) fn put_outbox(&mut self, t: &mut Tables<'_>, e: &OutboxEntry) -> Result<u64, redb::Error> {
         let key = self.meta.next_outbox;
         self.meta.next_outbox += 1;
         t.outbox.insert(key, enc(e).as_slice())?;
@@ -295,7 +298,7 @@ impl Writer {
             }
             self.meta.outbox_count -= 1;
         }
-        Ok(())
+        Ok(key + 1)
     }
 }
 
