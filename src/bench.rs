@@ -15,6 +15,7 @@ pub mod refs_eval;
 pub mod replay;
 pub mod study;
 pub mod turns;
+pub mod webhook;
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -363,6 +364,15 @@ impl Pacer {
 /// flat RSS and queues mean the fleet keeps up. With `pages` > 0, that many dashboard pages are
 /// open on it meanwhile ([`dashboard::Pages`]), and what they saw is under `pages`.
 pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
+    soak_with(load, pages, |_| {}).await
+}
+
+/// [`soak`] on a fleet that `edit` changed first (its data dir, its webhooks).
+pub async fn soak_with(
+    load: SoakLoad,
+    pages: usize,
+    edit: impl FnOnce(&mut mindfleet_core::config::FleetConfig),
+) -> anyhow::Result<Value> {
     let SoakLoad { personas, rate, seconds, every, room_size, conversation } = load;
     let dir = tempfile::tempdir()?;
     let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
@@ -371,6 +381,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{}", i % rooms)];
     }
+    edit(&mut cfg);
     let fleet = Arc::new(Fleet::start(cfg).await?);
     let rss_start = rss_kib();
     let cpu_start = cpu_s();
@@ -456,6 +467,7 @@ pub async fn soak(load: SoakLoad, pages: usize) -> anyhow::Result<Value> {
         "fsync_p50_ms": round(stats.fsync_p50_ms, 2),
         "drained": idle,
         "coordination_efficiency": round(d.coordination.efficiency, 3),
+        "webhooks": d.webhooks,
         "pages": pages,
         "samples": samples,
     }))

@@ -23,6 +23,7 @@ const SKIPPED: &[(&str, &str)] = &[
         "a benchmark of half a minute or more that starts two fleets (docs/BENCHMARKS.md has its figures)",
     ),
     ("bench chaos", "a benchmark of minutes that kills fleets 20 times (docs/BENCHMARKS.md has its figures)"),
+    ("bench webhook", "a benchmark of minutes: three fleets of 1,000 personas (docs/BENCHMARKS.md has its figures)"),
     ("bench turns", "a benchmark of two fleets of seven personas, one on the local model (tests/budget.rs runs it)"),
     (
         "bench memory-eval",
@@ -54,6 +55,8 @@ const SAYS: &[(&str, &str)] = &[
     ("bench refs-eval", "at_default"),
     ("move helper --to b", "\"node\":\"b\""),
     ("drain", "moved"),
+    ("webhooks list", "no webhooks"),
+    ("webhooks retry", "0 dead letters queued again"),
 ];
 
 /// The fleet across nodes the README's `run fleet.toml --node a|b` lines start: node a's admin on

@@ -255,6 +255,23 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Webhooks under the soak's load (a reply per event or more): a local receiver's deliveries
+    /// per second and delivery latency, and the decision latency with a live and with a stalled
+    /// receiver against none (ratios); then how fast a sender drains the backlog the stalled
+    /// receiver left.
+    Webhook {
+        #[arg(long, default_value_t = 1000)]
+        personas: usize,
+        #[arg(long, default_value_t = 1000)]
+        rate: usize,
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Personas per room: each event goes to every persona of its room.
+        #[arg(long, default_value_t = 1)]
+        room_size: usize,
+        #[command(flatten)]
+        out: Json,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -360,6 +377,17 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 conversation,
             };
             print_figures(soak(load).await, out.json)
+        }),
+        Which::Webhook { personas, rate, seconds, room_size, out } => block_on(async move {
+            let load = bench::SoakLoad {
+                personas: personas.max(1),
+                rate: rate.max(1),
+                seconds: seconds.max(1),
+                every: seconds.max(1),
+                room_size: room_size.max(1),
+                conversation: false,
+            };
+            print_figures(bench::webhook::webhook(load).await, out.json)
         }),
         Which::Cluster { personas, events, out } => {
             block_on(async move { print_figures(bench::cluster::cluster(personas, events.max(1)).await, out.json) })

@@ -8,6 +8,7 @@ use serde::Serialize;
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::sched::CostReport;
 use mindfleet_core::team;
+use mindfleet_core::webhook::WebhookDump;
 
 use super::html::{escape, named, percent};
 
@@ -45,6 +46,8 @@ pub struct FleetView {
     pub cost_bucket_secs: f64,
     /// The nodes of a fleet across nodes, with their links (empty on one node).
     pub nodes: Vec<mindfleet_core::dump::NodeDump>,
+    /// The webhooks, with their deliveries and newest dead letters (empty without one).
+    pub webhooks: Vec<WebhookDump>,
 }
 
 /// A persona in the supervision tree: its status, restarts and last error, then its actors'
@@ -116,6 +119,7 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
             .collect(),
         cost_bucket_secs: cost.bucket_secs,
         nodes: d.nodes.clone(),
+        webhooks: d.webhooks.clone(),
     }
 }
 
@@ -209,7 +213,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
-            "{cost}{nodes}",
+            "{cost}{nodes}{webhooks}",
             r#"<details><summary>supervision tree <small>({restarts} restarts)</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
@@ -225,6 +229,7 @@ pub fn render_fleet(f: &FleetView) -> String {
         skipped = f.skipped,
         cost = render_cost(f),
         nodes = render_nodes(&f.nodes),
+        webhooks = render_webhooks(&f.webhooks),
         restarts = f.tree.iter().map(|p| p.restarts + p.actors.iter().map(|a| a.2).sum::<u32>()).sum::<u32>(),
         tree = tree,
     )
@@ -251,4 +256,45 @@ pub(super) fn render_nodes(nodes: &[mindfleet_core::dump::NodeDump]) -> String {
         })
         .collect();
     format!(r#"<h3>nodes</h3><ul class="nodes">{items}</ul>"#)
+}
+
+/// The webhooks: each with its queue, deliveries, failed attempts and dead letters, the newest
+/// of those listed (`mindfleet webhooks retry` sends them again).
+pub(super) fn render_webhooks(hooks: &[WebhookDump]) -> String {
+    if hooks.is_empty() {
+        return String::new();
+    }
+    let items: String = hooks
+        .iter()
+        .map(|w| {
+            let dead: String = w
+                .dead_letters
+                .iter()
+                .map(|d| {
+                    format!(
+                        r#"<li data-delivery="{id}">{id} <small>{kind}, {attempts} attempts: {error}</small></li>"#,
+                        id = escape(&d.id),
+                        kind = d.kind.as_str(),
+                        attempts = d.attempts,
+                        error = escape(&d.error),
+                    )
+                })
+                .collect();
+            let dead = if dead.is_empty() { dead } else { format!("<ul>{dead}</ul>") };
+            format!(
+                concat!(
+                    r#"<li data-webhook="{name}" data-dead="{n_dead}">{name} <small>{url}: {pending} pending, "#,
+                    r#"{delivered} delivered, {failures} failed attempts, {n_dead} dead</small>{dead}</li>"#
+                ),
+                name = escape(&w.name),
+                url = escape(&w.url),
+                pending = w.pending,
+                delivered = w.delivered,
+                failures = w.failures,
+                n_dead = w.dead,
+                dead = dead,
+            )
+        })
+        .collect();
+    format!(r#"<h3>webhooks</h3><ul class="webhooks">{items}</ul>"#)
 }

@@ -168,6 +168,39 @@ fn a_fleet_across_nodes_shows_its_nodes_and_where_each_persona_runs() {
 }
 
 #[test]
+fn the_fleet_view_shows_each_webhook_with_its_dead_letters() {
+    use mindfleet_core::webhook::{HookDeadLetter, HookKind, WebhookDump};
+    let mut d = dump(vec![persona("ada")]);
+    assert!(!render_fleet(&fleet_view(&d, &CostReport::default())).contains("webhooks"), "none: no list");
+    d.webhooks = vec![WebhookDump {
+        name: "chat".into(),
+        url: "https://chat.example/in".into(),
+        kinds: vec!["reply".into()],
+        pending: 3,
+        delivered: 40,
+        failures: 7,
+        dead: 1,
+        dead_letters: vec![HookDeadLetter {
+            webhook: "chat".into(),
+            id: "ev-1".into(),
+            kind: HookKind::Reply,
+            attempts: 5,
+            error: "5 attempts failed (max_attempts); last: HTTP <500>".into(),
+            created_us: 0,
+        }],
+    }];
+    let html = render_fleet(&fleet_view(&d, &CostReport::default()));
+    assert!(
+        html.contains(concat!(
+            r#"<li data-webhook="chat" data-dead="1">chat <small>https://chat.example/in: 3 pending, 40 delivered, "#,
+            r#"7 failed attempts, 1 dead</small><ul><li data-delivery="ev-1">ev-1 <small>reply, 5 attempts: "#,
+            r#"5 attempts failed (max_attempts); last: HTTP &lt;500&gt;</small></li></ul></li>"#
+        )),
+        "{html}"
+    );
+}
+
+#[test]
 fn the_panel_shows_the_memory_a_plan_used_and_what_it_changed() {
     use mindfleet_core::model::{MemoryKind, MemoryUse, Plan, PlanRecord};
     let mut p = persona("ada");
