@@ -172,6 +172,25 @@ async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_di
     // The mention was engaged by the one it names; the dormant scribe ignored all three.
     assert!(value("mindfleet_decisions_total", Some(("verdict", "engage"))) >= 1.0, "{body}");
     assert!(value("mindfleet_decisions_total", Some(("verdict", "ignore"))) >= 3.0, "{body}");
+    // Latencies as histograms of every decision and commit: cumulative buckets in seconds, the
+    // last (+Inf) holding them all.
+    let decisions: f64 =
+        ["engage", "ignore"].iter().map(|v| value("mindfleet_decisions_total", Some(("verdict", v)))).sum();
+    for (metric, at_least) in
+        [("mindfleet_decision_latency_seconds", decisions), ("mindfleet_storage_commit_latency_seconds", 1.0)]
+    {
+        let buckets = scrape
+            .samples
+            .iter()
+            .find_map(|s| match &s.value {
+                prometheus_parse::Value::Histogram(h) if s.metric == metric => Some(h.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no histogram {metric} in {body}"));
+        assert!(buckets.windows(2).all(|w| w[0].less_than < w[1].less_than && w[0].count <= w[1].count), "{body}");
+        let all = buckets.last().unwrap();
+        assert!(all.less_than.is_infinite() && all.count >= at_least, "{metric}: {buckets:?}");
+    }
     fleet.shutdown(DEADLINE).await;
 }
 

@@ -51,6 +51,50 @@ pub struct StorageStats {
     /// Each webhook's deliveries, by name.
     #[serde(default)]
     pub webhooks: std::collections::BTreeMap<String, crate::webhook::HookStats>,
+    /// From acceptance to the commit of the decision, every decision since the storage opened.
+    #[serde(default)]
+    pub decision_latency: LatencyBuckets,
+    /// Each commit (apply and fsync), every commit since the storage opened.
+    #[serde(default)]
+    pub commit_latency: LatencyBuckets,
+}
+
+/// A latency histogram of every sample since the storage opened, in fixed buckets: what
+/// `/metrics` exposes as a Prometheus histogram.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyBuckets {
+    /// How many samples fell in each bucket of [`LatencyBuckets::BOUNDS_MS`], then above the last.
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum_ms: f64,
+}
+
+impl LatencyBuckets {
+    /// Upper bounds of the buckets, in milliseconds.
+    pub const BOUNDS_MS: [f64; 16] = [
+        0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10_000.0, 30_000.0, 60_000.0,
+    ];
+
+    pub fn observe(&mut self, ms: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; Self::BOUNDS_MS.len() + 1];
+        }
+        let i = Self::BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(Self::BOUNDS_MS.len());
+        self.counts[i] += 1;
+        self.count += 1;
+        self.sum_ms += ms;
+    }
+
+    /// Each bucket's upper bound in seconds (the last `f64::MAX`: +Inf) with its own count.
+    pub fn buckets_s(&self) -> Vec<(f64, u64)> {
+        Self::BOUNDS_MS
+            .iter()
+            .map(|b| b / 1e3)
+            .chain(std::iter::once(f64::MAX))
+            .enumerate()
+            .map(|(i, le)| (le, self.counts.get(i).copied().unwrap_or(0)))
+            .collect()
+    }
 }
 
 /// A table's rows of one persona: the key after the persona's name, and the value as stored.

@@ -5,11 +5,14 @@
 use std::sync::atomic::AtomicU64;
 
 use mindfleet_core::dump::FleetDump;
+use mindfleet_core::stored::LatencyBuckets;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -47,6 +50,31 @@ fn counters(r: &mut Registry, name: &str, help: &str, values: impl IntoIterator<
         f.get_or_create(&labels).inc_by(v);
     }
     r.register(name, help, f);
+}
+
+/// A histogram whose buckets were counted elsewhere (the storage writer's, since it opened), in
+/// seconds.
+#[derive(Debug)]
+struct Counted {
+    sum_s: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for Counted {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum_s, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// A latency histogram, in seconds (its name gets the unit).
+fn histogram(r: &mut Registry, name: &str, help: &str, h: &LatencyBuckets) {
+    let counted = Counted { sum_s: h.sum_ms / 1e3, count: h.count, buckets: h.buckets_s() };
+    r.register_with_unit(name, help, Unit::Seconds, counted);
 }
 
 /// A gauge per quantile (`0.5`, `0.99`) of a latency.
@@ -88,6 +116,18 @@ pub fn exposition(d: &FleetDump, refused: u64) -> String {
         "From an event's acceptance to its decision being stored, by quantile (milliseconds).",
         s.decision_p50_ms,
         s.decision_p99_ms,
+    );
+    histogram(
+        &mut r,
+        "decision_latency",
+        "From an event's acceptance to its decision being stored, every decision since the storage opened.",
+        &s.decision_latency,
+    );
+    histogram(
+        &mut r,
+        "storage_commit_latency",
+        "Storage commits (apply and fsync), every commit since the storage opened.",
+        &s.commit_latency,
     );
     let persona = |name: &str| label("persona", name);
     gauges(

@@ -271,7 +271,9 @@ impl Writer {
                 }
                 if dirty {
                     self.stats.commits += 1;
-                    self.commit_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                    let ms = started.elapsed().as_secs_f64() * 1e3;
+                    self.commit_ms.push(ms);
+                    self.stats.commit_latency.observe(ms);
                 }
                 self.stats.pending = self.meta.pending;
                 for a in after {

@@ -212,6 +212,7 @@ impl Writer {
         let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
         self.decision_ms.push(latency_ms);
         self.decision_all.push(latency_ms);
+        self.stats.decision_latency.observe(latency_ms);
         if let Some((entry, event)) = reply {
             let seq = self.put_outbox(t, &entry)?;
             self.queue_hooks(t, HookKind::Reply, &persona, &entry.room, || HookDelivery::reply(seq, &entry))?;
