@@ -314,12 +314,15 @@ impl Index {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<UpdateReport, IndexError> {
         let start = Instant::now();
-        let (root, single) = self.begin_update(path, embed, opts)?;
+        let (dir, single) = self.begin_update(path, embed, opts)?;
+        // Paths are relative to the tree's root, whatever part of it is indexed: the same file
+        // always has the same path.
+        let root = tree_root(&dir);
         let root_str = root.to_string_lossy().into_owned();
         let mut report = UpdateReport { root: root_str.clone(), ..Default::default() };
         let files = match &single {
             Some(file) => vec![file.clone()],
-            None => walk(&root, opts.recursive),
+            None => walk(&dir, opts.recursive),
         };
         let count = |text: &str| embed.count_tokens(text);
         let chunker = Chunker::new(embed.window(), &count);
@@ -388,10 +391,10 @@ impl Index {
         }
         self.flush(batch, Some(embed), &mut report)?;
         progress(total, total);
-        // Files of this root that are no longer there (or no longer wanted) disappear now.
+        // Files of the directory walked that are no longer there (or no longer wanted) disappear now.
         if single.is_none() {
             let gone: Vec<String> =
-                self.store.files_under(&root_str)?.into_iter().filter(|f| !seen.contains(f)).collect();
+                self.store.files_in(&dir, opts.recursive)?.into_iter().filter(|f| !seen.contains(f)).collect();
             report.files_removed = gone.len();
             let removed = self.store.apply(&[], &gone)?;
             report.chunks_removed += removed.len();
@@ -771,6 +774,15 @@ fn keyword_text(c: &ChunkRecord, text: &str) -> String {
 
 /// The files under `root`, in a stable order, following `.gitignore` (in or out of a git
 /// repository) and skipping hidden files.
+/// The root a directory's files are named from: the nearest directory at or above it that holds a
+/// repository (`.git`, `.hg`, `.jj`, `.svn`), else the directory itself.
+pub fn tree_root(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .find(|d| [".git", ".hg", ".jj", ".svn"].iter().any(|m| d.join(m).exists()))
+        .unwrap_or(dir)
+        .to_path_buf()
+}
+
 fn walk(root: &Path, recursive: bool) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = ignore::WalkBuilder::new(root)
         .max_depth(if recursive { None } else { Some(1) })

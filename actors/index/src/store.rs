@@ -149,17 +149,17 @@ impl Store {
     }
 
     /// Every file of `root` (absolute paths).
-    pub fn files_under(&self, root: &str) -> Result<Vec<String>, IndexError> {
+    /// The files stored (absolute paths) in directory `dir`: anywhere below it when
+    /// `recursive`, else directly in it.
+    pub fn files_in(&self, dir: &Path, recursive: bool) -> Result<Vec<String>, IndexError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let t = txn.open_table(FILES).map_err(db_err)?;
+        let prefix = dir.join("").to_string_lossy().into_owned();
         let mut out = Vec::new();
-        for row in t.range(root..).map_err(db_err)? {
-            let (k, v) = row.map_err(db_err)?;
-            if !k.value().starts_with(root) {
-                break;
-            }
-            let rec: FileRecord = dec(k.value(), v.value())?;
-            if rec.root == root {
+        for row in t.range(prefix.as_str()..).map_err(db_err)? {
+            let (k, _) = row.map_err(db_err)?;
+            let Some(below) = k.value().strip_prefix(&prefix) else { break };
+            if recursive || !below.contains(std::path::MAIN_SEPARATOR) {
                 out.push(k.value().to_string());
             }
         }

@@ -164,6 +164,32 @@ fn re_indexing_touches_only_what_changed_and_deleted_files_vanish_at_once() {
 }
 
 #[test]
+fn a_file_has_the_same_path_from_the_repository_s_root_whichever_part_of_the_tree_is_indexed() {
+    let src = project();
+    std::fs::create_dir(src.path().join(".git")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut index = Index::open(data.path()).unwrap();
+    let model = Hashed::new("hashed");
+    let part = index.update(&src.path().join("src"), &model, &UpdateOptions::default()).unwrap();
+    assert_eq!(part.root, src.path().canonicalize().unwrap().to_string_lossy(), "named from the repository's root");
+    let prefix = SearchOptions { path_prefix: Some("src/".into()), ..SearchOptions::default() };
+    assert_eq!(paths(&index.search("start server", Some(&model), &prefix).unwrap())[0], "src/server.rs");
+    // The whole tree: the files of src/ are the same files, unchanged.
+    let all = index.update(src.path(), &model, &UpdateOptions::default()).unwrap();
+    assert_eq!((all.files_indexed, all.files_unchanged, all.files_removed), (1, 2, 0), "{all:?}");
+    // Not recursive: only the top directory's files are its own; src/ keeps its files.
+    let top = UpdateOptions { recursive: false, ..UpdateOptions::default() };
+    let r = index.update(src.path(), &model, &top).unwrap();
+    assert_eq!(r.files_removed, 0, "{r:?}");
+    // A file deleted under src/ goes when src/ is indexed again, and only it.
+    std::fs::remove_file(src.path().join("src/config.rs")).unwrap();
+    let r = index.update(&src.path().join("src"), &model, &UpdateOptions::default()).unwrap();
+    assert_eq!((r.files_removed, r.files_unchanged), (1, 1), "{r:?}");
+    let left = index.search("deploying binary host", Some(&model), &SearchOptions::default()).unwrap();
+    assert_eq!(paths(&left)[0], "docs/guide.md");
+}
+
+#[test]
 fn windows_of_lines_replace_the_structure_and_a_change_of_chunking_starts_again() {
     let src = project();
     let data = tempfile::tempdir().unwrap();
