@@ -48,6 +48,16 @@ pub fn spawn_fleet(fleet: &Path, data: &Path) -> (std::process::Child, String) {
         .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
 }
 
+/// A child process killed (SIGKILL) when dropped: a test that fails leaves no fleet running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn sigterm(child: &std::process::Child) {
     let ok = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(ok.success());

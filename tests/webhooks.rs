@@ -97,11 +97,13 @@ fn write_fleet(dir: &Path, port: u16, extra: &str) -> std::path::PathBuf {
     path
 }
 
-fn spawn(fleet: &Path, data: &Path) -> (std::process::Child, String) {
+/// `mindfleet run` with the secret set; killed if the test fails.
+fn spawn(fleet: &Path, data: &Path) -> (KillOnDrop, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mindfleet"));
     cmd.arg("run").arg(fleet).arg("--data").arg(data).env(SECRET_ENV, SECRET);
-    spawn_run(&mut cmd)
-        .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
+    let (child, admin) = spawn_run(&mut cmd)
+        .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"));
+    (KillOnDrop(child), admin)
 }
 
 async fn post(http: &reqwest::Client, admin: &str, id: &str, text: &str) {
@@ -174,8 +176,8 @@ async fn a_reply_is_posted_signed_and_after_two_failures_the_same_delivery_is_ac
     assert_eq!(value("mindfleet_webhook_deliveries_total"), Some(1.0));
     assert_eq!(value("mindfleet_webhook_failures_total"), Some(2.0));
     assert_eq!(value("mindfleet_webhook_pending"), Some(0.0));
-    sigterm(&fleet);
-    assert_eq!(wait_exit(&mut fleet, Duration::from_secs(10)), Some(0));
+    sigterm(&fleet.0);
+    assert_eq!(wait_exit(&mut fleet.0, Duration::from_secs(10)), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +187,7 @@ async fn with_the_receiver_down_and_the_fleet_killed_every_reply_is_delivered_on
     // A port nobody listens on until the receiver comes up.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let fleet_file = write_fleet(dir.path(), port, "");
-    let (mut a, admin) = spawn(&fleet_file, &data);
+    let (a, admin) = spawn(&fleet_file, &data);
     let http = reqwest::Client::new();
     for i in 0..12 {
         let text = if i % 2 == 0 { format!("@reviewer please review module {i}") } else { format!("@helper task {i}") };
@@ -195,8 +197,7 @@ async fn with_the_receiver_down_and_the_fleet_killed_every_reply_is_delivered_on
     assert!(before.len() >= 6, "replies to deliver: {}", before.len());
     let d = get(&http, format!("http://{admin}/dump")).await;
     assert_eq!(d["webhooks"][0]["pending"].as_u64(), Some(before.len() as u64), "all queued: {}", d["webhooks"]);
-    a.kill().unwrap(); // SIGKILL, with every delivery still queued
-    a.wait().unwrap();
+    drop(a); // SIGKILL, with every delivery still queued
 
     let receiver = Receiver::serve(tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap());
     let (mut b, admin) = spawn(&fleet_file, &data);
@@ -223,8 +224,8 @@ async fn with_the_receiver_down_and_the_fleet_killed_every_reply_is_delivered_on
     }
     let seqs: Vec<u64> = seen.iter().map(|id| all[id]["seq"].as_u64().unwrap()).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in seq order: {seqs:?}");
-    sigterm(&b);
-    assert_eq!(wait_exit(&mut b, Duration::from_secs(10)), Some(0));
+    sigterm(&b.0);
+    assert_eq!(wait_exit(&mut b.0, Duration::from_secs(10)), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,6 +269,6 @@ async fn a_delivery_that_keeps_failing_is_a_dead_letter_until_webhooks_retry_sen
     let (code, out, _) = cli(&["webhooks", "list"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("delivered 1") && out.contains("dead 0"), "{out}");
-    sigterm(&fleet);
-    assert_eq!(wait_exit(&mut fleet, Duration::from_secs(10)), Some(0));
+    sigterm(&fleet.0);
+    assert_eq!(wait_exit(&mut fleet.0, Duration::from_secs(10)), Some(0));
 }
