@@ -692,7 +692,12 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
         kinds: vec![HookKind::Reply],
     };
     let (all, ops) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-    s.route_webhooks(vec![(route("all", &[]), all.clone()), (route("ops", &["ops"]), ops.clone())]);
+    let decisions = HookRoute { kinds: vec![HookKind::Decision], ..route("decisions", &["general"]) };
+    s.route_webhooks(vec![
+        (route("all", &[]), all.clone()),
+        (route("ops", &["ops"]), ops.clone()),
+        (decisions, Arc::new(tokio::sync::Notify::new())),
+    ]);
     // Both events first (sequence numbers 1 and 2), then the replies (which are events too).
     inject(&s, "e1", "p").await.unwrap();
     inject(&s, "e2", "p").await.unwrap();
@@ -729,6 +734,13 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
     assert_eq!(ids, ["reply-1", "reply-2"], "in the order stored, keys from 1");
     assert!(queued[0].0 >= 1 && queued[0].0 < queued[1].0);
     assert!(s.hook_queue("ops", 0, 10).unwrap().is_empty());
+    // Decisions, of their event's room: each its own delivery, its body the decision.
+    let decided = s.hook_queue("decisions", 0, 10).unwrap();
+    assert_eq!(decided.len(), 2);
+    assert!(decided.iter().all(|(_, d)| d.kind == HookKind::Decision && d.id.starts_with("decision-")));
+    let body: serde_json::Value = serde_json::from_str(&decided[0].1.body).unwrap();
+    assert_eq!((body["event_id"].as_str(), body["verdict"].as_str()), (Some("e1"), Some("ignore")), "{body}");
+    assert_eq!((body["persona"].as_str(), body["room"].as_str()), (Some("p"), Some("general")), "{body}");
     assert_eq!(s.hook_queue("all", queued[0].0, 10).unwrap().len(), 1, "after a key");
 
     let (k1, k2) = (queued[0].0, queued[1].0);
