@@ -467,6 +467,8 @@ pub async fn soak_with(
         "fsync_p50_ms": round(stats.fsync_p50_ms, 2),
         "drained": idle,
         "coordination_efficiency": round(d.coordination.efficiency, 3),
+        "coordination": d.coordination,
+        "decisions_by_verdict": stats.decisions_by_verdict,
         "webhooks": d.webhooks,
         "pages": pages,
         "samples": samples,
