@@ -171,24 +171,8 @@ fn run(dir: &Path, env: &[(String, String)], args: &[String]) -> (Option<i32>, S
     };
     let out = read(child.stdout.take().map(|r| Box::new(r) as _));
     let err = read(child.stderr.take().map(|r| Box::new(r) as _));
-    let code = wait(&mut child, DEADLINE);
+    let code = wait_exit(&mut child, DEADLINE);
     (code, out.join().unwrap(), err.join().unwrap())
-}
-
-/// Waits for `child` until `deadline`, polling; kills it past that (`None`).
-fn wait(child: &mut Child, deadline: Duration) -> Option<i32> {
-    let until = Instant::now() + deadline;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Copies a file, or a directory with everything in it.

@@ -63,6 +63,7 @@ pub fn sigterm(child: &std::process::Child) {
     assert!(ok.success());
 }
 
+/// Waits up to `within` for `child` to exit, polling: its exit code; past that it is killed (`None`).
 pub fn wait_exit(child: &mut std::process::Child, within: Duration) -> Option<i32> {
     let deadline = Instant::now() + within;
     loop {
@@ -71,6 +72,7 @@ pub fn wait_exit(child: &mut std::process::Child, within: Duration) -> Option<i3
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             return None;
         }
         std::thread::sleep(Duration::from_millis(5));

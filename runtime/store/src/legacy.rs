@@ -105,25 +105,33 @@ pub(crate) struct DecisionV7 {
 /// Version 5 adds the references to decisions (rewritten without any), and the `references`
 /// and `conversation` tables (empty).
 pub(crate) fn migrate_4_to_5(txn: &WriteTransaction) -> Result<(), redb::Error> {
-    {
-        let mut t = txn.open_table(DECISIONS)?;
-        let old: Rows<DecisionV4> = rows(&t)?;
-        for ((p, n), d) in old {
-            t.insert((p.as_str(), n), enc(&DecisionV7::from(d)).as_slice())?;
-        }
-        let mut log = txn.open_table(DECISION_LOG)?;
-        let old: Vec<(u64, (String, DecisionV4))> = log
-            .iter()?
-            .map(|r| {
-                let (k, v) = r?;
-                Ok((k.value(), dec(v.value())?))
-            })
-            .collect::<Result<_, redb::Error>>()?;
-        for (k, (p, d)) in old {
-            log.insert(k, enc(&(p, DecisionV7::from(d))).as_slice())?;
-        }
-    }
+    rewrite_decisions(txn, |d: DecisionV4| Ok(DecisionV7::from(d)))?;
     Tables::open(txn).map(drop)
+}
+
+/// Rewrites every decision of `decisions` and `decision_log`, each read as an older layout's
+/// `Old`, as `convert` makes it.
+fn rewrite_decisions<Old: serde::de::DeserializeOwned, New: Serialize>(
+    txn: &WriteTransaction,
+    mut convert: impl FnMut(Old) -> Result<New, redb::Error>,
+) -> Result<(), redb::Error> {
+    let mut t = txn.open_table(DECISIONS)?;
+    let old: Rows<Old> = rows(&t)?;
+    for ((p, n), d) in old {
+        t.insert((p.as_str(), n), enc(&convert(d)?).as_slice())?;
+    }
+    let mut log = txn.open_table(DECISION_LOG)?;
+    let old: Vec<(u64, (String, Old))> = log
+        .iter()?
+        .map(|r| {
+            let (k, v) = r?;
+            Ok((k.value(), dec(v.value())?))
+        })
+        .collect::<Result<_, redb::Error>>()?;
+    for (k, (p, d)) in old {
+        log.insert(k, enc(&(p, convert(d)?)).as_slice())?;
+    }
+    Ok(())
 }
 
 /// A plan as version 5 stored it: without the long-term memory it used.
@@ -241,22 +249,7 @@ pub(crate) fn migrate_7_to_8(txn: &WriteTransaction) -> Result<(), redb::Error> 
             room: room.unwrap_or_default(),
         })
     };
-    let mut t = txn.open_table(DECISIONS)?;
-    let old: Rows<DecisionV7> = rows(&t)?;
-    for ((p, n), d) in old {
-        t.insert((p.as_str(), n), enc(&room_of(d)?).as_slice())?;
-    }
-    let mut log = txn.open_table(DECISION_LOG)?;
-    let old: Vec<(u64, (String, DecisionV7))> = log
-        .iter()?
-        .map(|r| {
-            let (k, v) = r?;
-            Ok((k.value(), dec(v.value())?))
-        })
-        .collect::<Result<_, redb::Error>>()?;
-    for (k, (p, d)) in old {
-        log.insert(k, enc(&(p, room_of(d)?)).as_slice())?;
-    }
-    drop((t, log, ids, events));
+    rewrite_decisions(txn, room_of)?;
+    drop((ids, events));
     Tables::open(txn).map(drop)
 }
