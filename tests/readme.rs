@@ -4,7 +4,7 @@
 //! [`SKIPPED`] with the reason.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -190,11 +190,11 @@ fn copy(from: &Path, to: &Path) {
 
 /// Starts a `mindfleet run` in `dir`, with `env`, and waits for its admin API; stopped when the
 /// test ends. With the address of its admin API.
-fn start_run(dir: &Path, env: &[(String, String)], args: &[String]) -> (Stops, String) {
+fn start_run(dir: &Path, env: &[(String, String)], args: &[String]) -> (KillOnDrop, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mindfleet"));
     cmd.args(args).current_dir(dir).env_remove("MINDFLEET_ADMIN_TOKEN").envs(env.iter().map(|(k, v)| (k, v)));
     match spawn_run(&mut cmd) {
-        Ok((child, admin)) => (Stops(child), admin),
+        Ok((child, admin)) => (KillOnDrop(child), admin),
         Err((code, log)) => panic!("mindfleet {} did not start (exit {code:?}):\n{log}", args.join(" ")),
     }
 }
@@ -234,16 +234,6 @@ fn workdir() -> tempfile::TempDir {
         "{\"id\": \"q1\", \"query\": \"trim the prompt\"}\n{\"id\": \"q2\", \"query\": \"retry with back-off\"}\n",
     );
     dir
-}
-
-/// The live fleet, killed when the test ends, passed or not (it holds the README's address).
-struct Stops(Child);
-
-impl Drop for Stops {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
