@@ -19,8 +19,14 @@ use ractor::{ActorRef, call_t};
 
 /// The newest replies of the fleet read for a thread's (a thread's replies are recent).
 const OUTBOX_READ: usize = 256;
-/// Longest the check waits for the embeddings: past it, the draft is posted unchecked.
-const EMBED_WAIT: Duration = Duration::from_secs(3);
+/// How far back, before a persona's reply was accepted, its siblings are looked for.
+const SIBLINGS_SPAN_US: i64 = 60_000_000;
+/// Longest the check waits for the embeddings: past it, the draft is posted unchecked. The wait
+/// holds the persona's next events, and through its claims its room's turns: under a load that
+/// keeps the (lower-priority) model thread behind, a long wait stalled whole rooms (3 s took a
+/// 1,000-persona fleet in rooms of four from a 22 ms p99 to minutes, docs/BENCHMARKS.md), where
+/// the worker answers a request it cannot serve in time at once (`Late`).
+const EMBED_WAIT: Duration = Duration::from_millis(200);
 
 /// What the check needs: the fleet's embedding worker and the threshold.
 #[derive(Clone)]
@@ -85,11 +91,19 @@ pub fn repeated<'a>(
 /// The check of `draft`, the reply to `answered`: the reply of the thread it repeats, `None`
 /// when it repeats none (or the thread has no reply yet), or why it could not be checked.
 pub async fn check(r: &Redundancy, storage: &Storage, answered: &Event, draft: &str) -> Result<Option<Repeat>, String> {
-    let s = storage.clone();
-    let outbox = tokio::task::spawn_blocking(move || s.recent_outbox(OUTBOX_READ))
-        .await
-        .map_err(|e| format!("reading the thread failed: {e}"))?
-        .map_err(|e| format!("reading the thread failed: {e}"))?;
+    // Replies to a message come after it was accepted: a person's message needs only the replies
+    // written since (at 1,000 replies/s, a handful instead of 256 read and decoded per draft); a
+    // persona's reply has siblings written before it too.
+    let since = match answered.sender_kind {
+        SenderKind::Persona => answered.accepted_us - SIBLINGS_SPAN_US,
+        _ => answered.accepted_us,
+    };
+    // Read in place: a read transaction over the few newest rows is tens of microseconds from the
+    // page cache and never waits for the writer, where a round trip through the blocking pool
+    // held every draft for the pool's threads on a busy machine (at 1,000 replies/s in rooms of
+    // four, p50 217 ms against 15 ms in place, docs/BENCHMARKS.md).
+    let outbox =
+        storage.recent_outbox_since(OUTBOX_READ, since).map_err(|e| format!("reading the thread failed: {e}"))?;
     let thread: Vec<OutboxEntry> = outbox.into_iter().filter(|o| in_thread(o, answered)).collect();
     if thread.is_empty() {
         return Ok(None);
@@ -99,7 +113,7 @@ pub async fn check(r: &Redundancy, storage: &Storage, answered: &Event, draft: &
     let asked = call_t!(
         r.embedding,
         |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency, reply },
-        EMBED_WAIT.as_millis() as u64 + 500
+        EMBED_WAIT.as_millis() as u64 + 100
     );
     let embedded = asked
         .map_err(|e| format!("the embedding worker did not answer: {e}"))?

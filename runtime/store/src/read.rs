@@ -157,6 +157,23 @@ impl Storage {
         })
     }
 
+    /// Up to `n` of the newest outbox entries written at or after `since_us`, newest first: the
+    /// read stops at the first older one (blocking read).
+    pub fn recent_outbox_since(&self, n: usize, since_us: i64) -> Result<Vec<OutboxEntry>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(OUTBOX)?;
+            let mut out = Vec::new();
+            for r in t.iter()?.rev().take(n) {
+                let o: OutboxEntry = dec(r?.1.value())?;
+                if o.at_us < since_us {
+                    break;
+                }
+                out.push(o);
+            }
+            Ok(out)
+        })
+    }
+
     /// The `n` events accepted last, newest first: what was said in the rooms, by people and
     /// by personas.
     pub fn recent_events(&self, n: usize) -> Result<Vec<Event>, StorageError> {

@@ -769,3 +769,44 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
     assert_eq!(s.stats().await.unwrap().webhooks["all"].pending, 1);
     s.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_outbox_since_a_time_is_read_newest_first_and_stops_at_the_first_older_entry() {
+    use mindfleet_core::model::OutboxEntry;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    for i in 0..4 {
+        inject(&s, &format!("e{i}"), "p").await.unwrap();
+    }
+    for (i, at_us) in [10_i64, 30, 20, 40].into_iter().enumerate() {
+        let entry = OutboxEntry {
+            persona: "p".into(),
+            room: "r".into(),
+            in_reply_to: format!("e{i}"),
+            event_id: format!("reply-{i}"),
+            text: "hi".into(),
+            brain: "rules".into(),
+            at_us,
+        };
+        let commit = PersonaCommit {
+            persona: "p".into(),
+            seq: i as u64 + 1,
+            accepted_us: 0,
+            decision: decision(&format!("e{i}")),
+            reply: Some((entry, event(&format!("reply-{i}")))),
+            plan: None,
+            said: None,
+            defer: None,
+        };
+        s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    s.flush().await.unwrap();
+    let ids =
+        |since| -> Vec<String> { s.recent_outbox_since(10, since).unwrap().into_iter().map(|o| o.event_id).collect() };
+    assert_eq!(ids(0), ["reply-3", "reply-2", "reply-1", "reply-0"]);
+    // Newest first until the first older than the time: reply-2 (20) ends the read before reply-1 (30).
+    assert_eq!(ids(25), ["reply-3"]);
+    assert_eq!(ids(50), Vec::<String>::new());
+    assert_eq!(s.recent_outbox_since(2, 0).unwrap().len(), 2, "at most n");
+    s.close().await.unwrap();
+}
