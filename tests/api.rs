@@ -147,18 +147,8 @@ async fn metrics_are_served_in_the_prometheus_format_and_count_what_the_fleet_di
     let body = r.text().await.unwrap();
     let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
     assert!(scrape.samples.iter().all(|s| s.metric.starts_with("mindfleet_")), "{body}");
-    let value = |metric: &str, label: Option<(&str, &str)>| {
-        let s = scrape
-            .samples
-            .iter()
-            .find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
-            .unwrap_or_else(|| panic!("no {metric} {label:?} in {body}"));
-        match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            _ => panic!("{metric}: {:?}", s.value),
-        }
+    let value = |name: &str, label: Option<(&str, &str)>| {
+        metric(&scrape, name, label).unwrap_or_else(|| panic!("no value of {name} {label:?} in {body}"))
     };
     // Three human messages and the replies the personas posted, each an accepted event.
     assert!(value("mindfleet_events_accepted_total", None) >= 3.0, "{body}");

@@ -48,6 +48,19 @@ pub fn spawn_fleet(fleet: &Path, data: &Path) -> (std::process::Child, String) {
         .unwrap_or_else(|(code, log)| panic!("the fleet exited ({code:?}) before reporting its admin address:\n{log}"))
 }
 
+/// The value of a scraped counter, gauge or untyped sample named `metric` (with `label`, when
+/// given): `/metrics` read as a Prometheus scraper reads it.
+pub fn metric(scrape: &prometheus_parse::Scrape, metric: &str, label: Option<(&str, &str)>) -> Option<f64> {
+    let s =
+        scrape.samples.iter().find(|s| s.metric == metric && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))?;
+    match s.value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => Some(v),
+        _ => None,
+    }
+}
+
 /// A child process killed (SIGKILL) when dropped: a test that fails leaves no fleet running.
 pub struct KillOnDrop(pub std::process::Child);
 

@@ -164,15 +164,7 @@ async fn a_reply_is_posted_signed_and_after_two_failures_the_same_delivery_is_ac
     assert_eq!((w["pending"].as_u64(), w["dead"].as_u64()), (Some(0), Some(0)), "{w}");
     let text = http.get(format!("http://{admin}/metrics")).send().await.unwrap().text().await.unwrap();
     let metrics = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
-    let value = |name: &str| {
-        let s = metrics.samples.iter().find(|s| s.metric == name && s.labels.get("webhook") == Some("chat"))?;
-        match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => Some(v),
-            _ => None,
-        }
-    };
+    let value = |name: &str| metric(&metrics, name, Some(("webhook", "chat")));
     assert_eq!(value("mindfleet_webhook_deliveries_total"), Some(1.0));
     assert_eq!(value("mindfleet_webhook_failures_total"), Some(2.0));
     assert_eq!(value("mindfleet_webhook_pending"), Some(0.0));

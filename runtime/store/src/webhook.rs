@@ -14,8 +14,8 @@ use crate::{Storage, StorageError, dec};
 impl Storage {
     /// Sets the fleet's webhooks: from now on each reply (decision, dead letter) a route wants
     /// is queued for it in the transaction that stores it, and `wake` is notified once that
-    /// commits. Call once, before the personas start; what earlier runs queued is kept, and
-    /// each `wake` is notified at once so that it is sent first.
+    /// commits. Call once, before the personas start; what earlier runs queued is kept (a
+    /// sender reads its queue as it starts, so that is sent first).
     pub fn route_webhooks(&self, routes: Vec<(HookRoute, Arc<Notify>)>) {
         self.send(Op::HookRoutes(routes));
     }

@@ -68,14 +68,11 @@ impl Writer {
         }
     }
 
-    /// Sets the webhooks (once, at start) and counts what each has queued and dead.
+    /// Sets the webhooks (once, at start) and counts what each has queued and dead. (Each
+    /// sender reads its queue as it starts: what a previous run left is sent first.)
     pub(crate) fn on_routes(&mut self, t: &mut Tables<'_>, routes: Vec<Route>) -> Result<bool, redb::Error> {
         self.routes = routes;
         self.count_hooks(&t.hook_queue, &t.hook_dead)?;
-        // Wake each sender: what a previous run left is sent first.
-        for r in &mut self.routes {
-            r.queued = true;
-        }
         Ok(false)
     }
 
