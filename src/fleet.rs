@@ -393,13 +393,15 @@ pub fn index_args(config: &FleetConfig, embedding: ActorRef<EmbedMsg>, llm: Opti
 /// or an OpenAI-compatible endpoint.
 pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     match &config.llm {
-        LlmBackend::Local => BackendArgs::Local {
+        LlmBackend::Local(local) => BackendArgs::Local {
             model: config
                 .models
                 .llm
                 .clone()
                 .unwrap_or_else(|| config.models.dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name)),
             config: LlmConfig::default(),
+            kv_bytes: usize::try_from(local.kv_memory_mb << 20).unwrap_or(usize::MAX),
+            prefix_reuse: local.prefix_reuse,
         },
         LlmBackend::OpenAi { url, model, api_key, timeout } => BackendArgs::OpenAi(OpenAiConfig {
             url: url.clone(),
@@ -411,12 +413,17 @@ pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
 }
 
 /// The LLM worker of a fleet, when a persona's brain or the consolidation of conversations
-/// uses it: one slot per inference slot of the scheduler.
+/// uses it: a local model decodes `[llm] max_batch` requests together, an endpoint serves one
+/// request per inference slot of the scheduler.
 fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
     let c = &config.conversation;
     let observes = c.enabled && c.observations == Observer::Model;
+    let slots = match &config.llm {
+        LlmBackend::Local(local) => local.max_batch,
+        LlmBackend::OpenAi { .. } => config.scheduler.inference_slots,
+    };
     (observes || config.personas.iter().any(|p| p.brain == BrainKind::Local))
-        .then(|| LlmArgs { backend: llm_backend(config), slots: config.scheduler.inference_slots })
+        .then(|| LlmArgs { backend: llm_backend(config), slots })
 }
 
 /// Where each persona of the fleet runs, as node `o.node` computes it (every node computes the

@@ -468,7 +468,7 @@ fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
 mod worker {
     use mindfleet_actors::llm::worker::{LlmArgs, spawn};
     use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
-    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Stop};
+    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Stop};
     use ractor::{ActorRef, call};
 
     use super::{capital_of_france, generate, model_path};
@@ -518,19 +518,90 @@ mod worker {
         w.stop_and_wait(None, None).await.unwrap();
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn two_slots_answer_concurrent_requests_each_with_a_cache_of_its_own() {
-        let w = spawn(args(2), None).await.unwrap();
-        let a = GenerateRequest::new(vec![ChatMessage::user("Name three colours.")], 12);
-        let b = capital_of_france(12);
-        let ask = |req: &GenerateRequest| {
+    /// Eight questions of one persona (one system message, as a persona's prompts share their
+    /// beginning), with the log-probability of every token.
+    fn questions() -> Vec<GenerateRequest> {
+        let system = ChatMessage::system(
+            "You are Ada, a careful engineer on a team that builds a Rust runtime for agents. You answer in one or two sentences, plainly, without lists.",
+        );
+        [
+            "Name three colours.",
+            "Which city is the capital of France?",
+            "What does a mutex protect?",
+            "Say hello to the team.",
+            "Why do tests poll with a deadline?",
+            "What is two plus two?",
+            "Name a planet.",
+            "What is a KV cache?",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| GenerateRequest {
+            top_logprobs: Some(2),
+            ..GenerateRequest::new(vec![system.clone(), ChatMessage::user(*q)], 8 + 2 * i)
+        })
+        .collect()
+    }
+
+    /// Asks every request of `reqs` at once; the answers in order.
+    async fn all_at_once(w: &ActorRef<LlmMsg>, reqs: &[GenerateRequest]) -> Vec<Generation> {
+        let asks = reqs.iter().map(|req| {
             let (w, req) = (w.clone(), req.clone());
-            async move { call!(w, |reply| LlmMsg::Generate { job: job(req, None), reply }) }
-        };
-        let (ga, gb) = tokio::join!(ask(&a), ask(&b));
-        assert_eq!(ga.unwrap().unwrap().text, generate(&a).text);
-        assert_eq!(gb.unwrap().unwrap().text, generate(&b).text);
-        assert_eq!(stats(&w).await.slots, 2);
+            async move { call!(w, |reply| LlmMsg::Generate { job: job(req, None), reply }).unwrap().unwrap() }
+        });
+        futures::future::join_all(asks).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_decoded_together_get_the_tokens_they_get_alone_and_share_their_prompts_beginning() {
+        let w = spawn(args(8), None).await.unwrap();
+        let reqs = questions();
+        // One question first, so the others find the beginning they share with it kept.
+        all_at_once(&w, &reqs[..1]).await;
+        let together = all_at_once(&w, &reqs).await;
+        for (req, got) in reqs.iter().zip(&together) {
+            let alone = generate(req);
+            // The same tokens, and the same log-probability of each, bit for bit.
+            assert_eq!((&got.text, got.tokens_out, got.stop), (&alone.text, alone.tokens_out, alone.stop));
+            assert_eq!(got.logprobs, alone.logprobs, "{:?}", req.messages[1]);
+        }
+        // A classification beside generations scores as it does alone.
+        let messages = vec![ChatMessage::user("Which city is the capital of France?")];
+        let labels = vec!["Paris".to_string(), "London".to_string()];
+        let job_c = ClassifyJob { messages: messages.clone(), labels, purpose: "gate".into(), persona: None };
+        let (c, _) = tokio::join!(
+            async { call!(w, |reply| LlmMsg::Classify { job: job_c, reply }).unwrap().unwrap() },
+            all_at_once(&w, &reqs[..3])
+        );
+        assert_eq!(c, super::llm().classify(&messages, &["Paris", "London"]).unwrap());
+        let s = stats(&w).await;
+        let b = s.batching.clone().expect("a local model batches");
+        assert_eq!((s.slots, b.max_batch, s.requests, s.failures), (8, 8, 13, 0), "{s:?}");
+        assert!(b.mean_batch > 2.0, "eight requests at once were decoded together: {b:?}");
+        // Every prompt after the first began with the system message of one read before, and
+        // the first was asked again.
+        assert!(b.prefix_hit_rate > 0.5 && b.prefixes > 0, "{b:?}");
+        assert!(b.kv_peak_bytes > 0 && b.kv_peak_bytes <= b.kv_bound_bytes, "{b:?}");
+        assert_eq!((b.active, b.waiting), (0, 0));
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bound_on_keys_and_values_holds_requests_back_until_there_is_room_and_answers_all() {
+        let reqs = questions();
+        // Room for one request at a time (about 70 tokens of 45 KiB) and little else.
+        let mut a = args(8);
+        if let mindfleet_actors::llm::worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
+            *kv_bytes = 4 << 20;
+        }
+        let w = spawn(a, None).await.unwrap();
+        let together = all_at_once(&w, &reqs).await;
+        for (req, got) in reqs.iter().zip(&together) {
+            assert_eq!(got.text, generate(req).text);
+        }
+        let b = stats(&w).await.batching.unwrap();
+        assert_eq!(b.mean_batch, 1.0, "one at a time within the bound: {b:?}");
+        assert!(b.kv_peak_bytes <= 4 << 20, "{b:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
 

@@ -373,13 +373,21 @@ impl Target {
         let llm = if needs_llm {
             // A local model is pulled (and made runnable) as `mindfleet generate` does.
             let backend = match (llm, mindfleet::fleet::llm_backend(&config)) {
-                (Some(file), _) => BackendArgs::Local {
+                (Some(file), BackendArgs::Local { kv_bytes, prefix_reuse, .. }) => BackendArgs::Local {
                     model: mindfleet::llm_file(Some(file)).map_err(anyhow::Error::msg)?,
                     config: Default::default(),
+                    kv_bytes,
+                    prefix_reuse,
                 },
-                (None, BackendArgs::Local { config: tuning, .. }) => BackendArgs::Local {
+                (Some(file), BackendArgs::OpenAi(_)) => {
+                    let model = mindfleet::llm_file(Some(file)).map_err(anyhow::Error::msg)?;
+                    LlmArgs::local(model, 1).backend
+                }
+                (None, BackendArgs::Local { config: tuning, kv_bytes, prefix_reuse, .. }) => BackendArgs::Local {
                     model: mindfleet::llm_file(config.models.llm.clone()).map_err(anyhow::Error::msg)?,
                     config: tuning,
+                    kv_bytes,
+                    prefix_reuse,
                 },
                 (_, b) => b,
             };

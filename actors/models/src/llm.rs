@@ -18,6 +18,7 @@
 //! interleave pass by pass instead of oversubscribing the cores (2 threads on 2 busy cores ran
 //! several times slower than 1).
 
+pub mod batch;
 mod budget;
 mod llama;
 mod q8;
@@ -33,10 +34,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
-use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 
-use llama::{KvCache, Llama};
+use batch::{BatchConfig, Engine, Outcome, Work};
+use llama::{Llama, Part, Scratch};
 use team::Team;
 
 pub use mindfleet_core::llm::{
@@ -45,10 +45,6 @@ pub use mindfleet_core::llm::{
 };
 pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
-
-/// Prompt tokens per forward pass: one pass for most prompts, bounded attention scratch for
-/// long ones.
-const PROMPT_CHUNK: usize = 512;
 
 /// The largest GGUF this loader opens; SmolLM2-135M is 98 MB as Q4_1, 145 MB as Q8_0.
 const MAX_FILE_BYTES: u64 = 8 << 30;
@@ -173,86 +169,32 @@ impl Llm {
     pub fn generate(
         &self,
         req: &GenerateRequest,
-        mut on_token: impl FnMut(&str) -> ControlFlow<()>,
+        on_token: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation, LlmError> {
-        let start = Instant::now();
-        if req.max_tokens == 0 {
-            return Err(LlmError::Request("max_tokens must be at least 1".into()));
+        match self.alone(Work::Generate(req.clone()), Box::new(on_token)) {
+            Outcome::Generated(g) => g,
+            Outcome::Classified(_) => unreachable!("a generation is answered with one"),
         }
-        if req.stop.iter().any(String::is_empty) {
-            return Err(LlmError::Request("an empty stop string".into()));
-        }
-        let (seed, sampling) = match req.sampling {
-            Sampling::Greedy => (0, CandleSampling::ArgMax),
-            Sampling::TopP { temperature, top_p, seed } => {
-                if !(temperature > 0.0 && temperature.is_finite() && top_p > 0.0 && top_p <= 1.0) {
-                    return Err(LlmError::Request(format!(
-                        "top-p sampling needs temperature > 0 and 0 < top_p <= 1, not {temperature} and {top_p}"
-                    )));
-                }
-                (seed, CandleSampling::TopP { p: top_p, temperature })
-            }
-        };
-        let prompt = self.prompt(&req.messages, req.max_tokens)?;
-        let mut cache = self.model.cache();
-        let prompt_start = Instant::now();
-        let mut logits = self.prefill(&mut cache, &prompt.ids)?;
-        let prompt_ms = ms(prompt_start);
-        let gen_start = Instant::now();
+    }
 
-        let mut sampler = LogitsProcessor::from_sampling(seed, sampling);
-        let mut stream = TextStream::new(&req.stop);
-        let mut text = String::new();
-        let mut ttft_ms = None;
-        let mut tokens_out = 0;
-        let mut logprobs = Vec::new();
-        let stop = loop {
-            let next = sampler.sample(&Tensor::from_slice(&logits, logits.len(), &Device::Cpu)?)?;
-            ttft_ms.get_or_insert_with(|| ms(start));
-            if self.tokenizer.ends_turn(next) {
-                break Stop::Eos;
-            }
-            if let Some(k) = req.top_logprobs {
-                logprobs.push(self.token_logprob(&logits, next, k)?);
-            }
-            tokens_out += 1;
-            let (piece, stopped) = stream.push(self.tokenizer.token_bytes(next));
-            if !piece.is_empty() {
-                text.push_str(&piece);
-                if on_token(&piece).is_break() && !stopped {
-                    break Stop::Cancelled;
+    /// Runs one request on an [`Engine`] of its own, to the end.
+    fn alone<'a>(&'a self, work: Work, on_token: batch::OnToken<'a>) -> Outcome {
+        let mut engine = Engine::new(self, BatchConfig::single());
+        match engine.prepare(work, (), on_token) {
+            Err(refused) => refused.1,
+            Ok(ready) => {
+                engine.admit(ready);
+                loop {
+                    if let Some(((), outcome)) = engine.step().pop() {
+                        return outcome;
+                    }
                 }
             }
-            if stopped {
-                break Stop::StopString;
-            }
-            if tokens_out == req.max_tokens {
-                break Stop::MaxTokens;
-            }
-            logits = self.forward(&mut cache, &[next])?;
-        };
-        if matches!(stop, Stop::Eos | Stop::MaxTokens) {
-            let rest = stream.finish();
-            if !rest.is_empty() {
-                text.push_str(&rest);
-                let _ = on_token(&rest);
-            }
         }
-        Ok(Generation {
-            text,
-            tokens_in: prompt.ids.len(),
-            tokens_out,
-            prompt_ms,
-            gen_ms: ms(gen_start),
-            ttft_ms: ttft_ms.unwrap_or(prompt_ms),
-            stop,
-            trimmed: prompt.trimmed,
-            logprobs,
-        })
     }
 
     /// The sampled token's log-probability and the `k` most likely tokens at its position.
-    fn token_logprob(&self, logits: &[f32], token: u32, k: usize) -> Result<TokenLogprob, LlmError> {
+    fn token_logprob(&self, logits: &[f32], token: u32, k: usize) -> TokenLogprob {
         let lp = log_softmax(logits);
         let text = |id: usize| String::from_utf8_lossy(self.tokenizer.token_bytes(id as u32)).into_owned();
         let mut order: Vec<usize> = (0..lp.len()).collect();
@@ -262,11 +204,11 @@ impl Llm {
         }
         order.truncate(k);
         order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]));
-        Ok(TokenLogprob {
+        TokenLogprob {
             token: text(token as usize),
             logprob: lp[token as usize] as f32,
             top: order.into_iter().map(|id| TopLogprob { token: text(id), logprob: lp[id] as f32 }).collect(),
-        })
+        }
     }
 
     /// The log-probability of each label as the beginning of the answer to `messages`, best
@@ -274,44 +216,32 @@ impl Llm {
     /// labels score lower by having more tokens: compare labels of like length (`yes`/`no`).
     /// A conversation too long for the context is trimmed as for [`Llm::generate`] (logged).
     pub fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
-        if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
-            return Err(LlmError::Request("classify needs labels, none empty".into()));
+        let work =
+            Work::Classify { messages: messages.to_vec(), labels: labels.iter().map(|l| l.to_string()).collect() };
+        match self.alone(work, Box::new(|_| ControlFlow::Continue(()))) {
+            Outcome::Classified(c) => c,
+            Outcome::Generated(_) => unreachable!("a classification is answered with one"),
         }
-        let label_ids: Vec<Vec<u32>> =
-            labels.iter().map(|l| self.tokenizer.encode_plain(l)).collect::<Result<_, _>>()?;
-        let longest = label_ids.iter().map(Vec::len).max().unwrap_or(1);
-        let prompt = self.prompt(messages, longest)?;
-        let mut cache = self.model.cache();
-        let first = log_softmax(&self.prefill(&mut cache, &prompt.ids)?);
-        let mut scores = Vec::with_capacity(labels.len());
-        for (label, ids) in labels.iter().zip(&label_ids) {
-            let mut logprob = first[ids[0] as usize];
-            for w in ids.windows(2) {
-                logprob += log_softmax(&self.forward(&mut cache, &w[..1])?)[w[1] as usize];
-            }
-            cache.truncate(prompt.ids.len());
-            scores.push(LabelScore { label: label.to_string(), logprob: logprob as f32, tokens: ids.len() });
-        }
-        scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
-        Ok(Classification { scores, tokens_in: prompt.ids.len() })
     }
 
-    /// Reads the prompt into the KV cache; the logits for the token after it.
-    fn prefill(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
-        let mut logits = None;
-        for chunk in ids.chunks(PROMPT_CHUNK) {
-            logits = Some(self.forward(cache, chunk)?);
-        }
-        logits.ok_or_else(|| LlmError::Request("an empty prompt".into()))
+    /// Starts an [`Engine`] that answers requests together on this model.
+    pub fn engine<T>(&self, config: BatchConfig) -> Engine<'_, T> {
+        Engine::new(self, config)
     }
 
-    /// One forward pass on the `Llm`'s threads: the logits after the last of `ids`.
-    fn forward(&self, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, LlmError> {
+    /// Bytes of keys and values one token of a request takes.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.model.kv_bytes_per_token()
+    }
+
+    /// One forward pass on the `Llm`'s threads over every part: the logits after the last token
+    /// of each.
+    fn forward_batch(&self, scratch: &mut Scratch, parts: &mut [Part]) -> Result<Vec<Vec<f32>>, LlmError> {
         // Passes of two requests at once only oversubscribe the cores (a generation on 2 cores
         // slowed fivefold): requests take turns, pass by pass.
         static ONE_PASS_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_PASS_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        self.model.forward(&self.team, cache, ids).map_err(LlmError::Request)
+        self.model.forward_batch(&self.team, scratch, parts).map_err(LlmError::Request)
     }
 }
 
@@ -328,15 +258,15 @@ fn log_softmax(v: &[f32]) -> Vec<f64> {
 /// Generated bytes to text pieces: whole UTF-8 characters only (a character can span tokens;
 /// invalid bytes become U+FFFD as in a lossy decode), and never a piece that could be the start
 /// of a stop string until the next tokens show it is not.
-struct TextStream<'a> {
+struct TextStream {
     bytes: Vec<u8>,
     held: String,
-    stops: &'a [String],
+    stops: Vec<String>,
 }
 
-impl<'a> TextStream<'a> {
-    fn new(stops: &'a [String]) -> TextStream<'a> {
-        TextStream { bytes: Vec::new(), held: String::new(), stops }
+impl TextStream {
+    fn new(stops: &[String]) -> TextStream {
+        TextStream { bytes: Vec::new(), held: String::new(), stops: stops.to_vec() }
     }
 
     /// The text that can be given out after `token`, and whether a stop string came (the text

@@ -1,13 +1,20 @@
-//! The `LlmWorker` actor: the fleet's LLM, served to every persona from a fixed number of
-//! generation slots.
+//! The `LlmWorker` actor: the fleet's LLM, served to every persona at once.
 //!
 //! A loader thread opens the model (rewriting a Q4_1 file as Q8_0 once, see
-//! [`super::runnable`]) and then starts `slots` threads that share it, each taking requests from
-//! one crossbeam channel, with a KV cache per request. A slot streams the answer to the caller's
-//! [`TokenStream`] as it is generated, answers the caller itself, and reports what the request cost
-//! to the actor, which keeps the fleet's cost report. Requests sent while the model loads wait in
-//! the channel. The slots are the worker's side of the scheduler's inference slots: personas ask
-//! for a model call only while they hold an inference grant, and `[scheduler] inference_slots`
+//! [`mindfleet_models::llm::runnable`]) and then serves the requests that come through one
+//! crossbeam channel (requests sent while the model loads wait in it):
+//!
+//! - a local model on one thread, with continuous batching ([`mindfleet_models::llm::batch`]):
+//!   up to `slots` requests are answered together, one forward pass for all of them, joining and
+//!   leaving between passes; the others wait, in order, for a place and for room for their keys
+//!   and values (`kv_bytes`);
+//! - an endpoint on `slots` threads, one request each.
+//!
+//! Each request's answer is streamed to the caller's [`TokenStream`](mindfleet_core::llm::TokenStream)
+//! as it is generated and sent to the caller from the serving thread, which reports what it cost
+//! to the actor, keeper of the fleet's cost report. The slots are the worker's side of the
+//! scheduler's inference slots: personas ask for a model call only while they hold an inference
+//! grant, and `[scheduler] inference_slots` (by default `[llm] max_batch` for a local model)
 //! sizes both.
 //!
 //! If the model cannot be loaded the worker keeps running, degraded: every request is refused
@@ -29,6 +36,8 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Spawn
 
 use super::openai::{OpenAi, OpenAiConfig};
 use crate::scheduler::nearest_rank;
+use mindfleet_core::llm::Batching;
+use mindfleet_models::llm::batch::{BatchConfig, BatchStats, Engine, Outcome, Ready, STEP_TOKENS, Work};
 use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
 
 /// Times to first token kept for the p50/p99 in stats.
@@ -37,28 +46,34 @@ const TTFT_KEPT: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct LlmArgs {
     pub backend: BackendArgs,
-    /// Requests served at once (at least 1).
+    /// Requests served at once (at least 1): a local model's most requests in one pass.
     pub slots: usize,
 }
 
+/// The bound on a local model's keys and values by default (`[llm] kv_memory_mb`).
+pub const DEFAULT_KV_BYTES: usize = 512 << 20;
+
 impl LlmArgs {
-    /// A GGUF file run in process with the default [`LlmConfig`].
+    /// A GGUF file run in process with the default [`LlmConfig`], `slots` requests batched,
+    /// prompts' beginnings reused.
     pub fn local(model: PathBuf, slots: usize) -> LlmArgs {
-        LlmArgs { backend: BackendArgs::Local { model, config: LlmConfig::default() }, slots }
+        let backend =
+            BackendArgs::Local { model, config: LlmConfig::default(), kv_bytes: DEFAULT_KV_BYTES, prefix_reuse: true };
+        LlmArgs { backend, slots }
     }
 }
 
 /// Where the worker's model runs.
 #[derive(Debug, Clone)]
 pub enum BackendArgs {
-    /// In process: a GGUF file (a Q4_1 one is run as its Q8_0 rewrite).
-    Local { model: PathBuf, config: LlmConfig },
+    /// In process: a GGUF file (a Q4_1 one is run as its Q8_0 rewrite), its keys and values
+    /// bounded by `kv_bytes`.
+    Local { model: PathBuf, config: LlmConfig, kv_bytes: usize, prefix_reuse: bool },
     /// Behind an OpenAI-compatible endpoint.
     OpenAi(OpenAiConfig),
 }
 
-/// What the slots run requests on: the same calls, accounted the same way, whichever backend
-/// answers them.
+/// What the slots of an endpoint run requests on.
 pub trait Backend: Send + Sync {
     fn generate(
         &self,
@@ -66,20 +81,6 @@ pub trait Backend: Send + Sync {
         on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation, LlmError>;
     fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError>;
-}
-
-impl Backend for Llm {
-    fn generate(
-        &self,
-        req: &GenerateRequest,
-        on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
-    ) -> Result<Generation, LlmError> {
-        Llm::generate(self, req, on_token)
-    }
-
-    fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
-        Llm::classify(self, messages, labels)
-    }
 }
 
 impl Backend for OpenAi {
@@ -112,8 +113,8 @@ pub async fn spawn(args: LlmArgs, supervisor: Option<ActorCell>) -> Result<Actor
 enum Callback {
     /// The model is loaded (or failed to load).
     Loaded(Result<LlmInfo, String>),
-    /// A request is done; what it cost.
-    Done(Cost),
+    /// A request is done; what it cost, and the batch's figures after it (a local model).
+    Done(Cost, Option<Box<Batching>>),
 }
 
 fn own(callback: Callback) -> LlmMsg {
@@ -149,6 +150,7 @@ pub struct LlmState {
     jobs: Option<Sender<Job>>,
     status: Status,
     stats: LlmStats,
+    batching: Option<Batching>,
     ttft: VecDeque<f64>,
     prompt_ms: f64,
     gen_ms: f64,
@@ -211,6 +213,7 @@ impl LlmState {
         t.sort_by(f64::total_cmp);
         s.ttft_p50_ms = nearest_rank(&t, 0.50).unwrap_or(0.0);
         s.ttft_p99_ms = nearest_rank(&t, 0.99).unwrap_or(0.0);
+        s.batching = self.batching.clone();
         s
     }
 }
@@ -248,6 +251,7 @@ impl Actor for LlmWorker {
             jobs: Some(tx),
             status: Status::Loading,
             stats,
+            batching: None,
             ttft: VecDeque::with_capacity(TTFT_KEPT),
             prompt_ms: 0.0,
             gen_ms: 0.0,
@@ -271,7 +275,12 @@ impl Actor for LlmWorker {
                     tracing::error!(error = %e, "LLM unavailable: model-backed brains fall back to rules");
                     st.status = Status::Degraded(e);
                 }
-                Ok(Callback::Done(cost)) => st.account(cost),
+                Ok(Callback::Done(cost, batching)) => {
+                    st.account(cost);
+                    if let Some(b) = batching {
+                        st.batching = Some(*b);
+                    }
+                }
                 Err(_) => tracing::warn!("LLM worker: dropped a message that is not its own"),
             },
         }
@@ -285,52 +294,228 @@ impl Actor for LlmWorker {
     }
 }
 
-/// Loads the model (or sets up the endpoint's client), then runs the slots; on failure refuses
-/// what was queued.
+/// Loads the model (or sets up the endpoint's client), then serves; on failure refuses what
+/// was queued.
 fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     let started = Instant::now();
-    let loaded: Result<(Arc<dyn Backend>, LlmInfo), LlmError> = match args.backend {
-        BackendArgs::Local { model, config } => mindfleet_models::llm::runnable(&model).and_then(|file| {
-            let llm = Llm::load_with(&file, config)?;
-            let info = LlmInfo {
-                model: file_name(llm.file()),
-                path: llm.file().display().to_string(),
-                threads: llm.threads(),
-                context: llm.context(),
-                load_s: started.elapsed().as_secs_f64(),
-            };
-            Ok((Arc::new(llm) as Arc<dyn Backend>, info))
-        }),
+    let slots = args.slots.max(1);
+    let loaded: Result<(Served, LlmInfo), LlmError> = match args.backend {
+        BackendArgs::Local { model, config, kv_bytes, prefix_reuse } => mindfleet_models::llm::runnable(&model)
+            .and_then(|file| {
+                let llm = Llm::load_with(&file, config)?;
+                let info = LlmInfo {
+                    model: file_name(llm.file()),
+                    path: llm.file().display().to_string(),
+                    threads: llm.threads(),
+                    context: llm.context(),
+                    load_s: started.elapsed().as_secs_f64(),
+                };
+                let batch = BatchConfig { max_batch: slots, kv_bytes, prefix_reuse, step_tokens: STEP_TOKENS };
+                Ok((Served::Local(Box::new(llm), batch), info))
+            }),
         BackendArgs::OpenAi(config) => OpenAi::new(config).map(|client| {
             let c = client.config();
             let info = LlmInfo { model: c.model.clone(), path: c.url.clone(), ..Default::default() };
-            (Arc::new(client) as Arc<dyn Backend>, info)
+            (Served::Endpoint(Arc::new(client)), info)
         }),
     };
-    let (backend, info) = match loaded {
+    let (served, info) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
             let e = e.to_string();
             let _ = actor.cast(own(Callback::Loaded(Err(e.clone()))));
             // Requests sent before the actor heard of the failure.
             while let Ok(job) = jobs.recv() {
-                let _ = actor.cast(own(Callback::Done(Cost::default())));
+                let _ = actor.cast(own(Callback::Done(Cost::default(), None)));
                 fail(job, LlmFailure::Degraded(e.clone()));
             }
             return;
         }
     };
     let _ = actor.cast(own(Callback::Loaded(Ok(info))));
-    let slots: Vec<_> = (0..args.slots.max(1))
-        .map(|i| {
-            let (backend, jobs, actor) = (backend.clone(), jobs.clone(), actor.clone());
-            std::thread::Builder::new()
-                .name(format!("llm-slot-{i}"))
-                .spawn(move || serve(backend.as_ref(), &jobs, &actor))
-        })
-        .collect();
-    for s in slots.into_iter().flatten() {
-        let _ = s.join();
+    match served {
+        Served::Local(llm, batch) => serve_batched(&llm, batch, &jobs, &actor),
+        Served::Endpoint(backend) => {
+            let threads: Vec<_> = (0..slots)
+                .map(|i| {
+                    let (backend, jobs, actor) = (backend.clone(), jobs.clone(), actor.clone());
+                    std::thread::Builder::new()
+                        .name(format!("llm-slot-{i}"))
+                        .spawn(move || serve(backend.as_ref(), &jobs, &actor))
+                })
+                .collect();
+            for t in threads.into_iter().flatten() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// What serves the requests once loaded.
+enum Served {
+    Local(Box<Llm>, BatchConfig),
+    Endpoint(Arc<dyn Backend>),
+}
+
+/// A request in a local model's batch: who asked, and what for.
+struct Asked {
+    purpose: String,
+    persona: Option<String>,
+    received: Instant,
+    reply: Reply,
+}
+
+enum Reply {
+    Generate(RpcReplyPort<Result<Generation, LlmFailure>>),
+    Classify(RpcReplyPort<Result<Classification, LlmFailure>>),
+}
+
+/// A local model's requests, batched on this thread until the channel closes and the last
+/// request in the batch is answered.
+fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+    mindfleet_models::lower_model_thread_priority();
+    let mut engine: Engine<'_, Asked> = llm.engine(batch);
+    let mut waiting: VecDeque<Ready<'_, Asked>> = VecDeque::new();
+    let mut open = true;
+    loop {
+        // Wait for a request when there is nothing to do; take every request that came.
+        if engine.is_empty() && waiting.is_empty() {
+            match jobs.recv() {
+                Ok(job) => take(&engine, job, &mut waiting, actor),
+                Err(_) => return,
+            }
+        }
+        while open {
+            match jobs.try_recv() {
+                Ok(job) => take(&engine, job, &mut waiting, actor),
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        while waiting.front().is_some_and(|r| engine.has_room(r)) {
+            engine.admit(waiting.pop_front().expect("checked"));
+        }
+        let done = engine.step();
+        let last = done.len();
+        for (n, (asked, outcome)) in done.into_iter().enumerate() {
+            // The batch's figures go with the last answer of the pass.
+            let figures = (n + 1 == last).then(|| Box::new(batching(&engine, waiting.len())));
+            answer(asked, outcome, figures, actor);
+        }
+        if !open && engine.is_empty() && waiting.is_empty() {
+            return;
+        }
+    }
+}
+
+/// Tokenizes a request into the line for the batch; a bad one is answered at once.
+fn take<'a>(engine: &Engine<'a, Asked>, job: Job, waiting: &mut VecDeque<Ready<'a, Asked>>, actor: &ActorRef<LlmMsg>) {
+    let received = Instant::now();
+    let (work, asked, on_token): (_, _, mindfleet_models::llm::batch::OnToken<'a>) = match job {
+        Job::Generate(GenerateJob { req, purpose, persona, stream }, reply) => {
+            let on_token = Box::new(move |piece: &str| match &stream {
+                Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
+                _ => ControlFlow::Continue(()),
+            });
+            (Work::Generate(req), Asked { purpose, persona, received, reply: Reply::Generate(reply) }, on_token)
+        }
+        Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => (
+            Work::Classify { messages, labels },
+            Asked { purpose, persona, received, reply: Reply::Classify(reply) },
+            Box::new(|_: &str| ControlFlow::Continue(())),
+        ),
+    };
+    match engine.prepare(work, asked, on_token) {
+        Ok(ready) => waiting.push_back(ready),
+        Err(refused) => {
+            let (asked, outcome) = *refused;
+            answer(asked, outcome, None, actor)
+        }
+    }
+}
+
+/// Reports what a request cost, then answers it (so what its caller asks next counts it).
+fn answer(asked: Asked, outcome: Outcome, figures: Option<Box<Batching>>, actor: &ActorRef<LlmMsg>) {
+    let Asked { purpose, persona, received, reply } = asked;
+    let failed = Cost { purpose: purpose.clone(), persona: persona.clone(), ..Default::default() };
+    match (reply, outcome) {
+        (Reply::Generate(reply), Outcome::Generated(out)) => {
+            let cost = out.as_ref().map_or(failed, |g| generated(purpose, persona, g));
+            let _ = actor.cast(own(Callback::Done(cost, figures)));
+            let _ = reply.send(out.map_err(failure));
+        }
+        (Reply::Classify(reply), Outcome::Classified(out)) => {
+            let cost = out.as_ref().map_or(failed, |c| classified(purpose, persona, c, received));
+            let _ = actor.cast(own(Callback::Done(cost, figures)));
+            let _ = reply.send(out.map_err(failure));
+        }
+        (reply, _) => {
+            tracing::error!("LLM worker: a request was answered with another kind of answer");
+            let _ = actor.cast(own(Callback::Done(failed, figures)));
+            let why = LlmFailure::Failed("answered with another kind of answer".into());
+            match reply {
+                Reply::Generate(r) => drop(r.send(Err(why))),
+                Reply::Classify(r) => drop(r.send(Err(why))),
+            }
+        }
+    }
+}
+
+/// The batch's figures for the dump.
+fn batching(engine: &Engine<'_, Asked>, waiting: usize) -> Batching {
+    let BatchStats {
+        passes,
+        batched,
+        tokens,
+        busy_s,
+        prompt_tokens,
+        reused_tokens,
+        active,
+        kv_reserved,
+        kv_prefixes,
+        kv_peak,
+        prefixes,
+    } = engine.stats();
+    let config = engine.config();
+    Batching {
+        max_batch: config.max_batch,
+        passes,
+        mean_batch: if passes > 0 { batched as f64 / passes as f64 } else { 0.0 },
+        model_tok_s: if busy_s > 0.0 { tokens as f64 / busy_s } else { 0.0 },
+        prompt_tokens,
+        reused_tokens,
+        prefix_hit_rate: if prompt_tokens > 0 { reused_tokens as f64 / prompt_tokens as f64 } else { 0.0 },
+        prefixes,
+        active,
+        waiting,
+        kv_bytes: (kv_reserved + kv_prefixes) as u64,
+        kv_peak_bytes: kv_peak as u64,
+        kv_bound_bytes: config.kv_bytes as u64,
+    }
+}
+
+fn generated(purpose: String, persona: Option<String>, g: &Generation) -> Cost {
+    Cost {
+        purpose,
+        persona,
+        tokens_in: g.tokens_in as u64,
+        tokens_out: g.tokens_out as u64,
+        prompt_ms: g.prompt_ms,
+        gen_ms: g.gen_ms,
+        ttft_ms: g.ttft_ms,
+        ok: true,
+    }
+}
+
+fn classified(purpose: String, persona: Option<String>, c: &Classification, received: Instant) -> Cost {
+    Cost {
+        purpose,
+        persona,
+        tokens_in: c.tokens_in as u64,
+        tokens_out: c.scores.iter().map(|s| s.tokens as u64).sum(),
+        prompt_ms: received.elapsed().as_secs_f64() * 1e3,
+        ok: true,
+        ..Default::default()
     }
 }
 
@@ -342,9 +527,8 @@ fn failure(e: LlmError) -> LlmFailure {
     LlmFailure::Failed(e.to_string())
 }
 
-/// One slot: runs requests until the channel closes.
+/// One slot of an endpoint: runs requests until the channel closes.
 fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
-    mindfleet_models::lower_model_thread_priority();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {
@@ -354,21 +538,12 @@ fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) 
                     _ => ControlFlow::Continue(()),
                 });
                 let cost = match &out {
-                    Ok(g) => Cost {
-                        purpose: job.purpose,
-                        persona: job.persona,
-                        tokens_in: g.tokens_in as u64,
-                        tokens_out: g.tokens_out as u64,
-                        prompt_ms: g.prompt_ms,
-                        gen_ms: g.gen_ms,
-                        ttft_ms: g.ttft_ms,
-                        ok: true,
-                    },
+                    Ok(g) => generated(job.purpose, job.persona, g),
                     Err(_) => Cost { purpose: job.purpose, persona: job.persona, ..Default::default() },
                 };
                 // The cost is counted before the caller hears the answer, so what the caller
                 // asks next (stats, a dump) includes it.
-                let _ = actor.cast(own(Callback::Done(cost)));
+                let _ = actor.cast(own(Callback::Done(cost, None)));
                 let _ = reply.send(out.map_err(failure));
             }
             Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => {
@@ -376,18 +551,10 @@ fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) 
                 let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
                 let out = backend.classify(&messages, &labels);
                 let cost = match &out {
-                    Ok(c) => Cost {
-                        purpose,
-                        persona,
-                        tokens_in: c.tokens_in as u64,
-                        tokens_out: c.scores.iter().map(|s| s.tokens as u64).sum(),
-                        prompt_ms: t.elapsed().as_secs_f64() * 1e3,
-                        ok: true,
-                        ..Default::default()
-                    },
+                    Ok(c) => classified(purpose, persona, c, t),
                     Err(_) => Cost { purpose, persona, ..Default::default() },
                 };
-                let _ = actor.cast(own(Callback::Done(cost)));
+                let _ = actor.cast(own(Callback::Done(cost, None)));
                 let _ = reply.send(out.map_err(failure));
             }
         }

@@ -169,7 +169,7 @@ pub struct ModelsConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LlmBackend {
     /// In process, on the GGUF of `[models]`.
-    Local,
+    Local(LocalLlm),
     /// Behind an OpenAI-compatible chat endpoint.
     OpenAi {
         /// The API's base (`http://host:port/v1`).
@@ -179,6 +179,35 @@ pub enum LlmBackend {
         api_key: Option<String>,
         timeout: Duration,
     },
+}
+
+/// How a local model serves the fleet's requests (`[llm]` with `backend = "local"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalLlm {
+    /// Most requests decoded together in one forward pass (1: one at a time).
+    pub max_batch: usize,
+    /// Bound on the memory of keys and values: the batch's requests' and the kept prompts'.
+    pub kv_memory_mb: u64,
+    /// Keep the keys and values of prompts read, and start a prompt from the longest beginning
+    /// it shares with one kept.
+    pub prefix_reuse: bool,
+}
+
+impl LocalLlm {
+    pub const DEFAULT_MAX_BATCH: usize = 8;
+    pub const DEFAULT_KV_MEMORY_MB: u64 = 512;
+}
+
+impl Default for LocalLlm {
+    fn default() -> LocalLlm {
+        LocalLlm { max_batch: Self::DEFAULT_MAX_BATCH, kv_memory_mb: Self::DEFAULT_KV_MEMORY_MB, prefix_reuse: true }
+    }
+}
+
+impl Default for LlmBackend {
+    fn default() -> LlmBackend {
+        LlmBackend::Local(LocalLlm::default())
+    }
 }
 
 /// The shared embedding worker (`[embedding]`).
@@ -429,12 +458,18 @@ impl FleetConfig {
         let admin = cx.admin(raw.admin.unwrap_or_default())?;
         let storage = cx.storage(raw.storage.unwrap_or_default())?;
         let supervision = cx.supervision(raw.supervision.unwrap_or_default())?;
-        let scheduler = cx.scheduler(raw.scheduler.unwrap_or_default())?;
+        let raw_scheduler = raw.scheduler.unwrap_or_default();
+        let slots_set = raw_scheduler.inference_slots.is_some();
+        let mut scheduler = cx.scheduler(raw_scheduler)?;
         let coordination = cx.coordination(raw.coordination.unwrap_or_default())?;
         let cluster = cx.cluster(raw.cluster.unwrap_or_default())?;
         let models = cx.models(raw.models.unwrap_or_default());
         let embedding = cx.embedding(raw.embedding.unwrap_or_default())?;
         let llm = cx.llm(raw.llm.unwrap_or_default())?;
+        // A local model's slots are its batch: by default, as many grants as it decodes together.
+        if let (LlmBackend::Local(local), false) = (&llm, slots_set) {
+            scheduler.inference_slots = local.max_batch;
+        }
         let index = cx.index(raw.index.unwrap_or_default())?;
         let references = cx.references(raw.references.unwrap_or_default(), &raw.reference)?;
         let conversation = cx.conversation(raw.conversation.unwrap_or_default())?;

@@ -158,6 +158,8 @@ const KEYS: &[(&str, &str, &str, &[&str])] = &[
     ("cluster", "rebalance", "true", &["1", "\"yes\""]),
     ("cluster", "nodes", "[\"n1\"]", &["\"n1\"", "[1]", "[[\"n1\"]]"]),
     ("embedding", "max_wait_ms", "2.0", &["\"2\"", "{}"]),
+    ("llm", "max_batch", "8", &["8.5", "\"8\""]),
+    ("llm", "prefix_reuse", "true", &["1", "\"yes\""]),
     ("index", "max_cursors", "5", &["5.5", "[]"]),
     ("index", "allowed_roots", "[\"/srv\"]", &["\"/srv\"", "[true]"]),
     ("conversation", "half_life_hours", "2.0", &["\"2h\"", "true"]),

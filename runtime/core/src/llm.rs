@@ -246,4 +246,35 @@ pub struct LlmStats {
     pub ttft_p50_ms: f64,
     pub ttft_p99_ms: f64,
     pub by_purpose: BTreeMap<String, PurposeCost>,
+    /// How the local model batches requests (none for an endpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batching: Option<Batching>,
+}
+
+/// The local model's continuous batching: requests decoded together, prompts' beginnings
+/// reused, and the memory their keys and values take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Batching {
+    /// Most requests in one forward pass.
+    pub max_batch: usize,
+    /// Forward passes run, and requests per pass over them.
+    pub passes: u64,
+    pub mean_batch: f64,
+    /// Tokens through the model (prompts read and answers generated) per second of passes.
+    pub model_tok_s: f64,
+    /// Prompt tokens of the requests, and the share of them taken from a kept prompt's keys
+    /// and values instead of read.
+    pub prompt_tokens: u64,
+    pub reused_tokens: u64,
+    pub prefix_hit_rate: f64,
+    /// Kept prompts now.
+    pub prefixes: usize,
+    /// Requests in the batch now, and waiting for room in it.
+    pub active: usize,
+    pub waiting: usize,
+    /// Bytes of keys and values: now (the batch's reservations and the kept prompts), the most
+    /// so far, and the bound (`[llm] kv_memory_mb`).
+    pub kv_bytes: u64,
+    pub kv_peak_bytes: u64,
+    pub kv_bound_bytes: u64,
 }

@@ -117,21 +117,14 @@ pub struct Llama {
     context: usize,
 }
 
-/// The keys and values of the tokens read so far, one request's, and the buffers its forward
-/// passes reuse (so reading a token allocates nothing but the logits).
+/// The keys and values of the tokens read so far, one request's.
 pub struct KvCache {
     /// Per layer, `[position][kv_heads * head_dim]`.
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
     len: usize,
-    scratch: Scratch,
-}
-
-impl Clone for KvCache {
-    /// The tokens read; not the buffers, which hold nothing between passes.
-    fn clone(&self) -> KvCache {
-        KvCache { keys: self.keys.clone(), values: self.values.clone(), len: self.len, scratch: Scratch::default() }
-    }
+    /// Values of one token in one layer (`kv_heads * head_dim`).
+    width: usize,
 }
 
 impl KvCache {
@@ -139,11 +132,31 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
     }
+
+    /// Tokens read.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A cache of the first `len` tokens of this one (all of them when it has fewer).
+    pub fn prefix(&self, len: usize) -> KvCache {
+        let len = len.min(self.len);
+        let cut = |v: &Vec<Vec<f32>>| v.iter().map(|layer| layer[..len * self.width].to_vec()).collect();
+        KvCache { keys: cut(&self.keys), values: cut(&self.values), len, width: self.width }
+    }
 }
 
-/// Buffers of one forward pass.
+/// One part of a batched forward pass: tokens to read after those in its cache.
+pub struct Part<'a> {
+    pub cache: &'a mut KvCache,
+    pub ids: &'a [u32],
+}
+
+/// Buffers of one forward pass, reused by the next.
 #[derive(Default)]
-struct Scratch {
+pub struct Scratch {
+    /// Each token's part and position.
+    rows: Vec<(usize, usize)>,
     x: Vec<f32>,
     normed: Vec<f32>,
     wide: Vec<f32>,
@@ -191,33 +204,50 @@ impl Llama {
         Ok(Llama { cfg, embed, output, norm, layers, rope, context })
     }
 
+    /// Bytes of keys and values one token takes in a [`KvCache`].
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.cfg.layers * self.cfg.kv_dim() * 2 * std::mem::size_of::<f32>()
+    }
+
     pub fn cache(&self) -> KvCache {
         KvCache {
             keys: vec![Vec::new(); self.cfg.layers],
             values: vec![Vec::new(); self.cfg.layers],
             len: 0,
-            scratch: Scratch::default(),
+            width: self.cfg.kv_dim(),
         }
     }
 
-    /// Reads `ids` after the tokens in `cache`, adding them to it, and returns the logits for
-    /// the token after the last of them. Runs on the threads of `team`.
-    pub fn forward(&self, team: &Team, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, String> {
+    /// Reads each part's `ids` after the tokens of its cache, in one pass: the weights are read
+    /// once for every token of every part, and each part attends to its own cache only. Returns
+    /// the logits after the last token of each part, in order. A part's logits are the same, bit
+    /// for bit, as when it is read alone or in other pieces: every product, norm and attention
+    /// row is computed for one token at a time, in the same order, whatever else is in the pass.
+    pub fn forward_batch(&self, team: &Team, s: &mut Scratch, parts: &mut [Part]) -> Result<Vec<Vec<f32>>, String> {
         let cfg = &self.cfg;
-        let (n, h, kv) = (ids.len(), cfg.hidden, cfg.kv_dim());
-        if n == 0 {
-            return Err("no tokens to read".into());
+        let (h, kv) = (cfg.hidden, cfg.kv_dim());
+        for p in parts.iter() {
+            if p.ids.is_empty() {
+                return Err("no tokens to read".into());
+            }
+            if p.cache.len + p.ids.len() > self.context {
+                return Err(format!("{} tokens in a context of {}", p.cache.len + p.ids.len(), self.context));
+            }
+            if let Some(bad) = p.ids.iter().find(|id| **id as usize >= cfg.vocab) {
+                return Err(format!("token {bad} is not in the vocabulary of {}", cfg.vocab));
+            }
         }
-        if cache.len + n > self.context {
-            return Err(format!("{} tokens in a context of {}", cache.len + n, self.context));
+        if parts.is_empty() {
+            return Ok(Vec::new());
         }
-        if let Some(bad) = ids.iter().find(|id| **id as usize >= cfg.vocab) {
-            return Err(format!("token {bad} is not in the vocabulary of {}", cfg.vocab));
+        // Each token's part and position.
+        s.rows.clear();
+        for (k, p) in parts.iter().enumerate() {
+            s.rows.extend((0..p.ids.len()).map(|i| (k, p.cache.len + i)));
         }
-        let pos = cache.len;
-        let s = &mut cache.scratch;
+        let n = s.rows.len();
         let x = grow(&mut s.x, n * h);
-        for (row, id) in x.chunks_exact_mut(h).zip(ids) {
+        for (row, id) in x.chunks_exact_mut(h).zip(parts.iter().flat_map(|p| p.ids)) {
             self.embed.dequantize_row(*id as usize, row);
         }
         let qkv_width = h + 2 * kv;
@@ -227,19 +257,25 @@ impl Llama {
             s.q8.quantize(&s.normed, h);
             let qkv = grow(&mut s.wide, n * qkv_width);
             matmul(team, &s.q8, &layer.qkv, qkv);
-            let (keys, values) = (&mut cache.keys[l], &mut cache.values[l]);
-            keys.truncate(pos * kv);
-            values.truncate(pos * kv);
-            for (i, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
-                let (q, rest) = row.split_at_mut(h);
-                let (k, v) = rest.split_at_mut(kv);
-                self.rotate(q, pos + i);
-                self.rotate(k, pos + i);
-                keys.extend_from_slice(k);
-                values.extend_from_slice(v);
+            let mut rows = qkv.chunks_exact_mut(qkv_width).zip(&s.rows);
+            for p in parts.iter_mut() {
+                let pos = p.cache.len;
+                let (keys, values) = (&mut p.cache.keys[l], &mut p.cache.values[l]);
+                keys.truncate(pos * kv);
+                values.truncate(pos * kv);
+                for (row, (_, at)) in rows.by_ref().take(p.ids.len()) {
+                    let (q, rest) = row.split_at_mut(h);
+                    let (k, v) = rest.split_at_mut(kv);
+                    self.rotate(q, *at);
+                    self.rotate(k, *at);
+                    keys.extend_from_slice(k);
+                    values.extend_from_slice(v);
+                }
             }
             let attn = grow(&mut s.attn, n * h);
-            self.attention(team, qkv, keys, values, pos, attn);
+            let caches: Vec<(&[f32], &[f32])> =
+                parts.iter().map(|p| (p.cache.keys[l].as_slice(), p.cache.values[l].as_slice())).collect();
+            self.attention(team, qkv, &caches, &s.rows, attn);
             s.q8.quantize(attn, h);
             let out = grow(&mut s.normed, n * h);
             matmul(team, &s.q8, &layer.out, out);
@@ -258,14 +294,18 @@ impl Llama {
             matmul(team, &s.q8, &layer.down, down);
             add(x, down);
         }
-        cache.len = pos + n;
-        let last = &x[(n - 1) * h..];
-        let normed = grow(&mut s.normed, h);
-        rms_norm(last, normed, &self.norm, cfg.rms_eps);
+        // The last token of each part, normed, through the output projection together.
+        let normed = grow(&mut s.normed, parts.len() * h);
+        let mut end = 0;
+        for (p, out) in parts.iter_mut().zip(normed.chunks_exact_mut(h)) {
+            end += p.ids.len();
+            rms_norm(&x[(end - 1) * h..end * h], out, &self.norm, cfg.rms_eps);
+            p.cache.len += p.ids.len();
+        }
         s.q8.quantize(normed, h);
-        let mut logits = vec![0.0; cfg.vocab];
+        let mut logits = vec![0.0; parts.len() * cfg.vocab];
         matmul(team, &s.q8, self.output.as_ref().unwrap_or(&self.embed), &mut logits);
-        Ok(logits)
+        Ok(logits.chunks_exact(cfg.vocab).map(<[f32]>::to_vec).collect())
     }
 
     /// Rotates each head of `x` (queries or keys of one token) to position `pos`.
@@ -281,25 +321,35 @@ impl Llama {
         }
     }
 
-    /// Causal attention of the new tokens' queries (in `qkv`, from position `pos` on) over
-    /// every key and value in the cache, into `out`; (token, head) pairs are dealt out to the
-    /// team's threads in turn, so each gets as many early (short) rows as late ones.
-    fn attention(&self, team: &Team, qkv: &[f32], keys: &[f32], values: &[f32], pos: usize, out: &mut [f32]) {
+    /// Causal attention of each new token's queries (in `qkv`; `rows` gives its part and
+    /// position) over the keys and values of its part's cache up to its position, into `out`;
+    /// (token, head) pairs are dealt out to the team's threads in turn, so each gets as many
+    /// early (short) rows as late ones.
+    fn attention(
+        &self,
+        team: &Team,
+        qkv: &[f32],
+        caches: &[(&[f32], &[f32])],
+        rows: &[(usize, usize)],
+        out: &mut [f32],
+    ) {
         let cfg = &self.cfg;
         let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
         let group = cfg.heads / cfg.kv_heads;
         let scale = 1.0 / (d as f32).sqrt();
         let width = h + 2 * kv;
-        let items = out.len() / h * cfg.heads;
+        let items = rows.len() * cfg.heads;
         let out = Out::new(out, h);
         team.run(&|t| {
             let mut scores = Vec::new();
             for item in (t..items).step_by(team.threads()) {
                 let (i, head) = (item / cfg.heads, item % cfg.heads);
+                let (part, pos) = rows[i];
+                let (keys, values) = caches[part];
                 let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
                 let g = head / group;
                 scores.clear();
-                scores.extend((0..pos + i + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
+                scores.extend((0..pos + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
                 softmax(&mut scores);
                 // SAFETY: (token i, head) is this thread's item alone, within `out`.
                 let out = unsafe { out.slice(i, head * d, d) };

@@ -224,6 +224,9 @@ pub(super) struct RawLlm {
     pub(super) model: Option<String>,
     pub(super) api_key_env: Option<Spanned<String>>,
     pub(super) timeout_secs: Option<Spanned<f64>>,
+    pub(super) max_batch: Option<Spanned<i64>>,
+    pub(super) kv_memory_mb: Option<Spanned<i64>>,
+    pub(super) prefix_reuse: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -340,3 +340,21 @@ fn a_webhook_needs_its_secret_s_variable_an_http_url_and_known_personas_and_kind
     let err = parse(&twice).unwrap_err().to_string();
     assert!(err.starts_with("fleet.toml:8:7:") && err.contains("duplicate webhook"), "{err}");
 }
+
+#[test]
+fn a_local_model_batches_max_batch_requests_and_the_scheduler_grants_as_many_unless_told() {
+    let cfg = parse(&format!("[llm]\nmax_batch = 4\nkv_memory_mb = 256\nprefix_reuse = false\n{ONE}")).unwrap();
+    assert_eq!(cfg.llm, LlmBackend::Local(LocalLlm { max_batch: 4, kv_memory_mb: 256, prefix_reuse: false }));
+    assert_eq!(cfg.scheduler.inference_slots, 4);
+    let cfg = parse(&format!("[scheduler]\ninference_slots = 2\n{ONE}")).unwrap();
+    assert_eq!((cfg.llm, cfg.scheduler.inference_slots), (LlmBackend::default(), 2));
+    let cfg = parse(ONE).unwrap();
+    assert_eq!(cfg.scheduler.inference_slots, LocalLlm::DEFAULT_MAX_BATCH);
+    // Below one full context, and keys an endpoint does not take.
+    let e = parse(&format!("[llm]\nkv_memory_mb = 64\n{ONE}")).unwrap_err();
+    assert!(e.to_string().contains("kv_memory_mb") && e.line == Some((2, 16)), "{e}");
+    let openai = "[llm]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n";
+    let e = parse(&format!("{openai}max_batch = 4\n{ONE}")).unwrap_err();
+    assert!(e.to_string().contains("`max_batch` and `kv_memory_mb` are for `backend = \"local\"`"), "{e}");
+    assert_eq!(e.line.map(|l| l.0), Some(5));
+}

@@ -94,7 +94,15 @@ impl Ctx<'_> {
                 if let Some(url) = &l.url {
                     return Err(self.err_at(url.span(), "`url` is for `backend = \"openai\"`"));
                 }
-                Ok(LlmBackend::Local)
+                let d = LocalLlm::default();
+                // One request at its longest context must fit: 2,048 tokens of SmolLM2-135M
+                // take 90 MiB.
+                Ok(LlmBackend::Local(LocalLlm {
+                    max_batch: self.int(&l.max_batch, "max_batch", 1..=256, d.max_batch as i64)? as usize,
+                    kv_memory_mb: self.int(&l.kv_memory_mb, "kv_memory_mb", 128..=1 << 20, d.kv_memory_mb as i64)?
+                        as u64,
+                    prefix_reuse: l.prefix_reuse.as_ref().map_or(d.prefix_reuse, |b| *b.get_ref()),
+                }))
             }
             "openai" => {
                 let at = l.backend.as_ref().map_or(0..0, Spanned::span);
@@ -105,7 +113,13 @@ impl Ctx<'_> {
                         format!("`url` = {:?}: only http:// endpoints are supported", url.get_ref()),
                     ));
                 }
-                let model = l.model.ok_or_else(|| self.err_at(at, "`backend = \"openai\"` needs `model`"))?;
+                let model = l.model.ok_or_else(|| self.err_at(at.clone(), "`backend = \"openai\"` needs `model`"))?;
+                if let Some(key) = [&l.max_batch, &l.kv_memory_mb].into_iter().flatten().next() {
+                    return Err(self.err_at(key.span(), "`max_batch` and `kv_memory_mb` are for `backend = \"local\"`"));
+                }
+                if let Some(key) = &l.prefix_reuse {
+                    return Err(self.err_at(key.span(), "`prefix_reuse` is for `backend = \"local\"`"));
+                }
                 let api_key = match &l.api_key_env {
                     None => None,
                     Some(var) => Some(std::env::var(var.get_ref()).map_err(|_| {

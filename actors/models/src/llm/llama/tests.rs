@@ -14,6 +14,14 @@ fn model_path() -> PathBuf {
     runnable(&dir.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap()
 }
 
+impl Llama {
+    /// Reads `ids` after the tokens in `cache` alone; the logits after the last of them.
+    fn forward(&self, team: &Team, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, String> {
+        let out = self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids }]);
+        Ok(out?.pop().expect("one part, one row of logits"))
+    }
+}
+
 fn argmax(v: &[f32]) -> u32 {
     (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap() as u32
 }
@@ -117,4 +125,73 @@ fn a_prompt_read_in_pieces_or_on_one_thread_gives_the_same_logits_and_truncating
     assert_ne!(after, again);
     let e = ours.forward(&two, &mut ours.cache(), &[u32::MAX]).unwrap_err();
     assert!(e.contains("not in the vocabulary"), "{e}");
+}
+
+#[test]
+fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit() {
+    let (ours, prompt) = model();
+    let team = Team::new(2, "test").unwrap();
+    // Three requests: the reference prompt, a shorter one, and a longer one that begins alike.
+    let short: Vec<u32> = prompt[..7].to_vec();
+    let long: Vec<u32> = prompt.iter().chain(&prompt[3..20]).copied().collect();
+    let prompts = [prompt.clone(), short, long];
+    // Alone: each prompt, then 6 greedy steps.
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .map(|p| {
+            let mut cache = ours.cache();
+            let mut steps = vec![ours.forward(&team, &mut cache, p).unwrap()];
+            for _ in 0..6 {
+                let next = argmax(steps.last().unwrap());
+                steps.push(ours.forward(&team, &mut cache, &[next]).unwrap());
+            }
+            steps
+        })
+        .collect();
+    // Together: the first prompt alone in the first pass, the second's beside the first's first
+    // step, the third's in two pieces (9 tokens, then the rest) beside the others' steps.
+    let mut caches: Vec<KvCache> = (0..3).map(|_| ours.cache()).collect();
+    let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+    let mut fed = [0usize; 3];
+    let mut scratch = Scratch::default();
+    for pass in 0..12 {
+        let inputs: Vec<Option<Vec<u32>>> = (0..3)
+            .map(|k| {
+                let p = &prompts[k];
+                if pass < k || got[k].len() == 7 {
+                    None
+                } else if fed[k] < p.len() {
+                    let end = if k == 2 && fed[k] == 0 { 9 } else { p.len() };
+                    Some(p[fed[k]..end].to_vec())
+                } else {
+                    Some(vec![argmax(got[k].last().unwrap())])
+                }
+            })
+            .collect();
+        let mut ks = Vec::new();
+        let mut parts: Vec<Part> = caches
+            .iter_mut()
+            .zip(&inputs)
+            .enumerate()
+            .filter_map(|(k, (cache, ids))| {
+                ks.push(k);
+                ids.as_deref().map(|ids| Part { cache, ids })
+            })
+            .collect();
+        ks.retain(|k| inputs[*k].is_some());
+        let logits = ours.forward_batch(&team, &mut scratch, &mut parts).unwrap();
+        for (k, l) in ks.into_iter().zip(logits) {
+            fed[k] = (fed[k] + inputs[k].as_ref().unwrap().len()).min(prompts[k].len());
+            // The logits after a piece of a prompt are nobody's to sample from.
+            if caches[k].len() >= prompts[k].len() {
+                got[k].push(l);
+            }
+        }
+    }
+    for k in 0..3 {
+        assert_eq!(got[k].len(), alone[k].len(), "request {k}: passes");
+        for (step, (a, b)) in got[k].iter().zip(&alone[k]).enumerate() {
+            assert!(a == b, "request {k}, step {step}: the logits differ from the request's alone");
+        }
+    }
 }
