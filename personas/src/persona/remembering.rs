@@ -17,7 +17,13 @@ use super::Own;
 use super::phase::{Gated, Phase, TaskFor};
 use super::{CHILD_CALL_MS, GATHER, PersonaState};
 
-/// Longest the recall before a plan waits for the embedding worker before it compares by words.
+/// Longest the embedding worker may take to begin embedding the recall's texts before a plan: past
+/// it (or at once, when its queue would keep them past it) the worker answers `Late` and the
+/// recall compares by words. Under load the plan does not wait on the model; the embedding
+/// worker's thread runs at a lower priority and falls behind first on a busy machine.
+const RECALL_EMBED_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest the recall waits for the answer once the model took it up (a first request also
+/// waits for the weights to load).
 const RECALL_EMBED_MS: u64 = 2000;
 
 impl PersonaState {
@@ -213,9 +219,7 @@ impl PersonaState {
                     let vectors = match embedding {
                         None => Err("no embedding worker".to_string()),
                         Some(worker) => {
-                            let urgency = Urgency::Before(
-                                std::time::Instant::now() + std::time::Duration::from_millis(RECALL_EMBED_MS),
-                            );
+                            let urgency = Urgency::Before(std::time::Instant::now() + RECALL_EMBED_WAIT);
                             match call_t!(
                                 worker,
                                 |reply| EmbedMsg::Embed { texts, long: LongText::Truncate, urgency, reply },
