@@ -334,34 +334,71 @@ impl Llama {
         out: &mut [f32],
     ) {
         let cfg = &self.cfg;
-        let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
-        let group = cfg.heads / cfg.kv_heads;
-        let scale = 1.0 / (d as f32).sqrt();
-        let width = h + 2 * kv;
         let items = rows.len() * cfg.heads;
-        let out = Out::new(out, h);
+        let out = Out::new(out, cfg.hidden);
+        let step = team.threads();
         team.run(&|t| {
-            let mut scores = Vec::new();
-            for item in (t..items).step_by(team.threads()) {
-                let (i, head) = (item / cfg.heads, item % cfg.heads);
-                let (part, pos) = rows[i];
-                let (keys, values) = caches[part];
-                let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
-                let g = head / group;
-                scores.clear();
-                scores.extend((0..pos + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
-                softmax(&mut scores);
-                // SAFETY: (token i, head) is this thread's item alone, within `out`.
-                let out = unsafe { out.slice(i, head * d, d) };
-                out.fill(0.0);
-                for (j, s) in scores.iter().enumerate() {
-                    for (o, v) in out.iter_mut().zip(&values[j * kv + g * d..j * kv + (g + 1) * d]) {
-                        *o += s * v;
-                    }
-                }
+            let items = (t..items).step_by(step);
+            #[cfg(target_arch = "x86_64")]
+            if super::q8::wide::available() {
+                // SAFETY: the CPU has the features `attend_wide` is compiled for.
+                return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
             }
+            attend(cfg, items, qkv, caches, rows, out);
         });
     }
+}
+
+/// Attention for the (token, head) `items` of one thread (see [`Llama::attention`]).
+#[inline(always)]
+fn attend(
+    cfg: &LlamaConfig,
+    items: std::iter::StepBy<std::ops::Range<usize>>,
+    qkv: &[f32],
+    caches: &[(&[f32], &[f32])],
+    rows: &[(usize, usize)],
+    out: Out,
+) {
+    let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
+    let group = cfg.heads / cfg.kv_heads;
+    let scale = 1.0 / (d as f32).sqrt();
+    let width = h + 2 * kv;
+    let mut scores = Vec::new();
+    for item in items {
+        let (i, head) = (item / cfg.heads, item % cfg.heads);
+        let (part, pos) = rows[i];
+        let (keys, values) = caches[part];
+        let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
+        let g = head / group;
+        scores.clear();
+        scores.extend((0..pos + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
+        softmax(&mut scores);
+        // SAFETY: (token i, head) is this thread's item alone, within `out`.
+        let out = unsafe { out.slice(i, head * d, d) };
+        out.fill(0.0);
+        for (j, s) in scores.iter().enumerate() {
+            for (o, v) in out.iter_mut().zip(&values[j * kv + g * d..j * kv + (g + 1) * d]) {
+                *o += s * v;
+            }
+        }
+    }
+}
+
+/// [`attend`], for AVX-512 (the same operations in the same order: the same results).
+///
+/// # Safety
+/// The CPU must have the features [`super::q8::wide::available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2")]
+unsafe fn attend_wide(
+    cfg: &LlamaConfig,
+    items: std::iter::StepBy<std::ops::Range<usize>>,
+    qkv: &[f32],
+    caches: &[(&[f32], &[f32])],
+    rows: &[(usize, usize)],
+    out: Out,
+) {
+    attend(cfg, items, qkv, caches, rows, out)
 }
 
 /// A vector of `len` values as f32.
@@ -398,7 +435,7 @@ fn matrix<R: Read + Seek>(
     Q8Matrix::quantize(&values, rows, cols).map_err(err)
 }
 
-#[inline]
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight partial sums, so the compiler can keep them in one vector register.
     let mut acc = [0.0f32; 8];
@@ -412,6 +449,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+#[inline(always)]
 fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
