@@ -295,10 +295,11 @@ impl<'a, T> Engine<'a, T> {
     /// Adds `ready` to the batch; its prompt is read from the next pass on.
     pub fn admit(&mut self, ready: Ready<'a, T>) {
         let Ready { tag, prompt, trimmed, tokens, task } = ready;
+        // The kept prompt to start from is found before kept prompts make room for this one.
+        let cache = self.start(&prompt);
         let reserved = tokens * self.per_token;
         self.stats.kv_reserved += reserved;
         self.make_room(0);
-        let cache = self.start(&prompt);
         self.stats.prompt_tokens += prompt.len() as u64;
         self.stats.reused_tokens += cache.len() as u64;
         let input = prompt[cache.len()..].to_vec();
