@@ -3,6 +3,7 @@
 
 pub mod chaos;
 pub mod cluster;
+pub mod cognition;
 pub mod conversation;
 pub mod dashboard;
 pub mod embed;

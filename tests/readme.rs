@@ -26,6 +26,10 @@ const SKIPPED: &[(&str, &str)] = &[
     ("bench webhook", "a benchmark of minutes: three fleets of 1,000 personas (docs/BENCHMARKS.md has its figures)"),
     ("bench turns", "a benchmark of two fleets of seven personas, one on the local model (tests/budget.rs runs it)"),
     (
+        "bench cognition",
+        "a benchmark of minutes: two fleets of eight personas on the local model (docs/BENCHMARKS.md has its figures)",
+    ),
+    (
         "bench memory-eval",
         "needs LoCoMo conversations, which are not in the repository (its own test runs it on one it writes)",
     ),

@@ -139,6 +139,12 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Eight personas on the local brain answer 64 messages that name them, injected at once:
+    /// batched (`[llm] max_batch`) and one request at a time, side by side (bench/cognition).
+    Cognition {
+        #[command(flatten)]
+        out: Json,
+    },
     /// Seven personas in one room on a model budget each, 30 undirected human messages and 6
     /// mentions, on the rules and on the local brain: replies per message, unanswered messages,
     /// mentions answered by the persona named, replies by the rules brain and by the model.
@@ -177,6 +183,12 @@ enum Which {
         /// Python with sentence-transformers for the peer run (none: ours only).
         #[arg(long)]
         peer_python: Option<String>,
+        /// Sentences to embed instead of the built-in ones: one a line.
+        #[arg(long)]
+        sentences: Option<PathBuf>,
+        /// Code windows to embed instead of the built-in ones: one JSON string a line.
+        #[arg(long)]
+        code: Option<PathBuf>,
         #[command(flatten)]
         out: Json,
     },
