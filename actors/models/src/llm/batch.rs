@@ -426,10 +426,12 @@ impl<'a, T> Engine<'a, T> {
             g.generating = Some(Instant::now());
         }
         if self.config.prefix_reuse {
-            let cache = s.cache.prefix(s.prompt.len());
-            let prompt = std::mem::take(&mut s.prompt);
+            // Out of the request while `keep` copies what it keeps of them, then back.
+            let (prompt, cache) =
+                (std::mem::take(&mut s.prompt), std::mem::replace(&mut s.cache, self.llm.model.cache()));
             self.keep(&prompt, &cache);
-            self.active[i].prompt = prompt;
+            let s = &mut self.active[i];
+            (s.prompt, s.cache) = (prompt, cache);
         }
     }
 
