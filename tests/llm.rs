@@ -686,6 +686,14 @@ mod brain {
         assert!(d.reason.contains("model unsure (margin"), "{}", d.reason);
         let llm = dump(&fleet).await.llm;
         assert_eq!(llm.by_purpose["gate"].calls, 1, "{llm:?}");
+        // A message that names somebody else is its to answer: no model question, the scorer
+        // decides and the decision says why.
+        let ack =
+            fleet.inject(chat("general", "ann", "@sam the deploy is failing again, can you help?")).await.unwrap();
+        let d = decision(&fleet, "helper", &ack.event_id).await;
+        assert_eq!(d.by, "model/score", "{d:?}");
+        assert!(d.reason.contains("names someone else: judged by rules, no model question"), "{}", d.reason);
+        assert_eq!(dump(&fleet).await.llm.by_purpose["gate"].calls, 1);
         fleet.shutdown(std::time::Duration::from_secs(5)).await;
     }
 

@@ -26,6 +26,13 @@ pub fn addressed(event: &Event, persona: &str) -> bool {
     event.persona.as_deref() == Some(persona) || event.mentions.iter().any(|m| m == persona)
 }
 
+/// Whether `event` names someone (a mention, or sent to one persona) and not `persona`: the
+/// message is somebody else's to answer, and the room's coordinator gives its turn to whom it
+/// names (RUNTIME-SEMANTICS.md, "Turn-taking").
+pub fn named_elsewhere(event: &Event, persona: &str) -> bool {
+    !addressed(event, persona) && (event.persona.is_some() || !event.mentions.is_empty())
+}
+
 /// Inbox priority: base 0.2, +0.4 addressed, +0.2 under 1 min old (+0.1 under 5 min),
 /// +0.1 spoke recently in the room, +0.1 per expertise keyword hit (at most +0.3),
 /// capped at 1.0. An explicit priority in the event overrides.
@@ -262,6 +269,17 @@ mod tests {
         assert_eq!(priority(&i), 1.0);
         let old = PriorityInput { now_us: e.ts_us + 120_000_000, spoke_recently: false, expertise: &[], ..i };
         assert!((priority(&old) - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_message_naming_someone_else_is_named_elsewhere_and_one_naming_nobody_or_me_is_not() {
+        let named = |text: &str| named_elsewhere(&ev(text, SenderKind::Human, "alice"), "helper");
+        assert!(named("@sam can you look at the deploy?"));
+        assert!(!named("@sam @helper can you look at the deploy?"));
+        assert!(!named("can anyone look at the deploy?"));
+        let mut to_sam = ev("a word", SenderKind::Human, "alice");
+        to_sam.persona = Some("sam".into());
+        assert!(named_elsewhere(&to_sam, "helper") && !named_elsewhere(&to_sam, "sam"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use mindfleet_core::time::now_us;
 use crate::enrich::Enricher;
 use crate::gate::{
     ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
-    priority, score, thermal,
+    named_elsewhere, priority, score, thermal,
 };
 use crate::inbox::InboxMsg;
 use crate::mind::{Activity, Update};
@@ -173,6 +173,16 @@ impl PersonaState {
         let state = self.gate_state(&d.event, now);
         let decided = fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state));
         let seen = Seen { delivery: d, backlog, priority: p, state };
+        // A message that names somebody else is not put to the model: its turn goes to whom it
+        // names, and the scorer decides as it does when the model is unsure.
+        let decided = decided.or_else(|| {
+            (self.args.config.brain == BrainKind::Local && named_elsewhere(&seen.delivery.event, &self.name)).then(
+                || GateDecision {
+                    note: "names someone else: judged by rules, no model question".into(),
+                    ..score(p, &seen.state)
+                },
+            )
+        });
         match decided {
             Some(gate) => self.decided(seen.decided(gate)),
             None => {
