@@ -645,6 +645,36 @@ mod brain {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn personas_asked_at_once_have_their_model_calls_decoded_together_and_each_answers_with_the_model() {
+        let tmp = tempfile::tempdir().unwrap();
+        let names = ["ada", "bob", "cyd", "dee"];
+        let toml: String = names
+            .iter()
+            .map(|n| {
+                format!("[[persona]]\nname = \"{n}\"\nrole = \"engineer\"\nrooms = [\"team\"]\nbrain = \"local\"\n")
+            })
+            .collect();
+        let mut cfg = crate::util::config(tmp.path(), &crate::util::fleet_toml(&toml));
+        cfg.models.dir = super::pulled();
+        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+        let mut asked = Vec::new();
+        for (n, who) in names.iter().zip(["ann", "ben", "cat", "dan"]) {
+            let ack = fleet.inject(chat("team", who, &format!("@{n} is the deploy done?"))).await.unwrap();
+            asked.push((*n, ack.event_id));
+        }
+        for (n, id) in &asked {
+            let reply = reply_to(&fleet, id).await;
+            assert_eq!((reply.persona.as_str(), reply.brain.as_str()), (*n, "local"), "{reply:?}");
+        }
+        let llm = dump(&fleet).await.llm;
+        let b = llm.batching.expect("a local model batches");
+        // Four grants at once (the inference slots follow max_batch): their calls shared passes.
+        assert_eq!((llm.slots, b.max_batch), (8, 8));
+        assert!(b.mean_batch > 1.0 && b.passes > 0, "{b:?}");
+        fleet.shutdown(std::time::Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_local_persona_drafts_its_reply_with_the_llm_and_the_dump_counts_the_cost() {
         let tmp = tempfile::tempdir().unwrap();
         let fleet = mindfleet::Fleet::start(local_config(tmp.path())).await.unwrap();
