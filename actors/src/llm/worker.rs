@@ -36,7 +36,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Spawn
 
 use super::openai::{OpenAi, OpenAiConfig};
 use crate::scheduler::nearest_rank;
-use mindfleet_core::llm::Batching;
+use mindfleet_core::llm::{Batching, TokenStream};
 use mindfleet_models::llm::batch::{BatchConfig, BatchStats, Engine, Outcome, Ready, STEP_TOKENS, Work};
 use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
 
@@ -413,11 +413,8 @@ fn take<'a>(engine: &Engine<'a, Asked>, job: Job, waiting: &mut VecDeque<Ready<'
     let received = Instant::now();
     let (work, asked, on_token): (_, _, mindfleet_models::llm::batch::OnToken<'a>) = match job {
         Job::Generate(GenerateJob { req, purpose, persona, stream }, reply) => {
-            let on_token = Box::new(move |piece: &str| match &stream {
-                Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
-                _ => ControlFlow::Continue(()),
-            });
-            (Work::Generate(req), Asked { purpose, persona, received, reply: Reply::Generate(reply) }, on_token)
+            let asked = Asked { purpose, persona, received, reply: Reply::Generate(reply) };
+            (Work::Generate(req), asked, Box::new(stream_to(stream)))
         }
         Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => (
             Work::Classify { messages, labels },
@@ -527,16 +524,21 @@ fn failure(e: LlmError) -> LlmFailure {
     LlmFailure::Failed(e.to_string())
 }
 
+/// Sends each piece of an answer to the caller's stream, if any; a stream whose receiver is gone
+/// cancels the generation.
+fn stream_to(stream: Option<TokenStream>) -> impl FnMut(&str) -> ControlFlow<()> {
+    move |piece| match &stream {
+        Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    }
+}
+
 /// One slot of an endpoint: runs requests until the channel closes.
 fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Generate(job, reply) => {
-                let stream = job.stream;
-                let out = backend.generate(&job.req, &mut |piece| match &stream {
-                    Some(s) if s.send(piece.to_string()).is_err() => ControlFlow::Break(()),
-                    _ => ControlFlow::Continue(()),
-                });
+                let out = backend.generate(&job.req, &mut stream_to(job.stream));
                 let cost = match &out {
                     Ok(g) => generated(job.purpose, job.persona, g),
                     Err(_) => Cost { purpose: job.purpose, persona: job.persona, ..Default::default() },

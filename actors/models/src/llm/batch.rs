@@ -94,13 +94,6 @@ pub struct Ready<'a, T> {
     task: Task<'a>,
 }
 
-impl<T> Ready<'_, T> {
-    /// Bytes of keys and values it reserves while in the batch.
-    pub fn tokens(&self) -> usize {
-        self.tokens
-    }
-}
-
 /// Figures of an engine since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BatchStats {
