@@ -3,15 +3,18 @@
 //! before each product, so a product is integer dot products of 32 values scaled by two scales,
 //! as in llama.cpp and candle.
 //!
-//! The kernel computes a tile of `R` activation rows by `C` weight rows at once, so every load
-//! of weights serves `R` rows of a prompt and every load of activations `C` weight rows. On
-//! x86-64 with AVX-512 VNNI one `vpdpbusd` multiplies two blocks of a pair: it takes unsigned
-//! bytes on one side, so activations are stored with 128 added, and each weight block carries
-//! the `-128 * sum` that takes it back out. Elsewhere a portable loop computes the same sums.
+//! Weights are kept in panels of 16 rows side by side (see [`Q8Matrix`]), so one AVX-512
+//! register holds one sum for each of a panel's 16 rows. On x86-64 with AVX-512 VNNI a kernel
+//! computes a tile of `R` activation rows by `C` panels: `vpdpbusd` multiplies 4 activations,
+//! broadcast, by the panel's 16 rows' 4 values. It takes unsigned bytes on one side, so
+//! activations are stored with 128 added, and each weight block carries the `-128 * sum` that
+//! takes it back out. Where the CPU has AMX (Intel since Sapphire Rapids), products of 32 rows
+//! or more run on its tiles, 32 rows by 2 panels a block at a time. Elsewhere a portable loop
+//! computes the same sums. All of them give the same bits (see [`matmul`]).
 //!
-//! A product splits the weight rows among the threads of a [`Team`]; each thread walks its
-//! rows in panels small enough to stay in its core's cache while every activation row passes
-//! over them.
+//! A product splits the panels among the threads of a [`Team`]; each thread walks its panels
+//! in chunks small enough to stay in its core's cache while every activation row passes over
+//! them.
 
 use half::f16;
 
@@ -21,19 +24,30 @@ use super::team::Team;
 pub const BLOCK: usize = 32;
 /// Bytes of a Q8_0 block in a GGUF file: the f16 scale, then 32 int8.
 const GGML_BLOCK_BYTES: usize = 2 + BLOCK;
-/// Weight rows a thread runs all activation rows over before the next: 32 rows of 1536
-/// values are 48 KiB, within any core's L2 cache.
-const PANEL_ROWS: usize = 32;
+/// Weight rows stored side by side: one output value each in the 16 lanes of an AVX-512
+/// register, and the 16 columns of an AMX tile.
+pub const PANEL: usize = 16;
+/// Bytes of one block of a panel.
+const PANEL_BLOCK: usize = PANEL * BLOCK;
+/// Panels a thread runs all activation rows over before the next: 64 rows of 1536 values are
+/// 96 KiB, within any recent core's L2 cache.
+const CHUNK_PANELS: usize = 4;
 
-/// A weight matrix of `rows` rows of `cols` values (a multiple of [`BLOCK`]), row-major.
+/// A weight matrix of `rows` rows of `cols` values (a multiple of [`BLOCK`]), kept in panels
+/// of [`PANEL`] rows: panel by panel and block by block, each block's 32 values as 8 groups
+/// of 4, and each group as the panel's 16 rows side by side (`[group][row][4]`, 512 bytes).
+/// That is the layout `vpdpbusd` takes when one group of 4 activations is broadcast, and the
+/// one AMX's `tdpbusd` takes for its second operand. Rows past `rows` in the last panel are
+/// zero.
 #[derive(Clone)]
 pub struct Q8Matrix {
     rows: usize,
     cols: usize,
     quants: Vec<i8>,
-    /// One per block, the f16 scale widened.
+    /// One per block and row, `[panel][block][row]`: the f16 scale widened.
     scales: Vec<f32>,
-    /// One per block: -128 times the sum of its quants (see the module doc).
+    /// One per block and row, as `scales`: -128 times the sum of its quants (see the module
+    /// doc).
     offsets: Vec<i32>,
 }
 
@@ -63,7 +77,7 @@ impl Q8Matrix {
             scales.push(f16::from_le_bytes([block[0], block[1]]).to_f32());
             quants.extend(block[2..].iter().map(|b| *b as i8));
         }
-        Ok(Q8Matrix::from_parts(rows, cols, quants, scales))
+        Ok(Q8Matrix::from_rows(rows, cols, &quants, &scales))
     }
 
     /// Quantizes row-major `values` (`rows` rows of `cols`), rounding as llama.cpp does.
@@ -79,12 +93,48 @@ impl Q8Matrix {
         for (x, q) in values.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)) {
             scales.push(quantize_block(x, q, |v| v as i8));
         }
-        Ok(Q8Matrix::from_parts(rows, cols, quants, scales))
+        Ok(Q8Matrix::from_rows(rows, cols, &quants, &scales))
     }
 
-    fn from_parts(rows: usize, cols: usize, quants: Vec<i8>, scales: Vec<f32>) -> Q8Matrix {
-        let offsets = quants.chunks_exact(BLOCK).map(|b| -128 * b.iter().map(|q| *q as i32).sum::<i32>()).collect();
-        Q8Matrix { rows, cols, quants, scales, offsets }
+    /// The matrix of row-major `quants` and their `scales` (one per block), laid out in panels.
+    fn from_rows(rows: usize, cols: usize, quants: &[i8], scales: &[f32]) -> Q8Matrix {
+        let (blocks, panels) = (cols / BLOCK, rows.div_ceil(PANEL));
+        let mut m = Q8Matrix {
+            rows,
+            cols,
+            quants: vec![0; panels * blocks * PANEL_BLOCK],
+            scales: vec![0.0; panels * blocks * PANEL],
+            offsets: vec![0; panels * blocks * PANEL],
+        };
+        for (n, (q, s)) in quants.chunks_exact(cols).zip(scales.chunks_exact(blocks)).enumerate() {
+            for (b, (q, s)) in q.chunks_exact(BLOCK).zip(s).enumerate() {
+                let at = m.at(n, b);
+                m.scales[at] = *s;
+                m.offsets[at] = -128 * q.iter().map(|q| *q as i32).sum::<i32>();
+                for (k, q) in q.iter().enumerate() {
+                    let at = m.quant(n, b, k);
+                    m.quants[at] = *q;
+                }
+            }
+        }
+        m
+    }
+
+    /// Where row `n`'s scale and offset of block `b` are.
+    fn at(&self, n: usize, b: usize) -> usize {
+        ((n / PANEL) * (self.cols / BLOCK) + b) * PANEL + n % PANEL
+    }
+
+    /// Where row `n`'s value `k` of block `b` is.
+    fn quant(&self, n: usize, b: usize, k: usize) -> usize {
+        ((n / PANEL) * (self.cols / BLOCK) + b) * PANEL_BLOCK + (k / 4) * PANEL * 4 + (n % PANEL) * 4 + k % 4
+    }
+
+    /// Row `n`'s quants and scales, row-major.
+    fn row(&self, n: usize) -> (Vec<i8>, Vec<f32>) {
+        let blocks = self.cols / BLOCK;
+        let quants = (0..self.cols).map(|k| self.quants[self.quant(n, k / BLOCK, k % BLOCK)]).collect();
+        (quants, (0..blocks).map(|b| self.scales[self.at(n, b)]).collect())
     }
 
     /// The matrices' rows one after another, in one matrix: products of several matrices with
@@ -94,21 +144,20 @@ impl Q8Matrix {
         if let Some(p) = parts.iter().find(|p| p.cols != cols) {
             return Err(format!("stacking matrices of {cols} and {} columns", p.cols));
         }
-        Ok(Q8Matrix {
-            rows: parts.iter().map(|p| p.rows).sum(),
-            cols,
-            quants: parts.iter().flat_map(|p| p.quants.iter().copied()).collect(),
-            scales: parts.iter().flat_map(|p| p.scales.iter().copied()).collect(),
-            offsets: parts.iter().flat_map(|p| p.offsets.iter().copied()).collect(),
-        })
+        let (mut quants, mut scales) = (Vec::new(), Vec::new());
+        for (q, s) in parts.iter().flat_map(|p| (0..p.rows).map(|n| p.row(n))) {
+            quants.extend(q);
+            scales.extend(s);
+        }
+        Ok(Q8Matrix::from_rows(parts.iter().map(|p| p.rows).sum(), cols, &quants, &scales))
     }
 
     /// Row `r` as f32, into `out` (`cols` long).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let (q, s) = (&self.quants[r * self.cols..(r + 1) * self.cols], &self.scales[r * self.cols / BLOCK..]);
-        for ((o, q), s) in out.chunks_exact_mut(BLOCK).zip(q.chunks_exact(BLOCK)).zip(s) {
-            for (o, q) in o.iter_mut().zip(q) {
-                *o = *q as f32 * s;
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let s = self.scales[self.at(r, b)];
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = self.quants[self.quant(r, b, k)] as f32 * s;
             }
         }
     }
@@ -219,69 +268,96 @@ impl Out {
 
 /// `out[m * w.rows() + n]` = the dot product of activation row `m` and weight row `n`, for
 /// every row of each, on the threads of `team`.
+///
+/// Every kernel computes the same sum the same way: each block's integer dot product exactly,
+/// then `sum += dot as f32 * (x_scale * w_scale)` block after block, in f32 from zero, as
+/// [`dot`] does. So a row's results do not depend on which kernel ran it, nor on the other rows
+/// of the product: a sequence decoded in a batch gets the logits it gets alone, bit for bit.
 pub fn matmul(team: &Team, x: &Q8Rows, w: &Q8Matrix, out: &mut [f32]) {
     assert_eq!(x.cols, w.cols, "activations of {} columns times weights of {}", x.cols, w.cols);
     assert_eq!(out.len(), x.rows * w.rows, "output of {} for {}x{}", out.len(), x.rows, w.rows);
     let out = Out::new(out, w.rows);
-    // Equal shares of rows, in multiples of 4 (the widest tile).
-    let share = w.rows.div_ceil(team.threads()).next_multiple_of(4);
-    // SAFETY of the writes: thread t writes only the columns of its rows.
+    let panels = w.rows.div_ceil(PANEL);
+    // Equal shares of panels, in pairs (AMX takes two at a time).
+    let share = panels.div_ceil(team.threads()).next_multiple_of(2);
+    // SAFETY of the writes: thread t writes only the columns of its panels.
     team.run(&|t| {
-        let rows = (t * share).min(w.rows)..((t + 1) * share).min(w.rows);
-        for panel in rows.clone().step_by(PANEL_ROWS) {
-            product(x, w, panel..(panel + PANEL_ROWS).min(rows.end), out);
+        let mine = (t * share).min(panels)..((t + 1) * share).min(panels);
+        for chunk in mine.clone().step_by(CHUNK_PANELS) {
+            product(x, w, chunk..(chunk + CHUNK_PANELS).min(mine.end), out);
         }
     });
 }
 
-/// All activation rows times weight rows `rows`, tile by tile.
-fn product(x: &Q8Rows, w: &Q8Matrix, rows: std::ops::Range<usize>, out: Out) {
+/// The kernels products of many rows run on here: `amx`, `avx512-vnni` or `portable`.
+pub fn kernel() -> &'static str {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    if vnni::available() && amx::available() {
+        return "amx";
+    }
+    #[cfg(target_arch = "x86_64")]
+    if vnni::available() {
+        return "avx512-vnni";
+    }
+    "portable"
+}
+
+/// All activation rows times the weight rows of `panels`, tile by tile.
+fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
     #[cfg(target_arch = "x86_64")]
     if vnni::available() {
         let mut m = 0;
+        #[cfg(target_os = "linux")]
+        if x.rows >= amx::ROWS && amx::available() {
+            // SAFETY: the CPU has the kernel's features and the process may use its tiles; the
+            // panels are within w and their columns of out this thread's alone.
+            m = unsafe { amx::product(x, w, panels.clone(), out) };
+        }
         while m < x.rows {
-            let mut n = rows.start;
-            if x.rows - m >= 4 {
-                while rows.end - n >= 4 {
-                    // SAFETY: the CPU has the kernel's features, and the tile is within x, w and out.
-                    unsafe { vnni::tile::<4, 4>(x, m, w, n, out) };
-                    n += 4;
+            let r = if x.rows - m >= 4 { 4 } else { 1 };
+            let mut p = panels.start;
+            // SAFETY: the CPU has the kernel's features, and the tile is within x, w and out.
+            unsafe {
+                if r == 4 {
+                    while panels.end - p >= 2 {
+                        vnni::tile::<4, 2>(x, m, w, p, out);
+                        p += 2;
+                    }
+                    if p < panels.end {
+                        vnni::tile::<4, 1>(x, m, w, p, out);
+                    }
+                } else {
+                    while panels.end - p >= 4 {
+                        vnni::tile::<1, 4>(x, m, w, p, out);
+                        p += 4;
+                    }
+                    for p in p..panels.end {
+                        vnni::tile::<1, 1>(x, m, w, p, out);
+                    }
                 }
-                for n in n..rows.end {
-                    unsafe { vnni::tile::<4, 1>(x, m, w, n, out) };
-                }
-                m += 4;
-            } else {
-                while rows.end - n >= 4 {
-                    unsafe { vnni::tile::<1, 4>(x, m, w, n, out) };
-                    n += 4;
-                }
-                for n in n..rows.end {
-                    unsafe { vnni::tile::<1, 1>(x, m, w, n, out) };
-                }
-                m += 1;
             }
+            m += r;
         }
         return;
     }
     for m in 0..x.rows {
-        for n in rows.clone() {
+        for n in panels.start * PANEL..(panels.end * PANEL).min(w.rows) {
             // SAFETY: (m, n) is within out, and this thread's alone.
             unsafe { *out.ptr.add(m * out.stride + n) = dot(x, m, w, n) };
         }
     }
 }
 
-/// The portable kernel: one activation row times one weight row.
+/// The portable kernel, and the definition of every other: activation row `m` times weight
+/// row `n`.
 fn dot(x: &Q8Rows, m: usize, w: &Q8Matrix, n: usize) -> f32 {
     let (cols, blocks) = (x.cols, x.cols / BLOCK);
     let xq = &x.quants[m * cols..(m + 1) * cols];
-    let wq = &w.quants[n * cols..(n + 1) * cols];
-    let scales = x.scales[m * blocks..(m + 1) * blocks].iter().zip(&w.scales[n * blocks..(n + 1) * blocks]);
     let mut sum = 0.0f32;
-    for ((xq, wq), (xs, ws)) in xq.chunks_exact(BLOCK).zip(wq.chunks_exact(BLOCK)).zip(scales) {
-        let d: i32 = xq.iter().zip(wq).map(|(x, w)| (*x as i32 - 128) * *w as i32).sum();
-        sum += d as f32 * (xs * ws);
+    for (b, (xq, xs)) in xq.chunks_exact(BLOCK).zip(&x.scales[m * blocks..(m + 1) * blocks]).enumerate() {
+        let d: i32 = xq.iter().enumerate().map(|(k, x)| *x as i32 * w.quants[w.quant(n, b, k)] as i32).sum();
+        let at = w.at(n, b);
+        sum += (d + w.offsets[at]) as f32 * (xs * w.scales[at]);
     }
     sum
 }
@@ -291,7 +367,7 @@ mod vnni {
     use std::arch::x86_64::*;
     use std::sync::OnceLock;
 
-    use super::{BLOCK, Out, Q8Matrix, Q8Rows};
+    use super::{BLOCK, Out, PANEL, PANEL_BLOCK, Q8Matrix, Q8Rows};
 
     pub fn available() -> bool {
         static HAS: OnceLock<bool> = OnceLock::new();
@@ -302,77 +378,199 @@ mod vnni {
         })
     }
 
-    /// Lanes 0-7 take element 0, lanes 8-15 element 1: a block's 8 lanes share its scale.
-    #[target_feature(enable = "avx512f")]
-    fn spread() -> __m512i {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+    /// Block `b`'s sums `ints` (without their offsets) of activation row `m` and panel `p`,
+    /// scaled and added to `acc` as [`super::dot`] does.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn scale(x: &Q8Rows, m: usize, w: &Q8Matrix, p: usize, b: usize, ints: __m512i, acc: __m512) -> __m512 {
+        let blocks = x.cols / BLOCK;
+        let at = (p * blocks + b) * PANEL;
+        let ints = _mm512_add_epi32(ints, unsafe { _mm512_loadu_si512(w.offsets.as_ptr().add(at).cast()) });
+        let s = _mm512_mul_ps(_mm512_set1_ps(x.scales[m * blocks + b]), unsafe { _mm512_loadu_ps(w.scales.as_ptr().add(at)) });
+        _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(ints), s))
     }
 
-    /// The scales of blocks `b` and `b + 1` (or `b` alone), each over its block's 8 lanes.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn scales(p: *const f32, two: bool) -> __m512 {
-        let v = if two { unsafe { _mm_castpd_ps(_mm_load_sd(p.cast())) } } else { unsafe { _mm_load_ss(p) } };
-        _mm512_permutexvar_ps(spread(), _mm512_castps128_ps512(v))
+    /// `acc`, the sums of activation row `m` and panel `p`, into `out` (only the panel's rows
+    /// that exist).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn store(w: &Q8Matrix, m: usize, p: usize, acc: __m512, out: Out) {
+        let valid = (w.rows - p * PANEL).min(PANEL);
+        let at = unsafe { out.ptr.add(m * out.stride + p * PANEL) };
+        unsafe { _mm512_mask_storeu_ps(at, ((1u32 << valid) - 1) as u16, acc) };
     }
 
-    /// The offsets of blocks `b` and `b + 1` (or `b` alone) in the first lane of each block.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn offsets(p: *const i32, two: bool) -> __m512i {
-        let v = if two { unsafe { _mm_loadl_epi64(p.cast()) } } else { _mm_cvtsi32_si128(unsafe { *p }) };
-        _mm512_maskz_permutexvar_epi32(0x0101, spread(), _mm512_castsi128_si512(v))
-    }
-
-    /// Two blocks of 32 bytes (or one, the rest zero).
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn bytes(p: *const u8, two: bool) -> __m512i {
-        if two {
-            unsafe { _mm512_loadu_si512(p.cast()) }
-        } else {
-            unsafe { _mm512_maskz_loadu_epi8(u32::MAX as u64, p.cast()) }
-        }
-    }
-
-    /// Activation rows `m..m + R` times weight rows `n..n + C`, into `out`.
+    /// Activation rows `m..m + R` times the weight rows of panels `p..p + C`, into `out`.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW and VNNI ([`available`]); the rows must exist and the
     /// tile of `out` be this thread's alone.
-    // Indices name the tile's registers: rows of activations by columns of weights.
+    // Indices name the tile's registers: rows of activations by panels of weights.
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn tile<const R: usize, const C: usize>(x: &Q8Rows, m: usize, w: &Q8Matrix, n: usize, out: Out) {
+    pub unsafe fn tile<const R: usize, const C: usize>(x: &Q8Rows, m: usize, w: &Q8Matrix, p: usize, out: Out) {
         let (cols, blocks) = (x.cols, x.cols / BLOCK);
         let xq = unsafe { x.quants.as_ptr().add(m * cols) };
-        let xs = unsafe { x.scales.as_ptr().add(m * blocks) };
-        let wq = unsafe { w.quants.as_ptr().add(n * cols).cast::<u8>() };
-        let ws = unsafe { w.scales.as_ptr().add(n * blocks) };
-        let wo = unsafe { w.offsets.as_ptr().add(n * blocks) };
+        let wq = unsafe { w.quants.as_ptr().add(p * blocks * PANEL_BLOCK) };
         let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let mut b = 0;
-        while b < blocks {
-            let two = b + 1 < blocks;
-            let mut xv = [_mm512_setzero_si512(); R];
-            let mut xsv = [_mm512_setzero_ps(); R];
-            for r in 0..R {
-                xv[r] = unsafe { bytes(xq.add(r * cols + b * BLOCK), two) };
-                xsv[r] = unsafe { scales(xs.add(r * blocks + b), two) };
-            }
-            for c in 0..C {
-                let wv = unsafe { bytes(wq.add(c * cols + b * BLOCK), two) };
-                let wsv = unsafe { scales(ws.add(c * blocks + b), two) };
-                let wov = unsafe { offsets(wo.add(c * blocks + b), two) };
+        for b in 0..blocks {
+            // Two sums per output, of the even and the odd groups, so more of them run at once.
+            let mut ints = [[[_mm512_setzero_si512(); 2]; C]; R];
+            for g in 0..BLOCK / 4 {
+                let mut xv = [_mm512_setzero_si512(); R];
                 for r in 0..R {
-                    let d = _mm512_dpbusd_epi32(wov, xv[r], wv);
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(xsv[r], wsv), acc[r][c]);
+                    xv[r] = _mm512_set1_epi32(unsafe { xq.add(r * cols + b * BLOCK + g * 4).cast::<i32>().read_unaligned() });
+                }
+                for c in 0..C {
+                    let wv = unsafe { _mm512_loadu_si512(wq.add((c * blocks + b) * PANEL_BLOCK + g * 64).cast()) };
+                    for r in 0..R {
+                        ints[r][c][g % 2] = _mm512_dpbusd_epi32(ints[r][c][g % 2], xv[r], wv);
+                    }
                 }
             }
-            b += 2;
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            for (c, acc) in acc.iter().enumerate() {
-                unsafe { *out.ptr.add((m + r) * out.stride + n + c) = _mm512_reduce_add_ps(*acc) };
+            for r in 0..R {
+                for c in 0..C {
+                    let sum = _mm512_add_epi32(ints[r][c][0], ints[r][c][1]);
+                    acc[r][c] = unsafe { scale(x, m + r, w, p + c, b, sum, acc[r][c]) };
+                }
             }
         }
+        for r in 0..R {
+            for c in 0..C {
+                unsafe { store(w, m + r, p + c, acc[r][c], out) };
+            }
+        }
+    }
+}
+
+/// Many activation rows on Intel's AMX: `tdpbusd` multiplies 16 rows of a block by the 16
+/// rows of a panel (16 x 16 dot products of 32 bytes) in one instruction. The tiles hold the
+/// integer sums of one block; the vector unit then scales and adds them as the other kernels
+/// do, so the results are theirs, bit for bit.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    use super::{BLOCK, Out, PANEL, PANEL_BLOCK, Q8Matrix, Q8Rows, vnni};
+
+    /// Activation rows per step: two tiles of 16.
+    pub const ROWS: usize = 32;
+
+    /// Whether the CPU has AMX tiles and int8 products, and Linux lets this process use them
+    /// (asked for once: the tiles' 8 KiB of state is not given to a process that does not ask).
+    pub fn available() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+            let edx = __cpuid_count(7, 0).edx;
+            if edx & (3 << 24) != 3 << 24 || !super::vnni::available() {
+                return false;
+            }
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: a request for permission; it changes nothing else.
+            unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+        })
+    }
+
+    /// The tiles: 0 and 1 two blocks of 16 activation rows (16 x 32 bytes), 2 and 3 two panels'
+    /// blocks (8 groups of 16 x 4 bytes), 4 to 7 their four products (16 x 16 int32).
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    impl Config {
+        fn new() -> Config {
+            let mut c = [0u8; 64];
+            c[0] = 1; // palette 1
+            for (t, (rows, bytes)) in [(16u8, 32u16), (16, 32), (8, 64), (8, 64), (16, 64), (16, 64), (16, 64), (16, 64)].into_iter().enumerate() {
+                c[16 + 2 * t..18 + 2 * t].copy_from_slice(&bytes.to_le_bytes());
+                c[48 + t] = rows;
+            }
+            Config(c)
+        }
+    }
+
+    #[repr(C, align(64))]
+    struct Ints([i32; 4 * PANEL * PANEL]);
+
+    /// The whole groups of [`ROWS`] activation rows times the weight rows of `panels`, into
+    /// `out`; returns the rows done.
+    ///
+    /// # Safety
+    /// [`available`] must be true; the panels must be within `w` and their columns of `out` this
+    /// thread's alone.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) -> usize {
+        let (cols, blocks) = (x.cols, x.cols / BLOCK);
+        let config = Config::new();
+        let mut ints = Ints([0; 4 * PANEL * PANEL]);
+        // SAFETY: a valid configuration; the tiles are released before returning.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+        let groups = x.rows / ROWS;
+        for m in (0..groups * ROWS).step_by(ROWS) {
+            let mut p = panels.start;
+            while panels.end - p >= 2 {
+                let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+                for b in 0..blocks {
+                    let a = unsafe { x.quants.as_ptr().add(m * cols + b * BLOCK) };
+                    let w0 = unsafe { w.quants.as_ptr().add((p * blocks + b) * PANEL_BLOCK) };
+                    let w1 = unsafe { w0.add(blocks * PANEL_BLOCK) };
+                    // SAFETY: the tiles read 32 rows of 32 bytes from a (rows `cols` apart), 512
+                    // bytes from each panel's block, and write 4 KiB into `ints`.
+                    unsafe {
+                        asm!(
+                            "tileloadd tmm0, [{a} + {cols}*1]",
+                            "tileloadd tmm1, [{a1} + {cols}*1]",
+                            "tileloadd tmm2, [{w0} + {s64}*1]",
+                            "tileloadd tmm3, [{w1} + {s64}*1]",
+                            "tilezero tmm4",
+                            "tilezero tmm5",
+                            "tilezero tmm6",
+                            "tilezero tmm7",
+                            "tdpbusd tmm4, tmm0, tmm2",
+                            "tdpbusd tmm5, tmm0, tmm3",
+                            "tdpbusd tmm6, tmm1, tmm2",
+                            "tdpbusd tmm7, tmm1, tmm3",
+                            "tilestored [{c} + {s64}*1], tmm4",
+                            "tilestored [{c} + {s64}*1 + 1024], tmm5",
+                            "tilestored [{c} + {s64}*1 + 2048], tmm6",
+                            "tilestored [{c} + {s64}*1 + 3072], tmm7",
+                            a = in(reg) a,
+                            a1 = in(reg) a.add(16 * cols),
+                            cols = in(reg) cols,
+                            w0 = in(reg) w0,
+                            w1 = in(reg) w1,
+                            s64 = in(reg) 64usize,
+                            c = in(reg) ints.0.as_mut_ptr(),
+                            options(nostack),
+                        )
+                    };
+                    for r in 0..ROWS {
+                        for c in 0..2 {
+                            let tile = (r / 16) * 2 + c;
+                            let sums = unsafe { _mm512_load_si512(ints.0.as_ptr().add(tile * 256 + (r % 16) * 16).cast()) };
+                            acc[r][c] = unsafe { vnni::scale(x, m + r, w, p + c, b, sums, acc[r][c]) };
+                        }
+                    }
+                }
+                for r in 0..ROWS {
+                    for c in 0..2 {
+                        unsafe { vnni::store(w, m + r, p + c, acc[r][c], out) };
+                    }
+                }
+                p += 2;
+            }
+            if p < panels.end {
+                for r in (m..m + ROWS).step_by(4) {
+                    unsafe { vnni::tile::<4, 1>(x, r, w, p, out) };
+                }
+            }
+        }
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+        groups * ROWS
     }
 }
 
@@ -402,9 +600,9 @@ mod tests {
             for n in 0..w.rows {
                 let mut sum = 0.0f64;
                 for k in 0..x.cols {
-                    let (xb, wb) = (m * blocks + k / BLOCK, n * blocks + k / BLOCK);
-                    let xv = (x.quants[m * x.cols + k] as f64 - 128.0) * x.scales[xb] as f64;
-                    sum += xv * w.quants[n * x.cols + k] as f64 * w.scales[wb] as f64;
+                    let xv = (x.quants[m * x.cols + k] as f64 - 128.0) * x.scales[m * blocks + k / BLOCK] as f64;
+                    let (b, k) = (k / BLOCK, k % BLOCK);
+                    sum += xv * w.quants[w.quant(n, b, k)] as f64 * w.scales[w.at(n, b)] as f64;
                 }
                 out[m * w.rows + n] = sum as f32;
             }
@@ -413,11 +611,12 @@ mod tests {
     }
 
     #[test]
-    fn products_of_every_tile_shape_and_an_odd_block_count_match_the_plain_sum() {
-        // 7 rows exercise the 4-row tiles and the single rows after them; 37 weight rows the
-        // 4-wide tiles, the single ones, two panels and two threads' shares; 96 columns are 3
-        // blocks, the last alone.
-        for (rows, wrows, cols) in [(7, 37, 96), (1, 9, 64), (4, 4, 32), (13, 70, 576), (5, 8, 1536)] {
+    fn products_of_every_tile_shape_match_the_plain_sum_and_each_other_bit_for_bit() {
+        // 7 rows exercise the 4-row tiles and the single rows after them; 37 weight rows three
+        // panels, the last with 5 rows, and two threads' shares; 96 columns are 3 blocks. 70
+        // and 33 rows run on AMX where the CPU has it (groups of 32, then the rest), 40 panels
+        // in 2 shares of 20 (chunks of 4) and 9 panels an odd one at the end.
+        for (rows, wrows, cols) in [(7, 37, 96), (1, 9, 64), (4, 4, 32), (13, 70, 576), (5, 8, 1536), (70, 640, 192), (33, 144, 576)] {
             let w = Q8Matrix::quantize(&values(wrows * cols, 1), wrows, cols).unwrap();
             let mut x = Q8Rows::default();
             x.quantize(&values(rows * cols, 2), cols);
@@ -428,11 +627,17 @@ mod tests {
             for (i, (g, r)) in got.iter().zip(&want).enumerate() {
                 assert!((g - r).abs() <= 1e-4 * r.abs().max(1.0), "{rows}x{wrows}x{cols} [{i}]: {g} vs {r}");
             }
-            // The portable kernel gives the same sums.
+            // The portable kernel, the definition, gives the same bits, and so does each row
+            // multiplied alone.
             for m in 0..rows {
+                let mut one = Q8Rows::default();
+                one.quantize(&values(rows * cols, 2)[m * cols..(m + 1) * cols], cols);
+                let mut alone = vec![f32::NAN; wrows];
+                matmul(&team, &one, &w, &mut alone);
                 for n in 0..wrows {
-                    let (g, r) = (dot(&x, m, &w, n), want[m * wrows + n]);
-                    assert!((g - r).abs() <= 1e-4 * r.abs().max(1.0), "portable [{m},{n}]: {g} vs {r}");
+                    let g = got[m * wrows + n];
+                    assert_eq!(g.to_bits(), dot(&x, m, &w, n).to_bits(), "{rows}x{wrows}x{cols} portable [{m},{n}]");
+                    assert_eq!(g.to_bits(), alone[n].to_bits(), "{rows}x{wrows}x{cols} alone [{m},{n}]");
                 }
             }
         }
@@ -464,7 +669,7 @@ mod tests {
         let mut back = [0.0; 64];
         q.dequantize_row(0, &mut back);
         for (i, (a, b)) in v.iter().zip(&back).enumerate() {
-            assert!((a - b).abs() <= q.scales[i / 32] * 0.51, "[{i}] {a} -> {b}");
+            assert!((a - b).abs() <= q.scales[q.at(0, i / 32)] * 0.51, "[{i}] {a} -> {b}");
         }
     }
 }
