@@ -15,6 +15,7 @@
 pub mod embed;
 pub mod fetch;
 pub mod llm;
+mod math;
 
 /// How much lower than the rest of the fleet the model threads run (a `nice` increment).
 ///

@@ -344,12 +344,16 @@ impl Llama {
                 // SAFETY: the CPU has the features `attend_wide` is compiled for.
                 return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
             }
-            attend(cfg, items, qkv, caches, rows, out);
+            attend(cfg, items, qkv, caches, rows, out, scores_one_by_one);
         });
     }
 }
 
-/// Attention for the (token, head) `items` of one thread (see [`Llama::attention`]).
+/// Attention for the (token, head) `items` of one thread (see [`Llama::attention`]): the
+/// query's score against every key up to its position ([`dot`], times the scale), their
+/// [`softmax`], and the values weighted by them, each output summed over positions in order.
+/// `scores` computes the scores of a run of keys; both ways of computing them give the same
+/// bits, so a row's attention depends only on its own query and cache.
 #[inline(always)]
 fn attend(
     cfg: &LlamaConfig,
@@ -358,6 +362,7 @@ fn attend(
     caches: &[(&[f32], &[f32])],
     rows: &[(usize, usize)],
     out: Out,
+    scores_of: impl Fn(&[f32], &[f32], usize, f32, &mut [f32]),
 ) {
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
     let group = cfg.heads / cfg.kv_heads;
@@ -370,21 +375,34 @@ fn attend(
         let (keys, values) = caches[part];
         let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
         let g = head / group;
-        scores.clear();
-        scores.extend((0..pos + 1).map(|j| dot(q, &keys[j * kv + g * d..j * kv + (g + 1) * d]) * scale));
+        scores.resize(pos + 1, 0.0);
+        scores_of(q, &keys[g * d..], kv, scale, &mut scores);
         softmax(&mut scores);
         // SAFETY: (token i, head) is this thread's item alone, within `out`.
         let out = unsafe { out.slice(i, head * d, d) };
-        out.fill(0.0);
-        for (j, s) in scores.iter().enumerate() {
-            for (o, v) in out.iter_mut().zip(&values[j * kv + g * d..j * kv + (g + 1) * d]) {
-                *o += s * v;
+        for (c, out) in out.chunks_mut(LANES).enumerate() {
+            let mut acc = [0.0f32; LANES];
+            for (s, v) in scores.iter().zip(values[g * d + c * LANES..].chunks(kv)) {
+                for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
+                    *a += s * v;
+                }
             }
+            out.copy_from_slice(&acc[..out.len()]);
         }
     }
 }
 
-/// [`attend`], for AVX-512 (the same operations in the same order: the same results).
+/// The scores of `q` against `scores.len()` keys, `stride` apart from the first of `keys`,
+/// one at a time.
+#[inline(always)]
+fn scores_one_by_one(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
+    for (j, s) in scores.iter_mut().enumerate() {
+        *s = dot(q, &keys[j * stride..j * stride + q.len()]) * scale;
+    }
+}
+
+/// [`attend`], for AVX-512: the scores of 16 keys at a time, their 16 partial sums added in
+/// [`dot`]'s order by exchanging halves between registers, so the same bits.
 ///
 /// # Safety
 /// The CPU must have the features [`super::q8::wide::available`] checks.
@@ -398,7 +416,55 @@ unsafe fn attend_wide(
     rows: &[(usize, usize)],
     out: Out,
 ) {
-    attend(cfg, items, qkv, caches, rows, out)
+    attend(cfg, items, qkv, caches, rows, out, |q, keys, stride, scale, scores| {
+        if !q.len().is_multiple_of(LANES) {
+            return scores_one_by_one(q, keys, stride, scale, scores);
+        }
+        let whole = scores.len() / LANES * LANES;
+        for (b, s) in scores[..whole].chunks_exact_mut(LANES).enumerate() {
+            // SAFETY: the CPU has the features, and the 16 keys from b * 16 exist.
+            unsafe { scores_wide(q, keys[b * LANES * stride..].as_ptr(), stride, scale, s) };
+        }
+        if whole < scores.len() {
+            scores_one_by_one(q, &keys[whole * stride..], stride, scale, &mut scores[whole..]);
+        }
+    })
+}
+
+/// The scores of `q` (a multiple of 16 long) against the 16 keys from `keys`, `stride` apart.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; the keys must exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, scores: &mut [f32]) {
+    use std::arch::x86_64::*;
+    // Each key's 16 partial sums, as `dot` forms them.
+    let mut p = [_mm512_setzero_ps(); LANES];
+    for (j, p) in p.iter_mut().enumerate() {
+        for c in 0..q.len() / LANES {
+            let (q, k) = unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), _mm512_loadu_ps(keys.add(j * stride + c * LANES))) };
+            *p = _mm512_add_ps(*p, _mm512_mul_ps(q, k));
+        }
+    }
+    // `dot`'s halves for 16 keys at once: lanes l and l + 8 of each key, then l and l + 4,
+    // l and l + 2, l and l + 1, two registers' halves gathered into one at each step.
+    let half8 = |a: __m512, b: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+    };
+    let half4 = |a: __m512, b: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
+    };
+    let half2 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b));
+    let half1 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b));
+    let c: [__m512; 8] = std::array::from_fn(|i| half8(p[2 * i], p[2 * i + 1]));
+    let e: [__m512; 4] = std::array::from_fn(|i| half4(c[2 * i], c[2 * i + 1]));
+    let f = [half2(e[0], e[1]), half2(e[2], e[3])];
+    let g = half1(f[0], f[1]);
+    // g holds key 4m + k at lane 4k + m.
+    let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    let s = _mm512_mul_ps(_mm512_permutexvar_ps(order, g), _mm512_set1_ps(scale));
+    unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s) };
 }
 
 /// A vector of `len` values as f32.
@@ -435,28 +501,56 @@ fn matrix<R: Read + Seek>(
     Q8Matrix::quantize(&values, rows, cols).map_err(err)
 }
 
+/// Partial sums a [`dot`] keeps: one AVX-512 register.
+const LANES: usize = 16;
+
+/// A dot product in a fixed order the compiler can vectorize: 16 partial sums (value k into
+/// sum k % 16, in order), then halves added: sum l and l + 8, then l and l + 4, l + 2, l + 1.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums, so the compiler can keep them in one vector register.
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
         }
     }
-    acc.iter().sum::<f32>() + tail
+    for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
+        *acc += x * y;
+    }
+    halves(acc)
 }
 
+/// 16 partial sums added in [`dot`]'s order.
+#[inline(always)]
+fn halves(mut acc: [f32; LANES]) -> f32 {
+    for w in [8, 4, 2, 1] {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+    }
+    acc[0]
+}
+
+/// `x` as probabilities: `e^(x - max)` (see [`crate::math::exp`]), over their sum, added in
+/// [`dot`]'s order.
 #[inline(always)]
 fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *v = crate::math::exp(*v - max);
+            *a += *v;
+        }
     }
+    for (a, v) in acc.iter_mut().zip(chunks.into_remainder()) {
+        *v = crate::math::exp(*v - max);
+        *a += *v;
+    }
+    let sum = halves(acc);
     for v in x.iter_mut() {
         *v /= sum;
     }

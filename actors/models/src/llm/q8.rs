@@ -229,13 +229,32 @@ pub mod wide {
         })
     }
 
-    /// [`super::quantize_rows`], for AVX-512.
+    /// [`super::quantize_rows`], for AVX-512: a block in two registers, rounded half away from
+    /// zero as `f32::round` does (truncate, then step away where the remainder is half or
+    /// more), so the same quants and scales.
     ///
     /// # Safety
     /// The CPU must have the features [`available`] checks.
     #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2,sse4.1")]
     pub unsafe fn quantize_rows(x: &[f32], quants: &mut [u8], scales: &mut Vec<f32>) {
-        super::quantize_rows(x, quants, scales)
+        use std::arch::x86_64::*;
+        for (x, q) in x.chunks_exact(super::BLOCK).zip(quants.chunks_exact_mut(super::BLOCK)) {
+            let v = unsafe { [_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(x.as_ptr().add(16))] };
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+            let d = amax / 127.0;
+            let inv = _mm512_set1_ps(if d == 0.0 { 0.0 } else { 1.0 / d });
+            for (half, v) in v.into_iter().enumerate() {
+                let t = _mm512_mul_ps(v, inv);
+                let whole = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(t);
+                let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(t, whole)), _mm512_set1_ps(0.5));
+                let sign = _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(i32::MIN));
+                let step = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(1.0))));
+                let rounded = _mm512_mask_add_ps(whole, away, whole, step);
+                let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(rounded), _mm512_set1_epi32(128)));
+                unsafe { _mm_storeu_si128(q.as_mut_ptr().add(half * 16).cast(), bytes) };
+            }
+            scales.push(half::f16::from_f32(d).to_f32());
+        }
     }
 }
 
@@ -640,6 +659,27 @@ mod tests {
                     assert_eq!(g.to_bits(), alone[n].to_bits(), "{rows}x{wrows}x{cols} alone [{m},{n}]");
                 }
             }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn activations_quantize_to_the_same_bytes_on_the_wide_path() {
+        let mut v = values(32 * 40, 5);
+        // A block of zeros, and one whose scale is 1 so every value is a tie: -16.5 .. 14.5.
+        v[..32].fill(0.0);
+        for (i, x) in v[32..64].iter_mut().enumerate() {
+            *x = if i == 0 { 127.0 } else { i as f32 - 17.5 };
+        }
+        let (mut plain, mut plain_scales) = (vec![0u8; v.len()], Vec::new());
+        quantize_rows(&v, &mut plain, &mut plain_scales);
+        assert_eq!((plain[33], plain[34], plain[49]), (128 - 17, 128 - 16, 128 - 1), "ties go away from zero");
+        if wide::available() {
+            let (mut fast, mut fast_scales) = (vec![0u8; v.len()], Vec::new());
+            // SAFETY: the CPU has the features.
+            unsafe { wide::quantize_rows(&v, &mut fast, &mut fast_scales) };
+            assert_eq!(plain, fast);
+            assert_eq!(plain_scales, fast_scales);
         }
     }
 

@@ -195,3 +195,28 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
         }
     }
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn sixteen_scores_at_once_are_the_scores_one_by_one_bit_for_bit() {
+    if !super::super::q8::wide::available() {
+        return;
+    }
+    let mut state = 0x2545_f491u32;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        (state % 20_000) as f32 / 10_000.0 - 1.0
+    };
+    // Keys of 64 values, 192 apart (three key heads side by side), from the second head.
+    let keys: Vec<f32> = (0..16 * 192).map(|_| next()).collect();
+    let q: Vec<f32> = (0..64).map(|_| next() * 3.0).collect();
+    let mut one = [0.0; 16];
+    scores_one_by_one(&q, &keys[64..], 192, 0.125, &mut one);
+    let mut wide = [0.0; 16];
+    // SAFETY: the CPU has the features (checked above), and 16 keys exist.
+    unsafe { scores_wide(&q, keys[64..].as_ptr(), 192, 0.125, &mut wide) };
+    assert_eq!(one.map(f32::to_bits), wide.map(f32::to_bits), "{one:?} vs {wide:?}");
+    assert!((one[3] - 0.125 * (0..64).map(|k| q[k] * keys[64 + 3 * 192 + k]).sum::<f32>()).abs() < 1e-4);
+}
