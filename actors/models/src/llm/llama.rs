@@ -344,7 +344,7 @@ impl Llama {
                 // SAFETY: the CPU has the features `attend_wide` is compiled for.
                 return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
             }
-            attend(cfg, items, qkv, caches, rows, out, scores_one_by_one);
+            attend(cfg, items, qkv, caches, rows, out, scores_one_by_one, weigh_by_chunks);
         });
     }
 }
@@ -363,6 +363,7 @@ fn attend(
     rows: &[(usize, usize)],
     out: Out,
     scores_of: impl Fn(&[f32], &[f32], usize, f32, &mut [f32]),
+    weigh: impl Fn(&[f32], &[f32], usize, &mut [f32]),
 ) {
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
     let group = cfg.heads / cfg.kv_heads;
@@ -380,15 +381,44 @@ fn attend(
         softmax(&mut scores);
         // SAFETY: (token i, head) is this thread's item alone, within `out`.
         let out = unsafe { out.slice(i, head * d, d) };
-        for (c, out) in out.chunks_mut(LANES).enumerate() {
-            let mut acc = [0.0f32; LANES];
-            for (s, v) in scores.iter().zip(values[g * d + c * LANES..].chunks(kv)) {
-                for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
-                    *a += s * v;
-                }
+        weigh(&scores, &values[g * d..], kv, out);
+    }
+}
+
+/// `out` = the values from the first of `values`, `stride` apart, weighted by `scores` and
+/// summed over positions in order.
+#[inline(always)]
+fn weigh_by_chunks(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    for (c, out) in out.chunks_mut(LANES).enumerate() {
+        let mut acc = [0.0f32; LANES];
+        for (s, v) in scores.iter().zip(values[c * LANES..].chunks(stride)) {
+            for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
+                *a += s * v;
             }
-            out.copy_from_slice(&acc[..out.len()]);
         }
+        out.copy_from_slice(&acc[..out.len()]);
+    }
+}
+
+/// [`weigh_by_chunks`] for `C` registers of 16 values, every one kept in its register over
+/// the positions (the same sums in the same order).
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `out` must be `16 * C` long and each position's values exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weigh_wide<const C: usize>(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); C];
+    let v = values.as_ptr();
+    for (j, s) in scores.iter().enumerate() {
+        let s = _mm512_set1_ps(*s);
+        for (c, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(s, unsafe { _mm512_loadu_ps(v.add(j * stride + c * LANES)) }));
+        }
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c * LANES), *acc) };
     }
 }
 
@@ -416,7 +446,7 @@ unsafe fn attend_wide(
     rows: &[(usize, usize)],
     out: Out,
 ) {
-    attend(cfg, items, qkv, caches, rows, out, |q, keys, stride, scale, scores| {
+    let scores_of = |q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]| {
         if !q.len().is_multiple_of(LANES) {
             return scores_one_by_one(q, keys, stride, scale, scores);
         }
@@ -428,7 +458,21 @@ unsafe fn attend_wide(
         if whole < scores.len() {
             scores_one_by_one(q, &keys[whole * stride..], stride, scale, &mut scores[whole..]);
         }
-    })
+    };
+    let weigh = |scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]| {
+        let last = (scores.len().max(1) - 1) * stride + out.len();
+        assert!(values.len() >= last, "values of {} positions", scores.len());
+        // SAFETY: the CPU has the features; `out` is 16 * C long and the values exist (above).
+        unsafe {
+            match out.len() {
+                64 => weigh_wide::<4>(scores, values, stride, out),
+                32 => weigh_wide::<2>(scores, values, stride, out),
+                128 => weigh_wide::<8>(scores, values, stride, out),
+                _ => weigh_by_chunks(scores, values, stride, out),
+            }
+        }
+    };
+    attend(cfg, items, qkv, caches, rows, out, scores_of, weigh)
 }
 
 /// The scores of `q` (a multiple of 16 long) against the 16 keys from `keys`, `stride` apart.
@@ -568,10 +612,31 @@ fn rms_norm(x: &[f32], out: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// `gate`'s SiLU times `up`, into `out`, on the shared polynomial `exp`.
 fn swiglu(out: &mut [f32], gate: &[f32], up: &[f32]) {
-    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + (-g).exp()) * u;
+    #[cfg(target_arch = "x86_64")]
+    if super::q8::wide::available() {
+        // SAFETY: the CPU has the features `swiglu_wide` is compiled for.
+        return unsafe { swiglu_wide(out, gate, up) };
     }
+    swiglu_plain(out, gate, up)
+}
+
+#[inline(always)]
+fn swiglu_plain(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + crate::math::exp(-g)) * u;
+    }
+}
+
+/// [`swiglu_plain`] for AVX-512 (the same operations: the same results).
+///
+/// # Safety
+/// The CPU must have the features [`super::q8::wide::available`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2")]
+unsafe fn swiglu_wide(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    swiglu_plain(out, gate, up)
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

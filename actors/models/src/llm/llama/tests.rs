@@ -198,7 +198,7 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
 
 #[test]
 #[cfg(target_arch = "x86_64")]
-fn sixteen_scores_at_once_are_the_scores_one_by_one_bit_for_bit() {
+fn attention_in_registers_gives_the_plain_loops_bits() {
     if !super::super::q8::wide::available() {
         return;
     }
@@ -219,4 +219,11 @@ fn sixteen_scores_at_once_are_the_scores_one_by_one_bit_for_bit() {
     unsafe { scores_wide(&q, keys[64..].as_ptr(), 192, 0.125, &mut wide) };
     assert_eq!(one.map(f32::to_bits), wide.map(f32::to_bits), "{one:?} vs {wide:?}");
     assert!((one[3] - 0.125 * (0..64).map(|k| q[k] * keys[64 + 3 * 192 + k]).sum::<f32>()).abs() < 1e-4);
+    // The values weighted by 13 scores, in registers and plainly.
+    let (mut plain, mut fast) = ([0.0; 64], [0.0; 64]);
+    weigh_by_chunks(&one[..13], &keys[64..], 192, &mut plain);
+    // SAFETY: as above; 13 positions of 64 values exist.
+    unsafe { weigh_wide::<4>(&one[..13], &keys[64..], 192, &mut fast) };
+    assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
+    assert!((plain[5] - (0..13).map(|j| one[j] * keys[64 + j * 192 + 5]).sum::<f32>()).abs() < 1e-4);
 }
