@@ -64,7 +64,7 @@ pub struct LessonContext<'a> {
     pub respond: RespondContext<'a>,
     pub record: &'a PlanRecord,
     pub evaluation: &'a Evaluation,
-    /// The reply posted, if any.
+    /// The reply posted, if any: the model's words as it wrote them when it drafted it.
     pub reply: Option<&'a str>,
 }
 
@@ -420,13 +420,11 @@ impl Brain for LocalBrain {
         }
     }
 
+    /// The reply's conversation, continued: the reply as the model's turn, then the question.
+    /// The model keeps the keys and values of the reply it just wrote (prefix reuse), so only
+    /// the new turn is read.
     fn lesson_request(&self, ctx: &LessonContext) -> Option<GenerateRequest> {
-        let r = &ctx.respond;
-        let mut system = persona_preamble(r);
-        system.push_str(
-            "\nYou just handled the message below. In one short sentence, say what you will do the same \
-             or differently next time.",
-        );
+        let mut req = self.reply_request(&ctx.respond)?;
         let steps: Vec<String> = ctx
             .record
             .plan
@@ -441,17 +439,17 @@ impl Brain for LocalBrain {
                 format!("{} ({outcome})", describe(s.action))
             })
             .collect();
-        let e = r.event;
-        let user = format!(
-            "{}: {}\nWhat you did: {}.\nYour reply: {}\nOutcome: {}.",
-            e.from,
-            e.text,
+        match ctx.reply {
+            Some(reply) => req.messages.push(ChatMessage::assistant(reply)),
+            None => req.messages.push(ChatMessage::assistant("(no reply)")),
+        }
+        req.messages.push(ChatMessage::user(format!(
+            "What you did: {}.\nOutcome: {}.\nIn one short sentence, say what you will do the same or differently \
+             next time.",
             steps.join(", "),
-            ctx.reply.unwrap_or("(none)"),
             if ctx.evaluation.success { "it worked" } else { "it failed" },
-        );
-        let mut req =
-            GenerateRequest::new(vec![ChatMessage::system(system), ChatMessage::user(user)], LESSON_MAX_TOKENS);
+        )));
+        req.max_tokens = LESSON_MAX_TOKENS;
         req.stop = vec!["\n".into()];
         Some(req)
     }

@@ -138,8 +138,8 @@ impl PersonaState {
         self.args.scheduler.done(g.task);
     }
 
-    /// The plan's choice: the model is asked each order of the candidates off the loop (the
-    /// grant held until `Own::Planned`), or without a model the rules plan runs.
+    /// The plan's choice: the model is asked each order of the candidates off the loop, all at
+    /// once (the grant held until `Own::Planned`), or without a model the rules plan runs.
     fn run_choose_plan(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
         let Some(f) = self.phase.work_mut(g.task) else { return self.release(&g) };
@@ -155,9 +155,14 @@ impl PersonaState {
         let jobs: Vec<ClassifyJob> = choice.orders.iter().map(|(_, job)| job.clone()).collect();
         let (task, me) = (g.task, self.myself.clone());
         tokio::spawn(async move {
-            let mut answers = Vec::with_capacity(jobs.len());
-            for job in jobs {
-                match ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) {
+            // Asked together: a batching model reads both in the same passes.
+            let asks = jobs.into_iter().map(|job| {
+                let llm = llm.clone();
+                async move { ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) }
+            });
+            let mut answers = Vec::new();
+            for answer in futures::future::join_all(asks).await {
+                match answer {
                     Ok(Ok(c)) => answers.push(c),
                     Ok(Err(e)) => return me.cast(Own::Planned { task, answer: Err(e) }.into()),
                     Err(e) => {
@@ -190,7 +195,7 @@ impl PersonaState {
                 },
                 record: &f.record,
                 evaluation: &evaluation,
-                reply: f.reply.as_ref().map(|(o, _)| o.text.as_str()),
+                reply: f.reply.as_ref().map(|(o, _)| f.answer.as_deref().unwrap_or(&o.text)),
             };
             if let Some(req) = self.brain.lesson_request(&ctx) {
                 let persona = Some(self.name.to_string());

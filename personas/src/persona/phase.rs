@@ -80,6 +80,9 @@ pub(super) struct Work {
     /// What the knowledge search found.
     pub found: Vec<Source>,
     pub draft: Option<String>,
+    /// The model's words of the draft as it wrote them (the draft adds the mention): the
+    /// lesson's question goes on from them.
+    pub answer: Option<String>,
     pub reply: Option<(OutboxEntry, Event)>,
     /// Actions that failed in replaced plans.
     pub avoid: Vec<Action>,
@@ -225,6 +228,7 @@ impl Work {
             avoid: Vec::new(),
             notes: Vec::new(),
             drafted_by: "rules",
+            answer: None,
             tokens: 0,
             choosing,
             memory: Recollection::default(),

@@ -53,6 +53,7 @@ impl PersonaState {
                 let to = if e.sender_kind == SenderKind::Human { format!("@{}", e.from) } else { e.from.clone() };
                 let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
                 f.draft = Some(format!("{to} {} here: could you say more about \"{about}\"?", self.name));
+                f.answer = None;
                 Ok(StepRun::Done(None))
             }
             Action::NotePreoccupation => Ok(StepRun::Done(None)),
@@ -138,6 +139,7 @@ impl PersonaState {
             let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
             let text = brain.respond(&ctx);
             f.draft = Some(text.clone());
+            f.answer = None;
             f.drafted_by = brain.name();
             return StepRun::Done(Some(text));
         };
@@ -274,6 +276,7 @@ impl PersonaState {
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
         f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
         f.draft = Some(text);
+        f.answer = None;
         f.drafted_by = RulesBrain.name();
     }
 
@@ -293,6 +296,7 @@ impl PersonaState {
                 };
                 f.draft = Some(format!("{to}{}", g.text.trim()));
                 f.drafted_by = self.brain.name();
+                f.answer = Some(g.text);
                 f.tokens = (g.tokens_in + g.tokens_out) as u32;
             }
             Ok(g) => self.draft_by_rules(&mut f, format!("the model answered nothing ({:?})", g.stop)),
