@@ -75,6 +75,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
         "bench": "llm",
         "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),
         "file_type": info.file_type,
+        "kernel": Llm::kernel(),
         "threads": threads,
         "rounds": RUNS,
         "load_s": round(load_s, 3),

@@ -229,6 +229,11 @@ impl Llm {
         Engine::new(self, config)
     }
 
+    /// The kernel products of many rows run on here: `amx`, `avx512-vnni` or `portable`.
+    pub fn kernel() -> &'static str {
+        q8::kernel()
+    }
+
     /// Bytes of keys and values one token of a request takes.
     pub fn kv_bytes_per_token(&self) -> usize {
         self.model.kv_bytes_per_token()

@@ -344,9 +344,16 @@ impl Llama {
                 // SAFETY: the CPU has the features `attend_wide` is compiled for.
                 return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
             }
-            attend(cfg, items, qkv, caches, rows, out, scores_one_by_one, weigh_by_chunks);
+            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_by_chunks });
         });
     }
+}
+
+/// Attention's two inner loops: the scores of a run of keys (like [`scores_one_by_one`]), and
+/// the values weighted by them (like [`weigh_by_chunks`]).
+struct Loops<S, W> {
+    scores: S,
+    weigh: W,
 }
 
 /// Attention for the (token, head) `items` of one thread (see [`Llama::attention`]): the
@@ -362,9 +369,9 @@ fn attend(
     caches: &[(&[f32], &[f32])],
     rows: &[(usize, usize)],
     out: Out,
-    scores_of: impl Fn(&[f32], &[f32], usize, f32, &mut [f32]),
-    weigh: impl Fn(&[f32], &[f32], usize, &mut [f32]),
+    loops: Loops<impl Fn(&[f32], &[f32], usize, f32, &mut [f32]), impl Fn(&[f32], &[f32], usize, &mut [f32])>,
 ) {
+    let Loops { scores: scores_of, weigh } = loops;
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
     let group = cfg.heads / cfg.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
@@ -472,7 +479,7 @@ unsafe fn attend_wide(
             }
         }
     };
-    attend(cfg, items, qkv, caches, rows, out, scores_of, weigh)
+    attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_of, weigh })
 }
 
 /// The scores of `q` (a multiple of 16 long) against the 16 keys from `keys`, `stride` apart.
@@ -487,18 +494,18 @@ unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, sc
     let mut p = [_mm512_setzero_ps(); LANES];
     for (j, p) in p.iter_mut().enumerate() {
         for c in 0..q.len() / LANES {
-            let (q, k) = unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), _mm512_loadu_ps(keys.add(j * stride + c * LANES))) };
+            let (q, k) = unsafe {
+                (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), _mm512_loadu_ps(keys.add(j * stride + c * LANES)))
+            };
             *p = _mm512_add_ps(*p, _mm512_mul_ps(q, k));
         }
     }
     // `dot`'s halves for 16 keys at once: lanes l and l + 8 of each key, then l and l + 4,
     // l and l + 2, l and l + 1, two registers' halves gathered into one at each step.
-    let half8 = |a: __m512, b: __m512| {
-        _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
-    };
-    let half4 = |a: __m512, b: __m512| {
-        _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
-    };
+    let half8 =
+        |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b));
+    let half4 =
+        |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b));
     let half2 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b));
     let half1 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b));
     let c: [__m512; 8] = std::array::from_fn(|i| half8(p[2 * i], p[2 * i + 1]));

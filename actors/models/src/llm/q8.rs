@@ -246,11 +246,13 @@ pub mod wide {
             for (half, v) in v.into_iter().enumerate() {
                 let t = _mm512_mul_ps(v, inv);
                 let whole = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(t);
-                let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(t, whole)), _mm512_set1_ps(0.5));
+                let away =
+                    _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(t, whole)), _mm512_set1_ps(0.5));
                 let sign = _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(i32::MIN));
                 let step = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(1.0))));
                 let rounded = _mm512_mask_add_ps(whole, away, whole, step);
-                let bytes = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(rounded), _mm512_set1_epi32(128)));
+                let bytes =
+                    _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(rounded), _mm512_set1_epi32(128)));
                 unsafe { _mm_storeu_si128(q.as_mut_ptr().add(half * 16).cast(), bytes) };
             }
             scales.push(half::f16::from_f32(d).to_f32());
@@ -405,7 +407,9 @@ mod vnni {
         let blocks = x.cols / BLOCK;
         let at = (p * blocks + b) * PANEL;
         let ints = _mm512_add_epi32(ints, unsafe { _mm512_loadu_si512(w.offsets.as_ptr().add(at).cast()) });
-        let s = _mm512_mul_ps(_mm512_set1_ps(x.scales[m * blocks + b]), unsafe { _mm512_loadu_ps(w.scales.as_ptr().add(at)) });
+        let s = _mm512_mul_ps(_mm512_set1_ps(x.scales[m * blocks + b]), unsafe {
+            _mm512_loadu_ps(w.scales.as_ptr().add(at))
+        });
         _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(ints), s))
     }
 
@@ -438,7 +442,9 @@ mod vnni {
             for g in 0..BLOCK / 4 {
                 let mut xv = [_mm512_setzero_si512(); R];
                 for r in 0..R {
-                    xv[r] = _mm512_set1_epi32(unsafe { xq.add(r * cols + b * BLOCK + g * 4).cast::<i32>().read_unaligned() });
+                    xv[r] = _mm512_set1_epi32(unsafe {
+                        xq.add(r * cols + b * BLOCK + g * 4).cast::<i32>().read_unaligned()
+                    });
                 }
                 for c in 0..C {
                     let wv = unsafe { _mm512_loadu_si512(wq.add((c * blocks + b) * PANEL_BLOCK + g * 64).cast()) };
@@ -503,7 +509,11 @@ mod amx {
         fn new() -> Config {
             let mut c = [0u8; 64];
             c[0] = 1; // palette 1
-            for (t, (rows, bytes)) in [(16u8, 32u16), (16, 32), (8, 64), (8, 64), (16, 64), (16, 64), (16, 64), (16, 64)].into_iter().enumerate() {
+            for (t, (rows, bytes)) in
+                [(16u8, 32u16), (16, 32), (8, 64), (8, 64), (16, 64), (16, 64), (16, 64), (16, 64)]
+                    .into_iter()
+                    .enumerate()
+            {
                 c[16 + 2 * t..18 + 2 * t].copy_from_slice(&bytes.to_le_bytes());
                 c[48 + t] = rows;
             }
@@ -570,7 +580,8 @@ mod amx {
                     for r in 0..ROWS {
                         for c in 0..2 {
                             let tile = (r / 16) * 2 + c;
-                            let sums = unsafe { _mm512_load_si512(ints.0.as_ptr().add(tile * 256 + (r % 16) * 16).cast()) };
+                            let sums =
+                                unsafe { _mm512_load_si512(ints.0.as_ptr().add(tile * 256 + (r % 16) * 16).cast()) };
                             acc[r][c] = unsafe { vnni::scale(x, m + r, w, p + c, b, sums, acc[r][c]) };
                         }
                     }
@@ -635,7 +646,9 @@ mod tests {
         // panels, the last with 5 rows, and two threads' shares; 96 columns are 3 blocks. 70
         // and 33 rows run on AMX where the CPU has it (groups of 32, then the rest), 40 panels
         // in 2 shares of 20 (chunks of 4) and 9 panels an odd one at the end.
-        for (rows, wrows, cols) in [(7, 37, 96), (1, 9, 64), (4, 4, 32), (13, 70, 576), (5, 8, 1536), (70, 640, 192), (33, 144, 576)] {
+        for (rows, wrows, cols) in
+            [(7, 37, 96), (1, 9, 64), (4, 4, 32), (13, 70, 576), (5, 8, 1536), (70, 640, 192), (33, 144, 576)]
+        {
             let w = Q8Matrix::quantize(&values(wrows * cols, 1), wrows, cols).unwrap();
             let mut x = Q8Rows::default();
             x.quantize(&values(rows * cols, 2), cols);
