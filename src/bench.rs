@@ -279,6 +279,8 @@ pub struct SoakLoad {
     pub room_size: usize,
     /// Conversation memory on (and the embedding model).
     pub conversation: bool,
+    /// Every persona on the local brain instead of the rules brain.
+    pub local: bool,
 }
 
 /// The soak's open-loop load: every 10 ms the events due go out, each injection a task of its
@@ -374,13 +376,16 @@ pub async fn soak_with(
     pages: usize,
     edit: impl FnOnce(&mut mindfleet_core::config::FleetConfig),
 ) -> anyhow::Result<Value> {
-    let SoakLoad { personas, rate, seconds, every, room_size, conversation } = load;
+    let SoakLoad { personas, rate, seconds, every, room_size, conversation, local } = load;
     let dir = tempfile::tempdir()?;
     let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
     let rooms = personas.div_ceil(room_size).max(1);
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{}", i % rooms)];
+        if local {
+            p.brain = mindfleet_core::config::BrainKind::Local;
+        }
     }
     edit(&mut cfg);
     let fleet = Arc::new(Fleet::start(cfg).await?);
@@ -436,9 +441,24 @@ pub async fn soak_with(
     let convo = |f: fn(&mindfleet_core::dump::ConversationDump) -> u64| {
         d.personas.iter().filter_map(|p| p.conversation.as_ref()).map(f).sum::<u64>()
     };
+    let llm = &d.llm;
+    let batching = llm.batching.clone().unwrap_or_default();
+    let mb = |b: u64| round(b as f64 / (1024.0 * 1024.0), 1);
     Ok(json!({
         "bench": "soak",
         "personas": personas,
+        "brain": if local { "local" } else { "rules" },
+        "llm": local.then(|| json!({
+            "status": llm.status,
+            "model_calls": llm.requests,
+            "model_tokens_in": llm.tokens_in,
+            "model_tokens_out": llm.tokens_out,
+            "mean_batch": round(batching.mean_batch, 2),
+            "prefix_hit_rate": round(batching.prefix_hit_rate, 3),
+            "waiting_at_end": batching.waiting,
+            "kv_peak_mb": mb(batching.kv_peak_bytes),
+            "kv_bound_mb": mb(batching.kv_bound_bytes),
+        })),
         "rate_per_s": rate,
         "room_size": room_size,
         "conversation": conversation,

@@ -62,6 +62,10 @@ enum Which {
         /// With conversation memory on (and the embedding model).
         #[arg(long)]
         conversation: bool,
+        /// Every persona on the local brain (the fleet's model, its keys and values within
+        /// `[llm] kv_memory_mb`), instead of the rules brain.
+        #[arg(long)]
+        local: bool,
         #[command(flatten)]
         out: Json,
     },
@@ -387,7 +391,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
             };
             print_figures(r, out.json)
         }),
-        Which::Soak { personas, rate, seconds, every, room_size, conversation, out } => block_on(async move {
+        Which::Soak { personas, rate, seconds, every, room_size, conversation, local, out } => block_on(async move {
             let load = bench::SoakLoad {
                 personas,
                 rate,
@@ -395,6 +399,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 every: every.max(1),
                 room_size: room_size.max(1),
                 conversation,
+                local,
             };
             print_figures(soak(load).await, out.json)
         }),
@@ -406,6 +411,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 every: seconds.max(1),
                 room_size: room_size.max(1),
                 conversation: false,
+                local: false,
             };
             print_figures(bench::webhook::webhook(load).await, out.json)
         }),
@@ -413,7 +419,8 @@ pub fn run(Args { which }: Args) -> ExitCode {
             block_on(async move { print_figures(bench::cluster::cluster(personas, events.max(1)).await, out.json) })
         }
         Which::Dashboard { personas, rate, seconds, pages, out } => block_on(async move {
-            let load = bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false };
+            let load =
+                bench::SoakLoad { personas, rate, seconds, every: 5, room_size: 4, conversation: false, local: false };
             print_figures(bench::dashboard::dashboard(load, pages.max(1)).await, out.json)
         }),
         Which::Embed { peer_python, sentences, code, out } => block_on(async move {
