@@ -457,9 +457,11 @@ unsafe fn attend_wide(
         if !q.len().is_multiple_of(LANES) {
             return scores_one_by_one(q, keys, stride, scale, scores);
         }
+        let last = (scores.len().max(1) - 1) * stride + q.len();
+        assert!(keys.len() >= last, "keys of {} positions", scores.len());
         let whole = scores.len() / LANES * LANES;
         for (b, s) in scores[..whole].chunks_exact_mut(LANES).enumerate() {
-            // SAFETY: the CPU has the features, and the 16 keys from b * 16 exist.
+            // SAFETY: the CPU has the features, and the 16 keys from b * 16 exist (above).
             unsafe { scores_wide(q, keys[b * LANES * stride..].as_ptr(), stride, scale, s) };
         }
         if whole < scores.len() {
