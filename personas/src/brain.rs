@@ -421,8 +421,8 @@ impl Brain for LocalBrain {
     }
 
     /// The reply's conversation, continued: the reply as the model's turn, then the question.
-    /// The model keeps the keys and values of the reply it just wrote (prefix reuse), so only
-    /// the new turn is read.
+    /// The model kept the keys and values of the reply's prompt (prefix reuse), so only the
+    /// reply and the question are read.
     fn lesson_request(&self, ctx: &LessonContext) -> Option<GenerateRequest> {
         let mut req = self.reply_request(&ctx.respond)?;
         let steps: Vec<String> = ctx

@@ -16,9 +16,9 @@
 //!
 //! **Prefix reuse.** The prompts of one persona share a long beginning (the chat template, its
 //! role and instructions). With [`BatchConfig::prefix_reuse`], the keys and values of each
-//! prompt read are kept, and of each answer with its prompt when it is done, and a new prompt
-//! starts from a copy of the kept sequence it shares the longest beginning with, reading only
-//! the rest: a prompt that continues a conversation reads only its new turn.
+//! prompt read are kept, and a new prompt starts from a copy of the kept prompt it shares the
+//! longest beginning with, reading only the rest. (An answer is not kept: the tokens its text
+//! reads as in a later prompt are seldom the tokens the model wrote, `Al` `ice` for `Alice`.)
 //!
 //! **Memory.** Keys and values are bounded by [`BatchConfig::kv_bytes`]: a request reserves, when
 //! it joins, room for its prompt and its longest answer, and waits outside the batch while that
@@ -161,8 +161,6 @@ struct Gen<'a> {
     on_token: OnToken<'a>,
     text: String,
     tokens_out: usize,
-    /// The tokens generated and given back to read, in order.
-    fed: Vec<u32>,
     logprobs: Vec<TokenLogprob>,
     ttft_ms: Option<f64>,
     prompt_ms: Option<f64>,
@@ -256,7 +254,6 @@ impl<'a, T> Engine<'a, T> {
             on_token,
             text: String::new(),
             tokens_out: 0,
-            fed: Vec::new(),
             logprobs: Vec::new(),
             ttft_ms: None,
             prompt_ms: None,
@@ -448,14 +445,6 @@ impl<'a, T> Engine<'a, T> {
         let tokens_in = s.prompt.len();
         let outcome = match (s.task, ended) {
             (Task::Generate(g), Ok(Ended::Generated(stop))) => {
-                if self.config.prefix_reuse && stop != Stop::Cancelled {
-                    // The answer is read too: a prompt that goes on from it (the next turn of
-                    // the conversation) starts from its end.
-                    let mut read = s.prompt;
-                    read.extend(&g.fed);
-                    read.truncate(s.cache.len());
-                    self.keep(&read, &s.cache);
-                }
                 Outcome::Generated(Ok(g.finish(stop, tokens_in, s.trimmed)))
             }
             (Task::Classify(c), Ok(Ended::Scored)) => {
@@ -510,7 +499,6 @@ impl Gen<'_> {
             return Some(Stop::MaxTokens);
         }
         input.push(next);
-        self.fed.push(next);
         None
     }
 
