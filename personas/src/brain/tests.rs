@@ -490,3 +490,37 @@ mod memory {
         assert_eq!(u[0].effect, "no effect: no reply was drafted");
     }
 }
+
+#[test]
+fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_turns() {
+    let e = ev("chat", "can you review the retry logic?");
+    let state = GateState::default();
+    let respond = || RespondContext {
+        persona: "p",
+        role: "r",
+        event: &e,
+        recalled: &[],
+        conversation: &[],
+        found: &[],
+        hints: "",
+        state: &state,
+        memory: &NOTHING_RECALLED,
+    };
+    let reply = LocalBrain.reply_request(&respond()).unwrap();
+    let record = record(plan_for(&e, &[]));
+    let evaluation = RulesBrain.evaluate_outcome(&record);
+    let lesson = |said: Option<&str>| {
+        let ctx = LessonContext { respond: respond(), record: &record, evaluation: &evaluation, reply: said };
+        LocalBrain.lesson_request(&ctx).unwrap()
+    };
+    let after = lesson(Some("Sure, I will look at it."));
+    // The reply's prompt word for word (what the model kept), then its answer, then the question.
+    assert_eq!(after.messages[..reply.messages.len()], reply.messages[..]);
+    let rest = &after.messages[reply.messages.len()..];
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    assert_eq!(rest[0], ChatMessage::assistant("Sure, I will look at it."));
+    assert!(rest[1].content.contains("What you did: ") && rest[1].content.contains("next time"), "{}", rest[1].content);
+    assert_eq!((after.max_tokens, after.stop.clone()), (LESSON_MAX_TOKENS, vec!["\n".to_string()]));
+    // Without a reply the turn says so.
+    assert_eq!(lesson(None).messages[reply.messages.len()], ChatMessage::assistant("(no reply)"));
+}
