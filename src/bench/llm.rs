@@ -46,8 +46,10 @@ fn figures(prompt_tok_s: f64, gen_tok_s: f64, ttft_ms: f64) -> [(&'static str, f
 
 /// Our model and, with `peer_python`, llama.cpp take turns for [`RUNS`] rounds, so both meet the
 /// same state of a shared machine: each figure is the median over rounds, and each ratio the
-/// median of the rounds' ratios.
-pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
+/// median of the rounds' ratios. llama.cpp runs `peer_model`, else the same file as ours.
+pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -> anyhow::Result<Value> {
+    let peer_model = peer_model.unwrap_or(model);
+    anyhow::ensure!(peer_model.is_file(), "--peer-model {}: no such file", peer_model.display());
     let t = Instant::now();
     let llm = Llm::load_with(model, LlmConfig::default())?;
     let load_s = t.elapsed().as_secs_f64();
@@ -63,7 +65,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
         tokens_out = g.tokens_out;
         ours.push(figures(g.tokens_in as f64 / (g.prompt_ms / 1e3), g.tokens_out as f64 / (g.gen_ms / 1e3), g.ttft_ms));
         if let Some(python) = peer_python.filter(|_| peer_error.is_none()) {
-            match peer(python, model, threads, &prompt, tokens_out) {
+            match peer(python, peer_model, threads, &prompt, tokens_out) {
                 Ok(p) => theirs.push(p),
                 Err(e) => peer_error = Some(e),
             }
@@ -102,6 +104,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
             .collect();
         let mut peer_out = json!({
             "llama_cpp": theirs[0]["llama_cpp"],
+            "model": peer_model.file_name().map(|n| n.to_string_lossy().into_owned()),
             "load_s": round(median(theirs.iter().filter_map(|p| p["load_s"].as_f64()).collect()), 3),
             "prompt_tokens": prompt.len(),
             "gen_tokens": tokens_out,
@@ -115,7 +118,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>) -> anyhow::Result<Value> {
             out[name] = round(median(ratios.collect()), 2).into();
         }
         out["peer"] = peer_out;
-        match over_http(python, model, threads, &req) {
+        match over_http(python, peer_model, threads, &req) {
             Ok(v) => {
                 if let (Some(http), Some(direct)) = (v["gen_tok_s"].as_f64(), out["peer"]["gen_tok_s"].as_f64()) {
                     out["ratio_openai_gen_vs_direct"] = round(http / direct, 2).into();

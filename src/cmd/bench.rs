@@ -197,11 +197,14 @@ enum Which {
         out: Json,
     },
     /// Prompt and generated tokens per second and time to first token of the local LLM, with
-    /// llama.cpp on the same file as the peer.
+    /// llama.cpp as the peer (on the same file, or on `--peer-model`).
     Llm {
         /// Python with llama-cpp-python for the peer run (none: ours only).
         #[arg(long)]
         peer_python: Option<String>,
+        /// The GGUF file llama.cpp runs (default: ours), e.g. the packaged Q4_1 file beside it.
+        #[arg(long)]
+        peer_model: Option<PathBuf>,
         #[command(flatten)]
         out: Json,
     },
@@ -308,10 +311,10 @@ pub fn run(Args { which }: Args) -> ExitCode {
             let r = mindfleet::llm_file(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
             print_figures(r, out.json)
         }
-        Which::Llm { peer_python, out } => {
+        Which::Llm { peer_python, peer_model, out } => {
             let r = mindfleet::llm_file(None)
                 .map_err(anyhow::Error::msg)
-                .and_then(|m| bench::llm::llm(&m, peer_python.as_deref()));
+                .and_then(|m| bench::llm::llm(&m, peer_python.as_deref(), peer_model.as_deref()));
             print_figures(r, out.json)
         }
         Which::Index { path, out } => {
