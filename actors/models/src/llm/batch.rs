@@ -17,8 +17,9 @@
 //! **Prefix reuse.** The prompts of one persona share a long beginning (the chat template, its
 //! role and instructions). With [`BatchConfig::prefix_reuse`], the keys and values of each
 //! prompt read are kept, and a new prompt starts from a copy of the kept prompt it shares the
-//! longest beginning with, reading only the rest. (An answer is not kept: the tokens its text
-//! reads as in a later prompt are seldom the tokens the model wrote, `Al` `ice` for `Alice`.)
+//! longest beginning with, reading only the rest. (Answers are not kept: a later prompt that
+//! quotes an answer's text tokenizes it anew, seldom into the tokens the model wrote: `Alice`
+//! where the model wrote `Al` `ice`.)
 //!
 //! **Memory.** Keys and values are bounded by [`BatchConfig::kv_bytes`]: a request reserves, when
 //! it joins, room for its prompt and its longest answer, and waits outside the batch while that
