@@ -33,22 +33,28 @@ fn ev(domain: &str, text: &str) -> Event {
     .unwrap()
 }
 
+/// A reply's context with nothing gathered: persona `p`, role `r`, the event, the state, what
+/// was recalled and the hint block.
+fn respond<'a>(e: &'a Event, state: &'a GateState, memory: &'a Recollection, hints: &'a str) -> RespondContext<'a> {
+    RespondContext {
+        persona: "p",
+        role: "r",
+        event: e,
+        recalled: &[],
+        conversation: &[],
+        found: &[],
+        hints,
+        state,
+        memory,
+    }
+}
+
 #[test]
 fn the_local_brain_reads_the_hint_block_of_the_references_an_event_called_for() {
     let e = ev("chat", "how does the breaker recover?");
     let state = GateState::default();
     let hints = "References that may help:\n- resilience (Resilience guide): matched: circuit-breaker";
-    let ctx = |hints| RespondContext {
-        persona: "p",
-        role: "r",
-        event: &e,
-        recalled: &[],
-        conversation: &[],
-        found: &[],
-        hints,
-        state: &state,
-        memory: &NOTHING_RECALLED,
-    };
+    let ctx = |hints| respond(&e, &state, &NOTHING_RECALLED, hints);
     let with = LocalBrain.reply_request(&ctx(hints)).unwrap();
     assert!(with.messages[0].content.contains(hints), "{}", with.messages[0].content);
     let without = LocalBrain.reply_request(&ctx("")).unwrap();
@@ -375,19 +381,7 @@ mod memory {
     fn the_profile_shapes_the_rules_reply_by_level_and_the_model_prompt_names_it() {
         let e = ev("chat", "how do I deploy the cache?");
         let state = GateState::default();
-        let reply = |m: &Recollection| {
-            RulesBrain.respond(&RespondContext {
-                persona: "p",
-                role: "r",
-                event: &e,
-                recalled: &[],
-                conversation: &[],
-                found: &[],
-                hints: "",
-                state: &state,
-                memory: m,
-            })
-        };
+        let reply = |m: &Recollection| RulesBrain.respond(&respond(&e, &state, m, ""));
         let beginner = Recollection { profile: Some(profile("alice", "beginner")), ..Default::default() };
         let mut expert = Recollection { profile: Some(profile("alice", "expert")), ..Default::default() };
         let (b, x, none) = (reply(&beginner), reply(&expert), reply(&NOTHING_RECALLED));
@@ -409,19 +403,7 @@ mod memory {
             "no effect: the plan drafts no reply"
         );
         // The model's prompt gets a line about the user, at their level.
-        let req = LocalBrain
-            .reply_request(&RespondContext {
-                persona: "p",
-                role: "r",
-                event: &e,
-                recalled: &[],
-                conversation: &[],
-                found: &[],
-                hints: "",
-                state: &state,
-                memory: &beginner,
-            })
-            .unwrap();
+        let req = LocalBrain.reply_request(&respond(&e, &state, &beginner, "")).unwrap();
         let system = &req.messages[0].content;
         assert!(system.contains("About alice: beginner user who talks about deploy, latency"), "{system}");
         assert!(system.contains("use simple words"), "{system}");
@@ -469,17 +451,7 @@ mod memory {
         };
         let m = Recollection { knowledge: vec![Similar { item: k, score: 0.7 }], ..Default::default() };
         let state = GateState::default();
-        let r = RulesBrain.respond(&RespondContext {
-            persona: "p",
-            role: "r",
-            event: &e,
-            recalled: &[],
-            conversation: &[],
-            found: &[],
-            hints: "",
-            state: &state,
-            memory: &m,
-        });
+        let r = RulesBrain.respond(&respond(&e, &state, &m, ""));
         assert!(r.contains("What I know of admin token: the admin token rotates monthly."), "{r}");
         let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
         let effect = used(&ctx(&e, &m), &plan, MemoryKind::Knowledge);
@@ -495,23 +467,13 @@ mod memory {
 fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_turns() {
     let e = ev("chat", "can you review the retry logic?");
     let state = GateState::default();
-    let respond = || RespondContext {
-        persona: "p",
-        role: "r",
-        event: &e,
-        recalled: &[],
-        conversation: &[],
-        found: &[],
-        hints: "",
-        state: &state,
-        memory: &NOTHING_RECALLED,
-    };
-    let reply = LocalBrain.reply_request(&respond()).unwrap();
+    let ctx = || respond(&e, &state, &NOTHING_RECALLED, "");
+    let reply = LocalBrain.reply_request(&ctx()).unwrap();
     let record = record(plan_for(&e, &[]));
     let evaluation = RulesBrain.evaluate_outcome(&record);
     let lesson = |said: Option<&str>| {
-        let ctx = LessonContext { respond: respond(), record: &record, evaluation: &evaluation, reply: said };
-        LocalBrain.lesson_request(&ctx).unwrap()
+        let lesson = LessonContext { respond: ctx(), record: &record, evaluation: &evaluation, reply: said };
+        LocalBrain.lesson_request(&lesson).unwrap()
     };
     let after = lesson(Some("Sure, I will look at it."));
     // The reply's prompt word for word (what the model kept), then its answer, then the question.
