@@ -748,13 +748,14 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
     s.hook_acked("all".into(), k1);
     s.hook_failed("all".into(), k2, "HTTP 503".into());
     s.hook_dead("all".into(), k2, "gave up".into());
-    s.flush().await.unwrap();
+    // No flush: the figures are answered once what they count is committed, so the tables
+    // read after them hold every dead letter counted.
+    let stats = s.stats().await.unwrap().webhooks["all"].clone();
+    assert_eq!((stats.pending, stats.delivered, stats.failures, stats.dead), (0, 1, 2, 1));
     assert!(s.hook_queue("all", 0, 10).unwrap().is_empty());
     let dead = s.hook_dead_letters("all", 10).unwrap();
     assert_eq!((dead.len(), dead[0].id.as_str(), dead[0].attempts), (1, "reply-2", 1));
     assert_eq!(dead[0].error, "gave up");
-    let stats = s.stats().await.unwrap().webhooks["all"].clone();
-    assert_eq!((stats.pending, stats.delivered, stats.failures, stats.dead), (0, 1, 2, 1));
 
     // Sent again: queued behind everything, with no attempt made.
     assert_eq!(s.hook_retry(Some("all".into())).await.unwrap(), 1);

@@ -221,6 +221,9 @@ impl DumpBase {
             d
         });
         let mut personas = futures::future::join_all(calls).await;
+        // The figures first, then the tables: they are answered once what they count is
+        // committed, so every dead letter counted is in the read below.
+        let storage_stats = self.storage.stats().await.map_err(|e| InjectError::Storage(e.to_string()))?;
         let storage = self.storage.clone();
         let names: Vec<String> = personas.iter().map(|p| p.name.clone()).collect();
         let hooks: Vec<String> = self.webhooks.iter().map(|h| h.name.clone()).collect();
@@ -243,7 +246,6 @@ impl DumpBase {
             p.decisions = decisions;
             p.working_memory.evictions = evictions;
         }
-        let storage_stats = self.storage.stats().await.map_err(|e| InjectError::Storage(e.to_string()))?;
         let scheduler = call_t!(self.scheduler, SchedulerMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
         let coordination = call_t!(self.coordinator, CoordinatorMsg::Stats, DUMP_CALL_MS).unwrap_or_default();
         let embedding = call_t!(self.embedding, EmbedMsg::Stats, DUMP_CALL_MS).unwrap_or_else(|e| EmbedStats {

@@ -110,7 +110,16 @@ impl Writer {
             Op::HookDead(name, key, why) => self.on_hook_dead(t, &name, key, why),
             Op::HookRetry(name, tx) => self.on_hook_retry(t, name, tx, after),
             Op::Stats(tx) => {
-                let _ = tx.send(self.stats());
+                // Answered once what the figures count is committed, so a reader that asks
+                // for the figures first and then reads the tables finds everything counted.
+                let stats = self.stats();
+                after.push(Box::new(move |r| match r {
+                    Err(n) if n.retried() => Some(Op::Stats(tx)),
+                    _ => {
+                        let _ = tx.send(stats);
+                        None
+                    }
+                }));
                 Ok(false)
             }
             Op::Flush(tx) => {
