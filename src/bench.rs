@@ -10,6 +10,7 @@ pub mod embed;
 pub mod index;
 pub mod llm;
 pub mod memory_eval;
+pub mod peak;
 pub mod rag_eval;
 pub mod redundancy;
 pub mod refs_eval;

@@ -1,11 +1,18 @@
 //! `mindfleet bench embed`: embeddings per second of all-MiniLM-L6-v2 on candle for batches of
 //! 1, 8 and 32, on short sentences and on 20-line windows of Rust source; the shared worker
-//! under 100 concurrent callers; and, in the same run on the same inputs, sentence-transformers
-//! on PyTorch CPU as the peer (`scripts/bench_embed_peer.py`), reported as ratios.
+//! under 100 concurrent callers; and, in the same run on the same inputs, two peers, both run by
+//! `scripts/bench_embed_peer.py`: sentence-transformers on PyTorch CPU (`ratio_*`), and ONNX
+//! Runtime on the same BERT exported to ONNX, run the way fastembed runs it (`ratio_ort_*`),
+//! each reported as ratios of ours over theirs. Each figure is also given in FLOP/s of the
+//! products (`gflops_*`, from each text's tokens, [`BertConfig::flops`]) and as a share of the
+//! machine's peak f32 rate measured in the same run on as many threads (`share_of_peak_*`,
+//! [`super::peak`]).
 //!
+//! [`BertConfig::flops`]: mindfleet_models::embed::bert::BertConfig::flops
 //! `--sentences FILE` (one sentence a line) and `--code FILE` (one JSON string a code window a
 //! line) replace the built-in texts, so every engine of a comparison can embed the same ones.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -73,13 +80,14 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kib: f64| kib / 1024.0)
 }
 
-/// Runs the peer on the same inputs; its figures, or why it could not run.
+/// Runs the peers on the same inputs; their figures (ONNX Runtime's under `ort_` keys, or
+/// `ort_error`), or why they could not run.
 fn peer(python: &str, model_dir: &Path, window: usize, short: &[String], code: &[String]) -> Result<Value, String> {
     let input = json!({
         "model_dir": model_dir, "threads": 2, "window": window, "batches": BATCHES,
         "short": short, "code": code, "short_n_batch1": SHORT_N_BATCH1,
     });
-    super::run_peer(python, PEER_SCRIPT, &input, "sentence-transformers")
+    super::run_peer(python, PEER_SCRIPT, &input, "sentence-transformers and onnxruntime")
 }
 
 /// The texts to embed: the built-in ones, or those of the files given.
@@ -132,13 +140,34 @@ pub async fn embed(
         "code_windows": code.len(),
         "load_s": round(load_s, 3),
     });
+    // What the products of a text cost, on average over the texts of each figure.
+    let flops = |texts: &[String]| -> anyhow::Result<f64> {
+        let mut total = 0.0;
+        for t in texts {
+            total += model.config().flops(model.count_tokens(t)?.min(model.window()));
+        }
+        Ok(total / texts.len() as f64)
+    };
+    let peak = super::peak::f32_peak(mindfleet_models::embed::threads());
+    if let Some((peak, isa)) = peak {
+        out["peak_gflops"] = round(peak / 1e9, 1).into();
+        out["peak_measured_with"] = isa.into();
+    }
+    let mut costs = HashMap::new();
     let mut best: f64 = 0.0;
     for b in BATCHES {
-        let s = per_s(&model, if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { &short }, b)?;
+        let first = if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { &short };
+        let s = per_s(&model, first, b)?;
         let c = per_s(&model, &code, b)?;
         best = best.max(s);
-        out[format!("per_s_batch{b}")] = round(s, 1).into();
-        out[format!("per_s_code_batch{b}")] = round(c, 1).into();
+        for (kind, per_s, cost) in [("", s, flops(first)?), ("code_", c, flops(&code)?)] {
+            out[format!("per_s_{kind}batch{b}")] = round(per_s, 1).into();
+            out[format!("gflops_{kind}batch{b}")] = round(per_s * cost / 1e9, 1).into();
+            if let Some((peak, _)) = peak {
+                out[format!("share_of_peak_{kind}batch{b}")] = round(per_s * cost / peak, 3).into();
+            }
+            costs.insert(format!("{kind}batch{b}"), cost);
+        }
     }
     let window = model.window();
     drop(model);
@@ -201,6 +230,13 @@ pub async fn embed(
                         let key = format!("per_s_{kind}batch{b}");
                         if let (Some(ours), Some(theirs)) = (out[&key].as_f64(), p[&key].as_f64()) {
                             out[format!("ratio_{kind}batch{b}")] = round(ours / theirs, 2).into();
+                        }
+                        if let (Some(ours), Some(theirs)) = (out[&key].as_f64(), p[format!("ort_{key}")].as_f64()) {
+                            out[format!("ratio_ort_{kind}batch{b}")] = round(ours / theirs, 2).into();
+                            if let (Some(cost), Some((peak, _))) = (costs.get(&format!("{kind}batch{b}")), peak) {
+                                out[format!("ort_share_of_peak_{kind}batch{b}")] =
+                                    round(theirs * cost / peak, 3).into();
+                            }
                         }
                     }
                 }

@@ -146,6 +146,11 @@ impl Embedder {
         Ok(())
     }
 
+    /// The model's sizes.
+    pub fn config(&self) -> &BertConfig {
+        self.model.config()
+    }
+
     pub fn dimensions(&self) -> usize {
         self.dimensions
     }

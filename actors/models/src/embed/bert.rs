@@ -130,6 +130,16 @@ impl BertConfig {
             type_vocab: raw.type_vocab_size,
         })
     }
+
+    /// Floating-point operations (a multiply-add is two) of the products of one text of
+    /// `tokens` tokens: per layer, the four linear maps and attention's scores and weighted
+    /// sums (`2 * tokens^2 * hidden` each). Norms, GELU and softmax are left out.
+    pub fn flops(&self, tokens: usize) -> f64 {
+        let (n, h, i) = (tokens as f64, self.hidden as f64, self.intermediate as f64);
+        let linear = 2.0 * n * (h * 3.0 * h + h * h + 2.0 * h * i);
+        let attention = 4.0 * n * n * h;
+        self.layers as f64 * (linear + attention)
+    }
 }
 
 /// One encoder layer; matrices are row-major `[in, out]`.
