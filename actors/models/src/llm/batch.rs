@@ -15,9 +15,10 @@
 //! token, batched or not, and with a reused prefix or without.
 //!
 //! **Prefix reuse.** The prompts of one persona share a long beginning (the chat template, its
-//! role and instructions). With [`BatchConfig::prefix_reuse`], the keys and values of each
-//! prompt read are kept, and a new prompt starts from a copy of the kept prompt it shares the
-//! longest beginning with, reading only the rest. (Answers are not kept: a later prompt that
+//! role and instructions). With [`BatchConfig::prefix_reuse`], when a request ends the keys and
+//! values of its prompt are kept (its cache moves there, cut back to the prompt), and a new
+//! prompt starts from a copy of the kept prompt it shares the longest beginning with, reading
+//! only the rest. (Answers are not kept: a later prompt that
 //! quotes an answer's text tokenizes it anew, seldom into the tokens the model wrote: `Alice`
 //! where the model wrote `Al` `ice`.)
 //!
@@ -134,6 +135,8 @@ pub struct Engine<'a, T> {
 struct Kept {
     ids: Vec<u32>,
     cache: KvCache,
+    /// What `cache` holds ([`KvCache::bytes`]).
+    bytes: usize,
     used: u64,
 }
 
@@ -291,7 +294,7 @@ impl<'a, T> Engine<'a, T> {
     pub fn admit(&mut self, ready: Ready<'a, T>) {
         let Ready { tag, prompt, trimmed, tokens, task } = ready;
         // The kept prompt to start from is found before kept prompts make room for this one.
-        let cache = self.start(&prompt);
+        let cache = self.start(&prompt, tokens);
         let reserved = tokens * self.per_token;
         self.stats.kv_reserved += reserved;
         self.make_room(0);
@@ -302,9 +305,10 @@ impl<'a, T> Engine<'a, T> {
         self.note_peak();
     }
 
-    /// A cache for `prompt`: a copy of the longest beginning a kept prompt shares with it (all
-    /// but its last token, whose logits are needed), else an empty one.
-    fn start(&mut self, prompt: &[u32]) -> KvCache {
+    /// A cache for `prompt`, with room for `tokens`: a copy of the longest beginning a kept
+    /// prompt shares with it (all but its last token, whose logits are needed), else an empty
+    /// one.
+    fn start(&mut self, prompt: &[u32], tokens: usize) -> KvCache {
         self.tick += 1;
         let best = self
             .kept
@@ -317,35 +321,41 @@ impl<'a, T> Engine<'a, T> {
         match best {
             Some((common, k)) if common >= MIN_REUSE => {
                 k.used = self.tick;
-                k.cache.prefix(common)
+                k.cache.prefix(common, tokens)
             }
-            _ => self.llm.model.cache(),
+            _ => {
+                let mut cache = self.llm.model.cache();
+                cache.reserve(tokens);
+                cache
+            }
         }
     }
 
-    /// Keeps the keys and values of a prompt just read, for the prompts that begin like it.
-    fn keep(&mut self, prompt: &[u32], cache: &KvCache) {
+    /// Keeps the keys and values of a prompt read (the cache of a request that ended, cut back
+    /// to its prompt), for the prompts that begin like it.
+    fn keep(&mut self, prompt: Vec<u32>, mut cache: KvCache) {
         self.tick += 1;
         // A prompt kept already, or one that begins with this one: nothing new to keep.
-        if let Some(k) = self.kept.iter_mut().find(|k| k.ids.starts_with(prompt)) {
+        if let Some(k) = self.kept.iter_mut().find(|k| k.ids.starts_with(&prompt)) {
             k.used = self.tick;
             return;
         }
-        let bytes = prompt.len() * self.per_token;
+        cache.truncate(prompt.len());
+        let bytes = cache.bytes();
         // Kept prompts this one begins with are kept within it.
         let mut freed = 0;
         self.kept.retain(|k| {
             let within = prompt.starts_with(&k.ids);
-            freed += within as usize * k.ids.len();
+            freed += within as usize * k.bytes;
             !within
         });
-        self.stats.kv_prefixes -= freed * self.per_token;
+        self.stats.kv_prefixes -= freed;
         if bytes > self.config.kv_bytes.saturating_sub(self.stats.kv_reserved) {
             return;
         }
         self.make_room(bytes);
         self.stats.kv_prefixes += bytes;
-        self.kept.push(Kept { ids: prompt.to_vec(), cache: cache.prefix(prompt.len()), used: self.tick });
+        self.kept.push(Kept { ids: prompt, cache, bytes, used: self.tick });
         self.note_peak();
     }
 
@@ -354,7 +364,7 @@ impl<'a, T> Engine<'a, T> {
         while !self.kept.is_empty() && self.stats.kv_reserved + self.stats.kv_prefixes + more > self.config.kv_bytes {
             let oldest = (0..self.kept.len()).min_by_key(|i| self.kept[*i].used).expect("not empty");
             let k = self.kept.swap_remove(oldest);
-            self.stats.kv_prefixes -= k.ids.len() * self.per_token;
+            self.stats.kv_prefixes -= k.bytes;
         }
     }
 
@@ -380,7 +390,7 @@ impl<'a, T> Engine<'a, T> {
             if reading {
                 budget -= take;
             }
-            parts.push(Part { cache: &mut s.cache, ids: &s.input[..take] });
+            parts.push(Part { cache: &mut s.cache, ids: &s.input[..take], prompt: reading });
             which.push((i, take));
         }
         self.stats.passes += 1;
@@ -413,20 +423,12 @@ impl<'a, T> Engine<'a, T> {
         done
     }
 
-    /// The request's prompt is read: kept for reuse, and its time noted.
+    /// The request's prompt is read: its time noted.
     fn prompt_read(&mut self, i: usize) {
         let s = &mut self.active[i];
         if let Task::Generate(g) = &mut s.task {
             g.prompt_ms = Some(ms(s.admitted));
             g.generating = Some(Instant::now());
-        }
-        if self.config.prefix_reuse {
-            // Out of the request while `keep` copies what it keeps of them, then back.
-            let (prompt, cache) =
-                (std::mem::take(&mut s.prompt), std::mem::replace(&mut s.cache, self.llm.model.cache()));
-            self.keep(&prompt, &cache);
-            let s = &mut self.active[i];
-            (s.prompt, s.cache) = (prompt, cache);
         }
     }
 
@@ -444,6 +446,11 @@ impl<'a, T> Engine<'a, T> {
         let s = self.active.swap_remove(i);
         self.stats.kv_reserved -= s.reserved;
         let tokens_in = s.prompt.len();
+        // Its keys and values are kept for the prompts that begin like its own: moved, not
+        // copied (a prompt read in full only).
+        if self.config.prefix_reuse && ended.is_ok() && s.cache.len() >= tokens_in {
+            self.keep(s.prompt, s.cache);
+        }
         let outcome = match (s.task, ended) {
             (Task::Generate(g), Ok(Ended::Generated(stop))) => {
                 Outcome::Generated(Ok(g.finish(stop, tokens_in, s.trimmed)))

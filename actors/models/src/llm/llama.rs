@@ -17,7 +17,7 @@
 
 use std::io::{Read, Seek};
 
-use super::q8::{Out, Q8Matrix, Q8Rows, matmul};
+use super::q8::{Activations, Out, Q8Matrix};
 use super::team::Team;
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
@@ -138,18 +138,43 @@ impl KvCache {
         self.len
     }
 
-    /// A cache of the first `len` tokens of this one (all of them when it has fewer).
-    pub fn prefix(&self, len: usize) -> KvCache {
+    /// A cache of the first `len` tokens of this one (all of them when it has fewer), with room
+    /// for `room` tokens in all, so reading up to that many never moves it.
+    pub fn prefix(&self, len: usize, room: usize) -> KvCache {
         let len = len.min(self.len);
-        let cut = |v: &Vec<Vec<f32>>| v.iter().map(|layer| layer[..len * self.width].to_vec()).collect();
+        let cut = |v: &Vec<Vec<f32>>| {
+            v.iter()
+                .map(|layer| {
+                    let mut kept = Vec::with_capacity(room.max(len) * self.width);
+                    kept.extend_from_slice(&layer[..len * self.width]);
+                    kept
+                })
+                .collect()
+        };
         KvCache { keys: cut(&self.keys), values: cut(&self.values), len, width: self.width }
+    }
+
+    /// Makes room for `tokens` tokens in all, so reading up to that many never moves the cache.
+    pub fn reserve(&mut self, tokens: usize) {
+        for layer in self.keys.iter_mut().chain(&mut self.values) {
+            layer.reserve((tokens * self.width).saturating_sub(layer.len()));
+        }
+    }
+
+    /// Bytes the cache holds, room made included.
+    pub fn bytes(&self) -> usize {
+        self.keys.iter().chain(&self.values).map(|l| l.capacity() * std::mem::size_of::<f32>()).sum()
     }
 }
 
-/// One part of a batched forward pass: tokens to read after those in its cache.
+/// One part of a batched forward pass: tokens to read after those in its cache, and whether
+/// they are a prompt's (prompt tokens' products may run on other kernels than generated
+/// tokens', see [`Activations`]; a token's kind is what makes its results the same wherever
+/// it is read).
 pub struct Part<'a> {
     pub cache: &'a mut KvCache,
     pub ids: &'a [u32],
+    pub prompt: bool,
 }
 
 /// Buffers of one forward pass, reused by the next.
@@ -161,11 +186,15 @@ pub struct Scratch {
     normed: Vec<f32>,
     wide: Vec<f32>,
     attn: Vec<f32>,
-    q8: Q8Rows,
+    act: Activations,
 }
 
+/// The first `len` values of `v`, made long enough; what they hold is left for the caller to
+/// overwrite (every buffer of a pass is written whole before it is read).
 fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    v.resize(len, 0.0);
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
     &mut v[..len]
 }
 
@@ -182,10 +211,11 @@ impl Llama {
                 matrix(content, reader, &format!("blk.{l}.{name}.weight"), rows, cols)
             };
             let (h, kv, f) = (cfg.hidden, cfg.kv_dim(), cfg.ffn);
-            let qkv = Q8Matrix::stack(&[matrix("attn_q", h, h)?, matrix("attn_k", kv, h)?, matrix("attn_v", kv, h)?])?;
-            let out = matrix("attn_output", h, h)?;
-            let gate_up = Q8Matrix::stack(&[matrix("ffn_gate", f, h)?, matrix("ffn_up", f, h)?])?;
-            let down = matrix("ffn_down", h, f)?;
+            let qkv = Q8Matrix::stack(&[matrix("attn_q", h, h)?, matrix("attn_k", kv, h)?, matrix("attn_v", kv, h)?])?
+                .with_bf16();
+            let out = matrix("attn_output", h, h)?.with_bf16();
+            let gate_up = Q8Matrix::stack(&[matrix("ffn_gate", f, h)?, matrix("ffn_up", f, h)?])?.with_bf16();
+            let down = matrix("ffn_down", h, f)?.with_bf16();
             layers.push(Layer { attn_norm, qkv, out, ffn_norm, gate_up, down });
         }
         let embed = matrix(content, reader, "token_embd.weight", cfg.vocab, cfg.hidden)?;
@@ -240,25 +270,33 @@ impl Llama {
         if parts.is_empty() {
             return Ok(Vec::new());
         }
-        // Each token's part and position.
+        // Each token's part and position, the prompts' parts first (their rows are the first
+        // `prompt` of every product).
+        let order: Vec<usize> = (0..parts.len())
+            .filter(|k| parts[*k].prompt)
+            .chain((0..parts.len()).filter(|k| !parts[*k].prompt))
+            .collect();
+        let prompt: usize = parts.iter().filter(|p| p.prompt).map(|p| p.ids.len()).sum();
         s.rows.clear();
-        for (k, p) in parts.iter().enumerate() {
+        for &k in &order {
+            let p = &parts[k];
             s.rows.extend((0..p.ids.len()).map(|i| (k, p.cache.len + i)));
         }
         let n = s.rows.len();
         let x = grow(&mut s.x, n * h);
-        for (row, id) in x.chunks_exact_mut(h).zip(parts.iter().flat_map(|p| p.ids)) {
+        for (row, id) in x.chunks_exact_mut(h).zip(order.iter().flat_map(|k| parts[*k].ids)) {
             self.embed.dequantize_row(*id as usize, row);
         }
         let qkv_width = h + 2 * kv;
         for (layer, l) in self.layers.iter().zip(0..) {
             // Attention.
             rms_norm(x, grow(&mut s.normed, n * h), &layer.attn_norm, cfg.rms_eps);
-            s.q8.quantize(&s.normed, h);
+            s.act.prepare(&s.normed[..n * h], h, prompt);
             let qkv = grow(&mut s.wide, n * qkv_width);
-            matmul(team, &s.q8, &layer.qkv, qkv);
+            s.act.matmul(team, &layer.qkv, qkv);
             let mut rows = qkv.chunks_exact_mut(qkv_width).zip(&s.rows);
-            for p in parts.iter_mut() {
+            for &k in &order {
+                let p = &mut parts[k];
                 let pos = p.cache.len;
                 let (keys, values) = (&mut p.cache.keys[l], &mut p.cache.values[l]);
                 keys.truncate(pos * kv);
@@ -276,35 +314,40 @@ impl Llama {
             let caches: Vec<(&[f32], &[f32])> =
                 parts.iter().map(|p| (p.cache.keys[l].as_slice(), p.cache.values[l].as_slice())).collect();
             self.attention(team, qkv, &caches, &s.rows, attn);
-            s.q8.quantize(attn, h);
+            s.act.prepare(attn, h, prompt);
             let out = grow(&mut s.normed, n * h);
-            matmul(team, &s.q8, &layer.out, out);
+            s.act.matmul(team, &layer.out, out);
             add(x, out);
             // Feed-forward.
             rms_norm(x, grow(&mut s.normed, n * h), &layer.ffn_norm, cfg.rms_eps);
-            s.q8.quantize(&s.normed, h);
+            s.act.prepare(&s.normed[..n * h], h, prompt);
             let gate_up = grow(&mut s.wide, n * 2 * cfg.ffn);
-            matmul(team, &s.q8, &layer.gate_up, gate_up);
+            s.act.matmul(team, &layer.gate_up, gate_up);
             let hidden = grow(&mut s.attn, n * cfg.ffn);
             for (hid, gu) in hidden.chunks_exact_mut(cfg.ffn).zip(gate_up.chunks_exact(2 * cfg.ffn)) {
                 swiglu(hid, &gu[..cfg.ffn], &gu[cfg.ffn..]);
             }
-            s.q8.quantize(hidden, cfg.ffn);
+            s.act.prepare(hidden, cfg.ffn, prompt);
             let down = grow(&mut s.normed, n * h);
-            matmul(team, &s.q8, &layer.down, down);
+            s.act.matmul(team, &layer.down, down);
             add(x, down);
         }
-        // The last token of each part, normed, through the output projection together.
-        let normed = grow(&mut s.normed, parts.len() * h);
+        // The last token of each part, normed, through the output projection together (in
+        // Q8_0 whatever their kind: the projection has no bf16 weights).
+        let mut last = vec![0; parts.len()];
         let mut end = 0;
-        for (p, out) in parts.iter_mut().zip(normed.chunks_exact_mut(h)) {
-            end += p.ids.len();
-            rms_norm(&x[(end - 1) * h..end * h], out, &self.norm, cfg.rms_eps);
+        for &k in &order {
+            end += parts[k].ids.len();
+            last[k] = end - 1;
+        }
+        let normed = grow(&mut s.normed, parts.len() * h);
+        for ((p, out), row) in parts.iter_mut().zip(normed.chunks_exact_mut(h)).zip(last) {
+            rms_norm(&x[row * h..(row + 1) * h], out, &self.norm, cfg.rms_eps);
             p.cache.len += p.ids.len();
         }
-        s.q8.quantize(normed, h);
+        s.act.prepare(normed, h, 0);
         let mut logits = vec![0.0; parts.len() * cfg.vocab];
-        matmul(team, &s.q8, self.output.as_ref().unwrap_or(&self.embed), &mut logits);
+        s.act.matmul(team, self.output.as_ref().unwrap_or(&self.embed), &mut logits);
         Ok(logits.chunks_exact(cfg.vocab).map(<[f32]>::to_vec).collect())
     }
 
@@ -323,8 +366,9 @@ impl Llama {
 
     /// Causal attention of each new token's queries (in `qkv`; `rows` gives its part and
     /// position) over the keys and values of its part's cache up to its position, into `out`;
-    /// (token, head) pairs are dealt out to the team's threads in turn, so each gets as many
-    /// early (short) rows as late ones.
+    /// (token, key head) pairs, each with the query heads that share the key head, are dealt
+    /// out to the shares in turn, so each has as many early (short) rows as late ones, and
+    /// there are a few shares a thread, for threads that arrive late.
     fn attention(
         &self,
         team: &Team,
@@ -334,33 +378,40 @@ impl Llama {
         out: &mut [f32],
     ) {
         let cfg = &self.cfg;
-        let items = rows.len() * cfg.heads;
+        let items = rows.len() * cfg.kv_heads;
         let out = Out::new(out, cfg.hidden);
-        let step = team.threads();
-        team.run(&|t| {
-            let items = (t..items).step_by(step);
+        let shares = 4 * team.threads();
+        team.run(shares, &|t| {
+            let items = (t..items).step_by(shares);
             #[cfg(target_arch = "x86_64")]
-            if super::q8::wide::available() {
-                // SAFETY: the CPU has the features `attend_wide` is compiled for.
-                return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
+            {
+                if super::q8::wide::available() && fused::available() {
+                    // SAFETY: the CPU has the features `attend_wide` is compiled for.
+                    return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
+                }
+                if fused::available() {
+                    // SAFETY: the CPU has the features `attend_fused` is compiled for.
+                    return unsafe { fused::attend_fused(cfg, items, qkv, caches, rows, out) };
+                }
             }
-            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_by_chunks });
+            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_heads });
         });
     }
 }
 
 /// Attention's two inner loops: the scores of a run of keys (like [`scores_one_by_one`]), and
-/// the values weighted by them (like [`weigh_by_chunks`]).
+/// the values weighted by the scores of each query head of a group (like [`weigh_heads`]).
 struct Loops<S, W> {
     scores: S,
     weigh: W,
 }
 
-/// Attention for the (token, head) `items` of one thread (see [`Llama::attention`]): the
-/// query's score against every key up to its position ([`dot`], times the scale), their
-/// [`softmax`], and the values weighted by them, each output summed over positions in order.
-/// `scores` computes the scores of a run of keys; both ways of computing them give the same
-/// bits, so a row's attention depends only on its own query and cache.
+/// Attention for the (token, key head) `items` of one thread (see [`Llama::attention`]): for
+/// each query head that shares the key head, the query's score against every key up to its
+/// position ([`dot_fused`], times the scale) and their [`softmax`]; then the values weighted by
+/// each head's scores, each output summed over positions in order with fused multiply-adds.
+/// Every way of computing the two loops gives the same bits, so a row's attention depends only
+/// on its own queries and cache.
 #[inline(always)]
 fn attend(
     cfg: &LlamaConfig,
@@ -369,7 +420,7 @@ fn attend(
     caches: &[(&[f32], &[f32])],
     rows: &[(usize, usize)],
     out: Out,
-    loops: Loops<impl Fn(&[f32], &[f32], usize, f32, &mut [f32]), impl Fn(&[f32], &[f32], usize, &mut [f32])>,
+    loops: Loops<impl Fn(&[f32], &[f32], usize, f32, &mut [f32]), impl Fn(&[f32], usize, &[f32], usize, &mut [f32])>,
 ) {
     let Loops { scores: scores_of, weigh } = loops;
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
@@ -378,54 +429,73 @@ fn attend(
     let width = h + 2 * kv;
     let mut scores = Vec::new();
     for item in items {
-        let (i, head) = (item / cfg.heads, item % cfg.heads);
+        let (i, g) = (item / cfg.kv_heads, item % cfg.kv_heads);
         let (part, pos) = rows[i];
         let (keys, values) = caches[part];
-        let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
-        let g = head / group;
-        scores.resize(pos + 1, 0.0);
-        scores_of(q, &keys[g * d..], kv, scale, &mut scores);
-        softmax(&mut scores);
-        // SAFETY: (token i, head) is this thread's item alone, within `out`.
-        let out = unsafe { out.slice(i, head * d, d) };
-        weigh(&scores, &values[g * d..], kv, out);
+        scores.resize(group * (pos + 1), 0.0);
+        for (head, scores) in (g * group..).zip(scores.chunks_exact_mut(pos + 1)) {
+            let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
+            scores_of(q, &keys[g * d..], kv, scale, scores);
+            softmax(scores);
+        }
+        // SAFETY: (token i, the group's heads) is this thread's item alone, within `out`.
+        let out = unsafe { out.slice(i, g * group * d, group * d) };
+        weigh(&scores, group, &values[g * d..], kv, out);
+    }
+}
+
+/// For each of `heads` query heads, `out` (their outputs side by side) = the values from the
+/// first of `values`, `stride` apart, weighted by the head's `scores` (theirs side by side, one
+/// per position each) and summed over positions in order.
+#[inline(always)]
+fn weigh_heads(scores: &[f32], heads: usize, values: &[f32], stride: usize, out: &mut [f32]) {
+    let (len, d) = (scores.len() / heads, out.len() / heads);
+    for (scores, out) in scores.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
+        weigh_by_chunks(scores, values, stride, out);
     }
 }
 
 /// `out` = the values from the first of `values`, `stride` apart, weighted by `scores` and
-/// summed over positions in order.
+/// summed over positions in order, a fused multiply-add a position.
 #[inline(always)]
 fn weigh_by_chunks(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
     for (c, out) in out.chunks_mut(LANES).enumerate() {
         let mut acc = [0.0f32; LANES];
         for (s, v) in scores.iter().zip(values[c * LANES..].chunks(stride)) {
             for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
-                *a += s * v;
+                *a = s.mul_add(*v, *a);
             }
         }
         out.copy_from_slice(&acc[..out.len()]);
     }
 }
-
-/// [`weigh_by_chunks`] for `C` registers of 16 values, every one kept in its register over
-/// the positions (the same sums in the same order).
+/// [`weigh_heads`] for `G` heads of `C` registers of 16 values, every output kept in its
+/// register over the positions, each position's values loaded once for all heads (the same
+/// sums in the same order).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; `out` must be `16 * C` long and each position's values exist.
+/// The CPU must have AVX-512 F; `out` must be `G * 16 * C` long, `scores` `G` runs of the same
+/// length, and each position's values exist.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weigh_wide<const C: usize>(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let mut acc = [_mm512_setzero_ps(); C];
+    let len = scores.len() / G;
+    let mut acc = [[_mm512_setzero_ps(); C]; G];
     let v = values.as_ptr();
-    for (j, s) in scores.iter().enumerate() {
-        let s = _mm512_set1_ps(*s);
-        for (c, acc) in acc.iter_mut().enumerate() {
-            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(s, unsafe { _mm512_loadu_ps(v.add(j * stride + c * LANES)) }));
+    for j in 0..len {
+        let vals: [__m512; C] = std::array::from_fn(|c| unsafe { _mm512_loadu_ps(v.add(j * stride + c * LANES)) });
+        for (g, acc) in acc.iter_mut().enumerate() {
+            let s = _mm512_set1_ps(scores[g * len + j]);
+            for (acc, v) in acc.iter_mut().zip(&vals) {
+                *acc = _mm512_fmadd_ps(s, *v, *acc);
+            }
         }
     }
-    for (c, acc) in acc.iter().enumerate() {
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c * LANES), *acc) };
+    for (g, acc) in acc.iter().enumerate() {
+        for (c, acc) in acc.iter().enumerate() {
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
+        }
     }
 }
 
@@ -434,17 +504,19 @@ unsafe fn weigh_wide<const C: usize>(scores: &[f32], values: &[f32], stride: usi
 #[inline(always)]
 fn scores_one_by_one(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot(q, &keys[j * stride..j * stride + q.len()]) * scale;
+        *s = dot_fused(q, &keys[j * stride..j * stride + q.len()]) * scale;
     }
 }
 
 /// [`attend`], for AVX-512: the scores of 16 keys at a time, their 16 partial sums added in
-/// [`dot`]'s order by exchanging halves between registers, so the same bits.
+/// [`dot_fused`]'s order by exchanging halves between registers, and the heads of a group
+/// weighted together, so the same bits.
 ///
 /// # Safety
-/// The CPU must have the features [`super::q8::wide::available`] checks.
+/// The CPU must have the features [`super::q8::wide::available`] and [`fused::available`]
+/// check.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2,fma")]
 unsafe fn attend_wide(
     cfg: &LlamaConfig,
     items: std::iter::StepBy<std::ops::Range<usize>>,
@@ -468,16 +540,21 @@ unsafe fn attend_wide(
             scores_one_by_one(q, &keys[whole * stride..], stride, scale, &mut scores[whole..]);
         }
     };
-    let weigh = |scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]| {
-        let last = (scores.len().max(1) - 1) * stride + out.len();
-        assert!(values.len() >= last, "values of {} positions", scores.len());
-        // SAFETY: the CPU has the features; `out` is 16 * C long and the values exist (above).
+    let weigh = |scores: &[f32], heads: usize, values: &[f32], stride: usize, out: &mut [f32]| {
+        let len = scores.len() / heads;
+        let last = (len.max(1) - 1) * stride + out.len() / heads;
+        assert!(values.len() >= last, "values of {len} positions");
+        // SAFETY: the CPU has the features; `out` is heads * 16 * C long and the values exist
+        // (above).
         unsafe {
-            match out.len() {
-                64 => weigh_wide::<4>(scores, values, stride, out),
-                32 => weigh_wide::<2>(scores, values, stride, out),
-                128 => weigh_wide::<8>(scores, values, stride, out),
-                _ => weigh_by_chunks(scores, values, stride, out),
+            match (heads, out.len() / heads) {
+                (1, 64) => weigh_wide::<1, 4>(scores, values, stride, out),
+                (2, 64) => weigh_wide::<2, 4>(scores, values, stride, out),
+                (3, 64) => weigh_wide::<3, 4>(scores, values, stride, out),
+                (4, 64) => weigh_wide::<4, 4>(scores, values, stride, out),
+                (1, 32) => weigh_wide::<1, 2>(scores, values, stride, out),
+                (1, 128) => weigh_wide::<1, 8>(scores, values, stride, out),
+                _ => weigh_heads(scores, heads, values, stride, out),
             }
         }
     };
@@ -487,19 +564,19 @@ unsafe fn attend_wide(
 /// The scores of `q` (a multiple of 16 long) against the 16 keys from `keys`, `stride` apart.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; the keys must exist.
+/// The CPU must have AVX-512 F and FMA; the keys must exist.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, scores: &mut [f32]) {
     use std::arch::x86_64::*;
-    // Each key's 16 partial sums, as `dot` forms them.
+    // Each key's 16 partial sums, as `dot_fused` forms them.
     let mut p = [_mm512_setzero_ps(); LANES];
     for (j, p) in p.iter_mut().enumerate() {
         for c in 0..q.len() / LANES {
             let (q, k) = unsafe {
                 (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), _mm512_loadu_ps(keys.add(j * stride + c * LANES)))
             };
-            *p = _mm512_add_ps(*p, _mm512_mul_ps(q, k));
+            *p = _mm512_fmadd_ps(q, k, *p);
         }
     }
     // `dot`'s halves for 16 keys at once: lanes l and l + 8 of each key, then l and l + 4,
@@ -518,6 +595,32 @@ unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, sc
     let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     let s = _mm512_mul_ps(_mm512_permutexvar_ps(order, g), _mm512_set1_ps(scale));
     unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s) };
+}
+
+/// [`attend`] compiled with fused multiply-adds for x86-64 CPUs that have them without AVX-512
+/// (where a fused multiply-add is otherwise a call to the C library's `fmaf`).
+#[cfg(target_arch = "x86_64")]
+mod fused {
+    use super::*;
+
+    pub fn available() -> bool {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    }
+
+    /// # Safety
+    /// The CPU must have the features [`available`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn attend_fused(
+        cfg: &LlamaConfig,
+        items: std::iter::StepBy<std::ops::Range<usize>>,
+        qkv: &[f32],
+        caches: &[(&[f32], &[f32])],
+        rows: &[(usize, usize)],
+        out: Out,
+    ) {
+        attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_heads })
+    }
 }
 
 /// A vector of `len` values as f32.
@@ -571,6 +674,23 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     }
     for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
         *acc += x * y;
+    }
+    halves(acc)
+}
+
+/// [`dot`] with each product added by a fused multiply-add: attention's scores.
+#[inline(always)]
+fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
+        *acc = x.mul_add(*y, *acc);
     }
     halves(acc)
 }

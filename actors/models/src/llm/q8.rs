@@ -12,13 +12,14 @@
 //! or more run on its tiles, 32 rows by 2 panels a block at a time. Elsewhere a portable loop
 //! computes the same sums. All of them give the same bits (see [`matmul`]).
 //!
-//! A product splits the panels among the threads of a [`Team`]; each thread walks its panels
-//! in chunks small enough to stay in its core's cache while every activation row passes over
-//! them.
+//! A product cuts the panels into shares small enough to stay in a core's cache while every
+//! activation row passes over them; the threads of a [`Team`] take shares until none is left.
 
 use half::f16;
 
 use super::team::Team;
+
+pub mod bf16;
 
 /// Values per block, each block with a scale of its own.
 pub const BLOCK: usize = 32;
@@ -29,8 +30,9 @@ const GGML_BLOCK_BYTES: usize = 2 + BLOCK;
 pub const PANEL: usize = 16;
 /// Bytes of one block of a panel.
 const PANEL_BLOCK: usize = PANEL * BLOCK;
-/// Panels a thread runs all activation rows over before the next: 64 rows of 1536 values are
-/// 96 KiB, within any recent core's L2 cache.
+/// Panels of one share of a product (see [`Team::run`]): the thread that takes it runs all
+/// activation rows over them (64 rows of 1536 values are 96 KiB, within any recent core's L2
+/// cache). Even, so AMX's pairs of panels never straddle two shares.
 const CHUNK_PANELS: usize = 4;
 
 /// A weight matrix of `rows` rows of `cols` values (a multiple of [`BLOCK`]), kept in panels
@@ -49,6 +51,8 @@ pub struct Q8Matrix {
     /// One per block and row, as `scales`: -128 times the sum of its quants (see the module
     /// doc).
     offsets: Vec<i32>,
+    /// The same weights in bf16 for prompt rows, where AMX-BF16 runs them ([`Self::with_bf16`]).
+    bf16: Option<bf16::Weights>,
 }
 
 impl std::fmt::Debug for Q8Matrix {
@@ -105,6 +109,7 @@ impl Q8Matrix {
             quants: vec![0; panels * blocks * PANEL_BLOCK],
             scales: vec![0.0; panels * blocks * PANEL],
             offsets: vec![0; panels * blocks * PANEL],
+            bf16: None,
         };
         for (n, (q, s)) in quants.chunks_exact(cols).zip(scales.chunks_exact(blocks)).enumerate() {
             for (b, (q, s)) in q.chunks_exact(BLOCK).zip(s).enumerate() {
@@ -150,6 +155,15 @@ impl Q8Matrix {
             scales.extend(s);
         }
         Ok(Q8Matrix::from_rows(parts.iter().map(|p| p.rows).sum(), cols, &quants, &scales))
+    }
+
+    /// The matrix with its weights in bf16 as well, where the CPU has AMX-BF16 to run prompt
+    /// rows on them (see [`bf16`]); as it is elsewhere.
+    pub fn with_bf16(mut self) -> Q8Matrix {
+        if bf16::available() {
+            self.bf16 = Some(bf16::Weights::of(&self));
+        }
+        self
     }
 
     /// Row `r` as f32, into `out` (`cols` long).
@@ -200,6 +214,35 @@ impl Q8Rows {
             return unsafe { wide::quantize_rows(x, &mut self.quants, &mut self.scales) };
         }
         quantize_rows(x, &mut self.quants, &mut self.scales);
+    }
+}
+
+/// The activation rows of a forward pass, ready for its products: the first `prompt` rows
+/// (rows of prompts being read) in bf16 where AMX-BF16 runs them, the others in Q8_0.
+#[derive(Default)]
+pub struct Activations {
+    prompt: bf16::Rows,
+    q8: Q8Rows,
+}
+
+impl Activations {
+    /// Row-major `x` of `cols` columns, whose first `prompt` rows are rows of prompts.
+    pub fn prepare(&mut self, x: &[f32], cols: usize, prompt: usize) {
+        let prompt = if bf16::available() { prompt } else { 0 };
+        self.prompt.round(&x[..prompt * cols], cols);
+        self.q8.quantize(&x[prompt * cols..], cols);
+    }
+
+    /// `out[m * w.rows() + n]` = activation row `m` times weight row `n`: the prompt rows on
+    /// the bf16 tiles (`w` must have its bf16 weights then), the others as [`matmul`] does.
+    pub fn matmul(&self, team: &Team, w: &Q8Matrix, out: &mut [f32]) {
+        let (prompt, rest) = out.split_at_mut(self.prompt.rows * w.rows);
+        if self.prompt.rows > 0 {
+            bf16::matmul(team, &self.prompt, w, prompt);
+        }
+        if self.q8.rows > 0 {
+            matmul(team, &self.q8, w, rest);
+        }
     }
 }
 
@@ -299,14 +342,9 @@ pub fn matmul(team: &Team, x: &Q8Rows, w: &Q8Matrix, out: &mut [f32]) {
     assert_eq!(out.len(), x.rows * w.rows, "output of {} for {}x{}", out.len(), x.rows, w.rows);
     let out = Out::new(out, w.rows);
     let panels = w.rows.div_ceil(PANEL);
-    // Equal shares of panels, in pairs (AMX takes two at a time).
-    let share = panels.div_ceil(team.threads()).next_multiple_of(2);
-    // SAFETY of the writes: thread t writes only the columns of its panels.
-    team.run(&|t| {
-        let mine = (t * share).min(panels)..((t + 1) * share).min(panels);
-        for chunk in mine.clone().step_by(CHUNK_PANELS) {
-            product(x, w, chunk..(chunk + CHUNK_PANELS).min(mine.end), out);
-        }
+    // SAFETY of the writes: share i writes only the columns of its panels.
+    team.run(panels.div_ceil(CHUNK_PANELS), &|i| {
+        product(x, w, i * CHUNK_PANELS..((i + 1) * CHUNK_PANELS).min(panels), out);
     });
 }
 
@@ -334,27 +372,22 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             // panels are within w and their columns of out this thread's alone.
             m = unsafe { amx::product(x, w, panels.clone(), out) };
         }
+        // Up to 8 rows in one tile, so a generation step of up to 8 sequences reads the
+        // weights once.
         while m < x.rows {
-            let r = if x.rows - m >= 4 { 4 } else { 1 };
-            let mut p = panels.start;
-            // SAFETY: the CPU has the kernel's features, and the tile is within x, w and out.
+            let r = (x.rows - m).min(8);
+            let p = panels.clone();
+            // SAFETY: the CPU has the kernel's features, and the tiles are within x, w and out.
             unsafe {
-                if r == 4 {
-                    while panels.end - p >= 2 {
-                        vnni::tile::<4, 2>(x, m, w, p, out);
-                        p += 2;
-                    }
-                    if p < panels.end {
-                        vnni::tile::<4, 1>(x, m, w, p, out);
-                    }
-                } else {
-                    while panels.end - p >= 4 {
-                        vnni::tile::<1, 4>(x, m, w, p, out);
-                        p += 4;
-                    }
-                    for p in p..panels.end {
-                        vnni::tile::<1, 1>(x, m, w, p, out);
-                    }
+                match r {
+                    8 => vnni::tiles::<8, 1, 1>(x, m, w, p, out),
+                    7 => vnni::tiles::<7, 1, 1>(x, m, w, p, out),
+                    6 => vnni::tiles::<6, 1, 1>(x, m, w, p, out),
+                    5 => vnni::tiles::<5, 1, 2>(x, m, w, p, out),
+                    4 => vnni::tiles::<4, 2, 2>(x, m, w, p, out),
+                    3 => vnni::tiles::<3, 2, 2>(x, m, w, p, out),
+                    2 => vnni::tiles::<2, 2, 2>(x, m, w, p, out),
+                    _ => vnni::tiles::<1, 4, 2>(x, m, w, p, out),
                 }
             }
             m += r;
@@ -423,6 +456,29 @@ mod vnni {
         unsafe { _mm512_mask_storeu_ps(at, ((1u32 << valid) - 1) as u16, acc) };
     }
 
+    /// Activation rows `m..m + R` times the weight rows of `panels`, `C` panels a tile and one
+    /// at a time after them.
+    ///
+    /// # Safety
+    /// As [`tile`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn tiles<const R: usize, const C: usize, const S: usize>(
+        x: &Q8Rows,
+        m: usize,
+        w: &Q8Matrix,
+        panels: std::ops::Range<usize>,
+        out: Out,
+    ) {
+        let mut p = panels.start;
+        while panels.end - p >= C {
+            unsafe { tile::<R, C, S>(x, m, w, p, out) };
+            p += C;
+        }
+        for p in p..panels.end {
+            unsafe { tile::<R, 1, S>(x, m, w, p, out) };
+        }
+    }
+
     /// Activation rows `m..m + R` times the weight rows of panels `p..p + C`, into `out`.
     ///
     /// # Safety
@@ -431,14 +487,21 @@ mod vnni {
     // Indices name the tile's registers: rows of activations by panels of weights.
     #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn tile<const R: usize, const C: usize>(x: &Q8Rows, m: usize, w: &Q8Matrix, p: usize, out: Out) {
+    pub unsafe fn tile<const R: usize, const C: usize, const S: usize>(
+        x: &Q8Rows,
+        m: usize,
+        w: &Q8Matrix,
+        p: usize,
+        out: Out,
+    ) {
         let (cols, blocks) = (x.cols, x.cols / BLOCK);
         let xq = unsafe { x.quants.as_ptr().add(m * cols) };
         let wq = unsafe { w.quants.as_ptr().add(p * blocks * PANEL_BLOCK) };
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for b in 0..blocks {
-            // Two sums per output, of the even and the odd groups, so more of them run at once.
-            let mut ints = [[[_mm512_setzero_si512(); 2]; C]; R];
+            // `S` sums per output, of every `S`th group, so more of them run at once where the
+            // registers allow (integer sums: the same whatever `S`).
+            let mut ints = [[[_mm512_setzero_si512(); S]; C]; R];
             for g in 0..BLOCK / 4 {
                 let mut xv = [_mm512_setzero_si512(); R];
                 for r in 0..R {
@@ -449,13 +512,13 @@ mod vnni {
                 for c in 0..C {
                     let wv = unsafe { _mm512_loadu_si512(wq.add((c * blocks + b) * PANEL_BLOCK + g * 64).cast()) };
                     for r in 0..R {
-                        ints[r][c][g % 2] = _mm512_dpbusd_epi32(ints[r][c][g % 2], xv[r], wv);
+                        ints[r][c][g % S] = _mm512_dpbusd_epi32(ints[r][c][g % S], xv[r], wv);
                     }
                 }
             }
             for r in 0..R {
                 for c in 0..C {
-                    let sum = _mm512_add_epi32(ints[r][c][0], ints[r][c][1]);
+                    let sum = ints[r][c][1..].iter().fold(ints[r][c][0], |a, b| _mm512_add_epi32(a, *b));
                     acc[r][c] = unsafe { scale(x, m + r, w, p + c, b, sum, acc[r][c]) };
                 }
             }
@@ -595,7 +658,7 @@ mod amx {
             }
             if p < panels.end {
                 for r in (m..m + ROWS).step_by(4) {
-                    unsafe { vnni::tile::<4, 1>(x, r, w, p, out) };
+                    unsafe { vnni::tile::<4, 1, 2>(x, r, w, p, out) };
                 }
             }
         }
@@ -642,13 +705,22 @@ mod tests {
 
     #[test]
     fn products_of_every_tile_shape_match_the_plain_sum_and_each_other_bit_for_bit() {
-        // 7 rows exercise the 4-row tiles and the single rows after them; 37 weight rows three
-        // panels, the last with 5 rows, and two threads' shares; 96 columns are 3 blocks. 70
-        // and 33 rows run on AMX where the CPU has it (groups of 32, then the rest), 40 panels
-        // in 2 shares of 20 (chunks of 4) and 9 panels an odd one at the end.
-        for (rows, wrows, cols) in
-            [(7, 37, 96), (1, 9, 64), (4, 4, 32), (13, 70, 576), (5, 8, 1536), (70, 640, 192), (33, 144, 576)]
-        {
+        // Every tile height from 1 to 8 rows (13 rows: 8, then 5; 70 and 33 leave 6 and 1 after
+        // AMX); 37 weight rows are three panels, the last with 5 rows, in two shares; 96
+        // columns are 3 blocks. 70 and 33 rows run on AMX where the CPU has it (groups of 32,
+        // then the rest), 40 panels in shares of 4 and 9 panels an odd one at the end.
+        for (rows, wrows, cols) in [
+            (7, 37, 96),
+            (1, 9, 64),
+            (2, 37, 96),
+            (3, 37, 96),
+            (4, 4, 32),
+            (13, 70, 576),
+            (5, 8, 1536),
+            (8, 37, 64),
+            (70, 640, 192),
+            (33, 144, 576),
+        ] {
             let w = Q8Matrix::quantize(&values(wrows * cols, 1), wrows, cols).unwrap();
             let mut x = Q8Rows::default();
             x.quantize(&values(rows * cols, 2), cols);
@@ -723,6 +795,48 @@ mod tests {
         q.dequantize_row(0, &mut back);
         for (i, (a, b)) in v.iter().zip(&back).enumerate() {
             assert!((a - b).abs() <= q.scales[q.at(0, i / 32)] * 0.51, "[{i}] {a} -> {b}");
+        }
+    }
+
+    #[test]
+    fn prompt_rows_on_bf16_tiles_sum_the_rounded_values_and_a_row_alone_gives_the_same_bits() {
+        if !bf16::available() {
+            eprintln!("no AMX-BF16 here: prompt rows run in Q8_0, as tested above");
+            return;
+        }
+        // 37 weight rows: three panels, an odd last one of 5 rows; 5 and 33 rows: partial tile
+        // pairs; 70 rows over 40 panels: several shares and pairs.
+        for (rows, wrows, cols) in [(1, 16, 64), (5, 37, 96), (33, 144, 576), (70, 640, 192)] {
+            let w = Q8Matrix::quantize(&values(wrows * cols, 1), wrows, cols).unwrap().with_bf16();
+            let weights = w.bf16.as_ref().unwrap();
+            let x = values(rows * cols, 2);
+            let mut act = bf16::Rows::default();
+            act.round(&x, cols);
+            let team = Team::new(2, "test").unwrap();
+            let mut got = vec![f32::NAN; rows * wrows];
+            bf16::matmul(&team, &act, &w, &mut got);
+            let mut one = bf16::Rows::default();
+            let mut alone = vec![f32::NAN; wrows];
+            for m in 0..rows {
+                one.round(&x[m * cols..(m + 1) * cols], cols);
+                bf16::matmul(&team, &one, &w, &mut alone);
+                for n in 0..wrows {
+                    let terms = (0..cols).map(|k| act.value(m, k) as f64 * weights.value(cols / BLOCK, n, k) as f64);
+                    let (sum, size) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                    let g = got[m * wrows + n];
+                    assert!(
+                        (g as f64 - sum).abs() <= 1e-5 * size.max(1.0),
+                        "{rows}x{wrows}x{cols} [{m},{n}]: {g} vs {sum}"
+                    );
+                    assert_eq!(g.to_bits(), alone[n].to_bits(), "{rows}x{wrows}x{cols} alone [{m},{n}]");
+                }
+            }
+            // Each weight is its Q8_0 value rounded to bf16.
+            let mut row = vec![0.0; cols];
+            w.dequantize_row(wrows - 1, &mut row);
+            for (k, v) in row.iter().enumerate() {
+                assert_eq!(weights.value(cols / BLOCK, wrows - 1, k), bf16::widen(bf16::round(*v)));
+            }
         }
     }
 }

@@ -1,5 +1,11 @@
-//! A team of threads that runs a forward pass's products together: the caller and its
-//! workers each take a share of one job, and the caller returns when every share is done.
+//! A team of threads that runs a forward pass's products together: a job is cut into shares,
+//! the caller and its workers take shares until none is left, and the caller returns when
+//! every share is done.
+//!
+//! Shares are taken, not dealt: a worker that is not running (its core busy with the fleet's
+//! actors, which come first) takes none, and the caller does them. So a second thread on a
+//! machine of two cores only ever adds what the other core has to spare; a job waits for a
+//! worker only in the share it is in the middle of.
 //!
 //! Generating a token takes about 150 such jobs of some tens of microseconds each, so a
 //! job's start and end must cost far less than that. Between jobs the workers spin on the
@@ -7,7 +13,7 @@
 //! until the next job, so an idle model costs no CPU.
 
 use std::cell::UnsafeCell;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -20,13 +26,19 @@ const YIELD: Duration = Duration::from_millis(2);
 type Job = dyn Fn(usize) + Sync;
 
 struct Shared {
-    /// The current job, lifetime erased: set by [`Team::run`] before it publishes the job
-    /// through `epoch`, and alive until `pending` is back to zero, which `run` waits for.
+    /// The current job, lifetime erased: set by [`Team::run`] before it opens the job (`open`),
+    /// and alive until no worker is in it (`inside` back to zero after `open` went false),
+    /// which `run` waits for.
     job: UnsafeCell<Option<&'static Job>>,
-    /// Jobs published so far; a worker runs a job when this moves past the last it saw.
+    /// The current job's shares, the next one to take, and how many are done.
+    shares: AtomicUsize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    /// Whether the current job may still be joined, and the workers in it.
+    open: AtomicBool,
+    inside: AtomicUsize,
+    /// Jobs published so far; a worker looks for shares when this moves past the last it saw.
     epoch: AtomicUsize,
-    /// Workers that have not finished the current job.
-    pending: AtomicUsize,
     /// A worker's share of the current job panicked.
     panicked: AtomicBool,
     stop: AtomicBool,
@@ -36,8 +48,10 @@ struct Shared {
 }
 
 // SAFETY: `job` is written only by the one `run` in progress (runs are exclusive through
-// `Team::turn`) while no worker reads it, and read by workers only between its publication
-// (`epoch`, Release/Acquire) and their decrement of `pending`.
+// `Team::turn`) while the job is closed and no worker is inside, and read by a worker only
+// after it entered (`inside`) and saw the job open: `run` closes the job and then waits for
+// `inside` to be zero, and a worker counts itself in before it looks at `open` (both SeqCst),
+// so either `run` waits for it or it sees the job closed.
 unsafe impl Sync for Shared {}
 
 pub struct Team {
@@ -52,8 +66,12 @@ impl Team {
     pub fn new(threads: usize, name: &str) -> std::io::Result<Team> {
         let shared = Arc::new(Shared {
             job: UnsafeCell::new(None),
+            shares: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            open: AtomicBool::new(false),
+            inside: AtomicUsize::new(0),
             epoch: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sleeping: AtomicUsize::new(0),
@@ -63,7 +81,7 @@ impl Team {
         let workers = (1..threads.max(1))
             .map(|index| {
                 let shared = Arc::clone(&shared);
-                std::thread::Builder::new().name(format!("{name}-{index}")).spawn(move || work(&shared, index))
+                std::thread::Builder::new().name(format!("{name}-{index}")).spawn(move || work(&shared))
             })
             .collect::<std::io::Result<_>>()?;
         Ok(Team { shared, workers, turn: Mutex::new(()) })
@@ -74,33 +92,52 @@ impl Team {
         self.workers.len() + 1
     }
 
-    /// Runs `job(i)` for every `i` in `0..threads()`, `0` on the calling thread, and returns
-    /// when all are done. A panic in any share is raised here once all have ended.
-    pub fn run(&self, job: &(dyn Fn(usize) + Sync)) {
-        if self.workers.is_empty() {
-            return job(0);
+    /// Runs `job(i)` once for every `i` in `0..shares`, each on whichever thread of the team
+    /// takes it first (the caller takes them too), and returns when all are done. A panic in
+    /// any share is raised here once all have ended.
+    pub fn run(&self, shares: usize, job: &(dyn Fn(usize) + Sync)) {
+        if self.workers.is_empty() || shares <= 1 {
+            return (0..shares).for_each(job);
         }
         let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: the reference outlives every use: workers use it only until they decrement
-        // `pending`, and this function returns only after `pending` is zero.
+        // SAFETY: the reference outlives every use: workers use it only while they are inside
+        // the open job, and this function returns only after closing it with nobody inside.
         let erased = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
-        // SAFETY: no worker reads `job` now: the previous run ended with `pending` at zero.
+        // SAFETY: no worker reads `job` now: the previous run closed its job with nobody inside.
         unsafe { *s.job.get() = Some(erased) };
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        s.shares.store(shares, Ordering::Relaxed);
+        s.next.store(0, Ordering::Relaxed);
+        s.done.store(0, Ordering::Relaxed);
+        s.open.store(true, Ordering::SeqCst);
         s.epoch.fetch_add(1, Ordering::SeqCst);
         if s.sleeping.load(Ordering::SeqCst) > 0 {
             drop(s.lock.lock().unwrap_or_else(|e| e.into_inner()));
             s.wake.notify_all();
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
-        wait(|| s.pending.load(Ordering::Acquire) == 0);
-        if let Err(panic) = mine {
-            resume_unwind(panic);
-        }
+        take_shares(s, job);
+        wait(|| s.done.load(Ordering::Acquire) == shares);
+        s.open.store(false, Ordering::SeqCst);
+        wait(|| s.inside.load(Ordering::SeqCst) == 0);
         if s.panicked.swap(false, Ordering::Relaxed) {
-            panic!("a thread of the team panicked in its share of the job");
+            panic!("a share of the team's job panicked");
         }
+    }
+}
+
+/// Takes shares of the current job and runs them until none is left; a panic in one is noted
+/// and the share counted done.
+fn take_shares(s: &Shared, job: &(dyn Fn(usize) + Sync)) {
+    let shares = s.shares.load(Ordering::Relaxed);
+    loop {
+        let i = s.next.fetch_add(1, Ordering::Relaxed);
+        if i >= shares {
+            return;
+        }
+        if catch_unwind(AssertUnwindSafe(|| job(i))).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+        s.done.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -131,7 +168,7 @@ fn wait(done: impl Fn() -> bool) {
     }
 }
 
-fn work(s: &Shared, index: usize) {
+fn work(s: &Shared) {
     crate::lower_model_thread_priority();
     let mut seen = 0;
     loop {
@@ -166,12 +203,13 @@ fn work(s: &Shared, index: usize) {
         if s.stop.load(Ordering::SeqCst) {
             return;
         }
-        // SAFETY: published before `epoch` (Acquire above) and alive until `pending` drops.
-        let job = unsafe { *s.job.get() }.expect("a published job");
-        if catch_unwind(AssertUnwindSafe(|| job(index))).is_err() {
-            s.panicked.store(true, Ordering::Relaxed);
+        s.inside.fetch_add(1, Ordering::SeqCst);
+        if s.open.load(Ordering::SeqCst) {
+            // SAFETY: the job is open and this worker inside it: `run` has not returned.
+            let job = unsafe { *s.job.get() }.expect("an open job");
+            take_shares(s, job);
         }
-        s.pending.fetch_sub(1, Ordering::Release);
+        s.inside.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -182,34 +220,81 @@ mod tests {
     #[test]
     fn every_share_runs_once_per_job_and_the_caller_sees_their_writes() {
         let team = Team::new(3, "test").unwrap();
-        let counts: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        let counts: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(0)).collect();
         for round in 1..=500 {
-            team.run(&|i| {
+            team.run(counts.len(), &|i| {
                 counts[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == round), "round {round}");
         }
-        // Workers asleep after a pause still take the next job.
+        // Workers asleep after a pause still take shares of the next job.
         let deadline = Instant::now() + Duration::from_secs(10);
         while team.shared.sleeping.load(Ordering::SeqCst) < 2 {
             assert!(Instant::now() < deadline, "the workers never went to sleep");
             std::thread::yield_now();
         }
-        team.run(&|i| {
+        team.run(counts.len(), &|i| {
             counts[i].fetch_add(1, Ordering::Relaxed);
         });
         assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 501));
     }
 
     #[test]
+    fn a_worker_takes_the_shares_the_caller_leaves() {
+        // The caller's share waits until the other one ran on a worker.
+        let team = Team::new(2, "test").unwrap();
+        let caller = std::thread::current().id();
+        let on_worker = AtomicBool::new(false);
+        team.run(2, &|_| {
+            if std::thread::current().id() != caller {
+                on_worker.store(true, Ordering::SeqCst);
+                return;
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !on_worker.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "no worker took the other share");
+                std::thread::yield_now();
+            }
+        });
+        assert!(on_worker.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn the_caller_does_the_shares_a_busy_worker_cannot_take() {
+        // The worker is held in the first job's share 0 until the caller has done every other
+        // share of it: dealt shares would wait for each other forever, taken ones do not.
+        let team = Team::new(2, "test").unwrap();
+        let others = AtomicUsize::new(0);
+        let caller = std::thread::current().id();
+        team.run(8, &|i| {
+            if std::thread::current().id() != caller && i == 0 {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while others.load(Ordering::SeqCst) < 7 {
+                    assert!(Instant::now() < deadline, "the caller left the other shares undone");
+                    std::thread::yield_now();
+                }
+            } else {
+                others.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        assert!(others.load(Ordering::SeqCst) >= 7);
+    }
+
+    #[test]
     fn a_panic_in_a_workers_share_reaches_the_caller_and_the_team_goes_on() {
         let team = Team::new(2, "test").unwrap();
-        let r = catch_unwind(AssertUnwindSafe(|| team.run(&|i| assert_ne!(i, 1, "share 1 fails"))));
-        assert!(r.is_err());
+        let caller = std::thread::current().id();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            team.run(64, &|_| {
+                assert_eq!(std::thread::current().id(), caller, "a share the worker took fails");
+                std::thread::sleep(Duration::from_millis(1));
+            })
+        }));
+        assert!(r.is_err(), "the worker took one of 64 shares of a millisecond each");
         let ran = AtomicUsize::new(0);
-        team.run(&|_| {
+        team.run(5, &|_| {
             ran.fetch_add(1, Ordering::Relaxed);
         });
-        assert_eq!(ran.load(Ordering::Relaxed), 2);
+        assert_eq!(ran.load(Ordering::Relaxed), 5);
     }
 }

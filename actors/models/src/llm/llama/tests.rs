@@ -15,10 +15,18 @@ fn model_path() -> PathBuf {
 }
 
 impl Llama {
-    /// Reads `ids` after the tokens in `cache` alone; the logits after the last of them.
+    /// Reads prompt tokens `ids` after the tokens in `cache` alone; the logits after the last
+    /// of them.
     fn forward(&self, team: &Team, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, String> {
-        let out = self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids }]);
+        let out = self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids, prompt: true }]);
         Ok(out?.pop().expect("one part, one row of logits"))
+    }
+
+    /// Reads a generated token after the tokens in `cache` alone; the logits after it.
+    fn next(&self, team: &Team, cache: &mut KvCache, token: u32) -> Vec<f32> {
+        let out =
+            self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids: &[token], prompt: false }]);
+        out.unwrap().pop().expect("one part, one row of logits")
     }
 }
 
@@ -94,7 +102,7 @@ fn logits_match_llama_cpp_over_a_prompt_and_each_greedy_step() {
             step.token
         );
         // Both continue with llama.cpp's token, one token per pass as generation runs.
-        logits = ours.forward(&team, &mut cache, &[step.token]).unwrap();
+        logits = ours.next(&team, &mut cache, step.token);
     }
     println!("largest difference from llama.cpp's distance to its choice: {worst}");
 }
@@ -117,7 +125,7 @@ fn a_prompt_read_in_pieces_or_on_one_thread_gives_the_same_logits_and_truncating
         }
     }
     // A cache cut back to the prompt answers as if nothing had followed it.
-    let after = ours.forward(&two, &mut whole, &[argmax(&logits)]).unwrap();
+    let after = ours.next(&two, &mut whole, argmax(&logits));
     whole.truncate(prompt.len() - 1);
     assert_eq!(whole.len, prompt.len() - 1);
     let again = ours.forward(&two, &mut whole, &prompt[prompt.len() - 1..]).unwrap();
@@ -143,7 +151,7 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
             let mut steps = vec![ours.forward(&team, &mut cache, p).unwrap()];
             for _ in 0..6 {
                 let next = argmax(steps.last().unwrap());
-                steps.push(ours.forward(&team, &mut cache, &[next]).unwrap());
+                steps.push(ours.next(&team, &mut cache, next));
             }
             steps
         })
@@ -175,7 +183,8 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
             .enumerate()
             .filter_map(|(k, (cache, ids))| {
                 ks.push(k);
-                ids.as_deref().map(|ids| Part { cache, ids })
+                let prompt = fed[k] < prompts[k].len();
+                ids.as_deref().map(|ids| Part { cache, ids, prompt })
             })
             .collect();
         ks.retain(|k| inputs[*k].is_some());
@@ -199,7 +208,7 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn attention_in_registers_gives_the_plain_loops_bits() {
-    if !super::super::q8::wide::available() {
+    if !super::super::q8::wide::available() || !fused::available() {
         return;
     }
     let mut state = 0x2545_f491u32;
@@ -223,7 +232,17 @@ fn attention_in_registers_gives_the_plain_loops_bits() {
     let (mut plain, mut fast) = ([0.0; 64], [0.0; 64]);
     weigh_by_chunks(&one[..13], &keys[64..], 192, &mut plain);
     // SAFETY: as above; 13 positions of 64 values exist.
-    unsafe { weigh_wide::<4>(&one[..13], &keys[64..], 192, &mut fast) };
+    unsafe { weigh_wide::<1, 4>(&one[..13], &keys[64..], 192, &mut fast) };
     assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
     assert!((plain[5] - (0..13).map(|j| one[j] * keys[64 + j * 192 + 5]).sum::<f32>()).abs() < 1e-4);
+    // Three heads' scores over the same 11 values, weighted together and one by one.
+    let scores: Vec<f32> = (0..33).map(|_| next()).collect();
+    let (mut plain, mut fast) = ([0.0; 192], [0.0; 192]);
+    weigh_heads(&scores, 3, &keys[64..], 192, &mut plain);
+    // SAFETY: as above; 11 positions of 64 values exist.
+    unsafe { weigh_wide::<3, 4>(&scores, &keys[64..], 192, &mut fast) };
+    assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
+    let mut second = [0.0; 64];
+    weigh_by_chunks(&scores[11..22], &keys[64..], 192, &mut second);
+    assert_eq!(&plain[64..128], &second[..]);
 }
