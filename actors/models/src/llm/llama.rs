@@ -664,33 +664,28 @@ const LANES: usize = 16;
 /// sum k % 16, in order), then halves added: sum l and l + 8, then l and l + 4, l + 2, l + 1.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
-        *acc += x * y;
-    }
-    halves(acc)
+    dot_by(a, b, |x, y, acc| acc + x * y)
 }
 
 /// [`dot`] with each product added by a fused multiply-add: attention's scores.
 #[inline(always)]
 fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
+    dot_by(a, b, f32::mul_add)
+}
+
+/// [`dot`]'s order, each product added to its partial sum by `add(x, y, sum)`.
+#[inline(always)]
+fn dot_by(a: &[f32], b: &[f32], add: impl Fn(f32, f32, f32) -> f32) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
+            acc[l] = add(x[l], y[l], acc[l]);
         }
     }
     for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
-        *acc = x.mul_add(*y, *acc);
+        *acc = add(*x, *y, *acc);
     }
     halves(acc)
 }
