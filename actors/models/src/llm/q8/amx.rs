@@ -26,22 +26,28 @@ pub fn available() -> bool {
     })
 }
 
-/// The tiles: 0 and 1 two blocks of 16 activation rows (16 x 32 bytes), 2 and 3 two panels'
-/// blocks (8 groups of 16 x 4 bytes), 4 to 7 their four products (16 x 16 int32).
+/// A tile configuration (palette 1): each of the 8 tiles' rows and bytes a row.
 #[repr(C, align(64))]
-struct Config([u8; 64]);
+pub struct Config([u8; 64]);
 
 impl Config {
-    fn new() -> Config {
+    pub fn new(tiles: [(u8, u16); 8]) -> Config {
         let mut c = [0u8; 64];
         c[0] = 1; // palette 1
-        for (t, (rows, bytes)) in
-            [(16u8, 32u16), (16, 32), (8, 64), (8, 64), (16, 64), (16, 64), (16, 64), (16, 64)].into_iter().enumerate()
-        {
+        for (t, (rows, bytes)) in tiles.into_iter().enumerate() {
             c[16 + 2 * t..18 + 2 * t].copy_from_slice(&bytes.to_le_bytes());
             c[48 + t] = rows;
         }
         Config(c)
+    }
+
+    /// Configures this thread's tiles; the caller releases them (`tilerelease`) when done.
+    ///
+    /// # Safety
+    /// [`available`] must be true.
+    pub unsafe fn load(&self) {
+        // SAFETY: a valid configuration of a CPU that has the tiles (the caller's promise).
+        unsafe { asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly)) };
     }
 }
 
@@ -58,10 +64,11 @@ struct Ints([i32; 4 * PANEL * PANEL]);
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) -> usize {
     let (cols, blocks) = (x.cols, x.cols / BLOCK);
-    let config = Config::new();
     let mut ints = Ints([0; 4 * PANEL * PANEL]);
-    // SAFETY: a valid configuration; the tiles are released before returning.
-    unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
+    // Tiles 0 and 1: two blocks of 16 activation rows (16 x 32 bytes); 2 and 3: two panels'
+    // blocks (8 groups of 16 x 4 bytes); 4 to 7: their four products (16 x 16 int32). Released
+    // before returning.
+    unsafe { Config::new([(16, 32), (16, 32), (8, 64), (8, 64), (16, 64), (16, 64), (16, 64), (16, 64)]).load() };
     let groups = x.rows / ROWS;
     for m in (0..groups * ROWS).step_by(ROWS) {
         let mut p = panels.start;

@@ -43,14 +43,15 @@ pub fn widen(v: u16) -> f32 {
 
 /// A matrix's weights in bf16, laid out as AMX's `tdpbf16ps` takes its second operand: panel
 /// by panel and block by block, each block's 32 values as 16 pairs, each pair the panel's 16
-/// rows side by side (`[pair][row][2]`, 1 KiB).
+/// rows side by side (`[pair][row][2]`, 1 KiB). An odd number of panels is followed by one of
+/// zeros, so the tiles always take panels in pairs.
 #[derive(Clone)]
 pub struct Weights(Vec<u16>);
 
 impl Weights {
     pub fn of(w: &Q8Matrix) -> Weights {
         let (blocks, panels) = (w.cols / BLOCK, w.rows.div_ceil(PANEL));
-        let mut v = vec![0u16; panels * blocks * PANEL * BLOCK];
+        let mut v = vec![0u16; panels.next_multiple_of(2) * blocks * PANEL * BLOCK];
         for n in 0..panels * PANEL {
             for b in 0..blocks {
                 let scale = w.scales[w.at(n, b)];
@@ -130,35 +131,13 @@ pub fn matmul(team: &Team, x: &Rows, w: &Q8Matrix, out: &mut [f32]) {
 mod tiles {
     use std::arch::asm;
     use std::arch::x86_64::*;
-    use std::cell::RefCell;
 
     use super::{BLOCK, PANEL, Q8Matrix, Rows, TILE, Weights};
     use crate::llm::q8::Out;
-
-    /// The tiles: 0 and 1 two groups of 16 activation rows (16 x 32 bf16), 2 and 3 two panels'
-    /// blocks (16 pairs x 16 rows x 2), 4 to 7 their four products (16 x 16 f32).
-    #[repr(C, align(64))]
-    struct Config([u8; 64]);
-
-    impl Config {
-        fn new() -> Config {
-            let mut c = [0u8; 64];
-            c[0] = 1; // palette 1
-            for t in 0..8 {
-                c[16 + 2 * t..18 + 2 * t].copy_from_slice(&64u16.to_le_bytes());
-                c[48 + t] = 16;
-            }
-            Config(c)
-        }
-    }
+    use crate::llm::q8::amx::Config;
 
     #[repr(C, align(64))]
     struct Sums([f32; 4 * TILE * PANEL]);
-
-    thread_local! {
-        /// A panel of zeros, for the pair of a last odd panel.
-        static ZEROS: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-    }
 
     /// All rows of `x` times the weight rows of `panels`, two panels at a time.
     ///
@@ -169,80 +148,71 @@ mod tiles {
     pub unsafe fn product(x: &Rows, w: &Q8Matrix, weights: &Weights, panels: std::ops::Range<usize>, out: Out) {
         let blocks = w.cols / BLOCK;
         let panel_len = blocks * PANEL * BLOCK;
-        let config = Config::new();
         let mut sums = Sums([0.0; 4 * TILE * PANEL]);
-        ZEROS.with_borrow_mut(|zeros| {
-            if zeros.len() < panel_len {
-                zeros.resize(panel_len, 0);
-            }
-            // SAFETY: a valid configuration; the tiles are released before returning.
-            unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
-            let row_bytes = x.cols * 2;
-            for p in panels.clone().step_by(2) {
-                let w0 = weights.0[p * panel_len..].as_ptr();
-                let w1 = if p + 1 < panels.end { weights.0[(p + 1) * panel_len..].as_ptr() } else { zeros.as_ptr() };
-                for m in (0..x.rows).step_by(2 * TILE) {
-                    let a = x.values[m * x.cols..].as_ptr();
-                    // SAFETY: the tiles read 32 rows of 64 bytes from a (rows `row_bytes` apart,
-                    // within the padded rows), 1 KiB a block from each panel, and write 4 KiB
-                    // into `sums`.
-                    unsafe {
+        // Tiles 0 and 1: two groups of 16 activation rows (16 x 32 bf16); 2 and 3: two panels'
+        // blocks (16 pairs x 16 rows x 2); 4 to 7: their four products (16 x 16 f32). Released
+        // before returning.
+        unsafe { Config::new([(16, 64); 8]).load() };
+        let row_bytes = x.cols * 2;
+        for p in panels.clone().step_by(2) {
+            // A last odd panel's pair is the next panel (another share's, or the zeros after
+            // the last one): multiplied, never stored.
+            let (w0, w1) = (weights.0[p * panel_len..].as_ptr(), weights.0[(p + 1) * panel_len..].as_ptr());
+            for m in (0..x.rows).step_by(2 * TILE) {
+                let a = x.values[m * x.cols..].as_ptr();
+                // SAFETY: the tiles read 32 rows of 64 bytes from a (rows `row_bytes` apart,
+                // within the padded rows), 1 KiB a block from each panel, and write 4 KiB
+                // into `sums`.
+                unsafe {
+                    asm!("tilezero tmm4", "tilezero tmm5", "tilezero tmm6", "tilezero tmm7", options(nostack, nomem));
+                    for b in 0..blocks {
                         asm!(
-                            "tilezero tmm4",
-                            "tilezero tmm5",
-                            "tilezero tmm6",
-                            "tilezero tmm7",
-                            options(nostack, nomem)
-                        );
-                        for b in 0..blocks {
-                            asm!(
-                                "tileloadd tmm0, [{a} + {stride}*1]",
-                                "tileloadd tmm1, [{a1} + {stride}*1]",
-                                "tileloadd tmm2, [{w0} + {s64}*1]",
-                                "tileloadd tmm3, [{w1} + {s64}*1]",
-                                "tdpbf16ps tmm4, tmm0, tmm2",
-                                "tdpbf16ps tmm5, tmm0, tmm3",
-                                "tdpbf16ps tmm6, tmm1, tmm2",
-                                "tdpbf16ps tmm7, tmm1, tmm3",
-                                a = in(reg) a.add(b * BLOCK),
-                                a1 = in(reg) a.add(TILE * x.cols + b * BLOCK),
-                                stride = in(reg) row_bytes,
-                                w0 = in(reg) w0.add(b * PANEL * BLOCK),
-                                w1 = in(reg) w1.add(b * PANEL * BLOCK),
-                                s64 = in(reg) 64usize,
-                                options(nostack, readonly),
-                            );
-                        }
-                        asm!(
-                            "tilestored [{c} + {s64}*1], tmm4",
-                            "tilestored [{c} + {s64}*1 + 1024], tmm5",
-                            "tilestored [{c} + {s64}*1 + 2048], tmm6",
-                            "tilestored [{c} + {s64}*1 + 3072], tmm7",
-                            c = in(reg) sums.0.as_mut_ptr(),
+                            "tileloadd tmm0, [{a} + {stride}*1]",
+                            "tileloadd tmm1, [{a1} + {stride}*1]",
+                            "tileloadd tmm2, [{w0} + {s64}*1]",
+                            "tileloadd tmm3, [{w1} + {s64}*1]",
+                            "tdpbf16ps tmm4, tmm0, tmm2",
+                            "tdpbf16ps tmm5, tmm0, tmm3",
+                            "tdpbf16ps tmm6, tmm1, tmm2",
+                            "tdpbf16ps tmm7, tmm1, tmm3",
+                            a = in(reg) a.add(b * BLOCK),
+                            a1 = in(reg) a.add(TILE * x.cols + b * BLOCK),
+                            stride = in(reg) row_bytes,
+                            w0 = in(reg) w0.add(b * PANEL * BLOCK),
+                            w1 = in(reg) w1.add(b * PANEL * BLOCK),
                             s64 = in(reg) 64usize,
-                            options(nostack),
+                            options(nostack, readonly),
                         );
                     }
-                    for r in 0..(x.rows - m).min(2 * TILE) {
-                        for c in 0..2 {
-                            let panel = p + c;
-                            if panel >= panels.end {
-                                continue;
-                            }
-                            let valid = (w.rows - panel * PANEL).min(PANEL);
-                            let tile = (r / TILE) * 2 + c;
-                            // SAFETY: row m + r and the panel's valid columns are within out, and
-                            // this thread's alone.
-                            unsafe {
-                                let v = _mm512_load_ps(sums.0.as_ptr().add(tile * 256 + (r % TILE) * PANEL));
-                                let at = out.ptr.add((m + r) * out.stride + panel * PANEL);
-                                _mm512_mask_storeu_ps(at, ((1u32 << valid) - 1) as u16, v);
-                            }
+                    asm!(
+                        "tilestored [{c} + {s64}*1], tmm4",
+                        "tilestored [{c} + {s64}*1 + 1024], tmm5",
+                        "tilestored [{c} + {s64}*1 + 2048], tmm6",
+                        "tilestored [{c} + {s64}*1 + 3072], tmm7",
+                        c = in(reg) sums.0.as_mut_ptr(),
+                        s64 = in(reg) 64usize,
+                        options(nostack),
+                    );
+                }
+                for r in 0..(x.rows - m).min(2 * TILE) {
+                    for c in 0..2 {
+                        let panel = p + c;
+                        if panel >= panels.end {
+                            continue;
+                        }
+                        let valid = (w.rows - panel * PANEL).min(PANEL);
+                        let tile = (r / TILE) * 2 + c;
+                        // SAFETY: row m + r and the panel's valid columns are within out, and
+                        // this thread's alone.
+                        unsafe {
+                            let v = _mm512_load_ps(sums.0.as_ptr().add(tile * 256 + (r % TILE) * PANEL));
+                            let at = out.ptr.add((m + r) * out.stride + panel * PANEL);
+                            _mm512_mask_storeu_ps(at, ((1u32 << valid) - 1) as u16, v);
                         }
                     }
                 }
             }
-            unsafe { asm!("tilerelease", options(nostack, nomem)) };
-        });
+        }
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
     }
 }
