@@ -12,8 +12,8 @@
 //! Weights of any type candle reads (Q4_1, F16, ...) are requantized to Q8_0 at load; Q8_0 is
 //! taken as it is. Norms, rotary embeddings and attention are f32, as in llama.cpp and candle:
 //! rotary embeddings in the interleaved ("normal") form of GGUF llama weights, attention with
-//! grouped key/value heads. The KV cache is the caller's ([`KvCache`]), so requests share the
-//! weights and nothing else.
+//! grouped key/value heads. Keys and values are kept in f16, as llama.cpp keeps them. The KV
+//! cache is the caller's ([`KvCache`]), so requests share the weights and nothing else.
 
 use std::io::{Read, Seek};
 
@@ -22,6 +22,7 @@ use super::team::Team;
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::Content;
+use half::f16;
 
 /// The sizes of a llama model, from its GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,11 +118,14 @@ pub struct Llama {
     context: usize,
 }
 
-/// The keys and values of the tokens read so far, one request's.
+/// The keys and values of the tokens read so far, one request's, in f16 as llama.cpp keeps them:
+/// half the bytes a generation step reads and a kept prompt holds. A key or value is rounded to
+/// f16 once, when its token is read, and widened back exactly wherever it is used, so every
+/// way of reading the cache sees the same numbers.
 pub struct KvCache {
-    /// Per layer, `[position][kv_heads * head_dim]`.
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    /// Per layer, `[position][kv_heads * head_dim]`, f16 bits.
+    keys: Vec<Vec<u16>>,
+    values: Vec<Vec<u16>>,
     len: usize,
     /// Values of one token in one layer (`kv_heads * head_dim`).
     width: usize,
@@ -142,7 +146,7 @@ impl KvCache {
     /// for `room` tokens in all, so reading up to that many never moves it.
     pub fn prefix(&self, len: usize, room: usize) -> KvCache {
         let len = len.min(self.len);
-        let cut = |v: &Vec<Vec<f32>>| {
+        let cut = |v: &Vec<Vec<u16>>| {
             v.iter()
                 .map(|layer| {
                     let mut kept = Vec::with_capacity(room.max(len) * self.width);
@@ -163,7 +167,7 @@ impl KvCache {
 
     /// Bytes the cache holds, room made included.
     pub fn bytes(&self) -> usize {
-        self.keys.iter().chain(&self.values).map(|l| l.capacity() * std::mem::size_of::<f32>()).sum()
+        self.keys.iter().chain(&self.values).map(|l| l.capacity() * std::mem::size_of::<u16>()).sum()
     }
 }
 
@@ -236,7 +240,7 @@ impl Llama {
 
     /// Bytes of keys and values one token takes in a [`KvCache`].
     pub fn kv_bytes_per_token(&self) -> usize {
-        self.cfg.layers * self.cfg.kv_dim() * 2 * std::mem::size_of::<f32>()
+        self.cfg.layers * self.cfg.kv_dim() * 2 * std::mem::size_of::<u16>()
     }
 
     pub fn cache(&self) -> KvCache {
@@ -306,12 +310,12 @@ impl Llama {
                     let (k, v) = rest.split_at_mut(kv);
                     self.rotate(q, *at);
                     self.rotate(k, *at);
-                    keys.extend_from_slice(k);
-                    values.extend_from_slice(v);
+                    keys.extend(k.iter().map(|k| f16::from_f32(*k).to_bits()));
+                    values.extend(v.iter().map(|v| f16::from_f32(*v).to_bits()));
                 }
             }
             let attn = grow(&mut s.attn, n * h);
-            let caches: Vec<(&[f32], &[f32])> =
+            let caches: Vec<(&[u16], &[u16])> =
                 parts.iter().map(|p| (p.cache.keys[l].as_slice(), p.cache.values[l].as_slice())).collect();
             self.attention(team, qkv, &caches, &s.rows, attn);
             s.act.prepare(attn, h, prompt);
@@ -373,7 +377,7 @@ impl Llama {
         &self,
         team: &Team,
         qkv: &[f32],
-        caches: &[(&[f32], &[f32])],
+        caches: &[(&[u16], &[u16])],
         rows: &[(usize, usize)],
         out: &mut [f32],
     ) {
@@ -408,8 +412,9 @@ struct Loops<S, W> {
 
 /// Attention for the (token, key head) `items` of one thread (see [`Llama::attention`]): for
 /// each query head that shares the key head, the query's score against every key up to its
-/// position ([`dot_fused`], times the scale) and their [`softmax`]; then the values weighted by
-/// each head's scores, each output summed over positions in order with fused multiply-adds.
+/// position ([`scores_one_by_one`]: in [`dot`]'s order with fused multiply-adds, times the
+/// scale) and their [`softmax`]; then the values weighted by each head's scores, each output
+/// summed over positions in order with fused multiply-adds.
 /// Every way of computing the two loops gives the same bits, so a row's attention depends only
 /// on its own queries and cache.
 #[inline(always)]
@@ -417,10 +422,10 @@ fn attend(
     cfg: &LlamaConfig,
     items: std::iter::StepBy<std::ops::Range<usize>>,
     qkv: &[f32],
-    caches: &[(&[f32], &[f32])],
+    caches: &[(&[u16], &[u16])],
     rows: &[(usize, usize)],
     out: Out,
-    loops: Loops<impl Fn(&[f32], &[f32], usize, f32, &mut [f32]), impl Fn(&[f32], usize, &[f32], usize, &mut [f32])>,
+    loops: Loops<impl Fn(&[f32], &[u16], usize, f32, &mut [f32]), impl Fn(&[f32], usize, &[u16], usize, &mut [f32])>,
 ) {
     let Loops { scores: scores_of, weigh } = loops;
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
@@ -448,7 +453,7 @@ fn attend(
 /// first of `values`, `stride` apart, weighted by the head's `scores` (theirs side by side, one
 /// per position each) and summed over positions in order.
 #[inline(always)]
-fn weigh_heads(scores: &[f32], heads: usize, values: &[f32], stride: usize, out: &mut [f32]) {
+fn weigh_heads(scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]) {
     let (len, d) = (scores.len() / heads, out.len() / heads);
     for (scores, out) in scores.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
         weigh_by_chunks(scores, values, stride, out);
@@ -458,12 +463,12 @@ fn weigh_heads(scores: &[f32], heads: usize, values: &[f32], stride: usize, out:
 /// `out` = the values from the first of `values`, `stride` apart, weighted by `scores` and
 /// summed over positions in order, a fused multiply-add a position.
 #[inline(always)]
-fn weigh_by_chunks(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+fn weigh_by_chunks(scores: &[f32], values: &[u16], stride: usize, out: &mut [f32]) {
     for (c, out) in out.chunks_mut(LANES).enumerate() {
         let mut acc = [0.0f32; LANES];
         for (s, v) in scores.iter().zip(values[c * LANES..].chunks(stride)) {
             for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
-                *a = s.mul_add(*v, *a);
+                *a = s.mul_add(widen(*v), *a);
             }
         }
         out.copy_from_slice(&acc[..out.len()]);
@@ -478,13 +483,13 @@ fn weigh_by_chunks(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32
 /// length, and each position's values exist.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[u16], stride: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
     let len = scores.len() / G;
     let mut acc = [[_mm512_setzero_ps(); C]; G];
     let v = values.as_ptr();
     for j in 0..len {
-        let vals: [__m512; C] = std::array::from_fn(|c| unsafe { _mm512_loadu_ps(v.add(j * stride + c * LANES)) });
+        let vals: [__m512; C] = std::array::from_fn(|c| unsafe { load_f16(v.add(j * stride + c * LANES)) });
         for (g, acc) in acc.iter_mut().enumerate() {
             let s = _mm512_set1_ps(scores[g * len + j]);
             for (acc, v) in acc.iter_mut().zip(&vals) {
@@ -502,14 +507,14 @@ unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[f
 /// The scores of `q` against `scores.len()` keys, `stride` apart from the first of `keys`,
 /// one at a time.
 #[inline(always)]
-fn scores_one_by_one(q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
+fn scores_one_by_one(q: &[f32], keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]) {
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_fused(q, &keys[j * stride..j * stride + q.len()]) * scale;
+        *s = dot_by(q, &keys[j * stride..j * stride + q.len()], widen, f32::mul_add) * scale;
     }
 }
 
 /// [`attend`], for AVX-512: the scores of 16 keys at a time, their 16 partial sums added in
-/// [`dot_fused`]'s order by exchanging halves between registers, and the heads of a group
+/// [`dot`]'s order by exchanging halves between registers, and the heads of a group
 /// weighted together, so the same bits.
 ///
 /// # Safety
@@ -521,11 +526,11 @@ unsafe fn attend_wide(
     cfg: &LlamaConfig,
     items: std::iter::StepBy<std::ops::Range<usize>>,
     qkv: &[f32],
-    caches: &[(&[f32], &[f32])],
+    caches: &[(&[u16], &[u16])],
     rows: &[(usize, usize)],
     out: Out,
 ) {
-    let scores_of = |q: &[f32], keys: &[f32], stride: usize, scale: f32, scores: &mut [f32]| {
+    let scores_of = |q: &[f32], keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]| {
         if !q.len().is_multiple_of(LANES) {
             return scores_one_by_one(q, keys, stride, scale, scores);
         }
@@ -536,11 +541,12 @@ unsafe fn attend_wide(
             // SAFETY: the CPU has the features, and the 16 keys from b * 16 exist (above).
             unsafe { scores_wide(q, keys[b * LANES * stride..].as_ptr(), stride, scale, s) };
         }
-        if whole < scores.len() {
-            scores_one_by_one(q, &keys[whole * stride..], stride, scale, &mut scores[whole..]);
+        for (j, s) in scores.iter_mut().enumerate().skip(whole) {
+            // SAFETY: as above; key j exists.
+            *s = unsafe { score_wide(q, keys[j * stride..].as_ptr()) } * scale;
         }
     };
-    let weigh = |scores: &[f32], heads: usize, values: &[f32], stride: usize, out: &mut [f32]| {
+    let weigh = |scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]| {
         let len = scores.len() / heads;
         let last = (len.max(1) - 1) * stride + out.len() / heads;
         assert!(values.len() >= last, "values of {len} positions");
@@ -567,15 +573,14 @@ unsafe fn attend_wide(
 /// The CPU must have AVX-512 F and FMA; the keys must exist.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, scores: &mut [f32]) {
+unsafe fn scores_wide(q: &[f32], keys: *const u16, stride: usize, scale: f32, scores: &mut [f32]) {
     use std::arch::x86_64::*;
-    // Each key's 16 partial sums, as `dot_fused` forms them.
+    // Each key's 16 partial sums, as `scores_one_by_one` forms them.
     let mut p = [_mm512_setzero_ps(); LANES];
     for (j, p) in p.iter_mut().enumerate() {
         for c in 0..q.len() / LANES {
-            let (q, k) = unsafe {
-                (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), _mm512_loadu_ps(keys.add(j * stride + c * LANES)))
-            };
+            let (q, k) =
+                unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), load_f16(keys.add(j * stride + c * LANES))) };
             *p = _mm512_fmadd_ps(q, k, *p);
         }
     }
@@ -597,6 +602,43 @@ unsafe fn scores_wide(q: &[f32], keys: *const f32, stride: usize, scale: f32, sc
     unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s) };
 }
 
+/// The score of `q` (a multiple of 16 long) against one key, in [`dot`]'s order.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA; the key must exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn score_wide(q: &[f32], key: *const u16) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm512_setzero_ps();
+    for c in 0..q.len() / LANES {
+        // SAFETY: the key's values exist.
+        let (q, k) = unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), load_f16(key.add(c * LANES))) };
+        acc = _mm512_fmadd_ps(q, k, acc);
+    }
+    let mut sums = [0.0f32; LANES];
+    // SAFETY: 16 values fit.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
+    halves(sums)
+}
+
+/// 16 f16 values from `at`, widened (exactly) to f32.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; 16 values must exist from `at`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_f16(at: *const u16) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(at.cast())) }
+}
+
+/// An f16 (its bits) as f32: exact, in plain arithmetic the compiler can inline and vectorize.
+#[inline(always)]
+fn widen(h: u16) -> f32 {
+    f16::from_bits(h).to_f32_const()
+}
+
 /// [`attend`] compiled with fused multiply-adds for x86-64 CPUs that have them without AVX-512
 /// (where a fused multiply-add is otherwise a call to the C library's `fmaf`).
 #[cfg(target_arch = "x86_64")]
@@ -615,7 +657,7 @@ mod fused {
         cfg: &LlamaConfig,
         items: std::iter::StepBy<std::ops::Range<usize>>,
         qkv: &[f32],
-        caches: &[(&[f32], &[f32])],
+        caches: &[(&[u16], &[u16])],
         rows: &[(usize, usize)],
         out: Out,
     ) {
@@ -664,28 +706,23 @@ const LANES: usize = 16;
 /// sum k % 16, in order), then halves added: sum l and l + 8, then l and l + 4, l + 2, l + 1.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_by(a, b, |x, y, acc| acc + x * y)
+    dot_by(a, b, |x| x, |x, y, acc| acc + x * y)
 }
 
-/// [`dot`] with each product added by a fused multiply-add: attention's scores.
+/// [`dot`]'s order, each value of `b` taken as `value(b)` and each product added to its
+/// partial sum by `add(x, y, sum)` (attention's scores: f16 keys, fused multiply-adds).
 #[inline(always)]
-fn dot_fused(a: &[f32], b: &[f32]) -> f32 {
-    dot_by(a, b, f32::mul_add)
-}
-
-/// [`dot`]'s order, each product added to its partial sum by `add(x, y, sum)`.
-#[inline(always)]
-fn dot_by(a: &[f32], b: &[f32], add: impl Fn(f32, f32, f32) -> f32) -> f32 {
+fn dot_by<B: Copy>(a: &[f32], b: &[B], value: impl Fn(B) -> f32, add: impl Fn(f32, f32, f32) -> f32) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] = add(x[l], y[l], acc[l]);
+            acc[l] = add(x[l], value(y[l]), acc[l]);
         }
     }
     for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
-        *acc = add(*x, *y, *acc);
+        *acc = add(*x, value(*y), *acc);
     }
     halves(acc)
 }
@@ -705,7 +742,14 @@ fn halves(mut acc: [f32; LANES]) -> f32 {
 /// [`dot`]'s order.
 #[inline(always)]
 fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // The largest, lane by lane, then over the lanes: the same value in any order.
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    for c in x.chunks(LANES) {
+        for (m, v) in lanes.iter_mut().zip(c) {
+            *m = m.max(*v);
+        }
+    }
+    let max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
     let mut acc = [0.0f32; LANES];
     let mut chunks = x.chunks_exact_mut(LANES);
     for c in &mut chunks {

@@ -41,8 +41,9 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// How far a logit's distance below the top one may be from llama.cpp's (on this prompt the
-/// 20 most likely tokens span several units): both quantize activations to Q8_0 and sum in
-/// f32 in different orders, and llama.cpp keeps keys and values in f16.
+/// 20 most likely tokens span several units): both quantize generated rows' activations to
+/// Q8_0 and sum in f32 in different orders, and our prompt rows run in bf16 (both keep keys
+/// and values in f16).
 const TOLERANCE: f32 = 0.75;
 
 /// The model, with room for 512 tokens, and the ids of the reference prompt.
@@ -219,7 +220,8 @@ fn attention_in_registers_gives_the_plain_loops_bits() {
         (state % 20_000) as f32 / 10_000.0 - 1.0
     };
     // Keys of 64 values, 192 apart (three key heads side by side), from the second head.
-    let keys: Vec<f32> = (0..16 * 192).map(|_| next()).collect();
+    let keys: Vec<u16> = (0..16 * 192).map(|_| half::f16::from_f32(next()).to_bits()).collect();
+    let key = |i: usize| half::f16::from_bits(keys[i]).to_f32();
     let q: Vec<f32> = (0..64).map(|_| next() * 3.0).collect();
     let mut one = [0.0; 16];
     scores_one_by_one(&q, &keys[64..], 192, 0.125, &mut one);
@@ -227,14 +229,20 @@ fn attention_in_registers_gives_the_plain_loops_bits() {
     // SAFETY: the CPU has the features (checked above), and 16 keys exist.
     unsafe { scores_wide(&q, keys[64..].as_ptr(), 192, 0.125, &mut wide) };
     assert_eq!(one.map(f32::to_bits), wide.map(f32::to_bits), "{one:?} vs {wide:?}");
-    assert!((one[3] - 0.125 * (0..64).map(|k| q[k] * keys[64 + 3 * 192 + k]).sum::<f32>()).abs() < 1e-4);
+    // A key past the last whole 16, scored alone in registers.
+    for j in [0, 5, 15] {
+        // SAFETY: as above; key j exists.
+        let alone = unsafe { score_wide(&q, keys[64 + j * 192..].as_ptr()) } * 0.125;
+        assert_eq!(alone.to_bits(), one[j].to_bits(), "key {j}");
+    }
+    assert!((one[3] - 0.125 * (0..64).map(|k| q[k] * key(64 + 3 * 192 + k)).sum::<f32>()).abs() < 1e-4);
     // The values weighted by 13 scores, in registers and plainly.
     let (mut plain, mut fast) = ([0.0; 64], [0.0; 64]);
     weigh_by_chunks(&one[..13], &keys[64..], 192, &mut plain);
     // SAFETY: as above; 13 positions of 64 values exist.
     unsafe { weigh_wide::<1, 4>(&one[..13], &keys[64..], 192, &mut fast) };
     assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
-    assert!((plain[5] - (0..13).map(|j| one[j] * keys[64 + j * 192 + 5]).sum::<f32>()).abs() < 1e-4);
+    assert!((plain[5] - (0..13).map(|j| one[j] * key(64 + j * 192 + 5)).sum::<f32>()).abs() < 1e-4);
     // Three heads' scores over the same 11 values, weighted together and one by one.
     let scores: Vec<f32> = (0..33).map(|_| next()).collect();
     let (mut plain, mut fast) = ([0.0; 192], [0.0; 192]);
