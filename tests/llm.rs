@@ -589,10 +589,10 @@ mod worker {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_bound_on_keys_and_values_holds_requests_back_until_there_is_room_and_answers_all() {
         let reqs = questions();
-        // Room for one request at a time (about 70 tokens of 45 KiB) and little else.
+        // Room for one request at a time (about 70 tokens of 22.5 KiB) and little else.
         let mut a = args(8);
         if let mindfleet_actors::llm::worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
-            *kv_bytes = 4 << 20;
+            *kv_bytes = 2 << 20;
         }
         let w = spawn(a, None).await.unwrap();
         let together = all_at_once(&w, &reqs).await;
@@ -601,7 +601,7 @@ mod worker {
         }
         let b = stats(&w).await.batching.unwrap();
         assert_eq!(b.mean_batch, 1.0, "one at a time within the bound: {b:?}");
-        assert!(b.kv_peak_bytes <= 4 << 20, "{b:?}");
+        assert!(b.kv_peak_bytes <= 2 << 20, "{b:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
 
