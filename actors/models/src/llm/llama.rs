@@ -398,12 +398,13 @@ impl Llama {
                     return unsafe { fused::attend_fused(cfg, items, qkv, caches, rows, out) };
                 }
             }
-            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_heads });
+            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_heads, weigh: weigh_heads });
         });
     }
 }
 
-/// Attention's two inner loops: the scores of a run of keys (like [`scores_one_by_one`]), and
+/// Attention's two inner loops: the scores of each query head of a group against a run of keys
+/// (like [`scores_heads`]), and
 /// the values weighted by the scores of each query head of a group (like [`weigh_heads`]).
 struct Loops<S, W> {
     scores: S,
@@ -425,7 +426,10 @@ fn attend(
     caches: &[(&[u16], &[u16])],
     rows: &[(usize, usize)],
     out: Out,
-    loops: Loops<impl Fn(&[f32], &[u16], usize, f32, &mut [f32]), impl Fn(&[f32], usize, &[u16], usize, &mut [f32])>,
+    loops: Loops<
+        impl Fn(&[f32], usize, &[u16], usize, f32, &mut [f32]),
+        impl Fn(&[f32], usize, &[u16], usize, &mut [f32]),
+    >,
 ) {
     let Loops { scores: scores_of, weigh } = loops;
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
@@ -438,9 +442,10 @@ fn attend(
         let (part, pos) = rows[i];
         let (keys, values) = caches[part];
         scores.resize(group * (pos + 1), 0.0);
-        for (head, scores) in (g * group..).zip(scores.chunks_exact_mut(pos + 1)) {
-            let q = &qkv[i * width + head * d..i * width + (head + 1) * d];
-            scores_of(q, &keys[g * d..], kv, scale, scores);
+        // The group's query heads, side by side in the row.
+        let qs = &qkv[i * width + g * group * d..i * width + (g + 1) * group * d];
+        scores_of(qs, group, &keys[g * d..], kv, scale, &mut scores);
+        for scores in scores.chunks_exact_mut(pos + 1) {
             softmax(scores);
         }
         // SAFETY: (token i, the group's heads) is this thread's item alone, within `out`.
@@ -504,6 +509,16 @@ unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[u
     }
 }
 
+/// For each of `heads` queries (side by side in `qs`), its scores (theirs side by side in
+/// `scores`, one per key each) against the keys `stride` apart from the first of `keys`.
+#[inline(always)]
+fn scores_heads(qs: &[f32], heads: usize, keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]) {
+    let (d, len) = (qs.len() / heads, scores.len() / heads);
+    for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
+        scores_one_by_one(q, keys, stride, scale, scores);
+    }
+}
+
 /// The scores of `q` against `scores.len()` keys, `stride` apart from the first of `keys`,
 /// one at a time.
 #[inline(always)]
@@ -530,20 +545,33 @@ unsafe fn attend_wide(
     rows: &[(usize, usize)],
     out: Out,
 ) {
-    let scores_of = |q: &[f32], keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]| {
-        if !q.len().is_multiple_of(LANES) {
-            return scores_one_by_one(q, keys, stride, scale, scores);
+    let scores_of = |qs: &[f32], heads: usize, keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]| {
+        let (d, len) = (qs.len() / heads, scores.len() / heads);
+        if !d.is_multiple_of(LANES) {
+            return scores_heads(qs, heads, keys, stride, scale, scores);
         }
-        let last = (scores.len().max(1) - 1) * stride + q.len();
-        assert!(keys.len() >= last, "keys of {} positions", scores.len());
-        let whole = scores.len() / LANES * LANES;
-        for (b, s) in scores[..whole].chunks_exact_mut(LANES).enumerate() {
-            // SAFETY: the CPU has the features, and the 16 keys from b * 16 exist (above).
-            unsafe { scores_wide(q, keys[b * LANES * stride..].as_ptr(), stride, scale, s) };
+        let last = (len.max(1) - 1) * stride + d;
+        assert!(keys.len() >= last, "keys of {len} positions");
+        let whole = len / LANES * LANES;
+        for b in (0..whole).step_by(LANES) {
+            let at = keys[b * stride..].as_ptr();
+            // SAFETY: the CPU has the features, and the 16 keys from b exist (above).
+            unsafe {
+                match (heads, d) {
+                    (3, 64) => scores_group::<3, 4>(qs, at, stride, scale, &mut scores[b..], len),
+                    _ => {
+                        for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
+                            scores_wide(q, at, stride, scale, &mut scores[b..b + LANES]);
+                        }
+                    }
+                }
+            }
         }
-        for (j, s) in scores.iter_mut().enumerate().skip(whole) {
-            // SAFETY: as above; key j exists.
-            *s = unsafe { score_wide(q, keys[j * stride..].as_ptr()) } * scale;
+        for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
+            for (j, s) in scores.iter_mut().enumerate().skip(whole) {
+                // SAFETY: as above; key j exists.
+                *s = unsafe { score_wide(q, keys[j * stride..].as_ptr()) } * scale;
+            }
         }
     };
     let weigh = |scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]| {
@@ -584,6 +612,63 @@ unsafe fn scores_wide(q: &[f32], keys: *const u16, stride: usize, scale: f32, sc
             *p = _mm512_fmadd_ps(q, k, *p);
         }
     }
+    // SAFETY: the CPU has the features; 16 scores fit.
+    unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), reduce_keys(&p, scale)) };
+}
+
+/// [`scores_wide`] for the `G` query heads of a group (`C` registers of 16 values each, side by
+/// side in `qs`) at once, each key loaded once for all of them: the same partial sums, added in
+/// the same order. Head `h`'s 16 scores go to `scores[h * len..]`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA; the 16 keys must exist.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn scores_group<const G: usize, const C: usize>(
+    qs: &[f32],
+    keys: *const u16,
+    stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+    len: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY: `qs` holds G heads of C registers.
+    let q: [[__m512; C]; G] = std::array::from_fn(|h| {
+        std::array::from_fn(|c| unsafe { _mm512_loadu_ps(qs.as_ptr().add((h * C + c) * LANES)) })
+    });
+    let mut p = [[_mm512_setzero_ps(); LANES]; G];
+    // Four keys at a time: their sums for every head stay in registers.
+    for j in (0..LANES).step_by(4) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; G];
+        for c in 0..C {
+            for k in 0..4 {
+                // SAFETY: key j + k exists.
+                let key = unsafe { load_f16(keys.add((j + k) * stride + c * LANES)) };
+                for h in 0..G {
+                    acc[h][k] = _mm512_fmadd_ps(q[h][c], key, acc[h][k]);
+                }
+            }
+        }
+        for h in 0..G {
+            p[h][j..j + 4].copy_from_slice(&acc[h]);
+        }
+    }
+    for (h, p) in p.iter().enumerate() {
+        // SAFETY: head h's 16 scores are within `scores`.
+        unsafe { _mm512_storeu_ps(scores.as_mut_ptr().add(h * len), reduce_keys(p, scale)) };
+    }
+}
+
+/// 16 keys' scores from their 16 partial sums each (`p[j]` key j's), added in [`dot`]'s order,
+/// times `scale`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn reduce_keys(p: &[std::arch::x86_64::__m512; LANES], scale: f32) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
     // `dot`'s halves for 16 keys at once: lanes l and l + 8 of each key, then l and l + 4,
     // l and l + 2, l and l + 1, two registers' halves gathered into one at each step.
     let half8 =
@@ -598,8 +683,7 @@ unsafe fn scores_wide(q: &[f32], keys: *const u16, stride: usize, scale: f32, sc
     let g = half1(f[0], f[1]);
     // g holds key 4m + k at lane 4k + m.
     let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    let s = _mm512_mul_ps(_mm512_permutexvar_ps(order, g), _mm512_set1_ps(scale));
-    unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), s) };
+    _mm512_mul_ps(_mm512_permutexvar_ps(order, g), _mm512_set1_ps(scale))
 }
 
 /// The score of `q` (a multiple of 16 long) against one key, in [`dot`]'s order.
@@ -661,7 +745,7 @@ mod fused {
         rows: &[(usize, usize)],
         out: Out,
     ) {
-        attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_one_by_one, weigh: weigh_heads })
+        attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_heads, weigh: weigh_heads })
     }
 }
 

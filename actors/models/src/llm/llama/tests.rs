@@ -229,6 +229,20 @@ fn attention_in_registers_gives_the_plain_loops_bits() {
     // SAFETY: the CPU has the features (checked above), and 16 keys exist.
     unsafe { scores_wide(&q, keys[64..].as_ptr(), 192, 0.125, &mut wide) };
     assert_eq!(one.map(f32::to_bits), wide.map(f32::to_bits), "{one:?} vs {wide:?}");
+    // The three query heads of a group scored together, each key loaded once for all three.
+    let qs: Vec<f32> = (0..3 * 64).map(|_| next() * 3.0).collect();
+    let mut group = [0.0; 3 * 16];
+    // SAFETY: as above; 16 keys exist and three runs of 16 scores fit.
+    unsafe { scores_group::<3, 4>(&qs, keys[64..].as_ptr(), 192, 0.125, &mut group, 16) };
+    for h in 0..3 {
+        let mut alone = [0.0; 16];
+        scores_one_by_one(&qs[h * 64..(h + 1) * 64], &keys[64..], 192, 0.125, &mut alone);
+        assert_eq!(
+            alone.map(f32::to_bits)[..],
+            group[h * 16..(h + 1) * 16].iter().map(|s| s.to_bits()).collect::<Vec<_>>()[..],
+            "head {h}"
+        );
+    }
     // A key past the last whole 16, scored alone in registers.
     for j in [0, 5, 15] {
         // SAFETY: as above; key j exists.
