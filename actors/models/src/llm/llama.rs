@@ -633,25 +633,26 @@ unsafe fn scores_group<const G: usize, const C: usize>(
     len: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY: `qs` holds G heads of C registers.
-    let q: [[__m512; C]; G] = std::array::from_fn(|h| {
-        std::array::from_fn(|c| unsafe { _mm512_loadu_ps(qs.as_ptr().add((h * C + c) * LANES)) })
+    // SAFETY: `qs` holds G heads of C registers; `q[c][h]` is head h's register c.
+    let q: [[__m512; G]; C] = std::array::from_fn(|c| {
+        std::array::from_fn(|h| unsafe { _mm512_loadu_ps(qs.as_ptr().add((h * C + c) * LANES)) })
     });
     let mut p = [[_mm512_setzero_ps(); LANES]; G];
     // Four keys at a time: their sums for every head stay in registers.
     for j in (0..LANES).step_by(4) {
         let mut acc = [[_mm512_setzero_ps(); 4]; G];
-        for c in 0..C {
-            for k in 0..4 {
-                // SAFETY: key j + k exists.
-                let key = unsafe { load_f16(keys.add((j + k) * stride + c * LANES)) };
-                for h in 0..G {
-                    acc[h][k] = _mm512_fmadd_ps(q[h][c], key, acc[h][k]);
+        for (c, q) in q.iter().enumerate() {
+            // SAFETY: keys j to j + 3 exist.
+            let four: [__m512; 4] =
+                std::array::from_fn(|k| unsafe { load_f16(keys.add((j + k) * stride + c * LANES)) });
+            for (acc, q) in acc.iter_mut().zip(q) {
+                for (acc, key) in acc.iter_mut().zip(&four) {
+                    *acc = _mm512_fmadd_ps(*q, *key, *acc);
                 }
             }
         }
-        for h in 0..G {
-            p[h][j..j + 4].copy_from_slice(&acc[h]);
+        for (p, acc) in p.iter_mut().zip(&acc) {
+            p[j..j + 4].copy_from_slice(acc);
         }
     }
     for (h, p) in p.iter().enumerate() {
