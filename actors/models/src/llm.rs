@@ -21,6 +21,7 @@
 pub mod batch;
 mod budget;
 mod llama;
+pub mod lora;
 mod q8;
 mod quant;
 mod team;

@@ -43,7 +43,7 @@ impl LlamaConfig {
         self.kv_heads * self.head_dim
     }
 
-    fn read(content: &Content) -> Result<LlamaConfig, String> {
+    pub(super) fn read(content: &Content) -> Result<LlamaConfig, String> {
         let get = |key: &str| {
             let v = content.metadata.get(key).ok_or_else(|| format!("no {key} in the metadata"))?;
             v.to_u32().map(|n| n as usize).map_err(|e| format!("{key}: {e}"))

@@ -1,0 +1,374 @@
+//! LoRA adapters: low-rank deltas on a llama model's projections, trained on a persona's study
+//! data.
+//!
+//! The serving pass ([`super::llama`]) runs on Q8_0 weights and has no backward pass (nor has
+//! candle's quantized matmul), so training runs a pass of its own in candle: the base weights
+//! frozen, dequantized to f32 from the same file, and for each target projection `W` of each
+//! layer two small matrices `A` (`rank` x in) and `B` (out x `rank`) as variables, the
+//! projection becoming `x W^T + (alpha / rank) (x A^T) B^T`. `B` starts at zero, so an adapter
+//! that has not trained is the base model (a test checks this pass's logits against the serving
+//! pass's). Everything here is composed of candle operations that have a backward pass: the
+//! norms, rotary embeddings and softmax are written out rather than taken from candle's fused
+//! kernels, which have none.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek};
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::{D, DType, Device, Tensor, Var};
+use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
+
+use super::llama::LlamaConfig;
+
+/// A projection of a layer an adapter can change, by its name in the GGUF file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Target {
+    pub const ALL: [Target; 7] = [Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down];
+
+    /// The tensor's name in a layer of a GGUF llama file (`blk.N.{name}.weight`).
+    pub fn tensor(self) -> &'static str {
+        match self {
+            Target::Q => "attn_q",
+            Target::K => "attn_k",
+            Target::V => "attn_v",
+            Target::O => "attn_output",
+            Target::Gate => "ffn_gate",
+            Target::Up => "ffn_up",
+            Target::Down => "ffn_down",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Target> {
+        Target::ALL.into_iter().find(|t| t.tensor() == name || t.short() == name)
+    }
+
+    /// Its short name, as configs write it (`q`, `k`, `v`, `o`, `gate`, `up`, `down`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Target::Q => "q",
+            Target::K => "k",
+            Target::V => "v",
+            Target::O => "o",
+            Target::Gate => "gate",
+            Target::Up => "up",
+            Target::Down => "down",
+        }
+    }
+}
+
+/// The shape of an adapter and how it trains.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraConfig {
+    pub rank: usize,
+    pub alpha: f64,
+    pub targets: Vec<Target>,
+    /// AdamW's learning rate.
+    pub learning_rate: f64,
+}
+
+impl Default for LoraConfig {
+    /// Rank 8 on every projection, alpha 16, learning rate 1e-3: small enough for SmolLM2-135M
+    /// to train in minutes on two cores (about 2.4 M values).
+    fn default() -> LoraConfig {
+        LoraConfig { rank: 8, alpha: 16.0, targets: Target::ALL.to_vec(), learning_rate: 1e-3 }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// One layer's frozen weights, f32, each projection `[out, in]`.
+struct Layer {
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+    /// By target.
+    weights: BTreeMap<Target, Tensor>,
+}
+
+/// The low-rank delta of one projection.
+struct Delta {
+    a: Var,
+    b: Var,
+}
+
+/// A llama model's frozen base weights in f32 and an adapter being trained on them.
+pub struct Trainer {
+    cfg: LlamaConfig,
+    config: LoraConfig,
+    embed: Tensor,
+    output: Tensor,
+    norm: Tensor,
+    layers: Vec<Layer>,
+    /// Per layer, by target.
+    deltas: Vec<BTreeMap<Target, Delta>>,
+    /// cos and sin of each position's angle for each pair of a head, `[position, pairs]`.
+    cos: Tensor,
+    sin: Tensor,
+    optimizer: Option<AdamW>,
+    steps: usize,
+}
+
+impl Trainer {
+    /// Reads the base weights of a llama GGUF (any type candle dequantizes) and makes a fresh
+    /// adapter: `A` uniform in ±1/sqrt(in) from `seed`, `B` zero. Positions up to `context`.
+    pub fn new<R: Read + Seek>(
+        content: &Content,
+        reader: &mut R,
+        config: LoraConfig,
+        context: usize,
+        seed: u64,
+    ) -> Result<Trainer, String> {
+        if config.rank == 0 || config.targets.is_empty() {
+            return Err("an adapter needs a rank of at least 1 and at least one target".into());
+        }
+        let cfg = LlamaConfig::read(content)?;
+        let dev = Device::Cpu;
+        let mut tensor = |name: &str| -> Result<Tensor, String> {
+            let t = content.tensor(reader, name, &dev).map_err(|e| format!("tensor {name}: {e}"))?;
+            t.dequantize(&dev).map_err(|e| format!("tensor {name}: {e}"))
+        };
+        let embed = tensor("token_embd.weight")?;
+        let output = match content.tensor_infos.contains_key("output.weight") {
+            true => tensor("output.weight")?,
+            false => embed.clone(),
+        };
+        let norm = tensor("output_norm.weight")?;
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let mut weights = BTreeMap::new();
+            for t in Target::ALL {
+                weights.insert(t, tensor(&format!("blk.{l}.{}.weight", t.tensor()))?);
+            }
+            layers.push(Layer {
+                attn_norm: tensor(&format!("blk.{l}.attn_norm.weight"))?,
+                ffn_norm: tensor(&format!("blk.{l}.ffn_norm.weight"))?,
+                weights,
+            });
+        }
+        let mut rng = seed.max(1);
+        let mut uniform = move |n: usize, bound: f32| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    // xorshift64*: reproducible from the seed.
+                    rng ^= rng >> 12;
+                    rng ^= rng << 25;
+                    rng ^= rng >> 27;
+                    let u = (rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
+                    (2.0 * u - 1.0) * bound
+                })
+                .collect()
+        };
+        let mut deltas = Vec::with_capacity(cfg.layers);
+        for layer in &layers {
+            let mut by_target = BTreeMap::new();
+            for &t in &config.targets {
+                let (out, inp) = layer.weights[&t].dims2().map_err(err)?;
+                let a =
+                    Tensor::from_vec(uniform(config.rank * inp, 1.0 / (inp as f32).sqrt()), (config.rank, inp), &dev)
+                        .map_err(err)?;
+                let b = Tensor::zeros((out, config.rank), DType::F32, &dev).map_err(err)?;
+                by_target
+                    .insert(t, Delta { a: Var::from_tensor(&a).map_err(err)?, b: Var::from_tensor(&b).map_err(err)? });
+            }
+            deltas.push(by_target);
+        }
+        let pairs = cfg.head_dim / 2;
+        // As the serving pass computes them: each pair's frequency and angle in f32.
+        let freqs: Vec<f32> =
+            (0..pairs).map(|i| 1.0 / cfg.rope_base.powf((2 * i) as f32 / cfg.head_dim as f32)).collect();
+        let angles: Vec<(f32, f32)> =
+            (0..context).flat_map(|p| freqs.iter().map(move |f| (p as f32 * f).sin_cos())).collect();
+        let cos = Tensor::from_vec(angles.iter().map(|a| a.1).collect(), (context, pairs), &dev).map_err(err)?;
+        let sin = Tensor::from_vec(angles.iter().map(|a| a.0).collect(), (context, pairs), &dev).map_err(err)?;
+        Ok(Trainer { cfg, config, embed, output, norm, layers, deltas, cos, sin, optimizer: None, steps: 0 })
+    }
+
+    pub fn config(&self) -> &LoraConfig {
+        &self.config
+    }
+
+    /// Optimizer steps taken.
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// The adapter's variables, in a fixed order (layer, target, `A` then `B`).
+    fn vars(&self) -> Vec<Var> {
+        self.deltas.iter().flat_map(|d| d.values().flat_map(|d| [d.a.clone(), d.b.clone()])).collect()
+    }
+
+    /// `x` ([tokens, in]) through layer `l`'s projection `t`, with the adapter's delta.
+    fn project(&self, l: usize, t: Target, x: &Tensor) -> candle_core::Result<Tensor> {
+        let base = x.matmul(&self.layers[l].weights[&t].t()?)?;
+        match self.deltas[l].get(&t) {
+            None => Ok(base),
+            Some(d) => {
+                let scale = self.config.alpha / self.config.rank as f64;
+                let low = x.matmul(&d.a.as_tensor().t()?)?.matmul(&d.b.as_tensor().t()?)?;
+                base + (low * scale)?
+            }
+        }
+    }
+
+    /// The logits after each of `ids` (`[tokens, vocab]`), read from position 0.
+    pub fn forward(&self, ids: &[u32]) -> Result<Tensor, String> {
+        self.forward_inner(ids).map_err(err)
+    }
+
+    fn forward_inner(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
+        let cfg = &self.cfg;
+        let n = ids.len();
+        let (heads, kv_heads, d) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+        let dev = Device::Cpu;
+        let ids_t = Tensor::new(ids, &dev)?;
+        let mut x = self.embed.index_select(&ids_t, 0)?;
+        let cos = self.cos.narrow(0, 0, n)?;
+        let sin = self.sin.narrow(0, 0, n)?;
+        // 0 where a position may attend, -inf after it.
+        let mask: Vec<f32> =
+            (0..n).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
+        let mask = Tensor::from_vec(mask, (n, n), &dev)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
+            let q = self.project(l, Target::Q, &h)?;
+            let k = self.project(l, Target::K, &h)?;
+            let v = self.project(l, Target::V, &h)?;
+            let q = rope(&q.reshape((n, heads, d))?.transpose(0, 1)?, &cos, &sin)?;
+            let k = rope(&k.reshape((n, kv_heads, d))?.transpose(0, 1)?, &cos, &sin)?;
+            let v = v.reshape((n, kv_heads, d))?.transpose(0, 1)?.contiguous()?;
+            // Each key head serves the query heads of its group.
+            let group = heads / kv_heads;
+            let k = repeat_heads(&k, group)?;
+            let v = repeat_heads(&v, group)?;
+            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+            let weights = candle_nn::ops::softmax(&scores, D::Minus1)?;
+            let att = weights.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * d))?;
+            x = (x + self.project(l, Target::O, &att)?)?;
+            let h = rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
+            let gate = self.project(l, Target::Gate, &h)?;
+            let up = self.project(l, Target::Up, &h)?;
+            let hidden = (gate.silu()? * up)?;
+            x = (x + self.project(l, Target::Down, &hidden)?)?;
+        }
+        rms_norm(&x, &self.norm, cfg.rms_eps)?.matmul(&self.output.t()?)
+    }
+
+    /// The mean cross-entropy of predicting `ids[from..]`, each from the tokens before it (the
+    /// answer of a prompt of `from` tokens).
+    pub fn loss(&self, ids: &[u32], from: usize) -> Result<Tensor, String> {
+        if from == 0 || from >= ids.len() {
+            return Err(format!("an answer from token {from} of {}", ids.len()));
+        }
+        let run = || -> candle_core::Result<Tensor> {
+            let logits = self.forward_inner(&ids[..ids.len() - 1])?;
+            let predicted = logits.narrow(0, from - 1, ids.len() - from)?;
+            let targets = Tensor::new(&ids[from..], &Device::Cpu)?;
+            candle_nn::loss::cross_entropy(&predicted, &targets)
+        };
+        run().map_err(err)
+    }
+
+    /// One optimizer step on the mean of the examples' losses (`(ids, from)` as in
+    /// [`Trainer::loss`]); returns that loss before the step.
+    pub fn step(&mut self, examples: &[(Vec<u32>, usize)]) -> Result<f32, String> {
+        if examples.is_empty() {
+            return Err("a step needs at least one example".into());
+        }
+        let mut total: Option<Tensor> = None;
+        for (ids, from) in examples {
+            let loss = self.loss(ids, *from)?;
+            total = Some(match total {
+                None => loss,
+                Some(t) => (t + loss).map_err(err)?,
+            });
+        }
+        let mean = (total.expect("examples") / examples.len() as f64).map_err(err)?;
+        if self.optimizer.is_none() {
+            let params = ParamsAdamW { lr: self.config.learning_rate, weight_decay: 0.0, ..Default::default() };
+            self.optimizer = Some(AdamW::new(self.vars(), params).map_err(err)?);
+        }
+        self.optimizer.as_mut().expect("made above").backward_step(&mean).map_err(err)?;
+        self.steps += 1;
+        mean.to_scalar::<f32>().map_err(err)
+    }
+
+    /// The adapter's tensors by name (`blk.N.{target}.lora_a` and `.lora_b`), as they are
+    /// saved.
+    pub fn tensors(&self) -> BTreeMap<String, Tensor> {
+        let mut out = BTreeMap::new();
+        for (l, deltas) in self.deltas.iter().enumerate() {
+            for (t, d) in deltas {
+                out.insert(format!("blk.{l}.{}.lora_a", t.tensor()), d.a.as_tensor().clone());
+                out.insert(format!("blk.{l}.{}.lora_b", t.tensor()), d.b.as_tensor().clone());
+            }
+        }
+        out
+    }
+
+    /// Writes the adapter's tensors to a safetensors file.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        candle_core::safetensors::save(&self.tensors().into_iter().collect(), path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Replaces the adapter's values with those saved in `path` (same config and model).
+    pub fn load(&mut self, path: &Path) -> Result<(), String> {
+        let saved =
+            candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| format!("{}: {e}", path.display()))?;
+        for (l, deltas) in self.deltas.iter().enumerate() {
+            for (t, d) in deltas {
+                for (var, side) in [(&d.a, "lora_a"), (&d.b, "lora_b")] {
+                    let name = format!("blk.{l}.{}.{side}", t.tensor());
+                    let v = saved.get(&name).ok_or_else(|| format!("{}: no tensor {name}", path.display()))?;
+                    if v.shape() != var.shape() {
+                        return Err(format!(
+                            "{}: {name} is {:?}, the adapter's is {:?}",
+                            path.display(),
+                            v.dims(),
+                            var.dims()
+                        ));
+                    }
+                    var.set(v).map_err(err)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each row of `x` scaled to unit root mean square, times `weight` (composed, for its backward
+/// pass).
+fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
+    candle_nn::ops::rms_norm_slow(x, weight, eps)
+}
+
+/// Rotary embeddings in the interleaved form GGUF llama weights take, on `[heads, tokens, d]`
+/// (composed, for its backward pass).
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::rotary_emb::rope_i_slow(&x.unsqueeze(0)?.contiguous()?, cos, sin)?.squeeze(0)
+}
+
+/// `[kv_heads, tokens, d]` to `[kv_heads * group, tokens, d]`, each head `group` times in turn.
+fn repeat_heads(x: &Tensor, group: usize) -> candle_core::Result<Tensor> {
+    if group == 1 {
+        return Ok(x.clone());
+    }
+    let (kv, n, d) = x.dims3()?;
+    x.unsqueeze(1)?.expand((kv, group, n, d))?.reshape((kv * group, n, d))
+}
+
+#[cfg(test)]
+mod tests;

