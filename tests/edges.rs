@@ -200,6 +200,18 @@ async fn malformed_bodies_get_400_naming_the_fault_and_only_a_body_over_the_limi
     let chunked = format!("{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
     let (status, body) = raw(fleet.addr, (head("Transfer-Encoding: chunked") + &chunked).as_bytes()).await;
     assert_eq!(status, 413, "{body}");
+    // A body refused unread ends its connection, and the answer says so: a client that kept the
+    // connection for its next request would send it after an unread body, into a socket being
+    // closed.
+    let r = reqwest::Client::new()
+        .post(format!("http://{host}/events"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(r.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"), "{:?}", r.headers());
     fleet.shutdown(DEADLINE).await;
 }
 

@@ -57,7 +57,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error(self.status, self.message, self.field.as_deref())
+        let too_large = self.status == StatusCode::PAYLOAD_TOO_LARGE;
+        let mut response = error(self.status, self.message, self.field.as_deref());
+        if too_large {
+            // Refused unread: the connection ends with this answer, and says so, so that no client
+            // sends its next request into it.
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 
