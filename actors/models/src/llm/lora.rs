@@ -17,7 +17,6 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{D, DType, Device, Tensor, Var};
-use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 
 use super::llama::LlamaConfig;
 
@@ -116,9 +115,17 @@ pub struct Trainer {
     /// cos and sin of each position's angle for each pair of a head, `[position, pairs]`.
     cos: Tensor,
     sin: Tensor,
-    optimizer: Option<AdamW>,
+    /// AdamW's first and second moments of each variable, by tensor name (none before the
+    /// first step).
+    moments: BTreeMap<String, (Tensor, Tensor)>,
     steps: usize,
 }
+
+/// AdamW's decay rates of its moments and its epsilon (as candle's and PyTorch's defaults); no
+/// weight decay.
+const BETA1: f64 = 0.9;
+const BETA2: f64 = 0.999;
+const EPS: f64 = 1e-8;
 
 impl Trainer {
     /// Reads the base weights of a llama GGUF (any type candle dequantizes) and makes a fresh
@@ -192,7 +199,7 @@ impl Trainer {
             (0..context).flat_map(|p| freqs.iter().map(move |f| (p as f32 * f).sin_cos())).collect();
         let cos = Tensor::from_vec(angles.iter().map(|a| a.1).collect(), (context, pairs), &dev).map_err(err)?;
         let sin = Tensor::from_vec(angles.iter().map(|a| a.0).collect(), (context, pairs), &dev).map_err(err)?;
-        Ok(Trainer { cfg, config, embed, output, norm, layers, deltas, cos, sin, optimizer: None, steps: 0 })
+        Ok(Trainer { cfg, config, embed, output, norm, layers, deltas, cos, sin, moments: BTreeMap::new(), steps: 0 })
     }
 
     pub fn config(&self) -> &LoraConfig {
@@ -204,9 +211,17 @@ impl Trainer {
         self.steps
     }
 
-    /// The adapter's variables, in a fixed order (layer, target, `A` then `B`).
-    fn vars(&self) -> Vec<Var> {
-        self.deltas.iter().flat_map(|d| d.values().flat_map(|d| [d.a.clone(), d.b.clone()])).collect()
+    /// The adapter's variables with their names (`blk.N.{target}.lora_a` and `.lora_b`), in a
+    /// fixed order.
+    fn vars(&self) -> Vec<(String, &Var)> {
+        let mut out = Vec::new();
+        for (l, deltas) in self.deltas.iter().enumerate() {
+            for (t, d) in deltas {
+                out.push((format!("blk.{l}.{}.lora_a", t.tensor()), &d.a));
+                out.push((format!("blk.{l}.{}.lora_b", t.tensor()), &d.b));
+            }
+        }
+        out
     }
 
     /// `x` ([tokens, in]) through layer `l`'s projection `t`, with the adapter's delta.
@@ -296,26 +311,39 @@ impl Trainer {
             });
         }
         let mean = (total.expect("examples") / examples.len() as f64).map_err(err)?;
-        if self.optimizer.is_none() {
-            let params = ParamsAdamW { lr: self.config.learning_rate, weight_decay: 0.0, ..Default::default() };
-            self.optimizer = Some(AdamW::new(self.vars(), params).map_err(err)?);
-        }
-        self.optimizer.as_mut().expect("made above").backward_step(&mean).map_err(err)?;
-        self.steps += 1;
+        let grads = mean.backward().map_err(err)?;
+        self.adamw(&grads).map_err(err)?;
         mean.to_scalar::<f32>().map_err(err)
+    }
+
+    /// One AdamW step (as candle's `AdamW`, without weight decay), its moments kept by name so
+    /// that a checkpoint holds them.
+    fn adamw(&mut self, grads: &candle_core::backprop::GradStore) -> candle_core::Result<()> {
+        self.steps += 1;
+        let lr = self.config.learning_rate;
+        let scale_m = 1.0 / (1.0 - BETA1.powi(self.steps as i32));
+        let scale_v = 1.0 / (1.0 - BETA2.powi(self.steps as i32));
+        let mut moments = std::mem::take(&mut self.moments);
+        for (name, var) in self.vars() {
+            let Some(g) = grads.get(var) else { continue };
+            let (m, v) = match moments.remove(&name) {
+                Some(mv) => mv,
+                None => (g.zeros_like()?, g.zeros_like()?),
+            };
+            let m = ((m * BETA1)? + (g * (1.0 - BETA1))?)?;
+            let v = ((v * BETA2)? + (g.sqr()? * (1.0 - BETA2))?)?;
+            let adjusted = ((&m * scale_m)? / ((&v * scale_v)?.sqrt()? + EPS)?)?;
+            var.set(&(var.as_tensor() - (adjusted * lr)?)?)?;
+            moments.insert(name, (m, v));
+        }
+        self.moments = moments;
+        Ok(())
     }
 
     /// The adapter's tensors by name (`blk.N.{target}.lora_a` and `.lora_b`), as they are
     /// saved.
     pub fn tensors(&self) -> BTreeMap<String, Tensor> {
-        let mut out = BTreeMap::new();
-        for (l, deltas) in self.deltas.iter().enumerate() {
-            for (t, d) in deltas {
-                out.insert(format!("blk.{l}.{}.lora_a", t.tensor()), d.a.as_tensor().clone());
-                out.insert(format!("blk.{l}.{}.lora_b", t.tensor()), d.b.as_tensor().clone());
-            }
-        }
-        out
+        self.vars().into_iter().map(|(name, var)| (name, var.as_tensor().clone())).collect()
     }
 
     /// Writes the adapter's tensors to a safetensors file.
@@ -326,27 +354,67 @@ impl Trainer {
 
     /// Replaces the adapter's values with those saved in `path` (same config and model).
     pub fn load(&mut self, path: &Path) -> Result<(), String> {
-        let saved =
-            candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| format!("{}: {e}", path.display()))?;
-        for (l, deltas) in self.deltas.iter().enumerate() {
-            for (t, d) in deltas {
-                for (var, side) in [(&d.a, "lora_a"), (&d.b, "lora_b")] {
-                    let name = format!("blk.{l}.{}.{side}", t.tensor());
-                    let v = saved.get(&name).ok_or_else(|| format!("{}: no tensor {name}", path.display()))?;
-                    if v.shape() != var.shape() {
-                        return Err(format!(
-                            "{}: {name} is {:?}, the adapter's is {:?}",
-                            path.display(),
-                            v.dims(),
-                            var.dims()
-                        ));
-                    }
-                    var.set(v).map_err(err)?;
-                }
-            }
+        let saved = read(path)?;
+        for (name, var) in self.vars() {
+            var.set(&tensor_of(&saved, &name, var.shape(), path)?).map_err(err)?;
         }
         Ok(())
     }
+
+    /// Writes a checkpoint to `path`: the adapter, the optimizer's moments and the steps taken,
+    /// so that training goes on from it ([`Trainer::resume`]) as if it had not stopped.
+    pub fn checkpoint(&self, path: &Path) -> Result<(), String> {
+        let mut all = self.tensors();
+        for (name, (m, v)) in &self.moments {
+            all.insert(format!("{name}.m"), m.clone());
+            all.insert(format!("{name}.v"), v.clone());
+        }
+        all.insert(STEPS.into(), Tensor::new(&[self.steps as f64], &Device::Cpu).map_err(err)?);
+        let tmp = path.with_extension("partial");
+        candle_core::safetensors::save(&all.into_iter().collect(), &tmp)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Takes up the training a [`Trainer::checkpoint`] left (same config and model).
+    pub fn resume(&mut self, path: &Path) -> Result<(), String> {
+        let saved = read(path)?;
+        let steps = saved.get(STEPS).ok_or_else(|| format!("{}: no tensor {STEPS}", path.display()))?;
+        let steps = steps.to_vec1::<f64>().map_err(err)?.first().copied().unwrap_or(0.0) as usize;
+        let mut moments = BTreeMap::new();
+        for (name, var) in self.vars() {
+            var.set(&tensor_of(&saved, &name, var.shape(), path)?).map_err(err)?;
+            if steps > 0 {
+                let m = tensor_of(&saved, &format!("{name}.m"), var.shape(), path)?;
+                let v = tensor_of(&saved, &format!("{name}.v"), var.shape(), path)?;
+                moments.insert(name, (m, v));
+            }
+        }
+        self.moments = moments;
+        self.steps = steps;
+        Ok(())
+    }
+}
+
+/// The name of a checkpoint's step count (one f64).
+const STEPS: &str = "steps";
+
+fn read(path: &Path) -> Result<std::collections::HashMap<String, Tensor>, String> {
+    candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The tensor `name` of a file read from `path`, which must have `shape`.
+fn tensor_of(
+    saved: &std::collections::HashMap<String, Tensor>,
+    name: &str,
+    shape: &candle_core::Shape,
+    path: &Path,
+) -> Result<Tensor, String> {
+    let t = saved.get(name).ok_or_else(|| format!("{}: no tensor {name}", path.display()))?;
+    if t.shape() != shape {
+        return Err(format!("{}: {name} is {:?}, the adapter's is {:?}", path.display(), t.dims(), shape.dims()));
+    }
+    Ok(t.clone())
 }
 
 /// Each row of `x` scaled to unit root mean square, times `weight` (composed, for its backward

@@ -97,3 +97,41 @@ fn an_adapter_saved_and_loaded_is_the_same_bit_for_bit() {
     let e = other.load(&file).unwrap_err();
     assert!(e.contains("blk.0.attn_output.lora_a") && e.contains("adapter.safetensors"), "{e}");
 }
+
+#[test]
+fn an_interrupted_training_resumes_from_its_checkpoint_as_if_it_had_not_stopped() {
+    let config = LoraConfig { rank: 2, targets: vec![Target::Q, Target::V], learning_rate: 1e-2, ..Default::default() };
+    let (mut straight, tokenizer) = trainer(config.clone());
+    let from = prompt(&tokenizer, "Who keeps the lighthouse?");
+    let mut ids = from.clone();
+    ids.extend(tokenizer.encode_plain("Mara keeps it, every night since spring.").unwrap());
+    let example = [(ids, from.len())];
+    let all: Vec<f32> = (0..4).map(|_| straight.step(&example).unwrap()).collect();
+    // Two steps, a checkpoint, and a new trainer (a restart) that takes it up for two more.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("train.checkpoint");
+    let (mut first, _) = trainer(config.clone());
+    let mut halves: Vec<f32> = (0..2).map(|_| first.step(&example).unwrap()).collect();
+    first.checkpoint(&file).unwrap();
+    drop(first);
+    let (mut resumed, _) = trainer(config);
+    resumed.resume(&file).unwrap();
+    assert_eq!(resumed.steps(), 2);
+    halves.extend((0..2).map(|_| resumed.step(&example).unwrap()));
+    assert_eq!(all.map_bits(), halves.map_bits(), "losses {all:?} and {halves:?}");
+    assert_eq!(resumed.steps(), 4);
+    for ((name, a), (_, b)) in straight.tensors().iter().zip(resumed.tensors().iter()) {
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap().map_bits();
+        assert_eq!(bits(a), bits(b), "{name}");
+    }
+}
+
+trait Bits {
+    fn map_bits(&self) -> Vec<u32>;
+}
+
+impl Bits for Vec<f32> {
+    fn map_bits(&self) -> Vec<u32> {
+        self.iter().map(|v| v.to_bits()).collect()
+    }
+}
