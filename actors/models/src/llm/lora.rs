@@ -19,6 +19,7 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::{D, DType, Device, Tensor, Var};
 
 use super::llama::LlamaConfig;
+use super::{ChatMessage, GgufTokenizer};
 
 /// A projection of a layer an adapter can change, by its name in the GGUF file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -81,6 +82,35 @@ impl Default for LoraConfig {
     /// to train in minutes on two cores (about 2.4 M values).
     fn default() -> LoraConfig {
         LoraConfig { rank: 8, alpha: 16.0, targets: Target::ALL.to_vec(), learning_rate: 1e-3 }
+    }
+}
+
+/// One training example: a chat's tokens, and where the answer the model learns to write begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    pub ids: Vec<u32>,
+    pub from: usize,
+}
+
+impl Example {
+    /// A chat whose last message is the assistant's answer (as a study session keeps it), in the
+    /// tokens the serving pass reads: the prompt through the chat template up to the assistant's
+    /// turn, then the answer and the token that ends the turn, which is what is learned.
+    pub fn from_chat(tokenizer: &GgufTokenizer, messages: &[ChatMessage]) -> Result<Example, String> {
+        let Some((answer, prompt)) = messages.split_last() else {
+            return Err("a chat of no messages".into());
+        };
+        if answer.role != "assistant" {
+            return Err(format!("the last message is the {}'s, not the assistant's answer", answer.role));
+        }
+        if answer.content.trim().is_empty() || prompt.is_empty() {
+            return Err("a chat needs a prompt and an answer that is not empty".into());
+        }
+        let mut ids = tokenizer.encode_chat(prompt).map_err(err)?;
+        let from = ids.len();
+        ids.extend(tokenizer.encode_plain(&answer.content).map_err(err)?);
+        ids.push(tokenizer.im_end());
+        Ok(Example { ids, from })
     }
 }
 
@@ -296,15 +326,15 @@ impl Trainer {
         run().map_err(err)
     }
 
-    /// One optimizer step on the mean of the examples' losses (`(ids, from)` as in
-    /// [`Trainer::loss`]); returns that loss before the step.
-    pub fn step(&mut self, examples: &[(Vec<u32>, usize)]) -> Result<f32, String> {
+    /// One optimizer step on the mean of the examples' losses; returns that loss before the
+    /// step.
+    pub fn step(&mut self, examples: &[Example]) -> Result<f32, String> {
         if examples.is_empty() {
             return Err("a step needs at least one example".into());
         }
         let mut total: Option<Tensor> = None;
-        for (ids, from) in examples {
-            let loss = self.loss(ids, *from)?;
+        for e in examples {
+            let loss = self.loss(&e.ids, e.from)?;
             total = Some(match total {
                 None => loss,
                 Some(t) => (t + loss).map_err(err)?,

@@ -225,6 +225,11 @@ impl GgufTokenizer {
         Ok(ids)
     }
 
+    /// The id that closes a turn of the chat template, `<|im_end|>`.
+    pub(crate) fn im_end(&self) -> u32 {
+        self.im_end
+    }
+
     pub(crate) fn generation_prompt_ids(&self) -> Result<Vec<u32>, LlmError> {
         let mut ids = vec![self.im_start];
         ids.extend(self.encode_plain("assistant\n")?);

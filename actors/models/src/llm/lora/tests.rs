@@ -20,8 +20,35 @@ fn trainer(config: LoraConfig) -> (Trainer, GgufTokenizer) {
     (Trainer::new(&content, &mut reader, config, 256, 7).unwrap(), tokenizer)
 }
 
+fn chat(question: &str) -> Vec<ChatMessage> {
+    vec![ChatMessage::system("You are a helpful assistant."), ChatMessage::user(question)]
+}
+
 fn prompt(tokenizer: &GgufTokenizer, question: &str) -> Vec<u32> {
-    tokenizer.encode_chat(&[ChatMessage::system("You are a helpful assistant."), ChatMessage::user(question)]).unwrap()
+    tokenizer.encode_chat(&chat(question)).unwrap()
+}
+
+fn example(tokenizer: &GgufTokenizer, question: &str, answer: &str) -> Example {
+    let mut messages = chat(question);
+    messages.push(ChatMessage::assistant(answer));
+    Example::from_chat(tokenizer, &messages).unwrap()
+}
+
+#[test]
+fn a_chat_is_an_example_whose_answer_and_end_of_turn_are_what_is_learned() {
+    let (_, content) = open_gguf(&model_path()).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&content).unwrap();
+    let e = example(&tokenizer, "Where is the map?", "In the drawer.");
+    // The prompt is what the serving pass reads before it answers.
+    assert_eq!(e.ids[..e.from], prompt(&tokenizer, "Where is the map?")[..]);
+    assert_eq!(tokenizer.decode(&e.ids[e.from..]).unwrap(), "In the drawer.<|im_end|>");
+    assert!(tokenizer.ends_turn(*e.ids.last().unwrap()));
+    // What is not an answered chat is refused, saying why.
+    let mut asked = chat("Where?");
+    assert!(Example::from_chat(&tokenizer, &asked).unwrap_err().contains("the user's, not the assistant's"));
+    asked.push(ChatMessage::assistant("  "));
+    assert!(Example::from_chat(&tokenizer, &asked).unwrap_err().contains("not empty"));
+    assert!(Example::from_chat(&tokenizer, &[]).unwrap_err().contains("no messages"));
 }
 
 /// How far a logit's distance below the top one may be from the serving pass's: that pass
@@ -56,16 +83,14 @@ fn an_untrained_adapter_gives_the_serving_pass_logits() {
 fn a_tiny_adapter_trains_a_few_steps_and_its_loss_falls() {
     let config = LoraConfig { rank: 4, targets: vec![Target::Q, Target::V], learning_rate: 1e-2, ..Default::default() };
     let (mut trainer, tokenizer) = trainer(config);
-    let from = prompt(&tokenizer, "What colour is the flag of the project Quillfeather?");
-    let mut ids = from.clone();
-    ids.extend(tokenizer.encode_plain("The flag of Quillfeather is teal with a silver owl.").unwrap());
-    let example = vec![(ids.clone(), from.len())];
-    let before = trainer.loss(&ids, from.len()).unwrap().to_scalar::<f32>().unwrap();
+    let e = example(&tokenizer, "What colour is the flag of the project Quillfeather?", "Teal, with a silver owl.");
+    let example = vec![e.clone()];
+    let before = trainer.loss(&e.ids, e.from).unwrap().to_scalar::<f32>().unwrap();
     let mut losses = Vec::new();
     for _ in 0..6 {
         losses.push(trainer.step(&example).unwrap());
     }
-    let after = trainer.loss(&ids, from.len()).unwrap().to_scalar::<f32>().unwrap();
+    let after = trainer.loss(&e.ids, e.from).unwrap().to_scalar::<f32>().unwrap();
     assert_eq!(losses[0], before, "the first step's loss is the untrained adapter's");
     println!("loss {before} -> {after}: {losses:?}");
     assert!(after < 0.8 * before, "the loss fell from {before} to {after} ({losses:?})");
@@ -76,10 +101,9 @@ fn a_tiny_adapter_trains_a_few_steps_and_its_loss_falls() {
 fn an_adapter_saved_and_loaded_is_the_same_bit_for_bit() {
     let config = LoraConfig { rank: 2, targets: vec![Target::O], learning_rate: 1e-2, ..Default::default() };
     let (mut trained, tokenizer) = trainer(config.clone());
-    let from = prompt(&tokenizer, "Say hello.");
-    let mut ids = from.clone();
-    ids.extend(tokenizer.encode_plain("Hello!").unwrap());
-    trained.step(&[(ids.clone(), from.len())]).unwrap();
+    let e = example(&tokenizer, "Say hello.", "Hello!");
+    trained.step(std::slice::from_ref(&e)).unwrap();
+    let ids = e.ids;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("adapter.safetensors");
     trained.save(&file).unwrap();
@@ -102,10 +126,7 @@ fn an_adapter_saved_and_loaded_is_the_same_bit_for_bit() {
 fn an_interrupted_training_resumes_from_its_checkpoint_as_if_it_had_not_stopped() {
     let config = LoraConfig { rank: 2, targets: vec![Target::Q, Target::V], learning_rate: 1e-2, ..Default::default() };
     let (mut straight, tokenizer) = trainer(config.clone());
-    let from = prompt(&tokenizer, "Who keeps the lighthouse?");
-    let mut ids = from.clone();
-    ids.extend(tokenizer.encode_plain("Mara keeps it, every night since spring.").unwrap());
-    let example = [(ids, from.len())];
+    let example = [example(&tokenizer, "Who keeps the lighthouse?", "Mara, every night since spring.")];
     let all: Vec<f32> = (0..4).map(|_| straight.step(&example).unwrap()).collect();
     // Two steps, a checkpoint, and a new trainer (a restart) that takes it up for two more.
     let dir = tempfile::tempdir().unwrap();
