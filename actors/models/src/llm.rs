@@ -18,6 +18,7 @@
 //! interleave pass by pass instead of oversubscribing the cores (2 threads on 2 busy cores ran
 //! several times slower than 1).
 
+pub mod adapter;
 pub mod batch;
 mod budget;
 mod llama;

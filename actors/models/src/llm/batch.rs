@@ -390,7 +390,7 @@ impl<'a, T> Engine<'a, T> {
             if reading {
                 budget -= take;
             }
-            parts.push(Part { cache: &mut s.cache, ids: &s.input[..take], prompt: reading });
+            parts.push(Part { cache: &mut s.cache, ids: &s.input[..take], prompt: reading, adapter: None });
             which.push((i, take));
         }
         self.stats.passes += 1;

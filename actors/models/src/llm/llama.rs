@@ -17,6 +17,7 @@
 
 use std::io::{Read, Seek};
 
+use super::adapter::{Adapter, Target};
 use super::q8::{Activations, Out, Q8Matrix};
 use super::team::Team;
 use candle_core::Device;
@@ -179,6 +180,9 @@ pub struct Part<'a> {
     pub cache: &'a mut KvCache,
     pub ids: &'a [u32],
     pub prompt: bool,
+    /// The LoRA adapter its request runs with, if any: its deltas are added to its rows'
+    /// projections (in f32, row by row, so its company still changes nothing).
+    pub adapter: Option<&'a Adapter>,
 }
 
 /// Buffers of one forward pass, reused by the next.
@@ -298,6 +302,8 @@ impl Llama {
             s.act.prepare(&s.normed[..n * h], h, prompt);
             let qkv = grow(&mut s.wide, n * qkv_width);
             s.act.matmul(team, &layer.qkv, qkv);
+            let adapted = [(Target::Q, 0..h), (Target::K, h..h + kv), (Target::V, h + kv..qkv_width)];
+            adapt(parts, &s.rows, l, &adapted, &s.normed[..n * h], qkv);
             let mut rows = qkv.chunks_exact_mut(qkv_width).zip(&s.rows);
             for &k in &order {
                 let p = &mut parts[k];
@@ -321,12 +327,15 @@ impl Llama {
             s.act.prepare(attn, h, prompt);
             let out = grow(&mut s.normed, n * h);
             s.act.matmul(team, &layer.out, out);
+            adapt(parts, &s.rows, l, &[(Target::O, 0..h)], &s.attn[..n * h], out);
             add(x, out);
             // Feed-forward.
             rms_norm(x, grow(&mut s.normed, n * h), &layer.ffn_norm, cfg.rms_eps);
             s.act.prepare(&s.normed[..n * h], h, prompt);
             let gate_up = grow(&mut s.wide, n * 2 * cfg.ffn);
             s.act.matmul(team, &layer.gate_up, gate_up);
+            let adapted = [(Target::Gate, 0..cfg.ffn), (Target::Up, cfg.ffn..2 * cfg.ffn)];
+            adapt(parts, &s.rows, l, &adapted, &s.normed[..n * h], gate_up);
             let hidden = grow(&mut s.attn, n * cfg.ffn);
             for (hid, gu) in hidden.chunks_exact_mut(cfg.ffn).zip(gate_up.chunks_exact(2 * cfg.ffn)) {
                 swiglu(hid, &gu[..cfg.ffn], &gu[cfg.ffn..]);
@@ -334,6 +343,7 @@ impl Llama {
             s.act.prepare(hidden, cfg.ffn, prompt);
             let down = grow(&mut s.normed, n * h);
             s.act.matmul(team, &layer.down, down);
+            adapt(parts, &s.rows, l, &[(Target::Down, 0..h)], &s.attn[..n * cfg.ffn], down);
             add(x, down);
         }
         // The last token of each part, normed, through the output projection together (in
@@ -400,6 +410,30 @@ impl Llama {
             }
             attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_heads, weigh: weigh_heads });
         });
+    }
+}
+
+/// Adds the deltas of the adapters of the rows' parts to a product of layer `l`: for each row
+/// (`rows` gives its part) whose part has an adapter, each `(target, columns)`'s delta of the
+/// row's input (a row of `input`) to those columns of its row of `out`.
+fn adapt(
+    parts: &[Part],
+    rows: &[(usize, usize)],
+    l: usize,
+    targets: &[(Target, std::ops::Range<usize>)],
+    input: &[f32],
+    out: &mut [f32],
+) {
+    if parts.iter().all(|p| p.adapter.is_none()) {
+        return;
+    }
+    let (width_in, width_out) = (input.len() / rows.len(), out.len() / rows.len());
+    for (i, (part, _)) in rows.iter().enumerate() {
+        let Some(adapter) = parts[*part].adapter else { continue };
+        let x = &input[i * width_in..(i + 1) * width_in];
+        for (target, columns) in targets {
+            adapter.add(l, *target, x, &mut out[i * width_out + columns.start..i * width_out + columns.end]);
+        }
     }
 }
 

@@ -18,54 +18,10 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{D, DType, Device, Tensor, Var};
 
+pub use super::adapter::Target;
+use super::adapter::{Adapter, Delta as Served};
 use super::llama::LlamaConfig;
 use super::{ChatMessage, GgufTokenizer};
-
-/// A projection of a layer an adapter can change, by its name in the GGUF file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Target {
-    Q,
-    K,
-    V,
-    O,
-    Gate,
-    Up,
-    Down,
-}
-
-impl Target {
-    pub const ALL: [Target; 7] = [Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down];
-
-    /// The tensor's name in a layer of a GGUF llama file (`blk.N.{name}.weight`).
-    pub fn tensor(self) -> &'static str {
-        match self {
-            Target::Q => "attn_q",
-            Target::K => "attn_k",
-            Target::V => "attn_v",
-            Target::O => "attn_output",
-            Target::Gate => "ffn_gate",
-            Target::Up => "ffn_up",
-            Target::Down => "ffn_down",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Target> {
-        Target::ALL.into_iter().find(|t| t.tensor() == name || t.short() == name)
-    }
-
-    /// Its short name, as configs write it (`q`, `k`, `v`, `o`, `gate`, `up`, `down`).
-    pub fn short(self) -> &'static str {
-        match self {
-            Target::Q => "q",
-            Target::K => "k",
-            Target::V => "v",
-            Target::O => "o",
-            Target::Gate => "gate",
-            Target::Up => "up",
-            Target::Down => "down",
-        }
-    }
-}
 
 /// The shape of an adapter and how it trains.
 #[derive(Debug, Clone, PartialEq)]
@@ -374,6 +330,22 @@ impl Trainer {
     /// saved.
     pub fn tensors(&self) -> BTreeMap<String, Tensor> {
         self.vars().into_iter().map(|(name, var)| (name, var.as_tensor().clone())).collect()
+    }
+
+    /// The adapter as the serving pass applies it ([`Adapter`]): its values now, in f32.
+    pub fn adapter(&self) -> Result<Adapter, String> {
+        let scale = (self.config.alpha / self.config.rank as f64) as f32;
+        let mut layers = Vec::with_capacity(self.deltas.len());
+        for deltas in &self.deltas {
+            let mut by_target = BTreeMap::new();
+            for (t, d) in deltas {
+                let values = |v: &Var| v.as_tensor().flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(err);
+                let (out, inp) = (d.b.dims()[0], d.a.dims()[1]);
+                by_target.insert(*t, Served { a: values(&d.a)?, b: values(&d.b)?, inputs: inp, outputs: out });
+            }
+            layers.push(by_target);
+        }
+        Adapter::new(self.config.rank, scale, layers)
     }
 
     /// Writes the adapter's tensors to a safetensors file.

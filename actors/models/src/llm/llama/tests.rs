@@ -18,14 +18,18 @@ impl Llama {
     /// Reads prompt tokens `ids` after the tokens in `cache` alone; the logits after the last
     /// of them.
     fn forward(&self, team: &Team, cache: &mut KvCache, ids: &[u32]) -> Result<Vec<f32>, String> {
-        let out = self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids, prompt: true }]);
+        let out =
+            self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids, prompt: true, adapter: None }]);
         Ok(out?.pop().expect("one part, one row of logits"))
     }
 
     /// Reads a generated token after the tokens in `cache` alone; the logits after it.
     fn next(&self, team: &Team, cache: &mut KvCache, token: u32) -> Vec<f32> {
-        let out =
-            self.forward_batch(team, &mut Scratch::default(), &mut [Part { cache, ids: &[token], prompt: false }]);
+        let out = self.forward_batch(
+            team,
+            &mut Scratch::default(),
+            &mut [Part { cache, ids: &[token], prompt: false, adapter: None }],
+        );
         out.unwrap().pop().expect("one part, one row of logits")
     }
 }
@@ -185,7 +189,7 @@ fn prompts_and_steps_read_together_give_the_logits_each_gives_alone_bit_for_bit(
             .filter_map(|(k, (cache, ids))| {
                 ks.push(k);
                 let prompt = fed[k] < prompts[k].len();
-                ids.as_deref().map(|ids| Part { cache, ids, prompt })
+                ids.as_deref().map(|ids| Part { cache, ids, prompt, adapter: None })
             })
             .collect();
         ks.retain(|k| inputs[*k].is_some());

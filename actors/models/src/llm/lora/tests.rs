@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
+use crate::llm::adapter::Adapter;
 use crate::llm::llama::{Llama, Part, Scratch};
 use crate::llm::team::Team;
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
@@ -55,28 +56,78 @@ fn a_chat_is_an_example_whose_answer_and_end_of_turn_are_what_is_learned() {
 /// rounds prompt rows and weights to bf16 and keys and values to f16, this one keeps f32.
 const TOLERANCE: f32 = 0.4;
 
+/// The serving pass's logits after `ids` read alone from position 0, with `adapter` or without.
+fn served(serving: &Llama, ids: &[u32], adapter: Option<&Adapter>) -> Vec<f32> {
+    let mut cache = serving.cache();
+    let team = Team::new(1, "test").unwrap();
+    let mut parts = [Part { cache: &mut cache, ids, prompt: true, adapter }];
+    serving.forward_batch(&team, &mut Scratch::default(), &mut parts).unwrap().pop().unwrap()
+}
+
+fn serving() -> Llama {
+    let (mut reader, content) = open_gguf(&model_path()).unwrap();
+    Llama::load(&content, &mut reader, 256).unwrap()
+}
+
+fn top(v: &[f32]) -> usize {
+    (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap()
+}
+
+/// The largest difference between the two passes' distances of the serving pass's 20 most
+/// likely tokens below its top one.
+fn worst_distance(ours: &[f32], served: &[f32]) -> f32 {
+    let mut order: Vec<usize> = (0..served.len()).collect();
+    order.sort_by(|a, b| served[*b].total_cmp(&served[*a]));
+    let (t, s) = (top(ours), top(served));
+    order[..20].iter().map(|&i| ((ours[t] - ours[i]) - (served[s] - served[i])).abs()).fold(0.0f32, f32::max)
+}
+
+fn last_row(trainer: &Trainer, ids: &[u32]) -> Vec<f32> {
+    trainer.forward(ids).unwrap().get(ids.len() - 1).unwrap().to_vec1::<f32>().unwrap()
+}
+
 #[test]
 fn an_untrained_adapter_gives_the_serving_pass_logits() {
     let (trainer, tokenizer) = trainer(LoraConfig::default());
     let ids = prompt(&tokenizer, "What is the capital of France?");
-    let ours = trainer.forward(&ids).unwrap();
-    let last = ours.get(ids.len() - 1).unwrap().to_vec1::<f32>().unwrap();
-    let (mut reader, content) = open_gguf(&model_path()).unwrap();
-    let serving = Llama::load(&content, &mut reader, 256).unwrap();
-    let mut cache = serving.cache();
-    let team = Team::new(1, "test").unwrap();
-    let mut parts = [Part { cache: &mut cache, ids: &ids, prompt: true }];
-    let served = serving.forward_batch(&team, &mut Scratch::default(), &mut parts).unwrap().pop().unwrap();
-    let top = |v: &[f32]| (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap();
-    assert_eq!(top(&last), top(&served), "the same most likely next token");
-    // The 20 most likely tokens of the serving pass, each at the same distance below the top.
-    let mut order: Vec<usize> = (0..served.len()).collect();
-    order.sort_by(|a, b| served[*b].total_cmp(&served[*a]));
-    let (t, s) = (top(&served), top(&served));
-    let worst =
-        order[..20].iter().map(|&i| ((last[t] - last[i]) - (served[s] - served[i])).abs()).fold(0.0f32, f32::max);
+    let ours = last_row(&trainer, &ids);
+    let served = served(&serving(), &ids, None);
+    assert_eq!(top(&ours), top(&served), "the same most likely next token");
+    let worst = worst_distance(&ours, &served);
     println!("largest difference from the serving pass's distance to its choice: {worst}");
     assert!(worst <= TOLERANCE, "{worst}");
+}
+
+#[test]
+fn a_trained_adapter_is_served_as_it_was_trained_and_only_to_its_own_requests() {
+    let config = LoraConfig { rank: 4, learning_rate: 1e-2, ..Default::default() };
+    let (mut trainer, tokenizer) = trainer(config);
+    let e = example(&tokenizer, "Which port does the staging proxy use?", "Port 8443, behind the VPN.");
+    for _ in 0..3 {
+        trainer.step(std::slice::from_ref(&e)).unwrap();
+    }
+    let adapter = trainer.adapter().unwrap();
+    let ids = &e.ids[..e.from + 1];
+    let trained = last_row(&trainer, ids);
+    let serving = serving();
+    let with = served(&serving, ids, Some(&adapter));
+    let without = served(&serving, ids, None);
+    assert_eq!(top(&trained), top(&with), "the same most likely next token");
+    let worst = worst_distance(&trained, &with);
+    let moved = with.iter().zip(&without).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    println!("served with the adapter: {worst} from the training pass; {moved} from the base model at most");
+    assert!(worst <= TOLERANCE, "{worst}");
+    assert!(moved > 4.0 * TOLERANCE, "the adapter changes what is served: {moved}");
+    // Beside a request without it, in one pass: each gets its logits alone, bit for bit.
+    let (mut a, mut b) = (serving.cache(), serving.cache());
+    let team = Team::new(1, "test").unwrap();
+    let mut parts = [
+        Part { cache: &mut a, ids, prompt: true, adapter: None },
+        Part { cache: &mut b, ids, prompt: true, adapter: Some(&adapter) },
+    ];
+    let both = serving.forward_batch(&team, &mut Scratch::default(), &mut parts).unwrap();
+    assert!(both[0].iter().zip(&without).all(|(x, y)| x.to_bits() == y.to_bits()), "without, batched");
+    assert!(both[1].iter().zip(&with).all(|(x, y)| x.to_bits() == y.to_bits()), "with, batched");
 }
 
 #[test]
