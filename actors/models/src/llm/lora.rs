@@ -229,6 +229,16 @@ impl Trainer {
     }
 
     fn forward_inner(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
+        self.logits(&self.hidden(ids)?)
+    }
+
+    /// The output projection of hidden states (`[tokens, hidden]`), normed.
+    fn logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
+        rms_norm(hidden, &self.norm, self.cfg.rms_eps)?.matmul(&self.output.t()?)
+    }
+
+    /// The hidden state after the last layer at each of `ids`, read from position 0.
+    fn hidden(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
         let cfg = &self.cfg;
         let n = ids.len();
         let (heads, kv_heads, d) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
@@ -264,7 +274,7 @@ impl Trainer {
             let hidden = (gate.silu()? * up)?;
             x = (x + self.project(l, Target::Down, &hidden)?)?;
         }
-        rms_norm(&x, &self.norm, cfg.rms_eps)?.matmul(&self.output.t()?)
+        Ok(x)
     }
 
     /// The mean cross-entropy of predicting `ids[from..]`, each from the tokens before it (the
@@ -274,8 +284,9 @@ impl Trainer {
             return Err(format!("an answer from token {from} of {}", ids.len()));
         }
         let run = || -> candle_core::Result<Tensor> {
-            let logits = self.forward_inner(&ids[..ids.len() - 1])?;
-            let predicted = logits.narrow(0, from - 1, ids.len() - from)?;
+            // Only the rows that predict the answer go through the output projection.
+            let hidden = self.hidden(&ids[..ids.len() - 1])?;
+            let predicted = self.logits(&hidden.narrow(0, from - 1, ids.len() - from)?)?;
             let targets = Tensor::new(&ids[from..], &Device::Cpu)?;
             candle_nn::loss::cross_entropy(&predicted, &targets)
         };
