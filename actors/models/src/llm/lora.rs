@@ -34,8 +34,8 @@ pub struct LoraConfig {
 }
 
 impl Default for LoraConfig {
-    /// Rank 8 on every projection, alpha 16, learning rate 1e-3: small enough for SmolLM2-135M
-    /// to train in minutes on two cores (about 2.4 M values).
+    /// Rank 8 on every projection, alpha 16, learning rate 1e-3 (about 2.4 M values for
+    /// SmolLM2-135M).
     fn default() -> LoraConfig {
         LoraConfig { rank: 8, alpha: 16.0, targets: Target::ALL.to_vec(), learning_rate: 1e-3 }
     }
