@@ -469,5 +469,7 @@ pub fn knowledge_of(s: &StudySession) -> Option<Knowledge> {
     Some(Knowledge { domain: "study".into(), topic: s.topic.clone(), summary, sources, at_us: s.finished_us })
 }
 
+pub mod training;
+
 #[cfg(test)]
 mod tests;
