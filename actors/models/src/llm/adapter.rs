@@ -32,10 +32,6 @@ impl Target {
         }
     }
 
-    pub fn parse(name: &str) -> Option<Target> {
-        Target::ALL.into_iter().find(|t| t.tensor() == name || t.short() == name)
-    }
-
     /// Its short name, as configs write it (`q`, `k`, `v`, `o`, `gate`, `up`, `down`).
     pub fn short(self) -> &'static str {
         match self {
@@ -86,11 +82,6 @@ impl Adapter {
             }
         }
         Ok(Adapter { rank, scale, layers })
-    }
-
-    /// Layers it has deltas for.
-    pub fn layers(&self) -> usize {
-        self.layers.len()
     }
 
     /// Adds layer `l`'s delta of `target` for input `x` (its `in` values) to `out` (its `out`

@@ -188,10 +188,6 @@ impl Trainer {
         Ok(Trainer { cfg, config, embed, output, norm, layers, deltas, cos, sin, moments: BTreeMap::new(), steps: 0 })
     }
 
-    pub fn config(&self) -> &LoraConfig {
-        &self.config
-    }
-
     /// Optimizer steps taken.
     pub fn steps(&self) -> usize {
         self.steps
