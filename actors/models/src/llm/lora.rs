@@ -1,26 +1,31 @@
 //! LoRA adapters: low-rank deltas on a llama model's projections, trained on a persona's study
 //! data.
 //!
-//! The serving pass ([`super::llama`]) runs on Q8_0 weights and has no backward pass (nor has
-//! candle's quantized matmul), so training runs a pass of its own in candle: the base weights
-//! frozen, dequantized to f32 from the same file, and for each target projection `W` of each
-//! layer two small matrices `A` (`rank` x in) and `B` (out x `rank`) as variables, the
-//! projection becoming `x W^T + (alpha / rank) (x A^T) B^T`. `B` starts at zero, so an adapter
-//! that has not trained is the base model (a test checks this pass's logits against the serving
-//! pass's). Everything here is composed of candle operations that have a backward pass: the
-//! norms, rotary embeddings and softmax are written out rather than taken from candle's fused
-//! kernels, which have none.
+//! The serving pass ([`super::llama`]) has no backward pass (nor has candle's quantized
+//! matmul), so training runs a pass of its own in candle: the base weights frozen, and for each
+//! target projection `W` of each layer two small matrices `A` (`rank` x in) and `B` (out x
+//! `rank`) as variables, the projection becoming `x W^T + (alpha / rank) (x A^T) B^T`. The
+//! frozen products run on the serving pass's own kernels, on the same Q8_0 weights read from
+//! the same file (see `Frozen`), and give only the input's gradient. `B` starts at zero, so an
+//! adapter that has not trained is the base model (a test checks this pass's logits against
+//! the serving pass's). Everything else is composed of candle operations that have a backward
+//! pass: the norms, rotary embeddings and softmax are written out rather than taken from
+//! candle's fused kernels, which have none. A step reads its examples side by side in one pass
+//! (each seeing only itself), so the products are as tall as the examples together.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Content;
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Shape, Tensor, Var};
 
 pub use super::adapter::Target;
 use super::adapter::{Adapter, Delta as Served};
 use super::llama::LlamaConfig;
+use super::q8::{Activations, Q8Matrix};
+use super::team::Team;
 use super::{ChatMessage, GgufTokenizer};
 
 /// The shape of an adapter and how it trains.
@@ -31,13 +36,15 @@ pub struct LoraConfig {
     pub targets: Vec<Target>,
     /// AdamW's learning rate.
     pub learning_rate: f64,
+    /// Threads of the frozen projections' products.
+    pub threads: usize,
 }
 
 impl Default for LoraConfig {
     /// Rank 8 on every projection, alpha 16, learning rate 1e-3 (about 2.4 M values for
     /// SmolLM2-135M).
     fn default() -> LoraConfig {
-        LoraConfig { rank: 8, alpha: 16.0, targets: Target::ALL.to_vec(), learning_rate: 1e-3 }
+        LoraConfig { rank: 8, alpha: 16.0, targets: Target::ALL.to_vec(), learning_rate: 1e-3, threads: 1 }
     }
 }
 
@@ -74,12 +81,73 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// One layer's frozen weights, f32, each projection `[out, in]`.
+/// One layer's frozen weights, f32.
 struct Layer {
     attn_norm: Tensor,
     ffn_norm: Tensor,
     /// By target.
-    weights: BTreeMap<Target, Tensor>,
+    weights: BTreeMap<Target, Frozen>,
+}
+
+/// A frozen projection `W` (`[out, in]`), applied as `x W^T` on the serving pass's kernels
+/// (Q8_0 weights, rows in bf16 on AMX where the CPU has it, see [`super::q8`]): the forward pass
+/// computes what serving computes for prompt rows. Its backward pass gives the input's
+/// gradient alone, `g W`, by the same kernels on `W^T` kept the same way (quantized along the
+/// other axis); candle's matmul would also compute the weight's gradient, a matrix of the
+/// weight's size each step that nothing reads.
+#[derive(Clone)]
+struct Frozen {
+    w: Arc<Q8Matrix>,
+    w_t: Arc<Q8Matrix>,
+    team: Arc<Team>,
+}
+
+impl Frozen {
+    fn new(w: &Tensor, team: &Arc<Team>) -> Result<Frozen, String> {
+        let (out, inp) = w.dims2().map_err(err)?;
+        let values = |t: &Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(err);
+        let w_t = values(&w.t().map_err(err)?.contiguous().map_err(err)?)?;
+        Ok(Frozen {
+            w: Arc::new(Q8Matrix::quantize(&values(w)?, out, inp)?.with_bf16()),
+            w_t: Arc::new(Q8Matrix::quantize(&w_t, inp, out)?.with_bf16()),
+            team: team.clone(),
+        })
+    }
+
+    fn apply(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.apply_op1(self.clone())
+    }
+
+    /// Row-major `x` times `w`'s rows.
+    fn product(&self, x: &[f32], w: &Q8Matrix) -> Vec<f32> {
+        let rows = x.len() / w.cols();
+        let mut a = Activations::default();
+        a.prepare(x, w.cols(), rows);
+        let mut out = vec![0.0; rows * w.rows()];
+        a.matmul(&self.team, w, &mut out);
+        out
+    }
+}
+
+impl CustomOp1 for Frozen {
+    fn name(&self) -> &'static str {
+        "frozen-projection"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("a frozen projection of a strided input".into()))?;
+        let y = self.product(&storage.as_slice::<f32>()?[start..end], &self.w);
+        let rows = (end - start) / self.w.cols();
+        Ok((CpuStorage::F32(y), Shape::from((rows, self.w.rows()))))
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let g = grad.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let rows = g.len() / self.w_t.cols();
+        Ok(Some(Tensor::from_vec(self.product(&g, &self.w_t), (rows, self.w_t.rows()), &Device::Cpu)?))
+    }
 }
 
 /// The low-rank delta of one projection.
@@ -93,7 +161,7 @@ pub struct Trainer {
     cfg: LlamaConfig,
     config: LoraConfig,
     embed: Tensor,
-    output: Tensor,
+    output: Frozen,
     norm: Tensor,
     layers: Vec<Layer>,
     /// Per layer, by target.
@@ -114,8 +182,9 @@ const BETA2: f64 = 0.999;
 const EPS: f64 = 1e-8;
 
 impl Trainer {
-    /// Reads the base weights of a llama GGUF (any type candle dequantizes) and makes a fresh
-    /// adapter: `A` uniform in ±1/sqrt(in) from `seed`, `B` zero. Positions up to `context`.
+    /// Reads the base weights of a llama GGUF (any type candle dequantizes; the projections kept
+    /// in Q8_0 as the serving pass keeps them) and makes a fresh adapter: `A` uniform in
+    /// ±1/sqrt(in) from `seed`, `B` zero. Positions up to `context`; products on `threads`.
     pub fn new<R: Read + Seek>(
         content: &Content,
         reader: &mut R,
@@ -128,21 +197,22 @@ impl Trainer {
         }
         let cfg = LlamaConfig::read(content)?;
         let dev = Device::Cpu;
+        let team = Arc::new(Team::new(config.threads.max(1), "lora").map_err(err)?);
         let mut tensor = |name: &str| -> Result<Tensor, String> {
             let t = content.tensor(reader, name, &dev).map_err(|e| format!("tensor {name}: {e}"))?;
             t.dequantize(&dev).map_err(|e| format!("tensor {name}: {e}"))
         };
         let embed = tensor("token_embd.weight")?;
         let output = match content.tensor_infos.contains_key("output.weight") {
-            true => tensor("output.weight")?,
-            false => embed.clone(),
+            true => Frozen::new(&tensor("output.weight")?, &team)?,
+            false => Frozen::new(&embed, &team)?,
         };
         let norm = tensor("output_norm.weight")?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let mut weights = BTreeMap::new();
             for t in Target::ALL {
-                weights.insert(t, tensor(&format!("blk.{l}.{}.weight", t.tensor()))?);
+                weights.insert(t, Frozen::new(&tensor(&format!("blk.{l}.{}.weight", t.tensor()))?, &team)?);
             }
             layers.push(Layer {
                 attn_norm: tensor(&format!("blk.{l}.attn_norm.weight"))?,
@@ -167,7 +237,7 @@ impl Trainer {
         for layer in &layers {
             let mut by_target = BTreeMap::new();
             for &t in &config.targets {
-                let (out, inp) = layer.weights[&t].dims2().map_err(err)?;
+                let (out, inp) = (layer.weights[&t].w.rows(), layer.weights[&t].w.cols());
                 let a =
                     Tensor::from_vec(uniform(config.rank * inp, 1.0 / (inp as f32).sqrt()), (config.rank, inp), &dev)
                         .map_err(err)?;
@@ -208,7 +278,7 @@ impl Trainer {
 
     /// `x` ([tokens, in]) through layer `l`'s projection `t`, with the adapter's delta.
     fn project(&self, l: usize, t: Target, x: &Tensor) -> candle_core::Result<Tensor> {
-        let base = x.matmul(&self.layers[l].weights[&t].t()?)?;
+        let base = self.layers[l].weights[&t].apply(x)?;
         match self.deltas[l].get(&t) {
             None => Ok(base),
             Some(d) => {
@@ -221,33 +291,40 @@ impl Trainer {
 
     /// The logits after each of `ids` (`[tokens, vocab]`), read from position 0.
     pub fn forward(&self, ids: &[u32]) -> Result<Tensor, String> {
-        self.forward_inner(ids).map_err(err)
-    }
-
-    fn forward_inner(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
-        self.logits(&self.hidden(ids)?)
+        self.hidden(&[ids]).and_then(|h| self.logits(&h)).map_err(err)
     }
 
     /// The output projection of hidden states (`[tokens, hidden]`), normed.
     fn logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
-        rms_norm(hidden, &self.norm, self.cfg.rms_eps)?.matmul(&self.output.t()?)
+        self.output.apply(&rms_norm(hidden, &self.norm, self.cfg.rms_eps)?)
     }
 
-    /// The hidden state after the last layer at each of `ids`, read from position 0.
-    fn hidden(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
+    /// The hidden states after the last layer of sequences read side by side, each from
+    /// position 0 and seeing only itself: `[tokens of all, hidden]`, in order. One pass for all
+    /// makes the projections' products as tall as the sequences together.
+    fn hidden(&self, seqs: &[&[u32]]) -> candle_core::Result<Tensor> {
         let cfg = &self.cfg;
-        let n = ids.len();
         let (heads, kv_heads, d) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
         let dev = Device::Cpu;
-        let ids_t = Tensor::new(ids, &dev)?;
-        let mut x = self.embed.index_select(&ids_t, 0)?;
-        let cos = self.cos.narrow(0, 0, n)?;
-        let sin = self.sin.narrow(0, 0, n)?;
-        // 0 where a position may attend, -inf after it.
-        let mask: Vec<f32> =
-            (0..n).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-        let mask = Tensor::from_vec(mask, (n, n), &dev)?;
+        let ids: Vec<u32> = seqs.concat();
+        let n = ids.len();
+        let mut x = self.embed.index_select(&Tensor::new(ids.as_slice(), &dev)?, 0)?;
+        let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
+        let positions = Tensor::new(positions.as_slice(), &dev)?;
+        let cos = self.cos.index_select(&positions, 0)?;
+        let sin = self.sin.index_select(&positions, 0)?;
+        // Per sequence: where it starts, and 0 where a position may attend, -inf after it.
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut start = 0;
+        for s in seqs {
+            let m = s.len();
+            let mask: Vec<f32> =
+                (0..m).flat_map(|i| (0..m).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
+            spans.push((start, m, Tensor::from_vec(mask, (m, m), &dev)?));
+            start += m;
+        }
         let scale = 1.0 / (d as f64).sqrt();
+        let group = heads / kv_heads;
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
             let q = self.project(l, Target::Q, &h)?;
@@ -256,13 +333,16 @@ impl Trainer {
             let q = rope(&q.reshape((n, heads, d))?.transpose(0, 1)?, &cos, &sin)?;
             let k = rope(&k.reshape((n, kv_heads, d))?.transpose(0, 1)?, &cos, &sin)?;
             let v = v.reshape((n, kv_heads, d))?.transpose(0, 1)?.contiguous()?;
-            // Each key head serves the query heads of its group.
-            let group = heads / kv_heads;
-            let k = repeat_heads(&k, group)?;
-            let v = repeat_heads(&v, group)?;
-            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-            let weights = candle_nn::ops::softmax(&scores, D::Minus1)?;
-            let att = weights.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * d))?;
+            let mut att = Vec::with_capacity(spans.len());
+            for (start, m, mask) in &spans {
+                let (q, k, v) = (q.narrow(1, *start, *m)?, k.narrow(1, *start, *m)?, v.narrow(1, *start, *m)?);
+                // Each key head serves the query heads of its group.
+                let (k, v) = (repeat_heads(&k, group)?, repeat_heads(&v, group)?);
+                let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
+                let weights = candle_nn::ops::softmax(&scores, D::Minus1)?;
+                att.push(weights.matmul(&v)?);
+            }
+            let att = Tensor::cat(&att, 1)?.transpose(0, 1)?.reshape((n, heads * d))?;
             x = (x + self.project(l, Target::O, &att)?)?;
             let h = rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
             let gate = self.project(l, Target::Gate, &h)?;
@@ -276,37 +356,43 @@ impl Trainer {
     /// The mean cross-entropy of predicting `ids[from..]`, each from the tokens before it (the
     /// answer of a prompt of `from` tokens).
     pub fn loss(&self, ids: &[u32], from: usize) -> Result<Tensor, String> {
-        if from == 0 || from >= ids.len() {
-            return Err(format!("an answer from token {from} of {}", ids.len()));
+        self.losses(&[Example { ids: ids.to_vec(), from }])
+    }
+
+    /// The mean cross-entropy of predicting each example's answer tokens, each from the tokens
+    /// before it, over all those tokens; the examples read in one pass.
+    fn losses(&self, examples: &[Example]) -> Result<Tensor, String> {
+        if let Some(e) = examples.iter().find(|e| e.from == 0 || e.from >= e.ids.len()) {
+            return Err(format!("an answer from token {} of {}", e.from, e.ids.len()));
         }
         let run = || -> candle_core::Result<Tensor> {
-            // Only the rows that predict the answer go through the output projection.
-            let hidden = self.hidden(&ids[..ids.len() - 1])?;
-            let predicted = self.logits(&hidden.narrow(0, from - 1, ids.len() - from)?)?;
-            let targets = Tensor::new(&ids[from..], &Device::Cpu)?;
-            candle_nn::loss::cross_entropy(&predicted, &targets)
+            // The last token predicts nothing learned; only the rows that predict the answer go
+            // through the output projection.
+            let seqs: Vec<&[u32]> = examples.iter().map(|e| &e.ids[..e.ids.len() - 1]).collect();
+            let hidden = self.hidden(&seqs)?;
+            let (mut rows, mut targets, mut start) = (Vec::new(), Vec::new(), 0u32);
+            for e in examples {
+                rows.extend(start + e.from as u32 - 1..start + e.ids.len() as u32 - 1);
+                targets.extend_from_slice(&e.ids[e.from..]);
+                start += e.ids.len() as u32 - 1;
+            }
+            let dev = Device::Cpu;
+            let predicted = self.logits(&hidden.index_select(&Tensor::new(rows.as_slice(), &dev)?, 0)?)?;
+            candle_nn::loss::cross_entropy(&predicted, &Tensor::new(targets.as_slice(), &dev)?)
         };
         run().map_err(err)
     }
 
-    /// One optimizer step on the mean of the examples' losses; returns that loss before the
-    /// step.
+    /// One optimizer step on the examples, read in one pass; returns their loss (the mean over
+    /// their answer tokens) before the step.
     pub fn step(&mut self, examples: &[Example]) -> Result<f32, String> {
         if examples.is_empty() {
             return Err("a step needs at least one example".into());
         }
-        let mut total: Option<Tensor> = None;
-        for e in examples {
-            let loss = self.loss(&e.ids, e.from)?;
-            total = Some(match total {
-                None => loss,
-                Some(t) => (t + loss).map_err(err)?,
-            });
-        }
-        let mean = (total.expect("examples") / examples.len() as f64).map_err(err)?;
-        let grads = mean.backward().map_err(err)?;
+        let loss = self.losses(examples)?;
+        let grads = loss.backward().map_err(err)?;
         self.adamw(&grads).map_err(err)?;
-        mean.to_scalar::<f32>().map_err(err)
+        loss.to_scalar::<f32>().map_err(err)
     }
 
     /// One AdamW step (as candle's `AdamW`, without weight decay), its moments kept by name so

@@ -166,6 +166,16 @@ impl Q8Matrix {
         self
     }
 
+    /// Rows: the length of a product's output row.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns: the length of an input row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// Row `r` as f32, into `out` (`cols` long).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {

@@ -52,8 +52,9 @@ fn a_chat_is_an_example_whose_answer_and_end_of_turn_are_what_is_learned() {
     assert!(Example::from_chat(&tokenizer, &[]).unwrap_err().contains("no messages"));
 }
 
-/// How far a logit's distance below the top one may be from the serving pass's: that pass
-/// rounds prompt rows and weights to bf16 and keys and values to f16, this one keeps f32.
+/// How far a logit's distance below the top one may be from the serving pass's: both run the
+/// projections on the same kernels, but that pass keeps keys and values in f16 and computes
+/// attention and norms its own way.
 const TOLERANCE: f32 = 0.4;
 
 /// The serving pass's logits after `ids` read alone from position 0, with `adapter` or without.
@@ -103,7 +104,7 @@ fn a_trained_adapter_is_served_as_it_was_trained_and_only_to_its_own_requests() 
     let config = LoraConfig { rank: 4, learning_rate: 1e-2, ..Default::default() };
     let (mut trainer, tokenizer) = trainer(config);
     let e = example(&tokenizer, "Which port does the staging proxy use?", "Port 8443, behind the VPN.");
-    for _ in 0..3 {
+    for _ in 0..8 {
         trainer.step(std::slice::from_ref(&e)).unwrap();
     }
     let adapter = trainer.adapter().unwrap();
