@@ -21,3 +21,4 @@ pub mod llm;
 pub mod scheduler;
 #[cfg(test)]
 mod testing;
+pub mod train;

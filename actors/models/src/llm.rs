@@ -32,11 +32,12 @@ use std::fs::File;
 use std::io::BufReader;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
+pub use adapter::Adapter;
 use batch::{BatchConfig, Engine, Outcome, Work};
 use llama::{Llama, Part, Scratch};
 use team::Team;
@@ -173,19 +174,32 @@ impl Llm {
         req: &GenerateRequest,
         on_token: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation, LlmError> {
-        match self.alone(Work::Generate(req.clone()), Box::new(on_token)) {
+        self.generate_with(req, None, on_token)
+    }
+
+    /// As [`Llm::generate`], with `adapter` applied to the model's projections.
+    pub fn generate_with(
+        &self,
+        req: &GenerateRequest,
+        adapter: Option<Arc<Adapter>>,
+        on_token: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation, LlmError> {
+        match self.alone(Work::Generate(req.clone()), adapter, Box::new(on_token)) {
             Outcome::Generated(g) => g,
             Outcome::Classified(_) => unreachable!("a generation is answered with one"),
         }
     }
 
     /// Runs one request on an [`Engine`] of its own, to the end.
-    fn alone<'a>(&'a self, work: Work, on_token: batch::OnToken<'a>) -> Outcome {
+    fn alone<'a>(&'a self, work: Work, adapter: Option<Arc<Adapter>>, on_token: batch::OnToken<'a>) -> Outcome {
         let mut engine = Engine::new(self, BatchConfig::single());
         match engine.prepare(work, (), on_token) {
             Err(refused) => refused.1,
             Ok(ready) => {
-                engine.admit(ready);
+                engine.admit(match adapter {
+                    Some(a) => ready.with_adapter(a),
+                    None => ready,
+                });
                 loop {
                     if let Some(((), outcome)) = engine.step().pop() {
                         return outcome;
@@ -220,7 +234,7 @@ impl Llm {
     pub fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
         let work =
             Work::Classify { messages: messages.to_vec(), labels: labels.iter().map(|l| l.to_string()).collect() };
-        match self.alone(work, Box::new(|_| ControlFlow::Continue(()))) {
+        match self.alone(work, None, Box::new(|_| ControlFlow::Continue(()))) {
             Outcome::Classified(c) => c,
             Outcome::Generated(_) => unreachable!("a classification is answered with one"),
         }
@@ -355,7 +369,7 @@ pub fn inspect(path: &Path) -> Result<GgufInfo, LlmError> {
 }
 
 /// Opens a GGUF file and reads its header, with the errors naming the file and what is wrong.
-fn open_gguf(path: &Path) -> Result<(BufReader<File>, Content), LlmError> {
+pub(crate) fn open_gguf(path: &Path) -> Result<(BufReader<File>, Content), LlmError> {
     let load_err = |message: String| LlmError::Load { file: path.to_path_buf(), message };
     let file = File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => load_err("missing".into()),

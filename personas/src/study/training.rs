@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use mindfleet_core::adapter::fnv1a;
 use mindfleet_core::llm::ChatMessage;
 use serde::Deserialize;
 
@@ -58,11 +59,6 @@ pub fn read_training(file: &Path) -> Result<Vec<TrainingChat>, String> {
 /// no held-out question is about a passage trained on.
 pub fn hold_out(chats: Vec<TrainingChat>, every: u64) -> (Vec<TrainingChat>, Vec<TrainingChat>) {
     chats.into_iter().partition(|c| every == 0 || !fnv1a(c.source.as_bytes()).is_multiple_of(every))
-}
-
-/// FNV-1a, 64 bits: a hash that is the same on every machine and in every version.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]

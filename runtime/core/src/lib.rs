@@ -5,6 +5,7 @@
 //! Invariant: no I/O and no server, database or model library here (no axum, redb, candle,
 //! tantivy, reqwest); a persona's messages are defined in a crate that builds in seconds.
 
+pub mod adapter;
 pub mod ai;
 pub mod cluster;
 pub mod config;

@@ -3,6 +3,12 @@
 //! [`super::lora`], which trains them).
 
 use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::Device;
+
+/// The largest rank an adapter may have (the serving pass keeps `A x` on the stack).
+pub const MAX_RANK: usize = 64;
 
 /// A projection of a layer an adapter can change, by its name in the GGUF file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -67,6 +73,9 @@ pub struct Delta {
 impl Adapter {
     /// An adapter of `rank` whose deltas are scaled by `scale`, per layer by target.
     pub fn new(rank: usize, scale: f32, layers: Vec<BTreeMap<Target, Delta>>) -> Result<Adapter, String> {
+        if rank == 0 || rank > MAX_RANK {
+            return Err(format!("a rank of {rank}: it is 1 to {MAX_RANK}"));
+        }
         for (l, by_target) in layers.iter().enumerate() {
             for (t, d) in by_target {
                 if d.a.len() != rank * d.inputs || d.b.len() != d.outputs * rank {
@@ -89,9 +98,54 @@ impl Adapter {
     pub fn add(&self, l: usize, target: Target, x: &[f32], out: &mut [f32]) {
         let Some(d) = self.layers.get(l).and_then(|by| by.get(&target)) else { return };
         debug_assert_eq!((x.len(), out.len()), (d.inputs, d.outputs));
-        let low: Vec<f32> = d.a.chunks_exact(d.inputs).map(|a| a.iter().zip(x).map(|(a, x)| a * x).sum()).collect();
+        let mut low = [0.0f32; MAX_RANK];
+        for (t, a) in low.iter_mut().zip(d.a.chunks_exact(d.inputs)) {
+            *t = a.iter().zip(x).map(|(a, x)| a * x).sum();
+        }
         for (o, b) in out.iter_mut().zip(d.b.chunks_exact(self.rank)) {
             *o += self.scale * b.iter().zip(&low).map(|(b, t)| b * t).sum::<f32>();
         }
+    }
+
+    /// Bytes its values take in memory.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().flat_map(|by| by.values()).map(|d| 4 * (d.a.len() + d.b.len())).sum()
+    }
+
+    /// Reads an adapter saved by its trainer ([`super::lora::Trainer::save`]: tensors
+    /// `blk.N.{target}.lora_a` and `.lora_b`), to be served with `alpha` (its scale is `alpha /
+    /// rank`). A file with no adapter in it, or with tensors of other names or unequal ranks, is
+    /// an error naming the file and the tensor.
+    pub fn read(path: &Path, alpha: f64) -> Result<Adapter, String> {
+        let at = |why: String| format!("{}: {why}", path.display());
+        let tensors = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| at(e.to_string()))?;
+        let mut layers: Vec<BTreeMap<Target, Delta>> = Vec::new();
+        let mut rank = None;
+        for (name, a) in tensors.iter().filter(|(n, _)| n.ends_with(".lora_a")) {
+            let stem = name.trim_end_matches(".lora_a");
+            let (l, target) = stem
+                .strip_prefix("blk.")
+                .and_then(|rest| rest.split_once('.'))
+                .and_then(|(l, t)| Some((l.parse::<usize>().ok()?, Target::ALL.into_iter().find(|x| x.tensor() == t)?)))
+                .ok_or_else(|| at(format!("{name} is not an adapter's tensor")))?;
+            let b = tensors.get(&format!("{stem}.lora_b")).ok_or_else(|| at(format!("no {stem}.lora_b")))?;
+            let ((r, inputs), (outputs, rb)) = (
+                a.dims2().map_err(|e| at(format!("{name}: {e}")))?,
+                b.dims2().map_err(|e| at(format!("{stem}.lora_b: {e}")))?,
+            );
+            if rb != r || rank.is_some_and(|k| k != r) {
+                return Err(at(format!("{stem}: rank {r} and {rb}, the adapter's {}", rank.unwrap_or(r))));
+            }
+            rank = Some(r);
+            let values = |t: &candle_core::Tensor| {
+                t.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(|e| at(format!("{stem}: {e}")))
+            };
+            if layers.len() <= l {
+                layers.resize_with(l + 1, BTreeMap::new);
+            }
+            layers[l].insert(target, Delta { a: values(a)?, b: values(b)?, inputs, outputs });
+        }
+        let rank = rank.ok_or_else(|| at("no adapter tensors in it".into()))?;
+        Adapter::new(rank, (alpha / rank as f64) as f32, layers).map_err(at)
     }
 }

@@ -28,11 +28,13 @@
 //! used first out.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 
+use super::adapter::Adapter;
 use super::llama::{KvCache, Part, Scratch};
 use super::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Llm, LlmError, Sampling, Stop, TextStream,
@@ -90,11 +92,21 @@ pub type OnToken<'a> = Box<dyn FnMut(&str) -> ControlFlow<()> + 'a>;
 /// A request tokenized and checked, ready to join a batch.
 pub struct Ready<'a, T> {
     tag: T,
+    /// The adapter it is answered with, if any ([`Ready::with_adapter`]).
+    adapter: Option<Arc<Adapter>>,
     prompt: Vec<u32>,
     trimmed: Option<Trim>,
     /// Tokens it may hold in its cache at most.
     tokens: usize,
     task: Task<'a>,
+}
+
+impl<T> Ready<'_, T> {
+    /// The request answered with `adapter` applied to the model's projections.
+    pub fn with_adapter(mut self, adapter: Arc<Adapter>) -> Self {
+        self.adapter = Some(adapter);
+        self
+    }
 }
 
 /// Figures of an engine since it started.
@@ -133,6 +145,8 @@ pub struct Engine<'a, T> {
 
 /// A prompt's keys and values, kept for the prompts that begin like it.
 struct Kept {
+    /// The adapter the prompt was read with: its keys and values serve prompts read with it.
+    adapter: Option<Arc<Adapter>>,
     ids: Vec<u32>,
     cache: KvCache,
     /// What `cache` holds ([`KvCache::bytes`]).
@@ -142,6 +156,7 @@ struct Kept {
 
 struct Seq<'a, T> {
     tag: T,
+    adapter: Option<Arc<Adapter>>,
     cache: KvCache,
     prompt: Vec<u32>,
     trimmed: Option<Trim>,
@@ -216,11 +231,11 @@ impl<'a, T> Engine<'a, T> {
     pub fn prepare(&self, work: Work, tag: T, on_token: OnToken<'a>) -> Result<Ready<'a, T>, Box<(T, Outcome)>> {
         match work {
             Work::Generate(req) => match self.prepare_generate(req, on_token) {
-                Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, prompt, trimmed, tokens, task }),
+                Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, adapter: None, prompt, trimmed, tokens, task }),
                 Err(e) => Err(Box::new((tag, Outcome::Generated(Err(e))))),
             },
             Work::Classify { messages, labels } => match self.prepare_classify(&messages, labels) {
-                Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, prompt, trimmed, tokens, task }),
+                Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, adapter: None, prompt, trimmed, tokens, task }),
                 Err(e) => Err(Box::new((tag, Outcome::Classified(Err(e))))),
             },
         }
@@ -292,27 +307,28 @@ impl<'a, T> Engine<'a, T> {
 
     /// Adds `ready` to the batch; its prompt is read from the next pass on.
     pub fn admit(&mut self, ready: Ready<'a, T>) {
-        let Ready { tag, prompt, trimmed, tokens, task } = ready;
+        let Ready { tag, adapter, prompt, trimmed, tokens, task } = ready;
         // The kept prompt to start from is found before kept prompts make room for this one.
-        let cache = self.start(&prompt, tokens);
+        let cache = self.start(adapter.as_ref(), &prompt, tokens);
         let reserved = tokens * self.per_token;
         self.stats.kv_reserved += reserved;
         self.make_room(0);
         self.stats.prompt_tokens += prompt.len() as u64;
         self.stats.reused_tokens += cache.len() as u64;
         let input = prompt[cache.len()..].to_vec();
-        self.active.push(Seq { tag, cache, prompt, trimmed, input, reserved, admitted: Instant::now(), task });
+        self.active.push(Seq { tag, adapter, cache, prompt, trimmed, input, reserved, admitted: Instant::now(), task });
         self.note_peak();
     }
 
-    /// A cache for `prompt`, with room for `tokens`: a copy of the longest beginning a kept
-    /// prompt shares with it (all but its last token, whose logits are needed), else an empty
-    /// one.
-    fn start(&mut self, prompt: &[u32], tokens: usize) -> KvCache {
+    /// A cache for `prompt` read with `adapter`, with room for `tokens`: a copy of the longest
+    /// beginning a prompt kept with the same adapter shares with it (all but its last token,
+    /// whose logits are needed), else an empty one.
+    fn start(&mut self, adapter: Option<&Arc<Adapter>>, prompt: &[u32], tokens: usize) -> KvCache {
         self.tick += 1;
         let best = self
             .kept
             .iter_mut()
+            .filter(|k| same(k.adapter.as_ref(), adapter))
             .map(|k| {
                 let common = k.ids.iter().zip(prompt).take_while(|(a, b)| a == b).count();
                 (common.min(prompt.len() - 1), k)
@@ -333,10 +349,12 @@ impl<'a, T> Engine<'a, T> {
 
     /// Keeps the keys and values of a prompt read (the cache of a request that ended, cut back
     /// to its prompt), for the prompts that begin like it.
-    fn keep(&mut self, prompt: Vec<u32>, mut cache: KvCache) {
+    fn keep(&mut self, adapter: Option<Arc<Adapter>>, prompt: Vec<u32>, mut cache: KvCache) {
         self.tick += 1;
         // A prompt kept already, or one that begins with this one: nothing new to keep.
-        if let Some(k) = self.kept.iter_mut().find(|k| k.ids.starts_with(&prompt)) {
+        if let Some(k) =
+            self.kept.iter_mut().find(|k| same(k.adapter.as_ref(), adapter.as_ref()) && k.ids.starts_with(&prompt))
+        {
             k.used = self.tick;
             return;
         }
@@ -345,7 +363,7 @@ impl<'a, T> Engine<'a, T> {
         // Kept prompts this one begins with are kept within it.
         let mut freed = 0;
         self.kept.retain(|k| {
-            let within = prompt.starts_with(&k.ids);
+            let within = same(k.adapter.as_ref(), adapter.as_ref()) && prompt.starts_with(&k.ids);
             freed += within as usize * k.bytes;
             !within
         });
@@ -355,7 +373,7 @@ impl<'a, T> Engine<'a, T> {
         }
         self.make_room(bytes);
         self.stats.kv_prefixes += bytes;
-        self.kept.push(Kept { ids: prompt, cache, bytes, used: self.tick });
+        self.kept.push(Kept { adapter, ids: prompt, cache, bytes, used: self.tick });
         self.note_peak();
     }
 
@@ -390,7 +408,12 @@ impl<'a, T> Engine<'a, T> {
             if reading {
                 budget -= take;
             }
-            parts.push(Part { cache: &mut s.cache, ids: &s.input[..take], prompt: reading, adapter: None });
+            parts.push(Part {
+                cache: &mut s.cache,
+                ids: &s.input[..take],
+                prompt: reading,
+                adapter: s.adapter.as_deref(),
+            });
             which.push((i, take));
         }
         self.stats.passes += 1;
@@ -449,7 +472,7 @@ impl<'a, T> Engine<'a, T> {
         // Its keys and values are kept for the prompts that begin like its own: moved, not
         // copied (a prompt read in full only).
         if self.config.prefix_reuse && ended.is_ok() && s.cache.len() >= tokens_in {
-            self.keep(s.prompt, s.cache);
+            self.keep(s.adapter, s.prompt, s.cache);
         }
         let outcome = match (s.task, ended) {
             (Task::Generate(g), Ok(Ended::Generated(stop))) => {
@@ -463,6 +486,15 @@ impl<'a, T> Engine<'a, T> {
             (Task::Classify(_), Err(e)) => Outcome::Classified(Err(LlmError::Request(e))),
         };
         (s.tag, outcome)
+    }
+}
+
+/// Whether two requests are read with the same adapter (the same one in memory, or none).
+fn same(a: Option<&Arc<Adapter>>, b: Option<&Arc<Adapter>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
     }
 }
 

@@ -100,10 +100,19 @@ struct Frozen {
     w: Arc<Q8Matrix>,
     w_t: Arc<Q8Matrix>,
     team: Arc<Team>,
+    pause: Arc<Pause>,
 }
 
+/// What a trainer calls before each product: it returns when training may go on (it blocks
+/// while the machine has more pressing work). Products take milliseconds, so training yields
+/// within one.
+pub type PauseFn = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct Pause(std::sync::RwLock<Option<PauseFn>>);
+
 impl Frozen {
-    fn new(w: &Tensor, team: &Arc<Team>) -> Result<Frozen, String> {
+    fn new(w: &Tensor, team: &Arc<Team>, pause: &Arc<Pause>) -> Result<Frozen, String> {
         let (out, inp) = w.dims2().map_err(err)?;
         let values = |t: &Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(err);
         let w_t = values(&w.t().map_err(err)?.contiguous().map_err(err)?)?;
@@ -111,6 +120,7 @@ impl Frozen {
             w: Arc::new(Q8Matrix::quantize(&values(w)?, out, inp)?.with_bf16()),
             w_t: Arc::new(Q8Matrix::quantize(&w_t, inp, out)?.with_bf16()),
             team: team.clone(),
+            pause: pause.clone(),
         })
     }
 
@@ -120,6 +130,9 @@ impl Frozen {
 
     /// Row-major `x` times `w`'s rows.
     fn product(&self, x: &[f32], w: &Q8Matrix) -> Vec<f32> {
+        if let Some(pause) = self.pause.0.read().expect("not poisoned").as_ref() {
+            pause();
+        }
         let rows = x.len() / w.cols();
         let mut a = Activations::default();
         a.prepare(x, w.cols(), rows);
@@ -173,6 +186,7 @@ pub struct Trainer {
     /// first step).
     moments: BTreeMap<String, (Tensor, Tensor)>,
     steps: usize,
+    pause: Arc<Pause>,
 }
 
 /// AdamW's decay rates of its moments and its epsilon (as candle's and PyTorch's defaults); no
@@ -198,21 +212,22 @@ impl Trainer {
         let cfg = LlamaConfig::read(content)?;
         let dev = Device::Cpu;
         let team = Arc::new(Team::new(config.threads.max(1), "lora").map_err(err)?);
+        let pause = Arc::new(Pause::default());
         let mut tensor = |name: &str| -> Result<Tensor, String> {
             let t = content.tensor(reader, name, &dev).map_err(|e| format!("tensor {name}: {e}"))?;
             t.dequantize(&dev).map_err(|e| format!("tensor {name}: {e}"))
         };
         let embed = tensor("token_embd.weight")?;
         let output = match content.tensor_infos.contains_key("output.weight") {
-            true => Frozen::new(&tensor("output.weight")?, &team)?,
-            false => Frozen::new(&embed, &team)?,
+            true => Frozen::new(&tensor("output.weight")?, &team, &pause)?,
+            false => Frozen::new(&embed, &team, &pause)?,
         };
         let norm = tensor("output_norm.weight")?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let mut weights = BTreeMap::new();
             for t in Target::ALL {
-                weights.insert(t, Frozen::new(&tensor(&format!("blk.{l}.{}.weight", t.tensor()))?, &team)?);
+                weights.insert(t, Frozen::new(&tensor(&format!("blk.{l}.{}.weight", t.tensor()))?, &team, &pause)?);
             }
             layers.push(Layer {
                 attn_norm: tensor(&format!("blk.{l}.attn_norm.weight"))?,
@@ -255,7 +270,47 @@ impl Trainer {
             (0..context).flat_map(|p| freqs.iter().map(move |f| (p as f32 * f).sin_cos())).collect();
         let cos = Tensor::from_vec(angles.iter().map(|a| a.1).collect(), (context, pairs), &dev).map_err(err)?;
         let sin = Tensor::from_vec(angles.iter().map(|a| a.0).collect(), (context, pairs), &dev).map_err(err)?;
-        Ok(Trainer { cfg, config, embed, output, norm, layers, deltas, cos, sin, moments: BTreeMap::new(), steps: 0 })
+        Ok(Trainer {
+            cfg,
+            config,
+            embed,
+            output,
+            norm,
+            layers,
+            deltas,
+            cos,
+            sin,
+            moments: BTreeMap::new(),
+            steps: 0,
+            pause,
+        })
+    }
+
+    /// [`Trainer::new`] on the GGUF file at `path`.
+    pub fn open(path: &Path, config: LoraConfig, context: usize, seed: u64) -> Result<Trainer, String> {
+        let (mut reader, content) = super::open_gguf(path).map_err(err)?;
+        Trainer::new(&content, &mut reader, config, context, seed)
+    }
+
+    /// Calls `pause` before each product from now on (see [`PauseFn`]).
+    pub fn set_pause(&self, pause: PauseFn) {
+        *self.pause.0.write().expect("not poisoned") = Some(pause);
+    }
+
+    /// The perplexity of the examples' answers: e to the mean cross-entropy over all their
+    /// answer tokens, read `batch` examples a pass.
+    pub fn perplexity(&self, examples: &[Example], batch: usize) -> Result<f64, String> {
+        let (mut sum, mut tokens) = (0.0, 0usize);
+        for chunk in examples.chunks(batch.max(1)) {
+            let n: usize = chunk.iter().map(|e| e.ids.len() - e.from).sum();
+            let mean = self.losses(chunk)?.to_scalar::<f32>().map_err(err)?;
+            sum += f64::from(mean) * n as f64;
+            tokens += n;
+        }
+        if tokens == 0 {
+            return Err("no answers to score".into());
+        }
+        Ok((sum / tokens as f64).exp())
     }
 
     /// Optimizer steps taken.
@@ -441,10 +496,9 @@ impl Trainer {
         Adapter::new(self.config.rank, scale, layers)
     }
 
-    /// Writes the adapter's tensors to a safetensors file.
+    /// Writes the adapter's tensors to a safetensors file (whole or not at all).
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        candle_core::safetensors::save(&self.tensors().into_iter().collect(), path)
-            .map_err(|e| format!("{}: {e}", path.display()))
+        write(self.tensors(), path)
     }
 
     /// Replaces the adapter's values with those saved in `path` (same config and model).
@@ -465,10 +519,7 @@ impl Trainer {
             all.insert(format!("{name}.v"), v.clone());
         }
         all.insert(STEPS.into(), Tensor::new(&[self.steps as f64], &Device::Cpu).map_err(err)?);
-        let tmp = path.with_extension("partial");
-        candle_core::safetensors::save(&all.into_iter().collect(), &tmp)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+        write(all, path)
     }
 
     /// Takes up the training a [`Trainer::checkpoint`] left (same config and model).
@@ -493,6 +544,15 @@ impl Trainer {
 
 /// The name of a checkpoint's step count (one f64).
 const STEPS: &str = "steps";
+
+/// Writes `tensors` to a safetensors file at `path`: aside first, then renamed over it, so that
+/// a crash leaves the old file or the new one, never a part.
+fn write(tensors: BTreeMap<String, Tensor>, path: &Path) -> Result<(), String> {
+    let tmp = path.with_extension("partial");
+    candle_core::safetensors::save(&tensors.into_iter().collect(), &tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
 
 fn read(path: &Path) -> Result<std::collections::HashMap<String, Tensor>, String> {
     candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| format!("{}: {e}", path.display()))
