@@ -108,6 +108,12 @@ enum AiCmd {
         #[arg(long)]
         persona: String,
     },
+    /// LoRA adapters the persona trained from its study data: kept or discarded (and why), the
+    /// held-out perplexity and grade before and after, and each run's whole record.
+    Adapters {
+        #[arg(long)]
+        persona: String,
+    },
     /// Overloaded, idle and focused personas, and a recommendation.
     Health,
     /// Who can take new work now, and why the others cannot.
@@ -260,6 +266,7 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
             client.ai("recoveries", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
         AiCmd::Memory { persona } => client.ai("memory", &[("persona", persona)]).await,
+        AiCmd::Adapters { persona } => client.ai("adapters", &[("persona", persona)]).await,
         AiCmd::Health => client.ai("health", &[]).await,
         AiCmd::Why { event } => client.ai("why", &[("event", event)]).await,
         AiCmd::History { room, since, page_size } => {

@@ -87,6 +87,11 @@ pub enum AiQuery {
     Memory {
         persona: String,
     },
+    /// The LoRA adapters a persona trained from its study data: provenance, held-out scores,
+    /// kept or discarded and why. Answered from the data dir.
+    Adapters {
+        persona: String,
+    },
     Health,
     /// Whether each persona (all, or one) can take new work now, and why not.
     Availability {
@@ -137,7 +142,8 @@ impl AiQuery {
             | AiQuery::Decisions { persona, .. }
             | AiQuery::Plan { persona }
             | AiQuery::PlanHistory { persona, .. }
-            | AiQuery::Memory { persona } => Some(persona),
+            | AiQuery::Memory { persona }
+            | AiQuery::Adapters { persona } => Some(persona),
             AiQuery::Recall(q) => Some(&q.persona),
             AiQuery::Health
             | AiQuery::ActivityMap

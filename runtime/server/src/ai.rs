@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use mindfleet_core::adapter::{AdapterDir, Verdict};
 use mindfleet_core::ai::AiQuery;
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
@@ -92,6 +93,7 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
             json!({ "recoveries": r })
         }
         AiQuery::Memory { persona } => serde_json::to_value(storage.long_term(persona, 20)?).unwrap_or(Value::Null),
+        AiQuery::Adapters { persona } => adapters(storage, persona),
         AiQuery::Health => serde_json::to_value(health(&dump.personas)).unwrap_or(Value::Null),
         AiQuery::Availability { .. } => {
             let all: Vec<_> = dump.personas.iter().map(availability).collect();
@@ -107,6 +109,42 @@ pub fn answer(q: &AiQuery, dump: &FleetDump, storage: &Storage) -> Result<Value,
         // The admin asks the scheduler for it (`SchedulerMsg::Cost`): nothing to read here.
         AiQuery::Cost { .. } | AiQuery::Recall(_) => Value::Null,
     })
+}
+
+/// `ai adapters`: the persona's training runs, oldest first, each a line of what matters (the
+/// verdict and its reason, the held-out scores before and after) and its whole record; a
+/// record that cannot be read is named in `error`.
+pub fn adapters(storage: &Storage, persona: &str) -> Value {
+    match AdapterDir::new(storage.data_dir()).list(persona) {
+        Err(e) => json!({ "persona": persona, "adapters": [], "error": e }),
+        Ok(records) => {
+            let rows: Vec<Value> = records
+                .iter()
+                .map(|r| {
+                    let reason = match &r.verdict {
+                        Verdict::Kept => None,
+                        Verdict::Discarded(why) => Some(why.clone()),
+                    };
+                    json!({
+                        "id": r.id,
+                        "topic": r.topic,
+                        "kept": r.kept(),
+                        "reason": reason,
+                        "train": r.train_examples,
+                        "held_out": r.held_out,
+                        "steps": r.steps,
+                        "ppl_before": r.before.perplexity,
+                        "ppl_after": r.after.perplexity,
+                        "grade_before": r.before.grade,
+                        "grade_after": r.after.grade,
+                        "trained": rfc3339(r.finished_us),
+                        "record": r,
+                    })
+                })
+                .collect();
+            json!({ "persona": persona, "adapters": rows })
+        }
+    }
 }
 
 /// `ai history`: the room's messages (what its personas took in, and the replies they posted,

@@ -234,6 +234,7 @@ fn ai_query(what: &str, p: AiParams) -> Result<AiQuery, ApiError> {
         "learnings" => AiQuery::Learnings { persona: p.persona },
         "recoveries" => AiQuery::Recoveries { persona: p.persona, limit },
         "memory" => AiQuery::Memory { persona: need(p.persona, "persona")? },
+        "adapters" => AiQuery::Adapters { persona: need(p.persona, "persona")? },
         "health" => AiQuery::Health,
         "availability" => AiQuery::Availability { persona: p.persona },
         "activity-map" => AiQuery::ActivityMap,

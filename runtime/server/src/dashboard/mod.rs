@@ -32,7 +32,7 @@ pub use feed::{Feed, Frames, Published, events};
 pub use fleet::{FleetView, Supervised, fleet_view, render_fleet};
 pub use html::escape;
 pub use page::{CardUpdate, Frame, Update, render_page};
-pub use panel::{List, PAGE, render_list, render_panel};
+pub use panel::{Answers, List, PAGE, render_list, render_panel};
 pub use rooms::{Room, RoomMessage, render_rooms, rooms};
 
 use fleet::{COST_BUCKETS, COST_WINDOW};
@@ -79,8 +79,8 @@ pub async fn page(admin: &ActorRef<AdminMsg>) -> Result<String, String> {
     tokio::task::spawn_blocking(move || render_page(&Frame::of(&d, &cost))).await.map_err(|e| e.to_string())
 }
 
-/// What the panel of `persona` is made of: its dump, its learnings and its recoveries (three
-/// calls to the Admin, one after the other). `Ok(None)`: no such persona.
+/// What the panel of `persona` is made of: its dump, its learnings, recoveries and adapters
+/// (four calls to the Admin, one after the other). `Ok(None)`: no such persona.
 pub async fn panel(admin: &ActorRef<AdminMsg>, persona: String) -> Result<Option<String>, String> {
     let unavailable = |e| format!("admin unavailable: {e}");
     let d = match call_t!(
@@ -98,8 +98,9 @@ pub async fn panel(admin: &ActorRef<AdminMsg>, persona: String) -> Result<Option
         call_t!(admin, AdminMsg::Ai, DUMP_CALL_MS, q).map_err(unavailable)?.map_err(|e| e.to_string())
     };
     let learnings = ask(AiQuery::Learnings { persona: Some(persona.clone()) }).await?;
-    let recoveries = ask(AiQuery::Recoveries { persona: Some(persona), limit: 20 }).await?;
-    Ok(Some(render_panel(&p, &learnings, &recoveries)))
+    let recoveries = ask(AiQuery::Recoveries { persona: Some(persona.clone()), limit: 20 }).await?;
+    let adapters = ask(AiQuery::Adapters { persona }).await?;
+    Ok(Some(render_panel(&p, &Answers { learnings, recoveries, adapters })))
 }
 
 /// Another page of a panel's list: with `handle`, the page in `direction` of the cursor's last

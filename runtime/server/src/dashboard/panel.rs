@@ -138,12 +138,20 @@ pub fn render_list(persona: &str, list: List, handle: Option<&str>, page: &Page<
     )
 }
 
+/// What the admin answered about a persona for its panel, besides its dump.
+#[derive(Debug, Default)]
+pub struct Answers {
+    pub learnings: serde_json::Value,
+    pub recoveries: serde_json::Value,
+    pub adapters: serde_json::Value,
+}
+
 /// The introspection panel of a persona: its thoughts, working memory by domain, plan with the
 /// state of each step and the long-term memory it used (with what each piece changed), decision
-/// journal, learnings and recoveries; working memory and the journal
-/// are paged ([`List`]). `learnings` and
-/// `recoveries` are the answers of `ai learnings` and `ai recoveries` for it.
-pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: &serde_json::Value) -> String {
+/// journal, learnings, recoveries and adapters; working memory and the journal are paged
+/// ([`List`]). `answers` are those of `ai learnings`, `ai recoveries` and `ai adapters` for it.
+pub fn render_panel(p: &PersonaDump, answers: &Answers) -> String {
+    let Answers { learnings, recoveries, adapters } = answers;
     let e = escape;
     let at = |us: i64| mindfleet_core::time::rfc3339(us).get(11..19).unwrap_or_default().to_string();
     let fallback = SelfStateData::default();
@@ -232,11 +240,33 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
             )
         })
         .collect();
+    let adapters = list(adapters, "adapters")
+        .iter()
+        .map(|a| {
+            let number = |k: &str| a[k].as_f64().map_or("?".to_string(), |v| format!("{v:.2}"));
+            let verdict = match a["reason"].as_str() {
+                None => "kept".to_string(),
+                Some(why) => format!("discarded: {}", e(why)),
+            };
+            format!(
+                r#"<span data-kept="{kept}">{id}</span> <small>({topic}) {verdict}; held-out perplexity {pb} &rarr; {pa}, grade {gb} &rarr; {ga}; {n} chats, {steps} steps</small>"#,
+                kept = a["kept"] == true,
+                id = e(a["id"].as_str().unwrap_or("")),
+                topic = e(a["topic"].as_str().unwrap_or("all topics")),
+                pb = number("ppl_before"),
+                pa = number("ppl_after"),
+                gb = number("grade_before"),
+                ga = number("grade_after"),
+                n = a["train"],
+                steps = a["steps"],
+            )
+        })
+        .collect();
     format!(
         concat!(
             r#"<div class="panel" id="panel-{id}" data-persona="{id}"><header><h2>{name}</h2> <span class="role">{role}</span> "#,
             r#"<span class="badge">{status}</span></header>{thoughts}<p class="domains">by domain: {domains}</p>{memory}"#,
-            r#"<section><h3>Plan</h3>{plan}</section>{decisions}{learnings}{recoveries}</div>"#
+            r#"<section><h3>Plan</h3>{plan}</section>{decisions}{learnings}{recoveries}{adapters}</div>"#
         ),
         id = e(&p.name),
         name = e(&p.name),
@@ -249,5 +279,6 @@ pub fn render_panel(p: &PersonaDump, learnings: &serde_json::Value, recoveries: 
         decisions = render_list(&p.name, List::Decisions, None, &List::Decisions.first_page(p)),
         learnings = section("Learnings", "none yet", learnings),
         recoveries = section("Recoveries", "none yet", recoveries),
+        adapters = section("Adapters", "none trained", adapters),
     )
 }

@@ -223,13 +223,25 @@ fn the_panel_shows_the_memory_a_plan_used_and_what_it_changed() {
         memory_used,
     };
     p.plan = Some(record(vec![]));
-    let none = render_panel(&p, &serde_json::Value::Null, &serde_json::Value::Null);
+    let none = render_panel(&p, &Answers::default());
     assert!(none.contains("no long-term memory recalled"), "{none}");
     p.plan = Some(record(vec![
         MemoryUse { kind: MemoryKind::UserProfile, id: "alice".into(), effect: "reply for <an> expert user".into() },
         MemoryUse { kind: MemoryKind::Procedure, id: "chat: post_reply".into(), effect: "no effect: why".into() },
     ]));
-    let html = render_panel(&p, &serde_json::Value::Null, &serde_json::Value::Null);
+    let adapters = serde_json::json!({"adapters": [
+        {"id": "r1", "topic": "routing", "kept": true, "reason": null, "train": 210, "steps": 106,
+         "ppl_before": 9.5, "ppl_after": 6.25, "grade_before": 0.4, "grade_after": 0.45},
+        {"id": "r2", "topic": null, "kept": false, "reason": "held-out grade 0.3 with it, 0.4 without: lower",
+         "train": 12, "steps": 6, "ppl_before": 9.5, "ppl_after": 9.0, "grade_before": 0.4, "grade_after": 0.3},
+    ]});
+    let html = render_panel(&p, &Answers { adapters, ..Answers::default() });
+    assert!(none.contains("none trained"), "{none}");
+    assert!(
+        html.contains(r#"<span data-kept="true">r1</span> <small>(routing) kept; held-out perplexity 9.50 &rarr; 6.25, grade 0.40 &rarr; 0.45; 210 chats, 106 steps</small>"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<span data-kept="false">r2</span> <small>(all topics) discarded: held-out grade 0.3 with it, 0.4 without: lower;"#), "{html}");
     assert!(
         html.contains(
             r#"<li data-kind="user_profile" data-effect="yes"><b>user_profile</b> alice: reply for &lt;an&gt; expert user</li>"#

@@ -204,6 +204,7 @@ const QUERIES: &[&str] = &[
     "learnings",
     "recoveries",
     "memory",
+    "adapters",
     "health",
     "availability",
     "activity-map",
