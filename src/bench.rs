@@ -9,6 +9,7 @@ pub mod dashboard;
 pub mod embed;
 pub mod index;
 pub mod llm;
+pub mod lora;
 pub mod memory_eval;
 pub mod peak;
 pub mod rag_eval;

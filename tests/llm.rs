@@ -606,6 +606,49 @@ mod worker {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_is_answered_with_the_adapter_it_names_and_others_beside_it_without() {
+        use mindfleet_core::llm::AdapterChoice;
+        use mindfleet_models::llm::Adapter;
+        use mindfleet_models::llm::lora::{Example, LoraConfig, Trainer};
+        // An adapter that has learned one answer, a few steps on it.
+        let system = ChatMessage::system("You are a helpful assistant.");
+        let question = ChatMessage::user("Which port does the staging proxy use?");
+        let config = LoraConfig { rank: 4, learning_rate: 4e-3, ..Default::default() };
+        // On the weights the worker serves: the Q8_0 rewrite of the shipped file.
+        let served = mindfleet_models::llm::runnable(&model_path()).unwrap();
+        let mut trainer = Trainer::open(&served, config.clone(), 128, 7).unwrap();
+        let chat = [system.clone(), question.clone(), ChatMessage::assistant("Port 8443, behind the VPN.")];
+        let example = Example::from_chat(super::llm().tokenizer(), &chat).unwrap();
+        let losses: Vec<f32> = (0..5).map(|_| trainer.step(std::slice::from_ref(&example)).unwrap()).collect();
+        assert!(losses[4] < 0.1 * losses[0], "{losses:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("adapter.safetensors");
+        trainer.save(&path).unwrap();
+
+        let w = spawn(args(4), None).await.unwrap();
+        let plain = GenerateRequest::new(vec![system, question], 12);
+        let choice = AdapterChoice { id: "ann/staging".into(), path: path.clone(), alpha: config.alpha };
+        let adapted = GenerateRequest { adapter: Some(choice.clone()), ..plain.clone() };
+        let answers = all_at_once(&w, &[adapted.clone(), plain.clone(), adapted.clone()]).await;
+        let alone = super::llm()
+            .generate_with(&plain, Some(std::sync::Arc::new(Adapter::read(&path, config.alpha).unwrap())), |_| {
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert!(alone.text.contains("8443"), "the adapter answers what it learned: {alone:?}");
+        assert_eq!((&answers[0].text, &answers[2].text), (&alone.text, &alone.text));
+        assert_eq!(answers[1].text, generate(&plain).text, "the request beside them is answered without it");
+        assert_ne!(answers[1].text, alone.text);
+        // An adapter that cannot be read fails its request, naming it, and the worker goes on.
+        let gone = AdapterChoice { path: dir.path().join("gone.safetensors"), ..choice };
+        let req = GenerateRequest { adapter: Some(gone), ..plain.clone() };
+        let e = call!(w, |reply| LlmMsg::Generate { job: job(req, None), reply }).unwrap().unwrap_err();
+        assert!(e.to_string().contains("adapter ann/staging") && e.to_string().contains("gone.safetensors"), "{e}");
+        assert_eq!(all_at_once(&w, &[plain.clone()]).await[0].text, answers[1].text);
+        w.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_the_stream_cancels_the_generation() {
         let w = spawn(args(1), None).await.unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -61,6 +61,16 @@ pub struct TrainJob {
     pub now_us: fn() -> i64,
 }
 
+/// The pause of a run in idle time: it waits while the process's model answers any request
+/// (a person's reply, a persona's plan), looking again every millisecond.
+pub fn while_serving() -> PauseFn {
+    Arc::new(|| {
+        while mindfleet_models::llm::batch::in_flight() > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    })
+}
+
 /// How a held-out answer is graded against the reference chat (0..=1).
 pub type GradeFn<'a> = &'a dyn Fn(&str, &[ChatMessage]) -> f64;
 
@@ -74,11 +84,18 @@ struct Progress {
     train_s: f64,
 }
 
-const PROGRESS: &str = "progress.json";
+/// The run's file of [`Progress`], beside its checkpoint.
+pub const PROGRESS: &str = "progress.json";
+
+/// A finished run: its record (as written) and the adapter it trained, kept or not.
+pub struct Trained {
+    pub record: AdapterRecord,
+    pub adapter: Arc<Adapter>,
+}
 
 /// Trains, judges and stores the adapter of `job`; `llm` (the same model file) writes the
-/// held-out answers that `grade` grades. Returns the record written.
-pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>) -> Result<AdapterRecord, String> {
+/// held-out answers that `grade` grades.
+pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>) -> Result<Trained, String> {
     let opts = &job.options;
     let held = examples(llm, &job.held_out, "held-out")?;
     let examples = examples(llm, &job.train, "training")?;
@@ -120,7 +137,7 @@ pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>
         }
     }
     let adapter = Arc::new(trainer.adapter()?);
-    let after = scores(&trainer, llm, Some(adapter), &held, &job.held_out, grade, opts)?;
+    let after = scores(&trainer, llm, Some(adapter.clone()), &held, &job.held_out, grade, opts)?;
     let verdict = judge(&progress.before, &after, held.len());
     let lora = &opts.lora;
     let record = AdapterRecord {
@@ -151,7 +168,7 @@ pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>
     for f in [checkpoint, progress_file] {
         let _ = std::fs::remove_file(f);
     }
-    Ok(record)
+    Ok(Trained { record, adapter })
 }
 
 fn examples(llm: &Llm, chats: &[Vec<ChatMessage>], what: &str) -> Result<Vec<Example>, String> {

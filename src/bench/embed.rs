@@ -71,7 +71,7 @@ pub(crate) fn per_s(model: &Embedder, texts: &[String], batch: usize) -> anyhow:
     Ok(texts.len() as f64 / t.elapsed().as_secs_f64())
 }
 
-fn peak_rss_mb() -> f64 {
+pub(super) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

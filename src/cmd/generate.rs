@@ -62,7 +62,7 @@ pub async fn run(a: Args) -> ExitCode {
     };
     let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
     messages.push(ChatMessage::user(prompt));
-    let req = GenerateRequest { messages, max_tokens, sampling, stop: Vec::new(), top_logprobs: None };
+    let req = GenerateRequest { sampling, ..GenerateRequest::new(messages, max_tokens) };
     let backend = match openai {
         None => Backend::Local(model),
         Some(url) => {

@@ -37,6 +37,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Spawn
 use super::openai::{OpenAi, OpenAiConfig};
 use crate::scheduler::nearest_rank;
 use mindfleet_core::llm::{Batching, TokenStream};
+use mindfleet_models::llm::adapter::AdapterCache;
 use mindfleet_models::llm::batch::{BatchConfig, BatchStats, Engine, Outcome, Ready, STEP_TOKENS, Work};
 use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
 
@@ -49,6 +50,9 @@ pub struct LlmArgs {
     /// Requests served at once (at least 1): a local model's most requests in one pass.
     pub slots: usize,
 }
+
+/// The bound on the adapters a local model holds for its requests (read again when dropped).
+pub const ADAPTER_BYTES: usize = 64 << 20;
 
 /// The bound on a local model's keys and values by default (`[llm] kv_memory_mb`).
 pub const DEFAULT_KV_BYTES: usize = 512 << 20;
@@ -376,18 +380,19 @@ fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &Ac
     mindfleet_models::lower_model_thread_priority();
     let mut engine: Engine<'_, Asked> = llm.engine(batch);
     let mut waiting: VecDeque<Ready<'_, Asked>> = VecDeque::new();
+    let mut adapters = AdapterCache::new(ADAPTER_BYTES);
     let mut open = true;
     loop {
         // Wait for a request when there is nothing to do; take every request that came.
         if engine.is_empty() && waiting.is_empty() {
             match jobs.recv() {
-                Ok(job) => take(&engine, job, &mut waiting, actor),
+                Ok(job) => take(&engine, &mut adapters, job, &mut waiting, actor),
                 Err(_) => return,
             }
         }
         while open {
             match jobs.try_recv() {
-                Ok(job) => take(&engine, job, &mut waiting, actor),
+                Ok(job) => take(&engine, &mut adapters, job, &mut waiting, actor),
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => open = false,
             }
@@ -408,12 +413,29 @@ fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &Ac
     }
 }
 
-/// Tokenizes a request into the line for the batch; a bad one is answered at once.
-fn take<'a>(engine: &Engine<'a, Asked>, job: Job, waiting: &mut VecDeque<Ready<'a, Asked>>, actor: &ActorRef<LlmMsg>) {
+/// Tokenizes a request into the line for the batch, with the adapter it asks for; a bad one
+/// (or one whose adapter cannot be read) is answered at once.
+fn take<'a>(
+    engine: &Engine<'a, Asked>,
+    adapters: &mut AdapterCache,
+    job: Job,
+    waiting: &mut VecDeque<Ready<'a, Asked>>,
+    actor: &ActorRef<LlmMsg>,
+) {
     let received = Instant::now();
+    let mut adapter = None;
     let (work, asked, on_token): (_, _, mindfleet_models::llm::batch::OnToken<'a>) = match job {
         Job::Generate(GenerateJob { req, purpose, persona, stream }, reply) => {
             let asked = Asked { purpose, persona, received, reply: Reply::Generate(reply) };
+            if let Some(c) = &req.adapter {
+                match adapters.get(&c.path, c.alpha) {
+                    Ok(a) => adapter = Some(a),
+                    Err(e) => {
+                        let e = LlmError::Request(format!("adapter {}: {e}", c.id));
+                        return answer(asked, Outcome::Generated(Err(e)), None, actor);
+                    }
+                }
+            }
             (Work::Generate(req), asked, Box::new(stream_to(stream)))
         }
         Job::Classify(ClassifyJob { messages, labels, purpose, persona }, reply) => (
@@ -423,7 +445,10 @@ fn take<'a>(engine: &Engine<'a, Asked>, job: Job, waiting: &mut VecDeque<Ready<'
         ),
     };
     match engine.prepare(work, asked, on_token) {
-        Ok(ready) => waiting.push_back(ready),
+        Ok(ready) => waiting.push_back(match adapter {
+            Some(a) => ready.with_adapter(a),
+            None => ready,
+        }),
         Err(refused) => {
             let (asked, outcome) = *refused;
             answer(asked, outcome, None, actor)

@@ -91,7 +91,7 @@ fn a_run_trains_judges_and_stores_its_adapter_and_takes_up_its_checkpoint_after_
     assert!(run_dir.join(CHECKPOINT).exists(), "a checkpoint is left");
     assert!(store.list("ann").unwrap().is_empty(), "no record of an unfinished run");
     // ...and a restart takes it up from there to the end.
-    let record = run(&job, &llm, &overlap, None).unwrap();
+    let record = run(&job, &llm, &overlap, None).unwrap().record;
     assert_eq!(record.steps, 6, "2 steps an epoch, 3 epochs");
     assert_eq!(record.losses.len(), 6, "the loss curve has the steps before the crash too");
     assert!(record.losses[5] < record.losses[0], "the loss fell: {:?}", record.losses);

@@ -55,12 +55,31 @@ pub struct GenerateRequest {
     /// alternatives (OpenAI's `top_logprobs`); `None` reports none.
     #[serde(default)]
     pub top_logprobs: Option<usize>,
+    /// A LoRA adapter to answer with (a local model only; an endpoint answers without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<AdapterChoice>,
+}
+
+/// A LoRA adapter a request is answered with: its weights file and alpha, as its record has
+/// them (`mindfleet_core::adapter`), and its id for reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterChoice {
+    pub id: String,
+    pub path: std::path::PathBuf,
+    pub alpha: f64,
 }
 
 impl GenerateRequest {
-    /// Greedy, no stop strings.
+    /// Greedy, no stop strings, no adapter.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
-        GenerateRequest { messages, max_tokens, sampling: Sampling::Greedy, stop: Vec::new(), top_logprobs: None }
+        GenerateRequest {
+            messages,
+            max_tokens,
+            sampling: Sampling::Greedy,
+            stop: Vec::new(),
+            top_logprobs: None,
+            adapter: None,
+        }
     }
 }
 

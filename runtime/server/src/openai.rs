@@ -111,7 +111,7 @@ impl ChatRequest {
             (true, Some(k)) if k <= MAX_TOP_LOGPROBS => Some(k),
             (true, Some(k)) => return Err(format!("`top_logprobs` = {k} is out of range (0..={MAX_TOP_LOGPROBS})")),
         };
-        Ok(GenerateRequest { messages: self.messages.clone(), max_tokens, sampling, stop, top_logprobs })
+        Ok(GenerateRequest { sampling, stop, top_logprobs, ..GenerateRequest::new(self.messages.clone(), max_tokens) })
     }
 }
 

@@ -3,7 +3,8 @@
 //! [`super::lora`], which trains them).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::Device;
 
@@ -147,5 +148,121 @@ impl Adapter {
         }
         let rank = rank.ok_or_else(|| at("no adapter tensors in it".into()))?;
         Adapter::new(rank, (alpha / rank as f64) as f32, layers).map_err(at)
+    }
+}
+
+/// Adapters read from their files and held for the requests that ask for them, the least
+/// recently used dropped when holding another would pass `bound` bytes (one alone is always
+/// held).
+#[derive(Debug)]
+pub struct AdapterCache {
+    bound: usize,
+    held: Vec<Held>,
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    path: PathBuf,
+    alpha_bits: u64,
+    adapter: Arc<Adapter>,
+    used: u64,
+}
+
+impl AdapterCache {
+    pub fn new(bound: usize) -> AdapterCache {
+        AdapterCache { bound, held: Vec::new(), tick: 0 }
+    }
+
+    /// The adapter in `path` served with `alpha`: the one held, else read (see
+    /// [`Adapter::read`]).
+    pub fn get(&mut self, path: &Path, alpha: f64) -> Result<Arc<Adapter>, String> {
+        self.tick += 1;
+        if let Some(h) = self.held.iter_mut().find(|h| h.path == path && h.alpha_bits == alpha.to_bits()) {
+            h.used = self.tick;
+            return Ok(h.adapter.clone());
+        }
+        let adapter = Arc::new(Adapter::read(path, alpha)?);
+        while !self.held.is_empty() && self.bytes() + adapter.bytes() > self.bound {
+            let oldest = (0..self.held.len()).min_by_key(|i| self.held[*i].used).expect("not empty");
+            self.held.swap_remove(oldest);
+        }
+        let held =
+            Held { path: path.to_path_buf(), alpha_bits: alpha.to_bits(), adapter: adapter.clone(), used: self.tick };
+        self.held.push(held);
+        Ok(adapter)
+    }
+
+    /// Bytes of the adapters held.
+    pub fn bytes(&self) -> usize {
+        self.held.iter().map(|h| h.adapter.bytes()).sum()
+    }
+
+    /// Adapters held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Tensor;
+
+    use super::*;
+
+    /// An adapter file of `rank` on layer 0's `q` (576 in and out), every value `v`.
+    fn file(dir: &Path, name: &str, rank: usize, v: f32) -> PathBuf {
+        let path = dir.join(name);
+        let t = |r: usize, c: usize| Tensor::full(v, (r, c), &Device::Cpu).unwrap();
+        let tensors =
+            [("blk.0.attn_q.lora_a".to_string(), t(rank, 576)), ("blk.0.attn_q.lora_b".to_string(), t(576, rank))];
+        candle_core::safetensors::save(&tensors.into_iter().collect(), &path).unwrap();
+        path
+    }
+
+    #[test]
+    fn an_adapter_file_reads_back_as_served_and_a_bad_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Adapter::read(&file(dir.path(), "a.safetensors", 2, 0.5), 4.0).unwrap();
+        assert_eq!(a.bytes(), 4 * 2 * (2 * 576));
+        let (x, mut out) = (vec![1.0f32; 576], vec![0.0f32; 576]);
+        a.add(0, Target::Q, &x, &mut out);
+        // A x: 288 in each of its 2 rows; B (A x): 2 x 0.5 x 288 = 288; times alpha / rank = 2.
+        assert_eq!(out[0], 576.0);
+        a.add(0, Target::V, &x, &mut out);
+        assert_eq!(out[0], 576.0, "no delta on a target it has none for");
+        std::fs::write(dir.path().join("bad.safetensors"), b"not one").unwrap();
+        let e = Adapter::read(&dir.path().join("bad.safetensors"), 4.0).unwrap_err();
+        assert!(e.contains("bad.safetensors"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_holds_adapters_within_its_bound_and_drops_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            file(dir.path(), "a.safetensors", 2, 0.1),
+            file(dir.path(), "b.safetensors", 2, 0.2),
+            file(dir.path(), "c.safetensors", 2, 0.3),
+        );
+        let one = 4 * 2 * (2 * 576);
+        let mut cache = AdapterCache::new(2 * one);
+        let first = cache.get(&a, 16.0).unwrap();
+        assert!(Arc::ptr_eq(&first, &cache.get(&a, 16.0).unwrap()), "held, not read again");
+        cache.get(&b, 16.0).unwrap();
+        cache.get(&a, 16.0).unwrap();
+        cache.get(&c, 16.0).unwrap();
+        assert_eq!((cache.len(), cache.bytes()), (2, 2 * one));
+        // `b` was the least recently used: it went, `a` stayed.
+        assert!(Arc::ptr_eq(&first, &cache.get(&a, 16.0).unwrap()));
+        assert_eq!(cache.len(), 2);
+        // Bigger than the bound alone: held by itself.
+        let mut small = AdapterCache::new(10);
+        small.get(&a, 16.0).unwrap();
+        assert_eq!(small.len(), 1);
+        assert!(small.get(&dir.path().join("gone.safetensors"), 16.0).unwrap_err().contains("gone.safetensors"));
     }
 }

@@ -337,9 +337,10 @@ impl Trainer {
         match self.deltas[l].get(&t) {
             None => Ok(base),
             Some(d) => {
+                // Scaled while it is `rank` wide: one tensor as wide as the output fewer.
                 let scale = self.config.alpha / self.config.rank as f64;
-                let low = x.matmul(&d.a.as_tensor().t()?)?.matmul(&d.b.as_tensor().t()?)?;
-                base + (low * scale)?
+                let low = (x.matmul(&d.a.as_tensor().t()?)? * scale)?.matmul(&d.b.as_tensor().t()?)?;
+                base + low
             }
         }
     }

@@ -1,0 +1,257 @@
+//! `mindfleet bench lora`: a persona studies a public codebase nobody here wrote (Werkzeug
+//! 3.0.6, as `bench rag-eval` fetches it), then an adapter trains on its graded study chats
+//! while the fleet keeps answering, and is judged on held-out chats about other passages.
+//!
+//! 1. Study: one session per topic through `POST /ai/study` (topics: the public names Werkzeug's
+//!    modules define, in an order fixed by their hash) until the training file holds at least
+//!    `train` chats to train on and `held_out` held out ([`hold_out`]: every chat about one
+//!    source passage in [`HOLD_OUT_EVERY`]).
+//! 2. Replies on the idle fleet: `rounds` questions to the persona, each timed to its reply.
+//! 3. Training ([`mindfleet_actors::train::run`], default options) on a thread beside the
+//!    fleet, pausing while the fleet's model answers anything; once its first checkpoint is
+//!    written, `rounds`
+//!    questions again: `reply_busy_ratio` is the median reply while training over the median
+//!    idle one.
+//! 4. The run's held-out scores, before (base model) and after (with the adapter): perplexity of
+//!    the reference answers and the grade of the answers the model writes (the share of the
+//!    reference answer's words it has); generation speed with and without the adapter, taking
+//!    turns.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mindfleet_actors::train::{self, TrainJob, TrainOptions, Trained};
+use mindfleet_core::adapter::AdapterDir;
+use mindfleet_core::config::FleetConfig;
+use mindfleet_core::llm::{ChatMessage, GenerateRequest};
+use mindfleet_models::llm::lora::PauseFn;
+use mindfleet_models::llm::{Adapter, Llm};
+use mindfleet_personas::study::training::{TrainingChat, hold_out, read_training};
+use mindfleet_personas::study::training_file;
+use serde_json::{Value, json};
+
+use super::embed::peak_rss_mb;
+use super::study::{PERSONA, ask, fail, session};
+use super::{percentile, round};
+use crate::client::Client;
+use crate::fleet::Fleet;
+
+/// One source passage in this many is held out.
+pub const HOLD_OUT_EVERY: u64 = 4;
+
+/// The questions asked of the persona, idle and while training.
+const QUESTION: &str = "what does a WSGI middleware do?";
+
+/// Topics from a Python tree: the public names its modules define at their top level (`def`,
+/// `class`), as `werkzeug <name in words>`, each once, in an order fixed by their hash.
+pub fn topics(tree: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![tree.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "py") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                for line in text.lines() {
+                    let rest = line.strip_prefix("def ").or_else(|| line.strip_prefix("class "));
+                    let name: String =
+                        rest.unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if name.len() > 3 && !name.starts_with('_') {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    let mut topics: Vec<(u64, String)> = names
+        .into_iter()
+        .map(|n| {
+            let mut words = String::new();
+            for (i, c) in n.chars().enumerate() {
+                match c {
+                    '_' => words.push(' '),
+                    c if c.is_uppercase() && i > 0 => {
+                        words.push(' ');
+                        words.extend(c.to_lowercase());
+                    }
+                    c => words.extend(c.to_lowercase()),
+                }
+            }
+            let topic = format!("werkzeug {}", words.split_whitespace().collect::<Vec<_>>().join(" "));
+            (mindfleet_core::adapter::fnv1a(topic.as_bytes()), topic)
+        })
+        .collect();
+    topics.sort();
+    topics.into_iter().map(|(_, t)| t).collect()
+}
+
+/// The share of the reference answer's words (3 letters or more) that `answer` has.
+pub fn grade(answer: &str, reference: &[ChatMessage]) -> f64 {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
+    };
+    let (said, want) = (words(answer), words(reference.last().map_or("", |m| m.content.as_str())));
+    if want.is_empty() {
+        return 0.0;
+    }
+    want.iter().filter(|w| said.contains(w)).count() as f64 / want.len() as f64
+}
+
+/// Generated tokens per second over `rounds` answers to one prompt, with `adapter` and without,
+/// taking turns.
+fn gen_speed(llm: &Llm, adapter: &Arc<Adapter>, rounds: usize) -> anyhow::Result<(f64, f64)> {
+    let req = GenerateRequest::new(
+        vec![
+            ChatMessage::system("You are a helpful assistant."),
+            ChatMessage::user("Write a long story about a lighthouse keeper."),
+        ],
+        64,
+    );
+    let (mut with, mut without) = ((0, 0.0), (0, 0.0));
+    for _ in 0..rounds {
+        for (a, acc) in [(Some(adapter.clone()), &mut with), (None, &mut without)] {
+            let g = llm.generate_with(&req, a, |_| std::ops::ControlFlow::Continue(())).map_err(fail)?;
+            acc.0 += g.tokens_out;
+            acc.1 += g.gen_ms / 1000.0;
+        }
+    }
+    Ok((with.0 as f64 / with.1.max(1e-9), without.0 as f64 / without.1.max(1e-9)))
+}
+
+pub async fn lora(
+    tree: &Path,
+    source: &str,
+    model: &Path,
+    train: usize,
+    held: usize,
+    rounds: usize,
+) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let toml = format!(
+        "[fleet]\nname = \"bench-lora\"\n[admin]\naddr = \"127.0.0.1:0\"\n\
+         [[persona]]\nname = \"{PERSONA}\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n"
+    );
+    let mut cfg = FleetConfig::from_toml(Path::new("bench-lora.toml"), &toml).map_err(fail)?;
+    cfg.storage.data_dir = dir.path().to_path_buf();
+    let fleet = Fleet::start(cfg).await?;
+    let api = Client::new(&fleet.addr.to_string(), None);
+    api.rag("index", &json!({ "paths": [tree] })).await.map_err(fail)?;
+
+    // 1. Study until there is enough to train on and to hold out.
+    let file = training_file(dir.path(), PERSONA);
+    let (mut sessions, mut study_s) = (0u64, 0.0);
+    let split = |chats: Vec<TrainingChat>| hold_out(chats, HOLD_OUT_EVERY);
+    let (mut trained_on, mut held_out) = (Vec::new(), Vec::new());
+    for topic in topics(tree) {
+        if trained_on.len() >= train && held_out.len() >= held {
+            break;
+        }
+        api.study(&json!({ "persona": PERSONA, "topic": topic })).await.map_err(fail)?;
+        sessions += 1;
+        let s = session(&fleet, sessions).await?;
+        study_s += (s.finished_us - s.started_us) as f64 / 1e6;
+        (trained_on, held_out) = split(read_training(&file).map_err(fail)?);
+    }
+    anyhow::ensure!(
+        trained_on.len() >= train && held_out.len() >= held,
+        "{sessions} sessions gave {} chats to train on and {} held out, short of {train} and {held}",
+        trained_on.len(),
+        held_out.len()
+    );
+
+    // 2. Replies on the idle fleet.
+    let mut idle_ms = Vec::new();
+    for r in 0..rounds {
+        idle_ms.push(ask(&fleet, format!("@{PERSONA} {QUESTION} ({r})")).await?);
+    }
+
+    // 3. Training beside the fleet, and the same replies meanwhile.
+    let model_path = model.to_path_buf();
+    let job = TrainJob {
+        id: "bench".into(),
+        persona: PERSONA.into(),
+        topic: None,
+        model: model_path.clone(),
+        dir: AdapterDir::new(dir.path()),
+        train: trained_on.iter().map(|c| c.messages.clone()).collect(),
+        held_out: held_out.iter().map(|c| c.messages.clone()).collect(),
+        options: TrainOptions::default(),
+        now_us: mindfleet_core::time::now_us,
+    };
+    // Training is under way once its first checkpoint is written (the base model's scores
+    // are taken before it).
+    let progress = job.dir.run(PERSONA, &job.id).join(train::PROGRESS);
+    // The time it spends waiting for the fleet, in µs.
+    let paused = Arc::new(AtomicU64::new(0));
+    let pause: PauseFn = {
+        let (paused, idle) = (paused.clone(), train::while_serving());
+        Arc::new(move || {
+            let t = Instant::now();
+            idle();
+            paused.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        })
+    };
+    let trainer = std::thread::spawn(move || -> anyhow::Result<(Trained, Llm)> {
+        let llm = Llm::load(&model_path).map_err(fail)?;
+        let trained = train::run(&job, &llm, &grade, Some(pause)).map_err(fail)?;
+        Ok((trained, llm))
+    });
+    while !progress.exists() && !trainer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut busy_ms = Vec::new();
+    for r in 0..rounds {
+        busy_ms.push(ask(&fleet, format!("@{PERSONA} {QUESTION} (busy {r})")).await?);
+    }
+    let still_training = !trainer.is_finished();
+    let (trained, llm) = tokio::task::spawn_blocking(move || trainer.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the training thread panicked"))??;
+    fleet.shutdown(Duration::from_secs(5)).await;
+
+    // 4. Speed with and without the adapter.
+    let (with, without) = gen_speed(&llm, &trained.adapter, 3)?;
+    let r = &trained.record;
+    for v in [&mut idle_ms, &mut busy_ms] {
+        v.sort_by(f64::total_cmp);
+    }
+    let (idle, busy) = (percentile(&idle_ms, 0.5), percentile(&busy_ms, 0.5));
+    Ok(json!({
+        "bench": "lora",
+        "source": source,
+        "model": mindfleet_models::fetch::SMOLLM2.name,
+        "study_sessions": sessions,
+        "study_s": round(study_s, 1),
+        "train_questions": r.train_examples,
+        "heldout_questions": r.held_out,
+        "rank": r.rank,
+        "alpha": r.alpha,
+        "targets": r.targets,
+        "learning_rate": r.learning_rate,
+        "steps": r.steps,
+        "loss_first": r.losses.first(),
+        "loss_last": r.losses.last(),
+        "train_s": round(r.train_s, 1),
+        "train_paused_s": round(paused.load(Ordering::Relaxed) as f64 / 1e6, 1),
+        "ppl_before": round(r.before.perplexity, 3),
+        "ppl_after": round(r.after.perplexity, 3),
+        "ppl_ratio": round(r.after.perplexity / r.before.perplexity, 3),
+        "grade_before": round(r.before.grade, 3),
+        "grade_after": round(r.after.grade, 3),
+        "verdict": r.verdict,
+        "gen_tok_s_with_adapter": round(with, 1),
+        "gen_tok_s_without": round(without, 1),
+        "reply_idle_p50_ms": round(idle, 0),
+        "reply_training_p50_ms": round(busy, 0),
+        "reply_busy_ratio": round(busy / idle.max(1.0), 2),
+        "replies_all_during_training": still_training,
+        "peak_rss_mb": round(peak_rss_mb(), 0),
+    }))
+}
