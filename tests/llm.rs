@@ -644,7 +644,7 @@ mod worker {
         let req = GenerateRequest { adapter: Some(gone), ..plain.clone() };
         let e = call!(w, |reply| LlmMsg::Generate { job: job(req, None), reply }).unwrap().unwrap_err();
         assert!(e.to_string().contains("adapter ann/staging") && e.to_string().contains("gone.safetensors"), "{e}");
-        assert_eq!(all_at_once(&w, &[plain.clone()]).await[0].text, answers[1].text);
+        assert_eq!(all_at_once(&w, std::slice::from_ref(&plain)).await[0].text, answers[1].text);
         w.stop_and_wait(None, None).await.unwrap();
     }
 

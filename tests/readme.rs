@@ -30,6 +30,10 @@ const SKIPPED: &[(&str, &str)] = &[
         "a benchmark of minutes: two fleets of eight personas on the local model (docs/BENCHMARKS.md has its figures)",
     ),
     (
+        "bench lora",
+        "a benchmark of tens of minutes: study sessions, then training (docs/BENCHMARKS.md has its figures)",
+    ),
+    (
         "bench memory-eval",
         "needs LoCoMo conversations, which are not in the repository (its own test runs it on one it writes)",
     ),
@@ -50,6 +54,7 @@ const SAYS: &[(&str, &str)] = &[
     ("ai health --format table", "recommendation"),
     ("ai why", "\"decisions\""),
     ("ai history", "\"messages\""),
+    ("ai adapters", "\"adapters\""),
     ("ai availability --format table", "condition"),
     ("ai activity-map --format table", "general"),
     ("ai select-for-task", "\"best\": \"reviewer\""),

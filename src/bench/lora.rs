@@ -2,8 +2,8 @@
 //! 3.0.6, as `bench rag-eval` fetches it), then an adapter trains on its graded study chats
 //! while the fleet keeps answering, and is judged on held-out chats about other passages.
 //!
-//! 1. Study: one session per topic through `POST /ai/study` (topics: the public names Werkzeug's
-//!    modules define, in an order fixed by their hash) until the training file holds at least
+//! 1. Study: one session per topic through `POST /ai/study` (topics: the public names Werkzeug
+//!    defines, in an order fixed by their hash) until the training file holds at least
 //!    `train` chats to train on and `held_out` held out ([`hold_out`]: every chat about one
 //!    source passage in [`HOLD_OUT_EVERY`]).
 //! 2. Replies on the idle fleet: `rounds` questions to the persona, each timed to its reply.
@@ -44,8 +44,8 @@ pub const HOLD_OUT_EVERY: u64 = 4;
 /// The questions asked of the persona, idle and while training.
 const QUESTION: &str = "what does a WSGI middleware do?";
 
-/// Topics from a Python tree: the public names its modules define at their top level (`def`,
-/// `class`), as `werkzeug <name in words>`, each once, in an order fixed by their hash.
+/// Topics from a Python tree: the public names it defines (`def`, `class`, methods too), as
+/// `werkzeug <name in words>`, each once, in an order fixed by their hash.
 pub fn topics(tree: &Path) -> Vec<String> {
     let mut names = Vec::new();
     let mut stack = vec![tree.to_path_buf()];
@@ -58,6 +58,7 @@ pub fn topics(tree: &Path) -> Vec<String> {
             } else if p.extension().is_some_and(|x| x == "py") {
                 let text = std::fs::read_to_string(&p).unwrap_or_default();
                 for line in text.lines() {
+                    let line = line.trim_start();
                     let rest = line.strip_prefix("def ").or_else(|| line.strip_prefix("class "));
                     let name: String =
                         rest.unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
