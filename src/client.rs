@@ -117,6 +117,11 @@ impl Client {
         self.send(self.http.post(format!("{}/ai/study", self.base)).json(body)).await
     }
 
+    /// `POST /ai/train`.
+    pub async fn train(&self, body: &Value) -> Result<Value, ClientError> {
+        self.send(self.http.post(format!("{}/ai/train", self.base)).json(body)).await
+    }
+
     /// `POST /ai/embedding/generate`.
     pub async fn embed(&self, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/ai/embedding/generate", self.base)).json(body)).await

@@ -18,6 +18,8 @@ use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_actors::train::TrainOptions;
+use mindfleet_actors::trainer::{ChatsFn, TrainerArgs};
 use mindfleet_core::cluster::RoomRouter;
 use mindfleet_core::cluster::Serving;
 use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, Observer, PersonaConfig};
@@ -194,6 +196,19 @@ impl Actor for FleetSupervisor {
             Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
             None => None,
         };
+        let trainer = match llm_args(&args.config).map(|a| a.backend) {
+            Some(BackendArgs::Local { model, .. }) if llm.is_some() => {
+                let data_dir = args.config.storage.data_dir.clone();
+                let a = TrainerArgs {
+                    model,
+                    data_dir: data_dir.clone(),
+                    options: TrainOptions::default(),
+                    chats: study_chats(data_dir),
+                };
+                Some(mindfleet_actors::trainer::spawn(a, Some(me.clone())).await?)
+            }
+            _ => None,
+        };
         let index = match serving(&args, args.config.cluster.index.as_ref()) {
             // Another node keeps the codebase index for this one.
             Some(remote) => Actor::spawn_linked(None, RemoteIndex, remote, me.clone()).await?.0,
@@ -229,6 +244,7 @@ impl Actor for FleetSupervisor {
             coordinator: coordinator.clone(),
             embedding: embedding.clone(),
             llm: llm.clone(),
+            trainer,
             index: index.clone(),
             conversation: conversation.clone(),
             addr: args.admin_addr,
@@ -354,6 +370,19 @@ impl Actor for FleetSupervisor {
         st.start_persona(i, &myself.get_cell(), Some(error), true).await;
         Ok(())
     }
+}
+
+/// A persona's study chats for the trainer (about `topic`, else all), split by source passage
+/// into those to train on and those held out.
+fn study_chats(data_dir: std::path::PathBuf) -> ChatsFn {
+    use mindfleet_personas::study::training::{HOLD_OUT_EVERY, hold_out, read_training};
+    Arc::new(move |persona: &str, topic: Option<&str>| {
+        let file = mindfleet_personas::study::training_file(&data_dir, persona);
+        let chats = read_training(&file)?.into_iter().filter(|c| topic.is_none_or(|t| c.topic == t)).collect();
+        let (train, held) = hold_out(chats, HOLD_OUT_EVERY);
+        let messages = |v: Vec<mindfleet_personas::study::training::TrainingChat>| v.into_iter().map(|c| c.messages).collect();
+        Ok((messages(train), messages(held)))
+    })
 }
 
 /// The node that serves this one (`[cluster] embedding` or `index`), when it is another node.

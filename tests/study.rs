@@ -158,3 +158,119 @@ async fn a_question_the_index_cannot_answer_is_a_gap_studied_when_idle() {
     assert!(d.gaps.is_empty() && d.running.is_none(), "{d:?}");
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+/// The study chats of `helper` in its training file: twelve facts about made-up services, each
+/// from a passage of its own.
+fn study_chats(data_dir: &std::path::Path) {
+    use mindfleet_core::model::{StudyAnswer, StudySession};
+    let facts = [
+        ("Which port does the Quillfeather proxy listen on?", "Port 8443."),
+        ("Who owns the Quillfeather billing service?", "The ledger team."),
+        ("What does Quillfeather retry on?", "Timeouts only."),
+        ("Where are Quillfeather's secrets kept?", "In the vault."),
+        ("How often does Quillfeather rotate its keys?", "Every 30 days."),
+        ("Which database does Quillfeather use?", "Postgres 16."),
+        ("What is Quillfeather's deploy window?", "Tuesdays at noon."),
+        ("Who is on call for Quillfeather?", "The platform team."),
+        ("What language is Quillfeather written in?", "Rust."),
+        ("How many replicas does Quillfeather run?", "Three."),
+        ("What does Quillfeather log to?", "Loki."),
+        ("Which queue does Quillfeather read from?", "The orders queue."),
+    ];
+    let answers = facts
+        .iter()
+        .enumerate()
+        .map(|(i, (q, a))| StudyAnswer {
+            question: q.to_string(),
+            answer: a.to_string(),
+            source: format!("docs/quillfeather-{i}.md:1-9"),
+            cited: vec![format!("docs/quillfeather-{i}.md:1-9")],
+            grade: 1.0,
+            by: "model".into(),
+        })
+        .collect();
+    let session = StudySession {
+        topic: "quillfeather".into(),
+        why: "test".into(),
+        started_us: 1,
+        finished_us: 2,
+        answers,
+        score: 1.0,
+        outcome: "studied".into(),
+        tokens: 0,
+    };
+    let file = mindfleet_personas::study::training_file(data_dir, "helper");
+    mindfleet_personas::study::append_training(&file, "helper", "assistant", &session).unwrap();
+}
+
+/// `helper`'s training runs, once one with `id` is there.
+async fn adapters_once(api: &Client, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let a = api.ai("adapters", &[("persona", "helper".into())]).await.unwrap();
+        if a["adapters"].as_array().unwrap().iter().any(|r| r["id"] == id) {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no run {id} after 5 minutes: {a}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adapter_trains_on_the_study_chats_by_hand_and_a_run_a_stop_left_is_taken_up() {
+    use mindfleet_core::adapter::{AdapterRecord, Verdict, judge};
+    let dir = tempfile::tempdir().unwrap();
+    study_chats(dir.path());
+    // A run a stop left: begun, not finished.
+    let earlier = dir.path().join("adapters/helper/earlier-1");
+    std::fs::create_dir_all(&earlier).unwrap();
+    std::fs::write(earlier.join("job.json"), r#"{"persona": "helper", "topic": null}"#).unwrap();
+    let toml = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n";
+    let mut cfg = config(dir.path(), &fleet_toml(toml));
+    cfg.models.dir = pulled();
+    let fleet = Fleet::start(cfg).await.unwrap();
+    let api = Client::new(&fleet.addr.to_string(), None);
+
+    // What cannot be trained is refused, saying why.
+    let refused = |body: Value| {
+        let api = &api;
+        async move {
+            match api.train(&body).await {
+                Err(ClientError::Status { message, .. }) => message,
+                r => panic!("{body}: {r:?}"),
+            }
+        }
+    };
+    assert!(refused(json!({"persona": "nobody"})).await.contains("\"nobody\""));
+    let m = refused(json!({"persona": "helper", "topic": "cookies"})).await;
+    assert!(m.contains("no study chats about \"cookies\""), "{m}");
+    // The run the stop left is taken up at start, so a second one waits its turn... refused.
+    let m = refused(json!({"persona": "helper"})).await;
+    assert!(m.contains("already has a training run"), "{m}");
+
+    let check = |a: &Value, id: &str| -> AdapterRecord {
+        let row = a["adapters"].as_array().unwrap().iter().find(|r| r["id"] == id).unwrap().clone();
+        let r: AdapterRecord = serde_json::from_value(row["record"].clone()).unwrap();
+        assert_eq!(r.train_examples + r.held_out, 12, "{r:?}");
+        assert!(r.held_out > 0 && r.train_examples > 0, "{r:?}");
+        assert_eq!(r.steps, 2 * r.train_examples.div_ceil(8), "two epochs of eight chats a step: {r:?}");
+        // The verdict follows the held-out scores; the weights are kept only with it.
+        assert_eq!(r.verdict, judge(&r.before, &r.after, r.held_out));
+        assert_eq!(row["kept"], (r.verdict == Verdict::Kept));
+        let weights = dir.path().join("adapters/helper").join(id).join("adapter.safetensors");
+        assert_eq!(weights.exists(), r.kept(), "{r:?}");
+        r
+    };
+    let a = adapters_once(&api, "earlier-1").await;
+    let first = check(&a, "earlier-1");
+    assert!(!earlier.join("job.json").exists(), "a finished run is not taken up again");
+
+    // By hand, once the trainer is free.
+    let queued = api.train(&json!({"persona": "helper"})).await.unwrap();
+    let id = queued["run"].as_str().unwrap().to_string();
+    assert!(id.starts_with("all-"), "{queued}");
+    let second = check(&adapters_once(&api, &id).await, &id);
+    // The same chats, the same seed: the same training.
+    assert_eq!((first.losses, first.data_hash), (second.losses, second.data_hash));
+    fleet.shutdown(Duration::from_secs(5)).await;
+}

@@ -22,3 +22,4 @@ pub mod scheduler;
 #[cfg(test)]
 mod testing;
 pub mod train;
+pub mod trainer;

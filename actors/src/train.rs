@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, Scores, WEIGHTS, judge};
+use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, JOB, Scores, WEIGHTS, judge};
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
 use mindfleet_models::llm::lora::{Example, LoraConfig, PauseFn, Trainer};
 use mindfleet_models::llm::{Adapter, Llm};
@@ -74,6 +74,36 @@ pub fn while_serving() -> PauseFn {
 /// How a held-out answer is graded against the reference chat (0..=1).
 pub type GradeFn<'a> = &'a dyn Fn(&str, &[ChatMessage]) -> f64;
 
+/// The grade of an answer against the reference chat's answer: the share of the reference's
+/// words (3 letters or more, any case) that the answer has. Lexical: it ranks answers by how
+/// much of the reference they say, it does not prove them right.
+pub fn reference_grade(answer: &str, reference: &[ChatMessage]) -> f64 {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
+    };
+    let (said, want) = (words(answer), words(reference.last().map_or("", |m| m.content.as_str())));
+    if want.is_empty() {
+        return 0.0;
+    }
+    want.iter().filter(|w| said.contains(w)).count() as f64 / want.len() as f64
+}
+
+/// What a run trains on, written when it begins (`job.json`): a restart takes it up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Begun {
+    pub persona: String,
+    pub topic: Option<String>,
+}
+
+impl Begun {
+    /// The `job.json` of run `id` of `persona`.
+    pub fn read(dir: &AdapterDir, persona: &str, id: &str) -> Result<Begun, String> {
+        let file = dir.run(persona, id).join(JOB);
+        let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}:{}:{}: {e}", file.display(), e.line(), e.column()))
+    }
+}
+
 /// What a run keeps between checkpoints besides the trainer's state: the base model's scores
 /// (taken once, before any step) and the loss curve so far.
 #[derive(Serialize, Deserialize)]
@@ -109,6 +139,7 @@ pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>
     }
     let dir = job.dir.run(&job.persona, &job.id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write_json(&dir.join(JOB), &Begun { persona: job.persona.clone(), topic: job.topic.clone() })?;
     let (checkpoint, progress_file) = (dir.join(CHECKPOINT), dir.join(PROGRESS));
     let mut progress = match std::fs::read(&progress_file) {
         Ok(bytes) if checkpoint.exists() => {
@@ -165,7 +196,7 @@ pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>
         trainer.save(&dir.join(WEIGHTS))?;
     }
     job.dir.write(&record).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for f in [checkpoint, progress_file] {
+    for f in [checkpoint, progress_file, dir.join(JOB)] {
         let _ = std::fs::remove_file(f);
     }
     Ok(Trained { record, adapter })

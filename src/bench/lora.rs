@@ -3,7 +3,7 @@
 //! while the fleet keeps answering, and is judged on held-out chats about other passages.
 //!
 //! 1. Study: one session per topic through `POST /ai/study` (topics: the public names Werkzeug
-//!    defines, in an order fixed by their hash) until the training file holds at least
+//!    defines, each with its file, in an order fixed by their hash) until the training file holds at least
 //!    `train` chats to train on and `held_out` held out ([`hold_out`]: every chat about one
 //!    source passage in [`HOLD_OUT_EVERY`]).
 //! 2. Replies on the idle fleet: `rounds` questions to the persona, each timed to its reply.
@@ -13,9 +13,9 @@
 //!    questions again: `reply_busy_ratio` is the median reply while training over the median
 //!    idle one.
 //! 4. The run's held-out scores, before (base model) and after (with the adapter): perplexity of
-//!    the reference answers and the grade of the answers the model writes (the share of the
-//!    reference answer's words it has); generation speed with and without the adapter, taking
-//!    turns.
+//!    the reference answers and the grade of the answers the model writes
+//!    ([`train::reference_grade`]: the share of the reference answer's words it has);
+//!    generation speed with and without the adapter, taking turns.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
 use mindfleet_models::llm::lora::PauseFn;
 use mindfleet_models::llm::{Adapter, Llm};
-use mindfleet_personas::study::training::{TrainingChat, hold_out, read_training};
+use mindfleet_personas::study::training::{HOLD_OUT_EVERY, TrainingChat, hold_out, read_training};
 use mindfleet_personas::study::training_file;
 use serde_json::{Value, json};
 
@@ -38,16 +38,14 @@ use super::{percentile, round};
 use crate::client::Client;
 use crate::fleet::Fleet;
 
-/// One source passage in this many is held out.
-pub const HOLD_OUT_EVERY: u64 = 4;
-
 /// The questions asked of the persona, idle and while training.
 const QUESTION: &str = "what does a WSGI middleware do?";
 
-/// Topics from a Python tree: the public names it defines (`def`, `class`, methods too), as
-/// `werkzeug <name in words>`, each once, in an order fixed by their hash.
+/// Topics from a Python tree: each public name it defines (`def`, `class`, methods too) with
+/// the file that defines it (`bind_to_environ (routing/map.py)`), each once, in an order fixed
+/// by their hash.
 pub fn topics(tree: &Path) -> Vec<String> {
-    let mut names = Vec::new();
+    let mut topics = Vec::new();
     let mut stack = vec![tree.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -56,6 +54,8 @@ pub fn topics(tree: &Path) -> Vec<String> {
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "py") {
+                let file = p.strip_prefix(tree).unwrap_or(&p).to_string_lossy().replace('\\', "/");
+                let file = file.strip_prefix("werkzeug/").unwrap_or(&file).to_string();
                 let text = std::fs::read_to_string(&p).unwrap_or_default();
                 for line in text.lines() {
                     let line = line.trim_start();
@@ -63,46 +63,18 @@ pub fn topics(tree: &Path) -> Vec<String> {
                     let name: String =
                         rest.unwrap_or("").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
                     if name.len() > 3 && !name.starts_with('_') {
-                        names.push(name);
+                        topics.push(format!("{name} ({file})"));
                     }
                 }
             }
         }
     }
-    names.sort();
-    names.dedup();
-    let mut topics: Vec<(u64, String)> = names
-        .into_iter()
-        .map(|n| {
-            let mut words = String::new();
-            for (i, c) in n.chars().enumerate() {
-                match c {
-                    '_' => words.push(' '),
-                    c if c.is_uppercase() && i > 0 => {
-                        words.push(' ');
-                        words.extend(c.to_lowercase());
-                    }
-                    c => words.extend(c.to_lowercase()),
-                }
-            }
-            let topic = format!("werkzeug {}", words.split_whitespace().collect::<Vec<_>>().join(" "));
-            (mindfleet_core::adapter::fnv1a(topic.as_bytes()), topic)
-        })
-        .collect();
     topics.sort();
-    topics.into_iter().map(|(_, t)| t).collect()
-}
-
-/// The share of the reference answer's words (3 letters or more) that `answer` has.
-pub fn grade(answer: &str, reference: &[ChatMessage]) -> f64 {
-    let words = |t: &str| -> Vec<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
-    };
-    let (said, want) = (words(answer), words(reference.last().map_or("", |m| m.content.as_str())));
-    if want.is_empty() {
-        return 0.0;
-    }
-    want.iter().filter(|w| said.contains(w)).count() as f64 / want.len() as f64
+    topics.dedup();
+    let mut hashed: Vec<(u64, String)> =
+        topics.into_iter().map(|t| (mindfleet_core::adapter::fnv1a(t.as_bytes()), t)).collect();
+    hashed.sort();
+    hashed.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Generated tokens per second over `rounds` answers to one prompt, with `adapter` and without,
@@ -159,6 +131,14 @@ pub async fn lora(
         let s = session(&fleet, sessions).await?;
         study_s += (s.finished_us - s.started_us) as f64 / 1e6;
         (trained_on, held_out) = split(read_training(&file).map_err(fail)?);
+        let passed = s.answers.iter().filter(|a| a.passed()).count();
+        eprintln!(
+            "mindfleet: session {sessions} ({topic}): {}, {passed} of {} answers kept; {} chats to train on, {} held out",
+            s.outcome,
+            s.answers.len(),
+            trained_on.len(),
+            held_out.len()
+        );
     }
     anyhow::ensure!(
         trained_on.len() >= train && held_out.len() >= held,
@@ -201,7 +181,7 @@ pub async fn lora(
     };
     let trainer = std::thread::spawn(move || -> anyhow::Result<(Trained, Llm)> {
         let llm = Llm::load(&model_path).map_err(fail)?;
-        let trained = train::run(&job, &llm, &grade, Some(pause)).map_err(fail)?;
+        let trained = train::run(&job, &llm, &train::reference_grade, Some(pause)).map_err(fail)?;
         Ok((trained, llm))
     });
     while !progress.exists() && !trainer.is_finished() {

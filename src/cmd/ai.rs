@@ -89,6 +89,14 @@ enum AiCmd {
         #[arg(long)]
         persona: Option<String>,
     },
+    /// Train a LoRA adapter on the persona's study chats (about TOPIC, else all) in the model's
+    /// idle time; held-out chats judge it, and it is kept only when it beats the base model.
+    Train {
+        #[arg(long)]
+        persona: String,
+        #[arg(long)]
+        topic: Option<String>,
+    },
     /// Have a persona study a topic in idle time: search the index, quiz itself on what it
     /// finds, grade the answers, keep learnings and training data. Without --topic, the
     /// knowledge gap it noted first.
@@ -262,6 +270,7 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
             client.ai("learnings", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
         AiCmd::Study { persona, topic } => client.study(&serde_json::json!({"persona": persona, "topic": topic})).await,
+        AiCmd::Train { persona, topic } => client.train(&serde_json::json!({"persona": persona, "topic": topic})).await,
         AiCmd::Recoveries { persona } => {
             client.ai("recoveries", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }

@@ -53,6 +53,9 @@ pub fn read_training(file: &Path) -> Result<Vec<TrainingChat>, String> {
     Ok(chats)
 }
 
+/// One source passage in this many is held out of a persona's training (see [`hold_out`]).
+pub const HOLD_OUT_EVERY: u64 = 4;
+
 /// Splits chats into those to train on and those held out: every chat about a held-out source
 /// passage is held out, about one passage in `every`. Which passages are held out depends on
 /// the passage alone (a hash of its name), so a chat stays on its side as the data grows, and

@@ -1,13 +1,15 @@
 //! Adapters as memory: what a LoRA adapter trained on a persona's study data is, how it was
 //! judged, and where it lives.
 //!
-//! Each training run has a directory `<data>/adapters/<persona>/<id>/`: `train.checkpoint` while
-//! it trains (a restart takes it up), then `record.json` ([`AdapterRecord`]: provenance, loss
+//! Each training run has a directory `<data>/adapters/<persona>/<id>/`: `job.json` (what it
+//! trains on) from its start, `train.checkpoint` while it trains (a restart takes it up), then `record.json` ([`AdapterRecord`]: provenance, loss
 //! curve, held-out scores and the verdict) and, when the adapter was kept, `adapter.safetensors`.
 //! A discarded adapter leaves its record, with the reason, and no weights.
 
 use std::path::{Path, PathBuf};
 
+use ractor::RpcReplyPort;
+use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
 /// How well a model answers the held-out questions: the perplexity of their reference answers
@@ -92,6 +94,7 @@ pub struct AdapterDir {
 }
 
 /// A training run's files.
+pub const JOB: &str = "job.json";
 pub const RECORD: &str = "record.json";
 pub const WEIGHTS: &str = "adapter.safetensors";
 pub const CHECKPOINT: &str = "train.checkpoint";
@@ -140,6 +143,27 @@ impl AdapterDir {
         Ok(out)
     }
 
+    /// Runs begun and not finished (a `job.json`, no record), as `(persona, id)`: a restart
+    /// takes them up.
+    pub fn unfinished(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let names = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|e| e.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default()
+        };
+        for persona in names(&self.root) {
+            for id in names(&self.root.join(&persona)) {
+                let run = self.run(&persona, &id);
+                if run.join(JOB).exists() && !run.join(RECORD).exists() {
+                    out.push((persona.clone(), id));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     /// The newest kept adapter of `persona` for `topic` (any topic when `None`): its record and
     /// weights file.
     pub fn best(&self, persona: &str, topic: Option<&str>) -> Result<Option<(AdapterRecord, PathBuf)>, String> {
@@ -153,6 +177,30 @@ impl AdapterDir {
                 (r, file)
             }))
     }
+}
+
+/// What the trainer (crate `mindfleet-actors`, one per fleet with a local model) is asked.
+#[derive(Debug, RactorMessage)]
+pub enum TrainerMsg {
+    /// Train an adapter for `persona` on its study chats (those about `topic`, else all) in
+    /// idle time; answers with the run's id once it is queued, or why it cannot be.
+    Train { persona: String, topic: Option<String>, reply: RpcReplyPort<Result<String, String>> },
+    /// The run under way and the runs waiting.
+    Status(RpcReplyPort<TrainerStatus>),
+    /// From the trainer's own thread: a type private to its crate.
+    Own(crate::private::Private),
+}
+
+/// What the trainer is doing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainerStatus {
+    /// `persona/id` of the run under way.
+    pub running: Option<String>,
+    pub waiting: Vec<String>,
+    /// Runs finished since the fleet started, and how the last one ended (its verdict, or the
+    /// error that stopped it).
+    pub finished: u64,
+    pub last: Option<String>,
 }
 
 /// FNV-1a, 64 bits: a hash that is the same on every machine and in every version (of training

@@ -338,6 +338,13 @@ pub enum AdminMsg {
         topic: Option<String>,
         reply: RpcReplyPort<Result<String, InjectError>>,
     },
+    /// Train an adapter on a persona's study chats (about `topic`, else all) in idle time
+    /// (`mindfleet ai train`); answers with the run's id once it is queued.
+    Train {
+        persona: String,
+        topic: Option<String>,
+        reply: RpcReplyPort<Result<String, InjectError>>,
+    },
     /// Change a persona's self-state by hand (`mindfleet ai state update`).
     SetState {
         persona: String,

@@ -21,6 +21,7 @@
 //! | `POST /cluster/move`, `POST /cluster/drain` | a fleet across nodes: move `{"persona", "to"?}` (or every persona of this node, `{"to"?}`) with its state to another node; `{"moved": [...]}` once stored there |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task`, `recall` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `room`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
 //! | `POST /ai/study` | `{"persona", "topic"?}`: the persona studies the topic (else the knowledge gap it noted first) in idle time; answers `{"persona", "topic", "queued": true}` |
+//! | `POST /ai/train` | `{"persona", "topic"?}`: an adapter trains on the persona's study chats (about the topic, else all) in the model's idle time; answers `{"persona", "topic", "run", "queued": true}` |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}} \| "clear_focus"}` |
 //! | `GET /ai/thoughts?page_size=N`, `GET /ai/decisions?page_size=N` | the list under a cursor: `{"handle", "offset", "entries", "total_count", "has_more", "has_previous"}`, paged with `POST /rag/fetch` |
 //! | `POST /rag/{command}` | the codebase index ([`mindfleet_core::knowledge`]): `index`, `search`, `query`, `open`, `fetch`, `close`, `create`, `ask`, each with the JSON body of its request |
@@ -153,6 +154,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/ai/state", get(get_ai_state).post(post_state))
         .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/study", post(post_study))
+        .route("/ai/train", post(post_train))
         .route("/ai/{query}", get(get_ai))
         .route("/rag/{command}", post(post_rag))
         .route("/v1/chat/completions", post(post_chat))
@@ -377,6 +379,13 @@ async fn post_study(State(st): State<HttpState>, JsonBody(b): JsonBody<StudyBody
     let asked = persona.clone();
     let topic = answer("admin", call_t!(st.admin, |reply| AdminMsg::Study { persona, topic, reply }, ADMIN_CALL_MS))?;
     Ok(Json(json!({"persona": asked, "topic": topic, "queued": true})))
+}
+
+async fn post_train(State(st): State<HttpState>, JsonBody(b): JsonBody<StudyBody>) -> Answer {
+    let StudyBody { persona, topic } = b;
+    let (asked, about) = (persona.clone(), topic.clone());
+    let run = answer("admin", call_t!(st.admin, |reply| AdminMsg::Train { persona, topic, reply }, ADMIN_CALL_MS))?;
+    Ok(Json(json!({"persona": asked, "topic": about, "run": run, "queued": true})))
 }
 
 #[derive(Deserialize)]

@@ -6,6 +6,7 @@ use ractor::{RpcReplyPort, call_t};
 use std::sync::Arc;
 use std::time::Duration;
 
+use mindfleet_core::adapter::TrainerMsg;
 use mindfleet_core::ai::AiQuery;
 use mindfleet_core::cluster::{Ask, ClusterView};
 use mindfleet_core::dump::FleetDump;
@@ -236,6 +237,37 @@ impl AdminState {
                 Ok(Ok(topic)) => Ok(topic),
                 Ok(Err(why)) => Err(InjectError::Invalid(why)),
                 Err(e) => Err(InjectError::NotFound(format!("persona {persona:?} did not answer: {e}"))),
+            };
+            let _ = reply.send(r);
+        });
+    }
+
+    /// Has the trainer train an adapter on `persona`'s study chats (about `topic`, else all).
+    pub(super) fn train(
+        &self,
+        persona: String,
+        topic: Option<String>,
+        reply: RpcReplyPort<Result<String, InjectError>>,
+    ) {
+        if let Some((_, node)) = self.elsewhere(&persona) {
+            let why = format!("persona {persona:?} runs on node {node:?}: ask that node's admin to train it");
+            let _ = reply.send(Err(InjectError::Invalid(why)));
+            return;
+        }
+        if !self.personas.contains_key(persona.as_str()) {
+            let _ = reply.send(Err(InjectError::NotFound(format!("unknown persona {persona:?}"))));
+            return;
+        }
+        let Some(trainer) = self.trainer.clone() else {
+            let why = "this fleet has no local model to train adapters for ([llm] is an endpoint, or no persona uses the model)";
+            let _ = reply.send(Err(InjectError::Unavailable(why.into())));
+            return;
+        };
+        tokio::spawn(async move {
+            let r = match call_t!(trainer, |r| TrainerMsg::Train { persona, topic, reply: r }, DUMP_CALL_MS) {
+                Ok(Ok(id)) => Ok(id),
+                Ok(Err(why)) => Err(InjectError::Invalid(why)),
+                Err(e) => Err(InjectError::Unavailable(format!("the trainer did not answer: {e}"))),
             };
             let _ = reply.send(r);
         });

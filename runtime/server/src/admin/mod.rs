@@ -21,6 +21,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use mindfleet_core::adapter::TrainerMsg;
 use mindfleet_core::cluster::{ClusterView, RoomRouter};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::embedding::EmbedMsg;
@@ -53,6 +54,8 @@ pub struct AdminArgs {
     pub embedding: ActorRef<EmbedMsg>,
     /// The LLM worker, when a persona's brain uses it.
     pub llm: Option<ActorRef<LlmMsg>>,
+    /// The trainer of adapters, with a local model.
+    pub trainer: Option<ActorRef<TrainerMsg>>,
     pub index: ActorRef<IndexMsg>,
     /// The conversation index (`[conversation]` on), for `ai recall`.
     pub conversation: Option<ActorRef<IndexMsg>>,
@@ -106,6 +109,7 @@ pub struct AdminState {
     coordinator: ActorRef<CoordinatorMsg>,
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
+    trainer: Option<ActorRef<TrainerMsg>>,
     index: ActorRef<IndexMsg>,
     conversation: Option<ActorRef<IndexMsg>>,
     addr: String,
@@ -169,6 +173,7 @@ impl Actor for Admin {
             coordinator: args.coordinator,
             embedding: args.embedding,
             llm: args.llm,
+            trainer: args.trainer,
             index: args.index,
             conversation: args.conversation,
             addr: args.addr,
@@ -217,6 +222,7 @@ impl Actor for Admin {
             AdminMsg::Ai(query, reply) | AdminMsg::NodeAi(query, reply) => st.ai_here(query, reply),
             AdminMsg::Embed { text, long, reply } => st.embed(text, long, reply),
             AdminMsg::Study { persona, topic, reply } => st.study(persona, topic, reply),
+            AdminMsg::Train { persona, topic, reply } => st.train(persona, topic, reply),
             AdminMsg::SetState { persona, change, reply } => st.set_state(persona, change, reply),
             AdminMsg::Fault { persona, fault, reply } => st.fault(persona, fault, reply),
             // Dumps (`dump`).
