@@ -19,7 +19,7 @@ use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm::openai::OpenAiConfig;
 use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
 use mindfleet_actors::train::TrainOptions;
-use mindfleet_actors::trainer::{ChatsFn, TrainerArgs};
+use mindfleet_actors::trainer::{ChatsFn, StudiedFn, TrainerArgs};
 use mindfleet_core::cluster::RoomRouter;
 use mindfleet_core::cluster::Serving;
 use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, Observer, PersonaConfig};
@@ -199,11 +199,15 @@ impl Actor for FleetSupervisor {
         let trainer = match llm_args(&args.config).map(|a| a.backend) {
             Some(BackendArgs::Local { model, .. }) if llm.is_some() => {
                 let data_dir = args.config.storage.data_dir.clone();
+                let t = &args.config.training;
                 let a = TrainerArgs {
                     model,
                     data_dir: data_dir.clone(),
-                    options: TrainOptions::default(),
-                    chats: study_chats(data_dir),
+                    options: TrainOptions::from(t),
+                    chats: study_chats(data_dir.clone()),
+                    studied: studied(data_dir),
+                    new_chats: t.new_chats,
+                    check_every: TRAINING_CHECK,
                 };
                 Some(mindfleet_actors::trainer::spawn(a, Some(me.clone())).await?)
             }
@@ -372,6 +376,23 @@ impl Actor for FleetSupervisor {
     }
 }
 
+/// How often the trainer looks for personas whose study sessions kept enough new chats.
+const TRAINING_CHECK: Duration = Duration::from_secs(10);
+
+/// The personas with study chats: the names of `<data>/training/*.jsonl`.
+fn studied(data_dir: std::path::PathBuf) -> StudiedFn {
+    Arc::new(move || {
+        let dir = data_dir.join("training");
+        let mut out: Vec<String> = std::fs::read_dir(dir)
+            .map(|e| {
+                e.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".jsonl").map(str::to_string)).collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        out
+    })
+}
+
 /// A persona's study chats for the trainer (about `topic`, else all), split by source passage
 /// into those to train on and those held out.
 fn study_chats(data_dir: std::path::PathBuf) -> ChatsFn {
@@ -380,7 +401,8 @@ fn study_chats(data_dir: std::path::PathBuf) -> ChatsFn {
         let file = mindfleet_personas::study::training_file(&data_dir, persona);
         let chats = read_training(&file)?.into_iter().filter(|c| topic.is_none_or(|t| c.topic == t)).collect();
         let (train, held) = hold_out(chats, HOLD_OUT_EVERY);
-        let messages = |v: Vec<mindfleet_personas::study::training::TrainingChat>| v.into_iter().map(|c| c.messages).collect();
+        let messages =
+            |v: Vec<mindfleet_personas::study::training::TrainingChat>| v.into_iter().map(|c| c.messages).collect();
         Ok((messages(train), messages(held)))
     })
 }

@@ -159,9 +159,9 @@ async fn a_question_the_index_cannot_answer_is_a_gap_studied_when_idle() {
     fleet.shutdown(Duration::from_secs(5)).await;
 }
 
-/// The study chats of `helper` in its training file: twelve facts about made-up services, each
-/// from a passage of its own.
-fn study_chats(data_dir: &std::path::Path) {
+/// Twelve study chats of `helper` more in its training file: facts about a made-up service,
+/// each from a passage of its own (`round` names the passages apart).
+fn study_chats(data_dir: &std::path::Path, round: usize) {
     use mindfleet_core::model::{StudyAnswer, StudySession};
     let facts = [
         ("Which port does the Quillfeather proxy listen on?", "Port 8443."),
@@ -183,8 +183,8 @@ fn study_chats(data_dir: &std::path::Path) {
         .map(|(i, (q, a))| StudyAnswer {
             question: q.to_string(),
             answer: a.to_string(),
-            source: format!("docs/quillfeather-{i}.md:1-9"),
-            cited: vec![format!("docs/quillfeather-{i}.md:1-9")],
+            source: format!("docs/quillfeather-{round}-{i}.md:1-9"),
+            cited: vec![format!("docs/quillfeather-{round}-{i}.md:1-9")],
             grade: 1.0,
             by: "model".into(),
         })
@@ -217,15 +217,15 @@ async fn adapters_once(api: &Client, id: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_adapter_trains_on_the_study_chats_by_hand_and_a_run_a_stop_left_is_taken_up() {
+async fn an_adapter_trains_on_the_study_chats_by_hand_by_itself_on_new_chats_and_after_a_stop() {
     use mindfleet_core::adapter::{AdapterRecord, Verdict, judge};
     let dir = tempfile::tempdir().unwrap();
-    study_chats(dir.path());
+    study_chats(dir.path(), 0);
     // A run a stop left: begun, not finished.
     let earlier = dir.path().join("adapters/helper/earlier-1");
     std::fs::create_dir_all(&earlier).unwrap();
     std::fs::write(earlier.join("job.json"), r#"{"persona": "helper", "topic": null}"#).unwrap();
-    let toml = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n";
+    let toml = "[training]\nnew_chats = 12\n[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n";
     let mut cfg = config(dir.path(), &fleet_toml(toml));
     cfg.models.dir = pulled();
     let fleet = Fleet::start(cfg).await.unwrap();
@@ -248,10 +248,10 @@ async fn an_adapter_trains_on_the_study_chats_by_hand_and_a_run_a_stop_left_is_t
     let m = refused(json!({"persona": "helper"})).await;
     assert!(m.contains("already has a training run"), "{m}");
 
-    let check = |a: &Value, id: &str| -> AdapterRecord {
+    let check = |a: &Value, id: &str, chats: usize| -> AdapterRecord {
         let row = a["adapters"].as_array().unwrap().iter().find(|r| r["id"] == id).unwrap().clone();
         let r: AdapterRecord = serde_json::from_value(row["record"].clone()).unwrap();
-        assert_eq!(r.train_examples + r.held_out, 12, "{r:?}");
+        assert_eq!(r.train_examples + r.held_out, chats, "{r:?}");
         assert!(r.held_out > 0 && r.train_examples > 0, "{r:?}");
         assert_eq!(r.steps, 2 * r.train_examples.div_ceil(8), "two epochs of eight chats a step: {r:?}");
         // The verdict follows the held-out scores; the weights are kept only with it.
@@ -262,15 +262,40 @@ async fn an_adapter_trains_on_the_study_chats_by_hand_and_a_run_a_stop_left_is_t
         r
     };
     let a = adapters_once(&api, "earlier-1").await;
-    let first = check(&a, "earlier-1");
+    let first = check(&a, "earlier-1", 12);
     assert!(!earlier.join("job.json").exists(), "a finished run is not taken up again");
 
-    // By hand, once the trainer is free.
-    let queued = api.train(&json!({"persona": "helper"})).await.unwrap();
+    // By hand, once the trainer is free (it hears of the run's end just after its record).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let queued = loop {
+        match api.train(&json!({"persona": "helper"})).await {
+            Ok(q) => break q,
+            Err(ClientError::Status { message, .. })
+                if message.contains("already has a training run") && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    };
     let id = queued["run"].as_str().unwrap().to_string();
     assert!(id.starts_with("all-"), "{queued}");
-    let second = check(&adapters_once(&api, &id).await, &id);
+    let second = check(&adapters_once(&api, &id).await, &id, 12);
     // The same chats, the same seed: the same training.
-    assert_eq!((first.losses, first.data_hash), (second.losses, second.data_hash));
+    assert_eq!((&first.losses, &first.data_hash), (&second.losses, &second.data_hash));
+
+    // Twelve new chats (`new_chats`): a run starts by itself, on all of them.
+    study_chats(dir.path(), 1);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let third = loop {
+        let a = api.ai("adapters", &[("persona", "helper".into())]).await.unwrap();
+        let runs = a["adapters"].as_array().unwrap();
+        if let Some(r) = runs.iter().find(|r| r["id"] != "earlier-1" && r["id"] != id.as_str()) {
+            break check(&a, r["id"].as_str().unwrap(), 24);
+        }
+        assert!(Instant::now() < deadline, "no run of its own after 5 minutes: {a}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_ne!(third.data_hash, second.data_hash);
     fleet.shutdown(Duration::from_secs(5)).await;
 }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, JOB, Scores, WEIGHTS, judge};
+use mindfleet_core::config::TrainingConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
-use mindfleet_models::llm::lora::{Example, LoraConfig, PauseFn, Trainer};
+use mindfleet_models::llm::lora::{Example, LoraConfig, PauseFn, Target, Trainer};
 use mindfleet_models::llm::{Adapter, Llm};
 use serde::{Deserialize, Serialize};
 
@@ -34,15 +35,19 @@ pub struct TrainOptions {
 }
 
 impl Default for TrainOptions {
+    /// As `[training]`'s defaults.
     fn default() -> TrainOptions {
-        TrainOptions {
-            lora: LoraConfig::default(),
-            epochs: 2,
-            batch: 8,
-            checkpoint_every: 4,
-            answer_tokens: 64,
-            seed: 7,
-        }
+        TrainOptions::from(&TrainingConfig::default())
+    }
+}
+
+impl From<&TrainingConfig> for TrainOptions {
+    /// `[training]` of the fleet file; a checkpoint every 4 steps, held-out answers of up to 64
+    /// tokens, seed 7, the products on one thread.
+    fn from(t: &TrainingConfig) -> TrainOptions {
+        let targets = t.targets.iter().filter_map(|n| Target::ALL.into_iter().find(|x| x.short() == n)).collect();
+        let lora = LoraConfig { rank: t.rank, alpha: t.alpha, targets, learning_rate: t.learning_rate, threads: 1 };
+        TrainOptions { lora, epochs: t.epochs, batch: t.batch, checkpoint_every: 4, answer_tokens: 64, seed: 7 }
     }
 }
 

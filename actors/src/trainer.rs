@@ -1,6 +1,8 @@
 //! The trainer: one per fleet with a local model. It runs training runs ([`crate::train`]) one at
 //! a time on a thread of its own, in the model's idle time ([`train::while_serving`]), and
-//! takes up at start the runs a stop left unfinished (their checkpoints).
+//! takes up at start the runs a stop left unfinished (their checkpoints). Besides the runs asked
+//! by hand, it looks every `check_every` for personas whose study sessions kept `new_chats` or
+//! more chats since their last run, and starts one on all their chats.
 //!
 //! Where the chats come from is the fleet's to say ([`ChatsFn`]: a persona's study data, split
 //! into those to train on and those held out); the runs' files are under the data dir
@@ -9,6 +11,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mindfleet_core::adapter::{AdapterDir, TrainerMsg, TrainerStatus, Verdict};
 use mindfleet_core::llm::ChatMessage;
@@ -22,6 +25,9 @@ use crate::train::{self, Begun, TrainJob, TrainOptions};
 pub type ChatsFn =
     Arc<dyn Fn(&str, Option<&str>) -> Result<(Vec<Vec<ChatMessage>>, Vec<Vec<ChatMessage>>), String> + Send + Sync>;
 
+/// The personas that have study chats.
+pub type StudiedFn = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct TrainerArgs {
     /// The fleet's local model (GGUF), which the adapters adapt.
@@ -29,6 +35,16 @@ pub struct TrainerArgs {
     pub data_dir: PathBuf,
     pub options: TrainOptions,
     pub chats: ChatsFn,
+    pub studied: StudiedFn,
+    /// New chats since a persona's last run that start one by themselves (0: never).
+    pub new_chats: usize,
+    pub check_every: Duration,
+}
+
+/// Whether a persona with `chats` study chats, `last` of them known to its last run, is due a
+/// run of its own.
+pub fn due(chats: usize, last: usize, new_chats: usize) -> bool {
+    new_chats > 0 && chats >= last + new_chats
 }
 
 pub struct Trainer;
@@ -58,6 +74,9 @@ impl Queued {
 /// How a run ended, from its thread (inside [`TrainerMsg::Own`]).
 struct Ended(Result<Verdict, String>);
 
+/// Time to look for personas due a run (inside [`TrainerMsg::Own`]).
+struct Check;
+
 pub struct TrainerState {
     args: TrainerArgs,
     dir: AdapterDir,
@@ -68,6 +87,26 @@ pub struct TrainerState {
 }
 
 impl TrainerState {
+    /// Queues a run for each persona due one, when nothing runs or waits.
+    fn check(&mut self, me: &ActorRef<TrainerMsg>) {
+        if self.running.is_some() || !self.waiting.is_empty() || self.args.new_chats == 0 {
+            return;
+        }
+        for persona in (self.args.studied)() {
+            let Ok((train, held)) = (self.args.chats)(&persona, None) else { continue };
+            let last = self.dir.list(&persona).ok().and_then(|l| l.last().map(|r| r.train_examples + r.held_out));
+            if !train.is_empty()
+                && !held.is_empty()
+                && due(train.len() + held.len(), last.unwrap_or(0), self.args.new_chats)
+            {
+                let id = run_id(None, mindfleet_core::time::now_us());
+                tracing::info!(%persona, run = %id, chats = train.len() + held.len(), "new study chats: training an adapter");
+                self.waiting.push_back(Queued { persona, id, topic: None });
+            }
+        }
+        self.next(me);
+    }
+
     /// Starts the next run when none is under way.
     fn next(&mut self, me: &ActorRef<TrainerMsg>) {
         if self.running.is_some() {
@@ -138,19 +177,29 @@ impl Actor for Trainer {
                 Err(e) => tracing::warn!("an unfinished training run is not taken up: {e}"),
             }
         }
+        if args.new_chats > 0 {
+            me.send_interval(args.check_every, || TrainerMsg::Own(Private::new(Check)));
+        }
         let mut st = TrainerState { args, dir, waiting, running: None, finished: 0, last: None };
         st.next(&me);
         Ok(st)
     }
 
-    async fn handle(&self, me: ActorRef<TrainerMsg>, msg: TrainerMsg, st: &mut TrainerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        me: ActorRef<TrainerMsg>,
+        msg: TrainerMsg,
+        st: &mut TrainerState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             TrainerMsg::Train { persona, topic, reply } => {
                 let busy = st.running.iter().chain(&st.waiting).any(|q| q.persona == persona);
                 let about = topic.as_deref().map_or(String::new(), |t| format!(" about {t:?}"));
                 let r = if let Some(why) = match (st.args.chats)(&persona, topic.as_deref()) {
                     Err(e) => Some(e),
-                    Ok((train, _)) if train.is_empty() => Some(format!("{persona} has no study chats{about} to train on")),
+                    Ok((train, _)) if train.is_empty() => {
+                        Some(format!("{persona} has no study chats{about} to train on"))
+                    }
                     Ok((_, held)) if held.is_empty() => {
                         Some(format!("{persona} has no study chats{about} held out to judge an adapter on: study more"))
                     }
@@ -176,7 +225,8 @@ impl Actor for Trainer {
                     last: st.last.clone(),
                 });
             }
-            TrainerMsg::Own(p) => match p.open::<Ended>() {
+            TrainerMsg::Own(p) => match p.open::<Ended>().map_err(|p| p.open::<Check>()) {
+                Err(Ok(Check)) => st.check(&me),
                 Ok(Ended(result)) => {
                     let key = st.running.take().map(|q| q.key()).unwrap_or_default();
                     st.finished += 1;
@@ -196,7 +246,16 @@ impl Actor for Trainer {
 
 #[cfg(test)]
 mod tests {
-    use super::run_id;
+    use super::{due, run_id};
+
+    #[test]
+    fn a_persona_is_due_a_run_once_its_new_study_chats_reach_the_bound() {
+        assert!(!due(63, 0, 64));
+        assert!(due(64, 0, 64));
+        assert!(!due(100, 40, 64), "60 new since the last run");
+        assert!(due(104, 40, 64));
+        assert!(!due(1000, 0, 0), "0: by hand only");
+    }
 
     #[test]
     fn a_run_is_named_by_its_topic_and_time() {

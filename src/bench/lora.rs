@@ -108,8 +108,9 @@ pub async fn lora(
 ) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let toml = format!(
-        "[fleet]\nname = \"bench-lora\"\n[admin]\naddr = \"127.0.0.1:0\"\n\
-         [[persona]]\nname = \"{PERSONA}\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n"
+        "[fleet]\nname = \"bench-lora\"\n[admin]\naddr = \"127.0.0.1:0\"\n[training]\nnew_chats = 0\n\
+         [[persona]]\nname = \"{PERSONA}\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n\
+         tokens_per_hour = 1000000000\ninferences_per_hour = 1000000\n"
     );
     let mut cfg = FleetConfig::from_toml(Path::new("bench-lora.toml"), &toml).map_err(fail)?;
     cfg.storage.data_dir = dir.path().to_path_buf();

@@ -8,6 +8,7 @@
 
 mod error;
 mod raw;
+mod training;
 mod validate;
 
 use std::collections::BTreeSet;
@@ -18,6 +19,7 @@ use std::time::Duration;
 pub use error::ConfigError;
 use error::{ReadError, parse_error, read_capped};
 use raw::RawFleetFile;
+pub use training::{TARGETS, TrainingConfig};
 use validate::Ctx;
 
 #[derive(Debug, Clone)]
@@ -37,6 +39,8 @@ pub struct FleetConfig {
     pub index: IndexConfig,
     pub references: ReferencesConfig,
     pub conversation: ConversationConfig,
+    /// `[training]`: the adapters trained on the personas' study data (a local model only).
+    pub training: TrainingConfig,
     pub personas: Vec<PersonaConfig>,
     /// `[[webhook]]`: where replies (and decisions, dead letters) are posted.
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
@@ -473,6 +477,7 @@ impl FleetConfig {
         let index = cx.index(raw.index.unwrap_or_default())?;
         let references = cx.references(raw.references.unwrap_or_default(), &raw.reference)?;
         let conversation = cx.conversation(raw.conversation.unwrap_or_default())?;
+        let training = cx.training(raw.training.unwrap_or_default())?;
         let base = cx.defaults(raw.defaults.unwrap_or_default())?;
 
         if raw.persona.is_empty() {
@@ -505,6 +510,7 @@ impl FleetConfig {
             index,
             references,
             conversation,
+            training,
             personas,
             webhooks,
         })

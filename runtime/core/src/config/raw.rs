@@ -24,6 +24,7 @@ pub(super) struct RawFleetFile {
     #[serde(default)]
     pub(super) reference: Vec<Spanned<RawReference>>,
     pub(super) conversation: Option<RawConversation>,
+    pub(super) training: Option<super::training::RawTraining>,
     pub(super) defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     pub(super) persona: Vec<Spanned<RawPersona>>,

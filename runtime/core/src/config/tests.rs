@@ -358,3 +358,26 @@ fn a_local_model_batches_max_batch_requests_and_the_scheduler_grants_as_many_unl
     assert!(e.to_string().contains("`max_batch` and `kv_memory_mb` are for `backend = \"local\"`"), "{e}");
     assert_eq!(e.line.map(|l| l.0), Some(5));
 }
+
+#[test]
+fn training_settings_are_read_and_a_bad_one_is_named_where_it_is() {
+    let c = parse(ONE).unwrap();
+    assert_eq!(c.training, TrainingConfig::default());
+    let c = parse(&format!(
+        "[training]\nrank = 4\nalpha = 8.0\ntargets = [\"q\", \"v\"]\nepochs = 3\nnew_chats = 0\n{ONE}"
+    ))
+    .unwrap();
+    assert_eq!((c.training.rank, c.training.alpha, c.training.epochs, c.training.new_chats), (4, 8.0, 3, 0));
+    assert_eq!(c.training.targets, ["q", "v"]);
+    let e = parse(&format!("[training]\ntargets = [\"q\", \"mlp\"]\n{ONE}")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("fleet.toml:2:") && e.contains("\"mlp\" is not a projection (q, k, v, o, gate, up, down)"),
+        "{e}"
+    );
+    let e = parse(&format!("[training]\ntargets = []\n{ONE}")).unwrap_err().to_string();
+    assert!(e.starts_with("fleet.toml:2:11:") && e.contains("`targets` is empty"), "{e}");
+    let e = parse(&format!("[training]\nrank = 0\n{ONE}")).unwrap_err().to_string();
+    assert!(e.starts_with("fleet.toml:2:") && e.contains("`rank` = 0 is out of range (1..=64)"), "{e}");
+    let e = parse(&format!("[training]\nsteps = 3\n{ONE}")).unwrap_err().to_string();
+    assert!(e.contains("steps"), "{e}");
+}

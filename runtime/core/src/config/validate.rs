@@ -45,7 +45,7 @@ pub(super) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn err_at(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
+    pub(super) fn err_at(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ConfigError {
         ConfigError {
             path: self.path.to_path_buf(),
             line: Some(line_col(self.text, span.start)),
@@ -53,7 +53,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn int(
+    pub(super) fn int(
         &self,
         v: &Option<Spanned<i64>>,
         key: &str,
@@ -70,7 +70,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn float(
+    pub(super) fn float(
         &self,
         v: &Option<Spanned<f64>>,
         key: &str,
