@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mindfleet_core::adapter::{AdapterDir, TrainerMsg, TrainerStatus, Verdict};
 use mindfleet_core::llm::ChatMessage;
@@ -84,7 +84,13 @@ pub struct TrainerState {
     running: Option<Queued>,
     finished: u64,
     last: Option<String>,
+    /// When each persona's last run failed: it is not started by itself again for
+    /// [`RETRY_AFTER`] (a run that fails on its data would fail every check).
+    failed: std::collections::HashMap<String, Instant>,
 }
+
+/// How long a persona whose run failed waits before one starts by itself again.
+const RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 impl TrainerState {
     /// Queues a run for each persona due one, when nothing runs or waits.
@@ -93,6 +99,9 @@ impl TrainerState {
             return;
         }
         for persona in (self.args.studied)() {
+            if self.failed.get(&persona).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+                continue;
+            }
             let Ok((train, held)) = (self.args.chats)(&persona, None) else { continue };
             let last = self.dir.list(&persona).ok().and_then(|l| l.last().map(|r| r.train_examples + r.held_out));
             if !train.is_empty()
@@ -180,7 +189,8 @@ impl Actor for Trainer {
         if args.new_chats > 0 {
             me.send_interval(args.check_every, || TrainerMsg::Own(Private::new(Check)));
         }
-        let mut st = TrainerState { args, dir, waiting, running: None, finished: 0, last: None };
+        let mut st =
+            TrainerState { args, dir, waiting, running: None, finished: 0, last: None, failed: Default::default() };
         st.next(&me);
         Ok(st)
     }
@@ -228,7 +238,11 @@ impl Actor for Trainer {
             TrainerMsg::Own(p) => match p.open::<Ended>().map_err(|p| p.open::<Check>()) {
                 Err(Ok(Check)) => st.check(&me),
                 Ok(Ended(result)) => {
-                    let key = st.running.take().map(|q| q.key()).unwrap_or_default();
+                    let run = st.running.take();
+                    if let (Some(q), Err(_)) = (&run, &result) {
+                        st.failed.insert(q.persona.clone(), Instant::now());
+                    }
+                    let key = run.map(|q| q.key()).unwrap_or_default();
                     st.finished += 1;
                     st.last = Some(match result {
                         Ok(Verdict::Kept) => format!("{key}: kept"),
