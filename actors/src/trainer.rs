@@ -92,26 +92,50 @@ pub struct TrainerState {
 /// How long a persona whose run failed waits before one starts by itself again.
 const RETRY_AFTER: Duration = Duration::from_secs(3600);
 
+/// The personas due a run of their own, with their chats' count (`skip`: those not to start
+/// by themselves now). Reads every persona's training file and records: run off the actor's
+/// thread.
+fn due_personas(args: &TrainerArgs, dir: &AdapterDir, skip: &[String]) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for persona in (args.studied)().into_iter().filter(|p| !skip.contains(p)) {
+        let Ok((train, held)) = (args.chats)(&persona, None) else { continue };
+        let last = dir.list(&persona).ok().and_then(|l| l.last().map(|r| r.train_examples + r.held_out));
+        let chats = train.len() + held.len();
+        if !train.is_empty() && !held.is_empty() && due(chats, last.unwrap_or(0), args.new_chats) {
+            out.push((persona, chats));
+        }
+    }
+    out
+}
+
+/// Why `persona` cannot train on its chats about `topic` now, if it cannot (reads its training
+/// file: run off the actor's thread).
+fn no_chats(chats: &ChatsFn, persona: &str, topic: Option<&str>) -> Option<String> {
+    let about = topic.map_or(String::new(), |t| format!(" about {t:?}"));
+    match chats(persona, topic) {
+        Err(e) => Some(e),
+        Ok((train, _)) if train.is_empty() => Some(format!("{persona} has no study chats{about} to train on")),
+        Ok((_, held)) if held.is_empty() => {
+            Some(format!("{persona} has no study chats{about} held out to judge an adapter on: study more"))
+        }
+        Ok(_) => None,
+    }
+}
+
 impl TrainerState {
     /// Queues a run for each persona due one, when nothing runs or waits.
-    fn check(&mut self, me: &ActorRef<TrainerMsg>) {
+    async fn check(&mut self, me: &ActorRef<TrainerMsg>) {
         if self.running.is_some() || !self.waiting.is_empty() || self.args.new_chats == 0 {
             return;
         }
-        for persona in (self.args.studied)() {
-            if self.failed.get(&persona).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
-                continue;
-            }
-            let Ok((train, held)) = (self.args.chats)(&persona, None) else { continue };
-            let last = self.dir.list(&persona).ok().and_then(|l| l.last().map(|r| r.train_examples + r.held_out));
-            if !train.is_empty()
-                && !held.is_empty()
-                && due(train.len() + held.len(), last.unwrap_or(0), self.args.new_chats)
-            {
-                let id = run_id(None, mindfleet_core::time::now_us());
-                tracing::info!(%persona, run = %id, chats = train.len() + held.len(), "new study chats: training an adapter");
-                self.waiting.push_back(Queued { persona, id, topic: None });
-            }
+        let skip: Vec<String> =
+            self.failed.iter().filter(|(_, t)| t.elapsed() < RETRY_AFTER).map(|(p, _)| p.clone()).collect();
+        let (args, dir) = (self.args.clone(), self.dir.clone());
+        let due = tokio::task::spawn_blocking(move || due_personas(&args, &dir, &skip)).await.unwrap_or_default();
+        for (persona, chats) in due {
+            let id = run_id(None, mindfleet_core::time::now_us());
+            tracing::info!(%persona, run = %id, chats, "new study chats: training an adapter");
+            self.waiting.push_back(Queued { persona, id, topic: None });
         }
         self.next(me);
     }
@@ -204,17 +228,11 @@ impl Actor for Trainer {
         match msg {
             TrainerMsg::Train { persona, topic, reply } => {
                 let busy = st.running.iter().chain(&st.waiting).any(|q| q.persona == persona);
-                let about = topic.as_deref().map_or(String::new(), |t| format!(" about {t:?}"));
-                let r = if let Some(why) = match (st.args.chats)(&persona, topic.as_deref()) {
-                    Err(e) => Some(e),
-                    Ok((train, _)) if train.is_empty() => {
-                        Some(format!("{persona} has no study chats{about} to train on"))
-                    }
-                    Ok((_, held)) if held.is_empty() => {
-                        Some(format!("{persona} has no study chats{about} held out to judge an adapter on: study more"))
-                    }
-                    Ok(_) => None,
-                } {
+                let (chats, who, about) = (st.args.chats.clone(), persona.clone(), topic.clone());
+                let refused = tokio::task::spawn_blocking(move || no_chats(&chats, &who, about.as_deref()))
+                    .await
+                    .unwrap_or_else(|e| Some(format!("reading the study chats failed: {e}")));
+                let r = if let Some(why) = refused {
                     Err(why)
                 } else if busy {
                     Err(format!("{persona} already has a training run under way or waiting"))
@@ -236,7 +254,7 @@ impl Actor for Trainer {
                 });
             }
             TrainerMsg::Own(p) => match p.open::<Ended>().map_err(|p| p.open::<Check>()) {
-                Err(Ok(Check)) => st.check(&me),
+                Err(Ok(Check)) => st.check(&me).await,
                 Ok(Ended(result)) => {
                     let run = st.running.take();
                     if let (Some(q), Err(_)) = (&run, &result) {

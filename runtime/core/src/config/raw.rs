@@ -24,7 +24,7 @@ pub(super) struct RawFleetFile {
     #[serde(default)]
     pub(super) reference: Vec<Spanned<RawReference>>,
     pub(super) conversation: Option<RawConversation>,
-    pub(super) training: Option<super::training::RawTraining>,
+    pub(super) training: Option<RawTraining>,
     pub(super) defaults: Option<RawPersonaTuning>,
     #[serde(default)]
     pub(super) persona: Vec<Spanned<RawPersona>>,
@@ -284,4 +284,17 @@ impl RawPersona {
             preoccupation_ttl_secs: self.preoccupation_ttl_secs.clone(),
         }
     }
+}
+
+/// `[training]` as written (checked into `TrainingConfig`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTraining {
+    pub(super) rank: Option<Spanned<i64>>,
+    pub(super) alpha: Option<Spanned<f64>>,
+    pub(super) targets: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) learning_rate: Option<Spanned<f64>>,
+    pub(super) epochs: Option<Spanned<i64>>,
+    pub(super) batch: Option<Spanned<i64>>,
+    pub(super) new_chats: Option<Spanned<i64>>,
 }

@@ -1,9 +1,7 @@
 //! `[training]`: how the trainer trains a persona's adapters (see `mindfleet_core::adapter`).
 
-use serde::Deserialize;
-use toml::Spanned;
-
 use super::ConfigError;
+use super::raw::RawTraining;
 use super::validate::Ctx;
 
 /// The projections an adapter can change, by their names in `targets`.
@@ -40,18 +38,6 @@ impl Default for TrainingConfig {
             new_chats: 64,
         }
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawTraining {
-    rank: Option<Spanned<i64>>,
-    alpha: Option<Spanned<f64>>,
-    targets: Option<Spanned<Vec<Spanned<String>>>>,
-    learning_rate: Option<Spanned<f64>>,
-    epochs: Option<Spanned<i64>>,
-    batch: Option<Spanned<i64>>,
-    new_chats: Option<Spanned<i64>>,
 }
 
 impl Ctx<'_> {
