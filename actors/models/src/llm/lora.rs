@@ -8,10 +8,11 @@
 //! frozen products run on the serving pass's own kernels, on the same Q8_0 weights read from
 //! the same file (see `Frozen`), and give only the input's gradient. `B` starts at zero, so an
 //! adapter that has not trained is the base model (a test checks this pass's logits against
-//! the serving pass's). Everything else is composed of candle operations that have a backward
-//! pass: the norms, rotary embeddings and softmax are written out rather than taken from
-//! candle's fused kernels, which have none. A step reads its examples side by side in one pass
-//! (each seeing only itself), so the products are as tall as the examples together.
+//! the serving pass's). The norms, rotary embeddings, attention and gated units are operations
+//! of our own with their backward passes (`ops`); candle composes the rest (the adapter's
+//! products, the residual sums, the loss) and runs the backward pass. A step reads its
+//! examples side by side in one pass (each seeing only itself), so the products are as tall as
+//! the examples together.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
@@ -19,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Content;
-use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Shape, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, Var};
 
 pub use super::adapter::Target;
 use super::adapter::{Adapter, Delta as Served};
@@ -27,6 +28,9 @@ use super::llama::LlamaConfig;
 use super::q8::{Activations, Q8Matrix};
 use super::team::Team;
 use super::{ChatMessage, GgufTokenizer};
+
+mod ops;
+use ops::{Attention, RmsNorm, Rope, SwiGlu};
 
 /// The shape of an adapter and how it trains.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,10 +85,10 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// One layer's frozen weights, f32.
+/// One layer's frozen weights.
 struct Layer {
-    attn_norm: Tensor,
-    ffn_norm: Tensor,
+    attn_norm: RmsNorm,
+    ffn_norm: RmsNorm,
     /// By target.
     weights: BTreeMap<Target, Frozen>,
 }
@@ -175,13 +179,13 @@ pub struct Trainer {
     config: LoraConfig,
     embed: Tensor,
     output: Frozen,
-    norm: Tensor,
+    norm: RmsNorm,
     layers: Vec<Layer>,
     /// Per layer, by target.
     deltas: Vec<BTreeMap<Target, Delta>>,
-    /// cos and sin of each position's angle for each pair of a head, `[position, pairs]`.
-    cos: Tensor,
-    sin: Tensor,
+    /// cos and sin of each position's angle for each pair of a head, `[position][pair]`.
+    cos: Arc<Vec<f32>>,
+    sin: Arc<Vec<f32>>,
     /// AdamW's first and second moments of each variable, by tensor name (none before the
     /// first step).
     moments: BTreeMap<String, (Tensor, Tensor)>,
@@ -222,7 +226,11 @@ impl Trainer {
             true => Frozen::new(&tensor("output.weight")?, &team, &pause)?,
             false => Frozen::new(&embed, &team, &pause)?,
         };
-        let norm = tensor("output_norm.weight")?;
+        let eps = cfg.rms_eps;
+        let norm = |w: Tensor| -> Result<RmsNorm, String> {
+            Ok(RmsNorm { weight: Arc::new(w.to_vec1::<f32>().map_err(err)?), eps })
+        };
+        let output_norm = norm(tensor("output_norm.weight")?)?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let mut weights = BTreeMap::new();
@@ -230,8 +238,8 @@ impl Trainer {
                 weights.insert(t, Frozen::new(&tensor(&format!("blk.{l}.{}.weight", t.tensor()))?, &team, &pause)?);
             }
             layers.push(Layer {
-                attn_norm: tensor(&format!("blk.{l}.attn_norm.weight"))?,
-                ffn_norm: tensor(&format!("blk.{l}.ffn_norm.weight"))?,
+                attn_norm: norm(tensor(&format!("blk.{l}.attn_norm.weight"))?)?,
+                ffn_norm: norm(tensor(&format!("blk.{l}.ffn_norm.weight"))?)?,
                 weights,
             });
         }
@@ -268,14 +276,14 @@ impl Trainer {
             (0..pairs).map(|i| 1.0 / cfg.rope_base.powf((2 * i) as f32 / cfg.head_dim as f32)).collect();
         let angles: Vec<(f32, f32)> =
             (0..context).flat_map(|p| freqs.iter().map(move |f| (p as f32 * f).sin_cos())).collect();
-        let cos = Tensor::from_vec(angles.iter().map(|a| a.1).collect(), (context, pairs), &dev).map_err(err)?;
-        let sin = Tensor::from_vec(angles.iter().map(|a| a.0).collect(), (context, pairs), &dev).map_err(err)?;
+        let cos = Arc::new(angles.iter().map(|a| a.1).collect());
+        let sin = Arc::new(angles.iter().map(|a| a.0).collect());
         Ok(Trainer {
             cfg,
             config,
             embed,
             output,
-            norm,
+            norm: output_norm,
             layers,
             deltas,
             cos,
@@ -352,7 +360,7 @@ impl Trainer {
 
     /// The output projection of hidden states (`[tokens, hidden]`), normed.
     fn logits(&self, hidden: &Tensor) -> candle_core::Result<Tensor> {
-        self.output.apply(&rms_norm(hidden, &self.norm, self.cfg.rms_eps)?)
+        self.output.apply(&hidden.apply_op1(self.norm.clone())?)
     }
 
     /// The hidden states after the last layer of sequences read side by side, each from
@@ -360,50 +368,36 @@ impl Trainer {
     /// makes the projections' products as tall as the sequences together.
     fn hidden(&self, seqs: &[&[u32]]) -> candle_core::Result<Tensor> {
         let cfg = &self.cfg;
-        let (heads, kv_heads, d) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+        let d = cfg.head_dim;
         let dev = Device::Cpu;
         let ids: Vec<u32> = seqs.concat();
-        let n = ids.len();
         let mut x = self.embed.index_select(&Tensor::new(ids.as_slice(), &dev)?, 0)?;
-        let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
-        let positions = Tensor::new(positions.as_slice(), &dev)?;
-        let cos = self.cos.index_select(&positions, 0)?;
-        let sin = self.sin.index_select(&positions, 0)?;
-        // Per sequence: where it starts, and 0 where a position may attend, -inf after it.
+        let positions = seqs.iter().flat_map(|s| 0..s.len()).collect();
+        let rope = Rope { cos: self.cos.clone(), sin: self.sin.clone(), pairs: d / 2, positions: Arc::new(positions) };
         let mut spans = Vec::with_capacity(seqs.len());
         let mut start = 0;
         for s in seqs {
-            let m = s.len();
-            let mask: Vec<f32> =
-                (0..m).flat_map(|i| (0..m).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
-            spans.push((start, m, Tensor::from_vec(mask, (m, m), &dev)?));
-            start += m;
+            spans.push((start, s.len()));
+            start += s.len();
         }
-        let scale = 1.0 / (d as f64).sqrt();
-        let group = heads / kv_heads;
+        let attention = Attention {
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            d,
+            spans: Arc::new(spans),
+            scale: 1.0 / (d as f32).sqrt(),
+        };
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
-            let q = self.project(l, Target::Q, &h)?;
-            let k = self.project(l, Target::K, &h)?;
+            let h = x.apply_op1(layer.attn_norm.clone())?;
+            let q = self.project(l, Target::Q, &h)?.apply_op1(rope.clone())?;
+            let k = self.project(l, Target::K, &h)?.apply_op1(rope.clone())?;
             let v = self.project(l, Target::V, &h)?;
-            let q = rope(&q.reshape((n, heads, d))?.transpose(0, 1)?, &cos, &sin)?;
-            let k = rope(&k.reshape((n, kv_heads, d))?.transpose(0, 1)?, &cos, &sin)?;
-            let v = v.reshape((n, kv_heads, d))?.transpose(0, 1)?.contiguous()?;
-            let mut att = Vec::with_capacity(spans.len());
-            for (start, m, mask) in &spans {
-                let (q, k, v) = (q.narrow(1, *start, *m)?, k.narrow(1, *start, *m)?, v.narrow(1, *start, *m)?);
-                // Each key head serves the query heads of its group.
-                let (k, v) = (repeat_heads(&k, group)?, repeat_heads(&v, group)?);
-                let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
-                let weights = candle_nn::ops::softmax(&scores, D::Minus1)?;
-                att.push(weights.matmul(&v)?);
-            }
-            let att = Tensor::cat(&att, 1)?.transpose(0, 1)?.reshape((n, heads * d))?;
+            let att = q.apply_op3(&k, &v, attention.clone())?;
             x = (x + self.project(l, Target::O, &att)?)?;
-            let h = rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
+            let h = x.apply_op1(layer.ffn_norm.clone())?;
             let gate = self.project(l, Target::Gate, &h)?;
             let up = self.project(l, Target::Up, &h)?;
-            let hidden = (gate.silu()? * up)?;
+            let hidden = gate.apply_op2(&up, SwiGlu)?;
             x = (x + self.project(l, Target::Down, &hidden)?)?;
         }
         Ok(x)
@@ -571,27 +565,6 @@ fn tensor_of(
         return Err(format!("{}: {name} is {:?}, the adapter's is {:?}", path.display(), t.dims(), shape.dims()));
     }
     Ok(t.clone())
-}
-
-/// Each row of `x` scaled to unit root mean square, times `weight` (composed, for its backward
-/// pass).
-fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
-    candle_nn::ops::rms_norm_slow(x, weight, eps)
-}
-
-/// Rotary embeddings in the interleaved form GGUF llama weights take, on `[heads, tokens, d]`
-/// (composed, for its backward pass).
-fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    candle_nn::rotary_emb::rope_i_slow(&x.unsqueeze(0)?.contiguous()?, cos, sin)?.squeeze(0)
-}
-
-/// `[kv_heads, tokens, d]` to `[kv_heads * group, tokens, d]`, each head `group` times in turn.
-fn repeat_heads(x: &Tensor, group: usize) -> candle_core::Result<Tensor> {
-    if group == 1 {
-        return Ok(x.clone());
-    }
-    let (kv, n, d) = x.dims3()?;
-    x.unsqueeze(1)?.expand((kv, group, n, d))?.reshape((kv * group, n, d))
 }
 
 #[cfg(test)]

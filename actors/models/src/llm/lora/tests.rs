@@ -54,8 +54,10 @@ fn a_chat_is_an_example_whose_answer_and_end_of_turn_are_what_is_learned() {
 
 /// How far a logit's distance below the top one may be from the serving pass's: both run the
 /// projections on the same kernels, but that pass keeps keys and values in f16 and computes
-/// attention and norms its own way.
-const TOLERANCE: f32 = 0.4;
+/// attention and norms its own way, and both round each product's input rows to 8 bits, where
+/// a rounding difference upstream can flip a step. Measured 0.42 on an AMX machine (0.47 with
+/// the same pass composed of candle's operations instead of ours).
+const TOLERANCE: f32 = 0.6;
 
 /// The serving pass's logits after `ids` read alone from position 0, with `adapter` or without.
 fn served(serving: &Llama, ids: &[u32], adapter: Option<&Adapter>) -> Vec<f32> {
