@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, JOB, Scores, WEIGHTS, judge};
 use mindfleet_core::config::TrainingConfig;
@@ -43,7 +43,8 @@ impl Default for TrainOptions {
 
 impl From<&TrainingConfig> for TrainOptions {
     /// `[training]` of the fleet file; a checkpoint every 4 steps, held-out answers of up to 64
-    /// tokens, seed 7, the products on one thread.
+    /// tokens, seed 7, the products on one thread (candle's own operations and the attention
+    /// take every core; a second thread of products is slower on two).
     fn from(t: &TrainingConfig) -> TrainOptions {
         let targets = t.targets.iter().filter_map(|n| Target::ALL.into_iter().find(|x| x.short() == n)).collect();
         let lora = LoraConfig { rank: t.rank, alpha: t.alpha, targets, learning_rate: t.learning_rate, threads: 1 };
@@ -66,12 +67,22 @@ pub struct TrainJob {
     pub now_us: fn() -> i64,
 }
 
-/// The pause of a run in idle time: it waits while the process's model answers any request
-/// (a person's reply, a persona's plan), looking again every millisecond.
+/// How long the models stay idle before a run goes on: the calls of one piece of a persona's
+/// work (recall, plan, reply) follow each other within it, so a run waits for the end of the
+/// piece, not only of each call.
+pub const IDLE_GRACE: Duration = Duration::from_millis(300);
+
+/// The pause of a run in idle time: it waits while the process's models answer any request (a
+/// person's reply, a persona's plan, an embedding) and for [`IDLE_GRACE`] after the last,
+/// looking again every millisecond.
 pub fn while_serving() -> PauseFn {
     Arc::new(|| {
-        while mindfleet_models::llm::batch::in_flight() > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        loop {
+            match mindfleet_models::busy::idle_for() {
+                Some(idle) if idle >= IDLE_GRACE => return,
+                Some(idle) => std::thread::sleep(IDLE_GRACE - idle),
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
         }
     })
 }
@@ -193,7 +204,7 @@ pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>
         before: progress.before,
         after,
         verdict,
-        train_s: progress.train_s,
+        train_s: to_micro(progress.train_s),
         started_us: progress.started_us,
         finished_us: (job.now_us)(),
     };
@@ -238,7 +249,14 @@ fn scores(
             .map_err(|e| e.to_string())?;
         sum += grade(&answer.text, chat);
     }
-    Ok(Scores { perplexity, grade: sum / chats.len() as f64 })
+    Ok(Scores { perplexity: to_micro(perplexity), grade: to_micro(sum / chats.len() as f64) })
+}
+
+/// `x` to six decimals: a record's figures read back from its JSON are then the same bits
+/// (serde_json reads a number of fewer than 16 digits exactly, a longer one within a unit in
+/// the last place).
+fn to_micro(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 /// `0..n` in an order fixed by `seed` (Fisher-Yates on xorshift64*).

@@ -201,6 +201,7 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
+        let _busy = crate::busy::Busy::new();
         let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         let inputs: Vec<Input<'_>> =
             enc.iter().map(|e| Input { ids: e.get_ids(), type_ids: e.get_type_ids() }).collect();

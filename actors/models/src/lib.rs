@@ -12,6 +12,7 @@
 //! Invariant: this is the only crate built with the kernel profile (opt-level 3 and no overflow
 //! checks even in tests, see the workspace's Cargo.toml), so nothing but inference lives here.
 
+pub mod busy;
 pub mod embed;
 pub mod fetch;
 pub mod llm;

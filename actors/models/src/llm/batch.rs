@@ -29,7 +29,6 @@
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
@@ -317,7 +316,7 @@ impl<'a, T> Engine<'a, T> {
         self.stats.prompt_tokens += prompt.len() as u64;
         self.stats.reused_tokens += cache.len() as u64;
         let input = prompt[cache.len()..].to_vec();
-        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        crate::busy::begin(1);
         self.active.push(Seq { tag, adapter, cache, prompt, trimmed, input, reserved, admitted: Instant::now(), task });
         self.note_peak();
     }
@@ -469,7 +468,7 @@ impl<'a, T> Engine<'a, T> {
     /// Takes request `i` out of the batch with its outcome.
     fn retire(&mut self, i: usize, ended: Result<Ended, String>) -> (T, Outcome) {
         let s = self.active.swap_remove(i);
-        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+        crate::busy::end(1);
         self.stats.kv_reserved -= s.reserved;
         let tokens_in = s.prompt.len();
         // Its keys and values are kept for the prompts that begin like its own: moved, not
@@ -492,18 +491,9 @@ impl<'a, T> Engine<'a, T> {
     }
 }
 
-/// Requests in the batches of all engines of the process: what other work (an adapter in
-/// training) yields to.
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
-/// Requests being answered now by any engine of this process.
-pub fn in_flight() -> usize {
-    IN_FLIGHT.load(Ordering::Relaxed)
-}
-
 impl<T> Drop for Engine<'_, T> {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(self.active.len(), Ordering::Relaxed);
+        crate::busy::end(self.active.len());
     }
 }
 
