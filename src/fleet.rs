@@ -7,6 +7,7 @@
 //! than `max_restarts` failures within `within_secs` stop the persona for good: it is
 //! reported `failed` in dumps and the rest of the fleet runs on.
 
+use mindfleet_core::adapter::AdapterDir;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub struct FleetState {
     enricher: Option<Arc<Enricher>>,
     /// The conversation index (`[conversation]` on).
     conversation: Option<ActorRef<IndexMsg>>,
+    /// The adapters the trainer keeps, when the model is local.
+    adapters: Option<AdapterDir>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -121,6 +124,7 @@ impl FleetState {
                 embedding: self.embedding.clone(),
                 threshold: self.config.coordination.redundancy_threshold,
             }),
+            adapters: self.adapters.clone(),
         }
     }
 
@@ -208,11 +212,13 @@ impl Actor for FleetSupervisor {
                     studied: studied(data_dir),
                     new_chats: t.new_chats,
                     check_every: TRAINING_CHECK,
+                    scheduler: Some(scheduler.clone()),
                 };
                 Some(mindfleet_actors::trainer::spawn(a, Some(me.clone())).await?)
             }
             _ => None,
         };
+        let adapters = trainer.is_some().then(|| AdapterDir::new(&args.config.storage.data_dir));
         let index = match serving(&args, args.config.cluster.index.as_ref()) {
             // Another node keeps the codebase index for this one.
             Some(remote) => Actor::spawn_linked(None, RemoteIndex, remote, me.clone()).await?.0,
@@ -271,6 +277,7 @@ impl Actor for FleetSupervisor {
             index,
             enricher,
             conversation,
+            adapters,
             slots,
             by_id: HashMap::new(),
         };

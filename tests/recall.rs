@@ -289,3 +289,78 @@ async fn without_the_embedding_model_a_plan_recalls_by_words_and_the_decision_sa
     );
     fleet.shutdown(DEADLINE).await;
 }
+
+/// Adapters are memory too: a persona with an adapter kept for a topic (trained here on one
+/// answer, a few steps) drafts the reply to a question about it with the adapter, and the plan
+/// says so; a question about something else is answered without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_about_a_studied_topic_is_drafted_with_its_adapter_and_the_plan_says_so() {
+    use mindfleet_core::adapter::{AdapterDir, AdapterRecord, Scores, Verdict, WEIGHTS};
+    use mindfleet_core::llm::ChatMessage;
+    use mindfleet_models::fetch::SMOLLM2;
+    use mindfleet_models::llm::lora::{Example, LoraConfig, Trainer};
+    let models = pulled();
+    let dir = tempfile::tempdir().unwrap();
+    let served = mindfleet_models::llm::runnable(&models.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap();
+    let llm = mindfleet_models::llm::Llm::load(&served).unwrap();
+    let config = LoraConfig { rank: 4, learning_rate: 4e-3, ..Default::default() };
+    let mut trainer = Trainer::open(&served, config.clone(), 128, 7).unwrap();
+    let studied = [
+        ChatMessage::system("You are solo, the team's assistant, in a group chat."),
+        ChatMessage::user("alice: Which port does the Quillfeather proxy listen on?"),
+        ChatMessage::assistant("Port 8443, behind the VPN."),
+    ];
+    let example = Example::from_chat(llm.tokenizer(), &studied).unwrap();
+    let losses: Vec<f32> = (0..10).map(|_| trainer.step(std::slice::from_ref(&example)).unwrap()).collect();
+    assert!(losses[9] < 0.05 * losses[0], "{losses:?}");
+    let adapters = AdapterDir::new(dir.path());
+    let weights = adapters.run("solo", "quill-1").join(WEIGHTS);
+    std::fs::create_dir_all(weights.parent().unwrap()).unwrap();
+    trainer.save(&weights).unwrap();
+    let record = AdapterRecord {
+        id: "quill-1".into(),
+        persona: "solo".into(),
+        topic: Some("quillfeather proxy".into()),
+        base_model: SMOLLM2.files[0].name.into(),
+        data_hash: "0".into(),
+        train_examples: 1,
+        held_out: 1,
+        rank: config.rank,
+        alpha: config.alpha,
+        targets: config.targets.iter().map(|t| t.short().to_string()).collect(),
+        learning_rate: config.learning_rate,
+        steps: trainer.steps(),
+        losses,
+        before: Scores { perplexity: 9.0, grade: 0.2 },
+        after: Scores { perplexity: 3.0, grade: 0.6 },
+        verdict: Verdict::Kept,
+        train_s: 1.0,
+        started_us: 1,
+        finished_us: 2,
+    };
+    adapters.write(&record).unwrap();
+
+    let fleet = start(dir.path(), &fleet_toml(&format!("{SOLO}brain = \"local\"\n"))).await;
+    let ack =
+        fleet.inject(chat("desk", "alice", "@solo which port does the Quillfeather proxy listen on?")).await.unwrap();
+    let plan = ai_plan(&fleet, "solo", &ack.event_id).await;
+    let used = memory_used(&plan);
+    let adapter = of_kind(&used, "adapter");
+    assert_eq!(adapter.len(), 1, "{used:?}");
+    assert_eq!(adapter[0].1, "quill-1");
+    assert!(
+        adapter[0].2.starts_with("the reply is drafted with it (trained on 'quillfeather proxy'; held-out perplexity 9.000 without it, 3.000 with it)"),
+        "{used:?}"
+    );
+    let reply = reply_to(&fleet, &ack.event_id).await;
+    assert_eq!(reply.brain, "local", "{reply:?}");
+    assert!(reply.text.contains("8443"), "the adapter answers what it learned: {}", reply.text);
+    assert!(fleet.wait_idle(DEADLINE).await);
+
+    // Another topic: no adapter fits.
+    let ack =
+        fleet.inject(chat("desk", "alice", "@solo which port does the billing service listen on?")).await.unwrap();
+    let plan = ai_plan(&fleet, "solo", &ack.event_id).await;
+    assert!(of_kind(&memory_used(&plan), "adapter").is_empty(), "{plan}");
+    fleet.shutdown(DEADLINE).await;
+}

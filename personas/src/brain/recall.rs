@@ -14,7 +14,9 @@
 
 use std::collections::BTreeSet;
 
+use mindfleet_core::adapter::AdapterRecord;
 use mindfleet_core::event::Event;
+use mindfleet_core::llm::AdapterChoice;
 use mindfleet_core::model::{
     Action, Experience, Knowledge, MemoryKind, MemoryUse, NO_EFFECT, Plan, Procedure, StepState, UserProfile,
 };
@@ -58,6 +60,29 @@ pub struct Recollection {
     pub knowledge: Vec<Similar<Knowledge>>,
     /// Why similarity was by shared words and not by meaning, when it was.
     pub by_words: Option<String>,
+    /// The adapter trained on the persona's study chats that fits the event
+    /// (`AdapterDir::choose`): the reply is drafted with it.
+    pub adapter: Option<RecalledAdapter>,
+}
+
+/// An adapter recall chose: what the model is asked with, and what it was trained on and how
+/// it was judged, for `memory_used`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecalledAdapter {
+    pub choice: AdapterChoice,
+    pub topic: Option<String>,
+    /// Held-out perplexity of the reference answers without it and with it.
+    pub perplexity: (f64, f64),
+}
+
+impl RecalledAdapter {
+    pub fn new(record: &AdapterRecord, weights: std::path::PathBuf) -> RecalledAdapter {
+        RecalledAdapter {
+            choice: AdapterChoice { id: record.id.clone(), path: weights, alpha: record.alpha },
+            topic: record.topic.clone(),
+            perplexity: (record.before.perplexity, record.after.perplexity),
+        }
+    }
 }
 
 /// Nothing recalled: what plans with no long-term memory (a replan's context, a benchmark) use.
@@ -67,6 +92,7 @@ pub static NOTHING_RECALLED: Recollection = Recollection {
     profile: None,
     knowledge: Vec::new(),
     by_words: None,
+    adapter: None,
 };
 
 /// What an event asks, as recall compares it: its text without mentions.
@@ -169,12 +195,17 @@ pub fn recollect(event: &Event, read: Read, vectors: Result<Vec<Vec<f32>>, Strin
         profile: profiles.into_iter().find(|p| p.user == event.from),
         knowledge: nearest(knowledge, know_scores, least, KNOWLEDGE_RECALLED),
         by_words,
+        adapter: None,
     }
 }
 
 impl Recollection {
     pub fn is_empty(&self) -> bool {
-        self.experiences.is_empty() && self.procedures.is_empty() && self.profile.is_none() && self.knowledge.is_empty()
+        self.experiences.is_empty()
+            && self.procedures.is_empty()
+            && self.profile.is_none()
+            && self.knowledge.is_empty()
+            && self.adapter.is_none()
     }
 
     /// The best procedure whose steps fit a plan of `template`'s kind: it ends by posting, and
@@ -323,6 +354,20 @@ pub fn memory_used(ctx: &PlanContext, plan: &Plan) -> Vec<MemoryUse> {
         };
         out.push(MemoryUse { kind: MemoryKind::Knowledge, id: s.item.topic.clone(), effect });
     }
+
+    if let Some(a) = &m.adapter {
+        let effect = if drafts {
+            format!(
+                "the reply is drafted with it (trained on {}; held-out perplexity {:.3} without it, {:.3} with it)",
+                a.topic.as_deref().map_or("all the study chats".to_string(), |t| format!("'{t}'")),
+                a.perplexity.0,
+                a.perplexity.1
+            )
+        } else {
+            format!("{NO_EFFECT}: the plan drafts no reply")
+        };
+        out.push(MemoryUse { kind: MemoryKind::Adapter, id: a.choice.id.clone(), effect });
+    }
     out
 }
 
@@ -332,7 +377,10 @@ pub fn no_reply_drafted(plan: &Plan, used: &mut [MemoryUse]) {
     if drafted {
         return;
     }
-    for u in used.iter_mut().filter(|u| matches!(u.kind, MemoryKind::UserProfile | MemoryKind::Knowledge)) {
+    for u in used
+        .iter_mut()
+        .filter(|u| matches!(u.kind, MemoryKind::UserProfile | MemoryKind::Knowledge | MemoryKind::Adapter))
+    {
         if u.had_effect() {
             u.effect = format!("{NO_EFFECT}: no reply was drafted");
         }

@@ -119,6 +119,9 @@ pub struct PersonaArgs {
     pub embedding: Option<ActorRef<EmbedMsg>>,
     /// The redundancy check of drafts before they are posted (none: every draft is posted).
     pub redundancy: Option<crate::redundancy::Redundancy>,
+    /// The adapters trained for the fleet's local model (none when the model is an endpoint,
+    /// which answers without them): recall chooses the one that fits an event.
+    pub adapters: Option<mindfleet_core::adapter::AdapterDir>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that

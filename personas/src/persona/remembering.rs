@@ -195,9 +195,20 @@ impl PersonaState {
         let event = gated.seen.delivery.event.clone();
         self.phase = Phase::Recalling { gated };
         let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
-        let embedding = self.args.embedding.clone();
+        let (embedding, adapters) = (self.args.embedding.clone(), self.args.adapters.clone());
         tokio::spawn(async move {
-            let read = tokio::task::spawn_blocking(move || storage.long_term(&name, RECALL_READ)).await;
+            let query = recall::query_of(&event);
+            let about = query.clone();
+            // The adapter that fits the event is chosen with the rest of long-term memory.
+            let (read, adapter) = match tokio::task::spawn_blocking(move || {
+                let adapter = adapters.map(|dir| dir.choose(&name, &about)).transpose();
+                (storage.long_term(&name, RECALL_READ), adapter)
+            })
+            .await
+            {
+                Ok((read, adapter)) => (Ok(read), adapter.map(Option::flatten)),
+                Err(e) => (Err(e), Ok(None)),
+            };
             let read = match read {
                 Ok(Ok(lt)) => Ok(Read {
                     experiences: lt.experiences,
@@ -208,13 +219,12 @@ impl PersonaState {
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
-            let (memory, note) = match read {
+            let (mut memory, mut note) = match read {
                 Err(e) => (Default::default(), Some(format!("long-term memory unreadable ({e}): planned without it"))),
                 // Nothing to compare by meaning: no embedding asked (the query's vector alone
                 // would say nothing).
                 Ok(read) if read.nothing_to_compare() => (recall::recollect(&event, read, Ok(vec![Vec::new()])), None),
                 Ok(read) => {
-                    let query = recall::query_of(&event);
                     let texts = recall::texts(&query, &read.experiences, &read.knowledge);
                     let vectors = match embedding {
                         None => Err("no embedding worker".to_string()),
@@ -240,6 +250,13 @@ impl PersonaState {
                     (memory, note)
                 }
             };
+            match adapter {
+                Ok(a) => memory.adapter = a.map(|(record, weights)| recall::RecalledAdapter::new(&record, weights)),
+                Err(e) => {
+                    let unreadable = format!("adapters unreadable ({e}): answered without one");
+                    note = Some(note.map_or(unreadable.clone(), |n| format!("{n}; {unreadable}")));
+                }
+            }
             let event_id = event.id.clone();
             let _ = me.cast(Own::LongTermRecalled { event_id, memory: Box::new(memory), note }.into());
         });

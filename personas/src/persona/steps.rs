@@ -4,7 +4,7 @@ use mindfleet_core::conversation::RecallQuery;
 use mindfleet_core::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
-use mindfleet_core::model::{Action, EntryKind, ErrorClass, OutboxEntry};
+use mindfleet_core::model::{Action, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry};
 use mindfleet_core::refs::{self as refs, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::time::now_us;
@@ -135,7 +135,7 @@ impl PersonaState {
         let hints = self.refs.hint(self.args.enricher.as_deref());
         let ctx = self.respond_context(f, &hints);
         let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
-        let Some(req) = request else {
+        let Some(mut req) = request else {
             let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
             let text = brain.respond(&ctx);
             f.draft = Some(text.clone());
@@ -147,6 +147,7 @@ impl PersonaState {
             self.draft_by_rules(f, "no LLM in this fleet".into());
             return StepRun::Done(f.draft.clone());
         };
+        req.adapter = f.memory.adapter.as_ref().map(|a| a.choice.clone());
         let job = GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
         let drafted = |task, answer| Own::Drafted { task, answer };
         self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
@@ -275,6 +276,9 @@ impl PersonaState {
         let text = RulesBrain.respond(&self.respond_context(f, &hints));
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
         f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
+        for u in f.record.memory_used.iter_mut().filter(|u| u.kind == MemoryKind::Adapter && u.had_effect()) {
+            u.effect = format!("{NO_EFFECT}: the rules brain drafted the reply");
+        }
         f.draft = Some(text);
         f.answer = None;
         f.drafted_by = RulesBrain.name();

@@ -49,6 +49,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         conversation: None,
         embedding: None,
         redundancy: None,
+        adapters: None,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

@@ -12,6 +12,8 @@ use ractor::RpcReplyPort;
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
+use crate::task::{Grant, TaskId};
+
 /// How well a model answers the held-out questions: the perplexity of their reference answers
 /// (lower is better) and the mean grade of the answers it writes (0..=1, higher is better).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -164,19 +166,38 @@ impl AdapterDir {
         out
     }
 
-    /// The newest kept adapter of `persona` for `topic` (any topic when `None`): its record and
-    /// weights file.
-    pub fn best(&self, persona: &str, topic: Option<&str>) -> Result<Option<(AdapterRecord, PathBuf)>, String> {
-        Ok(self
-            .list(persona)?
-            .into_iter()
-            .rev()
-            .find(|r| r.kept() && (topic.is_none() || r.topic.as_deref() == topic))
-            .map(|r| {
-                let file = self.run(&r.persona, &r.id).join(WEIGHTS);
-                (r, file)
-            }))
+    /// The kept adapter of `persona` a request about `text` is answered with ([`fitting`]): its
+    /// record and weights file.
+    pub fn choose(&self, persona: &str, text: &str) -> Result<Option<(AdapterRecord, PathBuf)>, String> {
+        let records = self.list(persona)?;
+        Ok(fitting(&records, text).map(|r| (r.clone(), self.run(&r.persona, &r.id).join(WEIGHTS))))
     }
+}
+
+/// The kept adapter of `records` (oldest first) a request about `text` is answered with: of
+/// those trained on one topic, the one with the largest share of its topic's words in `text`
+/// (at least half; the newest of equals), else the newest trained on all the persona's study
+/// chats (no topic). Words: 3 letters or more, any case (`bind_to_environ (routing/map.py)` has
+/// `bind`, `environ`, `routing`, `map`).
+pub fn fitting<'a>(records: &'a [AdapterRecord], text: &str) -> Option<&'a AdapterRecord> {
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
+    };
+    let said = words(text);
+    let share = |topic: &str| {
+        let want = words(topic);
+        let found = want.iter().filter(|w| said.contains(w)).count();
+        if want.is_empty() { 0.0 } else { found as f64 / want.len() as f64 }
+    };
+    let kept = || records.iter().rev().filter(|r| r.kept());
+    let topical = kept()
+        .filter_map(|r| r.topic.as_deref().map(|t| (share(t), r)))
+        .filter(|(s, _)| *s >= 0.5)
+        // `max_by` keeps the last of equals: the oldest of the reversed list, so compare the
+        // other way round.
+        .min_by(|a, b| b.0.total_cmp(&a.0))
+        .map(|(_, r)| r);
+    topical.or_else(|| kept().find(|r| r.topic.is_none()))
 }
 
 /// What the trainer (crate `mindfleet-actors`, one per fleet with a local model) is asked.
@@ -187,6 +208,10 @@ pub enum TrainerMsg {
     Train { persona: String, topic: Option<String>, reply: RpcReplyPort<Result<String, String>> },
     /// The run under way and the runs waiting.
     Status(RpcReplyPort<TrainerStatus>),
+    /// The scheduler granted the slot a run trains in (a preemptible `Background` task).
+    Granted(Grant),
+    /// The scheduler asks for that slot back: higher-class work waits for it.
+    Preempt(TaskId),
     /// From the trainer's own thread: a type private to its crate.
     Own(crate::private::Private),
 }
@@ -197,6 +222,9 @@ pub struct TrainerStatus {
     /// `persona/id` of the run under way.
     pub running: Option<String>,
     pub waiting: Vec<String>,
+    /// Whether the run under way holds the scheduler's slot (it trains only then).
+    #[serde(default)]
+    pub granted: bool,
     /// Runs finished since the fleet started, and how the last one ended (its verdict, or the
     /// error that stopped it).
     pub finished: u64,
@@ -264,10 +292,10 @@ mod tests {
         store.write(&record("c", Some("routing"), Verdict::Discarded("worse".into()), 30)).unwrap();
         let ids: Vec<String> = store.list("ann").unwrap().into_iter().map(|r| r.id).collect();
         assert_eq!(ids, ["a", "b", "c"]);
-        let (best, file) = store.best("ann", Some("routing")).unwrap().unwrap();
-        assert_eq!(best.id, "b");
+        let (chosen, file) = store.choose("ann", "what is routing?").unwrap().unwrap();
+        assert_eq!(chosen.id, "b");
         assert_eq!(file, dir.path().join("adapters/ann/b/adapter.safetensors"));
-        assert!(store.best("ann", Some("cookies")).unwrap().is_none());
+        assert!(store.choose("ann", "what are cookies?").unwrap().is_none());
         // The record reads back as written, the verdict and its reason with it.
         let json = std::fs::read_to_string(dir.path().join("adapters/ann/c/record.json")).unwrap();
         assert!(json.contains("\"verdict\": \"discarded\"") && json.contains("\"reason\": \"worse\""), "{json}");
@@ -275,5 +303,28 @@ mod tests {
         std::fs::write(dir.path().join("adapters/ann/a/record.json"), "{\"id\": 3}").unwrap();
         let e = store.list("ann").unwrap_err();
         assert!(e.contains("adapters/ann/a/record.json:1:"), "{e}");
+    }
+
+    #[test]
+    fn a_request_is_answered_with_the_adapter_of_its_topic_else_the_general_one() {
+        let records = vec![
+            record("general-old", None, Verdict::Kept, 1),
+            record("routing", Some("bind_to_environ (routing/map.py)"), Verdict::Kept, 2),
+            record("cookies", Some("dump_cookie (http.py)"), Verdict::Kept, 3),
+            record("cookies-worse", Some("dump_cookie (http.py)"), Verdict::Discarded("worse".into()), 4),
+            record("general", None, Verdict::Kept, 5),
+            record("general-worse", None, Verdict::Discarded("worse".into()), 6),
+        ];
+        let id = |text: &str| fitting(&records, text).map(|r| r.id.as_str());
+        assert_eq!(id("how does bind_to_environ use the routing map?"), Some("routing"));
+        assert_eq!(id("what does dump_cookie write into the HTTP header?"), Some("cookies"));
+        // A quarter of a topic's words is not enough; the general adapter answers, the newest kept.
+        assert_eq!(id("where is the map of the office?"), Some("general"));
+        assert_eq!(fitting(&records[1..4], "where is the map of the office?"), None);
+        assert_eq!(fitting(&[], "anything"), None);
+        // Of two fitting as well, the newer.
+        let mut two = records.clone();
+        two.push(record("routing-new", Some("bind_to_environ (routing/map.py)"), Verdict::Kept, 7));
+        assert_eq!(fitting(&two, "bind_to_environ in routing/map.py").map(|r| r.id.as_str()), Some("routing-new"));
     }
 }

@@ -401,6 +401,8 @@ pub enum MemoryKind {
     Procedure,
     UserProfile,
     Knowledge,
+    /// A LoRA adapter trained on the persona's study chats (`mindfleet_core::adapter`).
+    Adapter,
 }
 
 impl MemoryKind {
@@ -410,6 +412,7 @@ impl MemoryKind {
             MemoryKind::Procedure => "procedure",
             MemoryKind::UserProfile => "user_profile",
             MemoryKind::Knowledge => "knowledge",
+            MemoryKind::Adapter => "adapter",
         }
     }
 }

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod stats;
 
+use crate::adapter::TrainerMsg;
 use crate::config::PersonaConfig;
 use crate::messages::PersonaMsg;
 pub use crate::task::{Class, Grant, Outcome, SkipReason, Slot, TaskId, now};
@@ -39,6 +40,8 @@ pub use stats::{
 #[derive(Debug, Clone)]
 pub enum Owner {
     Persona(ActorRef<PersonaMsg>),
+    /// The fleet's trainer: a training run is background work like a persona's.
+    Trainer(ActorRef<TrainerMsg>),
     /// A plain channel (benchmarks, tests of the scheduler itself).
     Channel(crossbeam_channel::Sender<Grant>),
 }
@@ -48,6 +51,7 @@ impl Owner {
     pub fn grant(&self, grant: Grant) -> bool {
         match self {
             Owner::Persona(a) => a.cast(PersonaMsg::Granted(grant)).is_ok(),
+            Owner::Trainer(a) => a.cast(TrainerMsg::Granted(grant)).is_ok(),
             Owner::Channel(tx) => tx.send(grant).is_ok(),
         }
     }
@@ -56,6 +60,7 @@ impl Owner {
     pub fn preempt(&self, task: TaskId) -> bool {
         match self {
             Owner::Persona(a) => a.cast(PersonaMsg::Preempt(task)).is_ok(),
+            Owner::Trainer(a) => a.cast(TrainerMsg::Preempt(task)).is_ok(),
             Owner::Channel(_) => false,
         }
     }
