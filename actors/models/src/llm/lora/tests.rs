@@ -210,3 +210,69 @@ impl Bits for Vec<f32> {
         self.iter().map(|v| v.to_bits()).collect()
     }
 }
+
+/// The whole pass against the same pass composed of candle's operations (as it was before our
+/// own): every adapter variable's gradient points the same way. They differ by the 8-bit
+/// rounding of each product's input rows, where a rounding difference upstream flips a step.
+#[test]
+fn the_gradients_match_the_same_pass_composed_of_candles_operations() {
+    use candle_core::D;
+    let (mut trainer, tokenizer) = trainer(LoraConfig { learning_rate: 1e-2, ..Default::default() });
+    let e = example(&tokenizer, "Which port does the staging proxy use?", "Port 8443, behind the VPN.");
+    // One step first, so that `B` is not zero (`A`'s gradients would be).
+    trainer.step(std::slice::from_ref(&e)).unwrap();
+    let (dev, cfg) = (Device::Cpu, &trainer.cfg);
+    let (heads, kv_heads, d) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+    let ids = &e.ids[..e.ids.len() - 1];
+    let (n, pairs, group) = (ids.len(), d / 2, heads / kv_heads);
+    let table = |v: &[f32]| Tensor::from_vec(v[..n * pairs].to_vec(), (n, pairs), &dev).unwrap();
+    let (cos, sin) = (table(&trainer.cos), table(&trainer.sin));
+    let norm = |x: &Tensor, w: &RmsNorm| {
+        let weight = Tensor::from_vec(w.weight.to_vec(), w.weight.len(), &dev).unwrap();
+        candle_nn::ops::rms_norm_slow(x, &weight, w.eps).unwrap()
+    };
+    let heads_first =
+        |t: Tensor, h: usize| t.reshape((n, h, d)).unwrap().transpose(0, 1).unwrap().contiguous().unwrap();
+    let rope = |t: Tensor, h: usize| {
+        let t = heads_first(t, h).unsqueeze(0).unwrap();
+        candle_nn::rotary_emb::rope_i_slow(&t, &cos, &sin).unwrap().squeeze(0).unwrap()
+    };
+    let repeat =
+        |t: Tensor| t.unsqueeze(1).unwrap().expand((kv_heads, group, n, d)).unwrap().reshape((heads, n, d)).unwrap();
+    let mask: Vec<f32> =
+        (0..n).flat_map(|i| (0..n).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    let mask = Tensor::from_vec(mask, (n, n), &dev).unwrap();
+    let mut x = trainer.embed.index_select(&Tensor::new(ids, &dev).unwrap(), 0).unwrap();
+    for (l, layer) in trainer.layers.iter().enumerate() {
+        let project = |t, x: &Tensor| trainer.project(l, t, x).unwrap();
+        let h = norm(&x, &layer.attn_norm);
+        let q = rope(project(Target::Q, &h), heads);
+        let k = repeat(rope(project(Target::K, &h), kv_heads));
+        let v = repeat(heads_first(project(Target::V, &h), kv_heads));
+        let scores = (q.matmul(&k.t().unwrap()).unwrap() / (d as f64).sqrt()).unwrap().broadcast_add(&mask).unwrap();
+        let w = candle_nn::ops::softmax(&scores, D::Minus1).unwrap();
+        let att = w.matmul(&v).unwrap().transpose(0, 1).unwrap().reshape((n, heads * d)).unwrap();
+        x = (x + project(Target::O, &att)).unwrap();
+        let h = norm(&x, &layer.ffn_norm);
+        let gated = (project(Target::Gate, &h).silu().unwrap() * project(Target::Up, &h)).unwrap();
+        x = (x + project(Target::Down, &gated)).unwrap();
+    }
+    let rows: Vec<u32> = (e.from as u32 - 1..n as u32).collect();
+    let hidden = x.index_select(&Tensor::new(rows.as_slice(), &dev).unwrap(), 0).unwrap();
+    let logits = trainer.output.apply(&norm(&hidden, &trainer.norm)).unwrap();
+    let composed = candle_nn::loss::cross_entropy(&logits, &Tensor::new(&e.ids[e.from..], &dev).unwrap()).unwrap();
+    let ours = trainer.losses(std::slice::from_ref(&e)).unwrap();
+    let (theirs, ours) = (composed.backward().unwrap(), ours.backward().unwrap());
+    for (name, var) in
+        trainer.vars().into_iter().filter(|(n, _)| ["blk.0.", "blk.15.", "blk.29."].iter().any(|p| n.starts_with(p)))
+    {
+        let grad = |g: &candle_core::backprop::GradStore| {
+            g.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        let (a, b) = (grad(&theirs), grad(&ours));
+        let dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cosine = dot / (norm(&a) * norm(&b));
+        assert!(cosine > 0.95, "{name}: cosine {cosine}");
+    }
+}
