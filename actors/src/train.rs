@@ -94,9 +94,7 @@ pub type GradeFn<'a> = &'a dyn Fn(&str, &[ChatMessage]) -> f64;
 /// words (3 letters or more, any case) that the answer has. Lexical: it ranks answers by how
 /// much of the reference they say, it does not prove them right.
 pub fn reference_grade(answer: &str, reference: &[ChatMessage]) -> f64 {
-    let words = |t: &str| -> Vec<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
-    };
+    use mindfleet_core::adapter::words;
     let (said, want) = (words(answer), words(reference.last().map_or("", |m| m.content.as_str())));
     if want.is_empty() {
         return 0.0;

@@ -161,8 +161,8 @@ pub async fn lora(
     let adapters = AdapterDir::new(dir.path());
     // Training is under way once its first checkpoint is written (the base model's scores
     // are taken before it).
-    let (progress, finished) =
-        (adapters.run(PERSONA, &id).join(train::PROGRESS), adapters.run(PERSONA, &id).join(RECORD));
+    let run = adapters.run(PERSONA, &id);
+    let (progress, finished) = (run.join(train::PROGRESS), run.join(RECORD));
     // A run that fails leaves no record (the trainer logs why).
     let deadline = Instant::now() + Duration::from_secs(3600);
     while !progress.exists() && !finished.exists() {
@@ -190,7 +190,7 @@ pub async fn lora(
     let r = &record;
     let (with, without) = match r.kept() {
         true => {
-            let adapter = Arc::new(Adapter::read(&adapters.run(PERSONA, &id).join(WEIGHTS), r.alpha).map_err(fail)?);
+            let adapter = Arc::new(Adapter::read(&run.join(WEIGHTS), r.alpha).map_err(fail)?);
             let (w, wo) = gen_speed(&llm, &adapter, 3)?;
             (Some(round(w, 1)), Some(round(wo, 1)))
         }

@@ -180,9 +180,6 @@ impl AdapterDir {
 /// chats (no topic). Words: 3 letters or more, any case (`bind_to_environ (routing/map.py)` has
 /// `bind`, `environ`, `routing`, `map`).
 pub fn fitting<'a>(records: &'a [AdapterRecord], text: &str) -> Option<&'a AdapterRecord> {
-    let words = |t: &str| -> Vec<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
-    };
     let said = words(text);
     let share = |topic: &str| {
         let want = words(topic);
@@ -198,6 +195,12 @@ pub fn fitting<'a>(records: &'a [AdapterRecord], text: &str) -> Option<&'a Adapt
         .min_by(|a, b| b.0.total_cmp(&a.0))
         .map(|(_, r)| r);
     topical.or_else(|| kept().find(|r| r.topic.is_none()))
+}
+
+/// The words of `text` as adapters compare texts (a topic with a request, an answer with its
+/// reference): runs of letters and digits, 3 or more, lowercased.
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
 }
 
 /// What the trainer (crate `mindfleet-actors`, one per fleet with a local model) is asked.
