@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use mindfleet_models::fetch::SMOLLM2;
+use mindfleet_models::llm::batch::{BatchConfig, Engine, Outcome, STEP_TOKENS, Work};
 use mindfleet_models::llm::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
@@ -124,6 +125,40 @@ fn capital_of_france(max_tokens: usize) -> GenerateRequest {
     let messages =
         vec![ChatMessage::system("Answer in one short sentence."), ChatMessage::user("What is the capital of France?")];
     GenerateRequest::new(messages, max_tokens)
+}
+
+/// Runs `work` alone on `engine` to its end.
+fn run_alone(engine: &mut Engine<'_, ()>, work: Work) -> Generation {
+    let Ok(ready) = engine.prepare(work, (), Box::new(|_| ControlFlow::Continue(()))) else {
+        panic!("the request is refused")
+    };
+    engine.admit(ready);
+    loop {
+        if let Some(((), outcome)) = engine.step().pop() {
+            let Outcome::Generated(Ok(g)) = outcome else { panic!("{outcome:?}") };
+            return g;
+        }
+    }
+}
+
+#[test]
+fn a_conversation_that_quotes_an_answer_goes_on_from_the_tokens_the_model_wrote() {
+    let config = BatchConfig { max_batch: 1, kv_bytes: 64 << 20, prefix_reuse: true, step_tokens: STEP_TOKENS };
+    // An answer that ended itself, and one a stop string cut within its last token.
+    for stop in [vec![], vec![" Paris".to_string()]] {
+        let mut engine = llm().engine::<()>(config);
+        let req = GenerateRequest { stop, ..capital_of_france(24) };
+        let answer = run_alone(&mut engine, Work::Generate(req.clone()));
+        let mut next = req.clone();
+        next.messages.push(ChatMessage::assistant(answer.text.clone()));
+        next.messages.push(ChatMessage::user("And of Italy?"));
+        let before = engine.stats().reused_tokens;
+        run_alone(&mut engine, Work::Generate(next));
+        // The whole first prompt and every token of the answer the model read (all but the
+        // last when it did not end the answer itself) are not read again.
+        let read = answer.tokens_in + answer.tokens_out - usize::from(answer.stop != Stop::Eos);
+        assert_eq!((engine.stats().reused_tokens - before) as usize, read, "{answer:?}");
+    }
 }
 
 #[test]

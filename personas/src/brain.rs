@@ -455,8 +455,7 @@ impl Brain for LocalBrain {
     }
 
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
-        let mut system = persona_preamble(ctx);
-        system.push_str(&recall::prompt_lines(ctx.memory));
+        let mut system = reply_system(ctx);
         system.push_str("\nAnswer the last message in one or two short sentences.");
         let e = ctx.event;
         let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
@@ -466,30 +465,41 @@ impl Brain for LocalBrain {
     }
 }
 
-/// Who the persona is, its self-state and what it recalled: the start of every system prompt
-/// the local brain writes.
-fn persona_preamble(ctx: &RespondContext) -> String {
-    let st = ctx.state;
-    let mut system = format!(
-        "You are {}, the team's {}, in a group chat.\nYour state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
-        ctx.persona,
-        ctx.role,
-        st.mood.as_str(),
-        100.0 * st.load,
-        100.0 * st.capacity,
-        if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
-    );
-    if !ctx.recalled.is_empty() {
+/// The reply's system prompt: who the persona is, what it recalled, what it knows of the sender
+/// and the topic, and last its self-state. What changes with every message (the state's
+/// figures) comes last and what was said is listed oldest first, so a persona's next prompt
+/// shares a longer beginning with its last one and the model reads fewer new tokens (prefix
+/// reuse). A line recalled twice (a remembered message that is also among what was said, or
+/// two memories of the same words) is written once.
+fn reply_system(ctx: &RespondContext) -> String {
+    let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
+    let said = |r: &Recalled| format!("{} in #{}: {}", r.said.from, r.said.room, r.said.text);
+    let mut conversation: Vec<&Recalled> = ctx.conversation.iter().collect();
+    conversation.sort_by_key(|r| (r.said.at_us, r.said.seq));
+    let mut written: Vec<String> = conversation.iter().map(|r| said(r)).collect();
+    let mut recalled: Vec<&WmEntry> = ctx.recalled.iter().collect();
+    recalled.sort_by_key(|r| (r.created_us, r.id));
+    let mut remembered = Vec::new();
+    for r in recalled {
+        let told = r.event_id.is_some() && conversation.iter().any(|c| Some(&c.said.event_id) == r.event_id.as_ref());
+        if told || written.contains(&r.text) {
+            continue;
+        }
+        written.push(r.text.clone());
+        remembered.push(r.text.as_str());
+    }
+    if !remembered.is_empty() {
         system.push_str("\nWhat you remember:");
-        for r in ctx.recalled {
+        for text in remembered {
             system.push_str("\n- ");
-            system.push_str(&r.text);
+            system.push_str(text);
         }
     }
-    if !ctx.conversation.is_empty() {
+    if !conversation.is_empty() {
         system.push_str("\nWhat was said before:");
-        for r in ctx.conversation {
-            system.push_str(&format!("\n- {} in #{}: {}", r.said.from, r.said.room, r.said.text));
+        for r in conversation {
+            system.push_str("\n- ");
+            system.push_str(&said(r));
         }
     }
     if !ctx.hints.is_empty() {
@@ -503,6 +513,15 @@ fn persona_preamble(ctx: &RespondContext) -> String {
             system.push_str(&format!("\n[{}]\n{}", f.cite, text.trim_end()));
         }
     }
+    system.push_str(&recall::prompt_lines(ctx.memory));
+    let st = ctx.state;
+    system.push_str(&format!(
+        "\nYour state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
+        st.mood.as_str(),
+        100.0 * st.load,
+        100.0 * st.capacity,
+        if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
+    ));
     system
 }
 

@@ -164,7 +164,17 @@ impl Llm {
     /// rather than dropped when enough of it fits. When the system and last user message alone
     /// do not fit, the error is [`LlmError::ContextOverflow`].
     pub fn prompt(&self, messages: &[ChatMessage], max_tokens: usize) -> Result<Prompt, LlmError> {
-        budget::fit(&self.tokenizer, messages, max_tokens, self.context)
+        self.prompt_as(messages, max_tokens, &tokenizer::Written::default())
+    }
+
+    /// [`Llm::prompt`], with an assistant turn the model wrote (in `written`) in its own ids.
+    fn prompt_as(
+        &self,
+        messages: &[ChatMessage],
+        max_tokens: usize,
+        written: &tokenizer::Written,
+    ) -> Result<Prompt, LlmError> {
+        budget::fit(&self.tokenizer, written, messages, max_tokens, self.context)
     }
 
     /// Answers the conversation, giving each piece of text to `on_token` as it comes (whole

@@ -1,5 +1,7 @@
 use super::*;
+use mindfleet_core::conversation::Said;
 use mindfleet_core::event::EventInput;
+use mindfleet_core::model::EntryKind;
 
 fn scores(yes: f32, no: f32) -> Vec<LabelScore> {
     [("Yes", yes), ("No", no)].map(|(l, lp)| LabelScore { label: l.into(), logprob: lp, tokens: 1 }).to_vec()
@@ -485,4 +487,64 @@ fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_tu
     assert_eq!((after.max_tokens, after.stop.clone()), (LESSON_MAX_TOKENS, vec!["\n".to_string()]));
     // Without a reply the turn says so.
     assert_eq!(lesson(None).messages[reply.messages.len()], ChatMessage::assistant("(no reply)"));
+}
+
+#[test]
+fn a_reply_prompt_writes_each_recalled_line_once_oldest_first_and_its_state_last() {
+    let e = ev("chat", "@p is the migration safe?");
+    let said = |seq: u64, from: &str, text: &str| Recalled {
+        said: Said {
+            seq,
+            event_id: format!("e{seq}"),
+            room: "r".into(),
+            from: from.into(),
+            text: text.into(),
+            at_us: 1_000 * seq as i64,
+            ..Default::default()
+        },
+        at: String::new(),
+        relevance: 0.5,
+        similarity: None,
+        via: None,
+        score: 0.5,
+    };
+    let entry = |id: u64, event: Option<&str>, text: &str| WmEntry {
+        id,
+        domain: "chat".into(),
+        kind: EntryKind::Observation,
+        text: text.into(),
+        importance: 0.5,
+        event_id: event.map(String::from),
+        relevance: 0.5,
+        created_us: 100 * id as i64,
+        last_access_us: 0,
+        access_count: 0,
+        expires_us: i64::MAX,
+    };
+    // Recalled by relevance: the newest message first.
+    let conversation = [said(9, "bob", "deploy at noon"), said(3, "alice", "the tests are green")];
+    let recalled = [
+        entry(2, Some("e9"), "bob in #r: deploy at noon"),
+        entry(3, None, "reflection: ask before a migration"),
+        entry(1, None, "reflection: ask before a migration"),
+    ];
+    let system = |state: &GateState| {
+        let ctx = RespondContext {
+            recalled: &recalled,
+            conversation: &conversation,
+            ..respond(&e, state, &NOTHING_RECALLED, "")
+        };
+        LocalBrain.reply_request(&ctx).unwrap().messages[0].content.clone()
+    };
+    let calm = system(&GateState::default());
+    assert_eq!(
+        calm,
+        "You are p, the team's r, in a group chat.\nWhat you remember:\n- reflection: ask before a migration\n\
+         What was said before:\n- alice in #r: the tests are green\n- bob in #r: deploy at noon\n\
+         Your state: idle, cognitive load 0%, capacity left 100%.\nAnswer the last message in one or two short sentences."
+    );
+    // Another state changes only the prompt's end.
+    let busy = system(&GateState { load: 0.8, capacity: 0.2, ..GateState::default() });
+    let common = calm.chars().zip(busy.chars()).take_while(|(a, b)| a == b).count();
+    assert_eq!(&calm[..common], &calm[..calm.find("Your state").unwrap() + "Your state: idle, cognitive load ".len()]);
 }

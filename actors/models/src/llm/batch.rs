@@ -18,9 +18,10 @@
 //! role and instructions). With [`BatchConfig::prefix_reuse`], when a request ends the keys and
 //! values of its prompt are kept (its cache moves there, cut back to the prompt), and a new
 //! prompt starts from a copy of the kept prompt it shares the longest beginning with, reading
-//! only the rest. (Answers are not kept: a later prompt that
-//! quotes an answer's text tokenizes it anew, seldom into the tokens the model wrote: `Alice`
-//! where the model wrote `Al` `ice`.)
+//! only the rest. An answer's keys and values are kept with its prompt, and a later prompt that
+//! quotes the answer as the assistant's turn (a lesson continuing its reply's conversation)
+//! reads it in the ids the model wrote ([`Written`]), so it goes on from them: the text
+//! tokenized anew is seldom those ids (`Al` `ice` where the model wrote `Alice`).
 //!
 //! **Memory.** Keys and values are bounded by [`BatchConfig::kv_bytes`]: a request reserves, when
 //! it joins, room for its prompt and its longest answer, and waits outside the batch while that
@@ -36,6 +37,7 @@ use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSamplin
 
 use super::adapter::Adapter;
 use super::llama::{KvCache, Part, Scratch};
+use super::tokenizer::Written;
 use super::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Llm, LlmError, Sampling, Stop, TextStream,
     TokenLogprob, Trim, log_softmax, ms,
@@ -138,6 +140,8 @@ pub struct Engine<'a, T> {
     per_token: usize,
     active: Vec<Seq<'a, T>>,
     kept: Vec<Kept>,
+    /// The answers given, in the ids they were written in (with prefix reuse).
+    written: Written,
     scratch: Scratch,
     stats: BatchStats,
     tick: u64,
@@ -180,6 +184,8 @@ struct Gen<'a> {
     on_token: OnToken<'a>,
     text: String,
     tokens_out: usize,
+    /// The ids it wrote (an end of turn not among them).
+    wrote: Vec<u32>,
     logprobs: Vec<TokenLogprob>,
     ttft_ms: Option<f64>,
     prompt_ms: Option<f64>,
@@ -209,6 +215,7 @@ impl<'a, T> Engine<'a, T> {
             per_token,
             active: Vec::new(),
             kept: Vec::new(),
+            written: Written::default(),
             scratch: Scratch::default(),
             stats: BatchStats::default(),
             tick: 0,
@@ -263,7 +270,7 @@ impl<'a, T> Engine<'a, T> {
                 (seed, CandleSampling::TopP { p: top_p, temperature })
             }
         };
-        let prompt = self.llm.prompt(&req.messages, req.max_tokens)?;
+        let prompt = self.llm.prompt_as(&req.messages, req.max_tokens, &self.written)?;
         let tokens = prompt.ids.len() + req.max_tokens;
         let generation = Gen {
             max_tokens: req.max_tokens,
@@ -273,6 +280,7 @@ impl<'a, T> Engine<'a, T> {
             on_token,
             text: String::new(),
             tokens_out: 0,
+            wrote: Vec::new(),
             logprobs: Vec::new(),
             ttft_ms: None,
             prompt_ms: None,
@@ -291,7 +299,7 @@ impl<'a, T> Engine<'a, T> {
         }
         let ids: Vec<Vec<u32>> = labels.iter().map(|l| self.llm.tokenizer.encode_plain(l)).collect::<Result<_, _>>()?;
         let longest = ids.iter().map(Vec::len).max().unwrap_or(1);
-        let prompt = self.llm.prompt(messages, longest)?;
+        let prompt = self.llm.prompt_as(messages, longest, &self.written)?;
         let tokens = prompt.ids.len() + longest;
         let scoring = Scoring { labels, ids, first: Vec::new(), label: 0, at: 0, logprob: 0.0, scores: Vec::new() };
         Ok((prompt.ids, prompt.trimmed, tokens, Task::Classify(Box::new(scoring))))
@@ -348,8 +356,8 @@ impl<'a, T> Engine<'a, T> {
         }
     }
 
-    /// Keeps the keys and values of a prompt read (the cache of a request that ended, cut back
-    /// to its prompt), for the prompts that begin like it.
+    /// Keeps the keys and values of `prompt` read (the cache of a request that ended, cut back
+    /// to its prompt and the answer's tokens read), for the prompts that begin like it.
     fn keep(&mut self, adapter: Option<Arc<Adapter>>, prompt: Vec<u32>, mut cache: KvCache) {
         self.tick += 1;
         // A prompt kept already, or one that begins with this one: nothing new to keep.
@@ -471,12 +479,21 @@ impl<'a, T> Engine<'a, T> {
         crate::busy::end(1);
         self.stats.kv_reserved -= s.reserved;
         let tokens_in = s.prompt.len();
-        // Its keys and values are kept for the prompts that begin like its own: moved, not
-        // copied (a prompt read in full only).
+        let mut task = s.task;
+        // Its keys and values are kept for the prompts that begin like its own, with the
+        // answer's tokens read: moved, not copied (a prompt read in full only).
         if self.config.prefix_reuse && ended.is_ok() && s.cache.len() >= tokens_in {
-            self.keep(s.adapter, s.prompt, s.cache);
+            let mut ids = s.prompt;
+            if let Task::Generate(g) = &mut task {
+                ids.extend_from_slice(&g.wrote[..s.cache.len() - tokens_in]);
+                match self.llm.tokenizer.spell(&g.text, &g.wrote) {
+                    Ok(spelled) => self.written.note(g.text.clone(), spelled),
+                    Err(e) => tracing::warn!(error = %e, "an answer's text did not tokenize: not noted"),
+                }
+            }
+            self.keep(s.adapter, ids, s.cache);
         }
-        let outcome = match (s.task, ended) {
+        let outcome = match (task, ended) {
             (Task::Generate(g), Ok(Ended::Generated(stop))) => {
                 Outcome::Generated(Ok(g.finish(stop, tokens_in, s.trimmed)))
             }
@@ -533,6 +550,7 @@ impl Gen<'_> {
             self.logprobs.push(llm.token_logprob(logits, next, k));
         }
         self.tokens_out += 1;
+        self.wrote.push(next);
         let (piece, stopped) = self.stream.push(llm.tokenizer.token_bytes(next));
         if !piece.is_empty() {
             self.text.push_str(&piece);

@@ -11,6 +11,7 @@
 //!
 //! Every trim is logged with `tracing::warn` and reported in [`Trim`].
 
+use super::tokenizer::Written;
 use super::{ChatMessage, GgufTokenizer, LlmError, Prompt, Trim};
 
 /// A cut message keeps at least this many tokens of its turn, or is dropped.
@@ -18,15 +19,16 @@ pub(crate) const MIN_KEPT: usize = 16;
 
 const CUT_MARK: &str = "…";
 
-/// Ids of the prompt for `messages` that leave room for `reserve` tokens within `context`.
+/// Ids of the prompt for `messages` that leave room for `reserve` tokens within `context`; an
+/// assistant turn the model wrote (in `written`) in the ids it wrote it in.
 pub(crate) fn fit(
     tok: &GgufTokenizer,
+    written: &Written,
     messages: &[ChatMessage],
     reserve: usize,
     context: usize,
 ) -> Result<Prompt, LlmError> {
-    let mut turns: Vec<Vec<u32>> =
-        messages.iter().map(|m| tok.turn_ids(&m.role, &m.content)).collect::<Result<_, _>>()?;
+    let mut turns: Vec<Vec<u32>> = messages.iter().map(|m| tok.turn_ids_as(m, written)).collect::<Result<_, _>>()?;
     // The template's default system turn depends only on the first message, which is either
     // kept (a system message) or never a system message whatever goes.
     let fixed = tok.default_system_ids(messages)?.len() + tok.generation_prompt_ids()?.len();
@@ -36,7 +38,7 @@ pub(crate) fn fit(
     let mut keep = vec![true; messages.len()];
     let tokens_before = total(&turns, &keep);
     if tokens_before + reserve <= context {
-        return Ok(Prompt { ids: tok.encode_chat(messages)?, trimmed: None });
+        return Ok(Prompt { ids: tok.encode_chat_as(messages, written)?, trimmed: None });
     }
 
     let system = messages.first().filter(|m| m.role == "system").map(|_| 0);
@@ -83,7 +85,7 @@ pub(crate) fn fit(
             _ => messages[i].clone(),
         })
         .collect();
-    let ids = tok.encode_chat(&kept)?;
+    let ids = tok.encode_chat_as(&kept, written)?;
     debug_assert_eq!(ids.len(), total(&turns, &keep), "turn ids add up to the prompt's");
     let trim = Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: ids.len() };
     tracing::warn!(

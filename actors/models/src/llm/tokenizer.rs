@@ -6,6 +6,7 @@
 //! `<|im_start|>` and the like) are special added tokens, so their text in a template maps to
 //! their ids. candle's own GGUF tokenizer helper adds a prefix space here, hence this one.
 
+use std::collections::VecDeque;
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -194,9 +195,15 @@ impl GgufTokenizer {
     /// (a message cannot close its turn by writing `<|im_end|>`). Equal to encoding the
     /// rendered prompt whenever no content holds a control token's text.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, LlmError> {
+        self.encode_chat_as(messages, &Written::default())
+    }
+
+    /// [`GgufTokenizer::encode_chat`], with an assistant turn the model wrote in `written` read
+    /// in the ids it wrote it in.
+    pub(crate) fn encode_chat_as(&self, messages: &[ChatMessage], written: &Written) -> Result<Vec<u32>, LlmError> {
         let mut ids = self.default_system_ids(messages)?;
         for m in messages {
-            ids.extend(self.turn_ids(&m.role, &m.content)?);
+            ids.extend(self.turn_ids_as(m, written)?);
         }
         ids.extend(self.generation_prompt_ids()?);
         Ok(ids)
@@ -222,6 +229,44 @@ impl GgufTokenizer {
         ids.extend(self.encode_plain(&format!("{role}\n{content}"))?);
         ids.push(self.im_end);
         ids.extend(self.encode_plain("\n")?);
+        Ok(ids)
+    }
+
+    /// [`GgufTokenizer::turn_ids`] of `m`; an assistant turn whose words the model wrote (in
+    /// `written`) is the opening the model answered after, the ids it wrote, and the turn's end.
+    pub(crate) fn turn_ids_as(&self, m: &ChatMessage, written: &Written) -> Result<Vec<u32>, LlmError> {
+        match written.ids(&m.content).filter(|_| m.role == "assistant") {
+            Some(wrote) => {
+                let mut ids = self.generation_prompt_ids()?;
+                ids.extend_from_slice(wrote);
+                ids.push(self.im_end);
+                ids.extend(self.encode_plain("\n")?);
+                Ok(ids)
+            }
+            None => self.turn_ids(&m.role, &m.content),
+        }
+    }
+
+    /// The ids of `text` the model wrote as `wrote`: the ids it wrote as long as their bytes
+    /// spell the text's beginning (a stop string cuts the last ones' text), then the rest of
+    /// the text tokenized.
+    pub(crate) fn spell(&self, text: &str, wrote: &[u32]) -> Result<Vec<u32>, LlmError> {
+        let (mut at, mut n) = (0, 0);
+        for &id in wrote {
+            let bytes = self.token_bytes(id);
+            if bytes.is_empty() || !text.as_bytes()[at..].starts_with(bytes) {
+                break;
+            }
+            at += bytes.len();
+            n += 1;
+        }
+        // Back to a character's boundary: a token can end within a character.
+        while !text.is_char_boundary(at) {
+            n -= 1;
+            at -= self.token_bytes(wrote[n]).len();
+        }
+        let mut ids = wrote[..n].to_vec();
+        ids.extend(self.encode_plain(&text[at..])?);
         Ok(ids)
     }
 
@@ -315,5 +360,27 @@ impl ChatTemplate {
 
     fn turn(role: &str, content: &str) -> String {
         format!("{IM_START}{role}\n{content}{IM_END}\n")
+    }
+}
+
+/// Answers the model wrote, with the ids it wrote them in: a prompt that quotes one as the
+/// assistant's turn reads those ids, which the model has the keys and values of (prefix
+/// reuse), rather than the text tokenized anew (`Al` `ice` where it wrote `Alice`). The most
+/// recent [`Written::KEEP`] are held.
+#[derive(Debug, Default)]
+pub(crate) struct Written(VecDeque<(String, Vec<u32>)>);
+
+impl Written {
+    const KEEP: usize = 256;
+
+    pub(crate) fn note(&mut self, text: String, ids: Vec<u32>) {
+        if self.0.len() == Self::KEEP {
+            self.0.pop_front();
+        }
+        self.0.push_back((text, ids));
+    }
+
+    fn ids(&self, text: &str) -> Option<&[u32]> {
+        self.0.iter().rev().find(|(t, _)| t == text).map(|(_, ids)| ids.as_slice())
     }
 }
