@@ -6,7 +6,9 @@
 //!   layers run on all of them at once and attention runs per (sequence, head) on that
 //!   sequence's real length, so a short text never pays for the longest one.
 //! - Weights are transposed once at load to `[in, out]`; query, key and value are one
-//!   `[hidden, 3 * hidden]` matmul. Matmuls go straight to the `gemm` crate.
+//!   `[hidden, 3 * hidden]` matmul. Matmuls go straight to the `gemm` crate, but for a few
+//!   rows (a short text alone), which run on a kernel of our own over a second copy of the
+//!   weights laid out in strips that stream from memory in order ([`few`]), on all threads.
 //! - A batch is cut into chunks of whole sequences of about [`CHUNK_TOKENS`] tokens; each chunk
 //!   goes through every layer on one thread with buffers that fit in its core's cache, and
 //!   the chunks of a batch are shared among the threads of the model's own pool. Threads
@@ -143,17 +145,31 @@ impl BertConfig {
 }
 
 /// One encoder layer; matrices are row-major `[in, out]`.
+/// A linear layer's weights, `[in, out]`, and in strips for products of a few rows.
+struct Linear {
+    w: Vec<f32>,
+    n: usize,
+    strips: Option<few::Strips>,
+}
+
+impl Linear {
+    fn new(w: Vec<f32>, n: usize) -> Linear {
+        let strips = few::Strips::pack(&w, w.len() / n, n);
+        Linear { w, n, strips }
+    }
+}
+
 struct Layer {
     /// `[hidden, 3 * hidden]`: query, key, value side by side.
-    qkv_w: Vec<f32>,
+    qkv_w: Linear,
     qkv_b: Vec<f32>,
-    out_w: Vec<f32>,
+    out_w: Linear,
     out_b: Vec<f32>,
     ln1_g: Vec<f32>,
     ln1_b: Vec<f32>,
-    up_w: Vec<f32>,
+    up_w: Linear,
     up_b: Vec<f32>,
-    down_w: Vec<f32>,
+    down_w: Linear,
     down_b: Vec<f32>,
     ln2_g: Vec<f32>,
     ln2_b: Vec<f32>,
@@ -236,15 +252,15 @@ impl Bert {
                 let (up_w, up_b) = w.linear_vecs(&format!("{p}.intermediate.dense"), h, i)?;
                 let (down_w, down_b) = w.linear_vecs(&format!("{p}.output.dense"), i, h)?;
                 Ok(Layer {
-                    qkv_w: qkv_w.map_err(|e| w.err(&format!("{p}.attention.self"), e))?,
+                    qkv_w: Linear::new(qkv_w.map_err(|e| w.err(&format!("{p}.attention.self"), e))?, 3 * h),
                     qkv_b: qkv_b.map_err(|e| w.err(&format!("{p}.attention.self"), e))?,
-                    out_w,
+                    out_w: Linear::new(out_w, h),
                     out_b,
                     ln1_g: w.plain(&format!("{p}.attention.output.LayerNorm.weight"), &[h])?,
                     ln1_b: w.plain(&format!("{p}.attention.output.LayerNorm.bias"), &[h])?,
-                    up_w,
+                    up_w: Linear::new(up_w, i),
                     up_b,
-                    down_w,
+                    down_w: Linear::new(down_w, h),
                     down_b,
                     ln2_g: w.plain(&format!("{p}.output.LayerNorm.weight"), &[h])?,
                     ln2_b: w.plain(&format!("{p}.output.LayerNorm.bias"), &[h])?,
@@ -295,7 +311,7 @@ impl Bert {
                     .iter()
                     .map(|r| {
                         let tokens: usize = lens[r.clone()].iter().sum();
-                        let par = if tokens >= PARALLEL_MATMUL_TOKENS {
+                        let par = if tokens >= PARALLEL_MATMUL_TOKENS || (tokens <= few::FEW_ROWS && few::available()) {
                             Parallelism::Rayon(self.threads)
                         } else {
                             Parallelism::None
@@ -306,6 +322,19 @@ impl Bert {
             }),
         };
         Ok(per_chunk.into_iter().flatten().collect())
+    }
+
+    /// `dst = x × w` for the `t` dense rows of `x` and a layer's weights `w`: a few rows on
+    /// our own kernel (on the pool's threads with `par`), more on `gemm`.
+    fn linear(&self, dst: &mut [f32], x: &[f32], t: usize, w: &Linear, par: Parallelism) {
+        let (k, n) = (w.w.len() / w.n, w.n);
+        match &w.strips {
+            Some(strips) if t <= few::FEW_ROWS => {
+                let threads = if let Parallelism::Rayon(threads) = par { threads } else { 1 };
+                few::matmul(dst, n, x, t, strips, threads);
+            }
+            _ => matmul(dst, n, Mat::rows(x, t, k), Mat::rows(&w.w, k, n), 1.0, par),
+        }
     }
 
     fn validate(&self, n: usize, input: &Input<'_>) -> Result<(), EmbedError> {
@@ -361,7 +390,7 @@ impl Bert {
 
         let scale = 1.0 / (d as f32).sqrt();
         for layer in &self.layers {
-            matmul(qkv, 3 * h, Mat::rows(x, t, h), Mat::rows(&layer.qkv_w, h, 3 * h), 1.0, par);
+            self.linear(qkv, x, t, &layer.qkv_w, par);
             add_bias_rows(qkv, &layer.qkv_b);
             let mut start = 0;
             for input in inputs {
@@ -386,11 +415,11 @@ impl Bert {
                 }
                 start += len;
             }
-            matmul(tmp, h, Mat::rows(ctx, t, h), Mat::rows(&layer.out_w, h, h), 1.0, par);
+            self.linear(tmp, ctx, t, &layer.out_w, par);
             residual_layer_norm_rows(x, tmp, &layer.out_b, &layer.ln1_g, &layer.ln1_b, eps);
-            matmul(up, inter, Mat::rows(x, t, h), Mat::rows(&layer.up_w, h, inter), 1.0, par);
+            self.linear(up, x, t, &layer.up_w, par);
             bias_gelu_rows(up, &layer.up_b);
-            matmul(tmp, h, Mat::rows(up, t, inter), Mat::rows(&layer.down_w, inter, h), 1.0, par);
+            self.linear(tmp, up, t, &layer.down_w, par);
             residual_layer_norm_rows(x, tmp, &layer.down_b, &layer.ln2_g, &layer.ln2_b, eps);
         }
 
@@ -751,5 +780,6 @@ vectorised! {
     }
 }
 
+mod few;
 #[cfg(test)]
 mod tests;
