@@ -6,9 +6,10 @@
 //!   layers run on all of them at once and attention runs per (sequence, head) on that
 //!   sequence's real length, so a short text never pays for the longest one.
 //! - Weights are transposed once at load to `[in, out]`; query, key and value are one
-//!   `[hidden, 3 * hidden]` matmul. Matmuls go straight to the `gemm` crate, but for a few
-//!   rows (a short text alone), which run on a kernel of our own over a second copy of the
-//!   weights laid out in strips that stream from memory in order ([`few`]), on all threads.
+//!   `[hidden, 3 * hidden]` matmul. Matmuls go straight to the `gemm` crate, but the products
+//!   of a chunk, which run on a kernel of our own over a second copy of the weights laid out
+//!   in strips that stream from memory in order ([`few`]); a batch of at most a chunk's tokens
+//!   is one chunk whose products share all threads.
 //! - A batch is cut into chunks of whole sequences of about [`CHUNK_TOKENS`] tokens; each chunk
 //!   goes through every layer on one thread with buffers that fit in its core's cache, and
 //!   the chunks of a batch are shared among the threads of the model's own pool. Threads
@@ -292,7 +293,11 @@ impl Bert {
             self.validate(n, input)?;
         }
         let lens: Vec<usize> = inputs.iter().map(|i| i.ids.len()).collect();
-        let chunks = chunks(&lens, self.threads);
+        // A batch of a few rows in all is one chunk whose products share the threads: the
+        // weights stream from memory once, not once a thread.
+        let total: usize = lens.iter().sum();
+        let chunks =
+            if total <= few::FEW_ROWS && few::available() { vec![0..lens.len()] } else { chunks(&lens, self.threads) };
         let run = |range: &std::ops::Range<usize>, par: Parallelism| {
             let mut scratch = self.scratch.lock().map(|mut s| s.pop()).unwrap_or_default().unwrap_or_default();
             let out = self.run_chunk(&inputs[range.clone()], &mut scratch, par, output);

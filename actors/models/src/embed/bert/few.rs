@@ -1,5 +1,5 @@
-//! Products of a few rows (the tokens of a short text or two) by a layer's weights. A short
-//! text's product reads every weight for a handful of rows, so it is bound by how fast the
+//! Products of a few rows (the tokens of a few texts, up to a chunk's) by a layer's weights.
+//! A short text's product reads every weight for a handful of rows, so it is bound by how fast the
 //! weights stream from memory: `gemm` copies the whole matrix into its panel layout on every
 //! call, and a strip of columns read from the `[in, out]` matrix touches a new page every row.
 //! Here the weights are laid out once, at load, in strips of 32 columns, each strip's rows one
@@ -10,8 +10,9 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-/// Most rows this path takes: beyond them `gemm`'s packing pays for itself.
-pub const FEW_ROWS: usize = 48;
+/// Most rows this path takes (a chunk's, [`super::CHUNK_TOKENS`]): beyond them `gemm`'s
+/// packing pays for itself.
+pub const FEW_ROWS: usize = super::CHUNK_TOKENS;
 /// Columns of one strip: two AVX-512 registers of f32.
 const STRIP: usize = 32;
 /// Rows of sums one pass over a strip holds.
@@ -154,7 +155,7 @@ mod tests {
     fn few_rows_match_the_plain_sum_for_every_row_count_and_thread_split() {
         let (k, n) = (40, 96);
         let val = |i: usize| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0;
-        let x: Vec<f32> = (0..FEW_ROWS * k).map(val).collect();
+        let x: Vec<f32> = (0..64 * k).map(val).collect();
         let w: Vec<f32> = (0..k * n).map(|i| val(i + 7)).collect();
         let Some(strips) = Strips::pack(&w, k, n) else {
             assert!(!available(), "96 columns are three strips");
@@ -162,7 +163,7 @@ mod tests {
         };
         assert!(Strips::pack(&w[..k * (n - 1)], k, n - 1).is_none(), "95 columns are no whole strips");
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for m in [1, 2, 7, 8, 9, 16, 17, FEW_ROWS] {
+        for m in [1, 2, 7, 8, 9, 16, 17, 64] {
             for threads in [1, 2, 5] {
                 let rs = n + 3;
                 let mut dst = vec![f32::NAN; m * rs];
