@@ -296,8 +296,11 @@ impl Bert {
         // A batch of a few rows in all is one chunk whose products share the threads: the
         // weights stream from memory once, not once a thread.
         let total: usize = lens.iter().sum();
-        let chunks =
-            if total <= few::FEW_ROWS && few::available() { vec![0..lens.len()] } else { chunks(&lens, self.threads) };
+        let chunks = if total <= few::FEW_ROWS && few::available() {
+            std::iter::once(0..lens.len()).collect()
+        } else {
+            chunks(&lens, self.threads)
+        };
         let run = |range: &std::ops::Range<usize>, par: Parallelism| {
             let mut scratch = self.scratch.lock().map(|mut s| s.pop()).unwrap_or_default().unwrap_or_default();
             let out = self.run_chunk(&inputs[range.clone()], &mut scratch, par, output);

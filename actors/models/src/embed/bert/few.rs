@@ -41,7 +41,7 @@ impl Strips {
     /// `w` (`[k, n]`, dense) in strips; `None` when this path cannot run it (no AVX-512, or
     /// columns not a whole number of strips).
     pub fn pack(w: &[f32], k: usize, n: usize) -> Option<Strips> {
-        if !available() || n % STRIP != 0 || w.len() != k * n {
+        if !available() || !n.is_multiple_of(STRIP) || w.len() != k * n {
             return None;
         }
         let mut data = Vec::with_capacity(k * n);
@@ -67,7 +67,7 @@ unsafe impl Sync for Dst {}
 /// the buffers do not hold the matrices.
 pub fn matmul(dst: &mut [f32], dst_rs: usize, x: &[f32], m: usize, w: &Strips, threads: usize) {
     let (k, n) = (w.k, w.n);
-
+    assert!(m <= FEW_ROWS, "few::matmul: {m} rows");
     assert!(x.len() >= m * k, "few::matmul: the input runs past its buffer");
     assert!(m == 0 || (m - 1) * dst_rs + n <= dst.len(), "few::matmul: the output runs past its buffer");
     let strips = n / STRIP;
