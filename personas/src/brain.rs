@@ -473,20 +473,18 @@ impl Brain for LocalBrain {
 /// two memories of the same words) is written once.
 fn reply_system(ctx: &RespondContext) -> String {
     let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
-    let said = |r: &Recalled| format!("{} in #{}: {}", r.said.from, r.said.room, r.said.text);
     let mut conversation: Vec<&Recalled> = ctx.conversation.iter().collect();
     conversation.sort_by_key(|r| (r.said.at_us, r.said.seq));
-    let mut written: Vec<String> = conversation.iter().map(|r| said(r)).collect();
+    let said: Vec<String> =
+        conversation.iter().map(|r| format!("{} in #{}: {}", r.said.from, r.said.room, r.said.text)).collect();
     let mut recalled: Vec<&WmEntry> = ctx.recalled.iter().collect();
     recalled.sort_by_key(|r| (r.created_us, r.id));
-    let mut remembered = Vec::new();
+    let mut remembered: Vec<&str> = Vec::new();
     for r in recalled {
         let told = r.event_id.is_some() && conversation.iter().any(|c| Some(&c.said.event_id) == r.event_id.as_ref());
-        if told || written.contains(&r.text) {
-            continue;
+        if !(told || said.contains(&r.text) || remembered.contains(&r.text.as_str())) {
+            remembered.push(&r.text);
         }
-        written.push(r.text.clone());
-        remembered.push(r.text.as_str());
     }
     if !remembered.is_empty() {
         system.push_str("\nWhat you remember:");
@@ -495,11 +493,11 @@ fn reply_system(ctx: &RespondContext) -> String {
             system.push_str(text);
         }
     }
-    if !conversation.is_empty() {
+    if !said.is_empty() {
         system.push_str("\nWhat was said before:");
-        for r in conversation {
+        for line in &said {
             system.push_str("\n- ");
-            system.push_str(&said(r));
+            system.push_str(line);
         }
     }
     if !ctx.hints.is_empty() {
