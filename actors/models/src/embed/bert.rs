@@ -6,10 +6,10 @@
 //!   layers run on all of them at once and attention runs per (sequence, head) on that
 //!   sequence's real length, so a short text never pays for the longest one.
 //! - Weights are transposed once at load to `[in, out]`; query, key and value are one
-//!   `[hidden, 3 * hidden]` matmul. Matmuls go straight to the `gemm` crate, but the products
-//!   of a chunk, which run on a kernel of our own over a second copy of the weights laid out
-//!   in strips that stream from memory in order ([`few`]); a batch of at most a chunk's tokens
-//!   is one chunk whose products share all threads.
+//!   `[hidden, 3 * hidden]` matmul. A chunk's products run on a kernel of our own over a
+//!   second copy of the weights laid out in strips that stream from memory in order
+//!   ([`few`]); longer chunks, and CPUs without AVX-512, go straight to the `gemm` crate. A
+//!   batch of at most a chunk's tokens is one chunk whose products share all threads.
 //! - A batch is cut into chunks of whole sequences of about [`CHUNK_TOKENS`] tokens; each chunk
 //!   goes through every layer on one thread with buffers that fit in its core's cache, and
 //!   the chunks of a batch are shared among the threads of the model's own pool. Threads
@@ -145,8 +145,7 @@ impl BertConfig {
     }
 }
 
-/// One encoder layer; matrices are row-major `[in, out]`.
-/// A linear layer's weights, `[in, out]`, and in strips for products of a few rows.
+/// A linear layer's weights, `[in, out]`, and in strips for the products of a chunk.
 struct Linear {
     w: Vec<f32>,
     n: usize,
@@ -160,6 +159,7 @@ impl Linear {
     }
 }
 
+/// One encoder layer; matrices are row-major `[in, out]`.
 struct Layer {
     /// `[hidden, 3 * hidden]`: query, key, value side by side.
     qkv_w: Linear,
@@ -296,11 +296,8 @@ impl Bert {
         // A batch of a few rows in all is one chunk whose products share the threads: the
         // weights stream from memory once, not once a thread.
         let total: usize = lens.iter().sum();
-        let chunks = if total <= few::FEW_ROWS && few::available() {
-            std::iter::once(0..lens.len()).collect()
-        } else {
-            chunks(&lens, self.threads)
-        };
+        let chunks =
+            if few::takes(total) { std::iter::once(0..lens.len()).collect() } else { chunks(&lens, self.threads) };
         let run = |range: &std::ops::Range<usize>, par: Parallelism| {
             let mut scratch = self.scratch.lock().map(|mut s| s.pop()).unwrap_or_default().unwrap_or_default();
             let out = self.run_chunk(&inputs[range.clone()], &mut scratch, par, output);
@@ -319,7 +316,7 @@ impl Bert {
                     .iter()
                     .map(|r| {
                         let tokens: usize = lens[r.clone()].iter().sum();
-                        let par = if tokens >= PARALLEL_MATMUL_TOKENS || (tokens <= few::FEW_ROWS && few::available()) {
+                        let par = if tokens >= PARALLEL_MATMUL_TOKENS || few::takes(tokens) {
                             Parallelism::Rayon(self.threads)
                         } else {
                             Parallelism::None
@@ -332,8 +329,8 @@ impl Bert {
         Ok(per_chunk.into_iter().flatten().collect())
     }
 
-    /// `dst = x × w` for the `t` dense rows of `x` and a layer's weights `w`: a few rows on
-    /// our own kernel (on the pool's threads with `par`), more on `gemm`.
+    /// `dst = x × w` for the `t` dense rows of `x` and a layer's weights `w`: up to a chunk's
+    /// rows on our own kernel (on the pool's threads with `par`), more on `gemm`.
     fn linear(&self, dst: &mut [f32], x: &[f32], t: usize, w: &Linear, par: Parallelism) {
         let (k, n) = (w.w.len() / w.n, w.n);
         match &w.strips {

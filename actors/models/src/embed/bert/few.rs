@@ -30,6 +30,11 @@ pub fn available() -> bool {
     false
 }
 
+/// Whether products of `rows` rows run here.
+pub fn takes(rows: usize) -> bool {
+    rows <= FEW_ROWS && available()
+}
+
 /// A `[k, n]` matrix in strips of 32 columns: strip `s` is `k` rows of its 32 values.
 pub struct Strips {
     data: Vec<f32>,
