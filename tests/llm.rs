@@ -771,12 +771,20 @@ mod brain {
         let decided = decision(&fleet, "helper", &ack.event_id).await;
         let reason = &decided.reason;
         assert!(reason.contains("model's pick changed with the order of the plans: rules plan"), "{reason}");
-        // The plan's lesson is the model's: in the decision, and in the reflection it remembers.
+        // The plan's lesson is the model's, in the reflection the persona remembers; nobody
+        // waits for it, so the decision and its reply were journaled before it came.
+        assert!(reason.contains("lesson asked of the model"), "{reason}");
+        let reflection = poll("the reflection with the model's lesson", || async {
+            let d = dump(&fleet).await;
+            let wm = crate::util::persona(&d, "helper").working_memory.clone();
+            wm.recent.into_iter().find(|e| e.text.contains("; lesson: "))
+        })
+        .await;
+        let lesson = reflection.text.split("; lesson: ").nth(1).unwrap_or_default();
+        assert!(!lesson.trim().is_empty(), "{reflection:?}");
+        assert!(reflection.created_us > decided.at_us, "remembered {reflection:?} before the decision {decided:?}");
+        let d = dump(&fleet).await;
         assert_eq!(d.llm.by_purpose["evaluate"].calls, 1, "{:?}", d.llm);
-        let lesson = reason.split("; lesson: ").nth(1).unwrap_or_else(|| panic!("no lesson: {reason}"));
-        assert!(!lesson.trim().is_empty(), "{reason}");
-        let wm = &crate::util::persona(&d, "helper").working_memory;
-        assert!(wm.recent.iter().any(|e| e.text.contains("; lesson: ")), "{wm:?}");
         let cost = &d.llm.by_purpose["reply"];
         assert!(cost.calls >= 1 && cost.tokens_in > 0 && cost.tokens_out > 0, "{:?}", d.llm);
         assert!(d.render_tree().contains("LlmWorker [ready]"), "{}", d.render_tree());

@@ -175,8 +175,9 @@ impl PersonaState {
         });
     }
 
-    /// The evaluation's task: the model writes the plan's lesson (the grant held until
-    /// `Own::Evaluated`), else the plan completes without one.
+    /// The evaluation's task: the plan completes at once (its decision and reply journaled and
+    /// the next event taken), and the model writes its lesson meanwhile, the grant held until
+    /// `Own::Evaluated` remembers the reflection with it; else the reflection goes without one.
     fn run_evaluate(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
         if let (Some(llm), Some(f)) = (llm, self.phase.work_mut(g.task)) {
@@ -202,7 +203,11 @@ impl PersonaState {
                 let job = GenerateJob { req, purpose: "evaluate".into(), persona, stream: None };
                 let evaluated = |task, answer| Own::Evaluated { task, answer };
                 self.ask_llm(llm, g.task, |reply| LlmMsg::Generate { job, reply }, evaluated);
-                // The grant is held until the model answers (`Own::Evaluated`).
+                // The grant is held until the model answers (`Own::Evaluated`); nobody waits for
+                // the lesson, so the reply is posted and the next event taken up now.
+                if let Some(f) = self.phase.take_work(g.task) {
+                    self.complete(f, Some(g.task));
+                }
                 return;
             }
         }

@@ -201,6 +201,9 @@ pub struct PersonaState {
     study: StudyBook,
     /// The events it deferred, until taken up or dropped.
     deferrals: DeferBook,
+    /// The reflections of completed plans waiting for the model's lesson, by the task that
+    /// asked it.
+    reflecting: HashMap<TaskId, plan::Reflecting>,
 }
 
 impl PersonaState {
@@ -457,6 +460,7 @@ impl Actor for Persona {
             taking_in: None,
             study,
             deferrals,
+            reflecting: HashMap::new(),
             args,
         })
     }

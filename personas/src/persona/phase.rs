@@ -239,11 +239,6 @@ impl Work {
         &self.gated.seen.delivery.event
     }
 
-    /// All its steps are over: what is left is the evaluation.
-    pub fn steps_over(&self) -> bool {
-        self.cursor >= self.record.plan.steps.len()
-    }
-
     /// What its current task runs.
     pub fn job(&self) -> Job {
         if self.choosing.is_some() {

@@ -2,6 +2,7 @@
 //! plan, and the evaluation at the end.
 
 use mindfleet_core::config::BrainKind;
+use mindfleet_core::event::Event;
 use mindfleet_core::llm::{Classification, Generation, LabelScore, LlmFailure};
 use mindfleet_core::model::{
     Action, Adjustment, AdjustmentRecord, EntryKind, ErrorClass, Learning, PlanRecord, Step, StepState,
@@ -267,17 +268,14 @@ impl PersonaState {
         self.next_step();
     }
 
-    /// The model's lesson of the plan in flight: the plan is complete.
+    /// The model's lesson of a completed plan: the reflection it remembers, with the lesson
+    /// when the model wrote one.
     pub(super) fn on_evaluated(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
-        let Some(mut f) = self.phase.take_work(task) else {
+        let Some(r) = self.reflecting.remove(&task) else {
+            // Asked before a restart: nothing waits for it.
             self.args.scheduler.done(task);
             return;
         };
-        if !f.steps_over() {
-            self.phase = Phase::Working(f);
-            self.args.scheduler.done(task);
-            return;
-        }
         let lesson = match answer {
             Ok(g) => {
                 self.args.scheduler.done_with_tokens(task, (g.tokens_in + g.tokens_out) as u32);
@@ -289,30 +287,38 @@ impl PersonaState {
                 Err(e.to_string())
             }
         };
-        match lesson {
-            Ok(text) => self.complete(f, Some(text)),
+        let reflection = match lesson {
+            Ok(l) => format!("{}; lesson: {l}", r.reflection),
             Err(why) => {
-                f.notes.push(format!("no lesson from the model: {why}"));
-                self.complete(f, None);
+                tracing::info!(persona = %self.name, event = %r.event.id, %why, "no lesson from the model");
+                r.reflection
             }
-        }
+        };
+        self.remember(&r.event, EntryKind::Reflection, reflection, r.importance);
     }
 
-    /// The plan is over: evaluate it, learn from it (with the model's `lesson`, when it wrote
-    /// one), and finish the event.
-    pub(super) fn complete(&mut self, mut f: Box<Work>, lesson: Option<String>) {
+    /// The plan is over: evaluate it, learn from it, and finish the event (its decision and
+    /// reply journaled). When the model was asked its lesson under `lesson`, the reflection is
+    /// remembered with it when it answers ([`Self::on_evaluated`]); else now, without one.
+    pub(super) fn complete(&mut self, mut f: Box<Work>, lesson: Option<TaskId>) {
         let evaluation = self.brain.evaluate_outcome(&f.record);
         let now = now_us();
         f.record.finished_us = Some(now);
         no_reply_drafted(&f.record.plan, &mut f.record.memory_used);
-        let reflection = match &lesson {
-            Some(l) => {
-                f.notes.push(format!("lesson: {l}"));
-                format!("reflection: {}; lesson: {l}", evaluation.pattern)
-            }
-            None => format!("reflection: {}", evaluation.pattern),
+        let reflection = Reflecting {
+            event: f.event().clone(),
+            reflection: format!("reflection: {}", evaluation.pattern),
+            importance: if evaluation.success { 0.8 } else { 0.9 },
         };
-        self.remember(f.event(), EntryKind::Reflection, reflection, if evaluation.success { 0.8 } else { 0.9 });
+        match lesson {
+            Some(task) => {
+                f.notes.push("lesson asked of the model".into());
+                self.reflecting.insert(task, reflection);
+            }
+            None => {
+                self.remember(&reflection.event, EntryKind::Reflection, reflection.reflection, reflection.importance)
+            }
+        }
         match self.learnings.iter_mut().find(|l| l.pattern == evaluation.pattern) {
             Some(l) => {
                 if evaluation.success {
@@ -337,4 +343,12 @@ impl PersonaState {
         let Work { gated, record, notes, reply, .. } = *f;
         self.finish(gated, Some(PlanEnd { record, failed, notes, reply }));
     }
+}
+
+/// A completed plan's reflection, waiting for the model's lesson to be remembered with it.
+pub(super) struct Reflecting {
+    pub event: Event,
+    /// The rules' pattern (`reflection: ...`).
+    pub reflection: String,
+    pub importance: f64,
 }

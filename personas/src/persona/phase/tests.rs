@@ -223,11 +223,11 @@ fn the_wrong_phase_gives_nothing_up() {
 }
 
 #[test]
-fn steps_are_over_past_the_last_step() {
+fn past_the_last_step_the_evaluation_runs() {
     let Phase::Working(w) = working(7, 2, false) else { unreachable!() };
-    assert!(!w.steps_over());
+    assert!(matches!(w.job(), Job::Step(_)), "{:?}", w.job());
     let Phase::Working(w) = working(7, 3, false) else { unreachable!() };
-    assert!(w.steps_over());
+    assert_eq!(w.job(), Job::Evaluate);
 }
 
 #[test]
