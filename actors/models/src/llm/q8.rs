@@ -382,6 +382,16 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             // panels are within w and their columns of out this thread's alone.
             m = unsafe { amx::product(x, w, panels.clone(), out) };
         }
+        // Many rows (a prompt's): 5 rows by 2 panels a tile, each activation loaded once for
+        // two panels, which keeps more of the core's loads for the weights than 8 rows by one
+        // panel (about 5% faster with the weights in cache; the same sums).
+        if x.rows - m > 8 {
+            while x.rows - m >= 5 {
+                // SAFETY: the CPU has the kernel's features, and the tiles are within x, w and out.
+                unsafe { vnni::tiles::<5, 2, 1>(x, m, w, panels.clone(), out) };
+                m += 5;
+            }
+        }
         // Up to 8 rows in one tile, so a generation step of up to 8 sequences reads the
         // weights once.
         while m < x.rows {
@@ -586,12 +596,14 @@ mod tests {
 
     #[test]
     fn products_of_every_tile_shape_match_the_plain_sum_and_each_other_bit_for_bit() {
-        // Every tile height from 1 to 8 rows (13 rows: 8, then 5; 70 and 33 leave 6 and 1 after
-        // AMX); 37 weight rows are three panels, the last with 5 rows, in two shares; 96
-        // columns are 3 blocks. 70 and 33 rows run on AMX where the CPU has it (groups of 32,
-        // then the rest), 40 panels in shares of 4 and 9 panels an odd one at the end.
+        // Every tile height from 1 to 8 rows, and more rows in tiles of 5 rows by 2 panels (13
+        // rows: 5, 5, then 3; 33: six of 5, then 3); 37 weight rows are three panels, the last
+        // with 5 rows, in two shares; 96 columns are 3 blocks. 70 and 33 rows run on AMX where
+        // the CPU has it (groups of 32, then the rest: 6 and 1), 40 panels in shares of 4 and 9
+        // panels an odd one at the end.
         for (rows, wrows, cols) in [
             (7, 37, 96),
+            (6, 37, 96),
             (1, 9, 64),
             (2, 37, 96),
             (3, 37, 96),
