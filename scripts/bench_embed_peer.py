@@ -4,13 +4,15 @@ the way fastembed runs it.
 
 Reads one JSON object on stdin:
     {"model_dir": DIR, "threads": N, "window": 256, "batches": [1, 8, 32],
-     "short": [texts...], "code": [texts...], "short_n_batch1": K}
+     "short": [texts...], "code": [texts...], "short_n_batch1": K, "only_ort": false}
 and prints one JSON object of figures on stdout:
     {"load_s", "per_s_batch1", "per_s_batch8", "per_s_batch32", "per_s_code_batch1", ...,
      "rss_mb", "torch", "sentence_transformers",
      "ort_load_s", "ort_export_s", "ort_per_s_batch1", ..., "ort_per_s_code_batch1", ...,
      "ort_max_abs_diff", "ort_min_cosine", "onnxruntime"}
-or, when ONNX Runtime cannot run, "ort_error" in place of the "ort_" figures.
+or, when ONNX Runtime cannot run, "ort_error" in place of the "ort_" figures. With "only_ort"
+(a later turn of the bench, which takes ours and ONNX Runtime's figures in turns), the "ort_"
+figures alone, without the comparison with sentence-transformers.
 
 The pipeline is the model's own (BERT, mean pooling, L2 normalisation) built explicitly, so
 the directory needs only config.json, tokenizer.json and model.safetensors. For ONNX Runtime the
@@ -40,7 +42,7 @@ def timed(embed, req, out, prefix):
 
 def ort(req, reference):
     """ONNX Runtime's figures, "ort_" keys; `reference` holds the torch embeddings of the first
-    32 short texts."""
+    32 short texts (None: no comparison)."""
     import os
     import inspect
     import tempfile
@@ -113,6 +115,8 @@ def ort(req, reference):
 
     embed(["warm up"] * 8)
     timed(embed, req, out, "ort_")
+    if reference is None:
+        return out
     ours = embed(req["short"][: len(reference)])
     out["ort_max_abs_diff"] = float(np.abs(ours - reference).max())
     cos = (ours * reference).sum(axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
@@ -125,6 +129,9 @@ def main():
     import torch
 
     torch.set_num_threads(req["threads"])
+    if req.get("only_ort"):
+        json.dump(ort(req, None), sys.stdout)
+        return
     import sentence_transformers
     from sentence_transformers import SentenceTransformer, models
 
