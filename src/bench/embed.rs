@@ -3,7 +3,8 @@
 //! under 100 concurrent callers; and, in the same run on the same inputs, two peers, both run by
 //! `scripts/bench_embed_peer.py`: sentence-transformers on PyTorch CPU (`ratio_*`), and ONNX
 //! Runtime on the same BERT exported to ONNX, run the way fastembed runs it (`ratio_ort_*`),
-//! each reported as ratios of ours over theirs. Each figure is also given in FLOP/s of the
+//! each reported as ratios of ours over theirs (ours and ONNX Runtime's taken in three turns,
+//! each ratio the median of the turns'). Each figure is also given in FLOP/s of the
 //! products (`gflops_*`, from each text's tokens, [`BertConfig::flops`]) and as a share of the
 //! machine's peak f32 rate measured in the same run on as many threads (`share_of_peak_*`,
 //! [`super::peak`]).
