@@ -33,7 +33,7 @@ const SHORT_N_BATCH1: usize = 128;
 const CALLERS: usize = 100;
 const REQUESTS_PER_CALLER: usize = 8;
 /// Turns of ours and ONNX Runtime's figures when a peer runs.
-const PEER_ROUNDS: usize = 3;
+const PEER_TURNS: usize = 3;
 
 const PEER_SCRIPT: &str = include_str!("../../scripts/bench_embed_peer.py");
 
@@ -68,11 +68,15 @@ fn code_windows() -> Vec<String> {
 fn figures(model: &Embedder, short: &[String], code: &[String]) -> anyhow::Result<HashMap<String, f64>> {
     let mut out = HashMap::new();
     for b in BATCHES {
-        let first = if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { short };
-        out.insert(format!("batch{b}"), per_s(model, first, b)?);
+        out.insert(format!("batch{b}"), per_s(model, sentences(short, b), b)?);
         out.insert(format!("code_batch{b}"), per_s(model, code, b)?);
     }
     Ok(out)
+}
+
+/// The sentences a figure of batch `b` embeds: batch 1 the first `SHORT_N_BATCH1` only.
+fn sentences(short: &[String], b: usize) -> &[String] {
+    if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { short }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -187,12 +191,12 @@ pub async fn embed(
     // Warmed up as the peers are (buffers sized, the pool's threads started).
     model.embed(&["warm up"; 8])?;
     // Our figures and ONNX Runtime's are taken in turns, so each ratio is of two runs close in
-    // time (this machine's speed moves within a run); with a peer, `PEER_ROUNDS` turns.
+    // time (this machine's speed moves within a run); with a peer, `PEER_TURNS` turns.
     let window = model.window();
     let mut ours = vec![figures(&model, &short, &code)?];
     let mut theirs = Vec::new();
     if let Some(python) = peer_python {
-        for r in 0..PEER_ROUNDS {
+        for r in 0..PEER_TURNS {
             if r > 0 {
                 ours.push(figures(&model, &short, &code)?);
             }
@@ -208,8 +212,7 @@ pub async fn embed(
     let mut costs = HashMap::new();
     let mut best: f64 = 0.0;
     for b in BATCHES {
-        let first = if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { &short };
-        for (kind, cost) in [("", flops(first)?), ("code_", flops(&code)?)] {
+        for (kind, cost) in [("", flops(sentences(&short, b))?), ("code_", flops(&code)?)] {
             let key = format!("{kind}batch{b}");
             let per_s = median(ours.iter().map(|f| f[&key]).collect());
             if kind.is_empty() {
@@ -223,7 +226,6 @@ pub async fn embed(
             costs.insert(key, cost);
         }
     }
-
     drop(model);
 
     // The shared worker, 100 callers sending one short text at a time.
