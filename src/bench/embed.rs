@@ -285,21 +285,22 @@ pub async fn embed(
                 if let (Some(ours), Some(torch)) = (ours[0].get(&key), first[format!("per_s_{key}")].as_f64()) {
                     out[format!("ratio_{key}")] = round(ours / torch, 2).into();
                 }
-                // Each turn's ratio, and their median.
-                let ratios: Vec<f64> = ours
+                // ONNX Runtime's figure in each turn, each turn's ratio, and their medians.
+                let (turn_ours, ort): (Vec<f64>, Vec<f64>) = ours
                     .iter()
                     .zip(&theirs)
-                    .filter_map(|(o, p)| Some(o[&key] / p[format!("ort_per_s_{key}")].as_f64()?))
-                    .collect();
-                if ratios.is_empty() {
+                    .filter_map(|(o, p)| Some((o[&key], p[format!("ort_per_s_{key}")].as_f64()?)))
+                    .unzip();
+                if ort.is_empty() {
                     continue;
                 }
-                let ort: Vec<f64> = theirs.iter().filter_map(|p| p[format!("ort_per_s_{key}")].as_f64()).collect();
-                out[format!("ort_per_s_{key}")] = round(median(ort.clone()), 1).into();
-                out[format!("ratio_ort_{key}")] = round(median(ratios.clone()), 2).into();
+                let ratios: Vec<f64> = turn_ours.iter().zip(&ort).map(|(o, t)| o / t).collect();
                 out[format!("ratio_ort_{key}_turns")] = ratios.iter().map(|r| round(*r, 2)).collect::<Vec<_>>().into();
+                out[format!("ratio_ort_{key}")] = round(median(ratios), 2).into();
+                let ort = median(ort);
+                out[format!("ort_per_s_{key}")] = round(ort, 1).into();
                 if let Some((peak, _)) = peak {
-                    out[format!("ort_share_of_peak_{key}")] = round(median(ort) * costs[&key] / peak, 3).into();
+                    out[format!("ort_share_of_peak_{key}")] = round(ort * costs[&key] / peak, 3).into();
                 }
             }
         }
