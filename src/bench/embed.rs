@@ -201,6 +201,11 @@ pub async fn embed(
                 ours.push(figures(&model, &short, &code)?);
             }
             match peer(python, model_dir, window, &short, &code, r > 0) {
+                // Without ONNX Runtime (the first turn says why), a later turn has nothing to run.
+                Ok(p) if p.get("ort_error").is_some() => {
+                    theirs.push(p);
+                    break;
+                }
                 Ok(p) => theirs.push(p),
                 Err(e) => {
                     out["peer_error"] = e.into();
