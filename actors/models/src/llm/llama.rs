@@ -284,14 +284,14 @@ impl Llama {
             .filter(|k| parts[*k].prompt)
             .chain((0..parts.len()).filter(|k| !parts[*k].prompt))
             .collect();
-        let prompt: usize = parts.iter().filter(|p| p.prompt).map(|p| p.ids.len()).sum();
+        let mut prompt: usize = parts.iter().filter(|p| p.prompt).map(|p| p.ids.len()).sum();
         s.rows.clear();
         for &k in &order {
             let p = &parts[k];
             s.rows.extend((0..p.ids.len()).map(|i| (k, p.cache.len + i)));
         }
-        let n = s.rows.len();
-        let x = grow(&mut s.x, n * h);
+        let mut n = s.rows.len();
+        let mut x = grow(&mut s.x, n * h);
         for (row, id) in x.chunks_exact_mut(h).zip(order.iter().flat_map(|k| parts[*k].ids)) {
             self.embed.dequantize_row(*id as usize, row);
         }
@@ -320,6 +320,26 @@ impl Llama {
                     values.extend(v.iter().map(|v| f16::from_f32(*v).to_bits()));
                 }
             }
+            if l + 1 == self.layers.len() {
+                // Past the last layer's keys and values only each part's last token counts
+                // (its logits), so the rest of the layer runs for those rows alone: each row's
+                // sums are its own, so theirs are the same bits.
+                let last: Vec<usize> = order
+                    .iter()
+                    .scan(0, |end, &k| {
+                        *end += parts[k].ids.len();
+                        Some(*end - 1)
+                    })
+                    .collect();
+                for (i, &r) in last.iter().enumerate() {
+                    qkv.copy_within(r * qkv_width..(r + 1) * qkv_width, i * qkv_width);
+                    x.copy_within(r * h..(r + 1) * h, i * h);
+                    s.rows[i] = s.rows[r];
+                }
+                (n, prompt) = (last.len(), parts.iter().filter(|p| p.prompt).count());
+                s.rows.truncate(n);
+                x = &mut std::mem::take(&mut x)[..n * h];
+            }
             let attn = grow(&mut s.attn, n * h);
             let caches: Vec<(&[u16], &[u16])> =
                 parts.iter().map(|p| (p.cache.keys[l].as_slice(), p.cache.values[l].as_slice())).collect();
@@ -346,13 +366,12 @@ impl Llama {
             adapt(parts, &s.rows, l, &[(Target::Down, 0..h)], &s.attn[..n * cfg.ffn], down);
             add(x, down);
         }
-        // The last token of each part, normed, through the output projection together (in
-        // Q8_0 whatever their kind: the projection has no bf16 weights).
+        // The last token of each part (row i of x is part order[i]'s), normed, through the
+        // output projection together (in Q8_0 whatever their kind: the projection has no bf16
+        // weights).
         let mut last = vec![0; parts.len()];
-        let mut end = 0;
-        for &k in &order {
-            end += parts[k].ids.len();
-            last[k] = end - 1;
+        for (i, &k) in order.iter().enumerate() {
+            last[k] = i;
         }
         let normed = grow(&mut s.normed, parts.len() * h);
         for ((p, out), row) in parts.iter_mut().zip(normed.chunks_exact_mut(h)).zip(last) {
