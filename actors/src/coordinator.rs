@@ -2,10 +2,11 @@
 //!
 //! Every persona that receives such a message answers with a [`Claim`]: it wants the turn
 //! (its gate engaged) or it passes, with its confidence and its suitability for the task.
-//! Once every persona the message went to has answered (or the claim window ends, for an
-//! audience not known after a restore), the coordinator decides: a mentioned persona always
-//! gets the turn; otherwise the `responders` most confident claimers get it and the others
-//! stay silent as redundant. When nobody claims a human message, the most suitable persona is
+//! A mentioned persona always gets the turn, so its claim is decided at once (the others'
+//! claims, late, are redundant; another mentioned one gets the turn too). Otherwise, once every
+//! persona the message went to has answered (or the claim window ends, for an audience not
+//! known after a restore), the coordinator decides: the `responders` most confident claimers
+//! get the turn and the others stay silent as redundant. When nobody claims a human message, the most suitable persona is
 //! assigned to it, so no human message goes unanswered (an unclaimed persona message stays
 //! unanswered: that is the end of a chatter chain).
 //!

@@ -231,6 +231,32 @@ mod rules {
     }
 
     #[test]
+    fn a_mentioned_claim_is_decided_at_once_and_later_claims_change_nothing_but_another_mention() {
+        let mentioned = |name: &str| Claim { mentioned: true, named: true, ..claim(name, true, 0.9, 0.5, 4, true) };
+        let (mut t, now) = (turns(), Instant::now());
+        // "@ada @dee ...", to a room of four: ada claims first, while bob, cyd and dee are busy.
+        t.claim(mentioned("ada"), now);
+        let first = answers(&mut t);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(
+            (first[0].0.as_str(), first[0].1.granted, first[0].1.reason.as_str()),
+            ("ada", true, "mentioned (0.90)")
+        );
+        // The others come later: one who wants it is redundant, the other mentioned one answers too.
+        t.claim(Claim { named: true, ..claim("bob", true, 0.95, 0.9, 4, true) }, now);
+        t.claim(Claim { named: true, ..claim("cyd", false, 0.1, 0.5, 4, true) }, now);
+        t.claim(mentioned("dee"), now);
+        let later: Vec<(String, bool)> = answers(&mut t).into_iter().map(|(p, turn)| (p, turn.granted)).collect();
+        let expected = [("bob", false), ("cyd", false), ("dee", true)].map(|(p, g)| (p.to_string(), g));
+        assert_eq!(later, expected);
+        assert_eq!((t.stats.redundant, t.stats.by_window), (1, 0), "{:?}", t.stats);
+        // The window's timer, when it comes, finds nothing left to decide.
+        t.window_over("e1", now + Duration::from_secs(1));
+        assert!(answers(&mut t).is_empty());
+        assert_eq!(t.stats.by_window, 0);
+    }
+
+    #[test]
     fn a_message_naming_a_persona_still_busy_waits_for_its_claim_and_nobody_else_answers_it() {
         let named = |name: &str, wants: bool, confidence: f64| Claim {
             named: true,

@@ -139,12 +139,16 @@ impl Turns {
             timer_set: false,
         });
         p.audience = p.audience.max(c.audience);
+        let mentioned = c.mentioned;
         match p.claims.iter_mut().find(|x| x.persona == c.persona) {
             // Sent again (by a restarted persona, perhaps): where its answer goes now.
             Some(x) => (x.actor, x.node) = (c.actor, c.node),
             None => p.claims.push(c),
         }
-        if p.audience > 0 && p.claims.len() as u32 >= p.audience {
+        // A mentioned persona always gets the turn and the others' claims cannot change that
+        // (a mentioned one that comes later gets it too, the rest are redundant), so it is
+        // decided now rather than when the busiest receiver has passed.
+        if mentioned || (p.audience > 0 && p.claims.len() as u32 >= p.audience) {
             self.decide(&id, now);
         } else if !p.timer_set {
             // A known audience is waited for (every receiver claims or passes after its gate,
