@@ -6,9 +6,9 @@
 //! claims, late, are redundant; another mentioned one gets the turn too). Otherwise, once every
 //! persona the message went to has answered (or the claim window ends, for an audience not
 //! known after a restore), the coordinator decides: the `responders` most confident claimers
-//! get the turn and the others stay silent as redundant. When nobody claims a human message, the most suitable persona is
-//! assigned to it, so no human message goes unanswered (an unclaimed persona message stays
-//! unanswered: that is the end of a chatter chain).
+//! get the turn and the others stay silent as redundant. When nobody claims a human message,
+//! the most suitable persona is assigned to it, so no human message goes unanswered (an
+//! unclaimed persona message stays unanswered: that is the end of a chatter chain).
 //!
 //! A turn is held until its holder reports ([`TurnReport`]) that it posted the reply. A holder
 //! that reports it posted nothing, whose actor stops, or that does not report within `hold`

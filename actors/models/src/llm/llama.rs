@@ -366,9 +366,9 @@ impl Llama {
             adapt(parts, &s.rows, l, &[(Target::Down, 0..h)], &s.attn[..n * cfg.ffn], down);
             add(x, down);
         }
-        // The last token of each part (row i of x is part order[i]'s), normed, through the
-        // output projection together (in Q8_0 whatever their kind: the projection has no bf16
-        // weights).
+        // The last token of each part (the last layer kept one row a part, as `order` lists
+        // them; a model has at least one layer), normed, through the output projection together
+        // (in Q8_0 whatever their kind: the projection has no bf16 weights).
         let mut last = vec![0; parts.len()];
         for (i, &k) in order.iter().enumerate() {
             last[k] = i;
