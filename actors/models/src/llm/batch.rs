@@ -137,7 +137,6 @@ pub struct BatchStats {
 pub struct Engine<'a, T> {
     llm: &'a Llm,
     config: BatchConfig,
-    per_token: usize,
     active: Vec<Seq<'a, T>>,
     kept: Vec<Kept>,
     /// The answers given, in the ids they were written in (with prefix reuse).
@@ -206,13 +205,11 @@ struct Scoring {
 
 impl<'a, T> Engine<'a, T> {
     pub fn new(llm: &'a Llm, config: BatchConfig) -> Engine<'a, T> {
-        let per_token = llm.model.kv_bytes_per_token();
         let config =
             BatchConfig { max_batch: config.max_batch.max(1), step_tokens: config.step_tokens.max(1), ..config };
         Engine {
             llm,
             config,
-            per_token,
             active: Vec::new(),
             kept: Vec::new(),
             written: Written::default(),
@@ -310,7 +307,7 @@ impl<'a, T> Engine<'a, T> {
     pub fn has_room(&self, ready: &Ready<'_, T>) -> bool {
         self.active.is_empty()
             || (self.active.len() < self.config.max_batch
-                && self.stats.kv_reserved + ready.tokens * self.per_token <= self.config.kv_bytes)
+                && self.stats.kv_reserved + self.llm.model.kv_bytes(ready.tokens) <= self.config.kv_bytes)
     }
 
     /// Adds `ready` to the batch; its prompt is read from the next pass on.
@@ -318,7 +315,7 @@ impl<'a, T> Engine<'a, T> {
         let Ready { tag, adapter, prompt, trimmed, tokens, task } = ready;
         // The kept prompt to start from is found before kept prompts make room for this one.
         let cache = self.start(adapter.as_ref(), &prompt, tokens);
-        let reserved = tokens * self.per_token;
+        let reserved = self.llm.model.kv_bytes(tokens);
         self.stats.kv_reserved += reserved;
         self.make_room(0);
         self.stats.prompt_tokens += prompt.len() as u64;

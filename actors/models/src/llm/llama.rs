@@ -124,13 +124,20 @@ pub struct Llama {
 /// f16 once, when its token is read, and widened back exactly wherever it is used, so every
 /// way of reading the cache sees the same numbers.
 pub struct KvCache {
-    /// Per layer, `[position][kv_heads * head_dim]`, f16 bits.
+    /// Per layer and key head (`[layer * kv_heads + head]`), f16 bits: the keys in blocks of
+    /// [`KEY_BLOCK`] positions, each `[head_dim][KEY_BLOCK]` (one dimension of the block's keys
+    /// side by side, as attention scores them, see its module), the last block filled as far
+    /// as `len`.
     keys: Vec<Vec<u16>>,
+    /// As `keys`, the values `[position][head_dim]`.
     values: Vec<Vec<u16>>,
     len: usize,
-    /// Values of one token in one layer (`kv_heads * head_dim`).
+    /// Values of one token in one head (`head_dim`).
     width: usize,
 }
+
+/// Positions of a block of keys (see [`KvCache`]): the lanes of an AVX-512 register.
+const KEY_BLOCK: usize = LANES;
 
 impl KvCache {
     /// Forgets every token from `len` on (a prompt read once, continued several ways).
@@ -147,22 +154,40 @@ impl KvCache {
     /// for `room` tokens in all, so reading up to that many never moves it.
     pub fn prefix(&self, len: usize, room: usize) -> KvCache {
         let len = len.min(self.len);
-        let cut = |v: &Vec<Vec<u16>>| {
+        let cut = |v: &Vec<Vec<u16>>, values: fn(usize, usize) -> usize| {
             v.iter()
-                .map(|layer| {
-                    let mut kept = Vec::with_capacity(room.max(len) * self.width);
-                    kept.extend_from_slice(&layer[..len * self.width]);
+                .map(|run| {
+                    let mut kept = Vec::with_capacity(values(room.max(len), self.width));
+                    kept.extend_from_slice(&run[..values(len, self.width)]);
                     kept
                 })
                 .collect()
         };
-        KvCache { keys: cut(&self.keys), values: cut(&self.values), len, width: self.width }
+        KvCache { keys: cut(&self.keys, key_values), values: cut(&self.values, |n, d| n * d), len, width: self.width }
     }
 
     /// Makes room for `tokens` tokens in all, so reading up to that many never moves the cache.
     pub fn reserve(&mut self, tokens: usize) {
-        for layer in self.keys.iter_mut().chain(&mut self.values) {
-            layer.reserve((tokens * self.width).saturating_sub(layer.len()));
+        let runs = self.keys.iter_mut().map(|run| (run, key_values(tokens, self.width)));
+        for (run, values) in runs.chain(self.values.iter_mut().map(|run| (run, tokens * self.width))) {
+            run.reserve(values.saturating_sub(run.len()));
+        }
+    }
+
+    /// Writes the key and value of position `at` of each key head of layer `l` (`heads` of
+    /// them), from `keys` and `values` (the heads side by side), rounded to f16.
+    fn push(&mut self, l: usize, heads: usize, at: usize, keys: &[f32], values: &[f32]) {
+        let d = self.width;
+        let (block, lane) = (at / KEY_BLOCK * KEY_BLOCK * d, at % KEY_BLOCK);
+        for (run, k) in self.keys[l * heads..(l + 1) * heads].iter_mut().zip(keys.chunks_exact(d)) {
+            run.resize(key_values(at + 1, d), 0);
+            for (i, k) in k.iter().enumerate() {
+                run[block + i * KEY_BLOCK + lane] = f16::from_f32(*k).to_bits();
+            }
+        }
+        for (run, v) in self.values[l * heads..(l + 1) * heads].iter_mut().zip(values.chunks_exact(d)) {
+            run.truncate(at * d);
+            run.extend(v.iter().map(|v| f16::from_f32(*v).to_bits()));
         }
     }
 
@@ -170,6 +195,11 @@ impl KvCache {
     pub fn bytes(&self) -> usize {
         self.keys.iter().chain(&self.values).map(|l| l.capacity() * std::mem::size_of::<u16>()).sum()
     }
+}
+
+/// Values a head's keys of `tokens` positions take, whole blocks (see [`KvCache`]).
+fn key_values(tokens: usize, d: usize) -> usize {
+    tokens.div_ceil(KEY_BLOCK) * KEY_BLOCK * d
 }
 
 /// One part of a batched forward pass: tokens to read after those in its cache, and whether
@@ -247,12 +277,19 @@ impl Llama {
         self.cfg.layers * self.cfg.kv_dim() * 2 * std::mem::size_of::<u16>()
     }
 
+    /// Bytes a [`KvCache`] of `tokens` tokens holds (keys in whole blocks).
+    pub fn kv_bytes(&self, tokens: usize) -> usize {
+        let d = self.cfg.head_dim;
+        let per_layer = self.cfg.kv_heads * (key_values(tokens, d) + tokens * d);
+        self.cfg.layers * per_layer * std::mem::size_of::<u16>()
+    }
+
     pub fn cache(&self) -> KvCache {
         KvCache {
-            keys: vec![Vec::new(); self.cfg.layers],
-            values: vec![Vec::new(); self.cfg.layers],
+            keys: vec![Vec::new(); self.cfg.layers * self.cfg.kv_heads],
+            values: vec![Vec::new(); self.cfg.layers * self.cfg.kv_heads],
             len: 0,
-            width: self.cfg.kv_dim(),
+            width: self.cfg.head_dim,
         }
     }
 
@@ -307,17 +344,12 @@ impl Llama {
             let mut rows = qkv.chunks_exact_mut(qkv_width).zip(&s.rows);
             for &k in &order {
                 let p = &mut parts[k];
-                let pos = p.cache.len;
-                let (keys, values) = (&mut p.cache.keys[l], &mut p.cache.values[l]);
-                keys.truncate(pos * kv);
-                values.truncate(pos * kv);
                 for (row, (_, at)) in rows.by_ref().take(p.ids.len()) {
                     let (q, rest) = row.split_at_mut(h);
                     let (k, v) = rest.split_at_mut(kv);
                     self.rotate(q, *at);
                     self.rotate(k, *at);
-                    keys.extend(k.iter().map(|k| f16::from_f32(*k).to_bits()));
-                    values.extend(v.iter().map(|v| f16::from_f32(*v).to_bits()));
+                    p.cache.push(l, cfg.kv_heads, *at, k, v);
                 }
             }
             if l + 1 == self.layers.len() {
@@ -341,8 +373,13 @@ impl Llama {
                 x = &mut std::mem::take(&mut x)[..n * h];
             }
             let attn = grow(&mut s.attn, n * h);
-            let caches: Vec<(&[u16], &[u16])> =
-                parts.iter().map(|p| (p.cache.keys[l].as_slice(), p.cache.values[l].as_slice())).collect();
+            let caches: Vec<(&[u16], &[u16])> = parts
+                .iter()
+                .flat_map(|p| {
+                    let heads = l * cfg.kv_heads..(l + 1) * cfg.kv_heads;
+                    p.cache.keys[heads.clone()].iter().zip(&p.cache.values[heads]).map(|(k, v)| (&k[..], &v[..]))
+                })
+                .collect();
             self.attention(team, qkv, &caches, &s.rows, attn);
             s.act.prepare(attn, h, prompt);
             let out = grow(&mut s.normed, n * h);

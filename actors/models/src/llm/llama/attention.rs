@@ -1,5 +1,10 @@
 //! Causal attention of a pass's new tokens over their own requests' keys and values (f16,
 //! widened exactly), in one order of sums on every path: plain loops, AVX2 with FMA, AVX-512.
+//!
+//! A head's keys are kept in blocks of [`KEY_BLOCK`] positions, each block one dimension of its
+//! 16 keys after another (`[head_dim][16]`, see [`KvCache`]): a register loaded from it holds
+//! one value of 16 keys, so 16 scores are summed in 16 registers side by side, each in its own
+//! lane, and a key's partial sums are added lane to lane, never moved across a register.
 
 use super::*;
 
@@ -43,6 +48,8 @@ impl Llama {
 /// (like [`scores_heads`]), and
 /// the values weighted by the scores of each query head of a group (like [`weigh_heads`]).
 struct Loops<S, W> {
+    /// `(queries, heads, key blocks, scale, positions, scores)`: `scores` made `heads` runs of
+    /// `positions` scores.
     scores: S,
     weigh: W,
 }
@@ -63,7 +70,7 @@ fn attend(
     rows: &[(usize, usize)],
     out: Out,
     loops: Loops<
-        impl Fn(&[f32], usize, &[u16], usize, f32, &mut [f32]),
+        impl Fn(&[f32], usize, &[u16], f32, usize, &mut Vec<f32>),
         impl Fn(&[f32], usize, &[u16], usize, &mut [f32]),
     >,
 ) {
@@ -76,17 +83,16 @@ fn attend(
     for item in items {
         let (i, g) = (item / cfg.kv_heads, item % cfg.kv_heads);
         let (part, pos) = rows[i];
-        let (keys, values) = caches[part];
-        scores.resize(group * (pos + 1), 0.0);
+        let (keys, values) = caches[part * cfg.kv_heads + g];
         // The group's query heads, side by side in the row.
         let qs = &qkv[i * width + g * group * d..i * width + (g + 1) * group * d];
-        scores_of(qs, group, &keys[g * d..], kv, scale, &mut scores);
+        scores_of(qs, group, keys, scale, pos + 1, &mut scores);
         for scores in scores.chunks_exact_mut(pos + 1) {
             softmax(scores);
         }
         // SAFETY: (token i, the group's heads) is this thread's item alone, within `out`.
         let out = unsafe { out.slice(i, g * group * d, group * d) };
-        weigh(&scores, group, &values[g * d..], kv, out);
+        weigh(&scores, group, values, d, out);
     }
 }
 
@@ -145,22 +151,30 @@ unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[u
     }
 }
 
-/// For each of `heads` queries (side by side in `qs`), its scores (theirs side by side in
-/// `scores`, one per key each) against the keys `stride` apart from the first of `keys`.
+/// For each of `heads` queries (side by side in `qs`), its scores against the first `len`
+/// keys of the blocks `keys`, into `scores` (the heads' runs side by side).
 #[inline(always)]
-fn scores_heads(qs: &[f32], heads: usize, keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]) {
-    let (d, len) = (qs.len() / heads, scores.len() / heads);
+fn scores_heads(qs: &[f32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>) {
+    let d = qs.len() / heads;
+    scores.resize(heads * len, 0.0);
     for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
-        scores_one_by_one(q, keys, stride, scale, scores);
+        scores_one_by_one(q, keys, scale, scores);
     }
 }
 
-/// The scores of `q` against `scores.len()` keys, `stride` apart from the first of `keys`,
-/// one at a time.
+/// The scores of `q` against the first `scores.len()` keys of the blocks `keys`, one at a time,
+/// in [`dot`]'s order with fused multiply-adds, times `scale`: the definition the other ways
+/// of scoring keep to.
 #[inline(always)]
-fn scores_one_by_one(q: &[f32], keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]) {
+fn scores_one_by_one(q: &[f32], keys: &[u16], scale: f32, scores: &mut [f32]) {
+    let d = q.len();
+    let mut key = vec![0; d];
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_by(q, &keys[j * stride..j * stride + q.len()], widen, f32::mul_add) * scale;
+        let block = &keys[j / KEY_BLOCK * KEY_BLOCK * d..];
+        for (k, v) in key.iter_mut().enumerate() {
+            *v = block[k * KEY_BLOCK + j % KEY_BLOCK];
+        }
+        *s = dot_by(q, &key, widen, f32::mul_add) * scale;
     }
 }
 
@@ -181,34 +195,32 @@ unsafe fn attend_wide(
     rows: &[(usize, usize)],
     out: Out,
 ) {
-    let scores_of = |qs: &[f32], heads: usize, keys: &[u16], stride: usize, scale: f32, scores: &mut [f32]| {
-        let (d, len) = (qs.len() / heads, scores.len() / heads);
-        if !d.is_multiple_of(LANES) {
-            return scores_heads(qs, heads, keys, stride, scale, scores);
-        }
-        let last = (len.max(1) - 1) * stride + d;
-        assert!(keys.len() >= last, "keys of {len} positions");
-        let whole = len / LANES * LANES;
-        for b in (0..whole).step_by(LANES) {
-            let at = keys[b * stride..].as_ptr();
-            // SAFETY: the CPU has the features, and the 16 keys from b exist (above).
+    let scores_of = |qs: &[f32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>| {
+        let d = qs.len() / heads;
+        // Each head's run padded to whole blocks while they are scored, then closed up.
+        let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+        assert!(keys.len() >= padded * d, "keys of {len} positions");
+        scores.resize(heads * padded, 0.0);
+        for b in (0..len).step_by(KEY_BLOCK) {
+            let (kt, at) = (keys[b * d..].as_ptr(), scores[b..].as_mut_ptr());
+            // SAFETY: the CPU has the features; the block from b exists (above), and each head's
+            // 16 scores from b are within its padded run.
             unsafe {
                 match (heads, d) {
-                    (3, 64) => scores_group::<3, 4>(qs, at, stride, scale, &mut scores[b..], len),
-                    _ => {
-                        for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
-                            scores_wide(q, at, stride, scale, &mut scores[b..b + LANES]);
-                        }
-                    }
+                    (1, 64) => scores_block::<1, 4>(qs, kt, scale, at, padded),
+                    (2, 64) => scores_block::<2, 4>(qs, kt, scale, at, padded),
+                    (3, 64) => scores_block::<3, 4>(qs, kt, scale, at, padded),
+                    (4, 64) => scores_block::<4, 4>(qs, kt, scale, at, padded),
+                    (1, 32) => scores_block::<1, 2>(qs, kt, scale, at, padded),
+                    (1, 128) => scores_block::<1, 8>(qs, kt, scale, at, padded),
+                    _ => return scores_heads(qs, heads, keys, scale, len, scores),
                 }
             }
         }
-        for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
-            for (j, s) in scores.iter_mut().enumerate().skip(whole) {
-                // SAFETY: as above; key j exists.
-                *s = unsafe { score_wide(q, keys[j * stride..].as_ptr()) } * scale;
-            }
+        for h in 1..heads {
+            scores.copy_within(h * padded..h * padded + len, h * len);
         }
+        scores.truncate(heads * len);
     };
     let weigh = |scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]| {
         let len = scores.len() / heads;
@@ -231,116 +243,70 @@ unsafe fn attend_wide(
     attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_of, weigh })
 }
 
-/// The scores of `q` (a multiple of 16 long) against the 16 keys from `keys`, `stride` apart.
+/// The scores of `G` query heads (`C` registers of 16 values each, side by side in `qs`)
+/// against the 16 keys of the block at `kt` (`[C * 16][16]`), times `scale`: head h's to
+/// `scores[h * stride..][..16]`. Sum l of 16 keys (their values l, l + 16, ... times the
+/// query's, each a fused multiply-add from zero) is one register, and the sums are added as
+/// [`dot`] adds them (l and l + 8, then l and l + 4, l + 2, l + 1), register to register: each
+/// key's score in its lane, the bits [`scores_one_by_one`] gives. A block's values are loaded
+/// once for all the heads.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F and FMA; the keys must exist.
+/// The CPU must have AVX-512 F and FMA; the block must exist, `qs` hold `G * C * 16` values and
+/// each head's 16 scores fit.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn scores_wide(q: &[f32], keys: *const u16, stride: usize, scale: f32, scores: &mut [f32]) {
-    use std::arch::x86_64::*;
-    // Each key's 16 partial sums, as `scores_one_by_one` forms them.
-    let mut p = [_mm512_setzero_ps(); LANES];
-    for (j, p) in p.iter_mut().enumerate() {
-        for c in 0..q.len() / LANES {
-            let (q, k) =
-                unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), load_f16(keys.add(j * stride + c * LANES))) };
-            *p = _mm512_fmadd_ps(q, k, *p);
-        }
-    }
-    // SAFETY: the CPU has the features; 16 scores fit.
-    unsafe { _mm512_storeu_ps(scores.as_mut_ptr(), reduce_keys(&p, scale)) };
-}
-
-/// [`scores_wide`] for the `G` query heads of a group (`C` registers of 16 values each, side by
-/// side in `qs`) at once, each key loaded once for all of them: the same partial sums, added in
-/// the same order. Head `h`'s 16 scores go to `scores[h * len..]`.
-///
-/// # Safety
-/// The CPU must have AVX-512 F and FMA; the 16 keys must exist.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn scores_group<const G: usize, const C: usize>(
+unsafe fn scores_block<const G: usize, const C: usize>(
     qs: &[f32],
-    keys: *const u16,
-    stride: usize,
+    kt: *const u16,
     scale: f32,
-    scores: &mut [f32],
-    len: usize,
+    scores: *mut f32,
+    stride: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY: `qs` holds G heads of C registers; `q[c][h]` is head h's register c.
-    let q: [[__m512; G]; C] = std::array::from_fn(|c| {
-        std::array::from_fn(|h| unsafe { _mm512_loadu_ps(qs.as_ptr().add((h * C + c) * LANES)) })
-    });
-    let mut p = [[_mm512_setzero_ps(); LANES]; G];
-    // Four keys at a time: their sums for every head stay in registers.
-    for j in (0..LANES).step_by(4) {
-        let mut acc = [[_mm512_setzero_ps(); 4]; G];
-        for (c, q) in q.iter().enumerate() {
-            // SAFETY: keys j to j + 3 exist.
-            let four: [__m512; 4] =
-                std::array::from_fn(|k| unsafe { load_f16(keys.add((j + k) * stride + c * LANES)) });
-            for (acc, q) in acc.iter_mut().zip(q) {
-                for (acc, key) in acc.iter_mut().zip(&four) {
-                    *acc = _mm512_fmadd_ps(*q, *key, *acc);
-                }
-            }
-        }
-        for (p, acc) in p.iter_mut().zip(&acc) {
-            p[j..j + 4].copy_from_slice(acc);
-        }
-    }
-    for (h, p) in p.iter().enumerate() {
-        // SAFETY: head h's 16 scores are within `scores`.
-        unsafe { _mm512_storeu_ps(scores.as_mut_ptr().add(h * len), reduce_keys(p, scale)) };
+    assert!(qs.len() >= G * C * LANES, "{G} heads of {C} registers");
+    let q = qs.as_ptr();
+    let add = |a: [__m512; G], b: [__m512; G]| -> [__m512; G] { std::array::from_fn(|h| _mm512_add_ps(a[h], b[h])) };
+    // SAFETY (of each): the block and the queries exist (above).
+    let half4 = |l| unsafe { add(half8::<G, C>(q, kt, l), half8::<G, C>(q, kt, l + 4)) };
+    let half2 = |l| add(half4(l), half4(l + 2));
+    let total = add(half2(0), half2(1));
+    for (h, total) in total.iter().enumerate() {
+        // SAFETY: head h's 16 scores fit (the caller's promise).
+        unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(*total, _mm512_set1_ps(scale))) };
     }
 }
 
-/// 16 keys' scores from their 16 partial sums each (`p[j]` key j's), added in [`dot`]'s order,
-/// times `scale`.
+/// Sums l and l + 8 of [`scores_block`]'s 16 keys, added, for each of its `G` heads: a call
+/// of its own, so the compiler keeps each in registers (inlined, it loads and widens every key
+/// value of the block first and keeps them on the stack).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F.
+/// As [`scores_block`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn reduce_keys(p: &[std::arch::x86_64::__m512; LANES], scale: f32) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    // `dot`'s halves for 16 keys at once: lanes l and l + 8 of each key, then l and l + 4,
-    // l and l + 2, l and l + 1, two registers' halves gathered into one at each step.
-    let half8 =
-        |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b));
-    let half4 =
-        |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b));
-    let half2 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b));
-    let half1 = |a: __m512, b: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b));
-    let c: [__m512; 8] = std::array::from_fn(|i| half8(p[2 * i], p[2 * i + 1]));
-    let e: [__m512; 4] = std::array::from_fn(|i| half4(c[2 * i], c[2 * i + 1]));
-    let f = [half2(e[0], e[1]), half2(e[2], e[3])];
-    let g = half1(f[0], f[1]);
-    // g holds key 4m + k at lane 4k + m.
-    let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    _mm512_mul_ps(_mm512_permutexvar_ps(order, g), _mm512_set1_ps(scale))
-}
-
-/// The score of `q` (a multiple of 16 long) against one key, in [`dot`]'s order.
-///
-/// # Safety
-/// The CPU must have AVX-512 F and FMA; the key must exist.
-#[cfg(target_arch = "x86_64")]
+#[inline(never)]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn score_wide(q: &[f32], key: *const u16) -> f32 {
+unsafe fn half8<const G: usize, const C: usize>(
+    q: *const f32,
+    kt: *const u16,
+    l: usize,
+) -> [std::arch::x86_64::__m512; G] {
     use std::arch::x86_64::*;
-    let mut acc = _mm512_setzero_ps();
-    for c in 0..q.len() / LANES {
-        // SAFETY: the key's values exist.
-        let (q, k) = unsafe { (_mm512_loadu_ps(q.as_ptr().add(c * LANES)), load_f16(key.add(c * LANES))) };
-        acc = _mm512_fmadd_ps(q, k, acc);
-    }
-    let mut sums = [0.0f32; LANES];
-    // SAFETY: 16 values fit.
-    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
-    halves(sums)
+    let sum = |l: usize| -> [__m512; G] {
+        // SAFETY: the block's values l, l + 16, ... of its 16 keys exist; so do the queries'.
+        let keys: [__m512; C] = std::array::from_fn(|c| unsafe { load_f16(kt.add((c * LANES + l) * KEY_BLOCK)) });
+        std::array::from_fn(|h| {
+            let mut acc = _mm512_setzero_ps();
+            for (c, key) in keys.iter().enumerate() {
+                let q = _mm512_set1_ps(unsafe { *q.add((h * C + c) * LANES + l) });
+                acc = _mm512_fmadd_ps(q, *key, acc);
+            }
+            acc
+        })
+    };
+    let (a, b) = (sum(l), sum(l + 8));
+    std::array::from_fn(|h| _mm512_add_ps(a[h], b[h]))
 }
 
 /// 16 f16 values from `at`, widened (exactly) to f32.
@@ -433,53 +399,60 @@ mod tests {
             state ^= state << 5;
             (state % 20_000) as f32 / 10_000.0 - 1.0
         };
-        // Keys of 64 values, 192 apart (three key heads side by side), from the second head.
-        let keys: Vec<u16> = (0..16 * 192).map(|_| half::f16::from_f32(next()).to_bits()).collect();
-        let key = |i: usize| half::f16::from_bits(keys[i]).to_f32();
-        let q: Vec<f32> = (0..64).map(|_| next() * 3.0).collect();
-        let mut one = [0.0; 16];
-        scores_one_by_one(&q, &keys[64..], 192, 0.125, &mut one);
-        let mut wide = [0.0; 16];
-        // SAFETY: the CPU has the features (checked above), and 16 keys exist.
-        unsafe { scores_wide(&q, keys[64..].as_ptr(), 192, 0.125, &mut wide) };
-        assert_eq!(one.map(f32::to_bits), wide.map(f32::to_bits), "{one:?} vs {wide:?}");
-        // The three query heads of a group scored together, each key loaded once for all three.
-        let qs: Vec<f32> = (0..3 * 64).map(|_| next() * 3.0).collect();
-        let mut group = [0.0; 3 * 16];
-        // SAFETY: as above; 16 keys exist and three runs of 16 scores fit.
-        unsafe { scores_group::<3, 4>(&qs, keys[64..].as_ptr(), 192, 0.125, &mut group, 16) };
-        for h in 0..3 {
-            let mut alone = [0.0; 16];
-            scores_one_by_one(&qs[h * 64..(h + 1) * 64], &keys[64..], 192, 0.125, &mut alone);
-            assert_eq!(
-                alone.map(f32::to_bits)[..],
-                group[h * 16..(h + 1) * 16].iter().map(|s| s.to_bits()).collect::<Vec<_>>()[..],
-                "head {h}"
-            );
+        // 37 keys of 64 values in blocks (two whole, one begun), and 37 values side by side.
+        let (d, len) = (64, 37);
+        let mut keys = vec![0u16; key_values(len, d)];
+        let plain: Vec<Vec<f32>> = (0..len).map(|_| (0..d).map(|_| next()).collect()).collect();
+        for (j, key) in plain.iter().enumerate() {
+            for (k, v) in key.iter().enumerate() {
+                keys[j / KEY_BLOCK * KEY_BLOCK * d + k * KEY_BLOCK + j % KEY_BLOCK] = f16::from_f32(*v).to_bits();
+            }
         }
-        // A key past the last whole 16, scored alone in registers.
-        for j in [0, 5, 15] {
-            // SAFETY: as above; key j exists.
-            let alone = unsafe { score_wide(&q, keys[64 + j * 192..].as_ptr()) } * 0.125;
-            assert_eq!(alone.to_bits(), one[j].to_bits(), "key {j}");
+        let key = |j: usize, k: usize| f16::from_f32(plain[j][k]).to_f32();
+        let q: Vec<f32> = (0..3 * d).map(|_| next() * 3.0).collect();
+        let mut one = vec![0.0; len];
+        scores_one_by_one(&q[..d], &keys, 0.125, &mut one);
+        assert!((one[20] - 0.125 * (0..d).map(|k| q[k] * key(20, k)).sum::<f32>()).abs() < 1e-4);
+        // A block at a time, the three query heads of a group together and one head alone.
+        for heads in [3, 1] {
+            let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+            let mut wide = vec![0.0; heads * padded];
+            for b in (0..len).step_by(KEY_BLOCK) {
+                let (kt, at) = (keys[b * d..].as_ptr(), wide[b..].as_mut_ptr());
+                // SAFETY: the CPU has the features (checked above); the block exists and each
+                // head's 16 scores from b fit in its padded run.
+                unsafe {
+                    match heads {
+                        3 => scores_block::<3, 4>(&q, kt, 0.125, at, padded),
+                        _ => scores_block::<1, 4>(&q, kt, 0.125, at, padded),
+                    }
+                }
+            }
+            for h in 0..heads {
+                let mut alone = vec![0.0; len];
+                scores_one_by_one(&q[h * d..(h + 1) * d], &keys, 0.125, &mut alone);
+                let wide: Vec<u32> = wide[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
+                assert_eq!(alone.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), wide, "head {h} of {heads}");
+            }
         }
-        assert!((one[3] - 0.125 * (0..64).map(|k| q[k] * key(64 + 3 * 192 + k)).sum::<f32>()).abs() < 1e-4);
         // The values weighted by 13 scores, in registers and plainly.
+        let values: Vec<u16> = (0..len * d).map(|_| f16::from_f32(next()).to_bits()).collect();
+        let value = |i: usize| f16::from_bits(values[i]).to_f32();
         let (mut plain, mut fast) = ([0.0; 64], [0.0; 64]);
-        weigh_by_chunks(&one[..13], &keys[64..], 192, &mut plain);
+        weigh_by_chunks(&one[..13], &values, d, &mut plain);
         // SAFETY: as above; 13 positions of 64 values exist.
-        unsafe { weigh_wide::<1, 4>(&one[..13], &keys[64..], 192, &mut fast) };
+        unsafe { weigh_wide::<1, 4>(&one[..13], &values, d, &mut fast) };
         assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
-        assert!((plain[5] - (0..13).map(|j| one[j] * key(64 + j * 192 + 5)).sum::<f32>()).abs() < 1e-4);
+        assert!((plain[5] - (0..13).map(|j| one[j] * value(j * d + 5)).sum::<f32>()).abs() < 1e-4);
         // Three heads' scores over the same 11 values, weighted together and one by one.
         let scores: Vec<f32> = (0..33).map(|_| next()).collect();
         let (mut plain, mut fast) = ([0.0; 192], [0.0; 192]);
-        weigh_heads(&scores, 3, &keys[64..], 192, &mut plain);
+        weigh_heads(&scores, 3, &values, d, &mut plain);
         // SAFETY: as above; 11 positions of 64 values exist.
-        unsafe { weigh_wide::<3, 4>(&scores, &keys[64..], 192, &mut fast) };
+        unsafe { weigh_wide::<3, 4>(&scores, &values, d, &mut fast) };
         assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
         let mut second = [0.0; 64];
-        weigh_by_chunks(&scores[11..22], &keys[64..], 192, &mut second);
+        weigh_by_chunks(&scores[11..22], &values, d, &mut second);
         assert_eq!(&plain[64..128], &second[..]);
     }
 }
