@@ -618,6 +618,9 @@ mod worker {
         assert!(b.prefix_hit_rate > 0.5 && b.prefixes > 0, "{b:?}");
         assert!(b.kv_peak_bytes > 0 && b.kv_peak_bytes <= b.kv_bound_bytes, "{b:?}");
         assert_eq!((b.active, b.waiting), (0, 0));
+        // The model's time split between passes that read prompts and passes of answers' tokens
+        // only: the answers ran longer than their prompts' last pieces.
+        assert!(b.prompt_pass_s > 0.0 && b.generation_pass_s > 0.0, "{b:?}");
         w.stop_and_wait(None, None).await.unwrap();
     }
 

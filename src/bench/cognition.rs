@@ -4,8 +4,10 @@
 //! reply. The same run twice in one process, each on a fresh fleet: with the model's requests
 //! batched (`[llm] max_batch`, default 8) and one at a time (`max_batch = 1`), prompt-prefix
 //! reuse on in both. For each: replies posted per second from the first injection to the last
-//! reply, the reply latencies, the model's tokens per second of its passes, the mean batch and
-//! the prefix hit rate.
+//! reply, the reply latencies, the model's tokens per second of its passes, the mean batch, the
+//! prefix hit rate, and the seconds of the model's passes that read prompt tokens and of those
+//! of generated rows only (up to the dump after the last reply): batching shares the second
+//! kind's reading of the weights among the batch's rows, not the first's products.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -151,6 +153,9 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
             "model_tokens_in": llm.tokens_in - before.tokens_in,
             "model_tokens_out": llm.tokens_out - before.tokens_out,
             "model_tok_s": round(b.model_tok_s, 1),
+            // The model's time: passes that read prompt tokens, passes of generated rows only.
+            "prompt_pass_s": round(b.prompt_pass_s - b0.prompt_pass_s, 2),
+            "generation_pass_s": round(b.generation_pass_s - b0.generation_pass_s, 2),
             "max_batch": b.max_batch,
             "mean_batch": round(b.mean_batch, 2),
             "prefix_hit_rate": round(

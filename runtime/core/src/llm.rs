@@ -281,6 +281,12 @@ pub struct Batching {
     pub mean_batch: f64,
     /// Tokens through the model (prompts read and answers generated) per second of passes.
     pub model_tok_s: f64,
+    /// Seconds of passes so far: those that read prompt tokens, and those of generated tokens
+    /// and labels only.
+    #[serde(default)]
+    pub prompt_pass_s: f64,
+    #[serde(default)]
+    pub generation_pass_s: f64,
     /// Prompt tokens of the requests, and the share of them taken from a kept prompt's keys
     /// and values instead of read.
     pub prompt_tokens: u64,

@@ -121,6 +121,10 @@ pub struct BatchStats {
     /// took.
     pub tokens: u64,
     pub busy_s: f64,
+    /// Of those, the seconds of the passes that read prompt tokens (the others read generated
+    /// tokens or labels only): batching shares the weights' reads of the others among their
+    /// rows, while a prompt's tokens cost each their own products, batched or not.
+    pub prompt_busy_s: f64,
     /// Prompt tokens of the requests admitted, and how many of them came from a kept prefix.
     pub prompt_tokens: u64,
     pub reused_tokens: u64,
@@ -425,9 +429,14 @@ impl<'a, T> Engine<'a, T> {
         self.stats.passes += 1;
         self.stats.batched += parts.len() as u64;
         self.stats.tokens += parts.iter().map(|p| p.ids.len() as u64).sum::<u64>();
+        let reads_prompt = parts.iter().any(|p| p.prompt);
         let started = Instant::now();
         let logits = self.llm.forward_batch(&mut self.scratch, &mut parts);
-        self.stats.busy_s += started.elapsed().as_secs_f64();
+        let took = started.elapsed().as_secs_f64();
+        self.stats.busy_s += took;
+        if reads_prompt {
+            self.stats.prompt_busy_s += took;
+        }
         drop(parts);
         let logits = match logits {
             Ok(l) => l,
