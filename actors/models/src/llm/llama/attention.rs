@@ -10,7 +10,8 @@ use super::*;
 
 impl Llama {
     /// Causal attention of each new token's queries (in `qkv`; `rows` gives its part and
-    /// position) over the keys and values of its part's cache up to its position, into `out`;
+    /// position) over the keys and values of its part's cache up to its position (`caches`
+    /// holds each part's runs of each key head, `[part * kv_heads + head]`), into `out`;
     /// (token, key head) pairs, each with the query heads that share the key head, are dealt
     /// out to the shares in turn, so each has as many early (short) rows as late ones, and
     /// there are a few shares a thread, for threads that arrive late.
