@@ -163,19 +163,33 @@ fn scores_heads(qs: &[f32], heads: usize, keys: &[u16], scale: f32, len: usize, 
     }
 }
 
-/// The scores of `q` against the first `scores.len()` keys of the blocks `keys`, one at a time,
-/// in [`dot`]'s order with fused multiply-adds, times `scale`: the definition the other ways
-/// of scoring keep to.
+/// The scores of `q` against the first `scores.len()` keys of the blocks `keys`, times `scale`:
+/// each key's as [`dot_by`] sums it with fused multiply-adds (value k into partial sum k % 16,
+/// in order, then halves), the definition the other ways of scoring keep to. Written a block at
+/// a time, a partial sum of its 16 keys side by side, so the compiler vectorizes it over keys.
 #[inline(always)]
 fn scores_one_by_one(q: &[f32], keys: &[u16], scale: f32, scores: &mut [f32]) {
     let d = q.len();
-    let mut key = vec![0; d];
-    for (j, s) in scores.iter_mut().enumerate() {
-        let block = &keys[j / KEY_BLOCK * KEY_BLOCK * d..];
-        for (k, v) in key.iter_mut().enumerate() {
-            *v = block[k * KEY_BLOCK + j % KEY_BLOCK];
+    for (b, scores) in scores.chunks_mut(KEY_BLOCK).enumerate() {
+        let block = &keys[b * KEY_BLOCK * d..];
+        let mut sums = [[0.0f32; KEY_BLOCK]; LANES];
+        for (k, q) in q.iter().enumerate() {
+            let values = &block[k * KEY_BLOCK..(k + 1) * KEY_BLOCK];
+            for (sum, v) in sums[k % LANES].iter_mut().zip(values) {
+                *sum = q.mul_add(widen(*v), *sum);
+            }
         }
-        *s = dot_by(q, &key, widen, f32::mul_add) * scale;
+        for w in [8, 4, 2, 1] {
+            for l in 0..w {
+                let (low, high) = sums.split_at_mut(l + w);
+                for (a, b) in low[l].iter_mut().zip(&high[0]) {
+                    *a += b;
+                }
+            }
+        }
+        for (s, sum) in scores.iter_mut().zip(sums[0]) {
+            *s = sum * scale;
+        }
     }
 }
 
@@ -414,6 +428,12 @@ mod tests {
         let mut one = vec![0.0; len];
         scores_one_by_one(&q[..d], &keys, 0.125, &mut one);
         assert!((one[20] - 0.125 * (0..d).map(|k| q[k] * key(20, k)).sum::<f32>()).abs() < 1e-4);
+        // Each key's score is `dot`'s sum of the key alone, bit for bit.
+        for j in [0, 15, 16, 36] {
+            let alone: Vec<u16> = plain[j].iter().map(|v| f16::from_f32(*v).to_bits()).collect();
+            let want = dot_by(&q[..d], &alone, widen, f32::mul_add) * 0.125;
+            assert_eq!(one[j].to_bits(), want.to_bits(), "key {j}");
+        }
         // A block at a time, the three query heads of a group together and one head alone.
         for heads in [3, 1] {
             let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
