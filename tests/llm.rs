@@ -768,12 +768,16 @@ mod brain {
         assert_eq!(d.llm.status, "ready", "{:?}", d.llm);
         // The model was asked to choose the plan among the registry's candidates, and what came
         // of it (its pick, or the rules plan when it was unsure) is in the decision.
-        // (once per order of the candidates: SmolLM2-135M picks the first listed, so the rules
-        // plan stands, saying why).
-        assert_eq!(d.llm.by_purpose["plan"].calls, 2, "{:?}", d.llm);
+        // SmolLM2-135M picks the first listed, the rules plan, which no other order of the
+        // candidates could change: asked once, the rules plan stands, saying why.
+        assert_eq!(d.llm.by_purpose["plan"].calls, 1, "{:?}", d.llm);
         let decided = decision(&fleet, "helper", &ack.event_id).await;
         let reason = &decided.reason;
-        assert!(reason.contains("model's pick changed with the order of the plans: rules plan"), "{reason}");
+        assert!(
+            ["model picked the rules plan", "model unsure of the plan"].iter().any(|r| reason.contains(r)),
+            "{reason}"
+        );
+        assert!(reason.contains(": rules plan"), "{reason}");
         // The plan's lesson is the model's, in the reflection the persona remembers; nobody
         // waits for it, so the decision and its reply were journaled before it came.
         assert!(reason.contains("lesson asked of the model"), "{reason}");

@@ -118,7 +118,10 @@ pub trait Brain: Send + Sync {
 /// A constrained choice of plan: every candidate is made of actions of the registry, so any
 /// answer is a valid plan, and the model answers with one label, never free text. The question
 /// is asked once per order of the candidates in `orders`: small models tend to pick whatever is
-/// listed first, so a pick counts only when it is the same plan in every order.
+/// listed first, so a pick counts only when it is the same plan in every order. The orders are
+/// asked one after another, and the next only while the answers so far could still change the
+/// plan ([`PlanChoice::settled`]): a pick of the rules plan, or an unsure one, runs the rules
+/// plan whatever the other orders say.
 #[derive(Debug, Clone)]
 pub struct PlanChoice {
     /// The first is the rules brain's plan: what runs when the model is unsure or fails.
@@ -134,18 +137,39 @@ impl PlanChoice {
         self.orders[k].0.iter().map(|&i| self.candidates[i].clone()).collect()
     }
 
+    /// The plan each answer picked and by how much its best label leads the second; `None` for
+    /// an answer without scores or with a label not asked.
+    fn picks(&self, answers: &[Vec<LabelScore>]) -> Vec<Option<(usize, f32)>> {
+        (self.orders.iter().zip(answers))
+            .map(|((order, job), scores)| {
+                let best = scores.first()?;
+                let at = job.labels.iter().position(|l| *l == best.label)?;
+                Some((order[at], margin(scores).unwrap_or(0.0)))
+            })
+            .collect()
+    }
+
+    /// Whether `answers` (to the first orders, in turn) decide the plan: every order answered,
+    /// or the last answer already runs the rules plan whatever the next would be: no scores, a
+    /// pick of the rules plan, an unsure one, or one that differs from the first.
+    pub fn settled(&self, answers: &[Vec<LabelScore>]) -> bool {
+        let picks = self.picks(answers);
+        let Some(last) = picks.last() else { return self.orders.is_empty() };
+        answers.len() >= self.orders.len()
+            || match (picks[0], last) {
+                (Some((first, _)), Some((pick, margin))) => *pick == 0 || *pick != first || *margin <= PLAN_CLEAR,
+                _ => true,
+            }
+    }
+
     /// The chosen plan and a note of why: the model's pick when it is the same plan in every
     /// order and its best label leads the second by more than [`PLAN_CLEAR`] each time, else the
-    /// rules brain's. `answers` are the label scores of each question of `orders`.
+    /// rules brain's. `answers` are the label scores of the questions of `orders`, in turn: all
+    /// of them, or those asked until [`PlanChoice::settled`].
     pub fn choose(mut self, answers: &[Vec<LabelScore>]) -> (Plan, String) {
-        let mut picks = Vec::new();
-        for ((order, job), scores) in self.orders.iter().zip(answers) {
-            let Some(best) = scores.first() else { break };
-            let Some(at) = job.labels.iter().position(|l| *l == best.label) else { break };
-            picks.push((order[at], margin(scores).unwrap_or(0.0)));
-        }
+        let picks: Vec<(usize, f32)> = self.picks(answers).into_iter().map_while(|p| p).collect();
         let rules = |c: &mut Vec<Plan>, note: String| (c.swap_remove(0), note);
-        if picks.len() < self.orders.len() || picks.is_empty() {
+        if picks.len() < answers.len() || picks.is_empty() {
             return rules(&mut self.candidates, "model gave no plan scores: rules plan".into());
         }
         let first = picks[0].0;
@@ -155,6 +179,16 @@ impl PlanChoice {
         }
         if least <= PLAN_CLEAR {
             return rules(&mut self.candidates, format!("model unsure of the plan (margin {least:.2}): rules plan"));
+        }
+        if picks.len() < self.orders.len() {
+            let note = if first == 0 {
+                format!(
+                    "model picked the rules plan (margin {least:.2}), which no other order could change: rules plan"
+                )
+            } else {
+                "model's pick not asked in every order: rules plan".into()
+            };
+            return rules(&mut self.candidates, note);
         }
         let mut plan = self.candidates.swap_remove(first);
         if first > 0 {

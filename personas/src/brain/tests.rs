@@ -139,6 +139,25 @@ fn the_model_chooses_among_registry_plans_only_when_its_pick_survives_reordering
     assert_eq!(plan, choice.candidates[0]);
     assert!(note.starts_with("model unsure of the plan (margin 0.50)"), "{note}");
 
+    // Asked in turn: the next order only while it could change the plan.
+    assert!(!choice.settled(&[]), "nothing asked yet");
+    assert!(!choice.settled(&[scores("C", 1.8)]), "a clear pick of another plan is asked again, reordered");
+    assert!(choice.settled(&[scores("C", 1.8), scores("B", 2.5)]), "every order answered");
+    assert!(choice.settled(&[scores("C", 0.5)]), "unsure: the rules plan whatever comes next");
+    assert!(choice.settled(&[Vec::new()]), "no scores");
+    // The rules plan picked (listed first, as SmolLM2-135M always does): no order can change it.
+    assert!(choice.settled(&[scores("A", 3.0)]));
+    let (plan, note) = choice.clone().choose(&[scores("A", 3.0)]);
+    assert_eq!(plan, choice.candidates[0]);
+    assert!(note.starts_with("model picked the rules plan (margin 3.00)"), "{note}");
+    let (plan, note) = choice.clone().choose(&[scores("C", 0.5)]);
+    assert_eq!(plan, choice.candidates[0]);
+    assert!(note.starts_with("model unsure of the plan (margin 0.50)"), "{note}");
+    // A pick not yet confirmed by the other order does not run.
+    let (plan, note) = choice.clone().choose(&[scores("C", 1.8)]);
+    assert_eq!(plan, choice.candidates[0]);
+    assert!(note.contains("not asked in every order"), "{note}");
+
     // A step that failed for this event stays out of every candidate.
     let avoid = [Action::SearchKnowledge];
     let e = ev("code", "please review the auth module");

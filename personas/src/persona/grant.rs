@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use mindfleet_core::event::{Event, SenderKind};
-use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
+use mindfleet_core::llm::{Classification, GenerateJob, LabelScore, LlmFailure, LlmMsg};
 use mindfleet_core::model::{Action, Adjustment, AdjustmentRecord, ErrorClass, StepState};
 use mindfleet_core::sched::{Grant, Outcome, OverBudget, SkipReason, TaskId};
 use mindfleet_core::time::now_us;
@@ -138,8 +138,9 @@ impl PersonaState {
         self.args.scheduler.done(g.task);
     }
 
-    /// The plan's choice: the model is asked each order of the candidates off the loop, all at
-    /// once (the grant held until `Own::Planned`), or without a model the rules plan runs.
+    /// The plan's choice: the model is asked the orders of the candidates off the loop, one
+    /// after another until the answers settle the plan (the grant held until `Own::Planned`), or
+    /// without a model the rules plan runs.
     fn run_choose_plan(&mut self, g: Grant) {
         let llm = self.args.llm.clone().filter(|_| g.outcome == Outcome::Run);
         let Some(f) = self.phase.work_mut(g.task) else { return self.release(&g) };
@@ -151,24 +152,25 @@ impl PersonaState {
             self.next_step();
             return;
         };
-        let Some(choice) = &f.choosing else { return self.release(&g) };
-        let jobs: Vec<ClassifyJob> = choice.orders.iter().map(|(_, job)| job.clone()).collect();
+        let Some(choice) = f.choosing.clone() else { return self.release(&g) };
         let (task, me) = (g.task, self.myself.clone());
         tokio::spawn(async move {
-            // Asked together: a batching model reads both in the same passes.
-            let asks = jobs.into_iter().map(|job| {
-                let llm = llm.clone();
-                async move { ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) }
-            });
-            let mut answers = Vec::new();
-            for answer in futures::future::join_all(asks).await {
+            let mut answers: Vec<Classification> = Vec::new();
+            // In turn, not together: an order is asked only when its answer could change the
+            // plan (a small model's pick of the first listed, the rules plan, settles it).
+            for (_, job) in &choice.orders {
+                let job = job.clone();
+                let answer = match ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) {
+                    Ok(answer) => answer,
+                    Err(e) => Err(LlmFailure::Failed(e.to_string())),
+                };
                 match answer {
-                    Ok(Ok(c)) => answers.push(c),
-                    Ok(Err(e)) => return me.cast(Own::Planned { task, answer: Err(e) }.into()),
-                    Err(e) => {
-                        let answer = Err(LlmFailure::Failed(e.to_string()));
-                        return me.cast(Own::Planned { task, answer }.into());
-                    }
+                    Ok(c) => answers.push(c),
+                    Err(e) => return me.cast(Own::Planned { task, answer: Err(e) }.into()),
+                }
+                let scores: Vec<Vec<LabelScore>> = answers.iter().map(|c| c.scores.clone()).collect();
+                if choice.settled(&scores) {
+                    break;
                 }
             }
             me.cast(Own::Planned { task, answer: Ok(answers) }.into())
