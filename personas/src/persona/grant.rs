@@ -155,20 +155,20 @@ impl PersonaState {
         let Some(choice) = f.choosing.clone() else { return self.release(&g) };
         let (task, me) = (g.task, self.myself.clone());
         tokio::spawn(async move {
-            let mut answers: Vec<Classification> = Vec::new();
+            let (mut answers, mut scores): (Vec<Classification>, Vec<Vec<LabelScore>>) = (Vec::new(), Vec::new());
             // In turn, not together: an order is asked only when its answer could change the
             // plan (a small model's pick of the first listed, the rules plan, settles it).
             for (_, job) in &choice.orders {
                 let job = job.clone();
-                let answer = match ractor::call!(llm, |reply| LlmMsg::Classify { job, reply }) {
-                    Ok(answer) => answer,
-                    Err(e) => Err(LlmFailure::Failed(e.to_string())),
-                };
+                let answer = ractor::call!(llm, |reply| LlmMsg::Classify { job, reply })
+                    .unwrap_or_else(|e| Err(LlmFailure::Failed(e.to_string())));
                 match answer {
-                    Ok(c) => answers.push(c),
+                    Ok(c) => {
+                        scores.push(c.scores.clone());
+                        answers.push(c);
+                    }
                     Err(e) => return me.cast(Own::Planned { task, answer: Err(e) }.into()),
                 }
-                let scores: Vec<Vec<LabelScore>> = answers.iter().map(|c| c.scores.clone()).collect();
                 if choice.settled(&scores) {
                     break;
                 }
