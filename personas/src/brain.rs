@@ -459,18 +459,17 @@ impl Brain for LocalBrain {
     /// reply and the question are read.
     fn lesson_request(&self, ctx: &LessonContext) -> Option<GenerateRequest> {
         let mut req = self.reply_request(&ctx.respond)?;
+        // A step is marked only when it did not simply run: the question is read in full for
+        // every lesson, so it says what the model needs in as few tokens as it can.
         let steps: Vec<String> = ctx
             .record
             .plan
             .steps
             .iter()
-            .map(|s| {
-                let outcome = match &s.state {
-                    StepState::Done => "done".to_string(),
-                    StepState::Failed { class, .. } => format!("failed ({})", class.as_str()),
-                    other => format!("{other:?}").to_lowercase(),
-                };
-                format!("{} ({outcome})", describe(s.action))
+            .map(|s| match &s.state {
+                StepState::Done => describe(s.action).to_string(),
+                StepState::Failed { class, .. } => format!("{} (failed: {})", describe(s.action), class.as_str()),
+                other => format!("{} ({})", describe(s.action), format!("{other:?}").to_lowercase()),
             })
             .collect();
         match ctx.reply {
@@ -478,10 +477,9 @@ impl Brain for LocalBrain {
             None => req.messages.push(ChatMessage::assistant("(no reply)")),
         }
         req.messages.push(ChatMessage::user(format!(
-            "What you did: {}.\nOutcome: {}.\nIn one short sentence, say what you will do the same or differently \
-             next time.",
+            "You did: {}. It {}.\nIn one short sentence, what will you do the same or differently next time?",
             steps.join(", "),
-            if ctx.evaluation.success { "it worked" } else { "it failed" },
+            if ctx.evaluation.success { "worked" } else { "failed" },
         )));
         req.max_tokens = LESSON_MAX_TOKENS;
         req.stop = vec!["\n".into()];

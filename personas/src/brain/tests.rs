@@ -490,7 +490,10 @@ fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_tu
     let state = GateState::default();
     let ctx = || respond(&e, &state, &NOTHING_RECALLED, "");
     let reply = LocalBrain.reply_request(&ctx()).unwrap();
-    let record = record(plan_for(&e, &[]));
+    let mut record = record(plan_for(&e, &[]));
+    for s in &mut record.plan.steps {
+        s.state = StepState::Done;
+    }
     let evaluation = RulesBrain.evaluate_outcome(&record);
     let lesson = |said: Option<&str>| {
         let lesson = LessonContext { respond: ctx(), record: &record, evaluation: &evaluation, reply: said };
@@ -502,10 +505,29 @@ fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_tu
     let rest = &after.messages[reply.messages.len()..];
     assert_eq!(rest.len(), 2, "{rest:?}");
     assert_eq!(rest[0], ChatMessage::assistant("Sure, I will look at it."));
-    assert!(rest[1].content.contains("What you did: ") && rest[1].content.contains("next time"), "{}", rest[1].content);
+    // The steps that simply ran are named alone, and the outcome in two words.
+    assert_eq!(
+        rest[1].content,
+        "You did: recall what I know, write an answer, post it. It worked.\n\
+         In one short sentence, what will you do the same or differently next time?"
+    );
     assert_eq!((after.max_tokens, after.stop.clone()), (LESSON_MAX_TOKENS, vec!["\n".to_string()]));
     // Without a reply the turn says so.
     assert_eq!(lesson(None).messages[reply.messages.len()], ChatMessage::assistant("(no reply)"));
+    // A step that failed is marked with its class, one left out as such, and the outcome is the
+    // evaluation's.
+    let mut failed = record.clone();
+    failed.plan.steps[0].state = StepState::Failed { class: ErrorClass::Timeout, message: "slow".into() };
+    failed.plan.steps[1].state = StepState::Skipped;
+    let evaluation = Evaluation { success: false, ..evaluation.clone() };
+    let asked = LessonContext { respond: ctx(), record: &failed, evaluation: &evaluation, reply: None };
+    let question = LocalBrain.lesson_request(&asked).unwrap().messages.pop().unwrap().content;
+    assert!(
+        question.starts_with(
+            "You did: recall what I know (failed: timeout), write an answer (skipped), post it. It failed."
+        ),
+        "{question}"
+    );
 }
 
 #[test]
