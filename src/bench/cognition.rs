@@ -1,9 +1,9 @@
 //! `mindfleet bench cognition`: how fast a fleet on the local brain thinks when many people
 //! talk to it at once. Eight awake personas in one room take 64 messages, each naming one of
 //! them, from eight people, injected at once, and the run waits for every named persona's
-//! reply. The same run twice in one process, each on a fresh fleet: with the model's requests
-//! batched (`[llm] max_batch`, default 8) and one at a time (`max_batch = 1`), prompt-prefix
-//! reuse on in both. For each: replies posted per second from the first injection to the last
+//! reply. The same run twice in one process, each on a fresh fleet and after a warm-up run
+//! (see [`cognition`]): with the model's requests batched (`[llm] max_batch`, default 8) and one
+//! at a time (`max_batch = 1`), prompt-prefix reuse on in both. For each: replies posted per second from the first injection to the last
 //! reply, the reply latencies, the model's tokens per second of its passes, the mean batch, the
 //! prefix hit rate, and the seconds of the model's passes that read prompt tokens and of those
 //! of generated rows only (up to the dump after the last reply): batching shares the second
@@ -169,9 +169,17 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
     ))
 }
 
-/// Both runs on the same messages, batched first; the models are in `models`.
+/// Both runs on the same messages, batched first, after a batched run whose figures are not
+/// kept; the models are in `models`.
+///
+/// The process's first run finds its heap cold: the model's keys and values grow it up to the
+/// KV bound, and the kernel zeroes every new page (about half a second of the model's thread
+/// here), which the run after it does not pay. The warm-up pays it, so both measured runs start
+/// as a fleet that has been answering for a while does.
 pub async fn cognition(models: &Path) -> anyhow::Result<Value> {
-    let (batched, batched_texts) = run(mindfleet_core::config::LocalLlm::DEFAULT_MAX_BATCH, models).await?;
+    let max_batch = mindfleet_core::config::LocalLlm::DEFAULT_MAX_BATCH;
+    run(max_batch, models).await?;
+    let (batched, batched_texts) = run(max_batch, models).await?;
     let (unbatched, unbatched_texts) = run(1, models).await?;
     let same = batched_texts.iter().filter(|(k, v)| unbatched_texts.get(*k) == Some(v)).count();
     let ratio =
