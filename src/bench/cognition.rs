@@ -3,11 +3,12 @@
 //! them, from eight people, injected at once, and the run waits for every named persona's
 //! reply. The same run twice in one process, each on a fresh fleet and after a warm-up run
 //! (see [`cognition`]): with the model's requests batched (`[llm] max_batch`, default 8) and one
-//! at a time (`max_batch = 1`), prompt-prefix reuse on in both. For each: replies posted per second from the first injection to the last
-//! reply, the reply latencies, the model's tokens per second of its passes, the mean batch, the
-//! prefix hit rate, and the seconds of the model's passes that read prompt tokens and of those
-//! of generated rows only (up to the dump after the last reply): batching shares the second
-//! kind's reading of the weights among the batch's rows, not the first's products.
+//! at a time (`max_batch = 1`), prompt-prefix reuse on in both. For each: replies posted per
+//! second from the first injection to the last reply, the reply latencies, the model's tokens
+//! per second of its passes, the mean batch, the prefix hit rate, and the seconds of the model's
+//! passes that read prompt tokens and of those of generated rows only (up to the dump after the
+//! last reply): batching shares the second kind's reading of the weights among the batch's rows,
+//! not the first's products.
 
 use std::collections::HashMap;
 use std::path::Path;
