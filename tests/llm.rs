@@ -718,6 +718,8 @@ mod worker {
 }
 
 mod brain {
+    use mindfleet_core::config::LocalLlm;
+
     use super::local_config;
     use crate::util::{chat, decision, dump, poll};
 
@@ -750,7 +752,7 @@ mod brain {
         let llm = dump(&fleet).await.llm;
         let b = llm.batching.expect("a local model batches");
         // Four grants at once (the inference slots follow max_batch): their calls shared passes.
-        assert_eq!((llm.slots, b.max_batch), (8, 8));
+        assert_eq!((llm.slots, b.max_batch), (LocalLlm::DEFAULT_MAX_BATCH, LocalLlm::DEFAULT_MAX_BATCH));
         assert!(b.mean_batch > 1.0 && b.passes > 0, "{b:?}");
         fleet.shutdown(std::time::Duration::from_secs(5)).await;
     }

@@ -2,7 +2,7 @@
 //! talk to it at once. Eight awake personas in one room take 64 messages, each naming one of
 //! them, from eight people, injected at once, and the run waits for every named persona's
 //! reply. The same run twice in one process, each on a fresh fleet and after a warm-up run
-//! (see [`cognition`]): with the model's requests batched (`[llm] max_batch`, default 8) and one
+//! (see [`cognition`]): with the model's requests batched (`[llm] max_batch`, default 12) and one
 //! at a time (`max_batch = 1`), prompt-prefix reuse on in both. For each: replies posted per
 //! second from the first injection to the last reply, the reply latencies, the model's tokens
 //! per second of its passes, the mean batch, the prefix hit rate, and the seconds of the model's
