@@ -198,10 +198,10 @@ pub struct LocalLlm {
 }
 
 impl LocalLlm {
-    /// Places in the batch by default: more than one a persona of a small fleet, since a
-    /// persona's lesson is written while it takes up its next event (two calls in flight), and
-    /// a reply that waits for a place behind lessons leaves the passes short (BENCHMARKS.md,
-    /// "Cognition", tenth session).
+    /// Places in the batch by default. A persona's lesson is written while it takes up its next
+    /// event, so it can have two calls in flight, and a reply that waits for a place behind
+    /// lessons leaves the passes short: twelve kept the batch of eight personas fuller than eight
+    /// places did (BENCHMARKS.md, "Cognition", tenth session).
     pub const DEFAULT_MAX_BATCH: usize = 12;
     pub const DEFAULT_KV_MEMORY_MB: u64 = 512;
 }
