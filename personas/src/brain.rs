@@ -466,10 +466,13 @@ impl Brain for LocalBrain {
             .plan
             .steps
             .iter()
-            .map(|s| match &s.state {
-                StepState::Done => describe(s.action).to_string(),
-                StepState::Failed { class, .. } => format!("{} (failed: {})", describe(s.action), class.as_str()),
-                other => format!("{} ({})", describe(s.action), format!("{other:?}").to_lowercase()),
+            .map(|s| {
+                let what = describe(s.action);
+                match &s.state {
+                    StepState::Done => what.to_string(),
+                    StepState::Failed { class, .. } => format!("{what} (failed: {})", class.as_str()),
+                    other => format!("{what} ({})", format!("{other:?}").to_lowercase()),
+                }
             })
             .collect();
         match ctx.reply {
