@@ -382,14 +382,16 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             // panels are within w and their columns of out this thread's alone.
             m = unsafe { amx::product(x, w, panels.clone(), out) };
         }
+        // The first rows run fetch the next share's weights (see `vnni::tile`).
+        let mut fetch = m == 0;
         // Many rows (a prompt's): 5 rows by 2 panels a tile, each activation loaded once for
         // two panels, which keeps more of the core's loads for the weights than 8 rows by one
         // panel (about 5% faster with the weights in cache; the same sums).
         if x.rows - m > 8 {
             while x.rows - m >= 5 {
                 // SAFETY: the CPU has the kernel's features, and the tiles are within x, w and out.
-                unsafe { vnni::tiles::<5, 2, 1>(x, m, w, panels.clone(), out) };
-                m += 5;
+                unsafe { vnni::tiles::<5, 2, 1>(x, m, w, panels.clone(), out, fetch) };
+                (m, fetch) = (m + 5, false);
             }
         }
         // Up to 8 rows in one tile, so a generation step of up to 8 sequences reads the
@@ -400,17 +402,17 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             // SAFETY: the CPU has the kernel's features, and the tiles are within x, w and out.
             unsafe {
                 match r {
-                    8 => vnni::tiles::<8, 1, 1>(x, m, w, p, out),
-                    7 => vnni::tiles::<7, 1, 1>(x, m, w, p, out),
-                    6 => vnni::tiles::<6, 1, 1>(x, m, w, p, out),
-                    5 => vnni::tiles::<5, 1, 2>(x, m, w, p, out),
-                    4 => vnni::tiles::<4, 2, 2>(x, m, w, p, out),
-                    3 => vnni::tiles::<3, 2, 2>(x, m, w, p, out),
-                    2 => vnni::tiles::<2, 2, 2>(x, m, w, p, out),
-                    _ => vnni::tiles::<1, 4, 2>(x, m, w, p, out),
+                    8 => vnni::tiles::<8, 1, 1>(x, m, w, p, out, fetch),
+                    7 => vnni::tiles::<7, 1, 1>(x, m, w, p, out, fetch),
+                    6 => vnni::tiles::<6, 1, 1>(x, m, w, p, out, fetch),
+                    5 => vnni::tiles::<5, 1, 2>(x, m, w, p, out, fetch),
+                    4 => vnni::tiles::<4, 2, 2>(x, m, w, p, out, fetch),
+                    3 => vnni::tiles::<3, 2, 2>(x, m, w, p, out, fetch),
+                    2 => vnni::tiles::<2, 2, 2>(x, m, w, p, out, fetch),
+                    _ => vnni::tiles::<1, 4, 2>(x, m, w, p, out, fetch),
                 }
             }
-            m += r;
+            (m, fetch) = (m + r, false);
         }
         return;
     }
@@ -441,7 +443,7 @@ mod vnni {
     use std::arch::x86_64::*;
     use std::sync::OnceLock;
 
-    use super::{BLOCK, Out, PANEL, PANEL_BLOCK, Q8Matrix, Q8Rows};
+    use super::{BLOCK, CHUNK_PANELS, Out, PANEL, PANEL_BLOCK, Q8Matrix, Q8Rows};
 
     pub fn available() -> bool {
         static HAS: OnceLock<bool> = OnceLock::new();
@@ -477,7 +479,8 @@ mod vnni {
     }
 
     /// Activation rows `m..m + R` times the weight rows of `panels`, `C` panels a tile and one
-    /// at a time after them.
+    /// at a time after them; with `fetch`, the next share's weights are fetched meanwhile (see
+    /// [`tile`]).
     ///
     /// # Safety
     /// As [`tile`].
@@ -488,18 +491,26 @@ mod vnni {
         w: &Q8Matrix,
         panels: std::ops::Range<usize>,
         out: Out,
+        fetch: bool,
     ) {
         let mut p = panels.start;
         while panels.end - p >= C {
-            unsafe { tile::<R, C, S>(x, m, w, p, out) };
+            unsafe { tile::<R, C, S>(x, m, w, p, out, fetch) };
             p += C;
         }
         for p in p..panels.end {
-            unsafe { tile::<R, 1, S>(x, m, w, p, out) };
+            unsafe { tile::<R, 1, S>(x, m, w, p, out, fetch) };
         }
     }
 
     /// Activation rows `m..m + R` times the weight rows of panels `p..p + C`, into `out`.
+    ///
+    /// With `fetch` (the first rows a share runs), each line of weights, scales and offsets it
+    /// reads has the line a share further on fetched into L2, so the next share's weights come
+    /// from memory while this one's are multiplied. Without it a pass waits for the weights
+    /// and then multiplies them (a pass of one generated row took about as long as reading the
+    /// weights, and each row added its products on top; docs/BENCHMARKS.md). Prefetches do not
+    /// fault, and past the matrix's end they only fetch what is not needed.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, BW and VNNI ([`available`]); the rows must exist and the
@@ -513,10 +524,19 @@ mod vnni {
         w: &Q8Matrix,
         p: usize,
         out: Out,
+        fetch: bool,
     ) {
         let (cols, blocks) = (x.cols, x.cols / BLOCK);
         let xq = unsafe { x.quants.as_ptr().add(m * cols) };
         let wq = unsafe { w.quants.as_ptr().add(p * blocks * PANEL_BLOCK) };
+        // A share further on: its quants' bytes, and its scales and offsets (one of each per
+        // row and block, so a BLOCK-th as many).
+        let ahead = CHUNK_PANELS * blocks * PANEL_BLOCK;
+        let fetch_scales = |at: usize| {
+            let at = at + ahead / BLOCK;
+            _mm_prefetch::<_MM_HINT_T1>(w.scales.as_ptr().wrapping_add(at).cast());
+            _mm_prefetch::<_MM_HINT_T1>(w.offsets.as_ptr().wrapping_add(at).cast());
+        };
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         for b in 0..blocks {
             // `S` sums per output, of every `S`th group, so more of them run at once where the
@@ -530,7 +550,14 @@ mod vnni {
                     });
                 }
                 for c in 0..C {
-                    let wv = unsafe { _mm512_loadu_si512(wq.add((c * blocks + b) * PANEL_BLOCK + g * 64).cast()) };
+                    let at = (c * blocks + b) * PANEL_BLOCK + g * 64;
+                    if fetch {
+                        _mm_prefetch::<_MM_HINT_T1>(wq.wrapping_add(at + ahead).cast());
+                        if g == 0 {
+                            fetch_scales(((p + c) * blocks + b) * PANEL);
+                        }
+                    }
+                    let wv = unsafe { _mm512_loadu_si512(wq.add(at).cast()) };
                     for r in 0..R {
                         ints[r][c][g % S] = _mm512_dpbusd_epi32(ints[r][c][g % S], xv[r], wv);
                     }

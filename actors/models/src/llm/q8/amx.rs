@@ -125,7 +125,7 @@ pub unsafe fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, 
         }
         if p < panels.end {
             for r in (m..m + ROWS).step_by(4) {
-                unsafe { vnni::tile::<4, 1, 2>(x, r, w, p, out) };
+                unsafe { vnni::tile::<4, 1, 2>(x, r, w, p, out, false) };
             }
         }
     }
