@@ -32,7 +32,7 @@ use crate::persona::own::Own;
 
 /// Repeats of the same room+sender+text within this window are dropped.
 pub const DUPLICATE_WINDOW_US: i64 = 3_000_000;
-/// Hand-overs remembered so that a reload does not queue them again.
+/// Hand-overs, and deliveries dropped, remembered so that a reload does not queue them again.
 const HANDED_KEPT: usize = 256;
 
 #[derive(Debug, RactorMessage)]
@@ -68,7 +68,8 @@ type Key = (u64, Reverse<u64>);
 #[derive(Debug)]
 pub(crate) enum Pushed {
     Queued,
-    /// A delivery it holds or handed over (a reload raced a push): the same event, skipped.
+    /// A delivery it holds, handed over or dropped (a reload raced a push): the same event,
+    /// skipped.
     Known,
     /// Another delivery's room, sender and text within 3 s: a repeat, dropped.
     Repeat(Delivery),
@@ -85,6 +86,9 @@ pub(crate) struct Queue {
     keys: HashMap<u64, Key>,
     /// Deliveries recently handed to the persona (a reload must not queue them again).
     handed: VecDeque<u64>,
+    /// Deliveries recently dropped as repeats or shed: their decision is on its way to storage,
+    /// and a reload that still finds them there must not queue them, nor drop them twice.
+    dropped: VecDeque<u64>,
     /// Content hash -> time and seq of the last delivery with that room+sender+text.
     recent: HashMap<u64, (i64, u64)>,
 }
@@ -96,13 +100,14 @@ impl Queue {
             queue: BTreeMap::new(),
             keys: HashMap::new(),
             handed: VecDeque::new(),
+            dropped: VecDeque::new(),
             recent: HashMap::new(),
         }
     }
 
     /// Queues `d` with priority `p` (compared after rounding down to a multiple of 1e-9).
     pub(crate) fn push(&mut self, d: Delivery, p: f64) -> Pushed {
-        if self.keys.contains_key(&d.seq) || self.handed.contains(&d.seq) {
+        if self.keys.contains_key(&d.seq) || self.handed.contains(&d.seq) || self.dropped.contains(&d.seq) {
             return Pushed::Known;
         }
         let h = content_hash(&d);
@@ -113,6 +118,7 @@ impl Queue {
             .get(&h)
             .is_some_and(|&(prev, seq)| seq != d.seq && (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US)
         {
+            self.drop_seq(d.seq);
             return Pushed::Repeat(d);
         }
         if self.recent.len() > 4096 {
@@ -126,6 +132,7 @@ impl Queue {
         if self.queue.len() > self.capacity {
             let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
             self.keys.remove(&k.1.0);
+            self.drop_seq(victim.seq);
             return Pushed::Shed(victim, vp);
         }
         Pushed::Queued
@@ -141,6 +148,13 @@ impl Queue {
             self.handed.pop_front();
         }
         Some(d)
+    }
+
+    fn drop_seq(&mut self, seq: u64) {
+        self.dropped.push_back(seq);
+        if self.dropped.len() > HANDED_KEPT {
+            self.dropped.pop_front();
+        }
     }
 
     /// A handed-over delivery came back: it may be queued again.

@@ -40,6 +40,8 @@ struct Model {
     queued: Vec<(u64, u64, u8, i64)>,
     /// Handed over, most recent last (the last `HANDED_KEPT` are remembered).
     handed: Vec<u64>,
+    /// Dropped as repeats or shed, most recent last (the last `HANDED_KEPT` are remembered).
+    dropped: Vec<u64>,
     /// Content -> (ts, seq) of the last delivery queued with it.
     recent: HashMap<u8, (i64, u64)>,
 }
@@ -54,14 +56,16 @@ enum Outcome {
 
 impl Model {
     fn push(&mut self, seq: u64, p: f64, content: u8, ts: i64) -> Outcome {
-        let remembered = &self.handed[self.handed.len().saturating_sub(HANDED_KEPT)..];
-        if self.queued.iter().any(|q| q.0 == seq) || remembered.contains(&seq) {
+        let handed = &self.handed[self.handed.len().saturating_sub(HANDED_KEPT)..];
+        let dropped = &self.dropped[self.dropped.len().saturating_sub(HANDED_KEPT)..];
+        if self.queued.iter().any(|q| q.0 == seq) || handed.contains(&seq) || dropped.contains(&seq) {
             return Outcome::Known;
         }
         if let Some(&(prev, by)) = self.recent.get(&content)
             && by != seq
             && (ts - prev).abs() < DUPLICATE_WINDOW_US
         {
+            self.dropped.push(seq);
             return Outcome::Repeat(seq);
         }
         self.recent.insert(content, (ts, seq));
@@ -74,6 +78,7 @@ impl Model {
         let lowest = self.queued.iter().map(|q| q.1).min().expect("not empty");
         let victim = self.queued.iter().filter(|q| q.1 == lowest).map(|q| q.0).max().expect("one has it");
         self.queued.retain(|q| q.0 != victim);
+        self.dropped.push(victim);
         Outcome::Shed(victim)
     }
 
@@ -106,7 +111,8 @@ enum Op {
         content: u8,
         ts_ms: i64,
     },
-    /// A delivery pushed before, again (a reload racing a push).
+    /// A delivery pushed before, again (a reload racing a push, or racing the commit of the
+    /// delivery's drop).
     Again {
         which: prop::sample::Index,
     },
@@ -196,6 +202,20 @@ fn a_returned_delivery_is_queued_again_not_dropped_as_a_repeat_of_itself() {
     assert_eq!(q.pop().map(|d| d.seq), Some(1));
     // Another delivery with the same content is still a repeat.
     assert!(matches!(q.push(delivery(2, 0, 1000), 0.5), Pushed::Repeat(d) if d.seq == 2));
+}
+
+#[test]
+fn a_reload_that_finds_a_dropped_delivery_neither_queues_it_nor_drops_it_again() {
+    let mut q = Queue::new(1);
+    assert_eq!(outcome(q.push(delivery(1, 0, 0), 0.5)), Outcome::Queued);
+    assert_eq!(outcome(q.push(delivery(2, 0, 1000), 0.5)), Outcome::Repeat(2));
+    assert_eq!(outcome(q.push(delivery(3, 3, 0), 0.9)), Outcome::Shed(1));
+    // A reload (the persona's start, say) still finds them in storage, their decisions not
+    // yet committed: each was decided once.
+    for seq in [1, 2] {
+        assert_eq!(outcome(q.push(delivery(seq, 0, 0), 0.5)), Outcome::Known);
+    }
+    assert_eq!([q.pop().map(|d| d.seq), q.pop().map(|d| d.seq)], [Some(3), None]);
 }
 
 #[test]
