@@ -61,6 +61,14 @@ pub struct InboxArgs {
     pub faults: Arc<FaultBook>,
 }
 
+/// Adds `seq` to the last [`HANDED_KEPT`] remembered in `list`.
+fn remember(list: &mut VecDeque<u64>, seq: u64) {
+    list.push_back(seq);
+    if list.len() > HANDED_KEPT {
+        list.pop_front();
+    }
+}
+
 /// Highest priority last; among equal priorities the oldest (lowest seq) last.
 type Key = (u64, Reverse<u64>);
 
@@ -118,7 +126,7 @@ impl Queue {
             .get(&h)
             .is_some_and(|&(prev, seq)| seq != d.seq && (d.event.ts_us - prev).abs() < DUPLICATE_WINDOW_US)
         {
-            self.drop_seq(d.seq);
+            remember(&mut self.dropped, d.seq);
             return Pushed::Repeat(d);
         }
         if self.recent.len() > 4096 {
@@ -132,7 +140,7 @@ impl Queue {
         if self.queue.len() > self.capacity {
             let (k, (victim, vp)) = self.queue.pop_first().expect("over capacity, so not empty");
             self.keys.remove(&k.1.0);
-            self.drop_seq(victim.seq);
+            remember(&mut self.dropped, victim.seq);
             return Pushed::Shed(victim, vp);
         }
         Pushed::Queued
@@ -143,18 +151,8 @@ impl Queue {
     pub(crate) fn pop(&mut self) -> Option<Delivery> {
         let (k, (d, _)) = self.queue.pop_last()?;
         self.keys.remove(&k.1.0);
-        self.handed.push_back(d.seq);
-        if self.handed.len() > HANDED_KEPT {
-            self.handed.pop_front();
-        }
+        remember(&mut self.handed, d.seq);
         Some(d)
-    }
-
-    fn drop_seq(&mut self, seq: u64) {
-        self.dropped.push_back(seq);
-        if self.dropped.len() > HANDED_KEPT {
-            self.dropped.pop_front();
-        }
     }
 
     /// A handed-over delivery came back: it may be queued again.
