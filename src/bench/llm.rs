@@ -1,11 +1,13 @@
 //! `mindfleet bench llm`: SmolLM2-135M-Instruct on candle (the file the fleet runs: the Q8_0
 //! rewrite of the packaged Q4_1) against llama.cpp (`llama-cpp-python`, `scripts/bench_llm_peer.py`)
-//! on the same file, the same prompt tokens and the same number of generated tokens, in one run.
+//! on the same file, the same prompt tokens and the same number of generated tokens, in one run;
+//! and what single forward passes of ours cost (`pass_ms`, see [`passes`]).
 
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;
 
+use mindfleet_models::llm::batch::{BatchConfig, Engine, STEP_TOKENS, Work};
 use mindfleet_models::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
 use serde_json::{Value, json};
 
@@ -88,6 +90,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
     for (i, (key, _)) in ours[0].iter().enumerate() {
         out[*key] = round(median_of(&ours, i), 1).into();
     }
+    out["pass_ms"] = passes(&llm)?;
     drop(llm);
     if let Some(e) = peer_error {
         out["peer_error"] = e.into();
@@ -128,6 +131,76 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
             Err(e) => out["openai_error"] = e.to_string().into(),
         }
     }
+    Ok(out)
+}
+
+/// Timed passes of [`passes`]: the best of this many.
+const PASS_RUNS: usize = 5;
+
+/// A request whose prompt is about 300 tokens (the length of a reply's prompt in `bench
+/// cognition`), with `tail` added to its question, and whose answer is long.
+fn long_request(tail: &str, max_tokens: usize) -> GenerateRequest {
+    let mut req = request();
+    let story = req.messages[1].content.clone();
+    req.messages[0].content = format!("{}\nWhat you know:\n- {story}\n- {story}", req.messages[0].content);
+    req.messages[1].content.push_str(tail);
+    req.max_tokens = max_tokens;
+    req
+}
+
+/// One engine pass, timed; it must finish nobody (`active` still in the batch after it).
+fn timed_step(engine: &mut Engine<'_, usize>, active: usize) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let done = engine.step();
+    let s = t.elapsed().as_secs_f64();
+    anyhow::ensure!(done.is_empty() && engine.stats().active == active, "a request ended during the timed passes");
+    Ok(s)
+}
+
+/// What single forward passes cost, each the best of [`PASS_RUNS`]: `rows_K`, a pass that
+/// generates the next token of `K` requests at once (each with its own cache of about 300
+/// tokens: a batched generation step), and `prompt_piece`, a pass that reads the new tokens of
+/// a prompt whose beginning was kept (`prompt_piece_tokens` of them). One row alone is about
+/// the reading of the weights; what more rows add is their own products and keys and values.
+fn passes(llm: &Llm) -> anyhow::Result<Value> {
+    let refused = |e: Box<(usize, _)>| anyhow::anyhow!("a timed request was refused: {:?}", e.1);
+    let mut out = json!({});
+    for k in [1, 4, 8, 12] {
+        // Every prompt read in the first pass.
+        let config = BatchConfig { max_batch: k, kv_bytes: usize::MAX, prefix_reuse: false, step_tokens: usize::MAX };
+        let mut engine = llm.engine::<usize>(config);
+        for i in 0..k {
+            let work = Work::Generate(long_request("", MAX_TOKENS));
+            engine.admit(engine.prepare(work, i, Box::new(|_| ControlFlow::Continue(()))).map_err(refused)?);
+        }
+        // The first pass reads the prompts; each after it generates a token of every request.
+        engine.step();
+        let best = (0..PASS_RUNS).map(|_| timed_step(&mut engine, k)).collect::<anyhow::Result<Vec<_>>>()?;
+        out[format!("rows_{k}")] = round(best.into_iter().fold(f64::MAX, f64::min) * 1e3, 2).into();
+    }
+    let config = BatchConfig { max_batch: 1, kv_bytes: usize::MAX, prefix_reuse: true, step_tokens: STEP_TOKENS };
+    let mut engine = llm.engine::<usize>(config);
+    let mut run = |tail: &str, max_tokens: usize| -> anyhow::Result<(f64, u64)> {
+        let work = Work::Generate(long_request(tail, max_tokens));
+        let before = engine.stats();
+        engine.admit(engine.prepare(work, 0, Box::new(|_| ControlFlow::Continue(()))).map_err(refused)?);
+        let after = engine.stats();
+        let new = (after.prompt_tokens - before.prompt_tokens) - (after.reused_tokens - before.reused_tokens);
+        let s = timed_step(&mut engine, 1)?;
+        while !engine.is_empty() {
+            engine.step();
+        }
+        Ok((s, new))
+    };
+    // Kept: the prompt the timed ones begin with.
+    run("", 2)?;
+    let mut best = (f64::MAX, 0);
+    for i in 0..PASS_RUNS {
+        let (s, new) = run(&format!(" Number {i}: begin with the weather, then the ships, then the birds."), 2)?;
+        best = if s < best.0 { (s, new) } else { best };
+    }
+    out["prompt_piece"] = round(best.0 * 1e3, 2).into();
+    out["prompt_piece_tokens"] = best.1.into();
     Ok(out)
 }
 
