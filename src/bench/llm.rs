@@ -137,8 +137,8 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
 /// Timed passes of [`passes`]: the best of this many.
 const PASS_RUNS: usize = 5;
 
-/// A request whose prompt is about 300 tokens (the length of a reply's prompt in `bench
-/// cognition`), with `tail` added to its question, and whose answer is long.
+/// A request whose prompt is a few hundred tokens (as a reply's in `bench cognition`), with
+/// `tail` added to its question, and whose answer is long.
 fn long_request(tail: &str, max_tokens: usize) -> GenerateRequest {
     let mut req = request();
     let story = req.messages[1].content.clone();
@@ -158,13 +158,15 @@ fn timed_step(engine: &mut Engine<'_, usize>, active: usize) -> anyhow::Result<f
 }
 
 /// What single forward passes cost, each the best of [`PASS_RUNS`]: `rows_K`, a pass that
-/// generates the next token of `K` requests at once (each with its own cache of about 300
-/// tokens: a batched generation step), and `prompt_piece`, a pass that reads the new tokens of
+/// generates the next token of `K` requests at once (each with its own cache of the
+/// `context_tokens` of its prompt: a batched generation step), and `prompt_piece`, a pass that
+/// reads the new tokens of
 /// a prompt whose beginning was kept (`prompt_piece_tokens` of them). One row alone is about
 /// the reading of the weights; what more rows add is their own products and keys and values.
 fn passes(llm: &Llm) -> anyhow::Result<Value> {
     let refused = |e: Box<(usize, _)>| anyhow::anyhow!("a timed request was refused: {:?}", e.1);
-    let mut out = json!({});
+    let req = long_request("", MAX_TOKENS);
+    let mut out = json!({ "context_tokens": llm.prompt(&req.messages, req.max_tokens)?.ids.len() });
     for k in [1, 4, 8, 12] {
         // Every prompt read in the first pass.
         let config = BatchConfig { max_batch: k, kv_bytes: usize::MAX, prefix_reuse: false, step_tokens: usize::MAX };
