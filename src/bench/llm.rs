@@ -160,9 +160,9 @@ fn timed_step(engine: &mut Engine<'_, usize>, active: usize) -> anyhow::Result<f
 /// What single forward passes cost, each the best of [`PASS_RUNS`]: `rows_K`, a pass that
 /// generates the next token of `K` requests at once (each with its own cache of the
 /// `context_tokens` of its prompt: a batched generation step), and `prompt_piece`, a pass that
-/// reads the new tokens of
-/// a prompt whose beginning was kept (`prompt_piece_tokens` of them). One row alone is about
-/// the reading of the weights; what more rows add is their own products and keys and values.
+/// reads the new tokens of a prompt whose beginning was kept (`prompt_piece_tokens` of them).
+/// One row alone is about the reading of the weights; what more rows add is their own
+/// products and keys and values.
 fn passes(llm: &Llm) -> anyhow::Result<Value> {
     let refused = |e: Box<(usize, _)>| anyhow::anyhow!("a timed request was refused: {:?}", e.1);
     let req = long_request("", MAX_TOKENS);
