@@ -382,8 +382,10 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             // panels are within w and their columns of out this thread's alone.
             m = unsafe { amx::product(x, w, panels.clone(), out) };
         }
-        // The first rows run fetch the next share's weights (see `vnni::tile`).
-        let mut fetch = m == 0;
+        // Every group of rows fetches the next share's weights as it runs (see `vnni::tile`;
+        // the first has them come from memory, the others keep them coming while they multiply),
+        // unless AMX read the weights already.
+        let fetch = m == 0;
         // Many rows (a prompt's): 5 rows by 2 panels a tile, each activation loaded once for
         // two panels, which keeps more of the core's loads for the weights than 8 rows by one
         // panel (about 5% faster with the weights in cache; the same sums).
@@ -391,7 +393,7 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             while x.rows - m >= 5 {
                 // SAFETY: the CPU has the kernel's features, and the tiles are within x, w and out.
                 unsafe { vnni::tiles::<5, 2, 1>(x, m, w, panels.clone(), out, fetch) };
-                (m, fetch) = (m + 5, false);
+                m += 5;
             }
         }
         // Up to 8 rows in one tile, so a generation step of up to 8 sequences reads the
@@ -412,7 +414,7 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
                     _ => vnni::tiles::<1, 4, 2>(x, m, w, p, out, fetch),
                 }
             }
-            (m, fetch) = (m + r, false);
+            m += r;
         }
         return;
     }
