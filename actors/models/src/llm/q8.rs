@@ -507,7 +507,8 @@ mod vnni {
 
     /// Activation rows `m..m + R` times the weight rows of panels `p..p + C`, into `out`.
     ///
-    /// With `fetch` (the first rows a share runs), each line of weights, scales and offsets it
+    /// With `fetch` (every group of rows a share runs, unless AMX read the weights already),
+    /// each line of weights, scales and offsets it
     /// reads has the line a share further on fetched into L2, so the next share's weights come
     /// from memory while this one's are multiplied. Without it a pass waits for the weights
     /// and then multiplies them (a pass of one generated row took about as long as reading the
