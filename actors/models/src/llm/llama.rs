@@ -12,7 +12,8 @@
 //! Weights of any type candle reads (Q4_1, F16, ...) are requantized to Q8_0 at load; Q8_0 is
 //! taken as it is. Norms, rotary embeddings and attention are f32, as in llama.cpp and candle:
 //! rotary embeddings in the interleaved ("normal") form of GGUF llama weights, attention with
-//! grouped key/value heads. Keys and values are kept in f16, as llama.cpp keeps them. The KV
+//! grouped key/value heads. Keys and values are kept in bf16 and attention sums them with the
+//! bf16 dot-product instruction where the CPU has it (the same bits elsewhere). The KV
 //! cache is the caller's ([`KvCache`]), so requests share the weights and nothing else.
 
 use std::io::{Read, Seek};
@@ -23,7 +24,6 @@ use super::team::Team;
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::Content;
-use half::f16;
 
 /// The sizes of a llama model, from its GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,17 +119,18 @@ pub struct Llama {
     context: usize,
 }
 
-/// The keys and values of the tokens read so far, one request's, in f16 as llama.cpp keeps them:
-/// half the bytes a generation step reads and a kept prompt holds. A key or value is rounded to
-/// f16 once, when its token is read, and widened back exactly wherever it is used, so every
-/// way of reading the cache sees the same numbers.
+/// The keys and values of the tokens read so far, one request's, in bf16: half the bytes of
+/// f32 for a generation step to read and a kept prompt to hold, and the values the bf16
+/// dot-product instruction multiplies. A key or value is rounded to bf16 once, when its token is
+/// read, so every way of reading the cache sees the same numbers.
 pub struct KvCache {
-    /// Per layer and key head (`[layer * kv_heads + head]`), f16 bits: the keys in blocks of
-    /// [`KEY_BLOCK`] positions, each `[head_dim][KEY_BLOCK]` (one dimension of the block's keys
-    /// side by side, as attention scores them, see its module), the last block filled as far
-    /// as `len`.
+    /// Per layer and key head (`[layer * kv_heads + head]`), bf16 bits: the keys in blocks of
+    /// [`KEY_BLOCK`] positions, each `[head_dim / 2][KEY_BLOCK][2]` (a pair of dimensions of the
+    /// block's keys side by side, as attention scores them, see its module), the last block
+    /// filled as far as `len`.
     keys: Vec<Vec<u16>>,
-    /// As `keys`, the values `[position][head_dim]`.
+    /// As `keys`, the values in pairs of positions, `[position / 2][head_dim][2]` (a position
+    /// that begins a pair and ends the cache has a zero partner).
     values: Vec<Vec<u16>>,
     len: usize,
     /// Values of one token in one head (`head_dim`).
@@ -163,31 +164,38 @@ impl KvCache {
                 })
                 .collect()
         };
-        KvCache { keys: cut(&self.keys, key_values), values: cut(&self.values, |n, d| n * d), len, width: self.width }
+        KvCache { keys: cut(&self.keys, key_values), values: cut(&self.values, value_len), len, width: self.width }
     }
 
     /// Makes room for `tokens` tokens in all, so reading up to that many never moves the cache.
     pub fn reserve(&mut self, tokens: usize) {
         let runs = self.keys.iter_mut().map(|run| (run, key_values(tokens, self.width)));
-        for (run, values) in runs.chain(self.values.iter_mut().map(|run| (run, tokens * self.width))) {
+        for (run, values) in runs.chain(self.values.iter_mut().map(|run| (run, value_len(tokens, self.width)))) {
             run.reserve(values.saturating_sub(run.len()));
         }
     }
 
     /// Writes the key and value of position `at` of each key head of layer `l` (`heads` of
-    /// them), from `keys` and `values` (the heads side by side), rounded to f16.
+    /// them), from `keys` and `values` (the heads side by side), rounded to bf16. A position
+    /// that begins a pair of values has its partner zeroed.
     fn push(&mut self, l: usize, heads: usize, at: usize, keys: &[f32], values: &[f32]) {
         let d = self.width;
         let (block, lane) = (at / KEY_BLOCK * KEY_BLOCK * d, at % KEY_BLOCK);
         for (run, k) in self.keys[l * heads..(l + 1) * heads].iter_mut().zip(keys.chunks_exact(d)) {
             run.resize(key_values(at + 1, d), 0);
             for (i, k) in k.iter().enumerate() {
-                run[block + i * KEY_BLOCK + lane] = f16::from_f32(*k).to_bits();
+                run[block + (i / 2 * KEY_BLOCK + lane) * 2 + i % 2] = attention::narrow(*k);
             }
         }
+        let pair = at / 2 * 2 * d;
         for (run, v) in self.values[l * heads..(l + 1) * heads].iter_mut().zip(values.chunks_exact(d)) {
-            run.truncate(at * d);
-            run.extend(v.iter().map(|v| f16::from_f32(*v).to_bits()));
+            if at.is_multiple_of(2) {
+                run.truncate(pair);
+            }
+            run.resize(pair + 2 * d, 0);
+            for (i, v) in v.iter().enumerate() {
+                run[pair + 2 * i + at % 2] = attention::narrow(*v);
+            }
         }
     }
 
@@ -200,6 +208,11 @@ impl KvCache {
 /// Values a head's keys of `tokens` positions take, whole blocks (see [`KvCache`]).
 fn key_values(tokens: usize, d: usize) -> usize {
     tokens.div_ceil(KEY_BLOCK) * KEY_BLOCK * d
+}
+
+/// Values a head's values of `tokens` positions take, whole pairs (see [`KvCache`]).
+fn value_len(tokens: usize, d: usize) -> usize {
+    tokens.div_ceil(2) * 2 * d
 }
 
 /// One part of a batched forward pass: tokens to read after those in its cache, and whether
@@ -280,7 +293,7 @@ impl Llama {
     /// Bytes a [`KvCache`] of `tokens` tokens holds (keys in whole blocks).
     pub fn kv_bytes(&self, tokens: usize) -> usize {
         let d = self.cfg.head_dim;
-        let per_layer = self.cfg.kv_heads * (key_values(tokens, d) + tokens * d);
+        let per_layer = self.cfg.kv_heads * (key_values(tokens, d) + value_len(tokens, d));
         self.cfg.layers * per_layer * std::mem::size_of::<u16>()
     }
 
@@ -500,23 +513,16 @@ const LANES: usize = 16;
 /// sum k % 16, in order), then halves added: sum l and l + 8, then l and l + 4, l + 2, l + 1.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_by(a, b, |x| x, |x, y, acc| acc + x * y)
-}
-
-/// [`dot`]'s order, each value of `b` taken as `value(b)` and each product added to its
-/// partial sum by `add(x, y, sum)` (attention's scores: f16 keys, fused multiply-adds).
-#[inline(always)]
-fn dot_by<B: Copy>(a: &[f32], b: &[B], value: impl Fn(B) -> f32, add: impl Fn(f32, f32, f32) -> f32) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for l in 0..LANES {
-            acc[l] = add(x[l], value(y[l]), acc[l]);
+            acc[l] += x[l] * y[l];
         }
     }
     for (acc, (x, y)) in acc.iter_mut().zip(ra.iter().zip(rb)) {
-        *acc = add(*x, value(*y), *acc);
+        *acc += x * y;
     }
     halves(acc)
 }

@@ -1,12 +1,25 @@
-//! Causal attention of a pass's new tokens over their own requests' keys and values (f16,
-//! widened exactly), in one order of sums on every path: plain loops, AVX2 with FMA, AVX-512.
+//! Causal attention of a pass's new tokens over their own requests' keys and values, kept in
+//! bf16, summed as the bf16 dot-product instruction (`vdpbf16ps`) sums them on every path:
+//! plain loops, AVX2 with FMA, and AVX-512 BF16 where the CPU has it (twice the multiply-adds of
+//! f32 fused multiply-adds a cycle, and nothing to widen).
 //!
-//! A head's keys are kept in blocks of [`KEY_BLOCK`] positions, each block one dimension of its
-//! 16 keys after another (`[head_dim][16]`, see [`KvCache`]): a register loaded from it holds
-//! one value of 16 keys, so 16 scores are summed in 16 registers side by side, each in its own
-//! lane, and a key's partial sums are added lane to lane, never moved across a register.
+//! Each product pairs two values: the instruction adds, to each of 16 f32 sums, the product of
+//! the pair's second values and then that of its first, each a fused multiply-add of bf16
+//! values read as f32, subnormal inputs read as zero and subnormal results made zero ([`step`]).
+//! A query is rounded to bf16 before its scores, and a head's probabilities before they weigh
+//! the values.
+//!
+//! A head's keys are kept in blocks of [`KEY_BLOCK`] positions, each block one pair of
+//! dimensions of its 16 keys after another (`[head_dim / 2][16][2]`, see [`KvCache`]): a
+//! register loaded from it holds one pair of 16 keys, so 16 scores are summed side by side,
+//! each in its own lane. Values are kept in pairs of positions (`[position / 2][head_dim][2]`),
+//! so a register holds 16 dimensions of two positions, weighed by their two probabilities.
 
 use super::*;
+
+/// Partial sums of a score: pair `p` of dimensions goes into sum `p % CHAINS`, in order, and
+/// the sums are added as `(0 + 2) + (1 + 3)`, so a head's instructions do not wait on each other.
+const CHAINS: usize = 4;
 
 impl Llama {
     /// Causal attention of each new token's queries (in `qkv`; `rows` gives its part and
@@ -31,37 +44,38 @@ impl Llama {
             let items = (t..items).step_by(shares);
             #[cfg(target_arch = "x86_64")]
             {
-                if crate::llm::q8::wide::available() && fused::available() {
+                if wide::available() {
                     // SAFETY: the CPU has the features `attend_wide` is compiled for.
-                    return unsafe { attend_wide(cfg, items, qkv, caches, rows, out) };
+                    return unsafe { wide::attend_wide(cfg, items, qkv, caches, rows, out) };
                 }
                 if fused::available() {
                     // SAFETY: the CPU has the features `attend_fused` is compiled for.
                     return unsafe { fused::attend_fused(cfg, items, qkv, caches, rows, out) };
                 }
             }
-            attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_heads, weigh: weigh_heads });
+            attend(cfg, items, qkv, caches, rows, out, Loops { pairs, scores: scores_heads, weigh: weigh_heads });
         });
     }
 }
 
-/// Attention's two inner loops: the scores of each query head of a group against a run of keys
-/// (like [`scores_heads`]), and
-/// the values weighted by the scores of each query head of a group (like [`weigh_heads`]).
-struct Loops<S, W> {
-    /// `(queries, heads, key blocks, scale, positions, scores)`: `scores` made `heads` runs of
+/// Attention's inner loops: values rounded to bf16 in pairs (like [`pairs`]), the scores of
+/// each query head of a group against a run of keys (like [`scores_heads`]), and the values
+/// weighted by each head's probabilities (like [`weigh_heads`]).
+struct Loops<P, S, W> {
+    /// `(values, out)`: the values rounded, in pairs, onto `out` (like [`pairs`]).
+    pairs: P,
+    /// `(query pairs, heads, keys, scale, positions, scores)`: `scores` made `heads` runs of
     /// `positions` scores.
     scores: S,
+    /// `(probability pairs, heads, values, out)`: each head's output, side by side in `out`.
     weigh: W,
 }
 
 /// Attention for the (token, key head) `items` of one thread (see [`Llama::attention`]): for
-/// each query head that shares the key head, the query's score against every key up to its
-/// position ([`scores_one_by_one`]: in [`dot`]'s order with fused multiply-adds, times the
-/// scale) and their [`softmax`]; then the values weighted by each head's scores, each output
-/// summed over positions in order with fused multiply-adds.
-/// Every way of computing the two loops gives the same bits, so a row's attention depends only
-/// on its own queries and cache.
+/// each query head that shares the key head, the query (rounded to bf16) scored against every
+/// key up to its position, times the scale, and their [`softmax`]; then the values weighted by
+/// each head's probabilities (rounded to bf16). Every way of computing the two loops gives the
+/// same bits, so a row's attention depends only on its own queries and cache.
 #[inline(always)]
 fn attend(
     cfg: &LlamaConfig,
@@ -71,278 +85,127 @@ fn attend(
     rows: &[(usize, usize)],
     out: Out,
     loops: Loops<
-        impl Fn(&[f32], usize, &[u16], f32, usize, &mut Vec<f32>),
-        impl Fn(&[f32], usize, &[u16], usize, &mut [f32]),
+        impl Fn(&[f32], &mut Vec<u32>),
+        impl Fn(&[u32], usize, &[u16], f32, usize, &mut Vec<f32>),
+        impl Fn(&[u32], usize, &[u16], &mut [f32]),
     >,
 ) {
-    let Loops { scores: scores_of, weigh } = loops;
+    let Loops { pairs, scores: scores_of, weigh } = loops;
     let (h, kv, d) = (cfg.hidden, cfg.kv_dim(), cfg.head_dim);
     let group = cfg.heads / cfg.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
     let width = h + 2 * kv;
-    let mut scores = Vec::new();
+    let (mut queries, mut scores, mut probabilities) = (Vec::new(), Vec::new(), Vec::new());
     for item in items {
         let (i, g) = (item / cfg.kv_heads, item % cfg.kv_heads);
         let (part, pos) = rows[i];
         let (keys, values) = caches[part * cfg.kv_heads + g];
         // The group's query heads, side by side in the row.
         let qs = &qkv[i * width + g * group * d..i * width + (g + 1) * group * d];
-        scores_of(qs, group, keys, scale, pos + 1, &mut scores);
+        queries.clear();
+        for q in qs.chunks_exact(d) {
+            pairs(q, &mut queries);
+        }
+        scores_of(&queries, group, keys, scale, pos + 1, &mut scores);
+        probabilities.clear();
         for scores in scores.chunks_exact_mut(pos + 1) {
             softmax(scores);
+            pairs(scores, &mut probabilities);
         }
         // SAFETY: (token i, the group's heads) is this thread's item alone, within `out`.
         let out = unsafe { out.slice(i, g * group * d, group * d) };
-        weigh(&scores, group, values, d, out);
+        weigh(&probabilities, group, values, out);
     }
 }
 
-/// For each of `heads` query heads, `out` (their outputs side by side) = the values from the
-/// first of `values`, `stride` apart, weighted by the head's `scores` (theirs side by side, one
-/// per position each) and summed over positions in order.
+/// `x` rounded to bf16 (to nearest, ties to even), in pairs as a register's 32-bit lanes hold
+/// them (the first value in the low half), onto `out`; an odd last value's partner is zero.
 #[inline(always)]
-fn weigh_heads(scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]) {
-    let (len, d) = (scores.len() / heads, out.len() / heads);
-    for (scores, out) in scores.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
-        weigh_by_chunks(scores, values, stride, out);
-    }
+fn pairs(x: &[f32], out: &mut Vec<u32>) {
+    out.extend(x.chunks(2).map(|p| u32::from(narrow(p[0])) | u32::from(p.get(1).map_or(0, |v| narrow(*v))) << 16));
 }
 
-/// `out` = the values from the first of `values`, `stride` apart, weighted by `scores` and
-/// summed over positions in order, a fused multiply-add a position.
+/// `x` as bf16 bits, rounded to nearest, ties to even, a subnormal as zero and a NaN quiet (as
+/// the instruction that converts 32 at a time, `vcvtne2ps2bf16`, rounds them).
 #[inline(always)]
-fn weigh_by_chunks(scores: &[f32], values: &[u16], stride: usize, out: &mut [f32]) {
-    for (c, out) in out.chunks_mut(LANES).enumerate() {
-        let mut acc = [0.0f32; LANES];
-        for (s, v) in scores.iter().zip(values[c * LANES..].chunks(stride)) {
-            for (a, v) in acc.iter_mut().zip(&v[..out.len()]) {
-                *a = s.mul_add(widen(*v), *a);
-            }
-        }
-        out.copy_from_slice(&acc[..out.len()]);
-    }
-}
-/// [`weigh_heads`] for `G` heads of `C` registers of 16 values, every output kept in its
-/// register over the positions, each position's values loaded once for all heads (the same
-/// sums in the same order).
-///
-/// # Safety
-/// The CPU must have AVX-512 F; `out` must be `G * 16 * C` long, `scores` `G` runs of the same
-/// length, and each position's values exist.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn weigh_wide<const G: usize, const C: usize>(scores: &[f32], values: &[u16], stride: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let len = scores.len() / G;
-    let mut acc = [[_mm512_setzero_ps(); C]; G];
-    let v = values.as_ptr();
-    for j in 0..len {
-        let vals: [__m512; C] = std::array::from_fn(|c| unsafe { load_f16(v.add(j * stride + c * LANES)) });
-        for (g, acc) in acc.iter_mut().enumerate() {
-            let s = _mm512_set1_ps(scores[g * len + j]);
-            for (acc, v) in acc.iter_mut().zip(&vals) {
-                *acc = _mm512_fmadd_ps(s, *v, *acc);
-            }
-        }
-    }
-    for (g, acc) in acc.iter().enumerate() {
-        for (c, acc) in acc.iter().enumerate() {
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
-        }
-    }
+pub(super) fn narrow(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = if x.is_nan() {
+        bits >> 16 | 0x40
+    } else if x.is_subnormal() {
+        bits >> 16 & 0x8000
+    } else {
+        (bits + 0x7fff + (bits >> 16 & 1)) >> 16
+    };
+    rounded as u16
 }
 
-/// For each of `heads` queries (side by side in `qs`), its scores against the first `len`
-/// keys of the blocks `keys`, into `scores` (the heads' runs side by side).
+/// bf16 bits as f32, a subnormal as zero (as the instruction reads its inputs).
 #[inline(always)]
-fn scores_heads(qs: &[f32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>) {
-    let d = qs.len() / heads;
+fn widen(b: u16) -> f32 {
+    let bits = u32::from(b) << 16;
+    f32::from_bits(if b & 0x7f80 == 0 { bits & 0x8000_0000 } else { bits })
+}
+
+/// `x`, a subnormal made zero (the instruction's reading of its sum and its results).
+#[inline(always)]
+fn flush(x: f32) -> f32 {
+    if x.is_subnormal() { f32::from_bits(x.to_bits() & 0x8000_0000) } else { x }
+}
+
+/// One lane of `vdpbf16ps`: `acc` plus the product of the pairs' second values, then plus that
+/// of their first, each a fused multiply-add (the product of two bf16 values is exact in f32).
+#[inline(always)]
+fn step(acc: f32, a: u32, b: u32) -> f32 {
+    let high = flush(widen((a >> 16) as u16).mul_add(widen((b >> 16) as u16), flush(acc)));
+    flush(widen(a as u16).mul_add(widen(b as u16), high))
+}
+
+/// A key's or value's pair of bf16 values from `run` at `at`, as [`pairs`] holds them.
+#[inline(always)]
+fn pair(run: &[u16], at: usize) -> u32 {
+    u32::from(run[at]) | u32::from(run[at + 1]) << 16
+}
+
+/// For each of `heads` queries (their pairs side by side in `qs`), its scores against the
+/// first `len` keys of the blocks `keys`, into `scores` (the heads' runs side by side): the
+/// definition the other ways of scoring keep to. Written a block at a time, 16 keys side by
+/// side, so the compiler vectorizes it over keys.
+#[inline(always)]
+fn scores_heads(qs: &[u32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>) {
+    let pairs = qs.len() / heads;
     scores.resize(heads * len, 0.0);
-    for (q, scores) in qs.chunks_exact(d).zip(scores.chunks_exact_mut(len)) {
-        scores_one_by_one(q, keys, scale, scores);
-    }
-}
-
-/// The scores of `q` against the first `scores.len()` keys of the blocks `keys`, times `scale`:
-/// each key's as [`dot_by`] sums it with fused multiply-adds (value k into partial sum k % 16,
-/// in order, then halves), the definition the other ways of scoring keep to. Written a block at
-/// a time, a partial sum of its 16 keys side by side, so the compiler vectorizes it over keys.
-#[inline(always)]
-fn scores_one_by_one(q: &[f32], keys: &[u16], scale: f32, scores: &mut [f32]) {
-    let d = q.len();
-    for (b, scores) in scores.chunks_mut(KEY_BLOCK).enumerate() {
-        let block = &keys[b * KEY_BLOCK * d..];
-        let mut sums = [[0.0f32; KEY_BLOCK]; LANES];
-        for (k, q) in q.iter().enumerate() {
-            let values = &block[k * KEY_BLOCK..(k + 1) * KEY_BLOCK];
-            for (sum, v) in sums[k % LANES].iter_mut().zip(values) {
-                *sum = q.mul_add(widen(*v), *sum);
-            }
-        }
-        for w in [8, 4, 2, 1] {
-            for l in 0..w {
-                let (low, high) = sums.split_at_mut(l + w);
-                for (a, b) in low[l].iter_mut().zip(&high[0]) {
-                    *a += b;
+    for (q, scores) in qs.chunks_exact(pairs).zip(scores.chunks_exact_mut(len)) {
+        for (b, scores) in scores.chunks_mut(KEY_BLOCK).enumerate() {
+            let block = &keys[b * KEY_BLOCK * 2 * pairs..];
+            let mut sums = [[0.0f32; KEY_BLOCK]; CHAINS];
+            for (p, q) in q.iter().enumerate() {
+                for (l, sum) in sums[p % CHAINS].iter_mut().enumerate() {
+                    *sum = step(*sum, *q, pair(block, (p * KEY_BLOCK + l) * 2));
                 }
             }
-        }
-        for (s, sum) in scores.iter_mut().zip(sums[0]) {
-            *s = sum * scale;
+            for (l, s) in scores.iter_mut().enumerate() {
+                *s = ((sums[0][l] + sums[2][l]) + (sums[1][l] + sums[3][l])) * scale;
+            }
         }
     }
 }
 
-/// [`attend`], for AVX-512: the scores of 16 keys at a time, their 16 partial sums added in
-/// [`dot`]'s order by exchanging halves between registers, and the heads of a group
-/// weighted together, so the same bits.
-///
-/// # Safety
-/// The CPU must have the features [`crate::llm::q8::wide::available`] and [`fused::available`]
-/// check.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2,fma")]
-unsafe fn attend_wide(
-    cfg: &LlamaConfig,
-    items: std::iter::StepBy<std::ops::Range<usize>>,
-    qkv: &[f32],
-    caches: &[(&[u16], &[u16])],
-    rows: &[(usize, usize)],
-    out: Out,
-) {
-    let scores_of = |qs: &[f32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>| {
-        let d = qs.len() / heads;
-        // Each head's run padded to whole blocks while they are scored, then closed up.
-        let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
-        assert!(keys.len() >= padded * d, "keys of {len} positions");
-        scores.resize(heads * padded, 0.0);
-        for b in (0..len).step_by(KEY_BLOCK) {
-            let (kt, at) = (keys[b * d..].as_ptr(), scores[b..].as_mut_ptr());
-            // SAFETY: the CPU has the features; the block from b exists (above), and each head's
-            // 16 scores from b are within its padded run.
-            unsafe {
-                match (heads, d) {
-                    (1, 64) => scores_block::<1, 4>(qs, kt, scale, at, padded),
-                    (2, 64) => scores_block::<2, 4>(qs, kt, scale, at, padded),
-                    (3, 64) => scores_block::<3, 4>(qs, kt, scale, at, padded),
-                    (4, 64) => scores_block::<4, 4>(qs, kt, scale, at, padded),
-                    (1, 32) => scores_block::<1, 2>(qs, kt, scale, at, padded),
-                    (1, 128) => scores_block::<1, 8>(qs, kt, scale, at, padded),
-                    _ => return scores_heads(qs, heads, keys, scale, len, scores),
-                }
-            }
+/// For each of `heads` heads (their probability pairs side by side in `probabilities`), `out`
+/// (their outputs side by side) = the values weighted by the head's probabilities, a pair of
+/// positions at a time in order: the definition the other ways of weighing keep to.
+#[inline(always)]
+fn weigh_heads(probabilities: &[u32], heads: usize, values: &[u16], out: &mut [f32]) {
+    let (len, d) = (probabilities.len() / heads, out.len() / heads);
+    for (p, out) in probabilities.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
+        for (dim, out) in out.iter_mut().enumerate() {
+            *out = p.iter().enumerate().fold(0.0, |acc, (j, p)| step(acc, *p, pair(values, (j * d + dim) * 2)));
         }
-        for h in 1..heads {
-            scores.copy_within(h * padded..h * padded + len, h * len);
-        }
-        scores.truncate(heads * len);
-    };
-    let weigh = |scores: &[f32], heads: usize, values: &[u16], stride: usize, out: &mut [f32]| {
-        let len = scores.len() / heads;
-        let last = (len.max(1) - 1) * stride + out.len() / heads;
-        assert!(values.len() >= last, "values of {len} positions");
-        // SAFETY: the CPU has the features; `out` is heads * 16 * C long and the values exist
-        // (above).
-        unsafe {
-            match (heads, out.len() / heads) {
-                (1, 64) => weigh_wide::<1, 4>(scores, values, stride, out),
-                (2, 64) => weigh_wide::<2, 4>(scores, values, stride, out),
-                (3, 64) => weigh_wide::<3, 4>(scores, values, stride, out),
-                (4, 64) => weigh_wide::<4, 4>(scores, values, stride, out),
-                (1, 32) => weigh_wide::<1, 2>(scores, values, stride, out),
-                (1, 128) => weigh_wide::<1, 8>(scores, values, stride, out),
-                _ => weigh_heads(scores, heads, values, stride, out),
-            }
-        }
-    };
-    attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_of, weigh })
-}
-
-/// The scores of `G` query heads (`C` registers of 16 values each, side by side in `qs`)
-/// against the 16 keys of the block at `kt` (`[C * 16][16]`), times `scale`: head h's to
-/// `scores[h * stride..][..16]`. Sum l of 16 keys (their values l, l + 16, ... times the
-/// query's, each a fused multiply-add from zero) is one register, and the sums are added as
-/// [`dot`] adds them (l and l + 8, then l and l + 4, l + 2, l + 1), register to register: each
-/// key's score in its lane, the bits [`scores_one_by_one`] gives. A block's values are loaded
-/// once for all the heads.
-///
-/// # Safety
-/// The CPU must have AVX-512 F and FMA; the block must exist, `qs` hold `G * C * 16` values and
-/// each head's 16 scores fit.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn scores_block<const G: usize, const C: usize>(
-    qs: &[f32],
-    kt: *const u16,
-    scale: f32,
-    scores: *mut f32,
-    stride: usize,
-) {
-    use std::arch::x86_64::*;
-    assert!(qs.len() >= G * C * LANES, "{G} heads of {C} registers");
-    let q = qs.as_ptr();
-    let add = |a: [__m512; G], b: [__m512; G]| -> [__m512; G] { std::array::from_fn(|h| _mm512_add_ps(a[h], b[h])) };
-    // SAFETY (of each): the block and the queries exist (above).
-    let half4 = |l| unsafe { add(half8::<G, C>(q, kt, l), half8::<G, C>(q, kt, l + 4)) };
-    let half2 = |l| add(half4(l), half4(l + 2));
-    let total = add(half2(0), half2(1));
-    for (h, total) in total.iter().enumerate() {
-        // SAFETY: head h's 16 scores fit (the caller's promise).
-        unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(*total, _mm512_set1_ps(scale))) };
     }
-}
-
-/// Sums l and l + 8 of [`scores_block`]'s 16 keys, added, for each of its `G` heads: a call
-/// of its own, so the compiler keeps each in registers (inlined, it loads and widens every key
-/// value of the block first and keeps them on the stack).
-///
-/// # Safety
-/// As [`scores_block`].
-#[cfg(target_arch = "x86_64")]
-#[inline(never)]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn half8<const G: usize, const C: usize>(
-    q: *const f32,
-    kt: *const u16,
-    l: usize,
-) -> [std::arch::x86_64::__m512; G] {
-    use std::arch::x86_64::*;
-    let sum = |l: usize| -> [__m512; G] {
-        // SAFETY: the block's values l, l + 16, ... of its 16 keys exist; so do the queries'.
-        let keys: [__m512; C] = std::array::from_fn(|c| unsafe { load_f16(kt.add((c * LANES + l) * KEY_BLOCK)) });
-        std::array::from_fn(|h| {
-            let mut acc = _mm512_setzero_ps();
-            for (c, key) in keys.iter().enumerate() {
-                let q = _mm512_set1_ps(unsafe { *q.add((h * C + c) * LANES + l) });
-                acc = _mm512_fmadd_ps(q, *key, acc);
-            }
-            acc
-        })
-    };
-    let (a, b) = (sum(l), sum(l + 8));
-    std::array::from_fn(|h| _mm512_add_ps(a[h], b[h]))
-}
-
-/// 16 f16 values from `at`, widened (exactly) to f32.
-///
-/// # Safety
-/// The CPU must have AVX-512 F; 16 values must exist from `at`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn load_f16(at: *const u16) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(at.cast())) }
-}
-
-/// An f16 (its bits) as f32: exact, in plain arithmetic the compiler can inline and vectorize.
-#[inline(always)]
-fn widen(h: u16) -> f32 {
-    f16::from_bits(h).to_f32_const()
 }
 
 /// [`attend`] compiled with fused multiply-adds for x86-64 CPUs that have them without AVX-512
-/// (where a fused multiply-add is otherwise a call to the C library's `fmaf`).
+/// BF16 (where a fused multiply-add is otherwise a call to the C library's `fmaf`).
 #[cfg(target_arch = "x86_64")]
 mod fused {
     use super::*;
@@ -363,7 +226,186 @@ mod fused {
         rows: &[(usize, usize)],
         out: Out,
     ) {
-        attend(cfg, items, qkv, caches, rows, out, Loops { scores: scores_heads, weigh: weigh_heads })
+        attend(cfg, items, qkv, caches, rows, out, Loops { pairs, scores: scores_heads, weigh: weigh_heads })
+    }
+}
+
+/// [`attend`] on AVX-512 BF16: each `vdpbf16ps` sums a pair of dimensions of 16 keys (or a pair
+/// of positions of 16 dimensions of the values) for one head, a block's keys and a pair's values
+/// loaded once for all the heads of a group.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub fn available() -> bool {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bf16")
+                && super::fused::available()
+        })
+    }
+
+    /// # Safety
+    /// The CPU must have the features [`available`] checks.
+    #[target_feature(enable = "avx512f,avx512bf16,avx2,fma")]
+    pub unsafe fn attend_wide(
+        cfg: &LlamaConfig,
+        items: std::iter::StepBy<std::ops::Range<usize>>,
+        qkv: &[f32],
+        caches: &[(&[u16], &[u16])],
+        rows: &[(usize, usize)],
+        out: Out,
+    ) {
+        let scores_of = |qs: &[u32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>| {
+            let pairs = qs.len() / heads;
+            // Each head's run padded to whole blocks while they are scored, then closed up.
+            let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+            assert!(keys.len() >= padded * 2 * pairs, "keys of {len} positions");
+            scores.resize(heads * padded, 0.0);
+            for b in (0..len).step_by(KEY_BLOCK) {
+                let (kt, at) = (keys[b * 2 * pairs..].as_ptr(), scores[b..].as_mut_ptr());
+                // SAFETY: the CPU has the features; the block from b exists (above), and each
+                // head's 16 scores from b are within its padded run.
+                unsafe {
+                    match (heads, pairs) {
+                        (1, 32) => scores_block::<1, 32>(qs, kt, scale, at, padded),
+                        (2, 32) => scores_block::<2, 32>(qs, kt, scale, at, padded),
+                        (3, 32) => scores_block::<3, 32>(qs, kt, scale, at, padded),
+                        (4, 32) => scores_block::<4, 32>(qs, kt, scale, at, padded),
+                        (1, 16) => scores_block::<1, 16>(qs, kt, scale, at, padded),
+                        (1, 64) => scores_block::<1, 64>(qs, kt, scale, at, padded),
+                        _ => return scores_heads(qs, heads, keys, scale, len, scores),
+                    }
+                }
+            }
+            for h in 1..heads {
+                scores.copy_within(h * padded..h * padded + len, h * len);
+            }
+            scores.truncate(heads * len);
+        };
+        let weigh = |probabilities: &[u32], heads: usize, values: &[u16], out: &mut [f32]| {
+            let (len, d) = (probabilities.len() / heads, out.len() / heads);
+            assert!(values.len() >= len * 2 * d, "values of {len} pairs of positions");
+            // SAFETY: the CPU has the features; `out` is heads * 16 * C long and the values exist
+            // (above).
+            unsafe {
+                match (heads, d) {
+                    (1, 64) => weigh_block::<1, 4>(probabilities, values, out),
+                    (2, 64) => weigh_block::<2, 4>(probabilities, values, out),
+                    (3, 64) => weigh_block::<3, 4>(probabilities, values, out),
+                    (4, 64) => weigh_block::<4, 4>(probabilities, values, out),
+                    (1, 32) => weigh_block::<1, 2>(probabilities, values, out),
+                    (1, 128) => weigh_block::<1, 8>(probabilities, values, out),
+                    _ => weigh_heads(probabilities, heads, values, out),
+                }
+            }
+        };
+        // SAFETY: the CPU has the features.
+        let pairs = |x: &[f32], out: &mut Vec<u32>| unsafe { pairs_wide(x, out) };
+        attend(cfg, items, qkv, caches, rows, out, Loops { pairs, scores: scores_of, weigh })
+    }
+
+    /// The scores of `G` query heads (`P` pairs each, side by side in `qs`) against the 16 keys
+    /// of the block at `kt` (`[P][16][2]`), times `scale`: head h's to `scores[h * stride..][..16]`,
+    /// each key's in its lane, the bits [`scores_heads`] gives.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and BF16; the block must exist, `qs` hold `G * P` pairs and
+    /// each head's 16 scores fit.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn scores_block<const G: usize, const P: usize>(
+        qs: &[u32],
+        kt: *const u16,
+        scale: f32,
+        scores: *mut f32,
+        stride: usize,
+    ) {
+        assert!(qs.len() >= G * P, "{G} heads of {P} pairs");
+        let mut sums = [[_mm512_setzero_ps(); CHAINS]; G];
+        // CHAINS pairs at a time, each into its own sum (indices the compiler knows, so the sums
+        // stay in registers).
+        for first in (0..P).step_by(CHAINS) {
+            for (c, p) in (first..(first + CHAINS).min(P)).enumerate() {
+                // SAFETY: the block's pair p of its 16 keys exists (the caller's promise).
+                let keys = unsafe { _mm512_loadu_si512(kt.add(p * KEY_BLOCK * 2).cast()) };
+                for (h, sums) in sums.iter_mut().enumerate() {
+                    let q = _mm512_set1_epi32(qs[h * P + p] as i32);
+                    sums[c] = _mm512_dpbf16_ps(sums[c], bh(q), bh(keys));
+                }
+            }
+        }
+        for (h, s) in sums.iter().enumerate() {
+            let total = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
+            // SAFETY: head h's 16 scores fit (the caller's promise).
+            unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(total, _mm512_set1_ps(scale))) };
+        }
+    }
+
+    /// [`weigh_heads`] for `G` heads of `C` registers of 16 values, every output kept in its
+    /// register over the positions, each pair of positions' values loaded once for all heads
+    /// (the same sums in the same order).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and BF16; `out` must be `G * 16 * C` long, `probabilities`
+    /// `G` runs of the same length, and each pair of positions' values exist.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn weigh_block<const G: usize, const C: usize>(
+        probabilities: &[u32],
+        values: &[u16],
+        out: &mut [f32],
+    ) {
+        let (len, d) = (probabilities.len() / G, C * LANES);
+        let mut acc = [[_mm512_setzero_ps(); C]; G];
+        let v = values.as_ptr();
+        for j in 0..len {
+            // SAFETY: pair j's values exist (the caller's promise).
+            let vals: [__m512i; C] =
+                std::array::from_fn(|c| unsafe { _mm512_loadu_si512(v.add((j * d + c * LANES) * 2).cast()) });
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let p = _mm512_set1_epi32(probabilities[g * len + j] as i32);
+                for (acc, v) in acc.iter_mut().zip(&vals) {
+                    *acc = _mm512_dpbf16_ps(*acc, bh(p), bh(*v));
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            for (c, acc) in acc.iter().enumerate() {
+                // SAFETY: `out` is G * 16 * C long (the caller's promise).
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
+            }
+        }
+    }
+
+    /// [`pairs`], 32 values at a time converted by `vcvtne2ps2bf16` (the same bits).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and BF16.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn pairs_wide(x: &[f32], out: &mut Vec<u32>) {
+        let chunks = x.chunks_exact(2 * LANES);
+        let rest = chunks.remainder();
+        for c in chunks {
+            // SAFETY: 32 values exist.
+            let both =
+                unsafe { _mm512_cvtne2ps_pbh(_mm512_loadu_ps(c[LANES..].as_ptr()), _mm512_loadu_ps(c.as_ptr())) };
+            let mut lanes = [0u32; LANES];
+            // SAFETY: 16 lanes of 32 bits fit `lanes`.
+            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), std::mem::transmute::<__m512bh, __m512i>(both)) };
+            out.extend_from_slice(&lanes);
+        }
+        pairs(rest, out);
+    }
+
+    /// A register of 32 bf16 values, as the instruction takes it.
+    #[inline(always)]
+    fn bh(x: __m512i) -> __m512bh {
+        // SAFETY: both are 64 bytes of plain bits.
+        unsafe { std::mem::transmute(x) }
     }
 }
 
@@ -401,79 +443,167 @@ fn softmax(x: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// Values in about -1..1, from a seed.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9).max(1);
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 20_000) as f32 / 10_000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `len` keys of `d` values (each row one key) in the blocks attention scores.
+    fn key_blocks(keys: &[Vec<f32>], d: usize) -> Vec<u16> {
+        let mut run = vec![0u16; key_values(keys.len(), d)];
+        for (j, key) in keys.iter().enumerate() {
+            for (k, v) in key.iter().enumerate() {
+                run[j / KEY_BLOCK * KEY_BLOCK * d + (k / 2 * KEY_BLOCK + j % KEY_BLOCK) * 2 + k % 2] = narrow(*v);
+            }
+        }
+        run
+    }
+
+    /// `len` values of `d` each, in pairs of positions.
+    fn value_pairs(vals: &[Vec<f32>], d: usize) -> Vec<u16> {
+        let mut run = vec![0u16; value_len(vals.len(), d)];
+        for (j, v) in vals.iter().enumerate() {
+            for (k, v) in v.iter().enumerate() {
+                run[(j / 2 * d + k) * 2 + j % 2] = narrow(*v);
+            }
+        }
+        run
+    }
+
+    fn query_pairs(qs: &[f32], d: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        for q in qs.chunks_exact(d) {
+            pairs(q, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn scores_and_weights_are_the_bf16_sums_of_the_rounded_values() {
+        // Rounding: ties to even, subnormals to zero, the largest values to infinity.
+        assert_eq!(narrow(1.0 + 1.0 / 256.0), 0x3f80);
+        assert_eq!(narrow(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!([narrow(1e-39), narrow(-3e-40), narrow(f32::MAX)], [0, 0x8000, 0x7f80]);
+        assert_eq!(narrow(2.5), half::bf16::from_f32(2.5).to_bits());
+        let (d, len) = (64, 37);
+        let keys: Vec<Vec<f32>> = (0..len).map(|j| values(d, 100 + j as u32)).collect();
+        let run = key_blocks(&keys, d);
+        let q = values(d, 7).iter().map(|v| v * 3.0).collect::<Vec<_>>();
+        let mut scores = Vec::new();
+        scores_heads(&query_pairs(&q, d), 1, &run, 0.125, len, &mut scores);
+        let rounded = |v: f32| half::bf16::from_f32(v).to_f32();
+        for j in [0, 15, 16, 36] {
+            let exact: f32 = (0..d).map(|k| rounded(q[k]) * rounded(keys[j][k])).sum::<f32>() * 0.125;
+            assert!((scores[j] - exact).abs() < 1e-4, "key {j}: {} against {exact}", scores[j]);
+        }
+        // Weighted values: 13 positions (an odd count, the last pair half empty).
+        let vals: Vec<Vec<f32>> = (0..len).map(|j| values(d, 300 + j as u32)).collect();
+        let run = value_pairs(&vals, d);
+        let p: Vec<f32> = values(13, 9).iter().map(|v| v.abs() / 13.0).collect();
+        let mut probabilities = Vec::new();
+        pairs(&p, &mut probabilities);
+        let mut out = [0.0; 64];
+        weigh_heads(&probabilities, 1, &run, &mut out);
+        for k in [0, 5, 63] {
+            let exact: f32 = (0..13).map(|j| rounded(p[j]) * rounded(vals[j][k])).sum();
+            assert!((out[k] - exact).abs() < 1e-5, "value {k}: {} against {exact}", out[k]);
+        }
+    }
+
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn attention_in_registers_gives_the_plain_loops_bits() {
-        if !crate::llm::q8::wide::available() || !fused::available() {
+    fn the_instruction_gives_the_plain_loops_bits() {
+        use std::arch::x86_64::*;
+        if !wide::available() {
             return;
         }
-        let mut state = 0x2545_f491u32;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            (state % 20_000) as f32 / 10_000.0 - 1.0
+        // One instruction against `step`, lane by lane, subnormal sums and values among them.
+        #[target_feature(enable = "avx512f,avx512bf16")]
+        unsafe fn instruction(acc: &[f32; 16], a: &[u32; 16], b: &[u32; 16]) -> [f32; 16] {
+            let load = |x: &[u32; 16]| unsafe { std::mem::transmute(_mm512_loadu_si512(x.as_ptr().cast())) };
+            let sum = _mm512_dpbf16_ps(unsafe { _mm512_loadu_ps(acc.as_ptr()) }, load(a), load(b));
+            let mut out = [0.0; 16];
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum) };
+            out
+        }
+        let tiny = |v: f32, i: usize| match i % 5 {
+            0 => v * 1e-39,
+            1 => v * 1e-20,
+            _ => v * 3.0,
         };
-        // 37 keys of 64 values in blocks (two whole, one begun), and 37 values side by side.
-        let (d, len) = (64, 37);
-        let mut keys = vec![0u16; key_values(len, d)];
-        let plain: Vec<Vec<f32>> = (0..len).map(|_| (0..d).map(|_| next()).collect()).collect();
-        for (j, key) in plain.iter().enumerate() {
-            for (k, v) in key.iter().enumerate() {
-                keys[j / KEY_BLOCK * KEY_BLOCK * d + k * KEY_BLOCK + j % KEY_BLOCK] = f16::from_f32(*v).to_bits();
+        for round in 0..200u32 {
+            let v = values(16 * 5, round);
+            let acc: [f32; 16] = std::array::from_fn(|l| tiny(v[l], l + round as usize));
+            let pair = |x: f32, y: f32| u32::from(narrow(x)) | u32::from(narrow(y)) << 16;
+            let a: [u32; 16] = std::array::from_fn(|l| pair(tiny(v[16 + l], l), tiny(v[32 + l], l + 1)));
+            let b: [u32; 16] = std::array::from_fn(|l| pair(tiny(v[48 + l], l + 2), v[64 + l]));
+            // SAFETY: the CPU has the features (checked above).
+            let got = unsafe { instruction(&acc, &a, &b) };
+            for l in 0..16 {
+                assert_eq!(got[l].to_bits(), step(acc[l], a[l], b[l]).to_bits(), "round {round}, lane {l}");
             }
         }
-        let key = |j: usize, k: usize| f16::from_f32(plain[j][k]).to_f32();
-        let q: Vec<f32> = (0..3 * d).map(|_| next() * 3.0).collect();
-        let mut one = vec![0.0; len];
-        scores_one_by_one(&q[..d], &keys, 0.125, &mut one);
-        assert!((one[20] - 0.125 * (0..d).map(|k| q[k] * key(20, k)).sum::<f32>()).abs() < 1e-4);
-        // Each key's score is `dot`'s sum of the key alone, bit for bit.
-        for j in [0, 15, 16, 36] {
-            let alone: Vec<u16> = plain[j].iter().map(|v| f16::from_f32(*v).to_bits()).collect();
-            let want = dot_by(&q[..d], &alone, widen, f32::mul_add) * 0.125;
-            assert_eq!(one[j].to_bits(), want.to_bits(), "key {j}");
+        // 32 values at a time converted as one by one, rounding ties, subnormals, NaN and the
+        // largest values among them.
+        let mut x = values(75, 3);
+        x[..8].copy_from_slice(&[
+            1e-39,
+            -3e-40,
+            f32::NAN,
+            f32::MAX,
+            -f32::MAX,
+            1.0 + 1.0 / 256.0,
+            1.0 + 3.0 / 256.0,
+            0.0,
+        ]);
+        let (mut wide, mut plain) = (Vec::new(), Vec::new());
+        // SAFETY: the CPU has the features (checked above).
+        unsafe { wide::pairs_wide(&x, &mut wide) };
+        pairs(&x, &mut plain);
+        assert_eq!(wide, plain);
+        // Whole blocks of keys and runs of values, three heads of a group and one alone.
+        let (d, len) = (64, 37usize);
+        let keys = key_blocks(&(0..len).map(|j| values(d, 500 + j as u32)).collect::<Vec<_>>(), d);
+        let vals = value_pairs(&(0..len).map(|j| values(d, 700 + j as u32)).collect::<Vec<_>>(), d);
+        let qs = query_pairs(&values(3 * d, 11).iter().map(|v| v * 3.0).collect::<Vec<_>>(), d);
+        let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+        let mut wide = vec![0.0; 3 * padded];
+        for b in (0..len).step_by(KEY_BLOCK) {
+            // SAFETY: the CPU has the features; the block exists and each head's 16 scores from b
+            // fit in its padded run.
+            unsafe { wide::scores_block::<3, 32>(&qs, keys[b * d..].as_ptr(), 0.125, wide[b..].as_mut_ptr(), padded) };
         }
-        // A block at a time, the three query heads of a group together and one head alone.
-        for heads in [3, 1] {
-            let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
-            let mut wide = vec![0.0; heads * padded];
-            for b in (0..len).step_by(KEY_BLOCK) {
-                let (kt, at) = (keys[b * d..].as_ptr(), wide[b..].as_mut_ptr());
-                // SAFETY: the CPU has the features (checked above); the block exists and each
-                // head's 16 scores from b fit in its padded run.
-                unsafe {
-                    match heads {
-                        3 => scores_block::<3, 4>(&q, kt, 0.125, at, padded),
-                        _ => scores_block::<1, 4>(&q, kt, 0.125, at, padded),
-                    }
-                }
-            }
-            for h in 0..heads {
-                let mut alone = vec![0.0; len];
-                scores_one_by_one(&q[h * d..(h + 1) * d], &keys, 0.125, &mut alone);
-                let wide: Vec<u32> = wide[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
-                assert_eq!(alone.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), wide, "head {h} of {heads}");
-            }
+        let mut plain = Vec::new();
+        scores_heads(&qs, 3, &keys, 0.125, len, &mut plain);
+        for h in 0..3 {
+            let wide: Vec<u32> = wide[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
+            let plain: Vec<u32> = plain[h * len..(h + 1) * len].iter().map(|s| s.to_bits()).collect();
+            assert_eq!(wide, plain, "head {h}");
         }
-        // The values weighted by 13 scores, in registers and plainly.
-        let values: Vec<u16> = (0..len * d).map(|_| f16::from_f32(next()).to_bits()).collect();
-        let value = |i: usize| f16::from_bits(values[i]).to_f32();
-        let (mut plain, mut fast) = ([0.0; 64], [0.0; 64]);
-        weigh_by_chunks(&one[..13], &values, d, &mut plain);
-        // SAFETY: as above; 13 positions of 64 values exist.
-        unsafe { weigh_wide::<1, 4>(&one[..13], &values, d, &mut fast) };
-        assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
-        assert!((plain[5] - (0..13).map(|j| one[j] * value(j * d + 5)).sum::<f32>()).abs() < 1e-4);
-        // Three heads' scores over the same 11 values, weighted together and one by one.
-        let scores: Vec<f32> = (0..33).map(|_| next()).collect();
-        let (mut plain, mut fast) = ([0.0; 192], [0.0; 192]);
-        weigh_heads(&scores, 3, &values, d, &mut plain);
-        // SAFETY: as above; 11 positions of 64 values exist.
-        unsafe { weigh_wide::<3, 4>(&scores, &values, d, &mut fast) };
-        assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
-        let mut second = [0.0; 64];
-        weigh_by_chunks(&scores[11..22], &values, d, &mut second);
-        assert_eq!(&plain[64..128], &second[..]);
+        let mut probabilities = Vec::new();
+        for s in plain.chunks_exact_mut(len) {
+            softmax(s);
+            pairs(s, &mut probabilities);
+        }
+        let (mut fast, mut slow) = ([0.0; 192], [0.0; 192]);
+        // SAFETY: as above; 19 pairs of positions of 64 values exist.
+        unsafe { wide::weigh_block::<3, 4>(&probabilities, &vals, &mut fast) };
+        weigh_heads(&probabilities, 3, &vals, &mut slow);
+        assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits));
+        let (mut one, mut alone) = ([0.0; 64], [0.0; 64]);
+        let second = &probabilities[len.div_ceil(2)..2 * len.div_ceil(2)];
+        // SAFETY: as above.
+        unsafe { wide::weigh_block::<1, 4>(second, &vals, &mut one) };
+        weigh_heads(second, 1, &vals, &mut alone);
+        assert_eq!(one.map(f32::to_bits), alone.map(f32::to_bits));
+        assert_eq!(&fast[64..128], &one[..]);
     }
 }

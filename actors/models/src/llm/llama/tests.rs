@@ -46,9 +46,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 /// How far a logit's distance below the top one may be from llama.cpp's (on this prompt the
 /// 20 most likely tokens span several units): both quantize generated rows' activations to
-/// Q8_0 and sum in f32 in different orders, and our prompt rows run in bf16 (both keep keys
-/// and values in f16).
-const TOLERANCE: f32 = 0.75;
+/// Q8_0 and sum in f32 in different orders, our prompt rows run in bf16, and our attention
+/// multiplies bf16 queries, keys, probabilities and values, as the model was trained, where
+/// llama.cpp keeps keys and values in f16 (the largest difference on this prompt 0.82; 0.59
+/// with f16 keys and values and f32 queries).
+const TOLERANCE: f32 = 1.0;
 
 /// The model, with room for 512 tokens, and the ids of the reference prompt.
 fn model() -> (Llama, Vec<u32>) {
