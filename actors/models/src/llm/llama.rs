@@ -10,11 +10,12 @@
 //!   and each product is split among the threads once.
 //!
 //! Weights of any type candle reads (Q4_1, F16, ...) are requantized to Q8_0 at load; Q8_0 is
-//! taken as it is. Norms, rotary embeddings and attention are f32, as in llama.cpp and candle:
-//! rotary embeddings in the interleaved ("normal") form of GGUF llama weights, attention with
-//! grouped key/value heads. Keys and values are kept in bf16 and attention sums them with the
-//! bf16 dot-product instruction where the CPU has it (the same bits elsewhere). The KV
-//! cache is the caller's ([`KvCache`]), so requests share the weights and nothing else.
+//! taken as it is. Norms and rotary embeddings are f32, as in llama.cpp and candle, the rotary
+//! embeddings in the interleaved ("normal") form of GGUF llama weights. Attention, with grouped
+//! key/value heads, multiplies bf16 values (keys and values kept in bf16, queries and
+//! probabilities rounded to it) with the bf16 dot-product instruction where the CPU has it (the
+//! same bits elsewhere) and sums in f32. The KV cache is the caller's ([`KvCache`]), so requests
+//! share the weights and nothing else.
 
 use std::io::{Read, Seek};
 
