@@ -1,11 +1,13 @@
 //! Causal attention of a pass's new tokens over their own requests' keys and values, kept in
 //! bf16, summed as the bf16 dot-product instruction (`vdpbf16ps`) sums them on every path:
-//! plain loops, AVX2 with FMA, and AVX-512 BF16 where the CPU has it (twice the multiply-adds of
-//! f32 fused multiply-adds a cycle, and nothing to widen).
+//! plain loops, the same compiled for AVX2 or AVX-512 with FMA, and the instruction itself where
+//! the CPU has AVX-512 BF16 (twice the multiply-adds of f32 fused multiply-adds a cycle, and
+//! nothing to widen).
 //!
 //! Each product pairs two values: the instruction adds, to each of 16 f32 sums, the product of
 //! the pair's second values and then that of its first, each a fused multiply-add of bf16
-//! values read as f32, subnormal inputs read as zero and subnormal results made zero ([`step`]).
+//! values read as f32 ([`step`]; the instruction also makes subnormal sums zero, which the other
+//! paths do not: the same bits unless a sum falls below about 1e-38).
 //! A query is rounded to bf16 before its scores, and a head's probabilities before they weigh
 //! the values.
 //!
@@ -140,48 +142,45 @@ pub(super) fn narrow(x: f32) -> u16 {
     rounded as u16
 }
 
-/// bf16 bits as f32, a subnormal as zero (as the instruction reads its inputs).
-#[inline(always)]
-fn widen(b: u16) -> f32 {
-    let bits = u32::from(b) << 16;
-    f32::from_bits(if b & 0x7f80 == 0 { bits & 0x8000_0000 } else { bits })
-}
-
-/// `x`, a subnormal made zero (the instruction's reading of its sum and its results).
-#[inline(always)]
-fn flush(x: f32) -> f32 {
-    if x.is_subnormal() { f32::from_bits(x.to_bits() & 0x8000_0000) } else { x }
-}
-
 /// One lane of `vdpbf16ps`: `acc` plus the product of the pairs' second values, then plus that
-/// of their first, each a fused multiply-add (the product of two bf16 values is exact in f32).
+/// of their first, each a fused multiply-add of bf16 values read as f32 (the product of two is
+/// exact in f32). The instruction also makes a subnormal sum or result zero; this does not (it
+/// would take the plain loops twice as long), so the paths give the same bits unless a product
+/// or partial sum falls below f32's smallest normal, about 1e-38 (bf16 values from [`narrow`]
+/// are never subnormal).
 #[inline(always)]
 fn step(acc: f32, a: u32, b: u32) -> f32 {
-    let high = flush(widen((a >> 16) as u16).mul_add(widen((b >> 16) as u16), flush(acc)));
-    flush(widen(a as u16).mul_add(widen(b as u16), high))
+    let f = f32::from_bits;
+    let high = f(a & 0xffff_0000).mul_add(f(b & 0xffff_0000), acc);
+    f(a << 16).mul_add(f(b << 16), high)
 }
 
-/// A key's or value's pair of bf16 values from `run` at `at`, as [`pairs`] holds them.
+/// The pair of bf16 values from `run[at]` and `run[at + 1]`, as [`pairs`] holds them.
 #[inline(always)]
 fn pair(run: &[u16], at: usize) -> u32 {
-    u32::from(run[at]) | u32::from(run[at + 1]) << 16
+    let pair = &run[at..at + 2];
+    u32::from(pair[0]) | u32::from(pair[1]) << 16
 }
 
 /// For each of `heads` queries (their pairs side by side in `qs`), its scores against the
 /// first `len` keys of the blocks `keys`, into `scores` (the heads' runs side by side): the
-/// definition the other ways of scoring keep to. Written a block at a time, 16 keys side by
-/// side, so the compiler vectorizes it over keys.
+/// definition the other ways of scoring keep to. Written a block at a time, each of a block's
+/// 16 keys in its own lane and four pairs at a time, each into its own sum, so the compiler
+/// vectorizes it over keys.
 #[inline(always)]
 fn scores_heads(qs: &[u32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>) {
     let pairs = qs.len() / heads;
     scores.resize(heads * len, 0.0);
     for (q, scores) in qs.chunks_exact(pairs).zip(scores.chunks_exact_mut(len)) {
         for (b, scores) in scores.chunks_mut(KEY_BLOCK).enumerate() {
-            let block = &keys[b * KEY_BLOCK * 2 * pairs..];
+            let block = &keys[b * KEY_BLOCK * 2 * pairs..(b + 1) * KEY_BLOCK * 2 * pairs];
             let mut sums = [[0.0f32; KEY_BLOCK]; CHAINS];
-            for (p, q) in q.iter().enumerate() {
-                for (l, sum) in sums[p % CHAINS].iter_mut().enumerate() {
-                    *sum = step(*sum, *q, pair(block, (p * KEY_BLOCK + l) * 2));
+            for first in (0..pairs).step_by(CHAINS) {
+                for (c, sums) in sums.iter_mut().enumerate().take(pairs - first) {
+                    let (q, keys) = (q[first + c], &block[(first + c) * KEY_BLOCK * 2..][..KEY_BLOCK * 2]);
+                    for (l, sum) in sums.iter_mut().enumerate() {
+                        *sum = step(*sum, q, pair(keys, 2 * l));
+                    }
                 }
             }
             for (l, s) in scores.iter_mut().enumerate() {
@@ -193,19 +192,25 @@ fn scores_heads(qs: &[u32], heads: usize, keys: &[u16], scale: f32, len: usize, 
 
 /// For each of `heads` heads (their probability pairs side by side in `probabilities`), `out`
 /// (their outputs side by side) = the values weighted by the head's probabilities, a pair of
-/// positions at a time in order: the definition the other ways of weighing keep to.
+/// positions at a time in order: the definition the other ways of weighing keep to. Written a
+/// pair of positions at a time over every output, so the compiler vectorizes it over them.
 #[inline(always)]
 fn weigh_heads(probabilities: &[u32], heads: usize, values: &[u16], out: &mut [f32]) {
     let (len, d) = (probabilities.len() / heads, out.len() / heads);
     for (p, out) in probabilities.chunks_exact(len).zip(out.chunks_exact_mut(d)) {
-        for (dim, out) in out.iter_mut().enumerate() {
-            *out = p.iter().enumerate().fold(0.0, |acc, (j, p)| step(acc, *p, pair(values, (j * d + dim) * 2)));
+        out.fill(0.0);
+        for (j, p) in p.iter().enumerate() {
+            let values = &values[j * 2 * d..(j + 1) * 2 * d];
+            for (dim, out) in out.iter_mut().enumerate() {
+                *out = step(*out, *p, pair(values, 2 * dim));
+            }
         }
     }
 }
 
 /// [`attend`] compiled with fused multiply-adds for x86-64 CPUs that have them without AVX-512
-/// BF16 (where a fused multiply-add is otherwise a call to the C library's `fmaf`).
+/// BF16 (where a fused multiply-add is otherwise a call to the C library's `fmaf`). The same
+/// loops compiled for AVX-512 were slower here (prompt pieces 42 ms against 35).
 #[cfg(target_arch = "x86_64")]
 mod fused {
     use super::*;
@@ -226,7 +231,19 @@ mod fused {
         rows: &[(usize, usize)],
         out: Out,
     ) {
-        attend(cfg, items, qkv, caches, rows, out, Loops { pairs, scores: scores_heads, weigh: weigh_heads })
+        // Closures defined here are compiled with this function's features, and the loops they
+        // call inlined into them: passed as they are, the loops would be compiled for plain
+        // x86-64, each fused multiply-add a call to `fmaf` (twenty times slower).
+        let loops = Loops {
+            pairs: |x: &[f32], out: &mut Vec<u32>| pairs(x, out),
+            scores: |qs: &[u32], heads, keys: &[u16], scale, len, scores: &mut Vec<f32>| {
+                scores_heads(qs, heads, keys, scale, len, scores)
+            },
+            weigh: |probabilities: &[u32], heads, values: &[u16], out: &mut [f32]| {
+                weigh_heads(probabilities, heads, values, out)
+            },
+        };
+        attend(cfg, items, qkv, caches, rows, out, loops)
     }
 }
 
@@ -525,7 +542,8 @@ mod tests {
         if !wide::available() {
             return;
         }
-        // One instruction against `step`, lane by lane, subnormal sums and values among them.
+        // One instruction against `step`, lane by lane: values from 1e-6 to 3 (their products
+        // and sums normal), and where a product is subnormal the instruction makes it zero.
         #[target_feature(enable = "avx512f,avx512bf16")]
         unsafe fn instruction(acc: &[f32; 16], a: &[u32; 16], b: &[u32; 16]) -> [f32; 16] {
             let load = |x: &[u32; 16]| unsafe { std::mem::transmute(_mm512_loadu_si512(x.as_ptr().cast())) };
@@ -534,23 +552,23 @@ mod tests {
             unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum) };
             out
         }
-        let tiny = |v: f32, i: usize| match i % 5 {
-            0 => v * 1e-39,
-            1 => v * 1e-20,
-            _ => v * 3.0,
-        };
+        let scaled = |v: f32, i: usize| v * [3.0, 1e-3, 1e-6][i % 3];
+        let pair = |x: f32, y: f32| u32::from(narrow(x)) | u32::from(narrow(y)) << 16;
         for round in 0..200u32 {
             let v = values(16 * 5, round);
-            let acc: [f32; 16] = std::array::from_fn(|l| tiny(v[l], l + round as usize));
-            let pair = |x: f32, y: f32| u32::from(narrow(x)) | u32::from(narrow(y)) << 16;
-            let a: [u32; 16] = std::array::from_fn(|l| pair(tiny(v[16 + l], l), tiny(v[32 + l], l + 1)));
-            let b: [u32; 16] = std::array::from_fn(|l| pair(tiny(v[48 + l], l + 2), v[64 + l]));
+            let acc: [f32; 16] = std::array::from_fn(|l| scaled(v[l], l + round as usize));
+            let a: [u32; 16] = std::array::from_fn(|l| pair(scaled(v[16 + l], l), scaled(v[32 + l], l + 1)));
+            let b: [u32; 16] = std::array::from_fn(|l| pair(scaled(v[48 + l], l + 2), v[64 + l]));
             // SAFETY: the CPU has the features (checked above).
             let got = unsafe { instruction(&acc, &a, &b) };
             for l in 0..16 {
                 assert_eq!(got[l].to_bits(), step(acc[l], a[l], b[l]).to_bits(), "round {round}, lane {l}");
             }
         }
+        let tiny = [pair(1e-20, 0.0); 16];
+        // SAFETY: as above.
+        let flushed = unsafe { instruction(&[0.0; 16], &tiny, &tiny) };
+        assert_eq!((flushed[0], step(0.0, tiny[0], tiny[0]) > 0.0), (0.0, true));
         // 32 values at a time converted as one by one, rounding ties, subnormals, NaN and the
         // largest values among them.
         let mut x = values(75, 3);
