@@ -14,7 +14,7 @@
 //! embeddings in the interleaved ("normal") form of GGUF llama weights. Attention, with grouped
 //! key/value heads, multiplies bf16 values (keys and values kept in bf16, queries and
 //! probabilities rounded to it) with the bf16 dot-product instruction where the CPU has it (the
-//! same bits elsewhere) and sums in f32. The KV cache is the caller's ([`KvCache`]), so requests
+//! same steps elsewhere) and sums in f32. The KV cache is the caller's ([`KvCache`]), so requests
 //! share the weights and nothing else.
 
 use std::io::{Read, Seek};

@@ -76,8 +76,9 @@ struct Loops<P, S, W> {
 /// Attention for the (token, key head) `items` of one thread (see [`Llama::attention`]): for
 /// each query head that shares the key head, the query (rounded to bf16) scored against every
 /// key up to its position, times the scale, and their [`softmax`]; then the values weighted by
-/// each head's probabilities (rounded to bf16). Every way of computing the two loops gives the
-/// same bits, so a row's attention depends only on its own queries and cache.
+/// each head's probabilities (rounded to bf16). A row's attention depends only on its own
+/// queries and cache, whatever else the pass holds; the ways of computing the loops give the
+/// same bits (see [`step`] for the one exception).
 #[inline(always)]
 fn attend(
     cfg: &LlamaConfig,
