@@ -25,7 +25,6 @@ mod llama;
 pub mod lora;
 mod q8;
 mod quant;
-mod team;
 mod tokenizer;
 
 use std::fs::File;
@@ -40,7 +39,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 pub use adapter::Adapter;
 use batch::{BatchConfig, Engine, Outcome, Work};
 use llama::{Llama, Part, Scratch};
-use team::Team;
+use crate::team::Team;
 
 pub use mindfleet_core::llm::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,

@@ -26,7 +26,7 @@ pub use super::adapter::Target;
 use super::adapter::{Adapter, Delta as Served};
 use super::llama::LlamaConfig;
 use super::q8::{Activations, Q8Matrix};
-use super::team::Team;
+use crate::team::Team;
 use super::{ChatMessage, GgufTokenizer};
 
 mod ops;

@@ -17,7 +17,7 @@
 
 use half::f16;
 
-use super::team::Team;
+use crate::team::Team;
 
 pub mod bf16;
 

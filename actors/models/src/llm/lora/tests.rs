@@ -6,7 +6,7 @@ use super::*;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 use crate::llm::adapter::Adapter;
 use crate::llm::llama::{Llama, Part, Scratch};
-use crate::llm::team::Team;
+use crate::team::Team;
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
 
 fn model_path() -> PathBuf {

@@ -13,7 +13,7 @@
 //! [`super::matmul`]).
 
 use super::{BLOCK, PANEL, Q8Matrix};
-use crate::llm::team::Team;
+use crate::team::Team;
 
 /// Rows of an activation tile; products run on groups of two.
 const TILE: usize = 16;
