@@ -36,10 +36,10 @@ use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
+use crate::team::Team;
 pub use adapter::Adapter;
 use batch::{BatchConfig, Engine, Outcome, Work};
 use llama::{Llama, Part, Scratch};
-use crate::team::Team;
 
 pub use mindfleet_core::llm::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,

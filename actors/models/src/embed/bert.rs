@@ -14,7 +14,8 @@
 //!   goes through every layer on one thread with buffers that fit in its core's cache, and
 //!   the chunks of a batch are shared among the threads of the model's own pool. Threads
 //!   meet once per batch, not once per op. A batch too small to give every thread a chunk
-//!   runs its matmuls on all threads instead.
+//!   runs its matmuls on all threads instead: ours on a [`Team`] (threads that spin between
+//!   products, so they meet in microseconds), `gemm`'s on the pool.
 //! - Bias, GELU, residual and LayerNorm are fused passes over rows; GELU (exact, erf) and the
 //!   softmax use polynomial `erf` / `exp` that the compiler vectorises, built for AVX-512 and
 //!   AVX2 and chosen at run time.
@@ -30,6 +31,7 @@ use serde::Deserialize;
 
 use super::EmbedError;
 use crate::math::exp;
+use crate::team::Team;
 
 /// Tokens a chunk aims at: the matmuls stay efficient and a chunk's activations (about
 /// 3.5 KiB per token at hidden size 384) stay in a core's L2 cache.
@@ -222,6 +224,10 @@ pub struct Bert {
     threads: usize,
     /// `None` with one thread: the caller's thread does the work.
     pool: Option<rayon::ThreadPool>,
+    /// The caller's thread and `threads - 1` workers: the products of a lone chunk on our own
+    /// kernel ([`few`]) are shared among them, two dozen a text, so they must start and end in
+    /// far less time than a rayon pool's sleeping threads take to wake.
+    team: Team,
     scratch: Mutex<Vec<Scratch>>,
 }
 
@@ -280,7 +286,10 @@ impl Bert {
         } else {
             None
         };
-        Ok(Bert { cfg, word, position, token_type, ln_g, ln_b, layers, threads, pool, scratch: Mutex::new(Vec::new()) })
+        let team = Team::new(threads, "embed-team")
+            .map_err(|e| EmbedError::Load { file: weights.to_path_buf(), message: format!("threads: {e}") })?;
+        let scratch = Mutex::new(Vec::new());
+        Ok(Bert { cfg, word, position, token_type, ln_g, ln_b, layers, threads, pool, team, scratch })
     }
 
     pub fn config(&self) -> &BertConfig {
@@ -311,32 +320,33 @@ impl Bert {
             Some(pool) if chunks.len() >= self.threads => {
                 pool.install(|| chunks.par_iter().map(|r| run(r, Parallelism::None)).collect())
             }
-            Some(pool) => pool.install(|| {
-                chunks
-                    .iter()
-                    .map(|r| {
-                        let tokens: usize = lens[r.clone()].iter().sum();
-                        let par = if tokens >= PARALLEL_MATMUL_TOKENS || few::takes(tokens) {
-                            Parallelism::Rayon(self.threads)
-                        } else {
-                            Parallelism::None
-                        };
-                        run(r, par)
-                    })
-                    .collect()
-            }),
+            // Too few chunks for every thread: each chunk's products share them.
+            Some(_) => chunks
+                .iter()
+                .map(|r| {
+                    let tokens: usize = lens[r.clone()].iter().sum();
+                    let par = if tokens >= PARALLEL_MATMUL_TOKENS || few::takes(tokens) {
+                        Parallelism::Rayon(self.threads)
+                    } else {
+                        Parallelism::None
+                    };
+                    run(r, par)
+                })
+                .collect(),
         };
         Ok(per_chunk.into_iter().flatten().collect())
     }
 
     /// `dst = x × w` for the `t` dense rows of `x` and a layer's weights `w`: up to a chunk's
-    /// rows on our own kernel (on the pool's threads with `par`), more on `gemm`.
+    /// rows on our own kernel (on the team with `par`), more on `gemm` (on the pool's threads
+    /// with `par`).
     fn linear(&self, dst: &mut [f32], x: &[f32], t: usize, w: &Linear, par: Parallelism) {
         let (k, n) = (w.w.len() / w.n, w.n);
-        match &w.strips {
-            Some(strips) if t <= few::FEW_ROWS => {
-                let threads = if let Parallelism::Rayon(threads) = par { threads } else { 1 };
-                few::matmul(dst, n, x, t, strips, threads);
+        let shared = matches!(par, Parallelism::Rayon(_));
+        match (&w.strips, &self.pool) {
+            (Some(strips), _) if t <= few::FEW_ROWS => few::matmul(dst, n, x, t, strips, shared.then_some(&self.team)),
+            (_, Some(pool)) if shared => {
+                pool.install(|| matmul(dst, n, Mat::rows(x, t, k), Mat::rows(&w.w, k, n), 1.0, par))
             }
             _ => matmul(dst, n, Mat::rows(x, t, k), Mat::rows(&w.w, k, n), 1.0, par),
         }

@@ -26,8 +26,8 @@ pub use super::adapter::Target;
 use super::adapter::{Adapter, Delta as Served};
 use super::llama::LlamaConfig;
 use super::q8::{Activations, Q8Matrix};
-use crate::team::Team;
 use super::{ChatMessage, GgufTokenizer};
+use crate::team::Team;
 
 mod ops;
 use ops::{Attention, RmsNorm, Rope, SwiGlu};

@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
+use crate::team::Team;
 
 /// Most rows this path takes (a chunk's, [`super::CHUNK_TOKENS`]): beyond them `gemm`'s
 /// packing pays for itself.
@@ -67,16 +67,16 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 /// `dst[i][j] = Σ_k x[i][k] w[k][j]` for the `m` rows of `x` (dense, `w.k` columns each);
-/// `dst` row-major with row stride `dst_rs`. On `threads` threads of the current rayon pool,
-/// each a contiguous share of the strips. Panics when there are more than [`FEW_ROWS`] rows or
+/// `dst` row-major with row stride `dst_rs`. On the threads of `team` (else the caller's), each
+/// share a contiguous run of the strips. Panics when there are more than [`FEW_ROWS`] rows or
 /// the buffers do not hold the matrices.
-pub fn matmul(dst: &mut [f32], dst_rs: usize, x: &[f32], m: usize, w: &Strips, threads: usize) {
+pub fn matmul(dst: &mut [f32], dst_rs: usize, x: &[f32], m: usize, w: &Strips, team: Option<&Team>) {
     let (k, n) = (w.k, w.n);
     assert!(m <= FEW_ROWS, "few::matmul: {m} rows");
     assert!(x.len() >= m * k, "few::matmul: the input runs past its buffer");
     assert!(m == 0 || (m - 1) * dst_rs + n <= dst.len(), "few::matmul: the output runs past its buffer");
     let strips = n / STRIP;
-    let shares = threads.clamp(1, strips.max(1));
+    let shares = team.map_or(1, Team::threads).clamp(1, strips.max(1));
     let out = Dst(dst.as_mut_ptr());
     let run = |s: usize| {
         let range = s * strips / shares..(s + 1) * strips / shares;
@@ -84,10 +84,9 @@ pub fn matmul(dst: &mut [f32], dst_rs: usize, x: &[f32], m: usize, w: &Strips, t
         // the writes within dst (checked above); share s writes only the columns of its strips.
         unsafe { strips_of(out, dst_rs, x, m, w, range) };
     };
-    if shares == 1 {
-        run(0);
-    } else {
-        (0..shares).into_par_iter().for_each(run);
+    match team {
+        Some(team) if shares > 1 => team.run(shares, &run),
+        _ => run(0),
     }
 }
 
@@ -167,19 +166,20 @@ mod tests {
             return;
         };
         assert!(Strips::pack(&w[..k * (n - 1)], k, n - 1).is_none(), "95 columns are no whole strips");
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let teams = [Team::new(1, "test").unwrap(), Team::new(2, "test").unwrap(), Team::new(5, "test").unwrap()];
         for m in [1, 2, 7, 8, 9, 16, 17, 64] {
-            for threads in [1, 2, 5] {
+            for team in [None, Some(&teams[0]), Some(&teams[1]), Some(&teams[2])] {
                 let rs = n + 3;
                 let mut dst = vec![f32::NAN; m * rs];
-                pool.install(|| matmul(&mut dst, rs, &x, m, &strips, threads));
+                matmul(&mut dst, rs, &x, m, &strips, team);
                 for i in 0..m {
                     for j in 0..n {
                         let want: f32 = (0..k).map(|kk| x[i * k + kk] * w[kk * n + j]).sum();
                         let got = dst[i * rs + j];
                         assert!(
                             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                            "{m} rows, ({i}, {j}): {got} vs {want}"
+                            "{m} rows, {:?} threads, ({i}, {j}): {got} vs {want}",
+                            team.map(Team::threads)
                         );
                     }
                 }

@@ -6,8 +6,8 @@ use super::*;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 use crate::llm::adapter::Adapter;
 use crate::llm::llama::{Llama, Part, Scratch};
-use crate::team::Team;
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+use crate::team::Team;
 
 fn model_path() -> PathBuf {
     let dir = default_dir();
