@@ -9,7 +9,8 @@ and prints one JSON object of figures on stdout:
     {"load_s", "per_s_batch1", "per_s_batch8", "per_s_batch32", "per_s_code_batch1", ...,
      "rss_mb", "torch", "sentence_transformers",
      "ort_load_s", "ort_export_s", "ort_per_s_batch1", ..., "ort_per_s_code_batch1", ...,
-     "ort_max_abs_diff", "ort_min_cosine", "onnxruntime"}
+     "ort_max_abs_diff", "ort_min_cosine", "onnxruntime",
+     "reference": {"short": [vectors], "code": [vectors]}}
 or, when ONNX Runtime cannot run, "ort_error" in place of the "ort_" figures. With "only_ort"
 (a later turn of the bench, which takes ours and ONNX Runtime's figures in turns), the "ort_"
 figures alone, without the comparison with sentence-transformers.
@@ -20,7 +21,9 @@ same BERT is exported to ONNX in a temporary directory, run in one session (CPU,
 optimisation, `threads` intra-op threads, 1 inter-op), fed by the `tokenizers` library, and
 pooled and normalised in numpy, as fastembed does. "ort_max_abs_diff" and "ort_min_cosine" compare
 its embeddings of the first 32 short texts with sentence-transformers' (both peers compute the
-same thing). "rss_mb" is the peak before ONNX Runtime starts.
+same thing). "rss_mb" is the peak before ONNX Runtime starts. "reference" holds
+sentence-transformers' embeddings of the first 32 short texts and the first 8 code windows, for
+the bench to compare ours with.
 """
 
 import json
@@ -146,6 +149,10 @@ def main():
     timed(lambda texts, b: model.encode(texts, batch_size=b, normalize_embeddings=True), req, out, "")
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     reference = model.encode(req["short"][:32], batch_size=32, normalize_embeddings=True)
+    out["reference"] = {
+        "short": reference.tolist(),
+        "code": model.encode(req["code"][:8], batch_size=8, normalize_embeddings=True).tolist(),
+    }
     del model
 
     try:

@@ -7,7 +7,9 @@
 //! each ratio the median of the turns'). Each figure is also given in FLOP/s of the
 //! products (`gflops_*`, from each text's tokens, [`BertConfig::flops`]) and as a share of the
 //! machine's peak f32 rate measured in the same run on as many threads (`share_of_peak_*`,
-//! [`super::peak`]).
+//! [`super::peak`]). With the peers, how far ours are from sentence-transformers' (f32 all
+//! through) on the first 32 short texts and 8 code windows, each embedded alone:
+//! `{short,code}_max_abs_diff_to_torch` and `{short,code}_min_cosine_to_torch`.
 //!
 //! [`BertConfig::flops`]: mindfleet_models::embed::bert::BertConfig::flops
 //! `--sentences FILE` (one sentence a line) and `--code FILE` (one JSON string a code window a
@@ -77,6 +79,20 @@ fn figures(model: &Embedder, short: &[String], code: &[String]) -> anyhow::Resul
 /// The sentences a figure of batch `b` embeds: batch 1 the first `SHORT_N_BATCH1` only.
 fn sentences(short: &[String], b: usize) -> &[String] {
     if b == 1 { &short[..SHORT_N_BATCH1.min(short.len())] } else { short }
+}
+
+/// The largest difference of any value between our embeddings of `texts`, each embedded alone,
+/// and `reference` (one vector for each of the first texts), and the least cosine of a pair.
+fn agreement(model: &Embedder, texts: &[String], reference: &Value) -> anyhow::Result<(f64, f64)> {
+    let (mut diff, mut least) = (0.0f64, 1.0f64);
+    for (text, want) in texts.iter().zip(reference.as_array().into_iter().flatten()) {
+        let want: Vec<f32> = serde_json::from_value(want.clone())?;
+        let got = &model.embed(&[text.as_str()])?[0].vector;
+        anyhow::ensure!(got.len() == want.len(), "{} values against the reference's {}", got.len(), want.len());
+        diff = got.iter().zip(&want).fold(diff, |d, (a, b)| d.max(f64::from((a - b).abs())));
+        least = least.min(f64::from(mindfleet_models::embed::cosine(got, &want)));
+    }
+    Ok((diff, least))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -212,6 +228,14 @@ pub async fn embed(
                     break;
                 }
             }
+        }
+    }
+    // How far ours are from sentence-transformers' (f32 all through), one text at a time.
+    if let Some(reference) = theirs.first_mut().and_then(|p| p.as_object_mut()?.remove("reference")) {
+        for (kind, texts) in [("short", &short), ("code", &code)] {
+            let (diff, cosine) = agreement(&model, texts, &reference[kind])?;
+            out[format!("{kind}_max_abs_diff_to_torch")] = diff.into();
+            out[format!("{kind}_min_cosine_to_torch")] = cosine.into();
         }
     }
     let mut costs = HashMap::new();

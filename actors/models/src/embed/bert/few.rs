@@ -4,7 +4,10 @@
 //! call, and a strip of columns read from the `[in, out]` matrix reads 128 bytes every 1.5-6 KB.
 //! Here the weights are laid out once, at load, in strips of 32 columns, each strip's rows one
 //! after another, so a strip streams from memory in order; each thread takes its share of the
-//! strips, up to 8 rows of sums held in registers.
+//! strips, up to 8 rows of sums held in registers. The strips hold the weights rounded to f16,
+//! half the bytes to stream (`vcvtph2ps` widens them as they arrive; the sums are f32): a
+//! weight moves by at most 2^-11 of itself, and the embeddings by far less than the tests'
+//! tolerances (docs/BENCHMARKS.md gives the figures).
 
 use std::ops::Range;
 
@@ -35,9 +38,10 @@ pub fn takes(rows: usize) -> bool {
     rows <= FEW_ROWS && available()
 }
 
-/// A `[k, n]` matrix in strips of 32 columns: strip `s` is `k` rows of its 32 values.
+/// A `[k, n]` matrix in strips of 32 columns: strip `s` is `k` rows of its 32 values, each the
+/// bits of an f16.
 pub struct Strips {
-    data: Vec<f32>,
+    data: Vec<u16>,
     k: usize,
     n: usize,
 }
@@ -52,7 +56,7 @@ impl Strips {
         let mut data = Vec::with_capacity(k * n);
         for s in 0..n / STRIP {
             for row in w.chunks_exact(n) {
-                data.extend_from_slice(&row[s * STRIP..(s + 1) * STRIP]);
+                data.extend(row[s * STRIP..(s + 1) * STRIP].iter().map(|v| half::f16::from_f32(*v).to_bits()));
             }
         }
         Some(Strips { data, k, n })
@@ -120,18 +124,19 @@ unsafe fn strips_of(dst: Dst, dst_rs: usize, x: &[f32], m: usize, w: &Strips, ra
     }
 }
 
-/// `R` rows of `x` by a strip of 32 columns, into `dst`.
+/// `R` rows of `x` by a strip of 32 columns (f16 bits), into `dst`.
 ///
 /// # Safety
 /// The CPU has AVX-512 F; `R` rows of `k` values at `x`, `k` rows of 32 values at `strip`, and
 /// `R` rows of stride `dst_rs` with 32 values at `dst` exist.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile<const R: usize>(dst: *mut f32, dst_rs: usize, x: *const f32, k: usize, strip: *const f32) {
+unsafe fn tile<const R: usize>(dst: *mut f32, dst_rs: usize, x: *const f32, k: usize, strip: *const u16) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     for kk in 0..k {
-        let (w0, w1) = unsafe { (_mm512_loadu_ps(strip.add(kk * STRIP)), _mm512_loadu_ps(strip.add(kk * STRIP + 16))) };
+        let half = |at: usize| _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(strip.add(at).cast()) });
+        let (w0, w1) = (half(kk * STRIP), half(kk * STRIP + 16));
         for (r, acc) in acc.iter_mut().enumerate() {
             let xv = _mm512_set1_ps(unsafe { *x.add(r * k + kk) });
             acc[0] = _mm512_fmadd_ps(xv, w0, acc[0]);
@@ -147,7 +152,7 @@ unsafe fn tile<const R: usize>(dst: *mut f32, dst_rs: usize, x: *const f32, k: u
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile<const R: usize>(_: *mut f32, _: usize, _: *const f32, _: usize, _: *const f32) {
+unsafe fn tile<const R: usize>(_: *mut f32, _: usize, _: *const f32, _: usize, _: *const u16) {
     unreachable!("there are no strips without AVX-512")
 }
 
@@ -156,11 +161,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn few_rows_match_the_plain_sum_for_every_row_count_and_thread_split() {
+    fn few_rows_match_the_plain_sum_of_the_f16_weights_for_every_row_count_and_thread_split() {
         let (k, n) = (40, 96);
         let val = |i: usize| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0;
         let x: Vec<f32> = (0..64 * k).map(val).collect();
         let w: Vec<f32> = (0..k * n).map(|i| val(i + 7)).collect();
+        // The strips hold each weight rounded to f16.
+        let half = |v: f32| half::f16::from_f32(v).to_f32();
         let Some(strips) = Strips::pack(&w, k, n) else {
             assert!(!available(), "96 columns are three strips");
             return;
@@ -174,7 +181,7 @@ mod tests {
                 matmul(&mut dst, rs, &x, m, &strips, team);
                 for i in 0..m {
                     for j in 0..n {
-                        let want: f32 = (0..k).map(|kk| x[i * k + kk] * w[kk * n + j]).sum();
+                        let want: f32 = (0..k).map(|kk| x[i * k + kk] * half(w[kk * n + j])).sum();
                         let got = dst[i * rs + j];
                         assert!(
                             (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
