@@ -407,13 +407,35 @@ impl Bert {
         for layer in &self.layers {
             self.linear(qkv, x, t, &layer.qkv_w, par);
             add_bias_rows(qkv, &layer.qkv_b);
+            // The short sequences' attention in plain loops, on the team when the products
+            // share it (each sequence a share, with rows of its own).
+            let mut small = Vec::new();
+            let mut rest = &mut ctx[..t * h];
+            let mut start = 0;
+            for input in inputs {
+                let len = input.ids.len();
+                let (seq_ctx, after) = std::mem::take(&mut rest).split_at_mut(len * h);
+                rest = after;
+                if len <= SMALL_ATTENTION {
+                    small.push(Mutex::new((&qkv[start * 3 * h..(start + len) * 3 * h], seq_ctx)));
+                }
+                start += len;
+            }
+            let attend = |i: usize| {
+                let mut seq = small[i].lock().unwrap_or_else(|e| e.into_inner());
+                let (seq_qkv, seq_ctx) = &mut *seq;
+                let len = seq_qkv.len() / (3 * h);
+                attention_small(seq_qkv, seq_ctx, &mut vec![0.0; 2 * len * d], len, heads, scale);
+            };
+            match par {
+                Parallelism::Rayon(_) => self.team.run(small.len(), &attend),
+                _ => (0..small.len()).for_each(attend),
+            }
+            drop(small);
             let mut start = 0;
             for input in inputs {
                 let len = input.ids.len();
                 if len <= SMALL_ATTENTION {
-                    let seq_qkv = &qkv[start * 3 * h..(start + len) * 3 * h];
-                    let seq_ctx = &mut ctx[start * h..(start + len) * h];
-                    attention_small(seq_qkv, seq_ctx, &mut scores[..2 * len * d], len, heads, scale);
                     start += len;
                     continue;
                 }
