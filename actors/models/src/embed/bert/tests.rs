@@ -8,8 +8,10 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 
+use super::rows::gelu;
 use super::*;
 use crate::embed::cosine;
+use crate::math::exp;
 
 fn model_dir() -> PathBuf {
     let dir = default_dir();
