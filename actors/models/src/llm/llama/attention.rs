@@ -1,8 +1,8 @@
 //! Causal attention of a pass's new tokens over their own requests' keys and values, kept in
 //! bf16, summed as the bf16 dot-product instruction (`vdpbf16ps`) sums them on every path:
-//! plain loops, the same compiled for AVX2 or AVX-512 with FMA, and the instruction itself where
-//! the CPU has AVX-512 BF16 (twice the multiply-adds of f32 fused multiply-adds a cycle, and
-//! nothing to widen).
+//! plain loops, the same compiled for AVX2 with FMA, blocks of 16 lanes on AVX-512 without BF16
+//! ([`wide_fma`]), and the instruction itself where the CPU has AVX-512 BF16 (twice the
+//! multiply-adds of f32 fused multiply-adds a cycle, and nothing to widen).
 //!
 //! Each product pairs two values: the instruction adds, to each of 16 f32 sums, the product of
 //! the pair's second values and then that of its first, each a fused multiply-add of bf16
@@ -49,6 +49,10 @@ impl Llama {
                 if wide::available() {
                     // SAFETY: the CPU has the features `attend_wide` is compiled for.
                     return unsafe { wide::attend_wide(cfg, items, qkv, caches, rows, out) };
+                }
+                if wide_fma::available() {
+                    // SAFETY: the CPU has the features this `attend_wide` is compiled for.
+                    return unsafe { wide_fma::attend_wide(cfg, items, qkv, caches, rows, out) };
                 }
                 if fused::available() {
                     // SAFETY: the CPU has the features `attend_fused` is compiled for.
@@ -248,35 +252,13 @@ mod fused {
     }
 }
 
-/// [`attend`] on AVX-512 BF16: each `vdpbf16ps` sums a pair of dimensions of 16 keys (or a pair
-/// of positions of 16 dimensions of the values) for one head, a block's keys and a pair's values
-/// loaded once for all the heads of a group.
+/// The body of an `attend_*` of a module with a `scores_block::<G, P>` and a
+/// `weigh_block::<G, C>` (as [`wide`]'s): [`attend`] with loops that score a block of keys and
+/// weigh the values for a group's heads at once, where the shapes are the model's, and the
+/// plain loops elsewhere. Expanded inside a function compiled for the blocks' features.
 #[cfg(target_arch = "x86_64")]
-mod wide {
-    use std::arch::x86_64::*;
-
-    use super::*;
-
-    pub fn available() -> bool {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bf16")
-                && super::fused::available()
-        })
-    }
-
-    /// # Safety
-    /// The CPU must have the features [`available`] checks.
-    #[target_feature(enable = "avx512f,avx512bf16,avx2,fma")]
-    pub unsafe fn attend_wide(
-        cfg: &LlamaConfig,
-        items: std::iter::StepBy<std::ops::Range<usize>>,
-        qkv: &[f32],
-        caches: &[(&[u16], &[u16])],
-        rows: &[(usize, usize)],
-        out: Out,
-    ) {
+macro_rules! attend_blocks {
+    ($cfg:ident, $items:ident, $qkv:ident, $caches:ident, $rows:ident, $out:ident, $pairs:ident) => {{
         let scores_of = |qs: &[u32], heads: usize, keys: &[u16], scale: f32, len: usize, scores: &mut Vec<f32>| {
             let pairs = qs.len() / heads;
             // Each head's run padded to whole blocks while they are scored, then closed up.
@@ -321,9 +303,42 @@ mod wide {
                 }
             }
         };
+        attend($cfg, $items, $qkv, $caches, $rows, $out, Loops { pairs: $pairs, scores: scores_of, weigh })
+    }};
+}
+
+/// [`attend`] on AVX-512 BF16: each `vdpbf16ps` sums a pair of dimensions of 16 keys (or a pair
+/// of positions of 16 dimensions of the values) for one head, a block's keys and a pair's values
+/// loaded once for all the heads of a group.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub fn available() -> bool {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bf16")
+                && super::fused::available()
+        })
+    }
+
+    /// # Safety
+    /// The CPU must have the features [`available`] checks.
+    #[target_feature(enable = "avx512f,avx512bf16,avx2,fma")]
+    pub unsafe fn attend_wide(
+        cfg: &LlamaConfig,
+        items: std::iter::StepBy<std::ops::Range<usize>>,
+        qkv: &[f32],
+        caches: &[(&[u16], &[u16])],
+        rows: &[(usize, usize)],
+        out: Out,
+    ) {
         // SAFETY: the CPU has the features.
         let pairs = |x: &[f32], out: &mut Vec<u32>| unsafe { pairs_wide(x, out) };
-        attend(cfg, items, qkv, caches, rows, out, Loops { pairs, scores: scores_of, weigh })
+        attend_blocks!(cfg, items, qkv, caches, rows, out, pairs)
     }
 
     /// The scores of `G` query heads (`P` pairs each, side by side in `qs`) against the 16 keys
@@ -427,6 +442,117 @@ mod wide {
     }
 }
 
+/// [`attend`] on AVX-512 without BF16 (Skylake-X, Ice Lake): [`wide`]'s blocks with each
+/// `vdpbf16ps` done as [`step`] does it, two fused multiply-adds of the pairs' values widened
+/// to f32, 16 lanes at a time (the plain loops' bits, whatever the values).
+#[cfg(target_arch = "x86_64")]
+mod wide_fma {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub fn available() -> bool {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f") && super::fused::available())
+    }
+
+    /// # Safety
+    /// The CPU must have the features [`available`] checks.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub unsafe fn attend_wide(
+        cfg: &LlamaConfig,
+        items: std::iter::StepBy<std::ops::Range<usize>>,
+        qkv: &[f32],
+        caches: &[(&[u16], &[u16])],
+        rows: &[(usize, usize)],
+        out: Out,
+    ) {
+        let pairs = |x: &[f32], out: &mut Vec<u32>| pairs(x, out);
+        attend_blocks!(cfg, items, qkv, caches, rows, out, pairs)
+    }
+
+    /// The second values of 16 pairs of bf16 values, and their first, widened to f32.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn widen(x: __m512i) -> (__m512, __m512) {
+        let high = _mm512_and_si512(x, _mm512_set1_epi32(0xffff_0000_u32 as i32));
+        (_mm512_castsi512_ps(high), _mm512_castsi512_ps(_mm512_slli_epi32::<16>(x)))
+    }
+
+    /// A pair of bf16 values, as [`widen`] widens them, in every lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn widen_all(pair: u32) -> (__m512, __m512) {
+        (_mm512_set1_ps(f32::from_bits(pair & 0xffff_0000)), _mm512_set1_ps(f32::from_bits(pair << 16)))
+    }
+
+    /// [`super::wide::scores_block`], each step as [`step`] takes it.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F; the block must exist, `qs` hold `G * P` pairs and each
+    /// head's 16 scores fit.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scores_block<const G: usize, const P: usize>(
+        qs: &[u32],
+        kt: *const u16,
+        scale: f32,
+        scores: *mut f32,
+        stride: usize,
+    ) {
+        assert!(qs.len() >= G * P, "{G} heads of {P} pairs");
+        let mut sums = [[_mm512_setzero_ps(); CHAINS]; G];
+        for first in (0..P).step_by(CHAINS) {
+            for (c, p) in (first..(first + CHAINS).min(P)).enumerate() {
+                // SAFETY: the block's pair p of its 16 keys exists (the caller's promise).
+                let (high, low) = widen(unsafe { _mm512_loadu_si512(kt.add(p * KEY_BLOCK * 2).cast()) });
+                for (h, sums) in sums.iter_mut().enumerate() {
+                    let (qh, ql) = widen_all(qs[h * P + p]);
+                    sums[c] = _mm512_fmadd_ps(ql, low, _mm512_fmadd_ps(qh, high, sums[c]));
+                }
+            }
+        }
+        for (h, s) in sums.iter().enumerate() {
+            let total = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
+            // SAFETY: head h's 16 scores fit (the caller's promise).
+            unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(total, _mm512_set1_ps(scale))) };
+        }
+    }
+
+    /// [`super::wide::weigh_block`], each step as [`step`] takes it.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F; `out` must be `G * 16 * C` long, `probabilities` `G` runs of
+    /// the same length, and each pair of positions' values exist.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weigh_block<const G: usize, const C: usize>(
+        probabilities: &[u32],
+        values: &[u16],
+        out: &mut [f32],
+    ) {
+        let (len, d) = (probabilities.len() / G, C * LANES);
+        let mut acc = [[_mm512_setzero_ps(); C]; G];
+        let v = values.as_ptr();
+        for j in 0..len {
+            // SAFETY: pair j's values exist (the caller's promise).
+            let vals: [(__m512, __m512); C] =
+                std::array::from_fn(|c| widen(unsafe { _mm512_loadu_si512(v.add((j * d + c * LANES) * 2).cast()) }));
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let (ph, pl) = widen_all(probabilities[g * len + j]);
+                for (acc, (high, low)) in acc.iter_mut().zip(&vals) {
+                    *acc = _mm512_fmadd_ps(pl, *low, _mm512_fmadd_ps(ph, *high, *acc));
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            for (c, acc) in acc.iter().enumerate() {
+                // SAFETY: `out` is G * 16 * C long (the caller's promise).
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
+            }
+        }
+    }
+}
+
 /// `x` as probabilities: `e^(x - max)` (see [`crate::math::exp`]), over their sum, added in
 /// [`dot`]'s order.
 #[inline(always)]
@@ -502,6 +628,15 @@ mod tests {
             pairs(q, &mut out);
         }
         out
+    }
+
+    /// `len` keys and values of `d` (keys times `keys_by`, values times `values_by`) and the
+    /// queries of three heads (times `keys_by` too), as attention holds them.
+    fn block_inputs(d: usize, len: usize, keys_by: f32, values_by: f32) -> (Vec<u16>, Vec<u16>, Vec<u32>) {
+        let scaled = |n, seed, by: f32| values(n, seed).iter().map(|v| v * by).collect::<Vec<_>>();
+        let keys = key_blocks(&(0..len).map(|j| scaled(d, 500 + j as u32, keys_by)).collect::<Vec<_>>(), d);
+        let vals = value_pairs(&(0..len).map(|j| scaled(d, 700 + j as u32, values_by)).collect::<Vec<_>>(), d);
+        (keys, vals, query_pairs(&scaled(3 * d, 11, 3.0 * keys_by), d))
     }
 
     #[test]
@@ -590,9 +725,7 @@ mod tests {
         assert_eq!(wide, plain);
         // Whole blocks of keys and runs of values, three heads of a group and one alone.
         let (d, len) = (64, 37usize);
-        let keys = key_blocks(&(0..len).map(|j| values(d, 500 + j as u32)).collect::<Vec<_>>(), d);
-        let vals = value_pairs(&(0..len).map(|j| values(d, 700 + j as u32)).collect::<Vec<_>>(), d);
-        let qs = query_pairs(&values(3 * d, 11).iter().map(|v| v * 3.0).collect::<Vec<_>>(), d);
+        let (keys, vals, qs) = block_inputs(d, len, 1.0, 1.0);
         let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
         let mut wide = vec![0.0; 3 * padded];
         for b in (0..len).step_by(KEY_BLOCK) {
@@ -624,5 +757,45 @@ mod tests {
         weigh_heads(second, 1, &vals, &mut alone);
         assert_eq!(one.map(f32::to_bits), alone.map(f32::to_bits));
         assert_eq!(&fast[64..128], &one[..]);
+    }
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_fma_blocks_give_the_plain_loops_bits_even_below_the_smallest_normal() {
+        if !wide_fma::available() {
+            return;
+        }
+        let (d, len) = (64, 37usize);
+        let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+        // Plain values, then keys and queries of about 1e-20 (products below 1e-38) and values
+        // of about 1e-37 (weighted, below it too): no step flushes here, as none in the loops.
+        for (keys_by, values_by) in [(1.0, 1.0), (1e-20, 1e-37)] {
+            let (keys, vals, qs) = block_inputs(d, len, keys_by, values_by);
+            let mut fast = vec![0.0; 3 * padded];
+            for b in (0..len).step_by(KEY_BLOCK) {
+                // SAFETY: the CPU has the features; the block exists and each head's 16 scores
+                // from b fit in its padded run.
+                unsafe {
+                    wide_fma::scores_block::<3, 32>(&qs, keys[b * d..].as_ptr(), 0.125, fast[b..].as_mut_ptr(), padded)
+                };
+            }
+            let mut plain = Vec::new();
+            scores_heads(&qs, 3, &keys, 0.125, len, &mut plain);
+            assert!(plain.iter().any(|s| s.abs() < 1e-38 && *s != 0.0) == (keys_by < 1.0), "{:?}", &plain[..4]);
+            for h in 0..3 {
+                let fast: Vec<u32> = fast[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
+                let plain: Vec<u32> = plain[h * len..(h + 1) * len].iter().map(|s| s.to_bits()).collect();
+                assert_eq!(fast, plain, "head {h}, keys times {keys_by}");
+            }
+            let mut probabilities = Vec::new();
+            for s in plain.chunks_exact_mut(len) {
+                softmax(s);
+                pairs(s, &mut probabilities);
+            }
+            let (mut fast, mut slow) = ([0.0; 192], [0.0; 192]);
+            // SAFETY: as above; 19 pairs of positions of 64 values exist.
+            unsafe { wide_fma::weigh_block::<3, 4>(&probabilities, &vals, &mut fast) };
+            weigh_heads(&probabilities, 3, &vals, &mut slow);
+            assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits), "values times {values_by}");
+        }
     }
 }
