@@ -307,6 +307,85 @@ macro_rules! attend_blocks {
     }};
 }
 
+/// A module's `scores_block::<G, P>` and `weigh_block::<G, C>`, compiled for `$features`, on
+/// its `read` (a register of 16 pairs of bf16 values as its `dp` takes them), `read_all` (one
+/// pair in every lane) and `dp` (a `vdpbf16ps`, or the same steps).
+#[cfg(target_arch = "x86_64")]
+macro_rules! dp_blocks {
+    ($features:literal) => {
+        /// The scores of `G` query heads (`P` pairs each, side by side in `qs`) against the 16
+        /// keys of the block at `kt` (`[P][16][2]`), times `scale`: head h's to
+        /// `scores[h * stride..][..16]`, each key's in its lane, the bits [`scores_heads`] gives.
+        ///
+        /// # Safety
+        /// The CPU must have the module's features; the block must exist, `qs` hold `G * P`
+        /// pairs and each head's 16 scores fit.
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn scores_block<const G: usize, const P: usize>(
+            qs: &[u32],
+            kt: *const u16,
+            scale: f32,
+            scores: *mut f32,
+            stride: usize,
+        ) {
+            assert!(qs.len() >= G * P, "{G} heads of {P} pairs");
+            let mut sums = [[_mm512_setzero_ps(); CHAINS]; G];
+            // CHAINS pairs at a time, each into its own sum (indices the compiler knows, so the
+            // sums stay in registers).
+            for first in (0..P).step_by(CHAINS) {
+                for (c, p) in (first..(first + CHAINS).min(P)).enumerate() {
+                    // SAFETY: the block's pair p of its 16 keys exists (the caller's promise).
+                    let keys = read(unsafe { _mm512_loadu_si512(kt.add(p * KEY_BLOCK * 2).cast()) });
+                    for (h, sums) in sums.iter_mut().enumerate() {
+                        sums[c] = dp(sums[c], read_all(qs[h * P + p]), keys);
+                    }
+                }
+            }
+            for (h, s) in sums.iter().enumerate() {
+                let total = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
+                // SAFETY: head h's 16 scores fit (the caller's promise).
+                unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(total, _mm512_set1_ps(scale))) };
+            }
+        }
+
+        /// [`weigh_heads`] for `G` heads of `C` registers of 16 values, every output kept in
+        /// its register over the positions, each pair of positions' values loaded once for all
+        /// heads (the same sums in the same order).
+        ///
+        /// # Safety
+        /// The CPU must have the module's features; `out` must be `G * 16 * C` long,
+        /// `probabilities` `G` runs of the same length, and each pair of positions' values exist.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn weigh_block<const G: usize, const C: usize>(
+            probabilities: &[u32],
+            values: &[u16],
+            out: &mut [f32],
+        ) {
+            let (len, d) = (probabilities.len() / G, C * LANES);
+            let mut acc = [[_mm512_setzero_ps(); C]; G];
+            let v = values.as_ptr();
+            for j in 0..len {
+                // SAFETY: pair j's values exist (the caller's promise).
+                let vals: [_; C] =
+                    std::array::from_fn(|c| read(unsafe { _mm512_loadu_si512(v.add((j * d + c * LANES) * 2).cast()) }));
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let p = read_all(probabilities[g * len + j]);
+                    for (acc, v) in acc.iter_mut().zip(&vals) {
+                        *acc = dp(*acc, p, *v);
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                for (c, acc) in acc.iter().enumerate() {
+                    // SAFETY: `out` is G * 16 * C long (the caller's promise).
+                    unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
+                }
+            }
+        }
+    };
+}
+
 /// [`attend`] on AVX-512 BF16: each `vdpbf16ps` sums a pair of dimensions of 16 keys (or a pair
 /// of positions of 16 dimensions of the values) for one head, a block's keys and a pair's values
 /// loaded once for all the heads of a group.
@@ -341,76 +420,27 @@ mod wide {
         attend_blocks!(cfg, items, qkv, caches, rows, out, pairs)
     }
 
-    /// The scores of `G` query heads (`P` pairs each, side by side in `qs`) against the 16 keys
-    /// of the block at `kt` (`[P][16][2]`), times `scale`: head h's to `scores[h * stride..][..16]`,
-    /// each key's in its lane, the bits [`scores_heads`] gives.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512 F and BF16; the block must exist, `qs` hold `G * P` pairs and
-    /// each head's 16 scores fit.
+    dp_blocks!("avx512f,avx512bf16");
+
+    /// A register of 32 bf16 values as the instruction takes it: 16 pairs.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn scores_block<const G: usize, const P: usize>(
-        qs: &[u32],
-        kt: *const u16,
-        scale: f32,
-        scores: *mut f32,
-        stride: usize,
-    ) {
-        assert!(qs.len() >= G * P, "{G} heads of {P} pairs");
-        let mut sums = [[_mm512_setzero_ps(); CHAINS]; G];
-        // CHAINS pairs at a time, each into its own sum (indices the compiler knows, so the sums
-        // stay in registers).
-        for first in (0..P).step_by(CHAINS) {
-            for (c, p) in (first..(first + CHAINS).min(P)).enumerate() {
-                // SAFETY: the block's pair p of its 16 keys exists (the caller's promise).
-                let keys = unsafe { _mm512_loadu_si512(kt.add(p * KEY_BLOCK * 2).cast()) };
-                for (h, sums) in sums.iter_mut().enumerate() {
-                    let q = _mm512_set1_epi32(qs[h * P + p] as i32);
-                    sums[c] = _mm512_dpbf16_ps(sums[c], bh(q), bh(keys));
-                }
-            }
-        }
-        for (h, s) in sums.iter().enumerate() {
-            let total = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
-            // SAFETY: head h's 16 scores fit (the caller's promise).
-            unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(total, _mm512_set1_ps(scale))) };
-        }
+    fn read(x: __m512i) -> __m512bh {
+        bh(x)
     }
 
-    /// [`weigh_heads`] for `G` heads of `C` registers of 16 values, every output kept in its
-    /// register over the positions, each pair of positions' values loaded once for all heads
-    /// (the same sums in the same order).
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512 F and BF16; `out` must be `G * 16 * C` long, `probabilities`
-    /// `G` runs of the same length, and each pair of positions' values exist.
+    /// A pair of bf16 values in every lane.
+    #[inline]
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn weigh_block<const G: usize, const C: usize>(
-        probabilities: &[u32],
-        values: &[u16],
-        out: &mut [f32],
-    ) {
-        let (len, d) = (probabilities.len() / G, C * LANES);
-        let mut acc = [[_mm512_setzero_ps(); C]; G];
-        let v = values.as_ptr();
-        for j in 0..len {
-            // SAFETY: pair j's values exist (the caller's promise).
-            let vals: [__m512i; C] =
-                std::array::from_fn(|c| unsafe { _mm512_loadu_si512(v.add((j * d + c * LANES) * 2).cast()) });
-            for (g, acc) in acc.iter_mut().enumerate() {
-                let p = _mm512_set1_epi32(probabilities[g * len + j] as i32);
-                for (acc, v) in acc.iter_mut().zip(&vals) {
-                    *acc = _mm512_dpbf16_ps(*acc, bh(p), bh(*v));
-                }
-            }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            for (c, acc) in acc.iter().enumerate() {
-                // SAFETY: `out` is G * 16 * C long (the caller's promise).
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
-            }
-        }
+    fn read_all(pair: u32) -> __m512bh {
+        bh(_mm512_set1_epi32(pair as i32))
+    }
+
+    /// One `vdpbf16ps`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    fn dp(acc: __m512, a: __m512bh, b: __m512bh) -> __m512 {
+        _mm512_dpbf16_ps(acc, a, b)
     }
 
     /// [`pairs`], 32 values at a time converted by `vcvtne2ps2bf16` (the same bits).
@@ -471,85 +501,28 @@ mod wide_fma {
         attend_blocks!(cfg, items, qkv, caches, rows, out, pairs)
     }
 
+    dp_blocks!("avx512f");
+
     /// The second values of 16 pairs of bf16 values, and their first, widened to f32.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn widen(x: __m512i) -> (__m512, __m512) {
+    fn read(x: __m512i) -> (__m512, __m512) {
         let high = _mm512_and_si512(x, _mm512_set1_epi32(0xffff_0000_u32 as i32));
         (_mm512_castsi512_ps(high), _mm512_castsi512_ps(_mm512_slli_epi32::<16>(x)))
     }
 
-    /// A pair of bf16 values, as [`widen`] widens them, in every lane.
+    /// A pair of bf16 values, as [`read`] widens them, in every lane.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn widen_all(pair: u32) -> (__m512, __m512) {
+    fn read_all(pair: u32) -> (__m512, __m512) {
         (_mm512_set1_ps(f32::from_bits(pair & 0xffff_0000)), _mm512_set1_ps(f32::from_bits(pair << 16)))
     }
 
-    /// [`super::wide::scores_block`], each step as [`step`] takes it.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512 F; the block must exist, `qs` hold `G * P` pairs and each
-    /// head's 16 scores fit.
+    /// A `vdpbf16ps` step as [`step`] takes it: the second values' product, then the first's.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn scores_block<const G: usize, const P: usize>(
-        qs: &[u32],
-        kt: *const u16,
-        scale: f32,
-        scores: *mut f32,
-        stride: usize,
-    ) {
-        assert!(qs.len() >= G * P, "{G} heads of {P} pairs");
-        let mut sums = [[_mm512_setzero_ps(); CHAINS]; G];
-        for first in (0..P).step_by(CHAINS) {
-            for (c, p) in (first..(first + CHAINS).min(P)).enumerate() {
-                // SAFETY: the block's pair p of its 16 keys exists (the caller's promise).
-                let (high, low) = widen(unsafe { _mm512_loadu_si512(kt.add(p * KEY_BLOCK * 2).cast()) });
-                for (h, sums) in sums.iter_mut().enumerate() {
-                    let (qh, ql) = widen_all(qs[h * P + p]);
-                    sums[c] = _mm512_fmadd_ps(ql, low, _mm512_fmadd_ps(qh, high, sums[c]));
-                }
-            }
-        }
-        for (h, s) in sums.iter().enumerate() {
-            let total = _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]));
-            // SAFETY: head h's 16 scores fit (the caller's promise).
-            unsafe { _mm512_storeu_ps(scores.add(h * stride), _mm512_mul_ps(total, _mm512_set1_ps(scale))) };
-        }
-    }
-
-    /// [`super::wide::weigh_block`], each step as [`step`] takes it.
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512 F; `out` must be `G * 16 * C` long, `probabilities` `G` runs of
-    /// the same length, and each pair of positions' values exist.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn weigh_block<const G: usize, const C: usize>(
-        probabilities: &[u32],
-        values: &[u16],
-        out: &mut [f32],
-    ) {
-        let (len, d) = (probabilities.len() / G, C * LANES);
-        let mut acc = [[_mm512_setzero_ps(); C]; G];
-        let v = values.as_ptr();
-        for j in 0..len {
-            // SAFETY: pair j's values exist (the caller's promise).
-            let vals: [(__m512, __m512); C] =
-                std::array::from_fn(|c| widen(unsafe { _mm512_loadu_si512(v.add((j * d + c * LANES) * 2).cast()) }));
-            for (g, acc) in acc.iter_mut().enumerate() {
-                let (ph, pl) = widen_all(probabilities[g * len + j]);
-                for (acc, (high, low)) in acc.iter_mut().zip(&vals) {
-                    *acc = _mm512_fmadd_ps(pl, *low, _mm512_fmadd_ps(ph, *high, *acc));
-                }
-            }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            for (c, acc) in acc.iter().enumerate() {
-                // SAFETY: `out` is G * 16 * C long (the caller's promise).
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((g * C + c) * LANES), *acc) };
-            }
-        }
+    fn dp(acc: __m512, (ah, al): (__m512, __m512), (bh, bl): (__m512, __m512)) -> __m512 {
+        _mm512_fmadd_ps(al, bl, _mm512_fmadd_ps(ah, bh, acc))
     }
 }
 
