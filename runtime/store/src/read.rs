@@ -42,7 +42,9 @@ impl Storage {
     /// The newest `n` decisions of each of `personas`, newest first, in one read: the persona's
     /// `decisions` rows and the ones in `decision_log`. The log can still hold decisions already
     /// copied (it is trimmed only up to the oldest one another group of personas holds), so the
-    /// two are merged by decision number.
+    /// two are merged by decision number. Newest is by when each was made (`at_us`): an event's
+    /// decision is journaled when its work ends, so an engaged event's can come after the
+    /// decisions its persona made meanwhile on others.
     pub fn recent_decisions_of(&self, personas: &[String], n: usize) -> Result<Vec<Vec<Decision>>, StorageError> {
         self.read(|txn| {
             let mut logged: HashMap<&str, BTreeMap<u64, Decision>> =
@@ -66,7 +68,9 @@ impl Storage {
                             e.insert(dec(v.value())?);
                         }
                     }
-                    Ok(m.into_values().rev().take(n).collect())
+                    let mut newest: Vec<Decision> = m.into_values().rev().take(n).collect();
+                    newest.sort_by_key(|d| std::cmp::Reverse(d.at_us));
+                    Ok(newest)
                 })
                 .collect()
         })

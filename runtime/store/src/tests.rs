@@ -189,6 +189,33 @@ async fn decisions_are_read_from_the_log_until_copied_then_kept_up_to_the_limit_
 }
 
 #[tokio::test]
+async fn decisions_are_newest_first_by_when_they_were_made_not_by_when_they_were_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    // An engaged event's decision (made first) is journaled after its work, behind one made later.
+    for (seq, id, at_us) in [(1u64, "later", 200), (2, "engaged", 100)] {
+        inject(&s, id, "p").await.unwrap();
+        let commit = PersonaCommit {
+            persona: "p".into(),
+            seq,
+            accepted_us: 0,
+            decision: Decision { at_us, ..decision(id) },
+            reply: None,
+            plan: None,
+            said: None,
+            defer: None,
+        };
+        s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
+    }
+    inject(&s, "sync", "q").await.unwrap();
+    let ids =
+        |s: &Storage| -> Vec<String> { s.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect() };
+    assert_eq!(ids(&s), ["later", "engaged"], "from the log");
+    s.flush().await.unwrap();
+    assert_eq!(ids(&s), ["later", "engaged"], "from the table");
+}
+
+#[tokio::test]
 async fn decisions_left_in_the_log_by_a_crash_are_copied_after_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
