@@ -150,6 +150,20 @@ fn decision(id: &str) -> Decision {
     }
 }
 
+/// Persona p's commit of delivery `seq` with `decision` and nothing else.
+fn decided(seq: u64, decision: Decision) -> PersonaCommit {
+    PersonaCommit {
+        persona: "p".into(),
+        seq,
+        accepted_us: 0,
+        decision,
+        reply: None,
+        plan: None,
+        said: None,
+        defer: None,
+    }
+}
+
 fn log_len(s: &Storage) -> u64 {
     s.read(|txn| Ok(redb::ReadableTableMetadata::len(&txn.open_table(DECISION_LOG)?)?)).unwrap()
 }
@@ -162,16 +176,7 @@ async fn decisions_are_read_from_the_log_until_copied_then_kept_up_to_the_limit_
     for i in 1..=3u64 {
         let id = format!("e{i}");
         inject(&s, &id, "p").await.unwrap();
-        let commit = PersonaCommit {
-            persona: "p".into(),
-            seq: i,
-            accepted_us: 0,
-            decision: decision(&id),
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        };
+        let commit = decided(i, decision(&id));
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
     // Acknowledged after the commit of every request sent before it.
@@ -195,16 +200,7 @@ async fn decisions_are_newest_first_by_when_they_were_made_not_by_when_they_were
     // An engaged event's decision (made first) is journaled after its work, behind one made later.
     for (seq, id, at_us) in [(1u64, "later", 200), (2, "engaged", 100)] {
         inject(&s, id, "p").await.unwrap();
-        let commit = PersonaCommit {
-            persona: "p".into(),
-            seq,
-            accepted_us: 0,
-            decision: Decision { at_us, ..decision(id) },
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        };
+        let commit = decided(seq, Decision { at_us, ..decision(id) });
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
     inject(&s, "sync", "q").await.unwrap();
@@ -247,16 +243,7 @@ async fn a_finish_of_a_finished_delivery_changes_nothing() {
     let s = Storage::open(&cfg(dir.path())).unwrap();
     inject(&s, "e1", "p").await.unwrap();
     for _ in 0..2 {
-        let commit = PersonaCommit {
-            persona: "p".into(),
-            seq: 1,
-            accepted_us: 0,
-            decision: decision("e1"),
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        };
+        let commit = decided(1, decision("e1"));
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
     s.flush().await.unwrap();
@@ -274,16 +261,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     // an unfinished delivery; q's rows stay.
     for (i, id) in ["e1", "e2"].iter().enumerate() {
         inject(&a, id, "p").await.unwrap();
-        let commit = PersonaCommit {
-            persona: p.clone(),
-            seq: i as u64 + 1,
-            accepted_us: 0,
-            decision: decision(id),
-            reply: None,
-            plan: None,
-            said: None,
-            defer: None,
-        };
+        let commit = decided(i as u64 + 1, decision(id));
         a.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
     inject(&a, "e3", "p").await.unwrap();
@@ -339,16 +317,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     assert!(b.rooms().unwrap()["side"].contains(&"p".to_string()));
     assert_eq!(b.placements().unwrap(), [("p".to_string(), "b".to_string(), 1)]);
     // Its next decision is journaled after the ones it brought.
-    let commit = PersonaCommit {
-        persona: p.clone(),
-        seq: 2,
-        accepted_us: 0,
-        decision: decision("e3"),
-        reply: None,
-        plan: None,
-        said: None,
-        defer: None,
-    };
+    let commit = decided(2, decision("e3"));
     b.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     b.flush().await.unwrap();
     let ids: Vec<String> = b.recent_decisions("p", 10).unwrap().into_iter().map(|d| d.event_id).collect();

@@ -130,32 +130,10 @@ fn the_instruction_gives_the_plain_loops_bits() {
     pairs(&x, &mut plain);
     assert_eq!(wide, plain);
     // Whole blocks of keys and runs of values, three heads of a group and one alone.
-    let (d, len) = (64, 37usize);
-    let (keys, vals, qs) = block_inputs(d, len, 1.0, 1.0);
-    let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
-    let mut wide = vec![0.0; 3 * padded];
-    for b in (0..len).step_by(KEY_BLOCK) {
-        // SAFETY: the CPU has the features; the block exists and each head's 16 scores from b
-        // fit in its padded run.
-        unsafe { wide::scores_block::<3, 32>(&qs, keys[b * d..].as_ptr(), 0.125, wide[b..].as_mut_ptr(), padded) };
-    }
-    let mut plain = Vec::new();
-    scores_heads(&qs, 3, &keys, 0.125, len, &mut plain);
-    for h in 0..3 {
-        let wide: Vec<u32> = wide[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
-        let plain: Vec<u32> = plain[h * len..(h + 1) * len].iter().map(|s| s.to_bits()).collect();
-        assert_eq!(wide, plain, "head {h}");
-    }
-    let mut probabilities = Vec::new();
-    for s in plain.chunks_exact_mut(len) {
-        softmax(s);
-        pairs(s, &mut probabilities);
-    }
-    let (mut fast, mut slow) = ([0.0; 192], [0.0; 192]);
-    // SAFETY: as above; 19 pairs of positions of 64 values exist.
-    unsafe { wide::weigh_block::<3, 4>(&probabilities, &vals, &mut fast) };
-    weigh_heads(&probabilities, 3, &vals, &mut slow);
-    assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits));
+    // SAFETY: the CPU has the features (checked above).
+    let (probabilities, vals, fast) =
+        unsafe { blocks_match_the_loops(wide::scores_block::<3, 32>, wide::weigh_block::<3, 4>, 1.0, 1.0) };
+    let len = 37usize;
     let (mut one, mut alone) = ([0.0; 64], [0.0; 64]);
     let second = &probabilities[len.div_ceil(2)..2 * len.div_ceil(2)];
     // SAFETY: as above.
@@ -164,43 +142,62 @@ fn the_instruction_gives_the_plain_loops_bits() {
     assert_eq!(one.map(f32::to_bits), alone.map(f32::to_bits));
     assert_eq!(&fast[64..128], &one[..]);
 }
+
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn the_fma_blocks_give_the_plain_loops_bits_even_below_the_smallest_normal() {
     if !wide_fma::available() {
         return;
     }
-    let (d, len) = (64, 37usize);
-    let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
     // Plain values, then keys and queries of about 1e-20 (products below 1e-38) and values
     // of about 1e-37 (weighted, below it too): no step flushes here, as none in the loops.
     for (keys_by, values_by) in [(1.0, 1.0), (1e-20, 1e-37)] {
-        let (keys, vals, qs) = block_inputs(d, len, keys_by, values_by);
-        let mut fast = vec![0.0; 3 * padded];
-        for b in (0..len).step_by(KEY_BLOCK) {
-            // SAFETY: the CPU has the features; the block exists and each head's 16 scores
-            // from b fit in its padded run.
-            unsafe {
-                wide_fma::scores_block::<3, 32>(&qs, keys[b * d..].as_ptr(), 0.125, fast[b..].as_mut_ptr(), padded)
-            };
-        }
-        let mut plain = Vec::new();
-        scores_heads(&qs, 3, &keys, 0.125, len, &mut plain);
-        assert!(plain.iter().any(|s| s.abs() < 1e-38 && *s != 0.0) == (keys_by < 1.0), "{:?}", &plain[..4]);
-        for h in 0..3 {
-            let fast: Vec<u32> = fast[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
-            let plain: Vec<u32> = plain[h * len..(h + 1) * len].iter().map(|s| s.to_bits()).collect();
-            assert_eq!(fast, plain, "head {h}, keys times {keys_by}");
-        }
-        let mut probabilities = Vec::new();
-        for s in plain.chunks_exact_mut(len) {
-            softmax(s);
-            pairs(s, &mut probabilities);
-        }
-        let (mut fast, mut slow) = ([0.0; 192], [0.0; 192]);
-        // SAFETY: as above; 19 pairs of positions of 64 values exist.
-        unsafe { wide_fma::weigh_block::<3, 4>(&probabilities, &vals, &mut fast) };
-        weigh_heads(&probabilities, 3, &vals, &mut slow);
-        assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits), "values times {values_by}");
+        // SAFETY: the CPU has the features (checked above).
+        unsafe {
+            blocks_match_the_loops(wide_fma::scores_block::<3, 32>, wide_fma::weigh_block::<3, 4>, keys_by, values_by)
+        };
     }
+}
+
+/// A path's `scores_block::<3, 32>` and `weigh_block::<3, 4>` against the plain loops on
+/// [`block_inputs`] of 37 positions of 64 (keys and values scaled by `keys_by` and
+/// `values_by`), bit for bit; returns the probabilities they weighed, the values and the
+/// weighted values.
+///
+/// # Safety
+/// The CPU must have the blocks' features.
+unsafe fn blocks_match_the_loops(
+    scores_block: unsafe fn(&[u32], *const u16, f32, *mut f32, usize),
+    weigh_block: unsafe fn(&[u32], &[u16], &mut [f32]),
+    keys_by: f32,
+    values_by: f32,
+) -> (Vec<u32>, Vec<u16>, [f32; 192]) {
+    let (d, len) = (64, 37usize);
+    let padded = len.div_ceil(KEY_BLOCK) * KEY_BLOCK;
+    let (keys, vals, qs) = block_inputs(d, len, keys_by, values_by);
+    let mut fast = vec![0.0; 3 * padded];
+    for b in (0..len).step_by(KEY_BLOCK) {
+        // SAFETY: the CPU has the features (the caller's promise); the block exists and each
+        // head's 16 scores from b fit in its padded run.
+        unsafe { scores_block(&qs, keys[b * d..].as_ptr(), 0.125, fast[b..].as_mut_ptr(), padded) };
+    }
+    let mut plain = Vec::new();
+    scores_heads(&qs, 3, &keys, 0.125, len, &mut plain);
+    assert!(plain.iter().any(|s| s.abs() < 1e-38 && *s != 0.0) == (keys_by < 1.0), "{:?}", &plain[..4]);
+    for h in 0..3 {
+        let fast: Vec<u32> = fast[h * padded..h * padded + len].iter().map(|s| s.to_bits()).collect();
+        let plain: Vec<u32> = plain[h * len..(h + 1) * len].iter().map(|s| s.to_bits()).collect();
+        assert_eq!(fast, plain, "head {h}, keys times {keys_by}");
+    }
+    let mut probabilities = Vec::new();
+    for s in plain.chunks_exact_mut(len) {
+        softmax(s);
+        pairs(s, &mut probabilities);
+    }
+    let (mut fast, mut slow) = ([0.0; 192], [0.0; 192]);
+    // SAFETY: as above; 19 pairs of positions of 64 values exist.
+    unsafe { weigh_block(&probabilities, &vals, &mut fast) };
+    weigh_heads(&probabilities, 3, &vals, &mut slow);
+    assert_eq!(fast.map(f32::to_bits), slow.map(f32::to_bits), "values times {values_by}");
+    (probabilities, vals, fast)
 }
