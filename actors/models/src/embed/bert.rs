@@ -386,7 +386,7 @@ impl Bert {
         let ctx = grow(&mut s.ctx, t * h);
         let tmp = grow(&mut s.tmp, t * h);
         let up = grow(&mut s.up, t * inter);
-        let scores = grow(&mut s.scores, (longest * longest).max(2 * longest * d));
+        let scores = grow(&mut s.scores, longest * longest);
 
         // Embeddings: word + position + token type, then LayerNorm.
         let mut rows = x.chunks_exact_mut(h);
