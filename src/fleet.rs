@@ -125,6 +125,10 @@ impl FleetState {
                 threshold: self.config.coordination.redundancy_threshold,
             }),
             adapters: self.adapters.clone(),
+            // A model behind an endpoint may be one that knows things: its drafts may answer
+            // without material. The local model's may not.
+            open_answers: matches!(self.config.llm, LlmBackend::OpenAi { .. }),
+            personas: self.config.personas.iter().map(|p| p.name.clone()).collect(),
         }
     }
 

@@ -83,7 +83,8 @@ async fn a_persona_recalls_what_it_was_told_about_a_topic_and_only_that_and_uses
     // The recall step brings what was said into the reply.
     let ack = fleet.inject(chat("ops", "erin", "@helper what happened with the production deploy?")).await.unwrap();
     let reply = reply_to(&fleet, &ack.event_id).await;
-    assert!(reply.text.contains("Earlier, alice said in #ops: \"the deploy to production failed"), "{}", reply.text);
+    assert!(reply.text.contains("\"the deploy to production failed"), "{}", reply.text);
+    assert!(reply.text.contains("(alice, #ops, "), "quoted with who said it, where and when: {}", reply.text);
     // Unknown persona: named.
     let err = api.ai("recall", &[("persona", "nobody".into()), ("text", "x".into())]).await.unwrap_err();
     assert!(err.to_string().contains("unknown persona \"nobody\""), "{err}");

@@ -28,6 +28,7 @@ mod readme;
 mod readme_lines;
 mod recall;
 mod refs;
+mod replies;
 mod signals;
 mod study;
 mod supervision;

@@ -140,7 +140,7 @@ async fn a_persona_selects_what_its_events_call_for_reads_it_cites_it_and_keeps_
     let ack = fleet.inject(chat("general", "alice", "@helper is resilience4j worth adopting?")).await.unwrap();
     let reply = reply_to(ack.event_id.clone()).await;
     assert!(
-        reply.text.contains("From the references: Resilience patterns [ref:resilience/README.md:1-1]"),
+        reply.text.contains("Resilience patterns [ref:resilience/README.md:1-1]"),
         "{}",
         reply.text
     );

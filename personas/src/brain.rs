@@ -5,7 +5,7 @@
 //! reply. The persona runs the loop (plan, act, adjust, evaluate); the brain only decides.
 //! Model-backed brains plug in behind the same trait.
 
-use mindfleet_core::conversation::Recalled;
+use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
 use mindfleet_core::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore, margin};
@@ -15,7 +15,7 @@ use mindfleet_core::model::{
 };
 
 use crate::gate::{GateDecision, GateState, score};
-use crate::mind::rules_reply;
+use crate::reply::{self, Piece};
 
 pub mod recall;
 
@@ -48,6 +48,11 @@ pub struct RespondContext<'a> {
     pub recalled: &'a [WmEntry],
     /// What conversation memory recalled of what was said before.
     pub conversation: &'a [Recalled],
+    /// The room's latest messages the persona took in, oldest first (what was said there, for
+    /// questions about the conversation: who said what, and when).
+    pub room: &'a [Said],
+    /// The fleet's personas: what they said is a reply, not material.
+    pub personas: &'a [String],
     /// What the knowledge search found (cited as `[path:start-end]`).
     pub found: &'a [Source],
     /// The hint block of the references the event called for (empty: none).
@@ -489,77 +494,62 @@ impl Brain for LocalBrain {
         Some(req)
     }
 
+    /// The model is asked to phrase the material that bears on the question, and nothing else:
+    /// a small model given every recalled line answers the latest one, or invents.
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
-        let mut system = reply_system(ctx);
-        system.push_str("\nAnswer the last message in one or two short sentences.");
+        let (_, pieces) = reply::ground(ctx);
+        let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
+        if pieces.is_empty() {
+            system.push_str("\nYou found nothing on this. Say in one sentence what you would need to answer it.");
+        } else {
+            system.push_str("\nWhat you found:");
+            for p in &pieces {
+                system.push_str("\n- ");
+                system.push_str(&prompt_line(p));
+            }
+            system.push_str(
+                "\nAnswer the last message in one or two short sentences, using only what you found. \
+                 Do not repeat the question.",
+            );
+        }
+        if !ctx.hints.is_empty() {
+            system.push('\n');
+            system.push_str(ctx.hints);
+        }
+        system.push_str(&recall::prompt_lines(ctx.memory));
+        // What changes with every message comes last, so prompts share a longer beginning.
+        let st = ctx.state;
+        system.push_str(&format!(
+            "\nYour state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
+            st.mood.as_str(),
+            100.0 * st.load,
+            100.0 * st.capacity,
+            if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
+        ));
         let e = ctx.event;
         let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
         let mut req = GenerateRequest::new(messages, REPLY_MAX_TOKENS);
-        req.stop = vec!["\n\n".into()];
+        // The room's speakers: the model must not write their next lines.
+        req.stop = vec!["\n\n".into(), format!("\n{}:", e.from)];
         Some(req)
     }
 }
 
-/// The reply's system prompt: who the persona is, what it recalled, what it knows of the sender
-/// and the topic, and last its self-state. What changes with every message (the state's
-/// figures) comes last and what was said is listed oldest first, so a persona's next prompt
-/// shares a longer beginning with its last one and the model reads fewer new tokens (prefix
-/// reuse). A line recalled twice (a remembered message that is also among what was said, or
-/// two memories of the same words) is written once.
-fn reply_system(ctx: &RespondContext) -> String {
-    let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
-    let mut conversation: Vec<&Recalled> = ctx.conversation.iter().collect();
-    conversation.sort_by_key(|r| (r.said.at_us, r.said.seq));
-    let said: Vec<String> =
-        conversation.iter().map(|r| format!("{} in #{}: {}", r.said.from, r.said.room, r.said.text)).collect();
-    let mut recalled: Vec<&WmEntry> = ctx.recalled.iter().collect();
-    recalled.sort_by_key(|r| (r.created_us, r.id));
-    let mut remembered: Vec<&str> = Vec::new();
-    for r in recalled {
-        let told = r.event_id.is_some() && conversation.iter().any(|c| Some(&c.said.event_id) == r.event_id.as_ref());
-        if !(told || said.contains(&r.text) || remembered.contains(&r.text.as_str())) {
-            remembered.push(&r.text);
+/// One piece of material as the model's prompt lists it.
+fn prompt_line(p: &Piece) -> String {
+    match p {
+        Piece::Said(s) => format!("{} in #{} said: {}", s.from, s.room, s.text),
+        Piece::Code { cite, symbol, lines } => {
+            let body: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+            format!("[{cite}] {}: {}", symbol.as_deref().unwrap_or(""), body.join(" / "))
         }
-    }
-    if !remembered.is_empty() {
-        system.push_str("\nWhat you remember:");
-        for text in remembered {
-            system.push_str("\n- ");
-            system.push_str(text);
+        Piece::Reference { cite, name, lines } => {
+            format!("[{cite}] {}: {}", name.as_deref().unwrap_or(""), lines.join(" / "))
         }
+        Piece::Knowledge { topic, summary } => format!("{topic}: {summary}"),
+        Piece::Remembered(t) => t.clone(),
     }
-    if !said.is_empty() {
-        system.push_str("\nWhat was said before:");
-        for line in &said {
-            system.push_str("\n- ");
-            system.push_str(line);
-        }
-    }
-    if !ctx.hints.is_empty() {
-        system.push('\n');
-        system.push_str(ctx.hints);
-    }
-    if !ctx.found.is_empty() {
-        system.push_str("\nWhat the codebase and your references say (cite it as [where] when you use it):");
-        for f in ctx.found {
-            let text: String = f.text.chars().take(KNOWLEDGE_CHARS).collect();
-            system.push_str(&format!("\n[{}]\n{}", f.cite, text.trim_end()));
-        }
-    }
-    system.push_str(&recall::prompt_lines(ctx.memory));
-    let st = ctx.state;
-    system.push_str(&format!(
-        "\nYour state: {}, cognitive load {:.0}%, capacity left {:.0}%{}.",
-        st.mood.as_str(),
-        100.0 * st.load,
-        100.0 * st.capacity,
-        if st.focus_intensity > 0.0 && !st.same_domain { ", focused on other work" } else { "" },
-    ));
-    system
 }
-
-/// Most characters of one found chunk in a prompt: three of them stay well inside the window.
-const KNOWLEDGE_CHARS: usize = 800;
 
 /// The deterministic brain: plans from per-domain templates, adjusts by error class.
 #[derive(Debug, Default, Clone, Copy)]
@@ -772,9 +762,10 @@ impl Brain for RulesBrain {
         Evaluation { success, criteria_met: met, criteria_missed: missed, what_worked, mistakes, pattern }
     }
 
+    /// The grounded reply: the material that bears on the question, quoted and cited.
     fn respond(&self, ctx: &RespondContext) -> String {
-        let reply = rules_reply(ctx.persona, ctx.role, ctx.event, ctx.recalled, ctx.conversation, ctx.found);
-        reply + &recall::rules_additions(ctx.memory)
+        let (ask, pieces) = reply::ground(ctx);
+        reply::grounded(ctx, &ask, &pieces) + &recall::rules_additions(ctx.memory)
     }
 }
 

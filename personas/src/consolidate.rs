@@ -359,6 +359,7 @@ mod tests {
             started_us: 0,
             finished_us: Some(1),
             memory_used: vec![],
+            draft_check: None,
         }
     }
 

@@ -1,12 +1,9 @@
-//! Self-state as plain data: how one activity changes focus, load, energy and mood, and the
-//! deterministic `rules` brain. The `SelfState` actor owns the state and applies updates.
+//! Self-state as plain data: how one activity changes focus, load, energy and mood. The
+//! `SelfState` actor owns the state and applies updates.
 
 use std::time::Duration;
 
-use mindfleet_core::conversation::Recalled;
-use mindfleet_core::event::{Event, SenderKind};
-use mindfleet_core::knowledge::Source;
-use mindfleet_core::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought, WmEntry};
+use mindfleet_core::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought};
 
 const KEEP_THOUGHTS: usize = 20;
 const KEEP_DECISIONS: usize = 20;
@@ -188,61 +185,8 @@ fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
     }
 }
 
-/// The deterministic `rules` brain: fills the role's template with what the persona recalls.
-/// Persona senders are named without `@` and quotes lose their `@`, so a reply never
-/// mentions (and so never forces an answer from) a persona.
-/// The kind of a [`Source`] read from a reference (not found in the index).
+/// The kind of a `Source` (`mindfleet_core::knowledge`) read from a reference (not found in the index).
 pub const REFERENCE_KIND: &str = "reference";
-
-pub fn rules_reply(
-    persona: &str,
-    role: &str,
-    event: &Event,
-    recalled: &[WmEntry],
-    earlier: &[Recalled],
-    found: &[Source],
-) -> String {
-    let to = match event.sender_kind {
-        SenderKind::Human => format!("@{}", event.from),
-        _ => event.from.clone(),
-    };
-    // Quoted text loses its `@`: a quote must not mention anyone again.
-    let about: String = event.text.chars().take(80).filter(|c| *c != '@').collect();
-    let ellipsis = if event.text.chars().count() > 80 { "…" } else { "" };
-    let recall = match recalled.first() {
-        Some(e) => {
-            let t: String = e.text.chars().take(120).filter(|c| *c != '@').collect();
-            format!(" I recall: {t}.")
-        }
-        None => String::new(),
-    };
-    let earlier = match earlier.first() {
-        Some(r) => {
-            let t: String = r.said.text.chars().take(120).filter(|c| *c != '@').collect();
-            format!(" Earlier, {} said in #{}: \"{t}\".", r.said.from, r.said.room)
-        }
-        None => String::new(),
-    };
-    let cite = |kind: fn(&str) -> bool| -> Vec<String> {
-        found
-            .iter()
-            .filter(|s| kind(&s.kind))
-            .map(|s| match &s.symbol {
-                Some(sym) => format!("{sym} [{}]", s.cite),
-                None => format!("[{}]", s.cite),
-            })
-            .collect()
-    };
-    let mut sources = String::new();
-    for (label, cited) in
-        [("the references", cite(|k| k == REFERENCE_KIND)), ("the code", cite(|k| k != REFERENCE_KIND))]
-    {
-        if !cited.is_empty() {
-            sources.push_str(&format!(" From {label}: {}.", cited.join(", ")));
-        }
-    }
-    format!("{to} {persona} ({role}) here, on \"{about}{ellipsis}\":{recall}{earlier}{sources} I'll take it from here.")
-}
 
 #[cfg(test)]
 mod tests {
@@ -316,25 +260,6 @@ mod tests {
             assert!((0.0..=1.0).contains(&v));
         }
         assert_eq!(s.recent_decisions.len(), KEEP_DECISIONS);
-    }
-
-    #[test]
-    fn replies_mention_only_the_human_they_answer() {
-        let e = mindfleet_core::event::EventInput {
-            domain: "chat".into(),
-            room: "general".into(),
-            from: "alice".into(),
-            text: "@helper ask @ops".into(),
-            ..Default::default()
-        }
-        .validate()
-        .unwrap();
-        let r = rules_reply("helper", "assistant", &e, &[], &[], &[]);
-        let m: Vec<_> = mindfleet_core::event::text_mentions(&r).collect();
-        assert_eq!(m, ["alice"], "{r}");
-        let from_persona = Event { sender_kind: SenderKind::Persona, from: "ops".into(), ..e };
-        let r = rules_reply("helper", "assistant", &from_persona, &[], &[], &[]);
-        assert_eq!(mindfleet_core::event::text_mentions(&r).count(), 0, "{r}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Words that say nothing about what a text is about, for the topics of study questions, of
-//! user profiles and of what consolidation finds shared.
+//! A text's words, and those that say nothing about what a text is about, for the topics of
+//! study questions, of user profiles, of what consolidation finds shared, and of what a reply
+//! answers.
 
 /// Lowercase; see [`is_stop_word`].
 const STOP_WORDS: &[&str] = &[
@@ -59,6 +60,7 @@ const STOP_WORDS: &[&str] = &[
     "new",
     "not",
     "now",
+    "okay",
     "old",
     "one",
     "only",
@@ -114,6 +116,8 @@ const STOP_WORDS: &[&str] = &[
     "will",
     "with",
     "would",
+    "yeah",
+    "yes",
     "you",
     "your",
     "yours",
@@ -124,9 +128,83 @@ pub fn is_stop_word(w: &str) -> bool {
     STOP_WORDS.binary_search(&w).is_ok()
 }
 
+/// A text's words in order, lower-cased: runs of letters and digits; a compound joined by `_` or
+/// `-` (`statement_timeout`, `db-1`, `on-call`) is a word, and so is each of its parts (a path's
+/// parts are words of their own).
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+        .map(|w| w.trim_matches(['_', '-']))
+        .filter(|w| !w.is_empty())
+        .flat_map(|w| {
+            let parts: Vec<&str> = w.split(['_', '-']).filter(|p| !p.is_empty()).collect();
+            let whole = (parts.len() > 1).then_some(w);
+            whole.into_iter().chain(parts).map(str::to_lowercase)
+        })
+}
+
+/// The words that say what a text is about: [`words`] of three characters or more that are not
+/// stop words, in order, each once (one word of each [`stem`]).
+pub fn content_words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for w in words(text) {
+        if w.chars().count() >= 3 && !is_stop_word(&w) {
+            let s = stem(&w).to_string();
+            if !seen.contains(&s) {
+                seen.push(s);
+                out.push(w);
+            }
+        }
+    }
+    out
+}
+
+/// The stems of a text's [`content_words`], to match words of one topic.
+pub fn stems(text: &str) -> std::collections::HashSet<String> {
+    content_words(text).iter().map(|w| stem(w).to_string()).collect()
+}
+
+/// A word without the endings that do not change what it is about (`deploys`, `deployed`,
+/// `deploying`: `deploy`), so that words of one topic match; short words stay whole.
+pub fn stem(w: &str) -> &str {
+    for end in ["ing", "ed", "es", "s"] {
+        if let Some(s) = w.strip_suffix(end)
+            && s.chars().count() >= 4
+            && !s.ends_with('s')
+        {
+            return s;
+        }
+    }
+    w
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_words_are_stemmed_lower_cased_and_leave_stop_words_out() {
+        assert_eq!(
+            content_words("What did Bob say about the deploys? He deployed db_1 via src/net/retry.rs"),
+            ["bob", "deploys", "db_1", "via", "src", "net", "retry"]
+        );
+        assert_eq!(words("statement_timeout of db-1, on-call").collect::<Vec<_>>(), [
+            "statement_timeout",
+            "statement",
+            "timeout",
+            "of",
+            "db-1",
+            "db",
+            "1",
+            "on-call",
+            "on",
+            "call"
+        ]);
+        assert!(stems("deployed to staging").contains("deploy"));
+        assert_eq!(stem("timeouts"), "timeout");
+        assert_eq!(stem("class"), "class", "a double s is not a plural");
+        assert_eq!(stem("bus"), "bus", "short words stay whole");
+    }
 
     #[test]
     fn the_list_is_sorted_so_the_search_finds_every_word() {

@@ -405,14 +405,10 @@ fn level_request(p: &UserProfile) -> &'static str {
     }
 }
 
-/// The rules brain's additions to a reply: the user's level and preference, and the knowledge
-/// recalled. Empty when nothing was recalled.
+/// The rules brain's additions to a reply: the user's level and preference (the knowledge
+/// recalled is the reply's material). Empty without a profile.
 pub fn rules_additions(m: &Recollection) -> String {
     let mut out = String::new();
-    for s in &m.knowledge {
-        let summary: String = s.item.summary.chars().take(120).filter(|c| *c != '@').collect();
-        out.push_str(&format!(" What I know of {}: {summary}.", s.item.topic));
-    }
     if let Some(p) = &m.profile {
         out.push(' ');
         out.push_str(level_phrase(p));

@@ -44,6 +44,8 @@ fn respond<'a>(e: &'a Event, state: &'a GateState, memory: &'a Recollection, hin
         event: e,
         recalled: &[],
         conversation: &[],
+        room: &[],
+        personas: &[],
         found: &[],
         hints,
         state,
@@ -87,6 +89,7 @@ fn record(plan: Plan) -> PlanRecord {
         started_us: 0,
         finished_us: None,
         memory_used: vec![],
+        draft_check: None,
     }
 }
 
@@ -473,7 +476,7 @@ mod memory {
         let m = Recollection { knowledge: vec![Similar { item: k, score: 0.7 }], ..Default::default() };
         let state = GateState::default();
         let r = RulesBrain.respond(&respond(&e, &state, &m, ""));
-        assert!(r.contains("What I know of admin token: the admin token rotates monthly."), "{r}");
+        assert!(r.contains("what I know of admin token: the admin token rotates monthly"), "{r}");
         let plan = RulesBrain.formulate_plan(&ctx(&e, &m));
         let effect = used(&ctx(&e, &m), &plan, MemoryKind::Knowledge);
         assert_eq!(effect, [("admin token".to_string(), "told in the reply (similarity 0.70)".to_string())]);
@@ -531,7 +534,7 @@ fn a_lesson_continues_its_replys_conversation_so_the_model_reads_only_the_new_tu
 }
 
 #[test]
-fn a_reply_prompt_writes_each_recalled_line_once_oldest_first_and_its_state_last() {
+fn a_reply_prompt_lists_only_what_bears_on_the_question_never_notes_and_its_state_last() {
     let e = ev("chat", "@p is the migration safe?");
     let said = |seq: u64, from: &str, text: &str| Recalled {
         said: Said {
@@ -549,26 +552,21 @@ fn a_reply_prompt_writes_each_recalled_line_once_oldest_first_and_its_state_last
         via: None,
         score: 0.5,
     };
-    let entry = |id: u64, event: Option<&str>, text: &str| WmEntry {
+    let entry = |id: u64, text: &str| WmEntry {
         id,
         domain: "chat".into(),
-        kind: EntryKind::Observation,
+        kind: EntryKind::Reflection,
         text: text.into(),
-        importance: 0.5,
-        event_id: event.map(String::from),
+        importance: 0.9,
+        event_id: None,
         relevance: 0.5,
         created_us: 100 * id as i64,
         last_access_us: 0,
         access_count: 0,
         expires_us: i64::MAX,
     };
-    // Recalled by relevance: the newest message first.
-    let conversation = [said(9, "bob", "deploy at noon"), said(3, "alice", "the tests are green")];
-    let recalled = [
-        entry(2, Some("e9"), "bob in #r: deploy at noon"),
-        entry(3, None, "reflection: ask before a migration"),
-        entry(1, None, "reflection: ask before a migration"),
-    ];
+    let conversation = [said(9, "bob", "the migration is safe to run after noon"), said(3, "alice", "the tests are green")];
+    let recalled = [entry(3, "reflection: ask before a migration")];
     let system = |state: &GateState| {
         let ctx = RespondContext {
             recalled: &recalled,
@@ -580,9 +578,9 @@ fn a_reply_prompt_writes_each_recalled_line_once_oldest_first_and_its_state_last
     let calm = system(&GateState::default());
     assert_eq!(
         calm,
-        "You are p, the team's r, in a group chat.\nWhat you remember:\n- reflection: ask before a migration\n\
-         What was said before:\n- alice in #r: the tests are green\n- bob in #r: deploy at noon\n\
-         Your state: idle, cognitive load 0%, capacity left 100%.\nAnswer the last message in one or two short sentences."
+        "You are p, the team's r, in a group chat.\nWhat you found:\n- bob in #r said: the migration is safe to run after noon\n\
+         Answer the last message in one or two short sentences, using only what you found. Do not repeat the question.\n\
+         Your state: idle, cognitive load 0%, capacity left 100%."
     );
     // Another state changes only the prompt's end.
     let busy = system(&GateState { load: 0.8, capacity: 0.2, ..GateState::default() });

@@ -191,6 +191,8 @@ impl PersonaState {
                     event: &f.gated.seen.delivery.event,
                     recalled: &f.recalled,
                     conversation: &f.conversation,
+                    room: &f.room,
+                    personas: &self.args.personas,
                     found: &f.found,
                     hints: &self.refs.hint(self.args.enricher.as_deref()),
                     state: &f.gated.seen.state,

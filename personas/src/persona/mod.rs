@@ -122,6 +122,12 @@ pub struct PersonaArgs {
     /// The adapters trained for the fleet's local model (none when the model is an endpoint,
     /// which answers without them): recall chooses the one that fits an event.
     pub adapters: Option<mindfleet_core::adapter::AdapterDir>,
+    /// The model's drafts may answer without material the steps found (the draft check,
+    /// [`crate::reply::check`]): a model behind an endpoint, not the small local one.
+    pub open_answers: bool,
+    /// The names of the fleet's personas: their lines in a room are replies, not what people
+    /// said, and a reply quotes people.
+    pub personas: Arc<[String]>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -146,6 +152,9 @@ const SEARCH_CALL_MS: u64 = 20_000;
 const GATHER: Duration = Duration::from_secs(1);
 /// Most messages conversation memory brings into a reply.
 const CONVERSATION_RECALLED: usize = 3;
+/// Most of the room's latest messages the recall step reads for a reply (questions about who
+/// said what, and summaries, are answered from them).
+const ROOM_LINES: usize = 200;
 
 /// Tokens a drafting step reserves from the budgets: its prompt and its answer.
 const DRAFT_TOKENS_RESERVED: u32 = 1024;
@@ -204,6 +213,8 @@ pub struct PersonaState {
     /// The reflections of completed plans waiting for the model's lesson, by the task that
     /// asked it.
     reflecting: HashMap<TaskId, plan::Reflecting>,
+    /// The model's drafts the draft check replaced, by flaw, since the persona started.
+    drafts_replaced: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl PersonaState {
@@ -308,7 +319,7 @@ impl PersonaState {
                     }
                 }
             }
-            Own::Recalled { task, recall } => self.on_recalled(task, recall),
+            Own::Recalled { task, recall, room } => self.on_recalled(task, recall, room),
             Own::ObserveDue => {
                 if let Some(c) = self.convo.as_mut() {
                     c.observe_armed = false;
@@ -355,6 +366,7 @@ impl PersonaState {
             references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.refs.dump()),
             conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
+            drafts_replaced: self.drafts_replaced.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         };
         let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
         async move {
@@ -461,6 +473,7 @@ impl Actor for Persona {
             study,
             deferrals,
             reflecting: HashMap::new(),
+            drafts_replaced: Default::default(),
             args,
         })
     }

@@ -58,8 +58,9 @@ pub(crate) enum Own {
     Observed { task: TaskId, result: Result<Vec<Observation>, String> },
     /// The oldest deferred event may have gone stale.
     DeferralsDue,
-    /// What conversation memory recalled for the recall step of `task`.
-    Recalled { task: TaskId, recall: Result<Recall, String> },
+    /// What conversation memory recalled for the recall step of `task`, and the room's latest
+    /// messages.
+    Recalled { task: TaskId, recall: Result<Recall, String>, room: Vec<Said> },
     /// What long-term memory recalled for the engaged event `event_id`, before its plan (and
     /// a note when the recall was by words only or failed).
     LongTermRecalled { event_id: String, memory: Box<Recollection>, note: Option<String> },

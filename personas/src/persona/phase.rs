@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use mindfleet_core::conversation::Recalled;
+use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
 use mindfleet_core::messages::{Claim, Delivery, Turn};
@@ -77,6 +77,8 @@ pub(super) struct Work {
     pub recalled: Vec<WmEntry>,
     /// What conversation memory recalled.
     pub conversation: Vec<Recalled>,
+    /// The room's latest messages, oldest first (read by the recall step).
+    pub room: Vec<Said>,
     /// What the knowledge search found.
     pub found: Vec<Source>,
     pub draft: Option<String>,
@@ -222,6 +224,7 @@ impl Work {
             cursor: 0,
             recalled: Vec::new(),
             conversation: Vec::new(),
+            room: Vec::new(),
             found: Vec::new(),
             draft: None,
             reply: None,

@@ -70,6 +70,7 @@ impl PersonaState {
             started_us: now,
             finished_us: None,
             memory_used,
+            draft_check: None,
         };
         let mut work = Work::new(gated, class, record, choosing);
         work.memory = memory;

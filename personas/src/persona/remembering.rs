@@ -149,11 +149,12 @@ impl PersonaState {
 
     /// What conversation memory recalled for the recall step: into the reply, and (when it
     /// could only match words) reported.
-    pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>) {
+    pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>, room: Vec<Said>) {
         let Some(f) = self.phase.work_mut(task) else {
             self.args.scheduler.done(task);
             return;
         };
+        f.room = room;
         let seq = f.gated.seen.delivery.seq;
         let mut degraded = None;
         match recall {

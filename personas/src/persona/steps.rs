@@ -4,7 +4,7 @@ use mindfleet_core::conversation::RecallQuery;
 use mindfleet_core::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
-use mindfleet_core::model::{Action, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry};
+use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry};
 use mindfleet_core::refs::{self as refs, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::time::now_us;
@@ -12,6 +12,7 @@ use ractor::call_t;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
 use crate::mind::REFERENCE_KIND;
+use crate::reply;
 use crate::study::{self};
 use crate::working_memory::MemoryMsg;
 
@@ -19,7 +20,7 @@ use super::Own;
 use super::phase::{Phase, Work};
 use super::{
     CHILD_CALL_MS, CONVERSATION_RECALLED, ConversationArgs, KNOWLEDGE_CHUNKS, PersonaState, REFS_READ_PER_STEP,
-    REFS_SELECTED_PER_STEP, SEARCH_CALL_MS, StepRun,
+    REFS_SELECTED_PER_STEP, ROOM_LINES, SEARCH_CALL_MS, StepRun,
 };
 
 impl PersonaState {
@@ -49,10 +50,10 @@ impl PersonaState {
             }
             Action::DraftReply => Ok(self.draft_reply(f, rules_only)),
             Action::AskClarifyingQuestion => {
-                let e = f.event();
-                let to = if e.sender_kind == SenderKind::Human { format!("@{}", e.from) } else { e.from.clone() };
-                let about: String = e.text.chars().filter(|c| *c != '@').take(60).collect();
-                f.draft = Some(format!("{to} {} here: could you say more about \"{about}\"?", self.name));
+                let hints = self.refs.hint(self.args.enricher.as_deref());
+                let ctx = self.respond_context(f, &hints);
+                let ask = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
+                f.draft = Some(reply::clarify(&ctx, &ask));
                 f.answer = None;
                 Ok(StepRun::Done(None))
             }
@@ -95,10 +96,20 @@ impl PersonaState {
             return Ok(StepRun::Done(Some(text)));
         }
         let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
-        let (me, task) = (self.myself.clone(), f.task);
+        let (me, task, name, room) = (self.myself.clone(), f.task, self.name.clone(), e.room.clone());
         tokio::spawn(async move {
             let recall = mindfleet_store::conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
-            let _ = me.cast(Own::Recalled { task, recall }.into());
+            // And the room's latest messages: who said what, and when, read as it was said.
+            let read = tokio::task::spawn_blocking(move || storage.conversation_in_room(&name, &room, ROOM_LINES));
+            let room = match read.await {
+                Ok(Ok(said)) => said,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the room's messages could not be read");
+                    Vec::new()
+                }
+                Err(_) => Vec::new(),
+            };
+            let _ = me.cast(Own::Recalled { task, recall, room }.into());
         });
         Ok(StepRun::Waiting)
     }
@@ -134,10 +145,16 @@ impl PersonaState {
     fn draft_reply(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
         let hints = self.refs.hint(self.args.enricher.as_deref());
         let ctx = self.respond_context(f, &hints);
-        let request = if rules_only { None } else { self.brain.reply_request(&ctx) };
+        // What the runtime can answer exactly (who said what, a summary, where in the code) it
+        // answers from what was found as it was said: no model call.
+        let exact = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona).exact();
+        let request = if rules_only || exact { None } else { self.brain.reply_request(&ctx) };
         let Some(mut req) = request else {
-            let brain: &dyn Brain = if rules_only { &RulesBrain } else { self.brain.as_ref() };
+            let brain: &dyn Brain = if rules_only || exact { &RulesBrain } else { self.brain.as_ref() };
             let text = brain.respond(&ctx);
+            if exact && !rules_only && self.brain.name() != RulesBrain.name() {
+                f.notes.push("draft_reply answered exactly from what the steps found: no model call".into());
+            }
             f.draft = Some(text.clone());
             f.answer = None;
             f.drafted_by = brain.name();
@@ -162,6 +179,8 @@ impl PersonaState {
             event: f.event(),
             recalled: &f.recalled,
             conversation: &f.conversation,
+            room: &f.room,
+            personas: &self.args.personas,
             found: &f.found,
             hints,
             state: &f.gated.seen.state,
@@ -284,6 +303,20 @@ impl PersonaState {
         f.drafted_by = RulesBrain.name();
     }
 
+    /// The draft check of the model's `draft` for the work `f`: what is wrong with it and the
+    /// grounded reply to post instead, or `None` when it may be posted as written.
+    fn checked(&self, f: &Work, draft: &str) -> Option<(reply::Finding, String)> {
+        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let ctx = self.respond_context(f, &hints);
+        let (ask, pieces) = reply::ground(&ctx);
+        // A draft made with an adapter trained on the topic carries what the persona studied:
+        // like a model that knows things, it may answer without material.
+        let open = self.args.open_answers || f.memory.adapter.is_some();
+        let finding = reply::check_draft(&ctx, &pieces, draft, open)?;
+        let grounded = reply::grounded(&ctx, &ask, &pieces) + &crate::brain::recall::rules_additions(ctx.memory);
+        Some((finding, grounded))
+    }
+
     /// The model's draft for the step of `task` (or why there is none).
     pub(super) fn on_drafted(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
         let Some(mut f) = self.phase.take_work(task) else {
@@ -298,10 +331,28 @@ impl PersonaState {
                 } else {
                     String::new()
                 };
-                f.draft = Some(format!("{to}{}", g.text.trim()));
-                f.drafted_by = self.brain.name();
-                f.answer = Some(g.text);
                 f.tokens = (g.tokens_in + g.tokens_out) as u32;
+                let draft = format!("{to}{}", g.text.trim());
+                match self.checked(&f, &draft) {
+                    None => {
+                        f.draft = Some(draft);
+                        f.drafted_by = self.brain.name();
+                        f.answer = Some(g.text);
+                    }
+                    Some((finding, grounded)) => {
+                        tracing::info!(persona = %self.name, event = %f.event().id, flaw = finding.flaw.as_str(), "draft replaced by the grounded reply");
+                        f.notes.push(finding.note());
+                        *self.drafts_replaced.entry(finding.flaw.as_str()).or_default() += 1;
+                        f.record.draft_check = Some(DraftCheck {
+                            flaw: finding.flaw.as_str().into(),
+                            detail: finding.detail,
+                            draft,
+                        });
+                        f.draft = Some(grounded);
+                        f.drafted_by = RulesBrain.name();
+                        f.answer = None;
+                    }
+                }
             }
             Ok(g) => self.draft_by_rules(&mut f, format!("the model answered nothing ({:?})", g.stop)),
             Err(e) => self.draft_by_rules(&mut f, e.to_string()),

@@ -49,6 +49,8 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         conversation: None,
         embedding: None,
         redundancy: None,
+        open_answers: false,
+        personas: Arc::from([]),
         adapters: None,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0

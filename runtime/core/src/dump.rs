@@ -169,6 +169,10 @@ pub struct PersonaDump {
     /// Its self-directed study, when the fleet has a knowledge index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub study: Option<StudyDump>,
+    /// The model's drafts the draft check replaced with the grounded reply since the persona
+    /// started, by flaw (`echo`, `loop`, `empty`, `ungrounded`, `unsupported`).
+    #[serde(default)]
+    pub drafts_replaced: BTreeMap<String, u64>,
 }
 
 /// A persona's self-directed study (`study` of a persona in the dump).
@@ -262,6 +266,7 @@ impl PersonaDump {
             references: None,
             conversation: None,
             study: None,
+            drafts_replaced: Default::default(),
         }
     }
 }

@@ -391,6 +391,22 @@ pub struct PlanRecord {
     /// none); JSON without it reads as none.
     #[serde(default)]
     pub memory_used: Vec<MemoryUse>,
+    /// The model's draft that was not posted as written, and why (the draft check). Since
+    /// schema version 9 (older plans are migrated with none); JSON without it reads as none.
+    #[serde(default)]
+    pub draft_check: Option<DraftCheck>,
+}
+
+/// A draft the draft check did not let through: what was wrong with it, and the draft itself.
+/// The grounded reply was posted instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DraftCheck {
+    /// `empty`, `echo`, `loop`, `ungrounded` or `unsupported`.
+    pub flaw: String,
+    /// What showed it ("11 of the message's 12 words in a row").
+    pub detail: String,
+    /// The draft as the model wrote it.
+    pub draft: String,
 }
 
 /// The kinds of long-term memory a plan recalls.

@@ -148,6 +148,18 @@ pub fn exposition(d: &FleetDump, refused: u64) -> String {
         "How long the oldest message waiting to be embedded into each persona's conversation memory has waited.",
         d.personas.iter().filter_map(|p| p.conversation.as_ref().map(|c| (persona(&p.name), c.lag_ms as f64))),
     );
+    counters(
+        &mut r,
+        "drafts_replaced",
+        "Model drafts the draft check replaced with the grounded reply, by persona and flaw.",
+        d.personas.iter().flat_map(|p| {
+            p.drafts_replaced.iter().map(|(flaw, n)| {
+                let mut l = persona(&p.name);
+                l.extend(label("flaw", flaw));
+                (l, *n)
+            })
+        }),
+    );
     let sc = &d.scheduler;
     let classes =
         [("urgent", &sc.urgent), ("interactive", &sc.interactive), ("work", &sc.work), ("background", &sc.background)];

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
-use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, Plan, PlanRecord, Verdict};
+use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, MemoryUse, Plan, PlanRecord, Verdict};
 use mindfleet_core::refs::RefMatch;
 
 use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};
@@ -32,7 +32,16 @@ fn rows<T: serde::de::DeserializeOwned>(t: &redb::Table<(&str, u64), &[u8]>) -> 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
 pub(crate) const MIGRATIONS: &[Migration] =
-    &[migrate_1_to_2, migrate_2_to_3, migrate_3_to_4, migrate_4_to_5, migrate_5_to_6, migrate_6_to_7, migrate_7_to_8];
+    &[
+        migrate_1_to_2,
+        migrate_2_to_3,
+        migrate_3_to_4,
+        migrate_4_to_5,
+        migrate_5_to_6,
+        migrate_6_to_7,
+        migrate_7_to_8,
+        migrate_8_to_9,
+    ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
@@ -147,10 +156,10 @@ pub(crate) struct PlanRecordV5 {
     pub(crate) finished_us: Option<i64>,
 }
 
-impl From<PlanRecordV5> for PlanRecord {
-    fn from(p: PlanRecordV5) -> PlanRecord {
+impl From<PlanRecordV5> for PlanRecordV8 {
+    fn from(p: PlanRecordV5) -> PlanRecordV8 {
         let PlanRecordV5 { event_id, domain, plan, replaced, adjustments, evaluation, started_us, finished_us } = p;
-        PlanRecord {
+        PlanRecordV8 {
             event_id,
             domain,
             plan,
@@ -164,13 +173,55 @@ impl From<PlanRecordV5> for PlanRecord {
     }
 }
 
+/// A plan as versions 6 to 8 stored it: without the draft check's finding.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct PlanRecordV8 {
+    pub(crate) event_id: String,
+    pub(crate) domain: String,
+    pub(crate) plan: Plan,
+    pub(crate) replaced: Vec<Plan>,
+    pub(crate) adjustments: Vec<AdjustmentRecord>,
+    pub(crate) evaluation: Option<Evaluation>,
+    pub(crate) started_us: i64,
+    pub(crate) finished_us: Option<i64>,
+    pub(crate) memory_used: Vec<MemoryUse>,
+}
+
+impl From<PlanRecordV8> for PlanRecord {
+    fn from(p: PlanRecordV8) -> PlanRecord {
+        let PlanRecordV8 {
+            event_id,
+            domain,
+            plan,
+            replaced,
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used,
+        } = p;
+        PlanRecord {
+            event_id,
+            domain,
+            plan,
+            replaced,
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used,
+            draft_check: None,
+        }
+    }
+}
+
 /// Version 6 adds the long-term memory a plan used to plans (rewritten with none), and the
 /// `deferred` table.
 pub(crate) fn migrate_5_to_6(txn: &WriteTransaction) -> Result<(), redb::Error> {
     let mut t = txn.open_table(PLANS)?;
     let old: Rows<PlanRecordV5> = rows(&t)?;
     for ((p, n), plan) in old {
-        t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
+        t.insert((p.as_str(), n), enc(&PlanRecordV8::from(plan)).as_slice())?;
     }
     drop(t);
     // And `deferred`, which starts empty.
@@ -252,4 +303,14 @@ pub(crate) fn migrate_7_to_8(txn: &WriteTransaction) -> Result<(), redb::Error> 
     rewrite_decisions(txn, room_of)?;
     drop((ids, events));
     Tables::open(txn).map(drop)
+}
+
+/// Version 9 adds the draft check's finding to plans (rewritten with none).
+pub(crate) fn migrate_8_to_9(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let mut t = txn.open_table(PLANS)?;
+    let old: Rows<PlanRecordV8> = rows(&t)?;
+    for ((p, n), plan) in old {
+        t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
+    }
+    Ok(())
 }

@@ -139,6 +139,9 @@ pub enum Reopened {
 /// any other is a stored event (JSON).
 pub const FORWARD_ADOPT: u8 = 0;
 
+/// Most of a persona's newest messages [`Storage::conversation_in_room`] reads to find a room's.
+pub const ROOM_SCAN: usize = 5000;
+
 /// A reply for personas of another node: kept with the reply until that node stored it, and
 /// handed to `to` (with the reply's seq) once committed.
 #[derive(Clone)]
@@ -424,6 +427,26 @@ impl Storage {
     /// The messages `seqs` of a persona that are kept, in the order asked (blocking read).
     pub fn conversation(&self, persona: &str, seqs: &[u64]) -> Result<Vec<Said>, StorageError> {
         self.rows_of(CONVERSATION, persona, seqs)
+    }
+
+    /// A persona's latest `n` messages said in `room`, oldest first (blocking read of at most
+    /// [`ROOM_SCAN`] of its newest messages in all rooms).
+    pub fn conversation_in_room(&self, persona: &str, room: &str, n: usize) -> Result<Vec<Said>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(CONVERSATION)?;
+            let mut out = Vec::new();
+            for r in t.range((persona, 0)..=(persona, u64::MAX))?.rev().take(ROOM_SCAN) {
+                let said: Said = dec(r?.1.value())?;
+                if said.room == room {
+                    out.push(said);
+                    if out.len() == n {
+                        break;
+                    }
+                }
+            }
+            out.sort_by_key(|s| (s.at_us, s.seq));
+            Ok(out)
+        })
     }
 
     /// The observations `ids` of a persona that are kept, in the order asked (blocking read).

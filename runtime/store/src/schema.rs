@@ -15,7 +15,8 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// 7: a conversation message keeps when it was said (its event's `ts`), when it was taken in
 /// and whether it was consolidated; adds `observations` (what consolidation made of messages).
 /// 8: a decision keeps its event's room; adds `hook_queue` and `hook_dead` (webhook deliveries).
-pub const SCHEMA_VERSION: u64 = 8;
+/// 9: a plan keeps the draft check's finding on the model's draft.
+pub const SCHEMA_VERSION: u64 = 9;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");

@@ -589,8 +589,49 @@ async fn a_version_5_database_keeps_its_plans_without_memory_used() {
         started_us: 1,
         finished_us: Some(2),
         memory_used: vec![],
+        draft_check: None,
     };
     assert_eq!(got, [want]);
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_version_8_database_keeps_its_plans_without_a_draft_check() {
+    use mindfleet_core::model::{MemoryKind, MemoryUse, Plan};
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan {
+        goal: "answer alice".into(),
+        steps: vec![],
+        contingencies: vec![],
+        criteria: vec![],
+        source: "template:chat".into(),
+        attempt: 0,
+    };
+    let used = MemoryUse { kind: MemoryKind::Knowledge, id: "k1".into(), effect: "cited".into() };
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 8).unwrap();
+        // A version 8 plan: the fields of today's, in order, without `draft_check`.
+        let old = enc(&(
+            "old",
+            "chat",
+            &plan,
+            Vec::<Plan>::new(),
+            Vec::<()>::new(),
+            None::<()>,
+            1_i64,
+            Some(2_i64),
+            vec![used.clone()],
+        ));
+        txn.open_table(PLANS).unwrap().insert(("helper", 0), old.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got = s.recent_plans("helper", 10).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].memory_used.as_slice(), &got[0].draft_check), (&[used][..], &None));
     s.close().await.unwrap();
 }
 

@@ -79,6 +79,7 @@ fn working(task: TaskId, cursor: usize, choosing: bool) -> Phase {
         started_us: 1,
         finished_us: None,
         memory_used: vec![],
+        draft_check: None,
     };
     let choice = choosing.then(|| PlanChoice { candidates: vec![plan], orders: Vec::new() });
     let mut work = Work::new(seen(1, "e1").decided(gate(Verdict::Engage)), Class::Interactive, record, choice);

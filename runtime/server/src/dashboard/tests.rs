@@ -32,6 +32,7 @@ fn persona(name: &str) -> PersonaDump {
         references: None,
         conversation: None,
         study: None,
+        drafts_replaced: Default::default(),
     }
 }
 
@@ -221,6 +222,7 @@ fn the_panel_shows_the_memory_a_plan_used_and_what_it_changed() {
         started_us: 0,
         finished_us: Some(1),
         memory_used,
+        draft_check: None,
     };
     p.plan = Some(record(vec![]));
     let none = render_panel(&p, &Answers::default());
