@@ -201,7 +201,7 @@ impl Actor for FleetSupervisor {
             None => mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?,
         };
         let llm = match llm_args(&args.config) {
-            Some(a) => Some(mindfleet_actors::llm::worker::spawn(a, Some(me.clone())).await?),
+            Some(a) => Some(mindfleet_actors::llm::worker::spawn_for(a, args.config.decoding, Some(me.clone())).await?),
             None => None,
         };
         let trainer = match llm_args(&args.config).map(|a| a.backend) {

@@ -25,6 +25,7 @@ mod llama;
 pub mod lora;
 mod q8;
 mod quant;
+pub mod repeat;
 mod tokenizer;
 
 use std::fs::File;
@@ -42,8 +43,8 @@ use batch::{BatchConfig, Engine, Outcome, Work};
 use llama::{Llama, Part, Scratch};
 
 pub use mindfleet_core::llm::{
-    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Sampling, Stop, TokenLogprob, TopLogprob,
-    Trim, margin,
+    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Repetition, Sampling, Stop, TokenLogprob,
+    TopLogprob, Trim, margin,
 };
 pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
@@ -350,6 +351,57 @@ impl TextStream {
     fn finish(&mut self) -> String {
         self.bytes.clear();
         std::mem::take(&mut self.held)
+    }
+}
+
+/// An answer's text as its tokens come, as the caller is given it: whole characters, ended
+/// before a stop string, and, when `stop_repeated_sentence` asks, each sentence held until it
+/// has ended and is not one the answer has ([`repeat::Sentences`]). An endpoint's pieces of
+/// text go through it as its bytes.
+pub struct AnswerText {
+    stream: TextStream,
+    sentences: Option<repeat::Sentences>,
+}
+
+impl AnswerText {
+    pub fn new(stops: &[String], stop_repeated_sentence: bool) -> AnswerText {
+        AnswerText {
+            stream: TextStream::new(stops),
+            sentences: stop_repeated_sentence.then(repeat::Sentences::default),
+        }
+    }
+
+    /// The text that can be given out after a token's bytes, and why the answer ends when it
+    /// does: [`Stop::StopString`], or [`Stop::Repetition`] (the text then ends before the
+    /// stop string or the repeated sentence).
+    pub fn push(&mut self, token: &[u8]) -> (String, Option<Stop>) {
+        let (text, stopped) = self.stream.push(token);
+        let (text, repeated) = match &mut self.sentences {
+            Some(s) => {
+                let judged = s.push(&text);
+                (judged.text, judged.repeated)
+            }
+            None => (text, false),
+        };
+        let stop = if repeated { Some(Stop::Repetition) } else { stopped.then_some(Stop::StopString) };
+        (text, stop)
+    }
+
+    /// What is left to give out when the answer ended for `stop`, and why it ended: the text
+    /// held back, unless its last sentence is one the answer has (or, cut at the most tokens,
+    /// the beginning of one), which makes the stop [`Stop::Repetition`].
+    pub fn finish(&mut self, stop: Stop) -> (String, Stop) {
+        let rest = match stop {
+            Stop::Eos | Stop::MaxTokens => self.stream.finish(),
+            _ => String::new(),
+        };
+        match (&mut self.sentences, stop) {
+            (Some(s), Stop::Eos | Stop::MaxTokens | Stop::StopString) => {
+                let judged = s.finish(&rest, stop == Stop::MaxTokens);
+                (judged.text, if judged.repeated { Stop::Repetition } else { stop })
+            }
+            _ => (rest, stop),
+        }
     }
 }
 

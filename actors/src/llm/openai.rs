@@ -8,6 +8,13 @@
 //! the server's `usage` when it reports one, else one per streamed piece. Classification asks for
 //! one token with its `top_logprobs` and scores each label as one of them. The prompt is not trimmed here: the server's own context limit applies, and a prompt
 //! over it is the server's error, reported as the request's failure.
+//!
+//! A request's [`Repetition`](mindfleet_core::llm::Repetition) goes as far as the API takes it:
+//! the penalty as llama.cpp's `repeat_penalty` and as OpenAI's `frequency_penalty` (the penalty
+//! less 1, at most 2); the n-gram bans have no field and are not sent. Repeated sentences are
+//! found in the streamed text as a local model's are, held back until each sentence ends: a
+//! repeated one ends the answer before it and closes the connection. OpenAI takes at most four
+//! stop strings; the others are looked for here.
 
 use std::io::{BufRead, BufReader};
 use std::ops::ControlFlow;
@@ -17,11 +24,14 @@ use serde_json::{Value, json};
 
 use mindfleet_core::llm::{TokenLogprob, TopLogprob};
 use mindfleet_models::llm::{
-    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
+    AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
 };
 
 /// Alternatives asked for when classifying (OpenAI's most).
 const CLASSIFY_TOP: usize = 20;
+
+/// Stop strings OpenAI's API takes at most.
+pub const MAX_SENT_STOPS: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenAiConfig {
@@ -111,14 +121,22 @@ impl OpenAi {
                 body["seed"] = json!(seed);
             }
         }
-        if !req.stop.is_empty() {
-            body["stop"] = json!(req.stop);
+        let (sent, kept) = req.stop.split_at(req.stop.len().min(MAX_SENT_STOPS));
+        if !sent.is_empty() {
+            body["stop"] = json!(sent);
+        }
+        let penalty = req.repetition.penalty;
+        if penalty != 1.0 {
+            body["repeat_penalty"] = json!(penalty);
+            body["frequency_penalty"] = json!((penalty - 1.0).clamp(0.0, 2.0));
         }
         if let Some(k) = req.top_logprobs {
             body["logprobs"] = json!(true);
             body["top_logprobs"] = json!(k);
         }
         let resp = self.post(&body)?;
+        // The stop strings not sent, and the sentences, looked for in the text as it comes.
+        let mut answer = AnswerText::new(kept, req.repetition.stop_repeated_sentence);
         let mut text = String::new();
         let (mut pieces, mut usage) = (0usize, None);
         let mut first_token = None;
@@ -145,9 +163,15 @@ impl OpenAi {
             if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|p| !p.is_empty()) {
                 first_token.get_or_insert_with(Instant::now);
                 pieces += 1;
-                text.push_str(piece);
-                if on_token(piece).is_break() {
-                    break Stop::Cancelled;
+                let (piece, ended) = answer.push(piece.as_bytes());
+                if !piece.is_empty() {
+                    text.push_str(&piece);
+                    if on_token(&piece).is_break() && ended.is_none() {
+                        break Stop::Cancelled;
+                    }
+                }
+                if let Some(stop) = ended {
+                    break stop;
                 }
             }
             match choice.get("finish_reason").and_then(Value::as_str) {
@@ -156,6 +180,11 @@ impl OpenAi {
                 None => {}
             }
         };
+        let (rest, stop) = answer.finish(stop);
+        if !rest.is_empty() {
+            text.push_str(&rest);
+            let _ = on_token(&rest);
+        }
         let count = |field: &str| usage.as_ref().and_then(|u| u.get(field)).and_then(Value::as_u64);
         let first = first_token.unwrap_or_else(Instant::now);
         let ttft_ms = (first - start).as_secs_f64() * 1e3;
@@ -240,3 +269,6 @@ fn causes(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

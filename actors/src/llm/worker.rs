@@ -19,6 +19,11 @@
 //!
 //! If the model cannot be loaded the worker keeps running, degraded: every request is refused
 //! with [`LlmFailure::Degraded`], naming the file and what is wrong.
+//!
+//! A fleet's worker ([`spawn_for`]) decodes the personas' replies and lessons (purposes
+//! `reply` and `evaluate`) as `[llm]` says ([`Decoding`], see [`decode_as_configured`]): their
+//! most tokens, and what keeps them from looping or echoing the message they answer. Other
+//! requests are answered as they ask.
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -27,6 +32,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
+use mindfleet_core::config::Decoding;
 use mindfleet_core::llm::{
     ChatMessage, Classification, ClassifyJob, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo, LlmMsg,
     LlmStats,
@@ -103,12 +109,50 @@ impl Backend for OpenAi {
 
 pub struct LlmWorker;
 
+/// What the worker starts with: its backend and slots, and how it decodes the personas'
+/// generations (none: every request as it asks).
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    pub llm: LlmArgs,
+    pub decoding: Option<Decoding>,
+}
+
+/// A worker that answers every request as it asks.
 pub async fn spawn(args: LlmArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<LlmMsg>, SpawnErr> {
+    start(WorkerArgs { llm: args, decoding: None }, supervisor).await
+}
+
+/// A fleet's worker: the personas' replies and lessons decoded as `decoding` says
+/// ([`decode_as_configured`]), other requests as they ask.
+pub async fn spawn_for(
+    args: LlmArgs,
+    decoding: Decoding,
+    supervisor: Option<ActorCell>,
+) -> Result<ActorRef<LlmMsg>, SpawnErr> {
+    start(WorkerArgs { llm: args, decoding: Some(decoding) }, supervisor).await
+}
+
+async fn start(args: WorkerArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<LlmMsg>, SpawnErr> {
     let (actor, _) = match supervisor {
         Some(s) => Actor::spawn_linked(None, LlmWorker, args, s).await?,
         None => Actor::spawn(None, LlmWorker, args).await?,
     };
     Ok(actor)
+}
+
+/// A generation as the worker runs it for `purpose`: a persona's reply (`reply`) or lesson
+/// (`evaluate`) gets `decoding`'s most tokens, and its repetition settings unless the request
+/// set its own; any other purpose is left as asked.
+pub fn decode_as_configured(decoding: &Decoding, purpose: &str, req: &mut GenerateRequest) {
+    let max_tokens = match purpose {
+        "reply" => decoding.reply_max_tokens,
+        "evaluate" => decoding.lesson_max_tokens,
+        _ => return,
+    };
+    req.max_tokens = max_tokens;
+    if req.repetition.is_off() {
+        req.repetition = decoding.repetition;
+    }
 }
 
 /// What the loader and slot threads tell the actor. Only this module makes and opens these
@@ -236,10 +280,11 @@ fn fail(job: Job, why: LlmFailure) {
 impl Actor for LlmWorker {
     type Msg = LlmMsg;
     type State = LlmState;
-    type Arguments = LlmArgs;
+    type Arguments = WorkerArgs;
 
-    async fn pre_start(&self, myself: ActorRef<LlmMsg>, args: LlmArgs) -> Result<LlmState, ActorProcessingErr> {
+    async fn pre_start(&self, myself: ActorRef<LlmMsg>, args: WorkerArgs) -> Result<LlmState, ActorProcessingErr> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let WorkerArgs { llm: args, decoding } = args;
         let path = match &args.backend {
             BackendArgs::Local { model, .. } => model.display().to_string(),
             BackendArgs::OpenAi(c) => c.url.clone(),
@@ -250,7 +295,9 @@ impl Actor for LlmWorker {
             model: LlmInfo { path, ..Default::default() },
             ..Default::default()
         };
-        std::thread::Builder::new().name("llm-loader".into()).spawn(move || load_and_serve(args, rx, myself))?;
+        std::thread::Builder::new()
+            .name("llm-loader".into())
+            .spawn(move || load_and_serve(args, decoding, rx, myself))?;
         Ok(LlmState {
             jobs: Some(tx),
             status: Status::Loading,
@@ -300,7 +347,7 @@ impl Actor for LlmWorker {
 
 /// Loads the model (or sets up the endpoint's client), then serves; on failure refuses what
 /// was queued.
-fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
+fn load_and_serve(args: LlmArgs, decoding: Option<Decoding>, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     let started = Instant::now();
     let slots = args.slots.max(1);
     let loaded: Result<(Served, LlmInfo), LlmError> = match args.backend {
@@ -338,14 +385,14 @@ fn load_and_serve(args: LlmArgs, jobs: Receiver<Job>, actor: ActorRef<LlmMsg>) {
     };
     let _ = actor.cast(own(Callback::Loaded(Ok(info))));
     match served {
-        Served::Local(llm, batch) => serve_batched(&llm, batch, &jobs, &actor),
+        Served::Local(llm, batch) => serve_batched(&llm, batch, decoding.as_ref(), &jobs, &actor),
         Served::Endpoint(backend) => {
             let threads: Vec<_> = (0..slots)
                 .map(|i| {
                     let (backend, jobs, actor) = (backend.clone(), jobs.clone(), actor.clone());
                     std::thread::Builder::new()
                         .name(format!("llm-slot-{i}"))
-                        .spawn(move || serve(backend.as_ref(), &jobs, &actor))
+                        .spawn(move || serve(backend.as_ref(), decoding.as_ref(), &jobs, &actor))
                 })
                 .collect();
             for t in threads.into_iter().flatten() {
@@ -376,7 +423,13 @@ enum Reply {
 
 /// A local model's requests, batched on this thread until the channel closes and the last
 /// request in the batch is answered.
-fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+fn serve_batched(
+    llm: &Llm,
+    batch: BatchConfig,
+    decoding: Option<&Decoding>,
+    jobs: &Receiver<Job>,
+    actor: &ActorRef<LlmMsg>,
+) {
     mindfleet_models::lower_model_thread_priority();
     let mut engine: Engine<'_, Asked> = llm.engine(batch);
     let mut waiting: VecDeque<Ready<'_, Asked>> = VecDeque::new();
@@ -386,13 +439,13 @@ fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &Ac
         // Wait for a request when there is nothing to do; take every request that came.
         if engine.is_empty() && waiting.is_empty() {
             match jobs.recv() {
-                Ok(job) => take(&engine, &mut adapters, job, &mut waiting, actor),
+                Ok(job) => take(&engine, &mut adapters, decoding, job, &mut waiting, actor),
                 Err(_) => return,
             }
         }
         while open {
             match jobs.try_recv() {
-                Ok(job) => take(&engine, &mut adapters, job, &mut waiting, actor),
+                Ok(job) => take(&engine, &mut adapters, decoding, job, &mut waiting, actor),
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => open = false,
             }
@@ -418,6 +471,7 @@ fn serve_batched(llm: &Llm, batch: BatchConfig, jobs: &Receiver<Job>, actor: &Ac
 fn take<'a>(
     engine: &Engine<'a, Asked>,
     adapters: &mut AdapterCache,
+    decoding: Option<&Decoding>,
     job: Job,
     waiting: &mut VecDeque<Ready<'a, Asked>>,
     actor: &ActorRef<LlmMsg>,
@@ -425,7 +479,10 @@ fn take<'a>(
     let received = Instant::now();
     let mut adapter = None;
     let (work, asked, on_token): (_, _, mindfleet_models::llm::batch::OnToken<'a>) = match job {
-        Job::Generate(GenerateJob { req, purpose, persona, stream }, reply) => {
+        Job::Generate(GenerateJob { mut req, purpose, persona, stream }, reply) => {
+            if let Some(d) = decoding {
+                decode_as_configured(d, &purpose, &mut req);
+            }
             let asked = Asked { purpose, persona, received, reply: Reply::Generate(reply) };
             if let Some(c) = &req.adapter {
                 match adapters.get(&c.path, c.alpha) {
@@ -562,10 +619,13 @@ fn stream_to(stream: Option<TokenStream>) -> impl FnMut(&str) -> ControlFlow<()>
 }
 
 /// One slot of an endpoint: runs requests until the channel closes.
-fn serve(backend: &dyn Backend, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
+fn serve(backend: &dyn Backend, decoding: Option<&Decoding>, jobs: &Receiver<Job>, actor: &ActorRef<LlmMsg>) {
     while let Ok(job) = jobs.recv() {
         match job {
-            Job::Generate(job, reply) => {
+            Job::Generate(mut job, reply) => {
+                if let Some(d) = decoding {
+                    decode_as_configured(d, &job.purpose, &mut job.req);
+                }
                 let out = backend.generate(&job.req, &mut stream_to(job.stream));
                 let cost = match &out {
                     Ok(g) => generated(job.purpose, job.persona, g),

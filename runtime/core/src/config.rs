@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::llm::Repetition;
 pub use error::ConfigError;
 use error::{ReadError, parse_error, read_capped};
 use raw::RawFleetFile;
@@ -36,6 +37,8 @@ pub struct FleetConfig {
     pub models: ModelsConfig,
     pub embedding: EmbeddingConfig,
     pub llm: LlmBackend,
+    /// How the personas' replies and lessons are decoded, with either backend (`[llm]`).
+    pub decoding: Decoding,
     pub index: IndexConfig,
     pub references: ReferencesConfig,
     pub conversation: ConversationConfig,
@@ -215,6 +218,41 @@ impl Default for LocalLlm {
 impl Default for LlmBackend {
     fn default() -> LlmBackend {
         LlmBackend::Local(LocalLlm::default())
+    }
+}
+
+/// How the LLM worker decodes the generations the personas ask for, their replies and lessons,
+/// with either backend (`[llm]`: `repetition_penalty`, `no_repeat_ngram`, `no_copy_ngram`,
+/// `stop_repeated_sentence`, `reply_max_tokens`, `lesson_max_tokens`). Other generations (the
+/// `generate` command's, the served API's, `rag ask`'s) are decoded as they ask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decoding {
+    /// What keeps a reply or lesson from looping or echoing the message it answers.
+    pub repetition: Repetition,
+    /// Most tokens of a reply, and of a lesson.
+    pub reply_max_tokens: usize,
+    pub lesson_max_tokens: usize,
+}
+
+impl Decoding {
+    /// Against repetition by default, measured on the replies of SmolLM2-135M, greedy, to 24
+    /// chat messages (BENCHMARKS.md, "Decoding"): unguarded, one or two said a sentence again
+    /// and seven copied five words of the message; with these, none did. A stronger penalty
+    /// weighs on the message's own words too, and the replies left its topic (with 1.3, 6 of
+    /// 24 kept a word of five letters or more of the message; with 1.1, 18; unguarded, 20).
+    pub const DEFAULT_REPETITION: Repetition =
+        Repetition { penalty: 1.1, no_repeat_ngram: 3, no_copy_ngram: 4, stop_repeated_sentence: true };
+    pub const DEFAULT_REPLY_MAX_TOKENS: usize = 64;
+    pub const DEFAULT_LESSON_MAX_TOKENS: usize = 40;
+}
+
+impl Default for Decoding {
+    fn default() -> Decoding {
+        Decoding {
+            repetition: Self::DEFAULT_REPETITION,
+            reply_max_tokens: Self::DEFAULT_REPLY_MAX_TOKENS,
+            lesson_max_tokens: Self::DEFAULT_LESSON_MAX_TOKENS,
+        }
     }
 }
 
@@ -473,7 +511,10 @@ impl FleetConfig {
         let cluster = cx.cluster(raw.cluster.unwrap_or_default())?;
         let models = cx.models(raw.models.unwrap_or_default());
         let embedding = cx.embedding(raw.embedding.unwrap_or_default())?;
-        let llm = cx.llm(raw.llm.unwrap_or_default())?;
+        let raw_llm = raw.llm.unwrap_or_default();
+        let decoding = cx.decoding(&raw_llm);
+        let llm = cx.llm(raw_llm)?;
+        let decoding = decoding?;
         // A local model's slots are its batch: by default, as many grants as it decodes together.
         if let (LlmBackend::Local(local), false) = (&llm, slots_set) {
             scheduler.inference_slots = local.max_batch;
@@ -511,6 +552,7 @@ impl FleetConfig {
             models,
             embedding,
             llm,
+            decoding,
             index,
             references,
             conversation,

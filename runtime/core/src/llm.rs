@@ -58,6 +58,47 @@ pub struct GenerateRequest {
     /// A LoRA adapter to answer with (a local model only; an endpoint answers without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<AdapterChoice>,
+    /// What keeps the answer from repeating itself or the question; all off by default.
+    #[serde(default)]
+    pub repetition: Repetition,
+}
+
+/// What keeps an answer from looping or echoing the question. A small model decoding greedily
+/// says one sentence again and again, or copies the message it answers; each of these is off at
+/// its default ([`Repetition::default`]), and a local model applies them to the logits of every
+/// token it samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Repetition {
+    /// The repetition penalty as llama.cpp and HF transformers define it: the logit of every
+    /// token already generated, or in the last `user` message of the request, is divided by it
+    /// when positive and multiplied by it when negative. 1.0 is off.
+    pub penalty: f32,
+    /// A token that would complete an n-gram of this many tokens the answer already has is never
+    /// chosen (HF's `no_repeat_ngram_size`). 0 is off.
+    pub no_repeat_ngram: usize,
+    /// A token that would make the answer's last tokens, this many, equal to as many consecutive
+    /// tokens of the last `user` message is never chosen: the question is not echoed. 0 is off.
+    pub no_copy_ngram: usize,
+    /// When a sentence ends (`.`, `!`, `?` or a newline) and the answer already has the same
+    /// sentence (lower-cased, whitespace and punctuation aside), the answer stops before it
+    /// ([`Stop::Repetition`]). Each sentence is then streamed once it has ended and is known not
+    /// to be a repeat, so a repeated sentence is never streamed.
+    pub stop_repeated_sentence: bool,
+}
+
+impl Default for Repetition {
+    /// Everything off: the model's own most likely (or sampled) tokens.
+    fn default() -> Repetition {
+        Repetition { penalty: 1.0, no_repeat_ngram: 0, no_copy_ngram: 0, stop_repeated_sentence: false }
+    }
+}
+
+impl Repetition {
+    /// Whether all of it is off (as by default).
+    pub fn is_off(&self) -> bool {
+        *self == Repetition::default()
+    }
 }
 
 /// A LoRA adapter a request is answered with: its weights file and alpha, as its record has
@@ -70,7 +111,7 @@ pub struct AdapterChoice {
 }
 
 impl GenerateRequest {
-    /// Greedy, no stop strings, no adapter.
+    /// Greedy, no stop strings, no adapter, nothing against repetition.
     pub fn new(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
         GenerateRequest {
             messages,
@@ -79,6 +120,7 @@ impl GenerateRequest {
             stop: Vec::new(),
             top_logprobs: None,
             adapter: None,
+            repetition: Repetition::default(),
         }
     }
 }
@@ -93,6 +135,8 @@ pub enum Stop {
     MaxTokens,
     /// The token callback returned `Break`.
     Cancelled,
+    /// A sentence came again; the text ends before it ([`Repetition::stop_repeated_sentence`]).
+    Repetition,
 }
 
 /// What was taken out of a conversation to fit it in the context (the policy is in

@@ -118,7 +118,7 @@ impl ChatRequest {
 fn finish_reason(stop: Stop) -> &'static str {
     match stop {
         Stop::MaxTokens => "length",
-        Stop::Eos | Stop::StopString | Stop::Cancelled => "stop",
+        Stop::Eos | Stop::StopString | Stop::Cancelled | Stop::Repetition => "stop",
     }
 }
 

@@ -37,9 +37,10 @@ use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSamplin
 
 use super::adapter::Adapter;
 use super::llama::{KvCache, Part, Scratch};
+use super::repeat::Guard;
 use super::tokenizer::Written;
 use super::{
-    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Llm, LlmError, Sampling, Stop, TextStream,
+    AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Llm, LlmError, Sampling, Stop,
     TokenLogprob, Trim, log_softmax, ms,
 };
 
@@ -183,7 +184,9 @@ struct Gen<'a> {
     max_tokens: usize,
     top_logprobs: Option<usize>,
     sampler: LogitsProcessor,
-    stream: TextStream,
+    /// The penalty and bans of the request's [`super::Repetition`], when it asks for any.
+    guard: Option<Guard>,
+    answer: AnswerText,
     on_token: OnToken<'a>,
     text: String,
     tokens_out: usize,
@@ -271,13 +274,28 @@ impl<'a, T> Engine<'a, T> {
                 (seed, CandleSampling::TopP { p: top_p, temperature })
             }
         };
+        let r = req.repetition;
+        if !(r.penalty > 0.0 && r.penalty.is_finite()) {
+            return Err(LlmError::Request(format!("the repetition penalty must be above 0, not {}", r.penalty)));
+        }
+        let guard = if r.penalty != 1.0 || r.no_repeat_ngram > 0 || r.no_copy_ngram > 0 {
+            // The message answered, as it reads without the turn around it.
+            let question = match req.messages.iter().rev().find(|m| m.role == "user") {
+                Some(m) if r.penalty != 1.0 || r.no_copy_ngram > 0 => self.llm.tokenizer.encode_plain(&m.content)?,
+                _ => Vec::new(),
+            };
+            Some(Guard::new(r, question))
+        } else {
+            None
+        };
         let prompt = self.llm.prompt_as(&req.messages, req.max_tokens, &self.written)?;
         let tokens = prompt.ids.len() + req.max_tokens;
         let generation = Gen {
             max_tokens: req.max_tokens,
             top_logprobs: req.top_logprobs,
             sampler: LogitsProcessor::from_sampling(seed, sampling),
-            stream: TextStream::new(&req.stop),
+            guard,
+            answer: AnswerText::new(&req.stop, r.stop_repeated_sentence),
             on_token,
             text: String::new(),
             tokens_out: 0,
@@ -536,10 +554,17 @@ enum Ended {
 }
 
 impl Gen<'_> {
-    /// Samples the next token from `logits` and gives out its text; why it stops, when it does,
-    /// else the token to read next in `input`.
+    /// Samples the next token from `logits` (penalised and with tokens banned, when the request
+    /// asks) and gives out its text; why it stops, when it does, else the token to read next in
+    /// `input`.
     fn next(&mut self, llm: &Llm, admitted: Instant, logits: &[f32], input: &mut Vec<u32>) -> Option<Stop> {
-        let tensor = Tensor::from_slice(logits, logits.len(), &Device::Cpu);
+        let guarded = self.guard.as_mut().map(|guard| {
+            let mut l = logits.to_vec();
+            guard.apply(&mut l, &self.wrote);
+            l
+        });
+        let sampled = guarded.as_deref().unwrap_or(logits);
+        let tensor = Tensor::from_slice(sampled, sampled.len(), &Device::Cpu);
         let next = match tensor.and_then(|t| self.sampler.sample(&t)) {
             Ok(next) => next,
             // Sampling a vector of floats fails only on a broken model; end the answer here.
@@ -557,15 +582,15 @@ impl Gen<'_> {
         }
         self.tokens_out += 1;
         self.wrote.push(next);
-        let (piece, stopped) = self.stream.push(llm.tokenizer.token_bytes(next));
+        let (piece, ended) = self.answer.push(llm.tokenizer.token_bytes(next));
         if !piece.is_empty() {
             self.text.push_str(&piece);
-            if (self.on_token)(&piece).is_break() && !stopped {
+            if (self.on_token)(&piece).is_break() && ended.is_none() {
                 return Some(Stop::Cancelled);
             }
         }
-        if stopped {
-            return Some(Stop::StopString);
+        if ended.is_some() {
+            return ended;
         }
         if self.tokens_out == self.max_tokens {
             return Some(Stop::MaxTokens);
@@ -575,12 +600,10 @@ impl Gen<'_> {
     }
 
     fn finish(mut self, stop: Stop, tokens_in: usize, trimmed: Option<Trim>) -> Generation {
-        if matches!(stop, Stop::Eos | Stop::MaxTokens) {
-            let rest = self.stream.finish();
-            if !rest.is_empty() {
-                self.text.push_str(&rest);
-                let _ = (self.on_token)(&rest);
-            }
+        let (rest, stop) = self.answer.finish(stop);
+        if !rest.is_empty() {
+            self.text.push_str(&rest);
+            let _ = (self.on_token)(&rest);
         }
         let prompt_ms = self.prompt_ms.unwrap_or(0.0);
         Generation {

@@ -1,12 +1,17 @@
-//! The worker's own callbacks cannot be forged through its public message type.
+//! The worker's own callbacks cannot be forged through its public message type; a fleet's
+//! worker decodes the personas' replies and lessons as `[llm]` says, on the real model.
 
-use mindfleet_core::llm::{ClassifyJob, LlmFailure, LlmInfo, LlmMsg, LlmStats};
+use mindfleet_core::config::Decoding;
+use mindfleet_core::llm::{
+    ChatMessage, ClassifyJob, GenerateJob, GenerateRequest, LlmFailure, LlmInfo, LlmMsg, LlmStats, Repetition, Stop,
+};
 use mindfleet_core::private::Private;
+use mindfleet_models::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 use ractor::ActorRef;
 
 use crate::testing::answer_when;
 
-use super::{LlmArgs, spawn};
+use super::{LlmArgs, decode_as_configured, spawn, spawn_for};
 
 /// The worker's stats once `done` holds of them.
 async fn stats_when(worker: &ActorRef<LlmMsg>, done: impl Fn(&LlmStats) -> bool) -> LlmStats {
@@ -30,4 +35,59 @@ async fn a_forged_own_message_changes_nothing_and_the_worker_still_answers() {
     let after = ractor::call!(worker, LlmMsg::Stats).unwrap();
     assert_eq!((after.requests, after.failures), (before.requests + 1, before.failures + 1));
     worker.stop(None);
+}
+
+fn decoding() -> Decoding {
+    let repetition = Repetition { penalty: 1.2, no_repeat_ngram: 3, no_copy_ngram: 4, stop_repeated_sentence: true };
+    Decoding { repetition, reply_max_tokens: 6, lesson_max_tokens: 3 }
+}
+
+fn question(max_tokens: usize) -> GenerateRequest {
+    GenerateRequest::new(vec![ChatMessage::user("Explain what a KV cache is in a language model.")], max_tokens)
+}
+
+#[test]
+fn replies_and_lessons_take_the_configured_decoding_and_other_purposes_are_left_as_asked() {
+    let d = decoding();
+    let asked = question(64);
+    let off = Repetition::default();
+    for (purpose, max_tokens, repetition) in [
+        ("reply", 6, d.repetition),
+        ("evaluate", 3, d.repetition),
+        ("generate", 64, off),
+        ("api", 64, off),
+        ("ask", 64, off),
+        ("gate", 64, off),
+    ] {
+        let mut req = asked.clone();
+        decode_as_configured(&d, purpose, &mut req);
+        assert_eq!((req.max_tokens, req.repetition), (max_tokens, repetition), "{purpose}");
+        assert_eq!(req.messages, asked.messages);
+    }
+    // A request that set its own repetition settings keeps them; its length is the fleet's.
+    let own = Repetition { penalty: 1.05, ..Repetition::default() };
+    let mut req = GenerateRequest { repetition: own, ..asked.clone() };
+    decode_as_configured(&d, "reply", &mut req);
+    assert_eq!((req.max_tokens, req.repetition), (6, own));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_s_worker_decodes_replies_as_configured_and_a_plain_one_as_asked() {
+    let dir = default_dir();
+    pull(&dir, &PACKAGES, |_| {}).expect("models pull");
+    let model = dir.join(SMOLLM2.name).join(SMOLLM2.files[0].name);
+    let ask = |w: ActorRef<LlmMsg>, purpose: &str| {
+        let job = GenerateJob { req: question(24), purpose: purpose.into(), persona: None, stream: None };
+        async move { ractor::call!(w, |reply| LlmMsg::Generate { job, reply }).unwrap().unwrap() }
+    };
+    let fleet = spawn_for(LlmArgs::local(model.clone(), 2), decoding(), None).await.unwrap();
+    let reply = ask(fleet.clone(), "reply").await;
+    assert!(reply.tokens_out <= 6, "{reply:?}");
+    let generated = ask(fleet.clone(), "generate").await;
+    assert_eq!((generated.tokens_out, generated.stop), (24, Stop::MaxTokens), "as asked: {generated:?}");
+    fleet.stop(None);
+    let plain = spawn(LlmArgs::local(model, 1), None).await.unwrap();
+    let reply = ask(plain.clone(), "reply").await;
+    assert_eq!((reply.text, reply.tokens_out, reply.stop), (generated.text, generated.tokens_out, generated.stop));
+    plain.stop(None);
 }

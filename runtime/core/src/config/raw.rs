@@ -228,6 +228,13 @@ pub(super) struct RawLlm {
     pub(super) max_batch: Option<Spanned<i64>>,
     pub(super) kv_memory_mb: Option<Spanned<i64>>,
     pub(super) prefix_reuse: Option<Spanned<bool>>,
+    // How the personas' generations are decoded, with either backend.
+    pub(super) repetition_penalty: Option<Spanned<f64>>,
+    pub(super) no_repeat_ngram: Option<Spanned<i64>>,
+    pub(super) no_copy_ngram: Option<Spanned<i64>>,
+    pub(super) stop_repeated_sentence: Option<Spanned<bool>>,
+    pub(super) reply_max_tokens: Option<Spanned<i64>>,
+    pub(super) lesson_max_tokens: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -381,3 +381,35 @@ fn training_settings_are_read_and_a_bad_one_is_named_where_it_is() {
     let e = parse(&format!("[training]\nsteps = 3\n{ONE}")).unwrap_err().to_string();
     assert!(e.contains("steps"), "{e}");
 }
+
+#[test]
+fn decoding_keys_are_read_for_either_backend_and_a_bad_one_is_named_where_it_is() {
+    assert_eq!(parse(ONE).unwrap().decoding, Decoding::default());
+    let keys = "repetition_penalty = 1.5\nno_repeat_ngram = 0\nno_copy_ngram = 6\nstop_repeated_sentence = false\n\
+                reply_max_tokens = 96\nlesson_max_tokens = 24\n";
+    let want = Decoding {
+        repetition: Repetition { penalty: 1.5, no_repeat_ngram: 0, no_copy_ngram: 6, stop_repeated_sentence: false },
+        reply_max_tokens: 96,
+        lesson_max_tokens: 24,
+    };
+    assert_eq!(parse(&format!("[llm]\n{keys}{ONE}")).unwrap().decoding, want);
+    let openai = "[llm]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n";
+    assert_eq!(parse(&format!("{openai}{keys}{ONE}")).unwrap().decoding, want);
+    // A whole number is a penalty too; off is 1.
+    let c = parse(&format!("[llm]\nrepetition_penalty = 1\n{ONE}")).unwrap();
+    assert_eq!(c.decoding.repetition.penalty, 1.0);
+    for (bad, at, says) in [
+        ("repetition_penalty = 0.9", "fleet.toml:2:22:", "`repetition_penalty` = 0.9 is out of range (1..=10)"),
+        ("no_repeat_ngram = -1", "fleet.toml:2:19:", "`no_repeat_ngram` = -1 is out of range (0..=64)"),
+        ("no_copy_ngram = 65", "fleet.toml:2:17:", "`no_copy_ngram` = 65 is out of range (0..=64)"),
+        ("reply_max_tokens = 0", "fleet.toml:2:20:", "`reply_max_tokens` = 0 is out of range (1..=8192)"),
+        ("lesson_max_tokens = 0", "fleet.toml:2:21:", "`lesson_max_tokens` = 0 is out of range (1..=8192)"),
+        ("stop_repeated_sentence = \"yes\"", "fleet.toml:2:26:", "stop_repeated_sentence"),
+    ] {
+        let e = parse(&format!("[llm]\n{bad}\n{ONE}")).unwrap_err().to_string();
+        assert!(e.starts_with(at) && e.contains(says), "{bad}: {e}");
+    }
+    // The backend's own errors come first.
+    let e = parse(&format!("[llm]\nkv_memory_mb = 64\nreply_max_tokens = 0\n{ONE}")).unwrap_err();
+    assert!(e.to_string().contains("kv_memory_mb"), "{e}");
+}

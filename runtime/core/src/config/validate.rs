@@ -141,6 +141,25 @@ impl Ctx<'_> {
         }
     }
 
+    /// The decoding keys of `[llm]`, which either backend takes.
+    pub(super) fn decoding(&self, l: &RawLlm) -> Result<Decoding, ConfigError> {
+        let (d, r) = (Decoding::default(), Decoding::DEFAULT_REPETITION);
+        let count = |v: &Option<Spanned<i64>>, key: &str, range: std::ops::RangeInclusive<i64>, default: usize| {
+            self.int(v, key, range, default as i64).map(|n| n as usize)
+        };
+        let sentence = l.stop_repeated_sentence.as_ref().map_or(r.stop_repeated_sentence, |b| *b.get_ref());
+        Ok(Decoding {
+            repetition: Repetition {
+                penalty: self.float(&l.repetition_penalty, "repetition_penalty", 1.0..=10.0, r.penalty.into())? as f32,
+                no_repeat_ngram: count(&l.no_repeat_ngram, "no_repeat_ngram", 0..=64, r.no_repeat_ngram)?,
+                no_copy_ngram: count(&l.no_copy_ngram, "no_copy_ngram", 0..=64, r.no_copy_ngram)?,
+                stop_repeated_sentence: sentence,
+            },
+            reply_max_tokens: count(&l.reply_max_tokens, "reply_max_tokens", 1..=8192, d.reply_max_tokens)?,
+            lesson_max_tokens: count(&l.lesson_max_tokens, "lesson_max_tokens", 1..=8192, d.lesson_max_tokens)?,
+        })
+    }
+
     /// Validates `[[reference]]` tables of this file into `out`: ids unique across files,
     /// paths (relative to this file) present.
     fn catalog_entries(

@@ -1,0 +1,99 @@
+//! What the backend sends an endpoint for a request's repetition settings and stop strings, and
+//! what it makes of the streamed answer, against a loopback server that records the request and
+//! streams a canned answer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{MAX_SENT_STOPS, OpenAi, OpenAiConfig};
+use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Repetition, Stop};
+
+/// Answers one chat request with `pieces` streamed as server-sent events; the request's body.
+fn serve_once(pieces: &'static [&'static str]) -> (String, std::thread::JoinHandle<Value>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let mut out = stream;
+        let _ = out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n");
+        for piece in pieces {
+            let chunk = json!({ "choices": [{ "delta": { "content": piece }, "finish_reason": null }] });
+            // The client may have closed the connection: the rest is not read.
+            let _ = out.write_all(format!("data: {chunk}\n\n").as_bytes());
+        }
+        let end = json!({ "choices": [{ "delta": {}, "finish_reason": "stop" }] });
+        let _ = out.write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes());
+        serde_json::from_slice(&body).unwrap()
+    });
+    (url, server)
+}
+
+fn ask(url: String, req: &GenerateRequest) -> (Generation, String) {
+    let config = OpenAiConfig { url, model: "m".into(), api_key: None, timeout: Duration::from_secs(10) };
+    let mut streamed = String::new();
+    let g = OpenAi::new(config)
+        .unwrap()
+        .generate(req, &mut |piece| {
+            streamed.push_str(piece);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    (g, streamed)
+}
+
+fn request() -> GenerateRequest {
+    GenerateRequest::new(vec![ChatMessage::user("Does it work?")], 32)
+}
+
+#[test]
+fn the_penalty_is_sent_both_ways_and_a_repeated_sentence_ends_the_answer_before_it() {
+    let (url, server) = serve_once(&["It works", ". It is", " fine.", " It", " works", ". More", "."]);
+    let repetition = Repetition { penalty: 1.5, no_repeat_ngram: 3, no_copy_ngram: 5, stop_repeated_sentence: true };
+    let (g, streamed) = ask(url, &GenerateRequest { repetition, ..request() });
+    let body = server.join().unwrap();
+    assert_eq!((body["repeat_penalty"].as_f64(), body["frequency_penalty"].as_f64()), (Some(1.5), Some(0.5)));
+    assert_eq!((g.text.as_str(), g.stop), ("It works. It is fine.", Stop::Repetition));
+    assert_eq!(streamed, g.text, "nothing of the repeated sentence is streamed");
+}
+
+#[test]
+fn without_repetition_settings_nothing_is_sent_for_them_and_the_text_is_the_server_s() {
+    let (url, server) = serve_once(&["It works", ". It works", "."]);
+    let (g, streamed) = ask(url, &request());
+    let body = server.join().unwrap();
+    assert!(body.get("repeat_penalty").is_none() && body.get("frequency_penalty").is_none(), "{body}");
+    assert_eq!((g.text.as_str(), g.stop, streamed.as_str()), ("It works. It works.", Stop::Eos, "It works. It works."));
+    // A penalty of 3 is more than OpenAI's frequency penalty takes.
+    let (url, server) = serve_once(&["Yes."]);
+    ask(url, &GenerateRequest { repetition: Repetition { penalty: 3.0, ..Repetition::default() }, ..request() });
+    let body = server.join().unwrap();
+    assert_eq!((body["repeat_penalty"].as_f64(), body["frequency_penalty"].as_f64()), (Some(3.0), Some(2.0)));
+}
+
+#[test]
+fn four_stop_strings_are_sent_and_the_others_are_looked_for_in_the_text() {
+    let (url, server) = serve_once(&["one ", "two E", "ND three"]);
+    let stop: Vec<String> = ["a1", "b2", "c3", "d4", "END"].map(String::from).to_vec();
+    let (g, streamed) = ask(url, &GenerateRequest { stop: stop.clone(), ..request() });
+    let body = server.join().unwrap();
+    assert_eq!(body["stop"], json!(stop[..MAX_SENT_STOPS]));
+    assert_eq!((g.text.as_str(), g.stop, streamed.as_str()), ("one two ", Stop::StopString, "one two "));
+}
