@@ -786,7 +786,10 @@ mod brain {
             "{reason}"
         );
         assert!(reason.contains(": rules plan"), "{reason}");
-        assert!(reason.contains("draft used nothing the plan found (nothing was found to ground it): grounded reply"), "{reason}");
+        assert!(
+            reason.contains("draft used nothing the plan found (nothing was found to ground it): grounded reply"),
+            "{reason}"
+        );
         // The plan's lesson is the model's, in the reflection the persona remembers; nobody
         // waits for it, so the decision and its reply were journaled before it came.
         assert!(reason.contains("lesson asked of the model"), "{reason}");

@@ -139,11 +139,7 @@ async fn a_persona_selects_what_its_events_call_for_reads_it_cites_it_and_keeps_
     // links to comes with it.
     let ack = fleet.inject(chat("general", "alice", "@helper is resilience4j worth adopting?")).await.unwrap();
     let reply = reply_to(ack.event_id.clone()).await;
-    assert!(
-        reply.text.contains("Resilience patterns [ref:resilience/README.md:1-1]"),
-        "{}",
-        reply.text
-    );
+    assert!(reply.text.contains("Resilience patterns [ref:resilience/README.md:1-1]"), "{}", reply.text);
     let d = decision(&fleet, "helper", &ack.event_id).await;
     assert_eq!(ids_via(&d.references), [("resilience", "tag"), ("timeouts", "linked")], "{d:?}");
     assert_eq!(d.references[0].matched, ["resilience4j"]);

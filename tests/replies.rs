@@ -39,7 +39,8 @@ async fn ask(fleet: &Fleet, room: &str, from: &str, text: &str) -> String {
     reply
 }
 
-const RULES_HELPER: &str = "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\ndormant = true\n";
+const RULES_HELPER: &str =
+    "[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\ndormant = true\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_about_the_conversation_are_answered_from_what_was_said_with_who_and_when() {
@@ -52,12 +53,18 @@ async fn questions_about_the_conversation_are_answered_from_what_was_said_with_w
     let lines: Vec<&str> = r.lines().collect();
     assert!(lines[0].starts_with("@dave 2 messages on staging deploy in #general:"), "{r}");
     assert!(lines.contains(&"- alice, #general, 28 Nov 14:00: \"The deploy to staging failed with a timeout on the database migration\""), "{r}");
-    assert!(lines.contains(&"- carol, #general, 28 Nov 14:05: \"Staging is green again after the batched migration\""), "{r}");
+    assert!(
+        lines.contains(&"- carol, #general, 28 Nov 14:05: \"Staging is green again after the batched migration\""),
+        "{r}"
+    );
     assert!(!r.contains("lunch") && !r.contains("plants"), "only what bears on the deploy: {r}");
 
     // What one person said is answered with that person's line on the topic, not the latest.
     let r = ask(&fleet, "general", "erin", "@helper what did bob say about the migration?").await;
-    assert!(r.contains("\"The migration locks the orders table; I'll add a statement_timeout of 30s to the runner\""), "{r}");
+    assert!(
+        r.contains("\"The migration locks the orders table; I'll add a statement_timeout of 30s to the runner\""),
+        "{r}"
+    );
     assert!(r.contains("bob, #general, 28 Nov 14:01"), "{r}");
     assert!(!r.contains("cache warmup") && !r.contains("plants") && !r.contains("Staging is green"), "{r}");
 
@@ -79,8 +86,7 @@ async fn questions_about_the_conversation_are_answered_from_what_was_said_with_w
     fleet.shutdown(DEADLINE).await;
 }
 
-const CODE_REVIEWER: &str =
-    "[[persona]]\nname = \"reviewer\"\nrole = \"code reviewer\"\nrooms = [\"code\"]\ndomains = [\"code\"]\ndormant = true\n";
+const CODE_REVIEWER: &str = "[[persona]]\nname = \"reviewer\"\nrole = \"code reviewer\"\nrooms = [\"code\"]\ndomains = [\"code\"]\ndormant = true\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_code_question_cites_lines_that_exist_and_hold_its_terms() {
@@ -116,14 +122,11 @@ async fn a_code_question_cites_lines_that_exist_and_hold_its_terms() {
     let (path, range) = cite.split_once(':').unwrap();
     let (start, end) = range.split_once('-').unwrap();
     let (start, end): (usize, usize) = (start.parse().unwrap(), end.parse().unwrap());
-    let file: Vec<String> = std::fs::read_to_string(repo.path().join(path)).unwrap().lines().map(String::from).collect();
+    let file: Vec<String> =
+        std::fs::read_to_string(repo.path().join(path)).unwrap().lines().map(String::from).collect();
     assert!(start >= 1 && end <= file.len() && start <= end, "{cite} in a file of {} lines", file.len());
     assert!(file[start - 1..end].iter().any(|l| l.contains("backoff")), "{cite} holds the question's terms: {r}");
-    let shown: Vec<usize> = r
-        .split("line ")
-        .skip(1)
-        .filter_map(|s| s.split(':').next()?.parse().ok())
-        .collect();
+    let shown: Vec<usize> = r.split("line ").skip(1).filter_map(|s| s.split(':').next()?.parse().ok()).collect();
     assert!(!shown.is_empty(), "{r}");
     for n in shown {
         let line = &file[n - 1];

@@ -188,18 +188,10 @@ mod tests {
             content_words("What did Bob say about the deploys? He deployed db_1 via src/net/retry.rs"),
             ["bob", "deploys", "db_1", "via", "src", "net", "retry"]
         );
-        assert_eq!(words("statement_timeout of db-1, on-call").collect::<Vec<_>>(), [
-            "statement_timeout",
-            "statement",
-            "timeout",
-            "of",
-            "db-1",
-            "db",
-            "1",
-            "on-call",
-            "on",
-            "call"
-        ]);
+        assert_eq!(
+            words("statement_timeout of db-1, on-call").collect::<Vec<_>>(),
+            ["statement_timeout", "statement", "timeout", "of", "db-1", "db", "1", "on-call", "on", "call"]
+        );
         assert!(stems("deployed to staging").contains("deploy"));
         assert_eq!(stem("timeouts"), "timeout");
         assert_eq!(stem("class"), "class", "a double s is not a plural");

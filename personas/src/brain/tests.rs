@@ -565,7 +565,8 @@ fn a_reply_prompt_lists_only_what_bears_on_the_question_never_notes_and_its_stat
         access_count: 0,
         expires_us: i64::MAX,
     };
-    let conversation = [said(9, "bob", "the migration is safe to run after noon"), said(3, "alice", "the tests are green")];
+    let conversation =
+        [said(9, "bob", "the migration is safe to run after noon"), said(3, "alice", "the tests are green")];
     let recalled = [entry(3, "reflection: ask before a migration")];
     let system = |state: &GateState| {
         let ctx = RespondContext {

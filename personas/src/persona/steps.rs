@@ -343,11 +343,8 @@ impl PersonaState {
                         tracing::info!(persona = %self.name, event = %f.event().id, flaw = finding.flaw.as_str(), "draft replaced by the grounded reply");
                         f.notes.push(finding.note());
                         *self.drafts_replaced.entry(finding.flaw.as_str()).or_default() += 1;
-                        f.record.draft_check = Some(DraftCheck {
-                            flaw: finding.flaw.as_str().into(),
-                            detail: finding.detail,
-                            draft,
-                        });
+                        f.record.draft_check =
+                            Some(DraftCheck { flaw: finding.flaw.as_str().into(), detail: finding.detail, draft });
                         f.draft = Some(grounded);
                         f.drafted_by = RulesBrain.name();
                         f.answer = None;

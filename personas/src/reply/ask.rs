@@ -35,16 +35,69 @@ pub enum Social {
 
 /// Words that say how something was said, not what about: left out of a topic.
 const TELLING: &[&str] = &[
-    "announce", "answer", "ask", "asked", "discuss", "discussed", "discussion", "happen", "happened", "mention",
-    "mentioned", "propose", "proposed", "recap", "said", "says", "summarise", "summarize", "summary", "suggest",
-    "suggested", "talk", "talked", "think", "thought", "told", "wrote", "write", "look", "check", "idea", "first",
-    "quick", "help", "anybody", "everybody", "team", "guy", "folk", "earlier", "yesterday", "before", "last",
-    "give", "good", "best", "tip", "tips", "mean", "means", "now", "news", "update", "updates", "status", "thing",
+    "announce",
+    "answer",
+    "ask",
+    "asked",
+    "discuss",
+    "discussed",
+    "discussion",
+    "happen",
+    "happened",
+    "mention",
+    "mentioned",
+    "propose",
+    "proposed",
+    "recap",
+    "said",
+    "says",
+    "summarise",
+    "summarize",
+    "summary",
+    "suggest",
+    "suggested",
+    "talk",
+    "talked",
+    "think",
+    "thought",
+    "told",
+    "wrote",
+    "write",
+    "look",
+    "check",
+    "idea",
+    "first",
+    "quick",
+    "help",
+    "anybody",
+    "everybody",
+    "team",
+    "guy",
+    "folk",
+    "earlier",
+    "yesterday",
+    "before",
+    "last",
+    "give",
+    "good",
+    "best",
+    "tip",
+    "tips",
+    "mean",
+    "means",
+    "now",
+    "news",
+    "update",
+    "updates",
+    "status",
+    "thing",
 ];
 
 /// Verbs that follow "did NAME" when the question is about what NAME said.
-const SAID_VERBS: &[&str] =
-    &["say", "said", "mention", "suggest", "propose", "think", "write", "tell", "report", "decide", "want", "ask", "do", "change", "fix"];
+const SAID_VERBS: &[&str] = &[
+    "say", "said", "mention", "suggest", "propose", "think", "write", "tell", "report", "decide", "want", "ask", "do",
+    "change", "fix",
+];
 
 impl Ask {
     /// What `text` asks, in a room of `domain`; `me`: the persona's own name (not a topic).
@@ -68,8 +121,23 @@ impl Ask {
             || plain.first().is_some_and(|w| {
                 matches!(
                     *w,
-                    "what" | "who" | "when" | "where" | "why" | "how" | "which" | "can" | "could" | "would" | "is"
-                        | "are" | "does" | "do" | "did" | "should" | "any"
+                    "what"
+                        | "who"
+                        | "when"
+                        | "where"
+                        | "why"
+                        | "how"
+                        | "which"
+                        | "can"
+                        | "could"
+                        | "would"
+                        | "is"
+                        | "are"
+                        | "does"
+                        | "do"
+                        | "did"
+                        | "should"
+                        | "any"
                 )
             });
         if let Some(social) = social(&plain) {
@@ -88,8 +156,7 @@ impl Ask {
                 return Ask::SaidBy { topic: topic(&[who.as_str()]), who };
             }
         }
-        if ["summarize", "summarise", "summary", "recap", "discuss", "discussed", "discussion"].iter().any(|w| has(w))
-        {
+        if ["summarize", "summarise", "summary", "recap", "discuss", "discussed", "discussion"].iter().any(|w| has(w)) {
             return Ask::Summary { topic: topic(&[]) };
         }
         // "who said we should roll back", "when did alice mention the outage": about a line;
@@ -105,11 +172,7 @@ impl Ask {
         if matches!(domain, "code" | "docs") || (question && has("where") && has("code")) {
             return Ask::Code { topic: topic(&code_words) };
         }
-        if question {
-            Ask::Question { topic: topic(&[]) }
-        } else {
-            Ask::Statement { topic: topic(&[]) }
-        }
+        if question { Ask::Question { topic: topic(&[]) } } else { Ask::Statement { topic: topic(&[]) } }
     }
 
     /// The words of what is asked about (none for social messages).
@@ -149,7 +212,10 @@ fn social(plain: &[&str]) -> Option<Social> {
         Some(Social::Thanks)
     } else if any(&["bye", "goodbye", "night", "later", "weekend", "tomorrow"]) && !any(&["what", "when", "how"]) {
         Some(Social::Goodbye)
-    } else if plain.iter().take(2).any(|w| ["hi", "hello", "hey", "morning", "evening", "afternoon", "welcome"].contains(w))
+    } else if plain
+        .iter()
+        .take(2)
+        .any(|w| ["hi", "hello", "hey", "morning", "evening", "afternoon", "welcome"].contains(w))
     {
         Some(Social::Greeting)
     } else {

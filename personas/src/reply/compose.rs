@@ -44,11 +44,13 @@ pub fn grounded(ctx: &RespondContext, ask: &Ask, pieces: &[Piece]) -> String {
             _ => listed("here is what I have on it", pieces, false),
         },
         Ask::Code { .. } => {
-            let head = if about.is_empty() { "from the code".to_string() } else { format!("on {about}, from the code") };
+            let head =
+                if about.is_empty() { "from the code".to_string() } else { format!("on {about}, from the code") };
             listed(&head, pieces, false)
         }
         Ask::Question { .. } | Ask::Statement { .. } => {
-            let head = if about.is_empty() { "here is what I have".to_string() } else { format!("what I have on {about}") };
+            let head =
+                if about.is_empty() { "here is what I have".to_string() } else { format!("what I have on {about}") };
             listed(&head, pieces, false)
         }
     };
@@ -81,19 +83,27 @@ fn nothing_found(ctx: &RespondContext, ask: &Ask, about: &str) -> String {
     let on = if about.is_empty() { "that".to_string() } else { about.to_string() };
     match ask {
         Ask::SaidBy { who, .. } => {
-            format!("I have nothing from {who} on {on} in what was said in #{room}. Do you remember roughly when, or where it was said?")
+            format!(
+                "I have nothing from {who} on {on} in what was said in #{room}. Do you remember roughly when, or where it was said?"
+            )
         }
         Ask::Summary { .. } | Ask::Who { .. } | Ask::When { .. } => {
-            format!("I have nothing on {on} in what was said in #{room}. Was it discussed in another room, or under another name?")
+            format!(
+                "I have nothing on {on} in what was said in #{room}. Was it discussed in another room, or under another name?"
+            )
         }
         Ask::Code { .. } => {
-            format!("the codebase index has nothing on {on}. Which file, function or error message should I start from?")
+            format!(
+                "the codebase index has nothing on {on}. Which file, function or error message should I start from?"
+            )
         }
         Ask::Statement { .. } => {
             format!("noted. I have nothing earlier on {on}: what changed, and since when?")
         }
         Ask::Question { .. } | Ask::Social(_) => {
-            format!("I have nothing on {on} in what was said here or in what I can search. Could you point me to a doc, a file or the person who knows?")
+            format!(
+                "I have nothing on {on} in what was said here or in what I can search. Could you point me to a doc, a file or the person who knows?"
+            )
         }
     }
 }
@@ -173,7 +183,8 @@ fn quote_code(line: &str) -> String {
 
 /// When and where a message was said: `#general, 28 Nov 14:02` (UTC).
 fn when(at_us: i64, room: &str) -> String {
-    let at = jiff::Timestamp::from_microsecond(at_us).map_or_else(|_| "?".into(), |t| t.strftime("%d %b %H:%M").to_string());
+    let at =
+        jiff::Timestamp::from_microsecond(at_us).map_or_else(|_| "?".into(), |t| t.strftime("%d %b %H:%M").to_string());
     format!("#{room}, {at}")
 }
 

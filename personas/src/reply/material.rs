@@ -64,7 +64,8 @@ pub fn gather(ctx: &RespondContext, ask: &Ask) -> Vec<Piece> {
         out.push((score + if about_room { 10.0 } else { 0.0 }, Piece::Said(s)));
     }
     for s in ctx.found {
-        let score = overlap(&s.text, &topic) + overlap(&s.cite, &topic) + overlap(s.symbol.as_deref().unwrap_or(""), &topic);
+        let score =
+            overlap(&s.text, &topic) + overlap(&s.cite, &topic) + overlap(s.symbol.as_deref().unwrap_or(""), &topic);
         // For a code question the index's ranking says what is relevant (it also matches by
         // meaning), and a reference was matched to the event by tag or meaning; for another,
         // only a passage with the question's words is used.
@@ -133,10 +134,7 @@ fn said_lines(ctx: &RespondContext, ask: &Ask, topic: &HashSet<String>) -> Vec<(
     // questions to the fleet: neither is what people said.
     let persona = |name: &str| name == ctx.persona || ctx.personas.iter().any(|p| p == name);
     all.retain(|(s, _)| {
-        s.event_id != *asked
-            && !persona(&s.from)
-            && !text_mentions(&s.text).any(persona)
-            && !s.text.trim().is_empty()
+        s.event_id != *asked && !persona(&s.from) && !text_mentions(&s.text).any(persona) && !s.text.trim().is_empty()
     });
     // A question carries no answer, unless it is what was asked about: a summary's discussion,
     // or what someone said (a suggestion is often a question).

@@ -8,9 +8,15 @@ use crate::brain::{NOTHING_RECALLED, RespondContext};
 use crate::gate::GateState;
 
 fn ev(domain: &str, from: &str, text: &str) -> Event {
-    EventInput { domain: domain.into(), room: "general".into(), from: from.into(), text: text.into(), ..Default::default() }
-        .validate()
-        .unwrap()
+    EventInput {
+        domain: domain.into(),
+        room: "general".into(),
+        from: from.into(),
+        text: text.into(),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap()
 }
 
 /// A message said in #general by `from`, `min` minutes after 28 Nov 2026 14:00 UTC.
@@ -80,7 +86,10 @@ fn a_summary_quotes_the_lines_on_its_topic_with_authors_and_times_in_order() {
     let lines: Vec<&str> = r.lines().collect();
     assert!(lines[0].starts_with("@dave 2 messages on staging deploy in #general"), "{r}");
     assert!(lines[1].starts_with("- alice, #general, 28 Nov 14:00: \"The deploy to staging failed"), "{r}");
-    assert!(lines.iter().any(|l| l.starts_with("- carol, #general, 28 Nov 14:04: \"the staging deploy is green")), "{r}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("- carol, #general, 28 Nov 14:04: \"the staging deploy is green")),
+        "{r}"
+    );
     assert!(!r.contains("lunch") && !r.contains("release notes"), "only what bears on the deploy: {r}");
 }
 
@@ -125,7 +134,10 @@ fn a_code_question_cites_the_lines_that_hold_its_terms() {
         score: 0.9,
     }];
     let r = reply_to(&e, &[], &found);
-    assert!(r.starts_with("@bob on retry backoff computed, from the code: [src/net/retry.rs:10-14] (next_delay)"), "{r}");
+    assert!(
+        r.starts_with("@bob on retry backoff computed, from the code: [src/net/retry.rs:10-14] (next_delay)"),
+        "{r}"
+    );
     // Line 11 and 13 hold "backoff"; the chunk starts at line 10.
     assert!(r.contains("line 11: `// exponential backoff, capped`") && r.contains("line 13: `let backoff"), "{r}");
 }
@@ -158,7 +170,12 @@ fn recalled_lines_count_once_and_questions_and_quotes_are_not_answers() {
     let mut lines = room();
     lines.push(said(6, "erin", 5, "what was the timeout on the migration again?"));
     // A persona's reply quoting bob: the original is quoted instead.
-    lines.push(said(7, "ops", 6, "bob said: \"The migration locks the orders table; I will add a statement_timeout of 30s to the runner\""));
+    lines.push(said(
+        7,
+        "ops",
+        6,
+        "bob said: \"The migration locks the orders table; I will add a statement_timeout of 30s to the runner\"",
+    ));
     let recalled = [Recalled {
         said: lines[1].clone(),
         at: String::new(),
@@ -169,7 +186,8 @@ fn recalled_lines_count_once_and_questions_and_quotes_are_not_answers() {
     }];
     let c = RespondContext { conversation: &recalled, ..ctx(&e, &lines, &[], &[]) };
     let (_, pieces) = ground(&c);
-    let said: Vec<u64> = pieces.iter().filter_map(|p| if let Piece::Said(s) = p { Some(s.seq) } else { None }).collect();
+    let said: Vec<u64> =
+        pieces.iter().filter_map(|p| if let Piece::Said(s) = p { Some(s.seq) } else { None }).collect();
     // Bob's line has the timeout (`statement_timeout`) and was recalled by its meaning too.
     assert_eq!(said[0], 2, "{pieces:?}");
     assert!(said.contains(&1) && !said.contains(&6) && !said.contains(&7), "{said:?}");
@@ -190,21 +208,30 @@ fn the_check_finds_echoes_loops_empty_and_ungrounded_drafts() {
     );
     assert_eq!(flaw("@alice", &material), Some(Flaw::Empty));
     assert_eq!(flaw("@alice yes, staging.", &material), Some(Flaw::Empty));
-    assert_eq!(flaw("@alice Electrical circuits regulate breakers and fuses in computers.", &material), Some(Flaw::Ungrounded));
+    assert_eq!(
+        flaw("@alice Electrical circuits regulate breakers and fuses in computers.", &material),
+        Some(Flaw::Ungrounded)
+    );
     assert_eq!(
         flaw("@alice The orders table lock: bob adds a statement_timeout of 30s.", &material),
         None,
         "a draft that carries the material passes"
     );
     assert_eq!(
-        flaw("@alice The orders table is fine, reboot kubernetes nodes, rotate certificates and restart postgres.", &material),
+        flaw(
+            "@alice The orders table is fine, reboot kubernetes nodes, rotate certificates and restart postgres.",
+            &material
+        ),
         Some(Flaw::Unsupported)
     );
     // A number the material does not hold is made up.
     let review = ["dave The design review for the search service is on Monday at 10:00 in room Orion".to_string()];
     let asked = "when is the design review for the search service?";
     let invented = check("@dana The design review is on Monday at 10:32 in room Orion.", asked, &review, &names, false);
-    assert_eq!(invented.map(|f| (f.flaw, f.detail)), Some((Flaw::Unsupported, "numbers not in what was found: 10:32".into())));
+    assert_eq!(
+        invented.map(|f| (f.flaw, f.detail)),
+        Some((Flaw::Unsupported, "numbers not in what was found: 10:32".into()))
+    );
     assert_eq!(check("@dana Monday at 10:00 in room Orion.", asked, &review, &names, false), None);
     // Without material only a model trusted to know things may answer.
     assert_eq!(check("@alice Check the lock on the orders table first.", q, &[], &names, true), None);

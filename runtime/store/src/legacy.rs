@@ -31,17 +31,16 @@ fn rows<T: serde::de::DeserializeOwned>(t: &redb::Table<(&str, u64), &[u8]>) -> 
 
 /// Upgrades from each older schema version to the next; index 0 upgrades version 1.
 pub(crate) type Migration = fn(&WriteTransaction) -> Result<(), redb::Error>;
-pub(crate) const MIGRATIONS: &[Migration] =
-    &[
-        migrate_1_to_2,
-        migrate_2_to_3,
-        migrate_3_to_4,
-        migrate_4_to_5,
-        migrate_5_to_6,
-        migrate_6_to_7,
-        migrate_7_to_8,
-        migrate_8_to_9,
-    ];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    migrate_1_to_2,
+    migrate_2_to_3,
+    migrate_3_to_4,
+    migrate_4_to_5,
+    migrate_5_to_6,
+    migrate_6_to_7,
+    migrate_7_to_8,
+    migrate_8_to_9,
+];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
 /// from the stored events that were addressed to a persona.
