@@ -553,6 +553,40 @@ mod worker {
         w.stop_and_wait(None, None).await.unwrap();
     }
 
+    /// The gate's and the plan's questions are label scores, not generation: a fleet's worker,
+    /// which decodes the personas' replies against repetition, scores every labelled case of
+    /// both to the same bits as a worker that decodes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_decoding_settings_leave_the_gate_and_plan_label_scores_unchanged() {
+        use mindfleet_personas::brain::{GATE_CASES, GATE_LABELS, PLAN_CASES, gate_question, plan_question};
+        let guarded = mindfleet_actors::llm::worker::spawn_for(args(1), Default::default(), None).await.unwrap();
+        let plain = spawn(args(1), None).await.unwrap();
+        let mut jobs: Vec<ClassifyJob> = GATE_CASES
+            .iter()
+            .map(|(text, _)| ClassifyJob {
+                messages: gate_question("helper", "assistant", text),
+                labels: GATE_LABELS.iter().map(|l| l.to_string()).collect(),
+                purpose: "gate".into(),
+                persona: Some("helper".into()),
+            })
+            .collect();
+        let labels: Vec<String> = ["A", "B"].map(String::from).to_vec();
+        jobs.extend(PLAN_CASES.iter().map(|(_, text, _)| ClassifyJob {
+            messages: plan_question("helper", "assistant", text, &[], &labels),
+            labels: labels.clone(),
+            purpose: "plan".into(),
+            persona: Some("helper".into()),
+        }));
+        for job in jobs {
+            let a = call!(guarded, |reply| LlmMsg::Classify { job: job.clone(), reply }).unwrap().unwrap();
+            let b = call!(plain, |reply| LlmMsg::Classify { job: job.clone(), reply }).unwrap().unwrap();
+            assert_eq!(a, b, "{job:?}");
+        }
+        for w in [guarded, plain] {
+            w.stop_and_wait(None, None).await.unwrap();
+        }
+    }
+
     /// Eight questions of one persona (one system message, as a persona's prompts share their
     /// beginning), with the log-probability of every token.
     fn questions() -> Vec<GenerateRequest> {

@@ -6,7 +6,7 @@ use mindfleet::client::Client;
 use mindfleet_core::event::EventInput;
 use serde_json::json;
 
-use crate::util::{DEADLINE, chat, fleet_toml, pulled, reply_to, start};
+use crate::util::{DEADLINE, chat, decision, fleet_toml, metric, pulled, reply_to, start};
 
 /// 28 Nov 2026 14:00 UTC, in µs.
 const T0: i64 = 1_795_874_400_000_000;
@@ -134,4 +134,64 @@ async fn a_code_question_cites_lines_that_exist_and_hold_its_terms() {
     }
     assert!(!r.contains("where is the retry backoff computed"), "no echo: {r}");
     fleet.shutdown(DEADLINE).await;
+}
+
+/// SmolLM2-135M decoded as it was before `[llm]` guarded it: greedy, with nothing against
+/// repetition. On a fresh fleet it echoes the first message below and loops on the second.
+const UNGUARDED: &str = "[[persona]]\nname = \"helper\"\nrole = \"generalist assistant\"\nrooms = [\"general\"]\n\
+     brain = \"local\"\ndormant = true\n\n[llm]\nrepetition_penalty = 1.0\nno_repeat_ngram = 0\nno_copy_ngram = 0\n\
+     stop_repeated_sentence = false\n";
+
+/// A fleet of [`UNGUARDED`] asked `text` by ivan: the reply posted, the decision's reason, the
+/// plan's draft check (as `ai plan` shows it), and the `/metrics` count of drafts replaced for
+/// `flaw`.
+async fn unguarded(text: &str, flaw: &str) -> (String, String, serde_json::Value, Option<f64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = crate::util::config(dir.path(), &fleet_toml(UNGUARDED));
+    cfg.models.dir = pulled();
+    let fleet = Fleet::start(cfg).await.unwrap();
+    let ack = fleet.inject(chat("general", "ivan", text)).await.unwrap();
+    let reply = reply_to(&fleet, &ack.event_id).await;
+    assert_eq!(reply.brain, "rules", "the grounded reply is posted: {reply:?}");
+    let reason = decision(&fleet, "helper", &ack.event_id).await.reason;
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", fleet.addr);
+    let plan: serde_json::Value =
+        http.get(format!("{base}/ai/plan?persona=helper")).send().await.unwrap().json().await.unwrap();
+    let why: serde_json::Value =
+        http.get(format!("{base}/ai/why?event={}", ack.event_id)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(why["decisions"][0]["reason"].as_str(), Some(reason.as_str()), "ai why says it: {why}");
+    assert_eq!(plan["plan"]["event_id"].as_str(), Some(ack.event_id.as_str()), "{plan}");
+    let body = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let count = metric(&scrape, "mindfleet_drafts_replaced_total", Some(("flaw", flaw)));
+    fleet.shutdown(DEADLINE).await;
+    (reply.text, reason, plan["plan"]["draft_check"].clone(), count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_that_repeats_the_message_is_replaced_by_the_grounded_reply_and_journaled() {
+    let asked =
+        "@helper The deploy to staging failed with a timeout on the database migration. Any idea what to check first?";
+    let (reply, reason, check, count) = unguarded(asked, "echo").await;
+    assert_eq!(check["flaw"], "echo", "{check}");
+    let draft = check["draft"].as_str().unwrap();
+    assert!(draft.contains("The deploy to staging failed with a timeout on the database migration"), "{draft}");
+    assert!(reason.contains("draft repeated the message (") && reason.contains("): grounded reply"), "{reason}");
+    assert!(!reply.contains("failed with a timeout on the database migration"), "posted as written: {reply}");
+    assert!(reply.starts_with("@ivan I have nothing on deploy staging"), "{reply}");
+    assert_eq!(count, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_draft_is_never_posted() {
+    let asked = "@helper can you look at the retry logic? It retries forever on 401.";
+    let (reply, reason, check, count) = unguarded(asked, "loop").await;
+    assert_eq!(check["flaw"], "loop", "{check}");
+    assert!(reason.contains("draft looped (") && reason.contains("): grounded reply"), "{reason}");
+    let sentences: Vec<&str> = reply.split(['.', '?', '!']).map(str::trim).filter(|s| !s.is_empty()).collect();
+    let once: std::collections::HashSet<&str> = sentences.iter().copied().collect();
+    assert_eq!(once.len(), sentences.len(), "a sentence twice: {reply}");
+    assert!(!reply.contains("glad"), "{reply}");
+    assert_eq!(count, Some(1.0));
 }

@@ -352,6 +352,9 @@ pub struct LocalBrain;
 
 /// Tokens a drafted reply may have.
 pub const REPLY_MAX_TOKENS: usize = 64;
+/// Stop strings of a reply: a blank line, and the lines of the room's speakers (the sender and
+/// the latest others).
+const REPLY_STOPS: usize = 6;
 /// Tokens a plan's lesson may have.
 pub const LESSON_MAX_TOKENS: usize = 40;
 
@@ -529,8 +532,18 @@ impl Brain for LocalBrain {
         let e = ctx.event;
         let messages = vec![ChatMessage::system(system), ChatMessage::user(format!("{}: {}", e.from, e.text))];
         let mut req = GenerateRequest::new(messages, REPLY_MAX_TOKENS);
-        // The room's speakers: the model must not write their next lines.
+        // The room's speakers, the sender first and then the latest: the model must not write
+        // their next lines.
         req.stop = vec!["\n\n".into(), format!("\n{}:", e.from)];
+        for s in ctx.room.iter().rev() {
+            let stop = format!("\n{}:", s.from);
+            if req.stop.len() >= REPLY_STOPS {
+                break;
+            }
+            if !req.stop.contains(&stop) {
+                req.stop.push(stop);
+            }
+        }
         Some(req)
     }
 }

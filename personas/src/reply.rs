@@ -30,8 +30,10 @@ pub fn ground(ctx: &RespondContext) -> (Ask, Vec<Piece>) {
 /// answer without material.
 pub fn check_draft(ctx: &RespondContext, pieces: &[Piece], draft: &str, open: bool) -> Option<Finding> {
     let material: Vec<String> = pieces.iter().map(Piece::text).collect();
-    // The persona's own name and role are not facts: a draft that names them says nothing.
-    check(draft, &ctx.event.text, &material, &[ctx.event.from.as_str()], open)
+    // Mentions say who is asked, not what; the persona's own name and role are not facts: a
+    // draft that names them says nothing.
+    let asked: Vec<&str> = ctx.event.text.split_whitespace().filter(|w| !w.starts_with('@')).collect();
+    check(draft, &asked.join(" "), &material, &[ctx.event.from.as_str()], open)
 }
 
 #[cfg(test)]

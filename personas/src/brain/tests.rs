@@ -588,3 +588,23 @@ fn a_reply_prompt_lists_only_what_bears_on_the_question_never_notes_and_its_stat
     let common = calm.chars().zip(busy.chars()).take_while(|(a, b)| a == b).count();
     assert_eq!(&calm[..common], &calm[..calm.find("Your state").unwrap() + "Your state: idle, cognitive load ".len()]);
 }
+
+#[test]
+fn a_reply_stops_before_a_line_of_the_rooms_speakers() {
+    let e = ev("chat", "@p is the migration safe?");
+    let said = |seq: u64, from: &str| Said {
+        seq,
+        event_id: format!("e{seq}"),
+        room: "r".into(),
+        from: from.into(),
+        text: "the migration is safe".into(),
+        at_us: seq as i64,
+        ..Default::default()
+    };
+    let room = [said(1, "bob"), said(2, "carol"), said(3, "bob")];
+    let state = GateState::default();
+    let ctx = RespondContext { room: &room, ..respond(&e, &state, &NOTHING_RECALLED, "") };
+    let req = LocalBrain.reply_request(&ctx).unwrap();
+    let from = format!("\n{}:", e.from);
+    assert_eq!(req.stop, ["\n\n", from.as_str(), "\nbob:", "\ncarol:"]);
+}

@@ -81,7 +81,10 @@ pub fn check(draft: &str, question: &str, material: &[String], names: &[&str], o
         .map(|w| stem(&w).to_string())
         .filter(|w| !asked.contains(w) && !name_words.contains(w))
         .collect();
-    if q.len() >= 3 && (copied * 5 >= q.len() * 3 || (new.is_empty() && copied >= 3)) {
+    // Nearly the whole message again, or most of it and nothing else ("The capital of France is
+    // Paris" restates the question to answer it).
+    let most = copied * 5 >= q.len() * 3;
+    if q.len() >= 3 && (copied * 5 >= q.len() * 4 || (most && new.is_empty()) || (new.is_empty() && copied >= 3)) {
         return finding(Flaw::Echo, format!("{copied} of the message's {} words in a row", q.len()));
     }
     if new.is_empty() {
@@ -105,7 +108,9 @@ pub fn check(draft: &str, question: &str, material: &[String], names: &[&str], o
         return finding(Flaw::Unsupported, format!("numbers not in what was found: {}", invented.join(", ")));
     }
     let unsupported: Vec<&String> = new.iter().filter(|w| !found.contains(*w)).collect();
-    if !open && unsupported.len() > used.len() {
+    // A draft may connect what was found in words of its own, a few: more than one for every
+    // two it takes from the material is saying something else.
+    if !open && unsupported.len() * 2 > used.len() {
         let shown: Vec<&str> = unsupported.iter().take(4).map(|w| w.as_str()).collect();
         return finding(Flaw::Unsupported, format!("not in what was found: {}", shown.join(", ")));
     }
@@ -131,7 +136,8 @@ fn strip_address<'a>(draft: &'a str, names: &[&str]) -> &'a str {
             body = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
         }
         for n in names {
-            if let Some(rest) = body.strip_prefix(n).and_then(|r| r.strip_prefix(':')) {
+            let named = body.get(..n.len()).is_some_and(|head| head.eq_ignore_ascii_case(n));
+            if let Some(rest) = body.get(n.len()..).filter(|_| named).and_then(|r| r.strip_prefix(':')) {
                 body = rest.trim_start();
             }
         }

@@ -4,9 +4,12 @@
 
 use mindfleet_core::event::SenderKind;
 
+use std::collections::HashSet;
+
 use super::ask::{Ask, Social};
 use super::material::Piece;
 use crate::brain::RespondContext;
+use crate::words::words;
 
 /// Most characters of one quoted line.
 const QUOTE_CHARS: usize = 200;
@@ -109,16 +112,22 @@ fn nothing_found(ctx: &RespondContext, ask: &Ask, about: &str) -> String {
 }
 
 /// The pieces as one line (a single piece) or a list under `head`; `dated`: every message with
-/// its date (a summary), else the room and time in brackets. A line of code two chunks share is
-/// quoted once.
+/// its date (a summary), else the room and time in brackets. A line of code is quoted once, and
+/// not beside one that says nearly the same (two parameters' docs).
 fn listed(head: &str, pieces: &[Piece], dated: bool) -> String {
-    let mut quoted: Vec<String> = Vec::new();
+    let mut quoted: Vec<HashSet<String>> = Vec::new();
     let lines: Vec<String> = pieces
         .iter()
         .map(|p| match p {
             Piece::Code { cite, symbol, lines } => {
-                let fresh: Vec<(u32, String)> = lines.iter().filter(|(_, l)| !quoted.contains(l)).cloned().collect();
-                quoted.extend(fresh.iter().map(|(_, l)| l.clone()));
+                let mut fresh: Vec<(u32, String)> = Vec::new();
+                for (n, l) in lines {
+                    let w: HashSet<String> = words(l).collect();
+                    if !quoted.iter().any(|q| q.intersection(&w).count() * 5 >= w.len().max(q.len()) * 3) {
+                        quoted.push(w);
+                        fresh.push((*n, l.clone()));
+                    }
+                }
                 line(&Piece::Code { cite: cite.clone(), symbol: symbol.clone(), lines: fresh }, dated)
             }
             _ => line(p, dated),

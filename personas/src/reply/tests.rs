@@ -201,6 +201,9 @@ fn the_check_finds_echoes_loops_empty_and_ungrounded_drafts() {
     let material = ["bob The migration locks the orders table; add a statement_timeout of 30s".to_string()];
     let flaw = |draft: &str, material: &[String]| check(draft, q, material, &names, false).map(|f| f.flaw);
     assert_eq!(flaw(&format!("@alice {q}"), &material), Some(Flaw::Echo));
+    let short = "what is the capital of France?";
+    let restated = check("@alice The capital of France is Paris.", short, &[], &names, true);
+    assert_eq!(restated, None, "a short answer restates the question");
     assert_eq!(flaw("@alice bob: @reviewer can you look", &[]), Some(Flaw::Ungrounded));
     assert_eq!(
         flaw("@alice I'm glad to hear you're on the team. I'm glad to hear you're on the team.", &material),
@@ -233,6 +236,9 @@ fn the_check_finds_echoes_loops_empty_and_ungrounded_drafts() {
         Some((Flaw::Unsupported, "numbers not in what was found: 10:32".into()))
     );
     assert_eq!(check("@dana Monday at 10:00 in room Orion.", asked, &review, &names, false), None);
+    // Words of its own beside the material's, more than one for two: it says something else.
+    let apology = "@dana Dave, I'm sorry for any confusion. The design review for search services has been available on Monday at 10:00 in room Orion.";
+    assert_eq!(check(apology, asked, &review, &names, false).map(|f| f.flaw), Some(Flaw::Unsupported));
     // Without material only a model trusted to know things may answer.
     assert_eq!(check("@alice Check the lock on the orders table first.", q, &[], &names, true), None);
     let note = check(&format!("@alice {q}"), q, &material, &names, false).unwrap().note();
