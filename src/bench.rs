@@ -16,6 +16,7 @@ pub mod rag_eval;
 pub mod redundancy;
 pub mod refs_eval;
 pub mod replay;
+pub mod replies;
 pub mod study;
 pub mod turns;
 pub mod webhook;

@@ -266,6 +266,17 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// What the personas post, on the rules and on the local brain (bench/replies): questions
+    /// about a conversation, summaries, code questions about Werkzeug 3.0.6, general questions;
+    /// echo and loop rates, unanswered, answers carrying their facts or naming a file that
+    /// answers them, median reply length and time.
+    Replies {
+        /// Also every question and its reply.
+        #[arg(long)]
+        details: bool,
+        #[command(flatten)]
+        out: Json,
+    },
     /// The semantic threshold of reference matching on labelled texts (bench/refs-eval):
     /// precision, recall and F1 of each threshold, the best one with its 2-fold held-out F1, and
     /// the default's figures.
@@ -358,6 +369,18 @@ pub fn run(Args { which }: Args) -> ExitCode {
         Which::RagEval { questions, tree, details, out } => {
             print_figures(rag_eval(questions.as_deref(), tree.as_deref(), details), out.json)
         }
+        Which::Replies { details, out } => block_on(async move {
+            use bench::rag_eval::WERKZEUG;
+            let dir = fetch::default_dir();
+            let r = async {
+                fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
+                let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
+                let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
+                bench::replies::replies(&tree, &source, &dir, details).await
+            }
+            .await;
+            print_figures(r, out.json)
+        }),
         Which::RefsEval { dir, details, out } => {
             let r = fetch::ensure(&fetch::default_dir(), &fetch::MINILM, |l| eprintln!("mindfleet: {l}"))
                 .map_err(anyhow::Error::from)
