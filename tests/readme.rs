@@ -17,6 +17,10 @@ const README_ADMIN: &str = "127.0.0.1:7878";
 const SKIPPED: &[(&str, &str)] = &[
     ("tail", "follows the outbox until interrupted (tests/api.rs runs it against a live fleet)"),
     ("bench rag-eval", "fetches Werkzeug from the Python package index (the network)"),
+    (
+        "bench replies",
+        "fetches Werkzeug and asks 43 questions of two brains, minutes (docs/BENCHMARKS.md has its figures)",
+    ),
     ("bench conversation", "a benchmark of 30 s of messages and more (docs/BENCHMARKS.md has its figures and command)"),
     (
         "bench cluster",
@@ -357,4 +361,53 @@ fn linked(dir: &Path, admin: &str, node: &str) {
         assert!(Instant::now() < until, "node {node} never reported up at {admin}: {}", d["nodes"]);
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The README's exchange ("An exchange"): its two `inject` lines as written, against the default
+/// fleet as `cargo run --release -- run` starts it (`config/fleet.toml`, the local brain), and
+/// what `helper` posts is the reply the README shows (the date and time it was said aside).
+#[test]
+fn the_readme_exchange_is_what_the_default_fleet_posts() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let section = readme.split("## An exchange").nth(1).expect("README.md has \"An exchange\"");
+    let mut blocks = section.split("```").skip(1).step_by(2);
+    let commands = examples(&format!("```\n{}```", blocks.next().expect("the exchange's commands")));
+    let shown = blocks.next().expect("the exchange's reply").trim_start_matches("text").trim();
+    assert_eq!(commands.len(), 2, "{section}");
+    let (persona, reply) = shown.split_once(": ").expect("`persona: reply`");
+    pulled();
+    let dir = tempfile::tempdir().unwrap();
+    copy(&repo.join("config/fleet.toml"), &dir.path().join("fleet.toml"));
+    let args = ["run", "fleet.toml", "--data", "data", "--admin", "127.0.0.1:0"].map(String::from);
+    let (_fleet, admin) = start_run(dir.path(), &[], &args);
+    let mut asked = String::new();
+    for c in &commands {
+        let mut a = c.args(true).unwrap();
+        a.extend(["--admin".to_string(), admin.clone()]);
+        let (code, out, err) = run(dir.path(), &c.env, &a);
+        assert_eq!(code, Some(0), "{}: {err}", c.line);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+        asked = v["event_id"].as_str().unwrap().to_string();
+    }
+    // Its reply, once posted (the model loads first on a fresh fleet).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let posted = loop {
+        let why = ["ai", "why", "--event", &asked, "--admin", &admin].map(String::from);
+        let (code, out, err) = run(dir.path(), &[], &why);
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let mine = v["replies"].as_array().and_then(|r| r.iter().find(|r| r["persona"] == persona).cloned());
+        if let Some(r) = mine {
+            break r["text"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no reply from {persona} to {asked}: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The time it was said is the run's own: `(bob, #general, 28 Nov 14:01)`.
+    let when = |s: &str| match s.rfind(", ") {
+        Some(i) if s.ends_with(')') => format!("{}, <when>)", &s[..i]),
+        _ => s.to_string(),
+    };
+    assert_eq!(when(&posted), when(reply), "README.md shows another reply than the default fleet posts");
 }
