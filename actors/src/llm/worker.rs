@@ -142,11 +142,19 @@ async fn start(args: WorkerArgs, supervisor: Option<ActorCell>) -> Result<ActorR
 
 /// A generation as the worker runs it for `purpose`: a persona's reply (`reply`) or lesson
 /// (`evaluate`) gets `decoding`'s most tokens, and its repetition settings unless the request
-/// set its own; any other purpose is left as asked.
+/// set its own. Conversation memory's observations (`observe`), a list of facts whose lines
+/// share their beginnings, get only the stop before a line said again, within their own most
+/// tokens. Any other purpose is left as asked.
 pub fn decode_as_configured(decoding: &Decoding, purpose: &str, req: &mut GenerateRequest) {
     let max_tokens = match purpose {
         "reply" => decoding.reply_max_tokens,
         "evaluate" => decoding.lesson_max_tokens,
+        "observe" => {
+            if req.repetition.is_off() {
+                req.repetition.stop_repeated_sentence = decoding.repetition.stop_repeated_sentence;
+            }
+            return;
+        }
         _ => return,
     };
     req.max_tokens = max_tokens;

@@ -308,13 +308,12 @@ impl PersonaState {
     fn checked(&self, f: &Work, draft: &str) -> Option<(reply::Finding, String)> {
         let hints = self.refs.hint(self.args.enricher.as_deref());
         let ctx = self.respond_context(f, &hints);
-        let (ask, pieces) = reply::ground(&ctx);
+        let (_, pieces) = reply::ground(&ctx);
         // A draft made with an adapter trained on the topic carries what the persona studied:
         // like a model that knows things, it may answer without material.
         let open = self.args.open_answers || f.memory.adapter.is_some();
         let finding = reply::check_draft(&ctx, &pieces, draft, open)?;
-        let grounded = reply::grounded(&ctx, &ask, &pieces) + &crate::brain::recall::rules_additions(ctx.memory);
-        Some((finding, grounded))
+        Some((finding, RulesBrain.respond(&ctx)))
     }
 
     /// The model's draft for the step of `task` (or why there is none).

@@ -54,6 +54,7 @@ fn replies_and_lessons_take_the_configured_decoding_and_other_purposes_are_left_
     for (purpose, max_tokens, repetition) in [
         ("reply", 6, d.repetition),
         ("evaluate", 3, d.repetition),
+        ("observe", 64, Repetition { stop_repeated_sentence: true, ..off }),
         ("generate", 64, off),
         ("api", 64, off),
         ("ask", 64, off),
