@@ -15,7 +15,7 @@ use mindfleet_core::model::{
 };
 
 use crate::gate::{GateDecision, GateState, score};
-use crate::reply::{self, Piece};
+use crate::reply;
 
 pub mod recall;
 
@@ -62,6 +62,22 @@ pub struct RespondContext<'a> {
     /// What the persona recalled of its long-term memory for the event (the sender's profile
     /// and knowledge shape the reply).
     pub memory: &'a Recollection,
+}
+
+impl RespondContext<'_> {
+    /// What the reply is built from ([`crate::reply`]).
+    pub fn reply(&self) -> reply::Input<'_> {
+        reply::Input {
+            persona: self.persona,
+            event: self.event,
+            recalled: self.recalled,
+            conversation: self.conversation,
+            room: self.room,
+            personas: self.personas,
+            found: self.found,
+            knowledge: self.memory.knowledge.iter().map(|k| (k.item.topic.as_str(), k.item.summary.as_str())).collect(),
+        }
+    }
 }
 
 /// What a brain writes the lesson of a finished plan from.
@@ -500,7 +516,7 @@ impl Brain for LocalBrain {
     /// The model is asked to phrase the material that bears on the question, and nothing else:
     /// a small model given every recalled line answers the latest one, or invents.
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
-        let (_, pieces) = reply::ground(ctx);
+        let (_, pieces) = reply::ground(&ctx.reply());
         let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
         if pieces.is_empty() {
             system.push_str("\nYou found nothing on this. Say in one sentence what you would need to answer it.");
@@ -508,7 +524,7 @@ impl Brain for LocalBrain {
             system.push_str("\nWhat you found:");
             for p in &pieces {
                 system.push_str("\n- ");
-                system.push_str(&prompt_line(p));
+                system.push_str(&p.prompt_line());
             }
             system.push_str(
                 "\nAnswer the last message in one or two short sentences, using only what you found. \
@@ -545,22 +561,6 @@ impl Brain for LocalBrain {
             }
         }
         Some(req)
-    }
-}
-
-/// One piece of material as the model's prompt lists it.
-fn prompt_line(p: &Piece) -> String {
-    match p {
-        Piece::Said(s) => format!("{} in #{} said: {}", s.from, s.room, s.text),
-        Piece::Code { cite, symbol, lines } => {
-            let body: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-            format!("[{cite}] {}: {}", symbol.as_deref().unwrap_or(""), body.join(" / "))
-        }
-        Piece::Reference { cite, name, lines } => {
-            format!("[{cite}] {}: {}", name.as_deref().unwrap_or(""), lines.join(" / "))
-        }
-        Piece::Knowledge { topic, summary } => format!("{topic}: {summary}"),
-        Piece::Remembered(t) => t.clone(),
     }
 }
 
@@ -777,8 +777,9 @@ impl Brain for RulesBrain {
 
     /// The grounded reply: the material that bears on the question, quoted and cited.
     fn respond(&self, ctx: &RespondContext) -> String {
-        let (ask, pieces) = reply::ground(ctx);
-        reply::grounded(ctx, &ask, &pieces) + &recall::rules_additions(ctx.memory)
+        let input = ctx.reply();
+        let (ask, pieces) = reply::ground(&input);
+        reply::grounded(&input, &ask, &pieces) + &recall::rules_additions(ctx.memory)
     }
 }
 

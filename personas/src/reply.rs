@@ -17,10 +17,34 @@ pub use check::{Finding, Flaw, check};
 pub use compose::{clarify, grounded};
 pub use material::{Piece, gather};
 
-use crate::brain::RespondContext;
+use mindfleet_core::conversation::{Recalled, Said};
+use mindfleet_core::event::Event;
+use mindfleet_core::knowledge::Source;
+use mindfleet_core::model::WmEntry;
+
+/// What a reply is built from: the message it answers and what the plan's steps found
+/// (`brain::RespondContext::reply` gives it; this module knows nothing of brains).
+pub struct Input<'a> {
+    /// The persona replying.
+    pub persona: &'a str,
+    pub event: &'a Event,
+    /// Working memory's entries for the event (only what someone said or a step found is
+    /// material: never the persona's own notes).
+    pub recalled: &'a [WmEntry],
+    /// What conversation memory recalled.
+    pub conversation: &'a [Recalled],
+    /// The room's latest messages, oldest first.
+    pub room: &'a [Said],
+    /// The fleet's personas: what they said is a reply, not material.
+    pub personas: &'a [String],
+    /// What the knowledge search and the references found.
+    pub found: &'a [Source],
+    /// What long-term memory knows of topics near the message: (topic, summary).
+    pub knowledge: Vec<(&'a str, &'a str)>,
+}
 
 /// What `ctx`'s event asks, and the material that bears on it, best first.
-pub fn ground(ctx: &RespondContext) -> (Ask, Vec<Piece>) {
+pub fn ground(ctx: &Input) -> (Ask, Vec<Piece>) {
     let ask = Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
     let pieces = gather(ctx, &ask);
     (ask, pieces)
@@ -28,7 +52,7 @@ pub fn ground(ctx: &RespondContext) -> (Ask, Vec<Piece>) {
 
 /// Checks a model's `draft` for `ctx` against the material `pieces`; `open`: the model may
 /// answer without material.
-pub fn check_draft(ctx: &RespondContext, pieces: &[Piece], draft: &str, open: bool) -> Option<Finding> {
+pub fn check_draft(ctx: &Input, pieces: &[Piece], draft: &str, open: bool) -> Option<Finding> {
     let material: Vec<String> = pieces.iter().map(Piece::text).collect();
     // Mentions say who is asked, not what; the persona's own name and role are not facts: a
     // draft that names them says nothing.

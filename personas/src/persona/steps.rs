@@ -53,7 +53,7 @@ impl PersonaState {
                 let hints = self.refs.hint(self.args.enricher.as_deref());
                 let ctx = self.respond_context(f, &hints);
                 let ask = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
-                f.draft = Some(reply::clarify(&ctx, &ask));
+                f.draft = Some(reply::clarify(&ctx.reply(), &ask));
                 f.answer = None;
                 Ok(StepRun::Done(None))
             }
@@ -308,11 +308,12 @@ impl PersonaState {
     fn checked(&self, f: &Work, draft: &str) -> Option<(reply::Finding, String)> {
         let hints = self.refs.hint(self.args.enricher.as_deref());
         let ctx = self.respond_context(f, &hints);
-        let (_, pieces) = reply::ground(&ctx);
+        let input = ctx.reply();
+        let (_, pieces) = reply::ground(&input);
         // A draft made with an adapter trained on the topic carries what the persona studied:
         // like a model that knows things, it may answer without material.
         let open = self.args.open_answers || f.memory.adapter.is_some();
-        let finding = reply::check_draft(&ctx, &pieces, draft, open)?;
+        let finding = reply::check_draft(&input, &pieces, draft, open)?;
         Some((finding, RulesBrain.respond(&ctx)))
     }
 

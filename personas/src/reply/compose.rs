@@ -2,13 +2,13 @@
 //! who said it and when, cited as `path:start-end` or by reference id. It adds no fact of its
 //! own; with nothing that bears on the question it says what it would need.
 
-use mindfleet_core::event::SenderKind;
-
 use std::collections::HashSet;
 
+use mindfleet_core::event::SenderKind;
+
+use super::Input;
 use super::ask::{Ask, Social};
 use super::material::Piece;
-use crate::brain::RespondContext;
 use crate::words::words;
 
 /// Most characters of one quoted line.
@@ -16,7 +16,7 @@ const QUOTE_CHARS: usize = 200;
 
 /// The grounded reply to `ctx`'s event for `ask`, from `pieces` (best first, as
 /// [`super::material::gather`] gives them).
-pub fn grounded(ctx: &RespondContext, ask: &Ask, pieces: &[Piece]) -> String {
+pub fn grounded(ctx: &Input, ask: &Ask, pieces: &[Piece]) -> String {
     let to = addressee(ctx);
     let about = topic_phrase(ask);
     let body = match ask {
@@ -61,7 +61,7 @@ pub fn grounded(ctx: &RespondContext, ask: &Ask, pieces: &[Piece]) -> String {
 }
 
 /// The clarifying question of a plan that asks back: what the persona would need to answer.
-pub fn clarify(ctx: &RespondContext, ask: &Ask) -> String {
+pub fn clarify(ctx: &Input, ask: &Ask) -> String {
     let about = topic_phrase(ask);
     let body = if about.is_empty() {
         "could you say a bit more about what you need, and where I should look?".to_string()
@@ -73,7 +73,7 @@ pub fn clarify(ctx: &RespondContext, ask: &Ask) -> String {
 
 /// Who the reply is to: a person by mention, a persona by name (a reply never mentions a
 /// persona, so never forces an answer from one).
-fn addressee(ctx: &RespondContext) -> String {
+fn addressee(ctx: &Input) -> String {
     match ctx.event.sender_kind {
         SenderKind::Human => format!("@{} ", ctx.event.from),
         _ => format!("{}: ", ctx.event.from),
@@ -81,7 +81,7 @@ fn addressee(ctx: &RespondContext) -> String {
 }
 
 /// The reply when nothing bears on the question: what the persona would need, never filler.
-fn nothing_found(ctx: &RespondContext, ask: &Ask, about: &str) -> String {
+fn nothing_found(ctx: &Input, ask: &Ask, about: &str) -> String {
     let room = &ctx.event.room;
     let on = if about.is_empty() { "that".to_string() } else { about.to_string() };
     match ask {

@@ -10,8 +10,8 @@ use mindfleet_core::event::text_mentions;
 use mindfleet_core::knowledge::Source;
 use mindfleet_core::model::EntryKind;
 
+use super::Input;
 use super::ask::Ask;
-use crate::brain::RespondContext;
 use crate::mind::REFERENCE_KIND;
 use crate::words::{content_words, stem, stems};
 
@@ -52,10 +52,26 @@ impl Piece {
             Piece::Remembered(t) => t.clone(),
         }
     }
+
+    /// The piece as a model's prompt lists it: who said it and where, or where it is written.
+    pub fn prompt_line(&self) -> String {
+        match self {
+            Piece::Said(s) => format!("{} in #{} said: {}", s.from, s.room, s.text),
+            Piece::Code { cite, symbol, lines } => {
+                let body: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+                format!("[{cite}] {}: {}", symbol.as_deref().unwrap_or(""), body.join(" / "))
+            }
+            Piece::Reference { cite, name, lines } => {
+                format!("[{cite}] {}: {}", name.as_deref().unwrap_or(""), lines.join(" / "))
+            }
+            Piece::Knowledge { topic, summary } => format!("{topic}: {summary}"),
+            Piece::Remembered(t) => t.clone(),
+        }
+    }
 }
 
 /// The material for `ask` in `ctx`, best first (a summary's lines in the order they were said).
-pub fn gather(ctx: &RespondContext, ask: &Ask) -> Vec<Piece> {
+pub fn gather(ctx: &Input, ask: &Ask) -> Vec<Piece> {
     let topic: HashSet<String> = ask.topic().iter().map(|w| stem(w).to_string()).collect();
     let mut out: Vec<(f64, Piece)> = Vec::new();
     let said = said_lines(ctx, ask, &topic);
@@ -84,11 +100,11 @@ pub fn gather(ctx: &RespondContext, ask: &Ask) -> Vec<Piece> {
         };
         out.push((score + boost + f64::from(s.score.clamp(0.0, 1.0)), piece));
     }
-    for k in &ctx.memory.knowledge {
-        let text = format!("{} {}", k.item.topic, k.item.summary);
+    for (about, summary) in &ctx.knowledge {
+        let text = format!("{about} {summary}");
         // Recalled for the event by meaning already: its words rank it among the rest.
         let score = overlap(&text, &topic) + 0.5;
-        out.push((score, Piece::Knowledge { topic: k.item.topic.clone(), summary: k.item.summary.clone() }));
+        out.push((score, Piece::Knowledge { topic: about.to_string(), summary: summary.to_string() }));
     }
     if ctx.conversation.is_empty() && ctx.room.is_empty() {
         for e in ctx.recalled.iter().filter(|e| matches!(e.kind, EntryKind::Observation)) {
@@ -116,7 +132,7 @@ pub fn gather(ctx: &RespondContext, ask: &Ask) -> Vec<Piece> {
 
 /// The room's lines that bear on `topic`, scored, without the message asked, the persona's own
 /// replies, questions (they carry no answer, except in a summary) and lines that quote another.
-fn said_lines(ctx: &RespondContext, ask: &Ask, topic: &HashSet<String>) -> Vec<(f64, Said)> {
+fn said_lines(ctx: &Input, ask: &Ask, topic: &HashSet<String>) -> Vec<(f64, Said)> {
     let asked = &ctx.event.id;
     let mut seen: HashSet<u64> = HashSet::new();
     let mut all: Vec<(Said, Option<f32>)> = Vec::new();

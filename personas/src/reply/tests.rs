@@ -4,8 +4,6 @@ use mindfleet_core::knowledge::Source;
 use mindfleet_core::model::{EntryKind, WmEntry};
 
 use super::*;
-use crate::brain::{NOTHING_RECALLED, RespondContext};
-use crate::gate::GateState;
 
 fn ev(domain: &str, from: &str, text: &str) -> Event {
     EventInput {
@@ -43,20 +41,16 @@ fn room() -> Vec<Said> {
     ]
 }
 
-fn ctx<'a>(e: &'a Event, room: &'a [Said], found: &'a [Source], recalled: &'a [WmEntry]) -> RespondContext<'a> {
-    static STATE: std::sync::LazyLock<GateState> = std::sync::LazyLock::new(GateState::default);
-    RespondContext {
+fn ctx<'a>(e: &'a Event, room: &'a [Said], found: &'a [Source], recalled: &'a [WmEntry]) -> Input<'a> {
+    Input {
         persona: "helper",
-        role: "assistant",
         event: e,
         recalled,
         conversation: &[],
         room,
         personas: &[],
         found,
-        hints: "",
-        state: &STATE,
-        memory: &NOTHING_RECALLED,
+        knowledge: Vec::new(),
     }
 }
 
@@ -184,7 +178,7 @@ fn recalled_lines_count_once_and_questions_and_quotes_are_not_answers() {
         via: None,
         score: 1.0,
     }];
-    let c = RespondContext { conversation: &recalled, ..ctx(&e, &lines, &[], &[]) };
+    let c = Input { conversation: &recalled, ..ctx(&e, &lines, &[], &[]) };
     let (_, pieces) = ground(&c);
     let said: Vec<u64> =
         pieces.iter().filter_map(|p| if let Piece::Said(s) = p { Some(s.seq) } else { None }).collect();
