@@ -7,8 +7,9 @@
 //! └── WorkingMemory              thoughts per domain, retention-score eviction
 //! ```
 //!
-//! The decision logic is plain data and functions ([`gate`], [`memory`], [`mind`]) so it is
-//! tested and benchmarked without actors; the actors own state and persist it.
+//! The decision logic is plain data and functions ([`gate`], [`memory`], [`mind`], and
+//! [`reply`]: what a reply is built from, and the check of a model's draft) so it is tested and
+//! benchmarked without actors; the actors own state and persist it.
 
 pub mod brain;
 pub mod consolidate;

@@ -238,3 +238,28 @@ async fn with_no_budget_left_the_rules_consolidate_alone_and_no_model_call_is_ma
     assert!(observe_cost(&cost).is_none(), "{cost}");
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+/// The draft check reads every model's drafts: a persona whose model is behind an endpoint (here
+/// a fleet serving SmolLM2-135M, which answers as asked) has a draft that repeats the message
+/// replaced by the grounded reply, and the decision says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_from_an_endpoint_that_repeats_the_message_is_not_posted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serving_fleet(&tmp.path().join("server")).await;
+    let persona = "[[persona]]\nname = \"helper\"\nrole = \"generalist assistant\"\nrooms = [\"general\"]\n\
+                   brain = \"local\"\ndormant = true\n";
+    let llm = format!("[llm]\nbackend = \"openai\"\nurl = \"http://{}/v1\"\nmodel = \"smollm2\"\n", server.addr);
+    let fleet = mindfleet::Fleet::start(config(&tmp.path().join("fleet"), &format!("{}{llm}", fleet_toml(persona))))
+        .await
+        .unwrap();
+    let asked =
+        "@helper The deploy to staging failed with a timeout on the database migration. Any idea what to check first?";
+    let ack = fleet.inject(crate::util::chat("general", "ivan", asked)).await.unwrap();
+    let reply = crate::util::reply_to(&fleet, &ack.event_id).await;
+    let reason = crate::util::decision(&fleet, "helper", &ack.event_id).await.reason;
+    assert!(reason.contains("draft repeated the message (") && reason.contains("): grounded reply"), "{reason}");
+    assert!(!reply.text.contains("failed with a timeout on the database migration"), "{reply:?}");
+    assert!(dump(&server).await.llm.requests >= 1, "the endpoint drafted it");
+    fleet.shutdown(Duration::from_secs(5)).await;
+    server.shutdown(Duration::from_secs(5)).await;
+}
