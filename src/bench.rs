@@ -31,7 +31,7 @@ use mindfleet_core::model::Mood;
 use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use serde_json::{Value, json};
 
-use crate::fleet::Fleet;
+use mindfleet::fleet::Fleet;
 
 /// Resident set size of this process, in KiB (Linux).
 pub fn rss_kib() -> u64 {
@@ -91,7 +91,7 @@ pub(crate) fn round(x: f64, digits: i32) -> f64 {
 /// Launch time and idle RSS of a fleet of `n` personas (each with its three children).
 pub async fn launch(n: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let cfg = crate::defaults::synthetic_fleet(n, dir.path().to_path_buf());
+    let cfg = mindfleet::defaults::synthetic_fleet(n, dir.path().to_path_buf());
     let rss_before = rss_kib();
     let t = Instant::now();
     let fleet = Fleet::start(cfg).await?;
@@ -203,7 +203,7 @@ pub fn gate(seconds: f64) -> Value {
 /// Durable injection over HTTP with `clients` concurrent keep-alive clients.
 pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
+    let mut cfg = mindfleet::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{i}")];
     }
@@ -381,7 +381,7 @@ pub async fn soak_with(
 ) -> anyhow::Result<Value> {
     let SoakLoad { personas, rate, seconds, every, room_size, conversation, local } = load;
     let dir = tempfile::tempdir()?;
-    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
+    let mut cfg = mindfleet::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
     let rooms = personas.div_ceil(room_size).max(1);
     for (i, p) in cfg.personas.iter_mut().enumerate() {

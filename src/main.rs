@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use mindfleet::panic_hook;
 
+mod bench;
 mod cmd;
 
 /// glibc's allocator serialises the actors' many small allocations on its arena locks.

@@ -96,7 +96,7 @@ fn a_package_pip_cannot_fetch_or_a_wheel_that_is_not_the_pinned_one_is_refused_b
 
 #[test]
 fn a_source_package_is_fetched_checked_and_unpacked_whole_and_a_wrong_sum_refused() {
-    use mindfleet::bench::rag_eval::WERKZEUG;
+    use mindfleet_models::fetch::WERKZEUG;
     let dir = tempfile::tempdir().unwrap();
     let tree = fetch::ensure_source(dir.path(), &WERKZEUG, |_| {}).unwrap();
     assert_eq!(tree, dir.path().join(WERKZEUG.name));

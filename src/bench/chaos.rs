@@ -294,7 +294,7 @@ async fn stored_decisions(data: &Path) -> anyhow::Result<HashMap<(String, String
     tokio::task::spawn_blocking(move || {
         let _lock = lock_data_dir(&data)?;
         let storage =
-            Storage::open(&StorageConfig { data_dir: data.clone(), ..crate::defaults::default_fleet().storage })?;
+            Storage::open(&StorageConfig { data_dir: data.clone(), ..mindfleet::defaults::default_fleet().storage })?;
         let mut n: HashMap<(String, String), u32> = HashMap::new();
         for (persona, d) in storage.all_decisions()? {
             if d.verdict != mindfleet_core::model::Verdict::Defer {

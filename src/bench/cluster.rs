@@ -14,8 +14,8 @@ use mindfleet_core::messages::PersonaStatus;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
-use crate::cluster::ClusterOptions;
-use crate::fleet::Fleet;
+use mindfleet::cluster::ClusterOptions;
+use mindfleet::fleet::Fleet;
 
 /// How many injections are in flight at once.
 const CONCURRENCY: usize = 16;

@@ -20,7 +20,7 @@ use mindfleet_core::time::now_us;
 use serde_json::{Value, json};
 
 use super::round;
-use crate::fleet::Fleet;
+use mindfleet::fleet::Fleet;
 
 pub const PERSONAS: [&str; 8] = ["ada", "bob", "cyd", "dee", "eve", "fay", "gus", "hal"];
 const PEOPLE: [&str; 8] = ["alice", "brian", "chloe", "dmitri", "elena", "farid", "grace", "hiro"];

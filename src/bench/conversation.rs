@@ -8,8 +8,8 @@ use mindfleet_core::event::EventInput;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
-use crate::client::Client;
-use crate::fleet::Fleet;
+use mindfleet::client::Client;
+use mindfleet::fleet::Fleet;
 
 /// Topics the messages rotate through, so recall has something to tell apart.
 const TOPICS: [&str; 6] = [
@@ -25,7 +25,7 @@ const TOPICS: [&str; 6] = [
 /// persona's conversation lag each 250 ms, then times `recalls` recalls through the admin API.
 pub async fn conversation(personas: usize, rate: f64, seconds: u64, recalls: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
+    let mut cfg = mindfleet::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = true;
     for p in &mut cfg.personas {
         p.rooms = vec!["general".into()];

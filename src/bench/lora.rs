@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 use super::embed::peak_rss_mb;
 use super::study::{PERSONA, ask, fail, session};
 use super::{percentile, round};
-use crate::client::Client;
-use crate::fleet::Fleet;
+use mindfleet::client::Client;
+use mindfleet::fleet::Fleet;
 
 /// The questions asked of the persona, idle and while training.
 const QUESTION: &str = "what does a WSGI middleware do?";

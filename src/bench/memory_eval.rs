@@ -28,8 +28,8 @@ use mindfleet_personas::redundancy::cosine;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
-use crate::client::Client;
-use crate::fleet::Fleet;
+use mindfleet::client::Client;
+use mindfleet::fleet::Fleet;
 
 /// Largest conversation file read, in bytes (the dev set's largest is under 300 KB).
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
@@ -379,7 +379,7 @@ pub async fn memory_eval(opts: &Options) -> anyhow::Result<Value> {
     let questions: Vec<&Question> = set.iter().flat_map(|c| &c.questions).collect();
     let turns: usize = set.iter().map(|c| c.turns.len()).sum();
     let dir = tempfile::tempdir()?;
-    let mut cfg = crate::defaults::synthetic_fleet(set.len(), dir.path().to_path_buf());
+    let mut cfg = mindfleet::defaults::synthetic_fleet(set.len(), dir.path().to_path_buf());
     cfg.conversation = conversation_config(&opts.conversation)?;
     cfg.conversation.enabled = true;
     for (p, c) in cfg.personas.iter_mut().zip(&set) {

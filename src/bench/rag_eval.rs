@@ -26,19 +26,13 @@ use anyhow::Context;
 use mindfleet_actors::embed::IndexModel;
 use mindfleet_index::chunk::{Chunker, Lang, line_windows};
 use mindfleet_index::{Embed, Hit, Index, Mode, SearchOptions, UpdateOptions};
-use mindfleet_models::fetch::SourcePackage;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::round;
 
 /// The codebase the questions are about.
-pub const WERKZEUG: SourcePackage = SourcePackage {
-    name: "werkzeug-3.0.6",
-    requirement: "werkzeug==3.0.6",
-    wheel: "werkzeug-3.0.6-py3-none-any.whl",
-    wheel_sha256: "1bc0c2310d2fbb07b1dd1105eba2f7af72f322e1e455f2f93c993bee8c8a5f17",
-};
+pub use mindfleet_models::fetch::WERKZEUG;
 
 /// The questions about [`WERKZEUG`], one JSON object a line.
 pub const QUESTIONS: &str = include_str!("../../bench/rag-eval/werkzeug-3.0.6.jsonl");

@@ -79,7 +79,7 @@ pub fn parse_labelled(text: &str, catalog: &Catalog) -> anyhow::Result<Vec<Label
 pub fn load(dir: &Path) -> anyhow::Result<(Catalog, Vec<Labelled>)> {
     let fleet = dir.join(FLEET_FILE);
     anyhow::ensure!(fleet.exists(), "{} not found: run from the repository's root or pass --dir", fleet.display());
-    let catalog = crate::fleet_config(Some(&fleet))?.references.catalog;
+    let catalog = mindfleet::fleet_config(Some(&fleet))?.references.catalog;
     anyhow::ensure!(!catalog.refs.is_empty(), "{}: the catalog is empty", fleet.display());
     let path = dir.join(LABELLED_FILE);
     let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;

@@ -15,7 +15,7 @@ use mindfleet_store::{Storage, lock_data_dir};
 use serde_json::{Value, json};
 
 use super::round;
-use crate::fleet::Fleet;
+use mindfleet::fleet::Fleet;
 
 const DEADLINE: Duration = Duration::from_secs(600);
 
@@ -60,7 +60,7 @@ struct Drained {
 /// on) every message is embedded.
 async fn drain(events: usize, personas: usize, conversation: bool) -> anyhow::Result<Drained> {
     let dir = tempfile::tempdir()?;
-    let mut cfg = crate::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
+    let mut cfg = mindfleet::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
     cfg.conversation.enabled = conversation;
     for p in &mut cfg.personas {
         p.rooms = vec!["general".into()];

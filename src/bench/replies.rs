@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::round;
-use crate::client::Client;
-use crate::fleet::Fleet;
+use mindfleet::client::Client;
+use mindfleet::fleet::Fleet;
 
 /// The conversation said in #general before the questions.
 pub const CONVERSATION: &str = include_str!("../../bench/replies/conversation.jsonl");

@@ -13,8 +13,8 @@ use mindfleet_core::model::StudySession;
 use serde_json::{Value, json};
 
 use super::{percentile, round};
-use crate::client::Client;
-use crate::fleet::Fleet;
+use mindfleet::client::Client;
+use mindfleet::fleet::Fleet;
 
 /// Each topic and the file of the corpus that is about it.
 const TOPICS: [(&str, &str); 5] = [

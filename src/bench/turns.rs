@@ -15,7 +15,7 @@ use mindfleet_core::event::EventInput;
 use serde_json::{Value, json};
 
 use super::round;
-use crate::fleet::Fleet;
+use mindfleet::fleet::Fleet;
 
 pub const PERSONAS: [&str; 7] = ["ada", "bob", "cyd", "dee", "eve", "fay", "gus"];
 const ROOM: &str = "team";

@@ -104,7 +104,7 @@ fn decisions(v: &Value) -> Value {
 /// The sender alone on the backlog a run left in `data`: deliveries and seconds until none is left.
 async fn drain(data: &Path, to: SocketAddr) -> anyhow::Result<(u64, f64)> {
     let _lock = lock_data_dir(data)?;
-    let mut cfg = crate::defaults::default_fleet().storage;
+    let mut cfg = mindfleet::defaults::default_fleet().storage;
     cfg.data_dir = data.to_path_buf();
     let storage = Storage::open(&cfg)?;
     let t = Instant::now();

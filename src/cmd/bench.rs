@@ -1,5 +1,5 @@
 //! `mindfleet bench ...`: runs a benchmark and prints its figures (docs/BENCHMARKS.md). The
-//! benchmarks themselves are in the library (`mindfleet::bench`); this module picks one, fetches
+//! benchmarks themselves are the binary's `bench` module, not the library's; this module picks one, fetches
 //! the models it needs, and runs it on a tokio runtime when it needs one (the ones that time
 //! blocking work run without).
 
@@ -7,8 +7,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::bench;
 use clap::Subcommand;
-use mindfleet::bench;
 use mindfleet_models::fetch;
 
 use super::{Json, block_on, print_figures};

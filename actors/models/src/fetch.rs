@@ -335,6 +335,15 @@ pub struct SourcePackage {
     pub wheel_sha256: &'static str,
 }
 
+/// Werkzeug 3.0.6: the public codebase the benchmarks ask code questions about (`bench rag-eval`,
+/// `bench replies`, `bench lora`).
+pub const WERKZEUG: SourcePackage = SourcePackage {
+    name: "werkzeug-3.0.6",
+    requirement: "werkzeug==3.0.6",
+    wheel: "werkzeug-3.0.6-py3-none-any.whl",
+    wheel_sha256: "1bc0c2310d2fbb07b1dd1105eba2f7af72f322e1e455f2f93c993bee8c8a5f17",
+};
+
 /// A source package's tree in `dir`, fetched, checked and unpacked first when it is not there
 /// (or not complete), saying so through `progress`. Pulls take turns on the cache's lock file,
 /// as models do.
