@@ -54,11 +54,19 @@ pub fn cpu_s() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
+/// The `p`-quantile of `xs` (nearest rank; sorts them); 0 for none. The one percentile of the
+/// benchmarks.
+pub fn percentile(xs: &mut [f64], p: f64) -> f64 {
+    if xs.is_empty() {
         return 0.0;
     }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+    xs.sort_by(f64::total_cmp);
+    xs[((xs.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The median of `xs` as [`percentile`] takes it (the upper one of an even count).
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    percentile(&mut xs, 0.5)
 }
 
 /// Runs a peer benchmark: `python -c script` with `input` as JSON on stdin, one JSON object of
@@ -259,8 +267,8 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
         "events": lat.len(),
         "personas": personas,
         "acked_per_s": per_s.round(),
-        "ack_p50_ms": round(percentile(&lat, 0.5), 2),
-        "ack_p99_ms": round(percentile(&lat, 0.99), 2),
+        "ack_p50_ms": round(percentile(&mut lat, 0.5), 2),
+        "ack_p99_ms": round(percentile(&mut lat, 0.99), 2),
         "commit_p50_ms": round(stats.commit_p50_ms, 3),
         "fsync_p50_ms": round(stats.fsync_p50_ms, 3),
         "mean_batch": round(stats.mean_batch, 1),

@@ -679,7 +679,7 @@ pub async fn chaos(opts: Options) -> anyhow::Result<Value> {
         "indexing_rounds": rounds.iter().filter(|r| r["indexing"] == true).count(),
         "killed_while_indexing": rounds.iter().filter(|r| r["indexing_at_kill"] == true).count(),
         "killed_while_recovering": rounds.iter().filter(|r| r["recovery_kill"]["pending_at_kill"].as_u64() > Some(0)).count(),
-        "restart_s": {"p50": round(percentile(&restart, 0.5), 3), "max": round(restart.last().copied().unwrap_or(0.0), 3)},
+        "restart_s": {"p50": round(percentile(&mut restart, 0.5), 3), "max": round(restart.last().copied().unwrap_or(0.0), 3)},
         "kill_rounds_s": round(kill_s, 1),
         "per_round": rounds,
         "disk_full": disk,

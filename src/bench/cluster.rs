@@ -80,7 +80,7 @@ async fn drive(fleet: &Arc<Fleet>, events: Vec<EventInput>) -> anyhow::Result<(V
 
 /// The figures of one run: acknowledgements, throughput, and the inject-to-decision latency
 /// of the node that decided (`storage` of its dump).
-fn figures(lat: &[f64], secs: f64, storage: &Value) -> Value {
+fn figures(lat: &mut [f64], secs: f64, storage: &Value) -> Value {
     json!({
         "events": lat.len(),
         "ack_p50_ms": round(percentile(lat, 0.50), 2),
@@ -143,10 +143,10 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
 
     // One node: the whole fleet in this process.
     let one = Arc::new(Fleet::start(config("single")?).await?);
-    let (lat, secs) = drive(&one, events(personas, n)).await?;
+    let (mut lat, secs) = drive(&one, events(personas, n)).await?;
     one.wait_idle(Duration::from_secs(120)).await;
     let storage = serde_json::to_value(one.storage.stats().await?)?;
-    let single = figures(&lat, secs, &storage);
+    let single = figures(&mut lat, secs, &storage);
     Arc::into_inner(one).ok_or_else(|| anyhow::anyhow!("fleet still shared"))?.shutdown(Duration::from_secs(5)).await;
 
     // Two nodes: a here, b in a child process; every event crosses from a to b.
@@ -172,7 +172,7 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
             anyhow::ensure!(Instant::now() < deadline, "node b did not link within 60 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let (lat, secs) = drive(&a, events(personas, n)).await?;
+        let (mut lat, secs) = drive(&a, events(personas, n)).await?;
         // Idle on b: nothing pending in its storage.
         let deadline = Instant::now() + Duration::from_secs(120);
         let on_b = loop {
@@ -182,7 +182,7 @@ pub async fn cluster(personas: usize, n: usize) -> anyhow::Result<Value> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let cross = figures(&lat, secs, &on_b["storage"]);
+        let cross = figures(&mut lat, secs, &on_b["storage"]);
         let drain = drain(&a, &b_admin, personas).await?;
         anyhow::Ok((cross, drain))
     }

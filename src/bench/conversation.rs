@@ -98,14 +98,14 @@ pub async fn conversation(personas: usize, rate: f64, seconds: u64, recalls: usi
         "stored": stored,
         "embedded_per_s": round(stored as f64 / (intake_s + drain_s), 1),
         "max_lag_s": max_lag.as_secs_f64(),
-        "lag_p50_ms": round(percentile(&lags, 0.5), 0),
-        "lag_p99_ms": round(percentile(&lags, 0.99), 0),
+        "lag_p50_ms": round(percentile(&mut lags, 0.5), 0),
+        "lag_p99_ms": round(percentile(&mut lags, 0.99), 0),
         "lag_max_ms": convo.iter().map(|c| c.max_lag_ms).max().unwrap_or(0),
         "promotions": convo.iter().map(|c| c.promotions).sum::<u64>(),
         "drain_s": round(drain_s, 2),
         "recalls": recalls,
-        "recall_p50_ms": round(percentile(&took, 0.5), 1),
-        "recall_p99_ms": round(percentile(&took, 0.99), 1),
+        "recall_p50_ms": round(percentile(&mut took, 0.5), 1),
+        "recall_p99_ms": round(percentile(&mut took, 0.99), 1),
         "recall_first_on_topic": round(on_topic as f64 / recalls.max(1) as f64, 3),
     }))
 }

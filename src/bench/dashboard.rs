@@ -63,10 +63,10 @@ impl Pages {
             "frames": all.frames,
             "frame_kib_mean": round(mean(&all.frame_bytes) / 1024.0, 1),
             "frame_kib_max": round(all.frame_bytes.last().copied().unwrap_or(0.0) / 1024.0, 1),
-            "page_ms_p50": round(percentile(&all.page_ms, 0.5), 1),
+            "page_ms_p50": round(percentile(&mut all.page_ms, 0.5), 1),
             "panels": all.panel_ms.len(),
-            "panel_ms_p50": round(percentile(&all.panel_ms, 0.5), 1),
-            "panel_ms_p99": round(percentile(&all.panel_ms, 0.99), 1),
+            "panel_ms_p50": round(percentile(&mut all.panel_ms, 0.5), 1),
+            "panel_ms_p99": round(percentile(&mut all.panel_ms, 0.99), 1),
             "failures": all.failures,
         })
     }

@@ -21,7 +21,7 @@ use mindfleet_actors::embed::IndexModel;
 use mindfleet_index::{Embed, Entry, Index, Mode, SearchOptions, UpdateOptions};
 use serde_json::{Value, json};
 
-use super::round;
+use super::{percentile, round};
 
 /// Questions asked of the real tree, each timed with its embedding.
 const QUESTIONS: [&str; 8] = [
@@ -34,11 +34,6 @@ const QUESTIONS: [&str; 8] = [
     "turn a chat message into an event",
     "how are search results paged",
 ];
-
-fn percentile(xs: &mut [f64], p: f64) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[((xs.len() - 1) as f64 * p).round() as usize]
-}
 
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)

@@ -11,7 +11,7 @@ use mindfleet_models::llm::batch::{BatchConfig, Engine, STEP_TOKENS, Work};
 use mindfleet_models::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
 use serde_json::{Value, json};
 
-use super::round;
+use super::{median, round};
 
 const PEER_SCRIPT: &str = include_str!("../../scripts/bench_llm_peer.py");
 /// Rounds of the comparison (see [`llm`]).
@@ -28,11 +28,6 @@ fn request() -> GenerateRequest {
         ),
     ];
     GenerateRequest::new(messages, MAX_TOKENS)
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 fn peer(python: &str, model: &Path, threads: usize, prompt: &[u32], gen_tokens: usize) -> Result<Value, String> {

@@ -199,7 +199,7 @@ pub async fn lora(
     for v in [&mut idle_ms, &mut busy_ms] {
         v.sort_by(f64::total_cmp);
     }
-    let (idle, busy) = (percentile(&idle_ms, 0.5), percentile(&busy_ms, 0.5));
+    let (idle, busy) = (percentile(&mut idle_ms, 0.5), percentile(&mut busy_ms, 0.5));
     Ok(json!({
         "bench": "lora",
         "source": source,

@@ -333,7 +333,6 @@ fn figures_json(f: &Figures) -> Value {
 /// A method's figures: overall, per category (keyed by its number, with its name), and its
 /// query latency.
 fn method_json(s: &Scores, latencies_ms: &mut [f64]) -> Value {
-    latencies_ms.sort_by(f64::total_cmp);
     let mut v = figures_json(&s.all);
     let by: serde_json::Map<String, Value> = s
         .by_category

@@ -29,7 +29,7 @@ use mindfleet_models::embed::Embedder;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::round;
+use super::{percentile, round};
 
 /// The set's folder, relative to the repository's root.
 pub const DEFAULT_DIR: &str = "bench/refs-eval";
@@ -298,15 +298,11 @@ fn cross_validate(scored: &[Scored]) -> Value {
 }
 
 /// Quantiles of similarities (nearest rank).
-fn quantiles(mut xs: Vec<f32>, ps: &[(&str, f64)]) -> Value {
-    xs.sort_by(f32::total_cmp);
+fn quantiles(xs: Vec<f32>, ps: &[(&str, f64)]) -> Value {
+    let mut xs: Vec<f64> = xs.into_iter().map(f64::from).collect();
     let mut out = serde_json::Map::new();
     for (name, p) in ps {
-        let v = if xs.is_empty() {
-            Value::Null
-        } else {
-            round(xs[((xs.len() - 1) as f64 * p).round() as usize] as f64, 3).into()
-        };
+        let v = if xs.is_empty() { Value::Null } else { round(percentile(&mut xs, *p), 3).into() };
         out.insert(name.to_string(), v);
     }
     out.into()

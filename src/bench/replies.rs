@@ -20,7 +20,7 @@ use mindfleet_core::event::EventInput;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::round;
+use super::{median, round};
 use mindfleet::client::Client;
 use mindfleet::fleet::Fleet;
 
@@ -140,14 +140,6 @@ impl Read {
         let r = self.reply.as_deref().unwrap_or("");
         self.prompt.answers.iter().any(|a| r.contains(a.as_str()))
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The figures of one brain's replies.

@@ -122,12 +122,12 @@ pub async fn study(corpus: &Path, rounds: usize) -> anyhow::Result<Value> {
         v.sort_by(f64::total_cmp);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let (idle, busy) = (percentile(&idle_ms, 0.5), percentile(&busy_ms, 0.5));
+    let (idle, busy) = (percentile(&mut idle_ms, 0.5), percentile(&mut busy_ms, 0.5));
     Ok(json!({
         "bench": "study",
         "model": mindfleet_models::fetch::SMOLLM2.name,
         "sessions": TOPICS.len(),
-        "session_p50_s": round(percentile(&secs, 0.5), 2),
+        "session_p50_s": round(percentile(&mut secs, 0.5), 2),
         "session_max_s": round(secs.last().copied().unwrap_or(0.0), 2),
         "tokens_per_session": round(mean(&tokens), 0),
         "answers": answers,

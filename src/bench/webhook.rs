@@ -136,7 +136,7 @@ pub async fn webhook(load: SoakLoad) -> anyhow::Result<Value> {
         c.webhooks = vec![hook(stalled_addr)];
     })
     .await?;
-    let (latency, span) = {
+    let (mut latency, span) = {
         let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
         s.latency_ms.sort_by(f64::total_cmp);
         let span = s.first.zip(s.last).map_or(0.0, |(a, b)| (b - a).as_secs_f64());
@@ -161,8 +161,8 @@ pub async fn webhook(load: SoakLoad) -> anyhow::Result<Value> {
             "replies": replies(&live),
             "delivered": latency.len(),
             "deliveries_per_s": round(latency.len() as f64 / span.max(1e-9), 1),
-            "delivery_p50_ms": round(percentile(&latency, 0.5), 1),
-            "delivery_p99_ms": round(percentile(&latency, 0.99), 1),
+            "delivery_p50_ms": round(percentile(&mut latency, 0.5), 1),
+            "delivery_p99_ms": round(percentile(&mut latency, 0.99), 1),
             "delivery_max_ms": round(latency.last().copied().unwrap_or(0.0), 1),
             "decisions": decisions(&live),
         },
