@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod cognition;
 pub mod conversation;
 pub mod dashboard;
+pub mod decoding;
 pub mod embed;
 pub mod index;
 pub mod llm;

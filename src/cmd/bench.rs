@@ -290,6 +290,13 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// The local model's replies to 24 chat messages under each setting of the repetition
+    /// guards (`[llm] repetition_penalty`, `no_repeat_ngram`, `no_copy_ngram`,
+    /// `stop_repeated_sentence`): sentences said twice, the message copied, empty, on topic.
+    Decoding {
+        #[command(flatten)]
+        out: Json,
+    },
     /// The gate's model question on labelled cases: label margins, coverage and agreement of
     /// the calibration.
     GateModel {
@@ -350,6 +357,10 @@ enum Which {
 pub fn run(Args { which }: Args) -> ExitCode {
     match which {
         Which::Gate { seconds, out } => print_figures(Ok(bench::gate(seconds)), out.json),
+        Which::Decoding { out } => {
+            let r = mindfleet::llm_file(None).map_err(anyhow::Error::msg).and_then(|m| bench::decoding::decoding(&m));
+            print_figures(r, out.json)
+        }
         Which::GateModel { out } => {
             let r = mindfleet::llm_file(None).map_err(anyhow::Error::msg).and_then(|m| bench::llm::gate_model(&m));
             print_figures(r, out.json)
