@@ -193,6 +193,7 @@ impl PersonaState {
         let Some(text) = f.draft.clone() else {
             return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
         };
+        untold_knowledge(f, &text);
         let e = f.event();
         let now = now_us();
         let reply_event = Event {
@@ -383,5 +384,23 @@ impl PersonaState {
             Err(e) => Err((ErrorClass::Unknown, e.to_string())),
         };
         self.step_result(task, result);
+    }
+}
+
+/// A grounded reply quotes only the material that bore most on the question: knowledge recalled
+/// for the event but left out of it was not told, and the plan says so. (A model's draft is read
+/// as told: the model had it in its prompt.)
+pub(super) fn untold_knowledge(f: &mut Work, reply: &str) {
+    if f.drafted_by != RulesBrain.name() {
+        return;
+    }
+    let flat: String = reply.split_whitespace().collect::<Vec<_>>().join(" ");
+    for u in f.record.memory_used.iter_mut().filter(|u| u.kind == MemoryKind::Knowledge && u.had_effect()) {
+        let Some(k) = f.memory.knowledge.iter().find(|k| k.item.topic == u.id) else { continue };
+        let words: Vec<&str> = k.item.summary.split_whitespace().take(6).collect();
+        let start: String = words.join(" ").chars().filter(|c| *c != '@').collect();
+        if !flat.contains(start.trim_end_matches(['.', ' '])) {
+            u.effect = format!("{NO_EFFECT}: other material bore more on the question");
+        }
     }
 }

@@ -258,3 +258,39 @@ fn the_coordinator_s_turn_engages_or_finishes_and_says_who_decided() {
     assert_eq!((g.gate.adapter, g.gate.verdict), ("model", Verdict::Defer));
     assert_eq!(g.seen.backlog, 3, "what the gate saw travels with the decision");
 }
+
+#[test]
+fn knowledge_a_grounded_reply_left_out_is_not_said_to_be_told() {
+    use crate::brain::recall::Similar;
+    use mindfleet_core::model::{Knowledge, MemoryKind, MemoryUse};
+    let Phase::Working(mut f) = working(1, 2, false) else { unreachable!() };
+    let known = |topic: &str, summary: &str| Similar {
+        item: Knowledge {
+            domain: "chat".into(),
+            topic: topic.into(),
+            summary: summary.into(),
+            sources: vec![],
+            at_us: 0,
+        },
+        score: 0.7,
+    };
+    f.memory.knowledge =
+        vec![known("admin token", "the admin token rotates monthly"), known("cache", "the cache is warmed at start")];
+    let told = |id: &str| MemoryUse {
+        kind: MemoryKind::Knowledge,
+        id: id.into(),
+        effect: "told in the reply (similarity 0.70)".into(),
+    };
+    f.record.memory_used = vec![told("admin token"), told("cache")];
+    let reply = "@ann what I have on admin token: what I know of admin token: the admin token rotates monthly";
+    let effects = |f: &Work| f.record.memory_used.iter().map(|u| u.effect.clone()).collect::<Vec<_>>();
+    f.drafted_by = "local";
+    super::super::steps::untold_knowledge(&mut f, reply);
+    assert!(effects(&f).iter().all(|e| e.starts_with("told")), "a model's draft had it in its prompt");
+    f.drafted_by = "rules";
+    super::super::steps::untold_knowledge(&mut f, reply);
+    assert_eq!(
+        effects(&f),
+        ["told in the reply (similarity 0.70)", "no effect: other material bore more on the question"]
+    );
+}
