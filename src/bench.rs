@@ -65,6 +65,12 @@ pub fn percentile(xs: &mut [f64], p: f64) -> f64 {
     xs[((xs.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The words of a text as the reply benchmarks read it, lower-cased: runs of letters, digits and
+/// `_` (apart from the personas' own reading, which they measure).
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
 /// The median of `xs` as [`percentile`] takes it (the upper one of an even count).
 pub fn median(mut xs: Vec<f64>) -> f64 {
     percentile(&mut xs, 0.5)

@@ -15,6 +15,8 @@ use mindfleet_core::llm::{ChatMessage, GenerateRequest, Repetition, Stop};
 use mindfleet_models::llm::{Llm, LlmConfig};
 use serde_json::{Value, json};
 
+use super::{round, words};
+
 /// The messages answered, each as a person in a team's chat would write it.
 const MESSAGES: [&str; 24] = [
     "The deploy to staging failed with a timeout on the database migration. Any idea what to check first?",
@@ -59,10 +61,6 @@ const SETTINGS: [(f32, usize, usize, bool); 12] = [
     (1.0, 0, 0, true),
     (1.1, 3, 4, true),
 ];
-
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
 
 /// Whether `text` says a sentence (of three words or more) twice.
 fn repeats(text: &str) -> bool {
@@ -109,7 +107,7 @@ pub fn decoding(model: &Path) -> anyhow::Result<Value> {
             cut += usize::from(g.stop == Stop::Repetition);
         }
         rows.push(json!({
-            "repetition_penalty": super::round(f64::from(penalty), 2),
+            "repetition_penalty": round(f64::from(penalty), 2),
             "no_repeat_ngram": no_repeat_ngram,
             "no_copy_ngram": no_copy_ngram,
             "stop_repeated_sentence": stop_repeated_sentence,

@@ -20,7 +20,7 @@ use mindfleet_core::event::EventInput;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{median, round};
+use super::{median, round, words};
 use mindfleet::client::Client;
 use mindfleet::fleet::Fleet;
 
@@ -79,11 +79,6 @@ fn fail(e: impl std::fmt::Display) -> anyhow::Error {
 /// The persona of `role` on `brain`.
 fn persona(role: &str, brain: &str) -> String {
     format!("{role}-{brain}")
-}
-
-/// The words of a text, lower-cased.
-fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
 /// Whether `reply` echoes the question: it repeats 80% or more of the question's words (of four
