@@ -46,6 +46,11 @@ impl Enricher {
         &self.catalog
     }
 
+    /// How many links away discovery goes from a selected reference.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
     /// Embeds the catalog, once; `Err`: why semantic matching is off (tried again at the next
     /// text, so a worker that recovers turns it on).
     pub async fn warm(&self) -> Result<(), String> {
@@ -119,10 +124,10 @@ impl RefBook {
     /// The hint block of the event in hand: what its texts called for and why (the references
     /// every persona has are left out); empty when nothing was called for or there is no
     /// catalog.
-    pub fn hint(&self, enricher: Option<&Enricher>) -> String {
-        let Some(enricher) = enricher else { return String::new() };
+    pub fn hint(&self, catalog: Option<&Catalog>) -> String {
+        let Some(catalog) = catalog else { return String::new() };
         let called: Vec<RefMatch> = self.current.iter().filter(|m| m.via != refs::Via::Auto).cloned().collect();
-        refs::hint_block(enricher.catalog(), &called)
+        refs::hint_block(catalog, &called)
     }
 
     /// Selects `m`'s reference and authorises its path; `false` when it was selected already.

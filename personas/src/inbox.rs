@@ -1,7 +1,7 @@
 //! The `Inbox` actor: a persona's bounded priority queue of stored deliveries.
 //!
 //! Pushes come from the persona; the persona pulls one event at a time (`Pull`), and the
-//! inbox answers with `Own::Next` as soon as it has one. When full, the lowest
+//! inbox answers with `Own::next` as soon as it has one. When full, the lowest
 //! priority event (the newest among equals) is shed; repeats (the same room+sender+text as
 //! another delivery within 3 s) are dropped; both are journaled as decisions through the
 //! admin, which finishes their delivery in storage: nothing is dropped silently. A delivery
@@ -235,7 +235,7 @@ impl InboxState {
         }
         if let Some(d) = self.queue.pop() {
             self.wanted = false;
-            let _ = self.args.parent.cast(Own::Next(d, self.queue.len()).into());
+            let _ = self.args.parent.cast(Own::next(d, self.queue.len()).into());
         }
     }
 }

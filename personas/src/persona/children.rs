@@ -137,8 +137,8 @@ impl PersonaState {
                 Err(e) => error = format!("restart failed: {e}"),
             }
         }
-        if kind == Kind::Inbox && self.phase.working().is_none() {
-            self.pull();
+        if kind == Kind::Inbox {
+            self.feed(super::lifecycle::Input::InboxRestarted).await;
         }
         Ok(())
     }

@@ -14,41 +14,41 @@
 //! `max_restarts` failures within `within_secs` escalate (the persona fails, and the fleet
 //! supervisor restarts the whole persona).
 //!
+//! The handling of an event is [`lifecycle`], a state machine with no I/O: this actor is its
+//! shell. It turns messages into the lifecycle's inputs and carries its effects out
+//! (`shell.rs`, in one place); what it asks off its loop comes back as another input.
+//!
 //! Messages: [`PersonaMsg`]; what only the persona sends itself (its timers, its children's
 //! reports, the answers to what it asked off its loop) is [`Own`], carried in `PersonaMsg::Own`
 //! and private to this crate.
 //!
-//! The folder, by concern (this file is the actor's shell: its state and the dispatch):
+//! The folder, by concern (this file is the actor: its state and the dispatch):
 //!
 //! ```text
-//! phase.rs         where the event in hand is: one enum of phases, and what a grant runs
+//! lifecycle/       the lifecycle of an event: inputs in, effects out
+//! shell.rs         the lifecycle's effects carried out
 //! own.rs           the persona's own continuations
 //! children.rs      spawning and restarting the inbox, self-state and working memory
-//! intake.rs        inbox to enrichment to the gate chain, turn-taking, the journaled decision
-//! grant.rs         a grant looked up in the book of tasks and run
-//! plan.rs          engaging, one task per step, adjusting a failed plan, the evaluation
-//! steps.rs         the actions of the registry and the answers they wait for
-//! remembering.rs   consolidation and conversation memory
+//! grant.rs         a grant: the lifecycle's, or one of the persona's chores
+//! remembering.rs   consolidation, conversation memory, the recall of long-term memory
+//! observing.rs     conversation memory consolidated into observations
 //! studying.rs      knowledge gaps and study sessions
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use mindfleet_core::config::{BrainKind, ConversationConfig, PersonaConfig, SupervisionConfig};
+use mindfleet_core::config::{ConversationConfig, PersonaConfig, SupervisionConfig};
 use mindfleet_core::conversation::Said;
 use mindfleet_core::dump::{ActorsDump, ChildDump, PersonaDump, WorkingMemoryDump};
 use mindfleet_core::embedding::EmbedMsg;
-use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::knowledge::IndexMsg;
 use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{
-    AdminMsg, CoordinatorMsg, Delivery, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus,
-    StateChange,
+    AdminMsg, CoordinatorMsg, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus, StateChange,
 };
-use mindfleet_core::model::{EntryKind, Learning, PlanRecord, SelfStateData};
 use mindfleet_core::refs::{RefMatch, RefMode, Via};
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
@@ -56,39 +56,30 @@ use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
-use crate::brain::{Brain, LocalBrain, RulesBrain};
 use crate::conversation::ConversationBook;
 use crate::enrich::{Enricher, RefBook};
 use crate::faults::FaultBook;
 use crate::inbox::InboxMsg;
-use crate::memory::Draft;
 use crate::mind::{Update, cadence};
 use crate::self_state::SelfStateMsg;
 use crate::study::{self, StudyBook};
 use crate::working_memory::MemoryMsg;
 
 mod children;
-mod deferrals;
 mod grant;
-mod intake;
+pub(crate) mod lifecycle;
 mod observing;
 pub(crate) mod own;
-mod phase;
-mod plan;
 mod remembering;
-mod steps;
+mod shell;
 mod studying;
-mod turns;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
-use deferrals::DeferBook;
+use lifecycle::{Input, Lifecycle, References, Setup};
 pub(crate) use own::Own;
-use phase::{Phase, TaskFor};
 
 /// How long the persona waits for its own children (recall, dumps).
 const CHILD_CALL_MS: u64 = 1000;
-/// Finished deliveries remembered to drop their redeliveries.
-const DONE_KEPT: usize = 256;
 /// How a persona's failure by escalation reads (its in-flight event is not to blame).
 pub const ESCALATION: &str = "failed too often; escalating";
 
@@ -139,42 +130,26 @@ pub struct ConversationArgs {
     pub config: ConversationConfig,
 }
 
-/// Most chunks a knowledge search brings into working memory and the reply.
-const KNOWLEDGE_CHUNKS: usize = 3;
 /// How long a study stage that gave its slot back waits before it asks again.
 const STUDY_RETRY: Duration = Duration::from_secs(2);
-/// How many times a claim goes again to a coordinator that has not answered it.
-const TURN_RETRIES: u32 = 5;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
 const SEARCH_CALL_MS: u64 = 20_000;
 /// How long conversation memory gathers messages before it asks to embed them (unless a batch
 /// fills first).
 const GATHER: Duration = Duration::from_secs(1);
-/// Most messages conversation memory brings into a reply.
-const CONVERSATION_RECALLED: usize = 3;
 /// Most of the room's latest messages the recall step reads for a reply (questions about who
 /// said what, and summaries, are answered from them).
 const ROOM_LINES: usize = 200;
 
-/// Tokens a drafting step reserves from the budgets: its prompt and its answer.
-const DRAFT_TOKENS_RESERVED: u32 = 1024;
-/// Tokens the gate's model question reserves.
-const GATE_TOKENS_RESERVED: u32 = 256;
-/// Tokens the plan questions (one per order of the candidates) reserve.
-const PLAN_TOKENS_RESERVED: u32 = 768;
-/// Tokens the lesson of a plan reserves: its prompt and its answer.
-const LESSON_TOKENS_RESERVED: u32 = 768;
-
-/// Most references one `select_reference` step selects from the candidates offered.
-const REFS_SELECTED_PER_STEP: usize = 3;
-/// Most references one `select_reference` step reads a passage of.
-const REFS_READ_PER_STEP: usize = 3;
-
-/// How a step ended its run: done (with its result's text, which the enrichment pipeline reads
-/// before the persona goes on), or waiting for an answer (a message to come).
-enum StepRun {
-    Done(Option<String>),
-    Waiting,
+/// What a task of the persona's own (not the lifecycle's) was submitted for, until its grant
+/// comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chore {
+    Consolidate,
+    Remember,
+    /// Consolidating conversation memory into observations.
+    Observe,
+    Study,
 }
 
 pub struct PersonaState {
@@ -184,37 +159,20 @@ pub struct PersonaState {
     inbox: Child<InboxMsg>,
     self_state: Child<SelfStateMsg>,
     memory: Child<MemoryMsg>,
-    snapshot: SelfStateData,
-    /// The event in hand, and where it is.
-    phase: Phase,
-    /// What each task submitted and not granted yet is for.
-    tasks: HashMap<TaskId, TaskFor>,
-    done: VecDeque<u64>,
-    /// Times of persona messages seen per room (echo-storm guard).
-    persona_msgs: HashMap<String, VecDeque<i64>>,
-    brain: Box<dyn Brain>,
-    /// What the persona learned from its plans (kept in storage too).
-    learnings: Vec<Learning>,
-    /// The last finished plan (for dumps).
-    last_plan: Option<PlanRecord>,
+    /// The lifecycle of its events.
+    life: Lifecycle,
+    /// What each of its chores' tasks submitted and not granted yet is for.
+    chores: HashMap<TaskId, Chore>,
     /// The cadence last sent to the scheduler (from mood and budget).
     cadence: Duration,
     /// Share of the model budget left, as of the last grant.
     budget_left: f64,
-    refs: RefBook,
     /// Conversation memory, when the fleet keeps one.
     convo: Option<ConversationBook>,
     /// The message of the event in hand as conversation memory keeps it, for its commit.
     taking_in: Option<Said>,
     /// Knowledge gaps noted and the study session under way.
     study: StudyBook,
-    /// The events it deferred, until taken up or dropped.
-    deferrals: DeferBook,
-    /// The reflections of completed plans waiting for the model's lesson, by the task that
-    /// asked it.
-    reflecting: HashMap<TaskId, plan::Reflecting>,
-    /// The model's drafts the draft check replaced, by flaw, since the persona started.
-    drafts_replaced: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl PersonaState {
@@ -222,29 +180,8 @@ impl PersonaState {
         let _ = self.inbox.actor.cast(InboxMsg::Pull);
     }
 
-    fn is_done(&self, seq: u64) -> bool {
-        self.done.contains(&seq) || self.current_event().is_some_and(|d| d.seq == seq)
-    }
-
-    /// The event being enriched, judged, waiting for its turn, or worked on.
-    fn current_event(&self) -> Option<&Delivery> {
-        self.phase.delivery()
-    }
-
     fn busy(&self) -> bool {
-        self.current_event().is_some()
-    }
-
-    /// The class the work on an event runs in: `urgent` if marked so or a human mentioned this
-    /// persona, `interactive` for chat and voice, `work` otherwise.
-    fn class_of(&self, e: &Event) -> Class {
-        if e.urgent || (e.sender_kind == SenderKind::Human && e.mentions.iter().any(|m| **m == *self.name)) {
-            Class::Urgent
-        } else if matches!(e.domain.as_str(), "chat" | "voice") {
-            Class::Interactive
-        } else {
-            Class::Work
-        }
+        self.life.busy()
     }
 
     /// A task of this persona in a cheap slot.
@@ -252,62 +189,35 @@ impl PersonaState {
         Task::new(self.name.clone(), class, priority, Slot::Cheap, label, Owner::Persona(self.myself.clone()))
     }
 
-    /// Submits `t` to the scheduler, noting what it is for (its grant looks that up).
-    fn submit(&mut self, t: Task, what: TaskFor) {
-        self.tasks.insert(t.id, what);
+    /// Submits `t`, one of its chores, to the scheduler (its grant looks it up).
+    fn submit(&mut self, t: Task, what: Chore) {
+        self.chores.insert(t.id, what);
         self.args.scheduler.submit(t);
-    }
-
-    /// A task of this persona for the event `e` (its class, priority and room, and what becomes
-    /// of it over budget: see `grant::over_budget`).
-    fn task_for(&self, e: &Event, class: Class, priority: f64, label: &'static str) -> Task {
-        self.own_task(class, priority, label).in_room(&e.room).over_budget(grant::over_budget(e, label))
     }
 
     /// Sends the scheduler a new cadence when mood or budget changed it.
     fn retune(&mut self) {
-        let c = cadence(self.snapshot.mood, self.budget_left);
+        let c = cadence(self.life.snapshot().mood, self.budget_left);
         if c != self.cadence {
             self.cadence = c;
             self.args.scheduler.set_cadence(self.name.clone(), c);
         }
     }
 
-    fn remember(&self, e: &Event, kind: EntryKind, text: String, importance: f64) {
-        let relevance = if self.snapshot.focus.domain == e.domain { 0.5 } else { 0.0 };
-        let _ = self.memory.actor.cast(MemoryMsg::Store(Draft {
-            domain: e.domain.clone(),
-            kind,
-            text,
-            importance,
-            event_id: Some(e.id.clone()),
-            relevance,
-        }));
-    }
-
     /// One of the persona's own continuations.
-    fn on_own(&mut self, myself: &ActorRef<PersonaMsg>, own: Own) {
+    async fn on_own(&mut self, myself: &ActorRef<PersonaMsg>, own: Own) {
         match own {
-            Own::Next(d, backlog) => self.on_next(d, backlog),
+            Own::Life(input) => self.feed(input).await,
             Own::SelfState(s) => {
-                self.snapshot = *s;
+                self.feed(Input::SelfState(s)).await;
                 self.retune();
-                self.tend_deferred();
             }
-            Own::TurnOverdue(id) => self.on_turn_overdue(id),
             Own::StudyDue => self.study_next(),
             Own::Studied { task, step } => self.on_studied(task, step),
             Own::Consolidate => {
                 myself.send_after(self.args.config.consolidate_every, || Own::Consolidate.into());
                 self.want_consolidation();
             }
-            Own::Drafted { task, answer } => self.on_drafted(task, answer),
-            Own::Judged { task, answer } => self.on_judged(task, answer),
-            Own::Evaluated { task, answer } => self.on_evaluated(task, answer),
-            Own::Planned { task, answer } => self.on_planned(task, answer),
-            Own::Searched { task, answer } => self.on_searched(task, answer),
-            Own::Enriched { seq, enrichment } => self.on_enriched(seq, enrichment),
-            Own::StepEnriched { task, enrichment } => self.on_step_enriched(task, enrichment),
             Own::Remembered { task, result } => self.on_remembered(task, result),
             Own::ReadBack { asked, found } => self.on_read_back(asked, found),
             Own::ConversationLag => self.on_conversation_lag(),
@@ -319,7 +229,6 @@ impl PersonaState {
                     }
                 }
             }
-            Own::Recalled { task, recall, room } => self.on_recalled(task, recall, room),
             Own::ObserveDue => {
                 if let Some(c) = self.convo.as_mut() {
                     c.observe_armed = false;
@@ -327,11 +236,6 @@ impl PersonaState {
                 self.arm_observe();
             }
             Own::Observed { task, result } => self.on_observed(task, result),
-            Own::DeferralsDue => {
-                self.deferrals.due = None;
-                self.tend_deferred();
-            }
-            Own::LongTermRecalled { event_id, memory, note } => self.on_long_term_recalled(&event_id, *memory, note),
         }
     }
 
@@ -345,7 +249,7 @@ impl PersonaState {
             node: None,
             role: c.role.clone(),
             status: PersonaStatus::Running,
-            brain: self.brain.name().into(),
+            brain: self.life.brain().into(),
             brain_degraded: None,
             rooms: c.rooms.clone(),
             domains: c.domains.clone(),
@@ -355,18 +259,18 @@ impl PersonaState {
                 self_state: self.self_state.dump(),
                 working_memory: self.memory.dump(),
             },
-            self_state: Some(self.snapshot.clone()),
+            self_state: Some(self.life.snapshot().clone()),
             inbox: Default::default(),
             working_memory: WorkingMemoryDump::default(),
             decisions: Vec::new(),
-            in_flight: self.current_event().map(|d| d.event.id.clone()),
+            in_flight: self.life.current_event().map(|d| d.event.id.clone()),
             cadence_ms: self.cadence.as_millis() as u64,
             budget_left: self.budget_left,
-            plan: self.phase.working().map(|f| f.record.clone()).or_else(|| self.last_plan.clone()),
-            references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.refs.dump()),
+            plan: self.life.plan_record(),
+            references: self.args.enricher.as_ref().filter(|_| full).map(|_| self.life.refs().dump()),
             conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
-            drafts_replaced: self.drafts_replaced.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            drafts_replaced: self.life.drafts_replaced().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         };
         let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
         async move {
@@ -423,6 +327,7 @@ impl Actor for Persona {
         let inbox = spawn_inbox(&args, &name, &myself).await?;
         let sup = args.supervision;
         let learnings = args.storage.learnings(&name)?;
+        let references = args.enricher.as_deref().map(References::of);
         let mut refs = RefBook::default();
         if let Some(enricher) = &args.enricher {
             // Its choices so far, and the references every persona has.
@@ -437,7 +342,7 @@ impl Actor for Persona {
             }
         }
         // What it deferred before it stopped: still aside in storage.
-        let deferrals = DeferBook::new(args.storage.load_deferred(name.clone()).await?);
+        let deferred = args.storage.load_deferred(name.clone()).await?;
         let mut study = StudyBook::default();
         if args.index.is_some() {
             study.recent = args.storage.studies(&name, study::RECENT_KEPT)?.into();
@@ -448,32 +353,31 @@ impl Actor for Persona {
             }
             None => None,
         };
+        let setup = Setup {
+            config: args.config.clone(),
+            llm: args.llm.is_some(),
+            index: args.index.is_some(),
+            conversation: args.conversation.is_some(),
+            references,
+            redundancy: args.redundancy.is_some(),
+            open_answers: args.open_answers,
+            personas: args.personas.clone(),
+            turn_timeout: args.turn_timeout,
+            first_task: SchedulerHandle::id_block(),
+        };
         Ok(PersonaState {
-            snapshot: SelfStateData { dormant: args.config.dormant, ..SelfStateData::default() },
+            life: Lifecycle::new(setup, learnings, refs, deferred),
+            chores: HashMap::new(),
             name,
             myself,
             inbox: Child { actor: inbox, window: RestartWindow::new(sup), last_error: None },
             self_state: Child { actor: self_state, window: RestartWindow::new(sup), last_error: None },
             memory: Child { actor: memory, window: RestartWindow::new(sup), last_error: None },
-            phase: Phase::Idle,
-            tasks: HashMap::new(),
-            done: VecDeque::new(),
-            persona_msgs: HashMap::new(),
-            brain: match args.config.brain {
-                BrainKind::Rules => Box::new(RulesBrain),
-                BrainKind::Local => Box::new(LocalBrain),
-            },
-            learnings,
-            last_plan: None,
             cadence: Duration::ZERO,
             budget_left: 1.0,
-            refs,
             convo,
             taking_in: None,
             study,
-            deferrals,
-            reflecting: HashMap::new(),
-            drafts_replaced: Default::default(),
             args,
         })
     }
@@ -492,9 +396,9 @@ impl Actor for Persona {
         }
         // And what was embedded and not consolidated.
         st.arm_observe();
-        // The self-state keeps what storage kept: a `kill -9` may have lost its last write.
-        st.publish_preoccupations();
-        st.pull();
+        // The self-state keeps what storage kept (a `kill -9` may have lost its last write),
+        // and the inbox is asked.
+        st.feed(Input::Start).await;
         Ok(())
     }
 
@@ -505,7 +409,7 @@ impl Actor for Persona {
         st: &mut PersonaState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            PersonaMsg::Deliver(d) => st.on_deliver(d),
+            PersonaMsg::Deliver(d) => st.feed(Input::Deliver(d)).await,
             PersonaMsg::Granted(g) => st.on_grant(g).await,
             // A full dump is one moment of the persona: its events wait for the children's
             // answers. The dashboard's, asked of every persona each second, does not hold them
@@ -521,7 +425,7 @@ impl Actor for Persona {
             }
             PersonaMsg::Fault(f) => st.fault(f),
             PersonaMsg::Resync => drop(st.inbox.actor.cast(InboxMsg::Resync)),
-            PersonaMsg::Turn(t) => st.on_turn(t),
+            PersonaMsg::Turn(t) => st.feed(Input::Turn(t)).await,
             PersonaMsg::Study { topic, reply } => {
                 let _ = reply.send(st.on_study(topic));
             }
@@ -536,7 +440,7 @@ impl Actor for Persona {
                 let _ = st.self_state.actor.cast(SelfStateMsg::Apply(u));
             }
             PersonaMsg::Own(carried) => match Own::open(carried) {
-                Some(own) => st.on_own(&myself, own),
+                Some(own) => st.on_own(&myself, own).await,
                 // Not the persona's: somebody else made it.
                 None => tracing::warn!(persona = %st.name, "a continuation of another type: dropped"),
             },

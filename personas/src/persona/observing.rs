@@ -23,8 +23,7 @@ use mindfleet_core::time::now_us;
 use ractor::ActorRef;
 use tokio::sync::Notify;
 
-use super::phase::TaskFor;
-use super::{ConversationArgs, Own, PersonaState};
+use super::{Chore, ConversationArgs, Own, PersonaState};
 use crate::conversation::{Memorable, OBSERVE_BATCH, remember};
 use crate::observe::model;
 
@@ -54,7 +53,7 @@ impl PersonaState {
         }
         let Some(c) = self.convo.as_mut() else { return };
         c.observe_asked = Some(t.id);
-        self.submit(t, TaskFor::Observe);
+        self.submit(t, Chore::Observe);
     }
 
     /// The consolidation's slot: the messages are read, observed and indexed off the persona's

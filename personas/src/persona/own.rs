@@ -3,46 +3,26 @@
 //! [`PersonaMsg::Own`](mindfleet_core::messages::PersonaMsg::Own), which only this crate can
 //! make or open, so no holder of the persona's ref can forge one.
 
-use mindfleet_core::conversation::{Observation, Recall, Said};
-use mindfleet_core::knowledge::{RagError, Source};
-use mindfleet_core::llm::{Classification, Generation, LlmFailure};
+use mindfleet_core::conversation::{Observation, Said};
 use mindfleet_core::messages::{Delivery, PersonaMsg};
 use mindfleet_core::model::SelfStateData;
 use mindfleet_core::private::Private;
-use mindfleet_core::refs::Enrichment;
 use mindfleet_core::sched::TaskId;
 
-use crate::brain::Recollection;
+use super::lifecycle::{Input, Timer};
 use crate::study::StudyStep;
 
 pub(crate) enum Own {
-    /// From the inbox: its highest-priority event and how many remain.
-    Next(Delivery, usize),
+    /// For the lifecycle of its events: an answer to what it asked off the loop, or its timer.
+    Life(Input),
     /// From the self-state child: its new snapshot.
     SelfState(Box<SelfStateData>),
-    /// The coordinator has not answered its claim on this event yet.
-    TurnOverdue(String),
     /// Time to try the study session again (after a preemption).
     StudyDue,
     /// A stage of the study session of `task` is done.
     Studied { task: TaskId, step: StudyStep },
     /// Time to consolidate working memory.
     Consolidate,
-    /// The LLM's answer to the reply the persona asked it to draft for the step of `task`.
-    Drafted { task: TaskId, answer: Result<Generation, LlmFailure> },
-    /// The LLM's label scores for the engagement question the persona asked for `task`.
-    Judged { task: TaskId, answer: Result<Classification, LlmFailure> },
-    /// The LLM's lesson of the plan whose evaluation is `task`.
-    Evaluated { task: TaskId, answer: Result<Generation, LlmFailure> },
-    /// The LLM's label scores for each question of the choice of plan asked for `task`.
-    Planned { task: TaskId, answer: Result<Vec<Classification>, LlmFailure> },
-    /// The index's relevant results for the knowledge search of the step of `task`.
-    Searched { task: TaskId, answer: Result<Vec<Source>, RagError> },
-    /// The references the event of delivery `seq` calls for (the enrichment pipeline ran on it
-    /// before the gate).
-    Enriched { seq: u64, enrichment: Enrichment },
-    /// The references the result of the step of `task` calls for.
-    StepEnriched { task: TaskId, enrichment: Enrichment },
     /// The batch of conversation memory that the task `task` embedded is in the index (or why
     /// not).
     Remembered { task: TaskId, result: Result<(), String> },
@@ -56,14 +36,21 @@ pub(crate) enum Own {
     ObserveDue,
     /// The observations the consolidation task `task` made and put in the index (or why not).
     Observed { task: TaskId, result: Result<Vec<Observation>, String> },
-    /// The oldest deferred event may have gone stale.
-    DeferralsDue,
-    /// What conversation memory recalled for the recall step of `task`, and the room's latest
-    /// messages.
-    Recalled { task: TaskId, recall: Result<Recall, String>, room: Vec<Said> },
-    /// What long-term memory recalled for the engaged event `event_id`, before its plan (and
-    /// a note when the recall was by words only or failed).
-    LongTermRecalled { event_id: String, memory: Box<Recollection>, note: Option<String> },
+}
+
+impl Own {
+    /// From the inbox: its highest-priority event and how many remain.
+    pub(crate) fn next(d: Delivery, backlog: usize) -> Own {
+        Own::Life(Input::Next(d, backlog))
+    }
+
+    /// The lifecycle's `timer` is due.
+    pub(crate) fn timer(timer: Timer) -> Own {
+        Own::Life(match timer {
+            Timer::TurnOverdue(id) => Input::TurnOverdue(id),
+            Timer::DeferralsDue => Input::DeferralsDue,
+        })
+    }
 }
 
 impl Own {

@@ -2,8 +2,11 @@
 //! embedding them in batches, recalling them for a reply), and the recall of long-term memory
 //! before a plan.
 
-use mindfleet_core::conversation::{Recall, Said};
+use std::sync::Arc;
+
+use mindfleet_core::conversation::Said;
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::event::Event;
 use mindfleet_core::messages::Delivery;
 use mindfleet_core::sched::{Class, TaskId};
 use mindfleet_core::time::now_us;
@@ -13,9 +16,8 @@ use crate::brain::recall::{self, RECALL_READ, Read};
 use crate::consolidate::consolidate;
 use crate::working_memory::MemoryMsg;
 
-use super::Own;
-use super::phase::{Gated, Phase, TaskFor};
-use super::{CHILD_CALL_MS, GATHER, PersonaState};
+use super::lifecycle::Input;
+use super::{CHILD_CALL_MS, Chore, GATHER, Own, PersonaState};
 
 /// Longest the embedding worker may take to begin embedding the recall's texts before a plan: past
 /// it (or at once, when its queue would keep them past it) the worker answers `Late` and the
@@ -29,11 +31,11 @@ const RECALL_EMBED_MS: u64 = 2000;
 impl PersonaState {
     /// Asks for a Background slot to consolidate (at most one request at a time).
     pub(super) fn want_consolidation(&mut self) {
-        if self.tasks.values().any(|what| *what == TaskFor::Consolidate) {
+        if self.chores.values().any(|what| *what == Chore::Consolidate) {
             return;
         }
         let t = self.own_task(Class::Background, 0.3, "consolidate").paced();
-        self.submit(t, TaskFor::Consolidate);
+        self.submit(t, Chore::Consolidate);
     }
 
     /// Takes a chat message in for conversation memory: embedded by a `Background` task, and
@@ -85,7 +87,7 @@ impl PersonaState {
         let Some(c) = self.convo.as_mut() else { return };
         c.asked.push(t.id);
         self.myself.send_after(c.max_lag, || Own::ConversationLag.into());
-        self.submit(t, TaskFor::Remember);
+        self.submit(t, Chore::Remember);
     }
 
     /// A message waited past `max_lag`: the embedding also asks for a `work` slot.
@@ -95,7 +97,7 @@ impl PersonaState {
         c.asked.push(t.id);
         c.promotions += 1;
         tracing::info!(persona = %self.name, lag_ms = c.lag_us(now_us()) / 1000, "conversation memory behind: promoted to work");
-        self.submit(t, TaskFor::Remember);
+        self.submit(t, Chore::Remember);
     }
 
     /// A batch of conversation memory is embedded (or goes back in line).
@@ -147,54 +149,26 @@ impl PersonaState {
         self.gather();
     }
 
-    /// What conversation memory recalled for the recall step: into the reply, and (when it
-    /// could only match words) reported.
-    pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>, room: Vec<Said>) {
-        let Some(f) = self.phase.work_mut(task) else {
-            self.args.scheduler.done(task);
-            return;
-        };
-        f.room = room;
-        let seq = f.gated.seen.delivery.seq;
-        let mut degraded = None;
-        match recall {
-            Ok(r) => {
-                f.conversation = r.items.into_iter().filter(|i| i.said.seq != seq).collect();
-                degraded = r.degraded;
-            }
-            Err(e) => f.notes.push(format!("conversation memory did not answer: {e}")),
+    /// Conversation memory recalled the messages `seqs` for a reply (by words only when
+    /// `degraded` says why): its counts and recall marks.
+    pub(super) fn on_conversation_recalled(&mut self, seqs: Vec<u64>, degraded: Option<String>) {
+        let Some(c) = self.convo.as_mut() else { return };
+        if degraded.is_some() && c.degraded != degraded {
+            tracing::warn!(persona = %self.name, why = degraded.as_deref().unwrap_or(""), "conversation recall is degraded: words only, not meaning");
         }
-        if let Some(why) = &degraded {
-            f.notes.push(format!("conversation recall degraded (words only): {why}"));
+        c.recalls += 1;
+        c.recalls_by_words += u64::from(degraded.is_some());
+        c.degraded = degraded;
+        c.marks.recall(seqs, now_us());
+        if let Some(marks) = c.marks_due(false) {
+            self.args.storage.conversation_marks(self.name.clone(), marks);
         }
-        let text = f
-            .recalled
-            .iter()
-            .map(|m| m.text.clone())
-            .chain(f.conversation.iter().map(|r| r.said.content()))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if let Some(c) = self.convo.as_mut() {
-            if degraded.is_some() && c.degraded != degraded {
-                tracing::warn!(persona = %self.name, why = degraded.as_deref().unwrap_or(""), "conversation recall is degraded: words only, not meaning");
-            }
-            c.recalls += 1;
-            c.recalls_by_words += u64::from(degraded.is_some());
-            c.degraded = degraded;
-            c.marks.recall(f.conversation.iter().map(|r| r.said.seq), now_us());
-            if let Some(marks) = c.marks_due(false) {
-                self.args.storage.conversation_marks(self.name.clone(), marks);
-            }
-        }
-        self.step_result(task, Ok(Some(text)));
     }
 
-    /// Recalls long-term memory for the engaged event of `gated`, off the persona's loop: a
-    /// storage read (bounded, [`RECALL_READ`]) and, when there is something to compare by
-    /// meaning, one embedding request; answered by `Own::LongTermRecalled`.
-    pub(super) fn recall_long_term(&mut self, gated: Gated) {
-        let event = gated.seen.delivery.event.clone();
-        self.phase = Phase::Recalling { gated };
+    /// Recalls long-term memory for the engaged `event`, off the persona's loop: a storage read
+    /// (bounded, [`RECALL_READ`]) and, when there is something to compare by meaning, one
+    /// embedding request; answered by `Input::LongTermRecalled`.
+    pub(super) fn recall_long_term(&self, event: Arc<Event>) {
         let (storage, name, me) = (self.args.storage.clone(), self.name.clone(), self.myself.clone());
         let (embedding, adapters) = (self.args.embedding.clone(), self.args.adapters.clone());
         tokio::spawn(async move {
@@ -259,7 +233,7 @@ impl PersonaState {
                 }
             }
             let event_id = event.id.clone();
-            let _ = me.cast(Own::LongTermRecalled { event_id, memory: Box::new(memory), note }.into());
+            let _ = me.cast(Own::Life(Input::LongTermRecalled { event_id, memory: Box::new(memory), note }).into());
         });
     }
 

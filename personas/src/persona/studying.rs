@@ -2,41 +2,16 @@
 
 use mindfleet_core::config::BrainKind;
 use mindfleet_core::llm::LlmMsg;
-use mindfleet_core::model::{Action, StudySession};
+use mindfleet_core::model::StudySession;
 use mindfleet_core::sched::{Class, Grant, Outcome, Slot, TaskId};
 use mindfleet_core::time::now_us;
 use ractor::ActorRef;
 
 use crate::study::{self, StudyStep};
 
-use super::Own;
-use super::phase::{TaskFor, Work};
-use super::{PersonaState, STUDY_RETRY};
+use super::{Chore, Own, PersonaState, STUDY_RETRY};
 
 impl PersonaState {
-    /// Notes a gap in what the persona knows when the event showed one: its knowledge search
-    /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
-    /// is the question's content words; a topic that comes up again while it waits counts up.
-    pub(super) fn note_gap(&mut self, f: &Work, failed: bool) {
-        if self.args.index.is_none() {
-            return;
-        }
-        let searched = f.record.plan.steps.iter().any(|s| s.action == Action::SearchKnowledge);
-        let why = if searched && f.found.is_empty() {
-            "knowledge search found nothing relevant"
-        } else if f.draft.as_deref().is_some_and(study::says_unsure) {
-            "its reply said it does not know"
-        } else if failed {
-            "its plan failed"
-        } else {
-            return;
-        };
-        let topic = study::topic_of(&f.event().text);
-        if self.study.note(&topic, why, now_us(), false) {
-            tracing::info!(persona = %self.name, %topic, why, event = %f.event().id, "knowledge gap noted for study");
-        }
-    }
-
     /// A person asks for study: `topic`, else the gap noted first. Answers with the topic.
     pub(super) fn on_study(&mut self, topic: Option<String>) -> Result<String, String> {
         if self.args.index.is_none() {
@@ -69,7 +44,7 @@ impl PersonaState {
             t = t.with_max_tokens(study::STAGE_TOKENS_RESERVED);
         }
         run.task = Some(t.id);
-        self.submit(t, TaskFor::Study);
+        self.submit(t, Chore::Study);
     }
 
     /// The model study asks, when this persona's brain is the local one.

@@ -133,6 +133,12 @@ impl Task {
         }
     }
 
+    /// The same task under the id `id` (one of a block from [`SchedulerHandle::id_block`]).
+    pub fn with_id(mut self, id: TaskId) -> Task {
+        self.id = id;
+        self
+    }
+
     /// The same task, `over_budget` when the budget has no room for it.
     pub fn over_budget(mut self, over_budget: OverBudget) -> Task {
         self.over_budget = over_budget;
@@ -245,6 +251,11 @@ pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
 }
 
+/// The next task id anybody is given.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// How many task ids [`SchedulerHandle::id_block`] sets aside.
+pub const ID_BLOCK: TaskId = 1 << 32;
+
 impl SchedulerHandle {
     pub fn new(shared: Arc<SubmitQueues>, actor: ActorRef<SchedulerMsg>) -> Self {
         SchedulerHandle { shared, actor }
@@ -297,7 +308,12 @@ impl SchedulerHandle {
 
     /// A process-unique task id.
     pub fn next_id() -> TaskId {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        NEXT.fetch_add(1, Ordering::Relaxed)
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The first of [`ID_BLOCK`] task ids nobody else is given: an owner that numbers its own
+    /// tasks (a persona's lifecycle, which reads no shared counter) takes them from it.
+    pub fn id_block() -> TaskId {
+        NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed)
     }
 }

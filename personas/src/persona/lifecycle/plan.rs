@@ -8,23 +8,23 @@ use mindfleet_core::model::{
     Action, Adjustment, AdjustmentRecord, EntryKind, ErrorClass, Learning, PlanRecord, Step, StepState,
 };
 use mindfleet_core::refs::Enrichment;
-use mindfleet_core::sched::{Class, Slot, TaskId};
-use mindfleet_core::time::now_us;
+use mindfleet_core::sched::{Class, TaskId};
 
 use crate::brain::recall::no_reply_drafted;
 use crate::brain::{PlanContext, Recollection, memory_used};
 use crate::mind::{Activity, Update};
-use crate::self_state::SelfStateMsg;
+use crate::study;
 
-use super::Own;
 use super::phase::{Gated, Phase, PlanEnd, TaskFor, Work};
-use super::{DRAFT_TOKENS_RESERVED, LESSON_TOKENS_RESERVED, PLAN_TOKENS_RESERVED, PersonaState};
+use super::{DRAFT_TOKENS_RESERVED, Effect, Enrich, LESSON_TOKENS_RESERVED, Lifecycle, PLAN_TOKENS_RESERVED};
 
-impl PersonaState {
+impl Lifecycle {
     /// Engaged: long-term memory is recalled first, off the persona's loop
-    /// (`Own::LongTermRecalled`), then the brain plans.
+    /// (`LongTermRecalled`), then the brain plans.
     pub(super) fn engage(&mut self, gated: Gated) {
-        self.recall_long_term(gated);
+        let event = gated.seen.delivery.event.clone();
+        self.phase = Phase::Recalling { gated };
+        self.emit(Effect::RecallLongTerm(event));
     }
 
     /// What long-term memory recalled for the engaged event `event_id`: the brain plans with it.
@@ -35,12 +35,12 @@ impl PersonaState {
 
     /// The brain plans with what was recalled, and the first step goes to the scheduler.
     fn plan(&mut self, gated: Gated, memory: Recollection, note: Option<String>) {
-        let now = now_us();
+        let now = self.now;
         let (e, p) = (&gated.seen.delivery.event, gated.seen.priority);
         let class = self.class_of(e);
         let ctx = PlanContext {
             persona: &self.name,
-            role: &self.args.config.role,
+            role: &self.setup.config.role,
             event: e,
             avoid: &[],
             learnings: &self.learnings,
@@ -50,7 +50,7 @@ impl PersonaState {
         };
         let plan = self.brain.formulate_plan(&ctx);
         let memory_used = memory_used(&ctx, &plan);
-        let choosing = self.args.llm.as_ref().and_then(|_| self.brain.plan_request(&ctx));
+        let choosing = if self.setup.llm { self.brain.plan_request(&ctx) } else { None };
         let focus = Activity {
             event_id: e.id.clone(),
             verdict: "engage".into(),
@@ -59,7 +59,7 @@ impl PersonaState {
             backlog: gated.seen.backlog,
             ..Default::default()
         };
-        let _ = self.self_state.actor.cast(SelfStateMsg::Apply(Update::Focus(Box::new(focus))));
+        self.emit(Effect::SelfState(Update::Focus(Box::new(focus))));
         let record = PlanRecord {
             event_id: e.id.clone(),
             domain: e.domain.clone(),
@@ -85,24 +85,23 @@ impl PersonaState {
     /// the persona's cadence; the steps after it, and interactive and urgent work, do not.
     pub(super) fn next_step(&mut self) {
         let Some(f) = self.phase.working() else { return };
-        let (class, priority) = (f.class, f.gated.seen.priority);
-        let mut t = self.task_for(f.event(), class, priority, f.job().label());
-        if f.choosing.is_some() {
+        let (class, priority, event, label) = (f.class, f.gated.seen.priority, f.event().clone(), f.job().label());
+        let choosing = f.choosing.is_some();
+        let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
+        let starts = f.cursor == 0 && f.record.adjustments.is_empty();
+        let mut t = self.task_for(&event, class, priority, label);
+        if choosing {
             // The model chooses the plan first: an inference slot, like the first step's.
-            t.slot = Slot::Inference;
-            t = t.with_max_tokens(PLAN_TOKENS_RESERVED);
+            t = t.inference(PLAN_TOKENS_RESERVED);
             if class == Class::Work {
                 t = t.paced();
             }
         } else {
-            let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
-            if matches!(action, Some(Action::DraftReply) | None) && self.args.config.brain == BrainKind::Local {
+            if matches!(action, Some(Action::DraftReply) | None) && self.setup.config.brain == BrainKind::Local {
                 // The model drafts the reply, or writes the lesson: an inference slot, reserving
                 // the most tokens the request can take.
-                t.slot = Slot::Inference;
-                t = t.with_max_tokens(if action.is_some() { DRAFT_TOKENS_RESERVED } else { LESSON_TOKENS_RESERVED });
+                t = t.inference(if action.is_some() { DRAFT_TOKENS_RESERVED } else { LESSON_TOKENS_RESERVED });
             }
-            let starts = f.cursor == 0 && f.record.adjustments.is_empty();
             if starts && class == Class::Work {
                 t = t.paced();
             }
@@ -120,13 +119,9 @@ impl PersonaState {
     /// The step of `task` ended: its result's text goes through the enrichment pipeline (the
     /// grant held meanwhile) before the plan goes on.
     pub(super) fn step_result(&mut self, task: TaskId, result: Result<Option<String>, (ErrorClass, String)>) {
-        match (result, self.args.enricher.clone()) {
-            (Ok(Some(text)), Some(enricher)) if !text.trim().is_empty() => {
-                let me = self.myself.clone();
-                tokio::spawn(async move {
-                    let enrichment = enricher.enrich(&text).await;
-                    let _ = me.cast(Own::StepEnriched { task, enrichment }.into());
-                });
+        match (result, self.setup.references.is_some()) {
+            (Ok(Some(text)), true) if !text.trim().is_empty() => {
+                self.emit(Effect::Enrich { of: Enrich::Step(task), text });
             }
             (result, _) => self.step_done(task, result.map(drop)),
         }
@@ -136,7 +131,7 @@ impl PersonaState {
     /// once; new candidates get a `select_reference` step before the answer is drafted.
     pub(super) fn on_step_enriched(&mut self, task: TaskId, enrichment: Enrichment) {
         let Some(mut f) = self.phase.take_work(task) else {
-            self.args.scheduler.done(task);
+            self.done_task(task);
             return;
         };
         let event_id = f.event().id.clone();
@@ -158,9 +153,9 @@ impl PersonaState {
     pub(super) fn step_done(&mut self, task: TaskId, result: Result<(), (ErrorClass, String)>) {
         let tokens = self.phase.working_mut().map_or(0, |f| std::mem::take(&mut f.tokens));
         if tokens > 0 {
-            self.args.scheduler.done_with_tokens(task, tokens);
+            self.done_with_tokens(task, tokens);
         } else {
-            self.args.scheduler.done(task);
+            self.done_task(task);
         }
         let Some(f) = self.phase.working_mut() else { return };
         let i = f.cursor;
@@ -181,7 +176,7 @@ impl PersonaState {
                     error: message,
                     adjustment: adjustment.clone(),
                     reason,
-                    at_us: now_us(),
+                    at_us: self.now,
                 });
                 match adjustment {
                     Adjustment::Continue => f.cursor += 1,
@@ -200,7 +195,7 @@ impl PersonaState {
                         let attempt = f.record.plan.attempt + 1;
                         let ctx = PlanContext {
                             persona: &self.name,
-                            role: &self.args.config.role,
+                            role: &self.setup.config.role,
                             event: &f.gated.seen.delivery.event,
                             avoid: &f.avoid,
                             learnings: &self.learnings,
@@ -229,26 +224,27 @@ impl PersonaState {
     /// The model's choice of plan for the event in flight: the plan it picked with a clear
     /// margin, else the rules plan; then the first step.
     pub(super) fn on_planned(&mut self, task: TaskId, answer: Result<Vec<Classification>, LlmFailure>) {
-        let Some(f) = self.phase.work_mut(task) else {
-            self.args.scheduler.done(task);
+        let Some(choice) = self.phase.work_mut(task).and_then(|f| f.choosing.take()) else {
+            self.done_task(task);
             return;
         };
-        let Some(choice) = f.choosing.take() else {
-            self.args.scheduler.done(task);
-            return;
-        };
+        let tokens = answer.as_ref().map_or(None, |answers| {
+            Some(answers.iter().map(|c| c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>()).sum::<usize>())
+        });
+        match tokens {
+            Some(tokens) => self.done_with_tokens(task, tokens as u32),
+            None => self.done_task(task),
+        }
+        let Some(f) = self.phase.work_mut(task) else { return };
         match answer {
             Ok(answers) => {
-                let tokens: usize =
-                    answers.iter().map(|c| c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>()).sum();
-                self.args.scheduler.done_with_tokens(task, tokens as u32);
                 let scores: Vec<Vec<LabelScore>> = answers.into_iter().map(|c| c.scores).collect();
                 let (plan, note) = choice.choose(&scores);
                 // What memory changed is said of the plan chosen.
                 f.record.memory_used = memory_used(
                     &PlanContext {
                         persona: &self.name,
-                        role: &self.args.config.role,
+                        role: &self.setup.config.role,
                         event: &f.gated.seen.delivery.event,
                         avoid: &f.avoid,
                         learnings: &self.learnings,
@@ -261,10 +257,7 @@ impl PersonaState {
                 f.record.plan = plan;
                 f.notes.push(note);
             }
-            Err(e) => {
-                self.args.scheduler.done(task);
-                f.notes.push(format!("model failed to choose the plan ({e}): rules plan"));
-            }
+            Err(e) => f.notes.push(format!("model failed to choose the plan ({e}): rules plan")),
         }
         self.next_step();
     }
@@ -274,17 +267,17 @@ impl PersonaState {
     pub(super) fn on_evaluated(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
         let Some(r) = self.reflecting.remove(&task) else {
             // Asked before a restart: nothing waits for it.
-            self.args.scheduler.done(task);
+            self.done_task(task);
             return;
         };
         let lesson = match answer {
             Ok(g) => {
-                self.args.scheduler.done_with_tokens(task, (g.tokens_in + g.tokens_out) as u32);
+                self.done_with_tokens(task, (g.tokens_in + g.tokens_out) as u32);
                 let text = g.text.trim().to_string();
                 if text.is_empty() { Err(format!("the model answered nothing ({:?})", g.stop)) } else { Ok(text) }
             }
             Err(e) => {
-                self.args.scheduler.done(task);
+                self.done_task(task);
                 Err(e.to_string())
             }
         };
@@ -303,7 +296,7 @@ impl PersonaState {
     /// remembered with it when it answers ([`Self::on_evaluated`]); else now, without one.
     pub(super) fn complete(&mut self, mut f: Box<Work>, lesson: Option<TaskId>) {
         let evaluation = self.brain.evaluate_outcome(&f.record);
-        let now = now_us();
+        let now = self.now;
         f.record.finished_us = Some(now);
         no_reply_drafted(&f.record.plan, &mut f.record.memory_used);
         let reflection = Reflecting {
@@ -343,6 +336,29 @@ impl PersonaState {
         self.last_plan = Some(f.record.clone());
         let Work { gated, record, notes, reply, .. } = *f;
         self.finish(gated, Some(PlanEnd { record, failed, notes, reply }));
+    }
+}
+
+impl Lifecycle {
+    /// Notes a gap in what the persona knows when the event showed one: its knowledge search
+    /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
+    /// is the question's content words; a topic that comes up again while it waits counts up.
+    fn note_gap(&mut self, f: &Work, failed: bool) {
+        if !self.setup.index {
+            return;
+        }
+        let searched = f.record.plan.steps.iter().any(|s| s.action == Action::SearchKnowledge);
+        let why = if searched && f.found.is_empty() {
+            "knowledge search found nothing relevant"
+        } else if f.draft.as_deref().is_some_and(study::says_unsure) {
+            "its reply said it does not know"
+        } else if failed {
+            "its plan failed"
+        } else {
+            return;
+        };
+        let topic = study::topic_of(&f.event().text);
+        self.emit(Effect::NoteStudy { task: None, topic, why: why.into(), event_id: f.event().id.clone() });
     }
 }
 

@@ -7,20 +7,17 @@
 //! decision, never silently.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use mindfleet_core::event::SenderKind;
-use mindfleet_core::messages::{AdminMsg, Deferral, Delivery, PersonaCommit};
+use mindfleet_core::messages::{Deferral, Delivery, PersonaCommit};
 use mindfleet_core::model::{Decision, Preoccupation, Verdict};
 use mindfleet_core::sched::{Class, Grant, TaskId};
-use mindfleet_core::time::now_us;
 
 use crate::gate::GateDecision;
 use crate::mind::Update;
-use crate::self_state::SelfStateMsg;
 
 use super::phase::TaskFor;
-use super::{Own, PersonaState};
+use super::{Effect, Lifecycle, Timer};
 
 /// Most deferred events a persona keeps in mind; past it the lowest priority is dropped.
 pub(super) const KEEP_DEFERRED: usize = 10;
@@ -95,7 +92,7 @@ fn first_up(a: &Preoccupation, b: &Preoccupation) -> std::cmp::Ordering {
     b.priority.total_cmp(&a.priority).then(a.created_us.cmp(&b.created_us))
 }
 
-impl PersonaState {
+impl Lifecycle {
     /// Whether the persona's focus is over and it is awake: free to take a deferred event up.
     fn focus_over(&self) -> bool {
         !self.snapshot.dormant && self.snapshot.focus.activity == "idle"
@@ -111,8 +108,8 @@ impl PersonaState {
     /// Drops what went stale, then, when the persona is free, asks the scheduler for a `work`
     /// slot to take the most urgent deferred event up.
     pub(super) fn tend_deferred(&mut self) {
-        let ttl = self.args.config.preoccupation_ttl;
-        let now = now_us();
+        let ttl = self.setup.config.preoccupation_ttl;
+        let now = self.now;
         for seq in self.deferrals.stale(now, ttl.as_micros() as i64) {
             if self.deferrals.taking.as_ref().is_some_and(|t| t.seq == seq) {
                 continue;
@@ -145,7 +142,7 @@ impl PersonaState {
         }
         self.deferrals.due = Some(at);
         let after = std::time::Duration::from_micros((at - now).max(0) as u64 + 10_000);
-        self.myself.send_after(after, || Own::DeferralsDue.into());
+        self.emit(Effect::After { after, timer: Timer::DeferralsDue });
     }
 
     /// The `work` slot to take a deferred event up: its event goes through the gate again
@@ -153,9 +150,7 @@ impl PersonaState {
     /// the next chance: the end of what it has in hand).
     pub(super) fn run_take_up(&mut self, g: Grant) {
         self.deferrals.task = None;
-        if g.outcome.holds_slot() {
-            self.args.scheduler.done(g.task);
-        }
+        self.release(&g);
         if self.busy() {
             return;
         }
@@ -166,7 +161,7 @@ impl PersonaState {
         let (d, p) = self.deferrals.items[&seq].clone();
         tracing::info!(persona = %self.name, event = %d.event.id, "taking up a deferred event");
         self.deferrals.taking = Some(TakingUp { seq, since_us: p.created_us });
-        self.args.marker.store(seq, Ordering::SeqCst);
+        self.emit(Effect::Mark(seq));
         self.gate(d, 0);
     }
 
@@ -233,19 +228,19 @@ impl PersonaState {
             by: "deferral/dropped".into(),
             priority: p.priority,
             numbers: vec![("deferred_at_us".into(), p.created_us as f64)],
-            at_us: now_us(),
+            at_us: self.now,
             references: Vec::new(),
             room: d.event.room.clone(),
         };
         let commit = PersonaCommit::decision_only(self.name.clone(), &d, decision);
-        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(commit)));
+        self.emit(Effect::Commit { commit: Box::new(commit), said: false });
         self.publish_preoccupations();
     }
 
     /// Tells the self-state what the persona keeps in mind.
-    pub(super) fn publish_preoccupations(&self) {
+    pub(super) fn publish_preoccupations(&mut self) {
         let u = Update::Preoccupations(self.deferrals.preoccupations());
-        let _ = self.self_state.actor.cast(SelfStateMsg::Apply(u));
+        self.emit(Effect::SelfState(u));
     }
 }
 
@@ -294,14 +289,14 @@ mod tests {
         let gate = || GateDecision { verdict: Verdict::Defer, ..crate::gate::score(0.0, &Default::default()) };
         let alone = delivery(1, "e");
         let mut g = gate();
-        PersonaState::decide_taken_up(&alone, &mut g);
+        Lifecycle::decide_taken_up(&alone, &mut g);
         assert_eq!(g.verdict, Verdict::Engage, "a human waits on this persona alone");
         let shared = Delivery { audience: 3, ..alone.clone() };
         let mut g = gate();
-        PersonaState::decide_taken_up(&shared, &mut g);
+        Lifecycle::decide_taken_up(&shared, &mut g);
         assert_eq!(g.verdict, Verdict::Ignore, "the room's coordinator sees to it");
         let mut engaged = GateDecision { verdict: Verdict::Engage, ..gate() };
-        PersonaState::decide_taken_up(&shared, &mut engaged);
+        Lifecycle::decide_taken_up(&shared, &mut engaged);
         assert_eq!(engaged.verdict, Verdict::Engage);
     }
 }

@@ -1,56 +1,61 @@
 //! The plan's steps: one action of the registry each, and the answers they wait for.
 
-use mindfleet_core::conversation::RecallQuery;
-use mindfleet_core::event::{Event, SenderKind, new_event_id, text_mentions};
-use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
-use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
-use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry};
-use mindfleet_core::refs::{self as refs, RefMatch, Via};
+use std::sync::Arc;
+
+use mindfleet_core::conversation::{Recall, RecallQuery, Said};
+use mindfleet_core::event::{Event, SenderKind, text_mentions};
+use mindfleet_core::knowledge::{RagError, Source};
+use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure};
+use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry, WmEntry};
+use mindfleet_core::refs::{self as refs, Excerpt, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
-use mindfleet_core::time::now_us;
-use ractor::call_t;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
+use crate::gate::GateDecision;
 use crate::mind::REFERENCE_KIND;
 use crate::reply;
-use crate::study::{self};
-use crate::working_memory::MemoryMsg;
+use crate::study;
 
-use super::Own;
 use super::phase::{Phase, Work};
-use super::{
-    CHILD_CALL_MS, CONVERSATION_RECALLED, ConversationArgs, KNOWLEDGE_CHUNKS, PersonaState, REFS_READ_PER_STEP,
-    REFS_SELECTED_PER_STEP, ROOM_LINES, SEARCH_CALL_MS, StepRun,
-};
+use super::{Ask, CONVERSATION_RECALLED, Effect, Lifecycle, REFS_READ_PER_STEP, REFS_SELECTED_PER_STEP, Repeat};
 
-impl PersonaState {
+/// The adapter a draft withheld as redundant is journaled by (`redundancy/redundant`).
+pub(super) const REDUNDANCY: &str = "redundancy";
+
+/// How a step ended its run: done (with its result's text, which the enrichment pipeline reads
+/// before the persona goes on), or waiting for an answer (an input to come).
+pub(super) enum StepRun {
+    Done(Option<String>),
+    Waiting,
+}
+
+impl Lifecycle {
     /// One action of the registry on the work `f` (taken out of the phase while it runs);
     /// `rules_only`: without a model (the budget's hard limit).
-    pub(super) async fn run_step(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
+    pub(super) fn run_step(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let action = f.record.plan.steps[f.cursor].action;
-        if let Some(delay) = self.args.faults.take_action_delay(action) {
-            tokio::time::sleep(delay).await;
-        }
-        if let Some(class) = self.args.faults.take_action_failure(action) {
-            return Err((class, format!("injected {} failure", class.as_str())));
-        }
         match action {
-            Action::RecallMemory => self.recall_memory(f).await,
+            Action::RecallMemory => {
+                // Working memory's entries first (`WorkingMemory`), then conversation memory's.
+                let e = f.event();
+                let (domain, query) = (e.domain.clone(), e.text.clone());
+                self.emit(Effect::RecallWorkingMemory { task: f.task, domain, query });
+                Ok(StepRun::Waiting)
+            }
             Action::SearchKnowledge => self.search_knowledge(f),
             Action::StudyTopic => {
-                if self.args.index.is_none() {
+                if !self.setup.index {
                     return Err((ErrorClass::MissingResource, "studying needs the knowledge index".into()));
                 }
-                // Studied later, in idle time: the step only notes the topic.
+                // Studied later, in idle time: the step only notes the topic (`StudyNoted`).
                 let topic = study::topic_of(&f.event().text);
-                if !self.study.note(&topic, "a plan step asked to study it", now_us(), false) {
-                    return Ok(StepRun::Done(None));
-                }
-                Ok(StepRun::Done(Some(format!("noted for study: {topic}"))))
+                let (why, event_id) = ("a plan step asked to study it".into(), f.event().id.clone());
+                self.emit(Effect::NoteStudy { task: Some(f.task), topic, why, event_id });
+                Ok(StepRun::Waiting)
             }
             Action::DraftReply => Ok(self.draft_reply(f, rules_only)),
             Action::AskClarifyingQuestion => {
-                let hints = self.refs.hint(self.args.enricher.as_deref());
+                let hints = self.hints();
                 let ctx = self.respond_context(f, &hints);
                 let ask = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
                 f.draft = Some(reply::clarify(&ctx.reply(), &ask));
@@ -58,92 +63,111 @@ impl PersonaState {
                 Ok(StepRun::Done(None))
             }
             Action::NotePreoccupation => Ok(StepRun::Done(None)),
-            Action::SelectReference => self.select_references(f).map(|text| StepRun::Done(Some(text))),
+            Action::SelectReference => self.select_references(f),
             Action::PostReply => {
-                // The redundancy check (persona/turns.rs): a draft that repeats the thread is not posted.
-                if self.withheld_as_redundant(f).await {
-                    return Ok(StepRun::Done(None));
+                // The redundancy check first (`RedundancyChecked`): a draft that repeats the
+                // thread is not posted.
+                if self.checks_redundancy(f) {
+                    return Ok(StepRun::Waiting);
                 }
                 self.post_reply(f)
             }
         }
     }
 
-    /// The `recall_memory` step: working memory's entries for the event, then (off the
-    /// persona's loop, answered by `Own::Recalled`) what conversation memory recalls.
-    async fn recall_memory(&mut self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
-        let e = f.event().clone();
-        let got = call_t!(
-            self.memory.actor,
-            |reply| MemoryMsg::Recall { domain: e.domain.clone(), query: e.text.clone(), limit: 3, reply },
-            CHILD_CALL_MS
-        )
-        .map_err(|err| (ErrorClass::Timeout, format!("working memory did not answer: {err}")))?;
+    /// Working memory's entries for the recall step of `task`; then (answered by `Recalled`)
+    /// what conversation memory recalls.
+    pub(super) fn on_working_memory(&mut self, task: TaskId, answer: Result<Vec<WmEntry>, String>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.done_task(task);
+            return;
+        };
+        let got = match answer {
+            Ok(got) => got,
+            Err(err) => {
+                let e = (ErrorClass::Timeout, format!("working memory did not answer: {err}"));
+                return self.step_result(task, Err(e));
+            }
+        };
         let text = got.iter().map(|m| m.text.as_str()).collect::<Vec<_>>().join("\n");
         f.recalled = got;
-        let Some(ConversationArgs { index, config, .. }) = self.args.conversation.clone() else {
-            return Ok(StepRun::Done(Some(text)));
-        };
+        if !self.setup.conversation {
+            return self.step_result(task, Ok(Some(text)));
+        }
         // And what was said before, from conversation memory, off the persona's loop.
-        let q = RecallQuery {
+        let e = f.event();
+        let query = RecallQuery {
             persona: self.name.to_string(),
-            query: e.text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" "),
+            query: words_asked(&e.text),
             room: Some(e.room.clone()),
             since_us: None,
             limit: CONVERSATION_RECALLED,
         };
-        if q.query.is_empty() {
-            return Ok(StepRun::Done(Some(text)));
+        if query.query.is_empty() {
+            return self.step_result(task, Ok(Some(text)));
         }
-        let (storage, weights, wait) = (self.args.storage.clone(), config.weights, config.recall_wait);
-        let (me, task, name, room) = (self.myself.clone(), f.task, self.name.clone(), e.room.clone());
-        tokio::spawn(async move {
-            let recall = mindfleet_store::conversation::recall(&index, &storage, &q, &weights, Some(wait)).await;
-            // And the room's latest messages: who said what, and when, read as it was said.
-            let read = tokio::task::spawn_blocking(move || storage.conversation_in_room(&name, &room, ROOM_LINES));
-            let room = match read.await {
-                Ok(Ok(said)) => said,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the room's messages could not be read");
-                    Vec::new()
-                }
-                Err(_) => Vec::new(),
-            };
-            let _ = me.cast(Own::Recalled { task, recall, room }.into());
-        });
-        Ok(StepRun::Waiting)
+        self.emit(Effect::RecallConversation { task, query });
+    }
+
+    /// What conversation memory recalled for the recall step: into the reply, and (when it
+    /// could only match words) reported.
+    pub(super) fn on_recalled(&mut self, task: TaskId, recall: Result<Recall, String>, room: Vec<Said>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.done_task(task);
+            return;
+        };
+        f.room = room;
+        let seq = f.gated.seen.delivery.seq;
+        let mut degraded = None;
+        match recall {
+            Ok(r) => {
+                f.conversation = r.items.into_iter().filter(|i| i.said.seq != seq).collect();
+                degraded = r.degraded;
+            }
+            Err(e) => f.notes.push(format!("conversation memory did not answer: {e}")),
+        }
+        if let Some(why) = &degraded {
+            f.notes.push(format!("conversation recall degraded (words only): {why}"));
+        }
+        let text = f
+            .recalled
+            .iter()
+            .map(|m| m.text.clone())
+            .chain(f.conversation.iter().map(|r| r.said.content()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let seqs = f.conversation.iter().map(|r| r.said.seq).collect();
+        self.emit(Effect::ConversationRecalled { seqs, degraded });
+        self.step_result(task, Ok(Some(text)));
+    }
+
+    /// The study step's topic was noted (or was already).
+    pub(super) fn on_study_noted(&mut self, task: TaskId, topic: String, noted: bool) {
+        if self.phase.work_mut(task).is_none() {
+            self.done_task(task);
+            return;
+        }
+        self.step_result(task, Ok(noted.then(|| format!("noted for study: {topic}"))));
     }
 
     /// The `search_knowledge` step: the event's question to the index, off the persona's loop
-    /// (answered by `Own::Searched`).
+    /// (answered by `Searched`).
     fn search_knowledge(&mut self, f: &Work) -> Result<StepRun, (ErrorClass, String)> {
-        let Some(index) = self.args.index.clone() else {
+        if !self.setup.index {
             return Err((ErrorClass::MissingResource, "no knowledge index in this fleet".into()));
-        };
-        // The question in words: mentions say who is asked, not what.
-        let query: String =
-            f.event().text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ");
+        }
+        let query = words_asked(&f.event().text);
         if query.is_empty() {
             return Err((ErrorClass::MissingResource, "nothing to search for".into()));
         }
-        let req = RagRequest::Search(SearchRequest::new(query, KNOWLEDGE_CHUNKS));
-        let (me, task) = (self.myself.clone(), f.task);
-        // Off the persona's loop: the index may be busy with a long indexing run.
-        tokio::spawn(async move {
-            let answer = match call_t!(index, IndexMsg::Request, SEARCH_CALL_MS, Box::new(req)) {
-                Ok(Ok(v)) => Ok(Source::relevant_hits(&v)),
-                Ok(Err(e)) => Err(e),
-                Err(e) => Err(RagError::Unavailable(format!("the index did not answer: {e}"))),
-            };
-            let _ = me.cast(Own::Searched { task, answer }.into());
-        });
+        self.emit(Effect::Search { task: f.task, query });
         Ok(StepRun::Waiting)
     }
 
     /// The `draft_reply` step: the brain drafts at once, or the model is asked off the loop
-    /// (answered by `Own::Drafted`).
+    /// (answered by `Drafted`).
     fn draft_reply(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
-        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let hints = self.hints();
         let ctx = self.respond_context(f, &hints);
         // What the runtime can answer exactly (who said what, a summary, where in the code) it
         // answers from what was found as it was said: no model call.
@@ -160,27 +184,31 @@ impl PersonaState {
             f.drafted_by = brain.name();
             return StepRun::Done(Some(text));
         };
-        let Some(llm) = self.args.llm.clone() else {
+        if !self.setup.llm {
             self.draft_by_rules(f, "no LLM in this fleet".into());
             return StepRun::Done(f.draft.clone());
-        };
+        }
         req.adapter = f.memory.adapter.as_ref().map(|a| a.choice.clone());
         let job = GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
-        let drafted = |task, answer| Own::Drafted { task, answer };
-        self.ask_llm(llm, f.task, |reply| LlmMsg::Generate { job, reply }, drafted);
+        self.emit(Effect::Llm { task: f.task, ask: Ask::Draft(job) });
         StepRun::Waiting
+    }
+
+    /// The hint block of the references the event in hand called for.
+    pub(super) fn hints(&self) -> String {
+        self.refs.hint(self.setup.references.as_ref().map(|r| &*r.catalog))
     }
 
     /// What the brain answers from: the event and what the steps gathered for it.
     pub(super) fn respond_context<'a>(&'a self, f: &'a Work, hints: &'a str) -> RespondContext<'a> {
         RespondContext {
             persona: &self.name,
-            role: &self.args.config.role,
+            role: &self.setup.config.role,
             event: f.event(),
             recalled: &f.recalled,
             conversation: &f.conversation,
             room: &f.room,
-            personas: &self.args.personas,
+            personas: &self.setup.personas,
             found: &f.found,
             hints,
             state: &f.gated.seen.state,
@@ -188,16 +216,67 @@ impl PersonaState {
         }
     }
 
-    /// The `post_reply` step: the draft becomes the reply event, posted with the decision.
+    /// Whether the draft about to be posted goes to the redundancy check first (answered by
+    /// `RedundancyChecked`): a person who named this persona (a mention, a directed message)
+    /// gets its answer unchecked.
+    fn checks_redundancy(&mut self, f: &Work) -> bool {
+        let e = f.event();
+        let named = e.mentions.iter().any(|m| **m == *self.name) || e.persona.as_deref() == Some(&*self.name);
+        if e.sender_kind == SenderKind::Human && named {
+            return false;
+        }
+        let Some(draft) = f.draft.clone().filter(|_| self.setup.redundancy) else { return false };
+        self.emit(Effect::CheckRedundancy { task: f.task, event: f.gated.seen.delivery.event.clone(), draft });
+        true
+    }
+
+    /// The redundancy check of the draft of `task`: a draft that repeats a reply already posted
+    /// to its thread is withheld, and the decision says `ignore` by `redundancy/redundant` with
+    /// the reply it repeats. A check that cannot run (no embedding model) lets the draft
+    /// through, with a note saying why.
+    pub(super) fn on_redundancy_checked(&mut self, task: TaskId, answer: Result<Option<Repeat>, String>) {
+        let Some(mut f) = self.phase.take_work(task) else {
+            self.done_task(task);
+            return;
+        };
+        let run = match answer {
+            Ok(Some(repeat)) => {
+                tracing::info!(persona = %self.name, event = %f.event().id, reason = %repeat.reason, "draft withheld");
+                f.gated.gate = GateDecision {
+                    verdict: mindfleet_core::model::Verdict::Ignore,
+                    adapter: REDUNDANCY,
+                    rule: "redundant",
+                    threshold: repeat.threshold,
+                    score: repeat.similarity,
+                    note: repeat.reason,
+                };
+                Ok(StepRun::Done(None))
+            }
+            Ok(None) => self.post_reply(&mut f),
+            Err(why) => {
+                f.notes.push(format!("redundancy check skipped: {why}"));
+                self.post_reply(&mut f)
+            }
+        };
+        self.phase = Phase::Working(f);
+        match run {
+            Ok(StepRun::Done(text)) => self.step_result(task, Ok(text)),
+            Ok(StepRun::Waiting) => {}
+            Err(e) => self.step_result(task, Err(e)),
+        }
+    }
+
+    /// The `post_reply` step: the draft becomes the reply event, posted with the decision (its
+    /// id is given when it is committed).
     fn post_reply(&self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
         let Some(text) = f.draft.clone() else {
             return Err((ErrorClass::Unknown, "nothing drafted to post".into()));
         };
         untold_knowledge(f, &text);
         let e = f.event();
-        let now = now_us();
+        let now = self.now;
         let reply_event = Event {
-            id: new_event_id(),
+            id: String::new(),
             ts_us: now,
             accepted_us: now,
             domain: e.domain.clone(),
@@ -215,7 +294,7 @@ impl PersonaState {
             persona: self.name.to_string(),
             room: e.room.clone(),
             in_reply_to: e.id.clone(),
-            event_id: reply_event.id.clone(),
+            event_id: String::new(),
             text,
             brain: f.drafted_by.into(),
             at_us: now,
@@ -225,12 +304,12 @@ impl PersonaState {
     }
 
     /// The `select_reference` step: selects the candidates the event's texts were offered (by
-    /// tag or meaning, best first), then reads, from each selected reference the event called
-    /// for, the passage that bears most on it (only where its selection authorises). Returns
-    /// the passages.
-    fn select_references(&mut self, f: &mut Work) -> Result<String, (ErrorClass, String)> {
-        let e = &f.gated.seen.delivery.event;
-        let Some(enricher) = self.args.enricher.clone() else {
+    /// tag or meaning, best first), then reads (answered by `ReferencesRead`), from each
+    /// selected reference the event called for, the passage that bears most on it (only where
+    /// its selection authorises).
+    fn select_references(&mut self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
+        let e = f.gated.seen.delivery.event.clone();
+        let Some(references) = self.setup.references.clone() else {
             return Err((ErrorClass::MissingResource, "no reference catalog in this fleet".into()));
         };
         let offered: Vec<RefMatch> = self
@@ -242,12 +321,12 @@ impl PersonaState {
             .cloned()
             .collect();
         if !offered.is_empty() {
-            let hint = refs::hint_block(enricher.catalog(), &offered);
+            let hint = refs::hint_block(&references.catalog, &offered);
             tracing::info!(persona = %self.name, event = %e.id, %hint, "selecting references");
         }
-        self.select_all(&enricher, &e.id, offered);
+        self.select_all(&e.id, offered);
         let read = |id: &str| f.found.iter().any(|s| s.cite.starts_with(&format!("ref:{id}/")));
-        let to_read: Vec<String> = self
+        let ids: Vec<String> = self
             .refs
             .current
             .iter()
@@ -255,44 +334,59 @@ impl PersonaState {
             .take(REFS_READ_PER_STEP)
             .map(|m| m.id.clone())
             .collect();
+        let authorised = self.refs.authorised.clone();
+        self.emit(Effect::ReadReferences { task: f.task, ids, text: e.text.clone(), authorised });
+        Ok(StepRun::Waiting)
+    }
+
+    /// The passages the `select_reference` step of `task` read: into working memory as
+    /// observations, and into the reply; `read` holds, for each reference, its passage, the
+    /// files it was refused and its id.
+    pub(super) fn on_references_read(&mut self, task: TaskId, read: Vec<(Option<Excerpt>, Vec<String>, String)>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.done_task(task);
+            return;
+        };
+        let e: Arc<Event> = f.gated.seen.delivery.event.clone();
+        let catalog = self.setup.references.as_ref().map(|r| r.catalog.clone());
         let (mut found, mut refused) = (Vec::new(), Vec::new());
-        for id in to_read {
-            let Some(r) = enricher.catalog().get(&id) else { continue };
-            let (passage, denied) = refs::excerpt(r, &e.text, &self.refs.authorised);
+        for (passage, denied, id) in read {
             refused.extend(denied.into_iter().map(|file| format!("@{id}/{file}")));
+            let name = catalog.as_ref().and_then(|c| c.get(&id)).map(|r| r.name.clone());
             if let Some(x) = passage {
                 found.push(Source {
                     cite: format!("ref:{id}/{}:{}-{}", x.file, x.start_line, x.end_line),
                     kind: REFERENCE_KIND.into(),
-                    symbol: Some(r.name.clone()),
+                    symbol: name,
                     text: x.text,
                     score: 1.0,
                 });
             }
         }
         if found.is_empty() {
-            return Err(if refused.is_empty() {
+            let e = if refused.is_empty() {
                 (ErrorClass::MissingResource, "the references have no passage to read".into())
             } else {
                 (ErrorClass::AccessDenied, format!("not authorised to read {}", refused.join(", ")))
-            });
+            };
+            return self.step_result(task, Err(e));
         }
-        for s in &found {
-            let first: String = s.text.lines().next().unwrap_or("").chars().take(160).collect();
-            let name = s.symbol.as_deref().unwrap_or("");
-            self.remember(e, EntryKind::Observation, format!("[{}] {name}: {}", s.cite, first.trim()), 0.6);
-        }
-        let text = found.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n");
         if !refused.is_empty() {
             f.notes.push(format!("select_reference: not authorised to read {}", refused.join(", ")));
         }
-        f.found.extend(found);
-        Ok(text)
+        f.found.extend(found.iter().cloned());
+        for s in &found {
+            let first: String = s.text.lines().next().unwrap_or("").chars().take(160).collect();
+            let name = s.symbol.as_deref().unwrap_or("");
+            self.remember(&e, EntryKind::Observation, format!("[{}] {name}: {}", s.cite, first.trim()), 0.6);
+        }
+        let text = found.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n");
+        self.step_result(task, Ok(Some(text)));
     }
 
     /// Drafts the reply with the rules brain instead of the model, saying why in the decision.
     fn draft_by_rules(&self, f: &mut Work, why: String) {
-        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let hints = self.hints();
         let text = RulesBrain.respond(&self.respond_context(f, &hints));
         tracing::info!(persona = %self.name, %why, "reply drafted by the rules brain");
         f.notes.push(format!("draft_reply fell back to the rules brain: {why}"));
@@ -307,13 +401,13 @@ impl PersonaState {
     /// The draft check of the model's `draft` for the work `f`: what is wrong with it and the
     /// grounded reply to post instead, or `None` when it may be posted as written.
     fn checked(&self, f: &Work, draft: &str) -> Option<(reply::Finding, String)> {
-        let hints = self.refs.hint(self.args.enricher.as_deref());
+        let hints = self.hints();
         let ctx = self.respond_context(f, &hints);
         let input = ctx.reply();
         let (_, pieces) = reply::ground(&input);
         // A draft made with an adapter trained on the topic carries what the persona studied:
         // like a model that knows things, it may answer without material.
-        let open = self.args.open_answers || f.memory.adapter.is_some();
+        let open = self.setup.open_answers || f.memory.adapter.is_some();
         let finding = reply::check_draft(&input, &pieces, draft, open)?;
         Some((finding, RulesBrain.respond(&ctx)))
     }
@@ -322,7 +416,7 @@ impl PersonaState {
     pub(super) fn on_drafted(&mut self, task: TaskId, answer: Result<Generation, LlmFailure>) {
         let Some(mut f) = self.phase.take_work(task) else {
             // The event is over (the persona restarted meanwhile): only the grant is left.
-            self.args.scheduler.done(task);
+            self.done_task(task);
             return;
         };
         match answer {
@@ -363,7 +457,7 @@ impl PersonaState {
     /// The knowledge search's results: into working memory as observations, and into the reply.
     pub(super) fn on_searched(&mut self, task: TaskId, answer: Result<Vec<Source>, RagError>) {
         let Some(f) = self.phase.work_mut(task) else {
-            self.args.scheduler.done(task);
+            self.done_task(task);
             return;
         };
         let e = f.event().clone();
@@ -403,4 +497,9 @@ pub(super) fn untold_knowledge(f: &mut Work, reply: &str) {
             u.effect = format!("{NO_EFFECT}: other material bore more on the question");
         }
     }
+}
+
+/// The question in words: mentions say who is asked, not what.
+fn words_asked(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
 }

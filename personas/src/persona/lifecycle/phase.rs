@@ -10,7 +10,7 @@
 //!    +------------------------------------------------------------------- finish
 //! ```
 //!
-//! The functions here are pure: the persona's loop does the sending around them.
+//! The functions here are pure, as all of the lifecycle is.
 
 use std::collections::HashMap;
 
@@ -26,7 +26,7 @@ use crate::gate::{GateDecision, GateState};
 
 /// An event as the gate chain saw it: the delivery, the inbox's backlog behind it, its
 /// priority and the persona's state then.
-pub(super) struct Seen {
+pub(crate) struct Seen {
     pub delivery: Delivery,
     pub backlog: usize,
     pub priority: f64,
@@ -35,14 +35,14 @@ pub(super) struct Seen {
 
 /// An event the gate chain decided: what it saw and its decision. These travel together to the
 /// turn, the plan and the journal.
-pub(super) struct Gated {
+pub(crate) struct Gated {
     pub seen: Seen,
     pub gate: GateDecision,
 }
 
 /// The event in hand.
 #[derive(Default)]
-pub(super) enum Phase {
+pub(crate) enum Phase {
     /// None: the next one is asked of the inbox.
     #[default]
     Idle,
@@ -66,7 +66,7 @@ pub(super) enum Phase {
 }
 
 /// The work on an engaged event: its plan and what the steps gathered.
-pub(super) struct Work {
+pub(crate) struct Work {
     pub gated: Gated,
     pub class: Class,
     /// The scheduler task of the step being run (or of the plan's choice, or the evaluation).
@@ -103,32 +103,27 @@ pub(super) struct Work {
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
 /// carries, and the reply it posts.
-pub(super) struct PlanEnd {
+pub(crate) struct PlanEnd {
     pub record: PlanRecord,
     pub failed: bool,
     pub notes: Vec<String>,
     pub reply: Option<(OutboxEntry, Event)>,
 }
 
-/// What a task of the persona was submitted for, until its grant comes (a task is granted
+/// What a task of the lifecycle was submitted for, until its grant comes (a task is granted
 /// once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TaskFor {
+pub(crate) enum TaskFor {
     /// The event in hand: its judgement, the choice of its plan, a step or the evaluation (its
     /// phase says which).
     Event,
-    Consolidate,
-    Remember,
-    /// Consolidating conversation memory into observations.
-    Observe,
-    Study,
     /// Taking a deferred event up.
     TakeUp,
 }
 
 /// What a grant is to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Job {
+pub(crate) enum Job {
     /// The brain's judgement of the event being judged.
     Judge,
     /// The model's choice of plan for the event worked on.
@@ -137,10 +132,6 @@ pub(super) enum Job {
     Step(Action),
     /// The evaluation of the plan, all its steps over.
     Evaluate,
-    Consolidate,
-    Remember,
-    Observe,
-    Study,
     TakeUp,
 }
 
@@ -152,10 +143,6 @@ impl Job {
             Job::ChoosePlan => "plan",
             Job::Step(action) => action.as_str(),
             Job::Evaluate => "evaluate",
-            Job::Consolidate => "consolidate",
-            Job::Remember => "remember",
-            Job::Observe => "observe",
-            Job::Study => "study",
             Job::TakeUp => "take_up",
         }
     }
@@ -163,13 +150,9 @@ impl Job {
 
 /// What the grant of `task` runs, taking the task off the book; `None` for a task nothing
 /// waits for any more (a task of an event that is over, or one from before a restart).
-pub(super) fn job_of(tasks: &mut HashMap<TaskId, TaskFor>, phase: &Phase, task: TaskId) -> Option<Job> {
+pub(crate) fn job_of(tasks: &mut HashMap<TaskId, TaskFor>, phase: &Phase, task: TaskId) -> Option<Job> {
     match tasks.remove(&task)? {
         TaskFor::Event => phase.job(task),
-        TaskFor::Consolidate => Some(Job::Consolidate),
-        TaskFor::Remember => Some(Job::Remember),
-        TaskFor::Observe => Some(Job::Observe),
-        TaskFor::Study => Some(Job::Study),
         TaskFor::TakeUp => Some(Job::TakeUp),
     }
 }

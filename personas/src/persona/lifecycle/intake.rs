@@ -2,32 +2,26 @@
 //! chain, turn-taking in shared rooms, and the decision journaled at the end.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
 
 use mindfleet_core::config::BrainKind;
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::llm::{Classification, LlmFailure};
-use mindfleet_core::messages::{AdminMsg, Claim, CoordinatorMsg, Delivery, PersonaCommit, Turn};
+use mindfleet_core::messages::{Claim, Delivery, PersonaCommit, Turn};
 use mindfleet_core::model::{Decision, EntryKind, Preoccupation, Verdict};
 use mindfleet_core::refs::{Enrichment, RefMatch, Via};
-use mindfleet_core::sched::{Slot, TaskId};
-use mindfleet_core::time::now_us;
+use mindfleet_core::sched::TaskId;
+use mindfleet_core::team::suitability;
 
-use crate::enrich::Enricher;
 use crate::gate::{
     ECHO_WINDOW_US, GateDecision, GateState, PriorityInput, SPOKE_WINDOW_US, explain, fast_path, keyword_hits,
     named_elsewhere, priority, score, thermal,
 };
-use crate::inbox::InboxMsg;
 use crate::mind::{Activity, Update};
-use crate::self_state::SelfStateMsg;
-use mindfleet_core::team::suitability;
 
-use super::Own;
 use super::phase::{Gated, Phase, PlanEnd, Seen, TaskFor};
-use super::{DONE_KEPT, GATE_TOKENS_RESERVED, PersonaState, TURN_RETRIES};
+use super::{DONE_KEPT, Effect, Enrich, GATE_TOKENS_RESERVED, Lifecycle, TURN_RETRIES, Timer};
 
-impl PersonaState {
+impl Lifecycle {
     pub(super) fn spoke_recently(&self, room: &str, now: i64) -> bool {
         self.snapshot.spoke_in.get(room).is_some_and(|t| now - t < SPOKE_WINDOW_US)
     }
@@ -50,7 +44,7 @@ impl PersonaState {
             focus_intensity: if s.focus.activity == "idle" { 0.0 } else { s.focus.intensity },
             same_domain: s.focus.domain == event.domain,
             recent_persona_msgs: seen + usize::from(own),
-            keyword_hits: keyword_hits(&event.text, &self.args.config.expertise),
+            keyword_hits: keyword_hits(&event.text, &self.setup.config.expertise),
         }
     }
 
@@ -58,7 +52,7 @@ impl PersonaState {
         if self.is_done(d.seq) {
             return;
         }
-        let now = now_us();
+        let now = self.now;
         if d.event.sender_kind == SenderKind::Persona && d.event.from != *self.name {
             let q = self.persona_msgs.entry(d.event.room.clone()).or_default();
             q.push_back(d.event.ts_us.min(now));
@@ -67,33 +61,28 @@ impl PersonaState {
             }
         }
         let spoke = self.spoke_recently(&d.event.room, now);
-        let _ = self.inbox.actor.cast(InboxMsg::Push(d, spoke));
+        self.emit(Effect::Push(d, spoke));
     }
 
     pub(super) fn on_next(&mut self, d: Delivery, backlog: usize) {
         if self.is_done(d.seq) {
             if !self.busy() {
-                self.pull();
+                self.emit(Effect::Pull);
             }
             return;
         }
         if self.busy() {
             // A hand-over from an inbox that restarted meanwhile: back in the queue it goes.
-            let _ = self.inbox.actor.cast(InboxMsg::Return(d));
+            self.emit(Effect::Return(d));
             return;
         }
-        self.args.marker.store(d.seq, Ordering::SeqCst);
-        if self.args.faults.text_triggers(&d.event.text) {
-            panic!("injected fault: persona {} panics on event {}", self.name, d.event.id);
-        }
-        if let Some(enricher) = self.args.enricher.clone() {
+        self.emit(Effect::Mark(d.seq));
+        self.emit(Effect::Taken(d.event.clone()));
+        if self.setup.references.is_some() {
             // The pipeline first: what the event calls for is known before the gate.
-            let (me, seq, text) = (self.myself.clone(), d.seq, d.event.text.clone());
+            let (seq, text) = (d.seq, d.event.text.clone());
             self.phase = Phase::Enriching { delivery: d, backlog };
-            tokio::spawn(async move {
-                let enrichment = enricher.enrich(&text).await;
-                let _ = me.cast(Own::Enriched { seq, enrichment }.into());
-            });
+            self.emit(Effect::Enrich { of: Enrich::Event(seq), text });
             return;
         }
         self.gate(d, backlog);
@@ -110,7 +99,9 @@ impl PersonaState {
     /// Records what a text of the current event called for (logging each match), and selects
     /// the references it names, with those they lead to; returns the new matches.
     pub(super) fn take_matches(&mut self, event_id: &str, stage: &str, enrichment: Enrichment) -> Vec<RefMatch> {
-        let Some(enricher) = self.args.enricher.clone() else { return Vec::new() };
+        if self.setup.references.is_none() {
+            return Vec::new();
+        }
         if let Some(why) = &enrichment.semantic_off
             && self.refs.semantic_off.as_ref() != Some(why)
         {
@@ -119,17 +110,18 @@ impl PersonaState {
         let fresh = self.refs.note(enrichment);
         self.log_matches(event_id, stage, &fresh);
         let named: Vec<RefMatch> = fresh.iter().filter(|m| m.via == Via::Id).cloned().collect();
-        self.select_all(&enricher, event_id, named);
+        self.select_all(event_id, named);
         fresh
     }
 
     /// Selects each of `chosen` (authorising its path, keeping the choice in storage) and then
     /// what the newly selected ones lead to, breadth first.
-    pub(super) fn select_all(&mut self, enricher: &Enricher, event_id: &str, chosen: Vec<RefMatch>) {
+    pub(super) fn select_all(&mut self, event_id: &str, chosen: Vec<RefMatch>) {
+        let Some(refs) = self.setup.references.clone() else { return };
         let mut new_ids = Vec::new();
         for m in chosen {
-            if self.refs.select(enricher.catalog(), m.clone()) {
-                self.args.storage.select_reference(self.name.clone(), m.clone());
+            if self.refs.select(&refs.catalog, m.clone()) {
+                self.emit(Effect::KeepReference(m.clone()));
                 new_ids.push(m.id);
             }
         }
@@ -138,13 +130,13 @@ impl PersonaState {
         }
         let known: BTreeSet<String> =
             self.refs.selected.keys().chain(self.refs.current.iter().map(|m| &m.id)).cloned().collect();
-        let linked = enricher.discover(&new_ids, &known);
+        let linked = refs.discover(&new_ids, &known);
         self.log_matches(event_id, "linked", &linked);
         self.refs.matches += linked.len() as u64;
         self.refs.current.extend(linked.iter().cloned());
         for m in linked {
-            if self.refs.select(enricher.catalog(), m.clone()) {
-                self.args.storage.select_reference(self.name.clone(), m);
+            if self.refs.select(&refs.catalog, m.clone()) {
+                self.emit(Effect::KeepReference(m));
             }
         }
     }
@@ -161,22 +153,22 @@ impl PersonaState {
     /// The gate chain on an event: the fast path and the thermal adapter inline, else the
     /// brain's judgement as a task.
     pub(super) fn gate(&mut self, d: Delivery, backlog: usize) {
-        let now = now_us();
+        let now = self.now;
         let p = priority(&PriorityInput {
             event: &d.event,
             persona: &self.name,
-            expertise: &self.args.config.expertise,
+            expertise: &self.setup.config.expertise,
             now_us: now,
             spoke_recently: self.spoke_recently(&d.event.room, now),
         });
-        self.take_in(&d, p, now);
+        self.emit(Effect::TakeIn { delivery: d.clone(), importance: p });
         let state = self.gate_state(&d.event, now);
         let decided = fast_path(&d.event, &self.name, p, &state).or_else(|| thermal(p, &state));
         let seen = Seen { delivery: d, backlog, priority: p, state };
         // A message that names somebody else is not put to the model: its turn goes to whom it
         // names, and the scorer decides as it does when the model is unsure.
         let decided = decided.or_else(|| {
-            (self.args.config.brain == BrainKind::Local && named_elsewhere(&seen.delivery.event, &self.name)).then(
+            (self.setup.config.brain == BrainKind::Local && named_elsewhere(&seen.delivery.event, &self.name)).then(
                 || GateDecision {
                     note: "names someone else: judged by rules, no model question".into(),
                     ..score(p, &seen.state)
@@ -186,12 +178,11 @@ impl PersonaState {
         match decided {
             Some(gate) => self.decided(seen.decided(gate)),
             None => {
-                let e = &seen.delivery.event;
-                let mut t = self.task_for(e, self.class_of(e), p, "gate");
-                if self.args.config.brain == BrainKind::Local {
+                let e = seen.delivery.event.clone();
+                let mut t = self.task_for(&e, self.class_of(&e), p, "gate");
+                if self.setup.config.brain == BrainKind::Local {
                     // The model judges: an inference slot, reserving what the question takes.
-                    t.slot = Slot::Inference;
-                    t = t.with_max_tokens(GATE_TOKENS_RESERVED);
+                    t = t.inference(GATE_TOKENS_RESERVED);
                 }
                 self.phase = Phase::Judging { seen, task: t.id };
                 self.submit(t, TaskFor::Event);
@@ -209,7 +200,8 @@ impl PersonaState {
         // who answers (every receiver claims or passes, so it knows when all have spoken).
         if d.audience > 1 && d.event.persona.is_none() {
             let claim = self.claim(&gated);
-            let gone = self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_err();
+            // (A claim the coordinator cannot be sent comes back as `CoordinatorGone`.)
+            self.emit(Effect::Claim(Box::new(claim.clone())));
             // A pass on a persona message is final: nobody is assigned one that nobody claims,
             // so there is no turn to wait for (waiting would hold up this persona's next events,
             // and, through their claims, other personas' turns).
@@ -219,11 +211,8 @@ impl PersonaState {
             }
             let id = d.event.id.clone();
             self.phase = Phase::Waiting { gated, claim: Box::new(claim) };
-            if gone {
-                self.go_on_alone(&id);
-                return;
-            }
-            self.myself.send_after(self.args.turn_timeout, move || Own::TurnOverdue(id).into());
+            let after = self.setup.turn_timeout;
+            self.emit(Effect::After { after, timer: Timer::TurnOverdue(id) });
             return;
         }
         if gated.wants() {
@@ -238,12 +227,13 @@ impl PersonaState {
     fn claim(&self, gated: &Gated) -> Claim {
         let (d, gate, p) = (&gated.seen.delivery, &gated.gate, gated.seen.priority);
         let e = &d.event;
-        let c = &self.args.config;
+        let c = &self.setup.config;
         Claim {
             event_id: e.id.clone(),
             room: e.room.clone(),
             persona: self.name.clone(),
-            actor: Some(self.myself.clone()),
+            // The actor's ref goes in when the claim is sent.
+            actor: None,
             node: None,
             wants: gated.wants(),
             mentioned: gate.rule == "mention",
@@ -271,10 +261,12 @@ impl PersonaState {
         let Some((_, claim)) = self.phase.waiting_mut(&event_id) else { return };
         claim.retry += 1;
         tracing::warn!(persona = %self.name, event = %event_id, retry = claim.retry, "the coordinator has not answered the claim: sent again");
-        let sent = claim.retry <= TURN_RETRIES
-            && self.args.coordinator.cast(CoordinatorMsg::Claim(Box::new(claim.clone()))).is_ok();
-        if sent {
-            self.myself.send_after(self.args.turn_timeout, move || Own::TurnOverdue(event_id).into());
+        if claim.retry <= TURN_RETRIES {
+            // (A claim the coordinator cannot be sent comes back as `CoordinatorGone`.)
+            let claim = Box::new(claim.clone());
+            self.emit(Effect::Claim(claim));
+            let after = self.setup.turn_timeout;
+            self.emit(Effect::After { after, timer: Timer::TurnOverdue(event_id) });
         } else {
             self.go_on_alone(&event_id);
         }
@@ -300,17 +292,17 @@ impl PersonaState {
     /// The model's label scores for the engagement question of `task`.
     pub(super) fn on_judged(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
         let Some(seen) = self.phase.take_judged(task) else {
-            self.args.scheduler.done(task);
+            self.done_task(task);
             return;
         };
         let gate = match answer {
             Ok(c) => {
                 let tokens: usize = c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>();
-                self.args.scheduler.done_with_tokens(task, tokens as u32);
+                self.done_with_tokens(task, tokens as u32);
                 self.brain.judge_answer(&c.scores, seen.priority, &seen.state)
             }
             Err(e) => {
-                self.args.scheduler.done(task);
+                self.done_task(task);
                 GateDecision {
                     note: format!("model failed ({e}): judged by rules"),
                     ..score(seen.priority, &seen.state)
@@ -357,7 +349,7 @@ impl PersonaState {
                     priority: p,
                     domain: e.domain.clone(),
                     event_id: e.id.clone(),
-                    created_us: now_us(),
+                    created_us: self.now,
                 };
                 defer = self.keep_deferred(&d, concern, &mut decision.reason);
                 if defer.is_none() {
@@ -373,28 +365,26 @@ impl PersonaState {
             }
             _ => {}
         }
-        let _ = self.self_state.actor.cast(SelfStateMsg::Apply(Update::Activity(Box::new(activity))));
-        let _ = self.args.admin.cast(AdminMsg::Commit(Box::new(PersonaCommit {
+        self.emit(Effect::SelfState(Update::Activity(Box::new(activity))));
+        let commit = Box::new(PersonaCommit {
             persona: self.name.clone(),
             seq: d.seq,
             accepted_us: e.accepted_us,
             decision,
             reply,
             plan: record,
-            said: self.taking_in.take().filter(|s| s.seq == d.seq).map(|mut s| {
-                // Embedded already when it is no longer waiting.
-                s.embedded = self.convo.as_ref().is_some_and(|c| !c.waiting(s.seq));
-                s
-            }),
+            // Conversation memory's message of the event goes in when it is committed.
+            said: None,
             defer,
-        })));
+        });
+        self.emit(Effect::Commit { commit, said: true });
         self.done.push_back(d.seq);
         if self.done.len() > DONE_KEPT {
             self.done.pop_front();
         }
-        self.args.marker.store(0, Ordering::SeqCst);
-        self.pull();
-        self.study_next();
+        self.emit(Effect::Mark(0));
+        self.emit(Effect::Pull);
+        self.emit(Effect::Idle);
         self.tend_deferred();
     }
 
@@ -404,7 +394,7 @@ impl PersonaState {
         let (e, gate, state, p) = (&gated.seen.delivery.event, &gated.gate, &gated.seen.state, gated.seen.priority);
         let mut reason = explain(gate, p, state);
         if let Some(t) = self.deferrals.taking(gated.seen.delivery.seq) {
-            let waited = (now_us() - t.since_us).max(0) as f64 / 1e6;
+            let waited = (self.now - t.since_us).max(0) as f64 / 1e6;
             reason = format!("taking up deferred (deferred {waited:.0} s ago): {reason}");
         }
         if let Some(end) = plan
@@ -431,7 +421,7 @@ impl PersonaState {
                 ("focus_intensity".into(), state.focus_intensity),
                 ("recent_persona_msgs".into(), state.recent_persona_msgs as f64),
             ],
-            at_us: now_us(),
+            at_us: self.now,
             references: self.refs.finish(&e.id),
             room: e.room.clone(),
         }
