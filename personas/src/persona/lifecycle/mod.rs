@@ -532,3 +532,6 @@ impl Lifecycle {
         }));
     }
 }
+
+#[cfg(test)]
+mod props;
