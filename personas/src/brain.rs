@@ -1,6 +1,6 @@
 //! The `Brain` trait (what a persona thinks with) and the deterministic `rules` brain.
 //!
-//! A brain judges engagement (the model adapter of the gate chain), formulates a plan from
+//! A brain judges engagement (the model stage of the gate chain), formulates a plan from
 //! the action registry, adjusts it when a step fails, evaluates the outcome, and writes the
 //! reply. The persona runs the loop (plan, act, adjust, evaluate); the brain only decides.
 //! Model-backed brains plug in behind the same trait.
@@ -93,7 +93,7 @@ pub trait Brain: Send + Sync {
     /// Its name, as recorded in outbox entries (`rules`, `local`, `openai`).
     fn name(&self) -> &'static str;
 
-    /// The gate chain's model adapter: decides what the fast path and the thermal adapter left.
+    /// The gate chain's model stage: decides what the fast path and the thermal stage left.
     fn judge(&self, event: &Event, priority: f64, state: &GateState) -> GateDecision;
 
     fn formulate_plan(&self, ctx: &PlanContext) -> Plan;
@@ -470,7 +470,7 @@ impl Brain for LocalBrain {
         let verdict = if m > 0.0 { Verdict::Engage } else { Verdict::Ignore };
         GateDecision {
             verdict,
-            adapter: "model",
+            stage: "model",
             rule: "llm",
             threshold: c.clear as f64,
             score: m as f64,

@@ -112,25 +112,25 @@ impl Default for GateState {
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateDecision {
     pub verdict: Verdict,
-    /// Which adapter of the chain decided: `fast_path`, `thermal` or `model`.
-    pub adapter: &'static str,
+    /// Which stage of the chain decided: `fast_path`, `thermal` or `model`.
+    pub stage: &'static str,
     /// Which of its rules (`own_message`, `mention`, `stay_focused`, `score`, ...).
     pub rule: &'static str,
     pub threshold: f64,
-    /// The model adapter's score (0 when another adapter decided).
+    /// The model stage's score (0 when another stage decided).
     pub score: f64,
     /// Said by whoever decided, added to the reason (the coordinator's verdict).
     pub note: String,
 }
 
 impl GateDecision {
-    fn new(adapter: &'static str, verdict: Verdict, rule: &'static str, threshold: f64) -> Self {
-        GateDecision { verdict, adapter, rule, threshold, score: 0.0, note: String::new() }
+    fn new(stage: &'static str, verdict: Verdict, rule: &'static str, threshold: f64) -> Self {
+        GateDecision { verdict, stage, rule, threshold, score: 0.0, note: String::new() }
     }
 
-    /// `adapter/rule`, as journaled in `Decision::by`.
+    /// `stage/rule`, as journaled in `Decision::by`.
     pub fn by(&self) -> String {
-        format!("{}/{}", self.adapter, self.rule)
+        format!("{}/{}", self.stage, self.rule)
     }
 }
 
@@ -144,7 +144,7 @@ pub fn mood_threshold(mood: Mood) -> f64 {
     }
 }
 
-/// First adapter: the deterministic rules that need no judgement. `None` passes the event on.
+/// First stage: the deterministic rules that need no judgement. `None` passes the event on.
 pub fn fast_path(event: &Event, persona: &str, priority: f64, s: &GateState) -> Option<GateDecision> {
     let threshold = mood_threshold(s.mood);
     let d = |verdict, rule| Some(GateDecision::new("fast_path", verdict, rule, threshold));
@@ -171,7 +171,7 @@ pub fn fast_path(event: &Event, persona: &str, priority: f64, s: &GateState) -> 
     None
 }
 
-/// Second adapter: the persona's state. `None` passes the event on.
+/// Second stage: the persona's state. `None` passes the event on.
 pub fn thermal(priority: f64, s: &GateState) -> Option<GateDecision> {
     let d = |rule, threshold| Some(GateDecision::new("thermal", Verdict::Defer, rule, threshold));
     if s.focus_intensity > 0.8 && priority < 0.5 {
@@ -186,15 +186,15 @@ pub fn thermal(priority: f64, s: &GateState) -> Option<GateDecision> {
     None
 }
 
-/// The deterministic scorer the `rules` brain uses as the model adapter: priority, plus
+/// The deterministic scorer the `rules` brain uses as the model stage: priority, plus
 /// expertise and domain fit, less load. Engages above 0.3, defers below.
 pub fn score(priority: f64, s: &GateState) -> GateDecision {
     let v = priority + (0.1 * s.keyword_hits as f64).min(0.3) + if s.same_domain { 0.1 } else { 0.0 } - 0.2 * s.load;
     let verdict = if v > 0.3 { Verdict::Engage } else { Verdict::Defer };
-    GateDecision { verdict, adapter: "model", rule: "score", threshold: 0.3, score: v, note: String::new() }
+    GateDecision { verdict, stage: "model", rule: "score", threshold: 0.3, score: v, note: String::new() }
 }
 
-/// The whole chain with the deterministic scorer: the first adapter that decides wins.
+/// The whole chain with the deterministic scorer: the first stage that decides wins.
 pub fn gate_chain(event: &Event, persona: &str, priority: f64, s: &GateState) -> GateDecision {
     fast_path(event, persona, priority, s).or_else(|| thermal(priority, s)).unwrap_or_else(|| score(priority, s))
 }
@@ -338,7 +338,7 @@ mod tests {
         assert_eq!((d.verdict, d.by().as_str()), (Verdict::Defer, "thermal/stay_focused"));
         let loaded = GateState { load: 0.75, ..state(Mood::Active) };
         assert_eq!(gate_chain(&e, "p", 0.6, &loaded).rule, "overloaded");
-        assert_eq!(gate_chain(&e, "p", 0.7, &loaded).adapter, "model", "the top third passes the thermal adapter");
+        assert_eq!(gate_chain(&e, "p", 0.7, &loaded).stage, "model", "the top third passes the thermal stage");
         let drained = GateState { capacity: 0.2, ..state(Mood::Active) };
         assert_eq!(gate_chain(&e, "p", 0.7, &drained).rule, "low_capacity");
     }
@@ -347,7 +347,7 @@ mod tests {
     fn the_model_scorer_decides_what_is_left() {
         let e = ev("deploy question", SenderKind::Human, "alice");
         let d = gate_chain(&e, "p", 0.35, &GateState { keyword_hits: 1, ..state(Mood::Active) });
-        assert_eq!((d.verdict, d.adapter), (Verdict::Engage, "model"));
+        assert_eq!((d.verdict, d.stage), (Verdict::Engage, "model"));
         assert!((d.score - 0.45).abs() < 1e-9);
         let heavy = GateState { load: 0.6, ..state(Mood::Active) };
         assert_eq!(gate_chain(&e, "p", 0.35, &heavy).verdict, Verdict::Defer);

@@ -3,7 +3,7 @@
 //!
 //! One event at a time: the persona pulls the inbox's best event and decides through the
 //! gate chain (fast path, thermal, the brain's judgement: engage / ignore / defer, journaled
-//! with the adapter, the reason and the numbers). For an engaged event its brain formulates a
+//! with the stage, the rule, the reason and the numbers). For an engaged event its brain formulates a
 //! plan from the action registry; each step is a scheduler task of its own, so higher-priority
 //! work runs between two steps. A failed step is classified and the brain adjusts the plan
 //! (continue, contingency, replan, abort). At the end the brain evaluates the outcome, which

@@ -150,7 +150,7 @@ impl Lifecycle {
         }
     }
 
-    /// The gate chain on an event: the fast path and the thermal adapter inline, else the
+    /// The gate chain on an event: the fast path and the thermal stage inline, else the
     /// brain's judgement as a task.
     pub(super) fn gate(&mut self, d: Delivery, backlog: usize) {
         let now = self.now;
@@ -238,7 +238,7 @@ impl Lifecycle {
             wants: gated.wants(),
             mentioned: gate.rule == "mention",
             named: !e.mentions.is_empty() || e.persona.is_some(),
-            confidence: if gate.adapter == "model" { gate.score } else { p },
+            confidence: if gate.stage == "model" { gate.score } else { p },
             // Dormant: never assigned a message nobody claimed.
             suitability: if self.snapshot.dormant {
                 0.0

@@ -48,7 +48,7 @@ pub(crate) enum Phase {
     Idle,
     /// In the enrichment pipeline, before the gate.
     Enriching { delivery: Delivery, backlog: usize },
-    /// The fast path and the thermal adapter passed it on: waiting for its `gate` task (the
+    /// The fast path and the thermal stage passed it on: waiting for its `gate` task (the
     /// brain's judgement is cognitive work and runs as a scheduler task like any other), or for
     /// the model's answer to it.
     Judging { seen: Seen, task: TaskId },
@@ -176,7 +176,7 @@ impl Gated {
         let wants = self.wants() && !t.assigned;
         let coordinated = |gate: &GateDecision, verdict, rule| GateDecision {
             verdict,
-            adapter: "coordinator",
+            stage: "coordinator",
             rule,
             threshold: gate.threshold,
             score: gate.score,

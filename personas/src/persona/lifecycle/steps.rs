@@ -19,7 +19,7 @@ use crate::study;
 use super::phase::{Phase, Work};
 use super::{Ask, CONVERSATION_RECALLED, Effect, Lifecycle, REFS_READ_PER_STEP, REFS_SELECTED_PER_STEP, Repeat};
 
-/// The adapter a draft withheld as redundant is journaled by (`redundancy/redundant`).
+/// The stage a draft withheld as redundant is journaled by (`redundancy/redundant`).
 pub(super) const REDUNDANCY: &str = "redundancy";
 
 /// How a step ended its run: done (with its result's text, which the enrichment pipeline reads
@@ -244,7 +244,7 @@ impl Lifecycle {
                 tracing::info!(persona = %self.name, event = %f.event().id, reason = %repeat.reason, "draft withheld");
                 f.gated.gate = GateDecision {
                     verdict: mindfleet_core::model::Verdict::Ignore,
-                    adapter: REDUNDANCY,
+                    stage: REDUNDANCY,
                     rule: "redundant",
                     threshold: repeat.threshold,
                     score: repeat.similarity,

@@ -20,7 +20,7 @@ impl Lifecycle {
         }
         let posted = plan.is_some_and(|end| end.reply.is_some());
         let why = if posted { String::new() } else { format!("no reply posted ({reason})") };
-        let redundant = gated.gate.adapter == REDUNDANCY;
+        let redundant = gated.gate.stage == REDUNDANCY;
         let report = TurnReport { event_id: d.event.id.clone(), persona: self.name.clone(), posted, why, redundant };
         self.emit(Effect::Report(report));
     }

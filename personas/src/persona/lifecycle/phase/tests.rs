@@ -33,7 +33,7 @@ fn seen(seq: u64, id: &str) -> Seen {
 }
 
 fn gate(verdict: Verdict) -> GateDecision {
-    GateDecision { verdict, adapter: "model", rule: "score", threshold: 0.5, score: 0.7, note: String::new() }
+    GateDecision { verdict, stage: "model", rule: "score", threshold: 0.5, score: 0.7, note: String::new() }
 }
 
 fn claim(id: &str) -> Claim {
@@ -236,23 +236,23 @@ fn the_coordinator_s_turn_engages_or_finishes_and_says_who_decided() {
     // Wanted and granted: the gate's own decision goes on.
     let (g, engage) = gated(Verdict::Engage).turn(&turn(true));
     assert!(engage);
-    assert_eq!((g.gate.adapter, g.gate.rule, g.gate.verdict), ("model", "score", Verdict::Engage));
+    assert_eq!((g.gate.stage, g.gate.rule, g.gate.verdict), ("model", "score", Verdict::Engage));
 
     // Passed, but nobody claimed it: assigned.
     let (g, engage) = gated(Verdict::Ignore).turn(&turn(true));
     assert!(engage);
-    assert_eq!((g.gate.adapter, g.gate.rule, g.gate.verdict), ("coordinator", "assigned", Verdict::Engage));
+    assert_eq!((g.gate.stage, g.gate.rule, g.gate.verdict), ("coordinator", "assigned", Verdict::Engage));
     assert_eq!((g.gate.threshold, g.gate.score, g.gate.note.as_str()), (0.5, 0.7, "why"));
 
     // Wanted, but somebody else answers: redundant, silent.
     let (g, engage) = gated(Verdict::Engage).turn(&turn(false));
     assert!(!engage);
-    assert_eq!((g.gate.adapter, g.gate.rule, g.gate.verdict), ("coordinator", "redundant", Verdict::Ignore));
+    assert_eq!((g.gate.stage, g.gate.rule, g.gate.verdict), ("coordinator", "redundant", Verdict::Ignore));
 
     // Passed and not granted: the gate's own decision stands.
     let (g, engage) = gated(Verdict::Defer).turn(&turn(false));
     assert!(!engage);
-    assert_eq!((g.gate.adapter, g.gate.verdict), ("model", Verdict::Defer));
+    assert_eq!((g.gate.stage, g.gate.verdict), ("model", Verdict::Defer));
     assert_eq!(g.seen.backlog, 3, "what the gate saw travels with the decision");
 }
 
