@@ -418,7 +418,7 @@ impl ConversationBook {
             observations_pending: (self.unobserved.len() + self.observing.len()) as u64,
             observations: self.observations,
             observed_by: match self.observe {
-                Observer::Model => crate::observe::model::BY,
+                Observer::Model => crate::observe::by_model::BY,
                 Observer::Rules | Observer::Off => crate::observe::BY,
             }
             .to_string(),

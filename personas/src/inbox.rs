@@ -86,7 +86,7 @@ pub(crate) enum Pushed {
     Shed(Delivery, f64),
 }
 
-/// The queue apart from the actor (tested against a model in `inbox_model.rs`): the order,
+/// The queue apart from the actor (tested against a model in `inbox_props.rs`): the order,
 /// the capacity, repeats, and what was handed over.
 pub(crate) struct Queue {
     capacity: usize,
@@ -305,5 +305,5 @@ impl Actor for Inbox {
 }
 
 #[cfg(test)]
-#[path = "inbox_model.rs"]
-mod model;
+#[path = "inbox_props.rs"]
+mod props;

@@ -15,7 +15,7 @@ use mindfleet_core::conversation::{CONTEXT_GAP_US, Observation, ObservationKind,
 
 use crate::words::is_stop_word;
 
-pub mod model;
+pub mod by_model;
 
 /// What made these observations, as they record it.
 pub const BY: &str = "rules";

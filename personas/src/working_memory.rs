@@ -114,5 +114,5 @@ impl Actor for WorkingMemory {
 }
 
 #[cfg(test)]
-#[path = "working_memory_model.rs"]
-mod model;
+#[path = "working_memory_props.rs"]
+mod props;

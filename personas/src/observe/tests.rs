@@ -105,9 +105,9 @@ fn the_model_s_lines_join_the_fact_of_the_message_they_came_from_when_the_conver
         said(3, "melanie", "Ok", MAY_8 + 60_000_000),
         said(4, "melanie", "I am painting a sunset with my kids this weekend.", MAY_8 + 90_000_000),
     ];
-    let pieces = model::pieces(&turns);
+    let pieces = by_model::pieces(&turns);
     assert_eq!(pieces.len(), 1, "one session, one piece");
-    let asked = model::request(&pieces[0]);
+    let asked = by_model::request(&pieces[0]);
     let prompt = &asked.messages[1].content;
     assert!(prompt.starts_with("Conversation in #talk on 8 May 2023:\nMelanie: Hey Caroline!"), "{prompt}");
 
@@ -117,7 +117,7 @@ fn the_model_s_lines_join_the_fact_of_the_message_they_came_from_when_the_conver
                   Caroline: I went to a LGBTQ support group yesterday and it was so powerful.\n\
                   3. Melanie is a doctor who lives in Paris with Sarah.\n\
                   - Caroline went to an LGBTQ support group.";
-    let facts = model::facts(&pieces[0], answer);
+    let facts = by_model::facts(&pieces[0], answer);
     assert_eq!(
         facts,
         [
@@ -130,15 +130,15 @@ fn the_model_s_lines_join_the_fact_of_the_message_they_came_from_when_the_conver
 
     let mut made = observe(&turns);
     let rules = made.len();
-    model::add(&mut made, &pieces[0], facts);
+    by_model::add(&mut made, &pieces[0], facts);
     assert_eq!(made.len(), rules, "each line joins its message's fact: one fact per message still");
     let fact = made.iter().find(|o| o.id == Observation::id_of(ObservationKind::Fact, 2)).unwrap();
     assert!(fact.text.ends_with("Caroline went to an LGBTQ support group."), "{}", fact.text);
-    assert_eq!((fact.by.as_str(), fact.sources.as_slice()), (model::BY, &[2][..]));
+    assert_eq!((fact.by.as_str(), fact.sources.as_slice()), (by_model::BY, &[2][..]));
 
     // A message the rules made nothing of gets a fact of its own, linked to it.
     let mut made = Vec::new();
-    model::add(&mut made, &pieces[0], vec![(3, "Melanie agreed".into())]);
+    by_model::add(&mut made, &pieces[0], vec![(3, "Melanie agreed".into())]);
     assert_eq!(
         (made[0].text.as_str(), made[0].sources.as_slice(), made[0].about.as_str()),
         ("Melanie agreed (said by Melanie on 8 May 2023)", &[3][..], "melanie")
@@ -150,9 +150,9 @@ fn the_model_reads_a_long_session_in_pieces() {
     let turns: Vec<Said> = (0..50)
         .map(|i| said(i, if i % 2 == 0 { "a" } else { "b" }, "we talked about boats", MAY_8 + i as i64))
         .collect();
-    let sizes: Vec<usize> = model::pieces(&turns).iter().map(Vec::len).collect();
-    assert_eq!(sizes, [model::PIECE_MESSAGES, model::PIECE_MESSAGES, 2]);
+    let sizes: Vec<usize> = by_model::pieces(&turns).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [by_model::PIECE_MESSAGES, by_model::PIECE_MESSAGES, 2]);
     let later = said(50, "a", "and boats again", MAY_8 + 2 * DAY);
-    let sizes: Vec<usize> = model::pieces(&[turns[0].clone(), later]).iter().map(Vec::len).collect();
+    let sizes: Vec<usize> = by_model::pieces(&[turns[0].clone(), later]).iter().map(Vec::len).collect();
     assert_eq!(sizes, [1, 1], "a piece never spans two sessions");
 }

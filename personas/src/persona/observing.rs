@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use super::{Chore, ConversationArgs, Own, PersonaState};
 use crate::conversation::{Memorable, OBSERVE_BATCH, remember};
-use crate::observe::model;
+use crate::observe::by_model;
 
 impl PersonaState {
     /// Asks for the consolidation when the conversation is quiet, else checks again when it may
@@ -47,7 +47,7 @@ impl PersonaState {
         if self.observe_llm().is_some() {
             t.slot = Slot::Inference;
             t = t
-                .with_max_tokens(model::CALL_TOKENS * model::CALLS as u32)
+                .with_max_tokens(by_model::CALL_TOKENS * by_model::CALLS as u32)
                 .preemptible()
                 .over_budget(OverBudget::Rules);
         }
@@ -68,8 +68,11 @@ impl PersonaState {
         };
         let Some(c) = self.convo.as_mut() else { return self.release(&g) };
         c.observe_asked = None;
-        let seqs =
-            if ran { c.take_observing(if llm.is_some() { model::BATCH } else { OBSERVE_BATCH }) } else { Vec::new() };
+        let seqs = if ran {
+            c.take_observing(if llm.is_some() { by_model::BATCH } else { OBSERVE_BATCH })
+        } else {
+            Vec::new()
+        };
         if seqs.is_empty() {
             // No slot given (or nothing left): the next check asks again.
             self.release(&g);
@@ -170,7 +173,7 @@ impl PersonaState {
 }
 
 /// What the model adds to `made` (the rules' observations of `said`): it reads the pieces of
-/// `said` in turn, at most [`model::CALLS`] of them, until `stop` is notified. The tokens it
+/// `said` in turn, at most [`by_model::CALLS`] of them, until `stop` is notified. The tokens it
 /// used.
 async fn by_model(
     llm: &ActorRef<LlmMsg>,
@@ -180,15 +183,15 @@ async fn by_model(
     stop: &Notify,
 ) -> u32 {
     let mut tokens = 0;
-    for piece in model::pieces(said).iter().take(model::CALLS) {
+    for piece in by_model::pieces(said).iter().take(by_model::CALLS) {
         let asked = tokio::select! {
-            r = crate::llm::generate(llm, persona, "observe", model::request(piece)) => r,
+            r = crate::llm::generate(llm, persona, "observe", by_model::request(piece)) => r,
             () = stop.notified() => break,
         };
         match asked {
             Ok((answer, used)) => {
                 tokens += used;
-                model::add(made, piece, model::facts(piece, &answer));
+                by_model::add(made, piece, by_model::facts(piece, &answer));
             }
             Err(e) => {
                 // The rules' observations stand.

@@ -159,8 +159,8 @@ impl<T: Clone> Cursors<T> {
 }
 
 #[cfg(test)]
-#[path = "cursor_model.rs"]
-mod model;
+#[path = "cursor_props.rs"]
+mod props;
 
 #[cfg(test)]
 mod tests {
