@@ -1,7 +1,8 @@
 //! The embedder against reference vectors from sentence-transformers (an independent
 //! implementation of the same model), on the real model files.
 
-use mindfleet_models::embed::{EmbedError, Embedder, cosine};
+use mindfleet_core::embedding::cosine;
+use mindfleet_models::embed::{EmbedError, Embedder};
 use mindfleet_models::fetch::MINILM;
 use serde_json::Value;
 
@@ -68,8 +69,9 @@ mod worker {
     use std::time::Duration;
 
     use mindfleet_actors::embed::worker::{EmbedArgs, spawn};
+    use mindfleet_core::embedding::cosine;
     use mindfleet_core::embedding::{EmbedFailure, EmbedMsg, EmbedReply, EmbedStats, LongText, Urgency};
-    use mindfleet_models::embed::{Embedder, cosine};
+    use mindfleet_models::embed::Embedder;
     use mindfleet_models::fetch::MINILM;
     use ractor::{ActorRef, call};
 

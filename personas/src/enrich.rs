@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use mindfleet_core::config::ReferencesConfig;
 use mindfleet_core::dump::ReferencesDump;
-use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency, dot};
 use mindfleet_core::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
@@ -94,7 +94,6 @@ impl Enricher {
         }
         let catalog = self.catalog_vectors().await?;
         let query = self.embed(vec![text.to_string()]).await?.pop().ok_or("the worker answered no vector")?;
-        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
         Ok(self.catalog.refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
     }
 

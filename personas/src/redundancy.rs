@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
+use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency, cosine};
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::model::OutboxEntry;
 use mindfleet_store::Storage;
@@ -61,17 +61,6 @@ pub fn in_thread(reply: &OutboxEntry, answered: &Event) -> bool {
     }
     answered.sender_kind == SenderKind::Persona
         && (reply.event_id == answered.id || answered.in_reply_to.as_deref() == Some(reply.in_reply_to.as_str()))
-}
-
-pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na.sqrt() * nb.sqrt()) }
 }
 
 /// The posted reply most similar to the draft, when it is at or above `threshold`.

@@ -90,7 +90,7 @@ fn agreement(model: &Embedder, texts: &[String], reference: &Value) -> anyhow::R
         let got = &model.embed(&[text.as_str()])?[0].vector;
         anyhow::ensure!(got.len() == want.len(), "{} values against the reference's {}", got.len(), want.len());
         diff = got.iter().zip(&want).fold(diff, |d, (a, b)| d.max(f64::from((a - b).abs())));
-        least = least.min(f64::from(mindfleet_models::embed::cosine(got, &want)));
+        least = least.min(mindfleet_core::embedding::cosine(got, &want));
     }
     Ok((diff, least))
 }

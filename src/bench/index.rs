@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::embed::IndexModel;
+use mindfleet_core::embedding::dot;
 use mindfleet_index::{Embed, Entry, Index, Mode, SearchOptions, UpdateOptions};
 use serde_json::{Value, json};
 
@@ -90,10 +91,6 @@ impl Rng {
 fn unit(v: Vec<f32>) -> Vec<f32> {
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.into_iter().map(|x| x / n).collect()
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// The share of `truth` found in `found`.

@@ -22,9 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use mindfleet_core::embedding::cosine;
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_core::event::EventInput;
-use mindfleet_personas::redundancy::cosine;
 use serde_json::{Value, json};
 
 use super::{percentile, round};

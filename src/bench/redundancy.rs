@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use mindfleet_core::config::REDUNDANCY_THRESHOLD;
+use mindfleet_core::embedding::cosine;
 use mindfleet_models::embed::Embedder;
-use mindfleet_personas::redundancy::cosine;
 use serde_json::{Value, json};
 
 use super::round;

@@ -24,6 +24,7 @@ use std::time::Instant;
 use anyhow::Context;
 use mindfleet_actors::embed::model_name;
 use mindfleet_core::config::ReferencesConfig;
+use mindfleet_core::embedding::dot;
 use mindfleet_core::refs::{self, Catalog, RefMatch};
 use mindfleet_models::embed::Embedder;
 use serde::Deserialize;
@@ -168,7 +169,6 @@ fn similarities(model: &Embedder, catalog: &Catalog, texts: &[&str]) -> anyhow::
     let ref_texts: Vec<String> = catalog.refs.iter().map(|r| r.semantic_text()).collect();
     let ref_vectors = embed(&ref_texts.iter().map(String::as_str).collect::<Vec<_>>())?;
     let text_vectors = embed(texts)?;
-    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
     Ok(texts
         .iter()
         .zip(&text_vectors)

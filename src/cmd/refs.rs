@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use mindfleet_core::config::FleetConfig;
+use mindfleet_core::embedding::dot;
 use mindfleet_core::refs::{self, Catalog, Via};
-use mindfleet_models::embed::{Embedder, cosine};
+use mindfleet_models::embed::Embedder;
 use mindfleet_models::fetch;
 use serde_json::{Value, json};
 
@@ -89,5 +90,5 @@ fn similarities(catalog: &Catalog, text: &str, config: &FleetConfig) -> Result<B
         std::iter::once(text.to_string()).chain(catalog.refs.iter().map(|r| r.semantic_text())).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let v = model.embed(&refs).map_err(|e| e.to_string())?;
-    Ok(catalog.refs.iter().zip(&v[1..]).map(|(r, e)| (r.id.clone(), cosine(&v[0].vector, &e.vector))).collect())
+    Ok(catalog.refs.iter().zip(&v[1..]).map(|(r, e)| (r.id.clone(), dot(&v[0].vector, &e.vector))).collect())
 }

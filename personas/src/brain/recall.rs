@@ -15,6 +15,7 @@
 use std::collections::BTreeSet;
 
 use mindfleet_core::adapter::AdapterRecord;
+use mindfleet_core::embedding::dot;
 use mindfleet_core::event::Event;
 use mindfleet_core::llm::AdapterChoice;
 use mindfleet_core::model::{
@@ -126,10 +127,6 @@ fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {
     let inter = a.intersection(b).count();
     let union = a.len() + b.len() - inter;
     if union == 0 { 0.0 } else { inter as f32 / union as f32 }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// The `limit` most similar of `items` at `least` or more, most similar first.

@@ -190,3 +190,22 @@ pub struct EmbedStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
 }
+/// The similarity of two embeddings of the embedding worker: their dot product, which is their
+/// cosine, its vectors being of unit length (summed in `f32`, in order: the figure the enrichment
+/// pipeline and long-term memory's recall rank by, and `mindfleet refs` shows).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The cosine of two vectors of any length, summed in `f64`; 0 when either is zero (the
+/// redundancy check of drafts, and the tests that compare a model's outputs with a reference).
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na.sqrt() * nb.sqrt()) }
+}

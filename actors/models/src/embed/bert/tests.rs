@@ -10,8 +10,8 @@ use candle_transformers::models::bert::{BertModel, Config};
 
 use super::rows::gelu;
 use super::*;
-use crate::embed::cosine;
 use crate::math::exp;
+use mindfleet_core::embedding::cosine;
 
 fn model_dir() -> PathBuf {
     let dir = default_dir();

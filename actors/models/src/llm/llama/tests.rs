@@ -7,6 +7,7 @@ use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 
 use super::*;
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+use mindfleet_core::embedding::cosine;
 
 fn model_path() -> PathBuf {
     let dir = default_dir();
@@ -36,12 +37,6 @@ impl Llama {
 
 fn argmax(v: &[f32]) -> u32 {
     (0..v.len()).max_by(|a, b| v[*a].total_cmp(&v[*b])).unwrap() as u32
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let n = |v: &[f32]| v.iter().map(|x| *x as f64 * *x as f64).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 /// How far a logit's distance below the top one may be from llama.cpp's (on this prompt the

@@ -270,9 +270,7 @@ fn the_gradients_match_the_same_pass_composed_of_candles_operations() {
             g.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
         };
         let (a, b) = (grad(&theirs), grad(&ours));
-        let dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let cosine = dot / (norm(&a) * norm(&b));
+        let cosine = mindfleet_core::embedding::cosine(&a, &b);
         assert!(cosine > 0.95, "{name}: cosine {cosine}");
     }
 }
