@@ -489,7 +489,7 @@ fn llm_args(config: &FleetConfig) -> Option<LlmArgs> {
 }
 
 /// Where each persona of the fleet runs, as node `o.node` computes it (every node computes the
-/// same: docs/ARCHITECTURE.md, "A fleet across nodes").
+/// same: docs/INTERNALS.md, "A fleet across nodes").
 fn placement(config: &FleetConfig, o: &crate::cluster::ClusterOptions) -> Result<AdminCluster, FleetError> {
     let nodes = config.cluster_nodes();
     if !nodes.is_empty() && !nodes.contains(&o.node) {
