@@ -297,13 +297,7 @@ fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> 
 
 /// The id of a new run: its topic in words joined by `-` (`all` for none), and the time.
 fn run_id(topic: Option<&str>, now_us: i64) -> String {
-    let slug: Vec<String> = topic
-        .unwrap_or("all")
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(6)
-        .map(str::to_lowercase)
-        .collect();
+    let slug: Vec<String> = mindfleet_core::words::split(topic.unwrap_or("all")).take(6).collect();
     format!("{}-{now_us}", if slug.is_empty() { "all".to_string() } else { slug.join("-") })
 }
 

@@ -16,7 +16,7 @@ use mindfleet_core::model::{
     UserProfile, WmEntry,
 };
 
-use crate::words::is_stop_word;
+use mindfleet_core::words::{is_stop_word, split};
 
 /// Topics kept per user profile (the "user facts" limit).
 pub const TOPICS_PER_USER: usize = 200;
@@ -56,11 +56,7 @@ const TECHNICAL: &[&str] = &[
 ];
 
 fn words(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 4)
-        .map(str::to_lowercase)
-        .filter(|w| !is_stop_word(w))
-        .collect()
+    split(text).filter(|w| w.len() >= 4 && !is_stop_word(w)).collect()
 }
 
 fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {

@@ -27,7 +27,6 @@ pub mod redundancy;
 pub mod reply;
 pub mod self_state;
 pub mod study;
-mod words;
 pub mod working_memory;
 
 pub use faults::FaultBook;

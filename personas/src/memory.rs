@@ -140,7 +140,7 @@ impl Memory {
 
 /// Lower-cased words of three letters or more.
 fn tokens(s: &str) -> impl Iterator<Item = String> + '_ {
-    s.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() >= 3).map(str::to_lowercase)
+    mindfleet_core::words::split(s).filter(|w| w.len() >= 3)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use mindfleet_core::conversation::{CONTEXT_GAP_US, Observation, ObservationKind, Said};
 
-use crate::words::is_stop_word;
+use mindfleet_core::words::is_stop_word;
 
 pub mod by_model;
 

@@ -31,7 +31,7 @@ use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;
 
-use crate::words::is_stop_word;
+use mindfleet_core::words::is_stop_word;
 
 /// What one stage of a study session produced.
 #[derive(Debug)]

@@ -74,9 +74,8 @@ pub fn answer(g: &Generation, sources: &[&Hit], note: Option<&str>) -> serde_jso
 /// answer with the added citations, and one `{"sentence", "cite", "by"}` per citation.
 fn attribute(answer: &str, sources: &[&Hit]) -> (String, Vec<serde_json::Value>) {
     fn words(text: &str) -> std::collections::HashSet<String> {
-        text.split(|c: char| !c.is_alphanumeric())
+        mindfleet_core::words::split(text)
             .filter(|w| w.len() >= 4)
-            .map(str::to_lowercase)
             .filter(|w| {
                 !["that", "this", "with", "from", "when", "then", "which", "code", "function"].contains(&w.as_str())
             })

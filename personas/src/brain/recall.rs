@@ -23,7 +23,7 @@ use mindfleet_core::model::{
 };
 
 use super::{PlanContext, RulesBrain};
-use crate::words::is_stop_word;
+use mindfleet_core::words::{is_stop_word, split};
 
 /// Newest experiences and knowledge entries read for one recall.
 pub const RECALL_READ: usize = 20;
@@ -116,11 +116,7 @@ pub fn texts(query: &str, experiences: &[Experience], knowledge: &[Knowledge]) -
 }
 
 fn words(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.len() >= 3)
-        .map(str::to_lowercase)
-        .filter(|w| !is_stop_word(w))
-        .collect()
+    split(text).filter(|w| w.len() >= 3 && !is_stop_word(w)).collect()
 }
 
 fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {

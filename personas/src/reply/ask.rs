@@ -2,7 +2,7 @@
 //! a discussion, who or when, where or how in code, a greeting or thanks, another question, or
 //! a statement. The reply is built for what was asked ([`super::grounded`]).
 
-use crate::words::{content_words, is_stop_word, stem, words};
+use mindfleet_core::words::{content_words, is_stop_word, stem, words};
 
 /// What a message asks.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::words::{content_words, stem, stems, words};
+use mindfleet_core::words::{content_words, stem, stems, words};
 
 /// What is wrong with a draft.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use mindfleet_core::event::SenderKind;
 use super::Input;
 use super::ask::{Ask, Social};
 use super::material::Piece;
-use crate::words::words;
+use mindfleet_core::words::words;
 
 /// Most characters of one quoted line.
 const QUOTE_CHARS: usize = 200;

@@ -13,7 +13,7 @@ use mindfleet_core::model::EntryKind;
 use super::Input;
 use super::ask::Ask;
 use crate::mind::REFERENCE_KIND;
-use crate::words::{content_words, stem, stems};
+use mindfleet_core::words::{content_words, split, stem, stems};
 
 /// A recalled message is used without a word in common with the question only when its
 /// meaning is this close to it (MiniLM cosine): a paraphrase, not a neighbour.
@@ -189,7 +189,7 @@ fn said_lines(ctx: &Input, ask: &Ask, topic: &HashSet<String>) -> Vec<(f64, Said
 pub fn same_person(from: &str, named: &str) -> bool {
     let from = from.to_lowercase();
     let named = named.to_lowercase();
-    from == named || from.split(|c: char| !c.is_alphanumeric()).next() == Some(named.as_str())
+    from == named || split(&from).next() == Some(named)
 }
 
 /// How much `text` bears on `topic` (stems): one for each topic word it has, more for rarer

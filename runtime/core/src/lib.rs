@@ -28,3 +28,4 @@ pub mod task;
 pub mod team;
 pub mod time;
 pub mod webhook;
+pub mod words;

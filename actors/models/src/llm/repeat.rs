@@ -89,14 +89,7 @@ impl Guard {
 /// A sentence as it is compared: lower-cased, every run of characters other than letters and
 /// digits one space, none at the ends (`"I'm  here!"` is `"i m here"`).
 pub fn normalize(sentence: &str) -> String {
-    let mut out = String::with_capacity(sentence.len());
-    for word in sentence.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.extend(word.chars().flat_map(char::to_lowercase));
-    }
-    out
+    mindfleet_core::words::split(sentence).collect::<Vec<_>>().join(" ")
 }
 
 /// The sentences of an answer as its text comes, holding back the one being written until it

@@ -1,6 +1,8 @@
-//! A text's words, and those that say nothing about what a text is about, for the topics of
-//! study questions, of user profiles, of what consolidation finds shared, and of what a reply
-//! answers.
+//! A text's words: the one way the fleet cuts a text into words ([`split`]), the compounds
+//! ([`words`]), and those that say nothing about what a text is about, for the topics of study
+//! questions, of user profiles, of what consolidation finds shared, of what a reply answers, of
+//! what memory recalls and adapters fit. What counts as a word beyond that (a least length, stop
+//! words) is each reader's filter.
 
 /// Lowercase; see [`is_stop_word`].
 const STOP_WORDS: &[&str] = &[
@@ -128,17 +130,23 @@ pub fn is_stop_word(w: &str) -> bool {
     STOP_WORDS.binary_search(&w).is_ok()
 }
 
-/// A text's words in order, lower-cased: runs of letters and digits; a compound joined by `_` or
-/// `-` (`statement_timeout`, `db-1`, `on-call`) is a word, and so is each of its parts (a path's
-/// parts are words of their own).
+/// A text's words in order, lower-cased: its runs of letters and digits (`"I'm  here!"`: `i`, `m`,
+/// `here`).
+pub fn split(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
+}
+
+/// A text's [`split`] words, and the compounds they make: a compound joined by `_` or `-`
+/// (`statement_timeout`, `db-1`, `on-call`) is a word before its parts (a path's parts are words
+/// of their own).
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
         .map(|w| w.trim_matches(['_', '-']))
         .filter(|w| !w.is_empty())
         .flat_map(|w| {
-            let parts: Vec<&str> = w.split(['_', '-']).filter(|p| !p.is_empty()).collect();
-            let whole = (parts.len() > 1).then_some(w);
-            whole.into_iter().chain(parts).map(str::to_lowercase)
+            let parts: Vec<String> = split(w).collect();
+            let whole = (parts.len() > 1).then(|| w.to_lowercase());
+            whole.into_iter().chain(parts)
         })
 }
 
