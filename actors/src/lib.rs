@@ -1,14 +1,7 @@
-//! Shared service actors: one of each per fleet, used by every persona.
-//!
-//! ```text
-//! FleetSupervisor
-//! ├── Scheduler          grants inference and cheap slots, highest class first
-//! ├── Coordinator        turn-taking: who answers an undirected human message
-//! ├── EmbeddingWorker    all-MiniLM-L6-v2 (`embed`), batching every caller's texts
-//! ├── [LlmWorker]        SmolLM2 or an OpenAI-compatible endpoint (`llm`)
-//! └── Index              the codebase knowledge (`index`): rag commands and cursors
-//!       └── index thread       owns the `mindfleet_index::Index`; embeds through the worker
-//! ```
+//! Shared service actors, one of each per fleet, used by every persona: the `Scheduler`, the
+//! `Coordinator`, the `EmbeddingWorker`, the `LlmWorker`, the `Index` (the codebase's, and a
+//! second one of conversation memory) and the `Trainer`. Where they sit in the fleet's one
+//! supervision tree: docs/ARCHITECTURE.md, "Supervision tree".
 //!
 //! The workers own threads that run the models of `mindfleet-models` (forward passes, kernels,
 //! fetcher); what runs there knows no actor, and what they send back is private to the worker
