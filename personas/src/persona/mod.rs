@@ -130,6 +130,8 @@ pub struct ConversationArgs {
     pub config: ConversationConfig,
 }
 
+/// Most chunks a knowledge search brings into working memory and the reply.
+const KNOWLEDGE_CHUNKS: usize = 3;
 /// How long a study stage that gave its slot back waits before it asks again.
 const STUDY_RETRY: Duration = Duration::from_secs(2);
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).

@@ -19,7 +19,7 @@ use mindfleet_store::Reopened;
 use ractor::{ActorRef, RpcReplyPort, call_t};
 
 use super::lifecycle::{Ask, Effect, Enrich, Input, Repeat, TaskSpec};
-use super::{CHILD_CALL_MS, ConversationArgs, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS};
+use super::{CHILD_CALL_MS, ConversationArgs, KNOWLEDGE_CHUNKS, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS};
 use crate::enrich::Enricher;
 use crate::inbox::InboxMsg;
 use crate::self_state::SelfStateMsg;
@@ -257,7 +257,7 @@ impl PersonaState {
     /// busy with a long indexing run).
     fn search(&self, task: TaskId, query: String) {
         let Some(index) = self.args.index.clone() else { return };
-        let req = RagRequest::Search(SearchRequest::new(query, super::lifecycle::KNOWLEDGE_CHUNKS));
+        let req = RagRequest::Search(SearchRequest::new(query, KNOWLEDGE_CHUNKS));
         let me = self.myself.clone();
         tokio::spawn(async move {
             let answer = match call_t!(index, IndexMsg::Request, SEARCH_CALL_MS, Box::new(req)) {

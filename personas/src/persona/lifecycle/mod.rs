@@ -64,8 +64,6 @@ use phase::{Phase, TaskFor};
 
 /// Finished deliveries remembered to drop their redeliveries.
 const DONE_KEPT: usize = 256;
-/// Most chunks a knowledge search brings into working memory and the reply.
-pub(crate) const KNOWLEDGE_CHUNKS: usize = 3;
 /// How many times a claim goes again to a coordinator that has not answered it.
 const TURN_RETRIES: u32 = 5;
 /// Most messages conversation memory brings into a reply.
