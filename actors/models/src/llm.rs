@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use crate::team::Team;
+use crate::pool::Team;
 pub use adapter::Adapter;
 use batch::{BatchConfig, Engine, Outcome, Work};
 use llama::{Llama, Part, Scratch};

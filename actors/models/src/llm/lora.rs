@@ -27,7 +27,7 @@ use super::adapter::{Adapter, Delta as Served};
 use super::llama::LlamaConfig;
 use super::q8::{Activations, Q8Matrix};
 use super::{ChatMessage, GgufTokenizer};
-use crate::team::Team;
+use crate::pool::Team;
 
 mod ops;
 use ops::{Attention, RmsNorm, Rope, SwiGlu};

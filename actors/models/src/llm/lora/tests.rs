@@ -7,7 +7,7 @@ use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 use crate::llm::adapter::Adapter;
 use crate::llm::llama::{Llama, Part, Scratch};
 use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
-use crate::team::Team;
+use crate::pool::Team;
 
 fn model_path() -> PathBuf {
     let dir = default_dir();

@@ -13,7 +13,7 @@
 //! [`super::matmul`]).
 
 use super::{BLOCK, PANEL, Q8Matrix};
-use crate::team::Team;
+use crate::pool::Team;
 
 /// Rows of an activation tile; products run on groups of two.
 const TILE: usize = 16;
