@@ -7,7 +7,6 @@
 //! than `max_restarts` failures within `within_secs` stop the persona for good: it is
 //! reported `failed` in dumps and the rest of the fleet runs on.
 
-use mindfleet_core::adapter::AdapterDir;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,6 +44,7 @@ use mindfleet_server::http::{self, HttpState};
 use mindfleet_server::node::embed::RemoteEmbed;
 use mindfleet_server::node::index::RemoteIndex;
 use mindfleet_server::webhook::Senders;
+use mindfleet_store::adapters::AdapterDir;
 use mindfleet_store::{DataDirLock, HandOff, Storage, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 

@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, JOB, Scores, WEIGHTS, judge};
+use mindfleet_core::adapter::{AdapterRecord, Scores, judge};
 use mindfleet_core::config::TrainingConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
 use mindfleet_models::llm::lora::{Example, LoraConfig, PauseFn, Target, Trainer};
 use mindfleet_models::llm::{Adapter, Llm};
+use mindfleet_store::adapters::{AdapterDir, CHECKPOINT, JOB, WEIGHTS};
 use serde::{Deserialize, Serialize};
 
 /// How a run trains.

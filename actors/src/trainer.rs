@@ -21,12 +21,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mindfleet_core::adapter::{AdapterDir, TrainerMsg, TrainerStatus, Verdict};
+use mindfleet_core::adapter::{TrainerMsg, TrainerStatus, Verdict};
 use mindfleet_core::llm::ChatMessage;
 use mindfleet_core::private::Private;
 use mindfleet_core::sched::{Class, Grant, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_models::llm::Llm;
 use mindfleet_models::llm::lora::PauseFn;
+use mindfleet_store::adapters::AdapterDir;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
 use crate::train::{self, Begun, TrainJob, TrainOptions};

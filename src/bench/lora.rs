@@ -23,12 +23,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mindfleet_actors::train::{self, TrainOptions};
-use mindfleet_core::adapter::{AdapterDir, RECORD, WEIGHTS};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
 use mindfleet_models::llm::{Adapter, Llm};
 use mindfleet_personas::study::training::{HOLD_OUT_EVERY, TrainingChat, hold_out, read_training};
 use mindfleet_personas::study::training_file;
+use mindfleet_store::adapters::{AdapterDir, RECORD, WEIGHTS};
 use serde_json::{Value, json};
 
 use super::embed::peak_rss_mb;
