@@ -11,6 +11,7 @@ pub mod error;
 pub mod fleet;
 pub mod panic_hook;
 pub mod table;
+pub mod tree;
 
 pub use fleet::{Fleet, FleetError};
 

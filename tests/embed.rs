@@ -265,6 +265,7 @@ mod worker {
 }
 
 mod fleet {
+    use mindfleet::tree::RenderTree;
     use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
     use ractor::call;
 

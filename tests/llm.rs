@@ -752,6 +752,7 @@ mod worker {
 }
 
 mod brain {
+    use mindfleet::tree::RenderTree;
     use mindfleet_core::config::LocalLlm;
 
     use super::local_config;
