@@ -9,6 +9,7 @@ use mindfleet_core::config::FleetConfig;
 use mindfleet_core::refs::{self, Catalog, Via};
 use mindfleet_models::embed::{Embedder, cosine};
 use mindfleet_models::fetch;
+use mindfleet_personas::references::Discover;
 use serde_json::{Value, json};
 
 use super::{Json, fail};

@@ -5,13 +5,13 @@ use mindfleet_core::event::{Event, SenderKind, new_event_id, text_mentions};
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure, LlmMsg};
 use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry};
-use mindfleet_core::refs::{self as refs, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::time::now_us;
 use ractor::call_t;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
 use crate::mind::REFERENCE_KIND;
+use crate::references::{self as refs, RefMatch, Via};
 use crate::reply;
 use crate::study::{self};
 use crate::working_memory::MemoryMsg;
