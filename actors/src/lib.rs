@@ -21,5 +21,5 @@ pub mod llm;
 pub mod scheduler;
 #[cfg(test)]
 mod testing;
-pub mod train;
 pub mod trainer;
+pub mod training_run;

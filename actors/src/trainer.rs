@@ -1,12 +1,12 @@
-//! The trainer: one per fleet with a local model. It runs training runs ([`crate::train`]) one at
-//! a time on a thread of its own, and takes up at start the runs a stop left unfinished (their
-//! checkpoints).
+//! The trainer: one per fleet with a local model. It runs training runs
+//! ([`crate::training_run`]) one at a time on a thread of its own, and takes up at start the
+//! runs a stop left unfinished (their checkpoints).
 //!
 //! A run is background work: it trains only while it holds the scheduler's grant of an
 //! inference slot (a preemptible `Background` task, asked for when the run starts), and gives
 //! the slot back when the scheduler asks for it because higher-class work waits, asking again
 //! at once (the grant comes when nothing of a higher class waits). While it holds the slot it
-//! also waits whenever the process's models answer anything ([`train::while_serving`]): a
+//! also waits whenever the process's models answer anything ([`training_run::while_serving`]): a
 //! grant is capacity, the models' idle time is the machine's. Both are looked at before every
 //! product of the pass, so a run yields within one. Besides the runs asked
 //! by hand, it looks every `check_every` for personas whose study sessions kept `new_chats` or
@@ -30,7 +30,7 @@ use mindfleet_models::llm::lora::PauseFn;
 use mindfleet_store::adapters::AdapterDir;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
-use crate::train::{self, Begun, TrainJob, TrainOptions};
+use crate::training_run::{self, Begun, TrainJob, TrainOptions};
 
 /// A persona's chats about a topic (all, when `None`): those to train on and those held out.
 pub type ChatsFn =
@@ -83,7 +83,7 @@ impl Gate {
 
 /// A run's pause: until the gate is open and the models are idle, and the gate still open.
 fn pause(gate: Arc<Gate>) -> PauseFn {
-    let idle = train::while_serving();
+    let idle = training_run::while_serving();
     Arc::new(move || {
         loop {
             gate.wait();
@@ -292,7 +292,7 @@ fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> 
         options: args.options.clone(),
         now_us: mindfleet_core::time::now_us,
     };
-    let trained = train::run(&job, &llm, &train::reference_grade, Some(pause(gate)))?;
+    let trained = training_run::run(&job, &llm, &training_run::reference_grade, Some(pause(gate)))?;
     Ok(trained.record.verdict)
 }
 

@@ -15,14 +15,14 @@
 //!    held-out scores before and after, the pauses).
 //! 4. The run's held-out scores, before (base model) and after (with the adapter): perplexity of
 //!    the reference answers and the grade of the answers the model writes
-//!    ([`train::reference_grade`]: the share of the reference answer's words it has);
+//!    ([`training_run::reference_grade`]: the share of the reference answer's words it has);
 //!    generation speed with and without the adapter, taking turns.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::train::{self, TrainOptions};
+use mindfleet_actors::training_run::{self, TrainOptions};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
 use mindfleet_models::llm::{Adapter, Llm};
@@ -162,7 +162,7 @@ pub async fn lora(
     // Training is under way once its first checkpoint is written (the base model's scores
     // are taken before it).
     let run = adapters.run(PERSONA, &id);
-    let (progress, finished) = (run.join(train::PROGRESS), run.join(RECORD));
+    let (progress, finished) = (run.join(training_run::PROGRESS), run.join(RECORD));
     // A run that fails leaves no record (the trainer logs why).
     let deadline = Instant::now() + Duration::from_secs(3600);
     while !progress.exists() && !finished.exists() {
