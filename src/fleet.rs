@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
-use mindfleet_actors::llm::openai::OpenAiConfig;
-use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_actors::llm_worker::openai::OpenAiConfig;
+use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs};
 use mindfleet_actors::trainer::{ChatsFn, StudiedFn, TrainerArgs};
 use mindfleet_actors::training_run::TrainOptions;
 use mindfleet_core::cluster::RoomRouter;
@@ -201,7 +201,7 @@ impl Actor for FleetSupervisor {
             None => mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?,
         };
         let llm = match llm_args(&args.config) {
-            Some(a) => Some(mindfleet_actors::llm::worker::spawn_for(a, args.config.decoding, Some(me.clone())).await?),
+            Some(a) => Some(mindfleet_actors::llm_worker::spawn_for(a, args.config.decoding, Some(me.clone())).await?),
             None => None,
         };
         let trainer = match llm_args(&args.config).map(|a| a.backend) {

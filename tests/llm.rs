@@ -501,7 +501,7 @@ fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
 }
 
 mod worker {
-    use mindfleet_actors::llm::worker::{LlmArgs, spawn};
+    use mindfleet_actors::llm_worker::{LlmArgs, spawn};
     use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
     use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Stop};
     use ractor::{ActorRef, call};
@@ -559,7 +559,7 @@ mod worker {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_decoding_settings_leave_the_gate_and_plan_label_scores_unchanged() {
         use mindfleet_personas::brain::{GATE_CASES, GATE_LABELS, PLAN_CASES, gate_question, plan_question};
-        let guarded = mindfleet_actors::llm::worker::spawn_for(args(1), Default::default(), None).await.unwrap();
+        let guarded = mindfleet_actors::llm_worker::spawn_for(args(1), Default::default(), None).await.unwrap();
         let plain = spawn(args(1), None).await.unwrap();
         let mut jobs: Vec<ClassifyJob> = GATE_CASES
             .iter()
@@ -663,7 +663,7 @@ mod worker {
         let reqs = questions();
         // Room for one request at a time (about 70 tokens of 22.5 KiB) and little else.
         let mut a = args(8);
-        if let mindfleet_actors::llm::worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
+        if let mindfleet_actors::llm_worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
             *kv_bytes = 2 << 20;
         }
         let w = spawn(a, None).await.unwrap();

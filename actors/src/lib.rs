@@ -5,7 +5,7 @@
 //! ├── Scheduler          grants inference and cheap slots, highest class first
 //! ├── Coordinator        turn-taking: who answers an undirected human message
 //! ├── EmbeddingWorker    all-MiniLM-L6-v2 (`embed`), batching every caller's texts
-//! ├── [LlmWorker]        SmolLM2 or an OpenAI-compatible endpoint (`llm`)
+//! ├── [LlmWorker]        SmolLM2 or an OpenAI-compatible endpoint (`llm_worker`)
 //! └── Index              the codebase knowledge (`index`): rag commands and cursors
 //!       └── index thread       owns the `mindfleet_index::Index`; embeds through the worker
 //! ```
@@ -17,7 +17,7 @@
 pub mod coordinator;
 pub mod embed;
 pub mod index;
-pub mod llm;
+pub mod llm_worker;
 pub mod scheduler;
 #[cfg(test)]
 mod testing;

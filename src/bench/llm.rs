@@ -207,7 +207,7 @@ fn passes(llm: &Llm) -> anyhow::Result<Value> {
 /// on the same file and threads: generation speed and time to first token as the backend
 /// accounts them, over loopback HTTP.
 fn over_http(python: &str, model: &Path, threads: usize, req: &GenerateRequest) -> anyhow::Result<Value> {
-    use mindfleet_actors::llm::openai::{OpenAi, OpenAiConfig};
+    use mindfleet_actors::llm_worker::openai::{OpenAi, OpenAiConfig};
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let mut server = std::process::Command::new(python)

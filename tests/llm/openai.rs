@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use mindfleet_actors::llm::openai::OpenAiConfig;
-use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
+use mindfleet_actors::llm_worker::openai::OpenAiConfig;
+use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs, spawn};
 use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg};
 use mindfleet_models::llm::ChatMessage;
 use ractor::call;

@@ -1,4 +1,6 @@
-//! The `LlmWorker` actor: the fleet's LLM, served to every persona at once.
+//! The `LlmWorker` actor: the fleet's LLM, served to every persona at once, from a backend it
+//! owns: the local model ([`mindfleet_models::llm::Llm`]) or an OpenAI-compatible endpoint
+//! ([`openai`]).
 //!
 //! A loader thread opens the model (rewriting a Q4_1 file as Q8_0 once, see
 //! [`mindfleet_models::llm::runnable`]) and then serves the requests that come through one
@@ -25,6 +27,8 @@
 //! most tokens, and what keeps them from looping or echoing the message they answer. Other
 //! requests are answered as they ask.
 
+pub mod openai;
+
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -40,7 +44,7 @@ use mindfleet_core::llm::{
 use mindfleet_core::private::Private;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
-use super::openai::{OpenAi, OpenAiConfig};
+use self::openai::{OpenAi, OpenAiConfig};
 use crate::scheduler::nearest_rank;
 use mindfleet_core::llm::{Batching, TokenStream};
 use mindfleet_models::llm::adapter::AdapterCache;
