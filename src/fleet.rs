@@ -35,7 +35,7 @@ use mindfleet_core::messages::{
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_models::fetch;
-use mindfleet_models::llm::LlmConfig;
+use mindfleet_models::llama::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::redundancy::Redundancy;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};

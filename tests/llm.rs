@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use mindfleet_models::fetch::SMOLLM2;
-use mindfleet_models::llm::batch::{BatchConfig, Engine, Outcome, STEP_TOKENS, Work};
-use mindfleet_models::llm::{
+use mindfleet_models::llama::batch::{BatchConfig, Engine, Outcome, STEP_TOKENS, Work};
+use mindfleet_models::llama::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
 };
@@ -503,7 +503,7 @@ fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
 mod worker {
     use mindfleet_actors::llm_worker::{LlmArgs, spawn};
     use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
-    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Stop};
+    use mindfleet_models::llama::{ChatMessage, GenerateRequest, Generation, Stop};
     use ractor::{ActorRef, call};
 
     use super::{capital_of_france, generate, model_path};
@@ -680,14 +680,14 @@ mod worker {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_is_answered_with_the_adapter_it_names_and_others_beside_it_without() {
         use mindfleet_core::llm::AdapterChoice;
-        use mindfleet_models::llm::Adapter;
-        use mindfleet_models::llm::lora::{Example, LoraConfig, Trainer};
+        use mindfleet_models::llama::Adapter;
+        use mindfleet_models::llama::lora::{Example, LoraConfig, Trainer};
         // An adapter that has learned one answer, a few steps on it.
         let system = ChatMessage::system("You are a helpful assistant.");
         let question = ChatMessage::user("Which port does the staging proxy use?");
         let config = LoraConfig { rank: 4, learning_rate: 4e-3, ..Default::default() };
         // On the weights the worker serves: the Q8_0 rewrite of the shipped file.
-        let served = mindfleet_models::llm::runnable(&model_path()).unwrap();
+        let served = mindfleet_models::llama::runnable(&model_path()).unwrap();
         let mut trainer = Trainer::open(&served, config.clone(), 128, 7).unwrap();
         let chat = [system.clone(), question.clone(), ChatMessage::assistant("Port 8443, behind the VPN.")];
         let example = Example::from_chat(super::llm().tokenizer(), &chat).unwrap();

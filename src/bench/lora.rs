@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::training_run::{self, TrainOptions};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
-use mindfleet_models::llm::{Adapter, Llm};
+use mindfleet_models::llama::{Adapter, Llm};
 use mindfleet_personas::study::training::{HOLD_OUT_EVERY, TrainingChat, hold_out, read_training};
 use mindfleet_personas::study::training_file;
 use mindfleet_store::adapters::{AdapterDir, RECORD, WEIGHTS};
@@ -239,7 +239,7 @@ pub async fn lora(
 /// allocates what the others reuse). The chats are made up (the time depends on their length,
 /// not their words).
 pub fn steps(model: &Path, batch: usize, tokens: usize, steps: usize, threads: Option<usize>) -> anyhow::Result<Value> {
-    use mindfleet_models::llm::lora::{Example, Trainer};
+    use mindfleet_models::llama::lora::{Example, Trainer};
     let llm = Llm::load(model).map_err(fail)?;
     let words = ["request", "environ", "routing", "map", "bind", "the", "of", "returns", "a", "rule", "url", "and"];
     let examples = (0..batch)

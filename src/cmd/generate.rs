@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mindfleet_models::llm::{ChatMessage, GenerateRequest, Sampling};
+use mindfleet_models::llama::{ChatMessage, GenerateRequest, Sampling};
 
 use super::{Json, fail};
 
