@@ -7,7 +7,6 @@
 //! than `max_restarts` failures within `within_secs` stop the persona for good: it is
 //! reported `failed` in dumps and the rest of the fleet runs on.
 
-use mindfleet_core::adapter::AdapterDir;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,10 +16,10 @@ use std::time::{Duration, Instant};
 use mindfleet_actors::coordinator::CoordinatorArgs;
 use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
-use mindfleet_actors::llm::openai::OpenAiConfig;
-use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
-use mindfleet_actors::train::TrainOptions;
+use mindfleet_actors::llm_worker::openai::OpenAiConfig;
+use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs};
 use mindfleet_actors::trainer::{ChatsFn, StudiedFn, TrainerArgs};
+use mindfleet_actors::training_run::TrainOptions;
 use mindfleet_core::cluster::RoomRouter;
 use mindfleet_core::cluster::Serving;
 use mindfleet_core::config::{BrainKind, FleetConfig, LlmBackend, Observer, PersonaConfig};
@@ -36,7 +35,7 @@ use mindfleet_core::messages::{
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
 use mindfleet_models::fetch;
-use mindfleet_models::llm::LlmConfig;
+use mindfleet_models::llama::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
 use mindfleet_personas::redundancy::Redundancy;
 use mindfleet_personas::{ConversationArgs, FaultBook, Persona, PersonaArgs};
@@ -45,6 +44,7 @@ use mindfleet_server::http::{self, HttpState};
 use mindfleet_server::node::embed::RemoteEmbed;
 use mindfleet_server::node::index::RemoteIndex;
 use mindfleet_server::webhook::Senders;
+use mindfleet_store::adapters::AdapterDir;
 use mindfleet_store::{DataDirLock, HandOff, Storage, lock_data_dir};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
@@ -201,7 +201,7 @@ impl Actor for FleetSupervisor {
             None => mindfleet_actors::embed::worker::spawn(embed_args(&args.config), Some(me.clone())).await?,
         };
         let llm = match llm_args(&args.config) {
-            Some(a) => Some(mindfleet_actors::llm::worker::spawn_for(a, args.config.decoding, Some(me.clone())).await?),
+            Some(a) => Some(mindfleet_actors::llm_worker::spawn_for(a, args.config.decoding, Some(me.clone())).await?),
             None => None,
         };
         let trainer = match llm_args(&args.config).map(|a| a.backend) {

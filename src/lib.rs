@@ -11,6 +11,7 @@ pub mod error;
 pub mod fleet;
 pub mod panic_hook;
 pub mod table;
+pub mod tree;
 
 pub use fleet::{Fleet, FleetError};
 
@@ -23,7 +24,7 @@ pub fn llm_file(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf,
             .map_err(|e| e.to_string())?
             .join(fetch::SMOLLM2.files[0].name),
     };
-    mindfleet_models::llm::runnable(&file).map_err(|e| e.to_string())
+    mindfleet_models::llama::runnable(&file).map_err(|e| e.to_string())
 }
 
 /// The fleet file a one-shot command reads: `path`, else config/fleet.toml when present, else

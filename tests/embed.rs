@@ -267,6 +267,7 @@ mod worker {
 }
 
 mod fleet {
+    use mindfleet::tree::RenderTree;
     use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
     use ractor::call;
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use mindfleet_models::fetch::SMOLLM2;
-use mindfleet_models::llm::batch::{BatchConfig, Engine, Outcome, STEP_TOKENS, Work};
-use mindfleet_models::llm::{
+use mindfleet_models::llama::batch::{BatchConfig, Engine, Outcome, STEP_TOKENS, Work};
+use mindfleet_models::llama::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
 };
@@ -501,9 +501,9 @@ fn local_config(dir: &std::path::Path) -> mindfleet_core::config::FleetConfig {
 }
 
 mod worker {
-    use mindfleet_actors::llm::worker::{LlmArgs, spawn};
+    use mindfleet_actors::llm_worker::{LlmArgs, spawn};
     use mindfleet_core::llm::{ClassifyJob, GenerateJob, LlmFailure, LlmMsg, LlmStats};
-    use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Stop};
+    use mindfleet_models::llama::{ChatMessage, GenerateRequest, Generation, Stop};
     use ractor::{ActorRef, call};
 
     use super::{capital_of_france, generate, model_path};
@@ -559,7 +559,7 @@ mod worker {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_decoding_settings_leave_the_gate_and_plan_label_scores_unchanged() {
         use mindfleet_personas::brain::{GATE_CASES, GATE_LABELS, PLAN_CASES, gate_question, plan_question};
-        let guarded = mindfleet_actors::llm::worker::spawn_for(args(1), Default::default(), None).await.unwrap();
+        let guarded = mindfleet_actors::llm_worker::spawn_for(args(1), Default::default(), None).await.unwrap();
         let plain = spawn(args(1), None).await.unwrap();
         let mut jobs: Vec<ClassifyJob> = GATE_CASES
             .iter()
@@ -663,7 +663,7 @@ mod worker {
         let reqs = questions();
         // Room for one request at a time (about 70 tokens of 22.5 KiB) and little else.
         let mut a = args(8);
-        if let mindfleet_actors::llm::worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
+        if let mindfleet_actors::llm_worker::BackendArgs::Local { kv_bytes, .. } = &mut a.backend {
             *kv_bytes = 2 << 20;
         }
         let w = spawn(a, None).await.unwrap();
@@ -680,14 +680,14 @@ mod worker {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_request_is_answered_with_the_adapter_it_names_and_others_beside_it_without() {
         use mindfleet_core::llm::AdapterChoice;
-        use mindfleet_models::llm::Adapter;
-        use mindfleet_models::llm::lora::{Example, LoraConfig, Trainer};
+        use mindfleet_models::llama::Adapter;
+        use mindfleet_models::llama::lora::{Example, LoraConfig, Trainer};
         // An adapter that has learned one answer, a few steps on it.
         let system = ChatMessage::system("You are a helpful assistant.");
         let question = ChatMessage::user("Which port does the staging proxy use?");
         let config = LoraConfig { rank: 4, learning_rate: 4e-3, ..Default::default() };
         // On the weights the worker serves: the Q8_0 rewrite of the shipped file.
-        let served = mindfleet_models::llm::runnable(&model_path()).unwrap();
+        let served = mindfleet_models::llama::runnable(&model_path()).unwrap();
         let mut trainer = Trainer::open(&served, config.clone(), 128, 7).unwrap();
         let chat = [system.clone(), question.clone(), ChatMessage::assistant("Port 8443, behind the VPN.")];
         let example = Example::from_chat(super::llm().tokenizer(), &chat).unwrap();
@@ -751,140 +751,6 @@ mod worker {
     }
 }
 
-mod brain {
-    use mindfleet_core::config::LocalLlm;
-
-    use super::local_config;
-    use crate::util::{chat, decision, dump, poll};
-
-    async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_core::model::OutboxEntry {
-        poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn personas_asked_at_once_have_their_model_calls_decoded_together_and_each_answers_with_the_model() {
-        let tmp = tempfile::tempdir().unwrap();
-        let names = ["ada", "bob", "cyd", "dee"];
-        let toml: String = names
-            .iter()
-            .map(|n| {
-                format!("[[persona]]\nname = \"{n}\"\nrole = \"engineer\"\nrooms = [\"team\"]\nbrain = \"local\"\n")
-            })
-            .collect();
-        let mut cfg = crate::util::config(tmp.path(), &crate::util::fleet_toml(&toml));
-        cfg.models.dir = super::pulled();
-        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
-        let mut asked = Vec::new();
-        for (n, who) in names.iter().zip(["ann", "ben", "cat", "dan"]) {
-            let ack = fleet.inject(chat("team", who, &format!("@{n} is the deploy done?"))).await.unwrap();
-            asked.push((*n, ack.event_id));
-        }
-        // Each drafts with the model: its draft is posted, or (nothing was found to ground
-        // it) the draft check posts the grounded reply instead and says so.
-        for (n, id) in &asked {
-            let reply = reply_to(&fleet, id).await;
-            assert_eq!(reply.persona, *n, "{reply:?}");
-            let reason = decision(&fleet, n, id).await.reason;
-            assert!(reply.brain == "local" || reason.contains(": grounded reply"), "{reply:?}: {reason}");
-        }
-        let llm = dump(&fleet).await.llm;
-        let b = llm.batching.expect("a local model batches");
-        // Four grants at once (the inference slots follow max_batch): their calls shared passes.
-        assert_eq!((llm.slots, b.max_batch), (LocalLlm::DEFAULT_MAX_BATCH, LocalLlm::DEFAULT_MAX_BATCH));
-        assert!(b.mean_batch > 1.0 && b.passes > 0, "{b:?}");
-        fleet.shutdown(std::time::Duration::from_secs(5)).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_local_persona_drafts_its_reply_with_the_llm_and_the_dump_counts_the_cost() {
-        let tmp = tempfile::tempdir().unwrap();
-        let fleet = mindfleet::Fleet::start(local_config(tmp.path())).await.unwrap();
-        let ack = fleet.inject(chat("general", "ann", "@helper what is the capital of France?")).await.unwrap();
-        decision(&fleet, "helper", &ack.event_id).await;
-        let reply = reply_to(&fleet, &ack.event_id).await;
-        // The model drafts; nothing the steps found grounds an answer to it, so the persona
-        // says what it would need instead of what a small model makes up, and says why.
-        assert!(reply.text.starts_with("@ann I have nothing on capital france"), "{reply:?}");
-        assert_eq!(reply.brain, "rules", "{reply:?}");
-        let d = dump(&fleet).await;
-        assert_eq!(d.llm.status, "ready", "{:?}", d.llm);
-        // The model was asked to choose the plan among the registry's candidates, and what came
-        // of it (its pick, or the rules plan when it was unsure) is in the decision.
-        // SmolLM2-135M picks the first listed, the rules plan, which no other order of the
-        // candidates could change: asked once, the rules plan stands, saying why.
-        assert_eq!(d.llm.by_purpose["plan"].calls, 1, "{:?}", d.llm);
-        let decided = decision(&fleet, "helper", &ack.event_id).await;
-        let reason = &decided.reason;
-        assert!(
-            ["model picked the rules plan", "model unsure of the plan"].iter().any(|r| reason.contains(r)),
-            "{reason}"
-        );
-        assert!(reason.contains(": rules plan"), "{reason}");
-        assert!(
-            reason.contains("draft used nothing the plan found (nothing was found to ground it): grounded reply"),
-            "{reason}"
-        );
-        // The plan's lesson is the model's, in the reflection the persona remembers; nobody
-        // waits for it, so the decision and its reply were journaled before it came.
-        assert!(reason.contains("lesson asked of the model"), "{reason}");
-        let reflection = poll("the reflection with the model's lesson", || async {
-            let d = dump(&fleet).await;
-            let wm = crate::util::persona(&d, "helper").working_memory.clone();
-            wm.recent.into_iter().find(|e| e.text.contains("; lesson: "))
-        })
-        .await;
-        let lesson = reflection.text.split("; lesson: ").nth(1).unwrap_or_default();
-        assert!(!lesson.trim().is_empty(), "{reflection:?}");
-        assert!(reflection.created_us > decided.at_us, "remembered {reflection:?} before the decision {decided:?}");
-        let d = dump(&fleet).await;
-        assert_eq!(d.llm.by_purpose["evaluate"].calls, 1, "{:?}", d.llm);
-        let cost = &d.llm.by_purpose["reply"];
-        assert!(cost.calls >= 1 && cost.tokens_in > 0 && cost.tokens_out > 0, "{:?}", d.llm);
-        assert!(d.render_tree().contains("LlmWorker [ready]"), "{}", d.render_tree());
-        fleet.shutdown(std::time::Duration::from_secs(5)).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_model_is_asked_about_an_undecided_message_and_the_rules_decide_when_it_is_unsure() {
-        let tmp = tempfile::tempdir().unwrap();
-        let fleet = mindfleet::Fleet::start(local_config(tmp.path())).await.unwrap();
-        let ack = fleet.inject(chat("general", "ann", "the deploy is failing again, can anyone help?")).await.unwrap();
-        let d = decision(&fleet, "helper", &ack.event_id).await;
-        // SmolLM2-135M's margins are never clear (GATE_CALIBRATION): the scorer decides, saying so.
-        assert_eq!(d.by, "model/score", "{d:?}");
-        assert!(d.reason.contains("model unsure (margin"), "{}", d.reason);
-        let llm = dump(&fleet).await.llm;
-        assert_eq!(llm.by_purpose["gate"].calls, 1, "{llm:?}");
-        // A message that names somebody else is its to answer: no model question, the scorer
-        // decides and the decision says why.
-        let ack =
-            fleet.inject(chat("general", "ann", "@sam the deploy is failing again, can you help?")).await.unwrap();
-        let d = decision(&fleet, "helper", &ack.event_id).await;
-        assert_eq!(d.by, "model/score", "{d:?}");
-        assert!(d.reason.contains("names someone else: judged by rules, no model question"), "{}", d.reason);
-        assert_eq!(dump(&fleet).await.llm.by_purpose["gate"].calls, 1);
-        fleet.shutdown(std::time::Duration::from_secs(5)).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn without_its_model_a_local_persona_replies_by_rules_and_the_decision_says_why() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = local_config(tmp.path());
-        cfg.models.llm = Some(tmp.path().join("missing.gguf"));
-        let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
-        let ack = fleet.inject(chat("general", "ann", "@helper are you there?")).await.unwrap();
-        let d = decision(&fleet, "helper", &ack.event_id).await;
-        assert!(d.reason.contains("fell back to the rules brain") && d.reason.contains("missing.gguf"), "{}", d.reason);
-        assert_eq!(reply_to(&fleet, &ack.event_id).await.brain, "rules");
-        let d = dump(&fleet).await;
-        assert_eq!(d.llm.status, "degraded");
-        assert!(d.render_tree().contains("LlmWorker [degraded]"), "{}", d.render_tree());
-        let helper = crate::util::persona(&d, "helper");
-        let why = helper.brain_degraded.as_deref().unwrap_or_default();
-        assert!(why.starts_with("LLM unavailable: ") && why.contains("missing.gguf"), "{why:?}");
-        assert!(d.render_tree().contains("brain local (degraded: rules)"), "{}", d.render_tree());
-        fleet.shutdown(std::time::Duration::from_secs(5)).await;
-    }
-}
+mod brain;
 
 mod openai;

@@ -307,14 +307,15 @@ async fn without_the_embedding_model_a_plan_recalls_by_words_and_the_decision_sa
 /// says so; a question about something else is answered without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_about_a_studied_topic_is_drafted_with_its_adapter_and_the_plan_says_so() {
-    use mindfleet_core::adapter::{AdapterDir, AdapterRecord, Scores, Verdict, WEIGHTS};
+    use mindfleet_core::adapter::{AdapterRecord, Scores, Verdict};
     use mindfleet_core::llm::ChatMessage;
     use mindfleet_models::fetch::SMOLLM2;
-    use mindfleet_models::llm::lora::{Example, LoraConfig, Trainer};
+    use mindfleet_models::llama::lora::{Example, LoraConfig, Trainer};
+    use mindfleet_store::adapters::{AdapterDir, WEIGHTS};
     let models = pulled();
     let dir = tempfile::tempdir().unwrap();
-    let served = mindfleet_models::llm::runnable(&models.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap();
-    let llm = mindfleet_models::llm::Llm::load(&served).unwrap();
+    let served = mindfleet_models::llama::runnable(&models.join(SMOLLM2.name).join(SMOLLM2.files[0].name)).unwrap();
+    let llm = mindfleet_models::llama::Llm::load(&served).unwrap();
     let config = LoraConfig { rank: 4, learning_rate: 4e-3, ..Default::default() };
     let mut trainer = Trainer::open(&served, config.clone(), 128, 7).unwrap();
     let studied = [

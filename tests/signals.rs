@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
 use mindfleet_core::model::Action;
 use mindfleet_core::sched::{Class, Owner, Slot, Task};
-use mindfleet_core::team::{Condition, condition};
+use mindfleet_core::team::Condition;
+use mindfleet_server::team::condition;
 use serde_json::{Value, json};
 
 use crate::util::*;

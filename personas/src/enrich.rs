@@ -13,9 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use mindfleet_core::config::ReferencesConfig;
 use mindfleet_core::dump::ReferencesDump;
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency, dot};
-use mindfleet_core::refs::{self, Authorised, Catalog, Enrichment, RefMatch};
+use mindfleet_core::refs::{self, Catalog, Enrichment, RefMatch};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
+
+use crate::references::{Authorised, Discover};
 
 /// Longest an enrichment waits for the embedding worker (batching, or loading the model at the
 /// first text).
@@ -97,7 +99,7 @@ impl Enricher {
         Ok(self.catalog.refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
     }
 
-    /// The references `selected` lead to (see [`Catalog::discover`]), not already in `known`.
+    /// The references `selected` lead to (see [`Discover::discover`]), not already in `known`.
     pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
         self.catalog.discover(selected, self.depth).into_iter().filter(|m| !known.contains(&m.id)).collect()
     }

@@ -24,6 +24,7 @@ pub mod mind;
 pub mod observe;
 pub mod persona;
 pub mod redundancy;
+pub mod references;
 pub mod reply;
 pub mod self_state;
 pub mod study;

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use mindfleet_core::config::Decoding;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest, Repetition, Stop};
-use mindfleet_models::llm::{Llm, LlmConfig};
+use mindfleet_models::llama::{Llm, LlmConfig};
 use serde_json::{Value, json};
 
 use super::{round, words};

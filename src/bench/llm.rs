@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;
 
-use mindfleet_models::llm::batch::{BatchConfig, Engine, STEP_TOKENS, Work};
-use mindfleet_models::llm::{ChatMessage, GenerateRequest, Llm, LlmConfig};
+use mindfleet_models::llama::batch::{BatchConfig, Engine, STEP_TOKENS, Work};
+use mindfleet_models::llama::{ChatMessage, GenerateRequest, Llm, LlmConfig};
 use serde_json::{Value, json};
 
 use super::{median, round};
@@ -69,7 +69,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
         }
     }
     let median_of = |rounds: &[[(&str, f64); 3]], i: usize| median(rounds.iter().map(|r| r[i].1).collect());
-    let info = mindfleet_models::llm::inspect(model)?;
+    let info = mindfleet_models::llama::inspect(model)?;
     let mut out = json!({
         "bench": "llm",
         "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),
@@ -207,7 +207,7 @@ fn passes(llm: &Llm) -> anyhow::Result<Value> {
 /// on the same file and threads: generation speed and time to first token as the backend
 /// accounts them, over loopback HTTP.
 fn over_http(python: &str, model: &Path, threads: usize, req: &GenerateRequest) -> anyhow::Result<Value> {
-    use mindfleet_actors::llm::openai::{OpenAi, OpenAiConfig};
+    use mindfleet_actors::llm_worker::openai::{OpenAi, OpenAiConfig};
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let mut server = std::process::Command::new(python)

@@ -15,20 +15,20 @@
 //!    held-out scores before and after, the pauses).
 //! 4. The run's held-out scores, before (base model) and after (with the adapter): perplexity of
 //!    the reference answers and the grade of the answers the model writes
-//!    ([`train::reference_grade`]: the share of the reference answer's words it has);
+//!    ([`training_run::reference_grade`]: the share of the reference answer's words it has);
 //!    generation speed with and without the adapter, taking turns.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_actors::train::{self, TrainOptions};
-use mindfleet_core::adapter::{AdapterDir, RECORD, WEIGHTS};
+use mindfleet_actors::training_run::{self, TrainOptions};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
-use mindfleet_models::llm::{Adapter, Llm};
+use mindfleet_models::llama::{Adapter, Llm};
 use mindfleet_personas::study::training::{HOLD_OUT_EVERY, TrainingChat, hold_out, read_training};
 use mindfleet_personas::study::training_file;
+use mindfleet_store::adapters::{AdapterDir, RECORD, WEIGHTS};
 use serde_json::{Value, json};
 
 use super::embed::peak_rss_mb;
@@ -162,7 +162,7 @@ pub async fn lora(
     // Training is under way once its first checkpoint is written (the base model's scores
     // are taken before it).
     let run = adapters.run(PERSONA, &id);
-    let (progress, finished) = (run.join(train::PROGRESS), run.join(RECORD));
+    let (progress, finished) = (run.join(training_run::PROGRESS), run.join(RECORD));
     // A run that fails leaves no record (the trainer logs why).
     let deadline = Instant::now() + Duration::from_secs(3600);
     while !progress.exists() && !finished.exists() {
@@ -239,7 +239,7 @@ pub async fn lora(
 /// allocates what the others reuse). The chats are made up (the time depends on their length,
 /// not their words).
 pub fn steps(model: &Path, batch: usize, tokens: usize, steps: usize, threads: Option<usize>) -> anyhow::Result<Value> {
-    use mindfleet_models::llm::lora::{Example, Trainer};
+    use mindfleet_models::llama::lora::{Example, Trainer};
     let llm = Llm::load(model).map_err(fail)?;
     let words = ["request", "environ", "routing", "map", "bind", "the", "of", "returns", "a", "rule", "url", "and"];
     let examples = (0..batch)

@@ -450,8 +450,9 @@ pub fn run(Args { which }: Args) -> ExitCode {
             let r = async {
                 fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
                 let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
-                let model =
-                    mindfleet_models::llm::runnable(&dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name))?;
+                let model = mindfleet_models::llama::runnable(
+                    &dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name),
+                )?;
                 let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
                 bench::lora::lora(&tree, &source, &model, train.max(1), held_out.max(1), rounds.max(1)).await
             }
@@ -464,7 +465,7 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 .map_err(anyhow::Error::from)
                 .and_then(|_| {
                     let model = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
-                    Ok(mindfleet_models::llm::runnable(&model)?)
+                    Ok(mindfleet_models::llama::runnable(&model)?)
                 })
                 .and_then(|model| bench::lora::steps(&model, batch.max(1), tokens.max(16), steps.max(1), threads));
             print_figures(r, out.json)

@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use mindfleet::tree::RenderTree;
+
 use super::{Format, OutputFormat, Remote, fail};
 
 #[derive(clap::Args)]

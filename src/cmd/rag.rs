@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Subcommand, ValueEnum};
-use mindfleet_actors::llm::worker::{BackendArgs, LlmArgs};
+use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs};
 use mindfleet_core::cursor::Direction;
 use mindfleet_core::knowledge::{
     AskRequest, CloseRequest, CreateRequest, FetchRequest, IndexMsg, IndexRequest, PathKind, RagError, RagRequest,
@@ -391,7 +391,7 @@ impl Target {
                 },
                 (_, b) => b,
             };
-            let worker = mindfleet_actors::llm::worker::spawn(LlmArgs { backend, slots: 1 }, None).await?;
+            let worker = mindfleet_actors::llm_worker::spawn(LlmArgs { backend, slots: 1 }, None).await?;
             others.push(worker.get_cell());
             Some(worker)
         } else {

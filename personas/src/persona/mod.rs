@@ -112,7 +112,7 @@ pub struct PersonaArgs {
     pub redundancy: Option<crate::redundancy::Redundancy>,
     /// The adapters trained for the fleet's local model (none when the model is an endpoint,
     /// which answers without them): recall chooses the one that fits an event.
-    pub adapters: Option<mindfleet_core::adapter::AdapterDir>,
+    pub adapters: Option<mindfleet_store::adapters::AdapterDir>,
     /// The model's drafts may answer without material the steps found (the draft check,
     /// [`crate::reply::check`]): a model behind an endpoint, not the small local one.
     pub open_answers: bool,

@@ -12,7 +12,6 @@ use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
 use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Retake};
-use mindfleet_core::refs;
 use mindfleet_core::sched::{Task, TaskId};
 use mindfleet_core::time::now_us;
 use mindfleet_store::Reopened;
@@ -22,6 +21,7 @@ use super::lifecycle::{Ask, Effect, Enrich, Input, Repeat, TaskSpec};
 use super::{CHILD_CALL_MS, ConversationArgs, KNOWLEDGE_CHUNKS, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS};
 use crate::enrich::Enricher;
 use crate::inbox::InboxMsg;
+use crate::references;
 use crate::self_state::SelfStateMsg;
 use crate::working_memory::MemoryMsg;
 
@@ -101,7 +101,7 @@ impl PersonaState {
                     .into_iter()
                     .filter_map(|id| {
                         let r = enricher.catalog().get(&id)?;
-                        let (passage, denied) = refs::excerpt(r, &text, &authorised);
+                        let (passage, denied) = references::excerpt(r, &text, &authorised);
                         Some((passage, denied, id))
                     })
                     .collect();
@@ -299,13 +299,7 @@ impl super::References {
     /// The catalog of `enricher`, and the links its references' files make, read once.
     pub(super) fn of(enricher: &Enricher) -> Self {
         let catalog = enricher.catalog();
-        let links = catalog
-            .refs
-            .iter()
-            .map(|r| {
-                (r.id.clone(), catalog.discover(std::slice::from_ref(&r.id), 1).into_iter().map(|m| m.id).collect())
-            })
-            .collect();
+        let links = references::links(catalog);
         super::References { catalog: Arc::new(catalog.clone()), links: Arc::new(links), depth: enricher.depth() }
     }
 }

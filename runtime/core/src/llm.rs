@@ -1,6 +1,6 @@
-//! The interface of the local LLM (crate `mindfleet-actors`, `llm`) and of the `LlmWorker` that
-//! serves it to the fleet: conversations, sampling, what a generation or a classification answers,
-//! the worker's messages and the figures it reports.
+//! The interface of the local LLM (crate `mindfleet-models`, `llama`) and of the `LlmWorker` that
+//! serves it to the fleet (crate `mindfleet-actors`, `llm_worker`): conversations, sampling, what
+//! a generation or a classification answers, the worker's messages and the figures it reports.
 
 use std::collections::BTreeMap;
 

@@ -9,12 +9,13 @@
 //! 3. Semantic: the text's embedding against each reference's description and tags, above a
 //!    threshold (the caller embeds; [`semantic`] ranks).
 //!
-//! [`merge`] keeps one match per reference, explicit before tag before semantic, and
-//! [`Catalog::discover`] follows what selected references name (by `@id` or by a relative
-//! markdown link into another reference's path), breadth first, to a depth.
+//! [`merge`] keeps one match per reference, explicit before tag before semantic. What reads
+//! the references' files (discovery of what selected references name, by `@id` or by a
+//! relative markdown link into another reference's path; the passage a text calls for; the
+//! paths a persona may read) is the personas' (`mindfleet_personas::references`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -163,7 +164,7 @@ fn whole_term(text: &str, start: usize, end: usize) -> bool {
 }
 
 /// The `@id`s of `text` that name a reference of `catalog`, in order, once each.
-fn named<'a>(catalog: &'a Catalog, text: &str) -> Vec<&'a Reference> {
+pub fn named<'a>(catalog: &'a Catalog, text: &str) -> Vec<&'a Reference> {
     let mut out: Vec<&Reference> = Vec::new();
     for (i, _) in text.match_indices('@') {
         let rest = &text[i + 1..];
@@ -210,112 +211,9 @@ impl Catalog {
         out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         out
     }
-
-    /// References that `selected` name, and those that they name, to `depth` links away,
-    /// breadth first; each found once (a cycle ends where it closes).
-    pub fn discover(&self, selected: &[String], depth: usize) -> Vec<RefMatch> {
-        let mut seen: BTreeSet<String> = selected.iter().cloned().collect();
-        let mut queue: VecDeque<(String, usize)> = selected.iter().map(|s| (s.clone(), 0)).collect();
-        let mut out = Vec::new();
-        while let Some((id, d)) = queue.pop_front() {
-            if d == depth {
-                continue;
-            }
-            let Some(r) = self.get(&id) else { continue };
-            for next in self.named_by(r) {
-                if seen.insert(next.clone()) {
-                    out.push(RefMatch {
-                        id: next.clone(),
-                        via: Via::Linked,
-                        matched: vec![id.clone()],
-                        score: (d + 1) as f32,
-                    });
-                    queue.push_back((next, d + 1));
-                }
-            }
-        }
-        out
-    }
-
-    /// The other references `r`'s text files name: by `@id`, or by a relative markdown link
-    /// to a path inside another reference's path.
-    fn named_by(&self, r: &Reference) -> Vec<String> {
-        let mut out = Vec::new();
-        for file in text_files(&r.path) {
-            let Ok(text) = std::fs::read_to_string(&file) else { continue };
-            for other in named(self, &text) {
-                if other.id != r.id && !out.contains(&other.id) {
-                    out.push(other.id.clone());
-                }
-            }
-            let dir = file.parent().unwrap_or(Path::new("."));
-            for target in markdown_links(&text) {
-                let Ok(abs) = dir.join(target).canonicalize() else { continue };
-                for other in &self.refs {
-                    let root = other.path.canonicalize().unwrap_or_else(|_| other.path.clone());
-                    if other.id != r.id && abs.starts_with(&root) && !out.contains(&other.id) {
-                        out.push(other.id.clone());
-                    }
-                }
-            }
-        }
-        out
-    }
 }
 
-/// Files of a reference that links are read from: the file itself, or the Markdown and text
-/// files of a directory (not hidden, 4 levels deep at most, 256 KiB each at most).
-fn text_files(path: &Path) -> Vec<PathBuf> {
-    const MAX_BYTES: u64 = 256 * 1024;
-    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-        entries.sort();
-        for p in entries {
-            let hidden = p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
-            if hidden {
-                continue;
-            }
-            if p.is_dir() && depth > 0 {
-                walk(&p, depth - 1, out);
-            } else if matches!(p.extension().and_then(|e| e.to_str()), Some("md" | "markdown" | "txt"))
-                && p.metadata().is_ok_and(|m| m.len() <= MAX_BYTES)
-            {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    if path.is_file() {
-        out.push(path.to_path_buf());
-    } else {
-        walk(path, 4, &mut out);
-    }
-    out
-}
-
-/// The paths a persona may read: those of the references it selected (each a file or a
-/// directory, resolved, so neither `..` nor a link leads out of them).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Authorised {
-    roots: Vec<PathBuf>,
-}
-
-impl Authorised {
-    pub fn allow(&mut self, path: &Path) {
-        let root = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        if !self.roots.contains(&root) {
-            self.roots.push(root);
-        }
-    }
-
-    /// Whether `path`, resolved, is one of the allowed paths or inside one.
-    pub fn allows(&self, path: &Path) -> bool {
-        path.canonicalize().is_ok_and(|p| self.roots.iter().any(|r| p.starts_with(r)))
-    }
-}
-
-/// A passage of a reference's files.
+/// A passage of a reference's files (`mindfleet_personas::references::excerpt`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Excerpt {
     /// The file, relative to the reference's path (its name when the reference is a file).
@@ -325,53 +223,8 @@ pub struct Excerpt {
     pub text: String,
 }
 
-/// Longest passage an excerpt keeps, in characters.
-const EXCERPT_CHARS: usize = 700;
-
-/// The passage (a paragraph: lines between blank lines) of `r`'s text files that shares the
-/// most words of four letters or more with `text`, the first one when none shares any. Only
-/// files `auth` allows are read; the others are returned, by name, as refused.
-pub fn excerpt(r: &Reference, text: &str, auth: &Authorised) -> (Option<Excerpt>, Vec<String>) {
-    let words = |t: &str| -> BTreeSet<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect()
-    };
-    let wanted = words(text);
-    let mut refused = Vec::new();
-    let mut best: Option<(usize, Excerpt)> = None;
-    for file in text_files(&r.path) {
-        let name = file.strip_prefix(&r.path).ok().filter(|p| !p.as_os_str().is_empty()).unwrap_or(&file);
-        let name = if r.path.is_file() {
-            file.file_name().map_or_else(|| name.display().to_string(), |n| n.to_string_lossy().into_owned())
-        } else {
-            name.display().to_string()
-        };
-        if !auth.allows(&file) {
-            refused.push(name);
-            continue;
-        }
-        let Ok(content) = std::fs::read_to_string(&file) else { continue };
-        let lines: Vec<&str> = content.lines().collect();
-        let mut start = 0;
-        while start < lines.len() {
-            if lines[start].trim().is_empty() {
-                start += 1;
-                continue;
-            }
-            let end = (start..lines.len()).find(|&i| lines[i].trim().is_empty()).unwrap_or(lines.len());
-            let para = lines[start..end].join("\n");
-            let shared = words(&para).intersection(&wanted).count();
-            if best.as_ref().is_none_or(|(s, _)| shared > *s) {
-                let text: String = para.chars().take(EXCERPT_CHARS).collect();
-                best = Some((shared, Excerpt { file: name.clone(), start_line: start + 1, end_line: end, text }));
-            }
-            start = end;
-        }
-    }
-    (best.map(|(_, e)| e), refused)
-}
-
 /// Relative targets of `[text](target)` links (no scheme, not absolute, anchors cut).
-fn markdown_links(text: &str) -> Vec<&str> {
+pub fn markdown_links(text: &str) -> Vec<&str> {
     text.match_indices("](")
         .filter_map(|(i, _)| {
             let rest = &text[i + 2..];

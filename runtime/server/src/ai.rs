@@ -3,14 +3,16 @@
 
 use serde_json::{Value, json};
 
-use mindfleet_core::adapter::{AdapterDir, Verdict};
+use mindfleet_core::adapter::Verdict;
 use mindfleet_core::ai::AiQuery;
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::model::PlanRecord;
-use mindfleet_core::team::{Condition, condition};
-use mindfleet_core::team::{Unavailable, activity_map, availability, health, suitability};
+use mindfleet_core::team::{Condition, Unavailable, suitability};
 use mindfleet_core::time::{now_us, rfc3339};
+use mindfleet_store::adapters::AdapterDir;
 use mindfleet_store::{Storage, StorageError};
+
+use crate::team::{activity_map, availability, condition, health};
 
 fn plans_of(storage: &Storage, names: &[String], limit: usize) -> Result<Vec<(String, PlanRecord)>, StorageError> {
     let mut out = Vec::new();

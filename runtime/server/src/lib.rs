@@ -12,4 +12,5 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod openai;
+pub mod team;
 pub mod webhook;

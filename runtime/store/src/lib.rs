@@ -19,6 +19,7 @@
 //! disk          free space, the disk's name, health; histogram: the writer's latencies
 //! conversation  recall from the conversation index, read back and ranked
 //! webhook       webhook deliveries: the queue a sender reads, its outcomes, dead letters
+//! adapters      the LoRA training runs' files under the data dir: records written and listed
 //! ```
 //!
 //! Invariant: only this crate opens `fleet.redb`, and only the writer thread writes it.
@@ -34,6 +35,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use redb::{Database, ReadableTable};
 use serde::de::DeserializeOwned;
 
+pub mod adapters;
 mod behind;
 pub mod conversation;
 mod disk;

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use serde::Deserialize;
 
 use super::EmbedError;
-use crate::team::Team;
+use crate::pool::Team;
 use rows::{
     add_bias_rows, attention_small, bias_gelu_rows, embed_row, layer_norm_rows, residual_layer_norm_rows, softmax_rows,
 };

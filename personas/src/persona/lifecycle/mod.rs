@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::references::{Authorised, Catalog, Enrichment, Excerpt, RefMatch, walk};
 use mindfleet_core::config::{BrainKind, PersonaConfig};
 use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind};
@@ -43,7 +44,6 @@ use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{Classification, ClassifyJob, GenerateJob, Generation, LlmFailure};
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
 use mindfleet_core::model::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
-use mindfleet_core::refs::{Authorised, Catalog, Enrichment, Excerpt, RefMatch, Via};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
 
 use crate::brain::{Brain, LocalBrain, PlanChoice, Recollection, RulesBrain};
@@ -120,27 +120,9 @@ impl References {
     /// cycle ends where it closes), and not already in `known`: `Catalog::discover` on the links
     /// read at start.
     pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
-        let mut seen: BTreeSet<String> = selected.iter().cloned().collect();
-        let mut queue: VecDeque<(String, usize)> = selected.iter().map(|s| (s.clone(), 0)).collect();
-        let mut out = Vec::new();
-        while let Some((id, d)) = queue.pop_front() {
-            if d == self.depth {
-                continue;
-            }
-            for next in self.links.get(&id).into_iter().flatten() {
-                if seen.insert(next.clone()) {
-                    out.push(RefMatch {
-                        id: next.clone(),
-                        via: Via::Linked,
-                        matched: vec![id.clone()],
-                        score: (d + 1) as f32,
-                    });
-                    queue.push_back((next.clone(), d + 1));
-                }
-            }
-        }
-        out.retain(|m| !known.contains(&m.id));
-        out
+        let mut found = walk(selected, self.depth, |id| self.links.get(id).cloned().unwrap_or_default());
+        found.retain(|m| !known.contains(&m.id));
+        found
     }
 }
 

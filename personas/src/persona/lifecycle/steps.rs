@@ -7,12 +7,12 @@ use mindfleet_core::event::{Event, SenderKind, text_mentions};
 use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure};
 use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry, WmEntry};
-use mindfleet_core::refs::{self as refs, Excerpt, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
 use crate::gate::GateDecision;
 use crate::mind::REFERENCE_KIND;
+use crate::references::{self as refs, Excerpt, RefMatch, Via};
 use crate::reply;
 use crate::study;
 

@@ -5,9 +5,9 @@ use serde::Serialize;
 
 use mindfleet_core::dump::PersonaDump;
 use mindfleet_core::model::SelfStateData;
-use mindfleet_core::team::condition;
 
 use super::html::{escape, named, percent};
+use crate::team::condition;
 
 /// What a card shows of a persona.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::sched::CostReport;
-use mindfleet_core::team;
 use mindfleet_core::webhook::WebhookDump;
 
 use super::html::{escape, named, percent};
+use crate::team;
 
 /// The cost chart: tokens per persona over this window, in this many buckets, for the
 /// personas that used most.

@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use crate::team::Team;
+use crate::pool::Team;
 
 /// Most rows this path takes (a chunk's, [`super::CHUNK_TOKENS`]): beyond them `gemm`'s
 /// packing pays for itself.

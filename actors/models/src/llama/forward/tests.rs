@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 
 use super::*;
-use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+use crate::llama::{ChatMessage, GgufTokenizer, open_gguf, runnable};
 use mindfleet_core::embedding::cosine;
 
 fn model_path() -> PathBuf {

@@ -7,7 +7,7 @@
 //! `LlmWorker` runs it on its slot threads). It is `Sync`: the
 //! weights are shared and each request has a KV cache of its own.
 //!
-//! The forward pass is our own ([`llama`], on the Q8_0 kernels of [`q8`]); candle reads the
+//! The forward pass is our own ([`forward`], on the Q8_0 kernels of [`q8`]); candle reads the
 //! GGUF file and samples.
 //!
 //! # Threads
@@ -21,7 +21,7 @@
 pub mod adapter;
 pub mod batch;
 mod budget;
-mod llama;
+mod forward;
 pub mod lora;
 mod q8;
 mod quant;
@@ -37,10 +37,10 @@ use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use crate::team::Team;
+use crate::pool::Team;
 pub use adapter::Adapter;
 use batch::{BatchConfig, Engine, Outcome, Work};
-use llama::{Llama, Part, Scratch};
+use forward::{Llama, Part, Scratch};
 
 pub use mindfleet_core::llm::{
     ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Repetition, Sampling, Stop, TokenLogprob,

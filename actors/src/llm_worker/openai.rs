@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use mindfleet_core::llm::{TokenLogprob, TopLogprob};
-use mindfleet_models::llm::{
+use mindfleet_models::llama::{
     AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
 };
 

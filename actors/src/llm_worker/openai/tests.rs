@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{MAX_SENT_STOPS, OpenAi, OpenAiConfig};
-use mindfleet_models::llm::{ChatMessage, GenerateRequest, Generation, Repetition, Stop};
+use mindfleet_models::llama::{ChatMessage, GenerateRequest, Generation, Repetition, Stop};
 
 /// Answers one chat request with `pieces` streamed as server-sent events; the request's body.
 fn serve_once(pieces: &'static [&'static str]) -> (String, std::thread::JoinHandle<Value>) {

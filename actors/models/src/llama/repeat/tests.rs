@@ -9,8 +9,8 @@ use mindfleet_core::config::Decoding;
 
 use super::*;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
-use crate::llm::batch::{BatchConfig, Outcome, STEP_TOKENS, Work};
-use crate::llm::{ChatMessage, GenerateRequest, Generation, Llm, Stop, runnable};
+use crate::llama::batch::{BatchConfig, Outcome, STEP_TOKENS, Work};
+use crate::llama::{ChatMessage, GenerateRequest, Generation, Llm, Stop, runnable};
 
 #[test]
 fn the_penalty_divides_positive_logits_multiplies_negative_ones_and_counts_each_token_once() {

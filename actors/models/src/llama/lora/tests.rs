@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
-use crate::llm::adapter::Adapter;
-use crate::llm::llama::{Llama, Part, Scratch};
-use crate::llm::{ChatMessage, GgufTokenizer, open_gguf, runnable};
-use crate::team::Team;
+use crate::llama::adapter::Adapter;
+use crate::llama::forward::{Llama, Part, Scratch};
+use crate::llama::{ChatMessage, GgufTokenizer, open_gguf, runnable};
+use crate::pool::Team;
 
 fn model_path() -> PathBuf {
     let dir = default_dir();

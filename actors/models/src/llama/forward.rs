@@ -21,7 +21,7 @@ use std::io::{Read, Seek};
 
 use super::adapter::{Adapter, Target};
 use super::q8::{Activations, Out, Q8Matrix};
-use crate::team::Team;
+use crate::pool::Team;
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::Content;

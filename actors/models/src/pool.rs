@@ -1,6 +1,6 @@
-//! A team of threads that runs a forward pass's products together: a job is cut into shares,
-//! the caller and its workers take shares until none is left, and the caller returns when
-//! every share is done.
+//! A thread pool of our own: a [`Team`] of threads that runs a forward pass's products
+//! together. A job is cut into shares, the caller and its workers take shares until none is
+//! left, and the caller returns when every share is done.
 //!
 //! Shares are taken, not dealt: a worker that is not running (its core busy with the fleet's
 //! actors, which come first) takes none, and the caller does them. So a second thread on a

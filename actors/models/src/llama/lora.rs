@@ -1,7 +1,7 @@
 //! LoRA adapters: low-rank deltas on a llama model's projections, trained on a persona's study
 //! data.
 //!
-//! The serving pass ([`super::llama`]) has no backward pass (nor has candle's quantized
+//! The serving pass ([`super::forward`]) has no backward pass (nor has candle's quantized
 //! matmul), so training runs a pass of its own in candle: the base weights frozen, and for each
 //! target projection `W` of each layer two small matrices `A` (`rank` x in) and `B` (out x
 //! `rank`) as variables, the projection becoming `x W^T + (alpha / rank) (x A^T) B^T`. The
@@ -24,10 +24,10 @@ use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, V
 
 pub use super::adapter::Target;
 use super::adapter::{Adapter, Delta as Served};
-use super::llama::LlamaConfig;
+use super::forward::LlamaConfig;
 use super::q8::{Activations, Q8Matrix};
 use super::{ChatMessage, GgufTokenizer};
-use crate::team::Team;
+use crate::pool::Team;
 
 mod ops;
 use ops::{Attention, RmsNorm, Rope, SwiGlu};

@@ -17,7 +17,7 @@
 
 use half::f16;
 
-use crate::team::Team;
+use crate::pool::Team;
 
 pub mod bf16;
 

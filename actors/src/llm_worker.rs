@@ -1,10 +1,12 @@
-//! The `LlmWorker` actor: the fleet's LLM, served to every persona at once.
+//! The `LlmWorker` actor: the fleet's LLM, served to every persona at once, from a backend it
+//! owns: the local model ([`mindfleet_models::llama::Llm`]) or an OpenAI-compatible endpoint
+//! ([`openai`]).
 //!
 //! A loader thread opens the model (rewriting a Q4_1 file as Q8_0 once, see
-//! [`mindfleet_models::llm::runnable`]) and then serves the requests that come through one
+//! [`mindfleet_models::llama::runnable`]) and then serves the requests that come through one
 //! crossbeam channel (requests sent while the model loads wait in it):
 //!
-//! - a local model on one thread, with continuous batching ([`mindfleet_models::llm::batch`]):
+//! - a local model on one thread, with continuous batching ([`mindfleet_models::llama::batch`]):
 //!   up to `slots` requests are answered together, one forward pass for all of them, joining and
 //!   leaving between passes; the others wait, in order, for a place and for room for their keys
 //!   and values (`kv_bytes`);
@@ -25,6 +27,8 @@
 //! most tokens, and what keeps them from looping or echoing the message they answer. Other
 //! requests are answered as they ask.
 
+pub mod openai;
+
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -40,12 +44,12 @@ use mindfleet_core::llm::{
 use mindfleet_core::private::Private;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
-use super::openai::{OpenAi, OpenAiConfig};
+use self::openai::{OpenAi, OpenAiConfig};
 use crate::scheduler::nearest_rank;
 use mindfleet_core::llm::{Batching, TokenStream};
-use mindfleet_models::llm::adapter::AdapterCache;
-use mindfleet_models::llm::batch::{BatchConfig, BatchStats, Engine, Outcome, Ready, STEP_TOKENS, Work};
-use mindfleet_models::llm::{Llm, LlmConfig, LlmError};
+use mindfleet_models::llama::adapter::AdapterCache;
+use mindfleet_models::llama::batch::{BatchConfig, BatchStats, Engine, Outcome, Ready, STEP_TOKENS, Work};
+use mindfleet_models::llama::{Llm, LlmConfig, LlmError};
 
 /// Times to first token kept for the p50/p99 in stats.
 const TTFT_KEPT: usize = 1024;
@@ -359,7 +363,7 @@ fn load_and_serve(args: LlmArgs, decoding: Option<Decoding>, jobs: Receiver<Job>
     let started = Instant::now();
     let slots = args.slots.max(1);
     let loaded: Result<(Served, LlmInfo), LlmError> = match args.backend {
-        BackendArgs::Local { model, config, kv_bytes, prefix_reuse } => mindfleet_models::llm::runnable(&model)
+        BackendArgs::Local { model, config, kv_bytes, prefix_reuse } => mindfleet_models::llama::runnable(&model)
             .and_then(|file| {
                 let llm = Llm::load_with(&file, config)?;
                 let info = LlmInfo {
@@ -486,7 +490,7 @@ fn take<'a>(
 ) {
     let received = Instant::now();
     let mut adapter = None;
-    let (work, asked, on_token): (_, _, mindfleet_models::llm::batch::OnToken<'a>) = match job {
+    let (work, asked, on_token): (_, _, mindfleet_models::llama::batch::OnToken<'a>) = match job {
         Job::Generate(GenerateJob { mut req, purpose, persona, stream }, reply) => {
             if let Some(d) = decoding {
                 decode_as_configured(d, &purpose, &mut req);

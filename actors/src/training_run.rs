@@ -4,7 +4,7 @@
 //!
 //! The run is plain blocking work on the thread that calls [`run`]; what decides when it may
 //! go on is the `pause` it is given, called before every product of the training pass (see
-//! `mindfleet_models::llm::lora`). It checkpoints every few steps into its run's directory, and
+//! `mindfleet_models::llama::lora`). It checkpoints every few steps into its run's directory, and
 //! a run started again with the same id takes up its checkpoint: a restart loses at most the
 //! steps since the last one.
 
@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_core::adapter::{AdapterDir, AdapterRecord, CHECKPOINT, JOB, Scores, WEIGHTS, judge};
+use mindfleet_core::adapter::{AdapterRecord, Scores, judge};
 use mindfleet_core::config::TrainingConfig;
 use mindfleet_core::llm::{ChatMessage, GenerateRequest};
-use mindfleet_models::llm::lora::{Example, LoraConfig, PauseFn, Target, Trainer};
-use mindfleet_models::llm::{Adapter, Llm};
+use mindfleet_models::llama::lora::{Example, LoraConfig, PauseFn, Target, Trainer};
+use mindfleet_models::llama::{Adapter, Llm};
+use mindfleet_store::adapters::{AdapterDir, CHECKPOINT, JOB, WEIGHTS};
 use serde::{Deserialize, Serialize};
 
 /// How a run trains.

@@ -11,7 +11,7 @@
 //!
 //! What a request gets does not depend on its company: every product, norm and attention row
 //! of a pass is computed for one token at a time in the same order as when the request runs
-//! alone ([`super::llama::Llama::forward_batch`]), so greedy answers are the same token for
+//! alone ([`super::forward::Llama::forward_batch`]), so greedy answers are the same token for
 //! token, batched or not, and with a reused prefix or without.
 //!
 //! **Prefix reuse.** The prompts of one persona share a long beginning (the chat template, its
@@ -36,7 +36,7 @@ use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 
 use super::adapter::Adapter;
-use super::llama::{KvCache, Part, Scratch};
+use super::forward::{KvCache, Part, Scratch};
 use super::repeat::Guard;
 use super::tokenizer::Written;
 use super::{
