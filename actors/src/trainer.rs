@@ -298,7 +298,8 @@ fn one_run(args: &TrainerArgs, dir: AdapterDir, q: &Queued, gate: Arc<Gate>) -> 
 
 /// The id of a new run: its topic in words joined by `-` (`all` for none), and the time.
 fn run_id(topic: Option<&str>, now_us: i64) -> String {
-    let slug: Vec<String> = mindfleet_core::words::split(topic.unwrap_or("all")).take(6).collect();
+    let slug: Vec<String> =
+        mindfleet_core::words::split(topic.unwrap_or("all")).take(6).map(str::to_lowercase).collect();
     format!("{}-{now_us}", if slug.is_empty() { "all".to_string() } else { slug.join("-") })
 }
 

@@ -56,7 +56,7 @@ const TECHNICAL: &[&str] = &[
 ];
 
 fn words(text: &str) -> BTreeSet<String> {
-    split(text).filter(|w| w.len() >= 4 && !is_stop_word(w)).collect()
+    split(text).filter(|w| w.len() >= 4).map(str::to_lowercase).filter(|w| !is_stop_word(w)).collect()
 }
 
 fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {

@@ -140,7 +140,7 @@ impl Memory {
 
 /// Lower-cased words of three letters or more.
 fn tokens(s: &str) -> impl Iterator<Item = String> + '_ {
-    mindfleet_core::words::split(s).filter(|w| w.len() >= 3)
+    mindfleet_core::words::split(s).filter(|w| w.len() >= 3).map(str::to_lowercase)
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ fn attribute(answer: &str, sources: &[&Hit]) -> (String, Vec<serde_json::Value>)
     fn words(text: &str) -> std::collections::HashSet<String> {
         mindfleet_core::words::split(text)
             .filter(|w| w.len() >= 4)
+            .map(str::to_lowercase)
             .filter(|w| {
                 !["that", "this", "with", "from", "when", "then", "which", "code", "function"].contains(&w.as_str())
             })

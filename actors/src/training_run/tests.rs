@@ -27,7 +27,9 @@ fn chat(q: &str, a: &str) -> Vec<ChatMessage> {
 
 /// The share of the reference answer's words the answer has.
 fn overlap(answer: &str, reference: &[ChatMessage]) -> f64 {
-    let words = |t: &str| -> Vec<String> { mindfleet_core::words::split(t).filter(|w| w.len() > 2).collect() };
+    let words = |t: &str| -> Vec<String> {
+        mindfleet_core::words::split(t).filter(|w| w.len() > 2).map(str::to_lowercase).collect()
+    };
     let (said, want) = (words(answer), words(&reference.last().unwrap().content));
     want.iter().filter(|w| said.contains(w)).count() as f64 / want.len().max(1) as f64
 }

@@ -116,7 +116,7 @@ pub fn texts(query: &str, experiences: &[Experience], knowledge: &[Knowledge]) -
 }
 
 fn words(text: &str) -> BTreeSet<String> {
-    split(text).filter(|w| w.len() >= 3 && !is_stop_word(w)).collect()
+    split(text).filter(|w| w.len() >= 3).map(str::to_lowercase).filter(|w| !is_stop_word(w)).collect()
 }
 
 fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {

@@ -189,7 +189,7 @@ fn said_lines(ctx: &Input, ask: &Ask, topic: &HashSet<String>) -> Vec<(f64, Said
 pub fn same_person(from: &str, named: &str) -> bool {
     let from = from.to_lowercase();
     let named = named.to_lowercase();
-    from == named || split(&from).next() == Some(named)
+    from == named || split(&from).next() == Some(named.as_str())
 }
 
 /// How much `text` bears on `topic` (stems): one for each topic word it has, more for rarer

@@ -109,7 +109,7 @@ pub fn fitting<'a>(records: &'a [AdapterRecord], text: &str) -> Option<&'a Adapt
 /// The words of `text` as adapters compare texts (a topic with a request, an answer with its
 /// reference): runs of letters and digits, 3 or more, lowercased.
 pub fn words(text: &str) -> Vec<String> {
-    crate::words::split(text).filter(|w| w.len() >= 3).collect()
+    crate::words::split(text).filter(|w| w.len() >= 3).map(str::to_lowercase).collect()
 }
 
 /// What the trainer (crate `mindfleet-actors`, one per fleet with a local model) is asked.

@@ -2,7 +2,7 @@
 //! ([`words`]), and those that say nothing about what a text is about, for the topics of study
 //! questions, of user profiles, of what consolidation finds shared, of what a reply answers, of
 //! what memory recalls and adapters fit. What counts as a word beyond that (a least length, stop
-//! words) is each reader's filter.
+//! words, lower case) is each reader's filter.
 
 /// Lowercase; see [`is_stop_word`].
 const STOP_WORDS: &[&str] = &[
@@ -130,10 +130,10 @@ pub fn is_stop_word(w: &str) -> bool {
     STOP_WORDS.binary_search(&w).is_ok()
 }
 
-/// A text's words in order, lower-cased: its runs of letters and digits (`"I'm  here!"`: `i`, `m`,
-/// `here`).
-pub fn split(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
+/// A text's words in order, as written: its runs of letters and digits (`"I'm  here!"`: `I`, `m`,
+/// `here`). Readers lower-case the ones they keep.
+pub fn split(text: &str) -> impl Iterator<Item = &str> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty())
 }
 
 /// A text's [`split`] words, and the compounds they make: a compound joined by `_` or `-`
@@ -144,7 +144,7 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(|w| w.trim_matches(['_', '-']))
         .filter(|w| !w.is_empty())
         .flat_map(|w| {
-            let parts: Vec<String> = split(w).collect();
+            let parts: Vec<String> = split(w).map(str::to_lowercase).collect();
             let whole = (parts.len() > 1).then(|| w.to_lowercase());
             whole.into_iter().chain(parts)
         })

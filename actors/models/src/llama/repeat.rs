@@ -89,7 +89,14 @@ impl Guard {
 /// A sentence as it is compared: lower-cased, every run of characters other than letters and
 /// digits one space, none at the ends (`"I'm  here!"` is `"i m here"`).
 pub fn normalize(sentence: &str) -> String {
-    mindfleet_core::words::split(sentence).collect::<Vec<_>>().join(" ")
+    let mut out = String::with_capacity(sentence.len());
+    for word in mindfleet_core::words::split(sentence) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(word.chars().flat_map(char::to_lowercase));
+    }
+    out
 }
 
 /// The sentences of an answer as its text comes, holding back the one being written until it
