@@ -1,6 +1,7 @@
 use super::*;
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::EventInput;
+use mindfleet_core::llm::ChatMessage;
 use mindfleet_core::model::EntryKind;
 
 fn scores(yes: f32, no: f32) -> Vec<LabelScore> {
