@@ -1,5 +1,5 @@
 //! Property tests of the lifecycle alone: random interleavings of deliveries (and their
-//! duplicates), grants (run, on the rules brain, skipped for budget), answers (and failures),
+//! duplicates), grants (run, on the rules brain, skipped for budget, and again), answers (and failures),
 //! timers, turns, self-states and restarts, with no actor, runtime or clock: a model of the
 //! world answers the effects as the persona's actor and the actors around it would. Each
 //! invariant is checked on 1,000 cases.
@@ -37,6 +37,8 @@ enum Step {
         pick: u8,
         fail: bool,
     },
+    /// A grant of a task granted before comes again (a duplicate).
+    Regrant(u8),
     /// An answer to what it asked off its loop comes (a failure when not `ok`).
     Answer {
         pick: u8,
@@ -69,6 +71,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<u8>().prop_map(Step::Redeliver),
         4 => Just(Step::Next),
         6 => (any::<u8>(), prop::bool::weighted(0.15)).prop_map(|(pick, fail)| Step::Grant { pick, fail }),
+        1 => any::<u8>().prop_map(Step::Regrant),
         5 => (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(pick, ok)| Step::Answer { pick, ok }),
         1 => any::<u8>().prop_map(Step::Timer),
         2 => (any::<u8>(), any::<bool>(), any::<bool>())
@@ -123,6 +126,8 @@ struct World {
     /// The inbox was asked for its next event.
     asked: bool,
     queued: Vec<TaskSpec>,
+    /// Every task submitted, by id.
+    specs: BTreeMap<TaskId, TaskSpec>,
     submitted: BTreeSet<TaskId>,
     granted: BTreeSet<TaskId>,
     /// Granted tasks that hold a slot until their `Done`.
@@ -170,6 +175,7 @@ impl World {
             inbox: VecDeque::new(),
             asked: false,
             queued: Vec::new(),
+            specs: BTreeMap::new(),
             submitted: BTreeSet::new(),
             granted: BTreeSet::new(),
             held: BTreeSet::new(),
@@ -203,6 +209,7 @@ impl World {
                 if !self.submitted.insert(spec.id) {
                     self.broken.push(format!("task id {} given twice", spec.id));
                 }
+                self.specs.insert(spec.id, spec.clone());
                 self.queued.push(spec);
             }
             Effect::Done { task, .. } => {
@@ -321,6 +328,13 @@ impl World {
                 }
                 let spec = self.queued.remove(pick as usize % self.queued.len());
                 self.grant(spec, fail && self.failures);
+            }
+            Step::Regrant(pick) => {
+                let granted: Vec<TaskId> = self.granted.iter().copied().collect();
+                if let Some(task) = pick_of(&granted, pick) {
+                    let spec = self.specs[task].clone();
+                    self.grant(spec, false);
+                }
             }
             Step::Answer { pick, ok } => {
                 if self.answers.is_empty() {
