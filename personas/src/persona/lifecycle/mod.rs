@@ -30,6 +30,7 @@
 //! steps.rs      the actions of the registry and the answers they wait for
 //! turns.rs      the report of a turn held, a turn passed after the event was finished
 //! deferrals.rs  deferred events taken up or dropped
+//! props.rs      property tests of the lifecycle alone
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
