@@ -402,7 +402,9 @@ async fn entries_queued_together_are_stored_in_one_commit_and_a_bad_one_fails_on
     };
     let two = |i: usize| vec![entry(format!("notes/{i}/a"), "first"), entry(format!("notes/{i}/b"), "second")];
 
-    let answers = behind_indexing("bench/study", (0..3).map(two).collect()).await;
+    // Enough chunks to embed that the three requests are sure to queue behind them, however busy
+    // the machine (the study fixtures' few were once indexed before the third request came).
+    let answers = behind_indexing("bench/refs-eval", (0..3).map(two).collect()).await;
     let mut ids: Vec<String> = answers
         .iter()
         .flat_map(|a| a.as_ref().unwrap()["entry_ids"].as_array().unwrap().clone())
@@ -416,7 +418,7 @@ async fn entries_queued_together_are_stored_in_one_commit_and_a_bad_one_fails_on
     // A bad entry refuses its group's commit: each request is then stored alone.
     let mut bad = two(3);
     bad[1].content = " ".into();
-    let answers = behind_indexing("bench/refs-eval", vec![two(4), bad]).await;
+    let answers = behind_indexing("bench/study", vec![two(4), bad]).await;
     assert!(answers[0].is_ok(), "{answers:?}");
     match &answers[1] {
         Err(RagError::Invalid(m)) => assert!(m.contains("notes/3/b: content: empty"), "{m}"),
@@ -471,7 +473,7 @@ async fn an_index_behind_a_non_loopback_admin_api_indexes_only_under_its_allowed
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persona_searches_the_index_and_its_reply_and_memory_cite_what_it_found() {
-    use mindfleet_core::model::{Action, EntryKind, StepState};
+    use mindfleet_core::record::{Action, EntryKind, StepState};
 
     const CODER: &str =
         "[[persona]]\nname = \"coder\"\nrole = \"code reviewer\"\ndomains = [\"code\"]\nrooms = [\"dev\"]\n";
