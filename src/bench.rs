@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mindfleet_core::event::{Event, EventInput, SenderKind};
-use mindfleet_core::model::Mood;
+use mindfleet_core::record::Mood;
 use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::event::{EventInput, SenderKind};
-use mindfleet_core::model::Decision;
+use mindfleet_core::record::Decision;
 
 use crate::util::{DEADLINE, chat, decision, dump, fleet_toml, poll, pulled, reply_to};
 

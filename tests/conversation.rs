@@ -4,7 +4,7 @@
 use mindfleet::Fleet;
 use mindfleet::client::Client;
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
-use mindfleet_core::model::Action;
+use mindfleet_core::record::Action;
 use mindfleet_core::sched::SchedulerMsg;
 use serde_json::Value;
 

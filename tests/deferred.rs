@@ -8,7 +8,7 @@ use std::process::Command;
 
 use mindfleet::Fleet;
 use mindfleet_core::messages::{AdminMsg, StateChange};
-use mindfleet_core::model::{Decision, Verdict};
+use mindfleet_core::record::{Decision, Verdict};
 use ractor::call_t;
 use serde_json::{Value, json};
 

@@ -1,7 +1,7 @@
 //! The path of an event: injection -> gate -> scheduler -> reply in the outbox and the room.
 
 use mindfleet_core::event::SenderKind;
-use mindfleet_core::model::Verdict;
+use mindfleet_core::record::Verdict;
 
 use crate::util::*;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mindfleet_core::model::Verdict;
+use mindfleet_core::record::Verdict;
 use mindfleet_core::sched::{Class, Owner, Slot, Task};
 
 use crate::util::*;

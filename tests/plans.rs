@@ -2,7 +2,7 @@
 //! learnings.
 
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
-use mindfleet_core::model::{Action, Adjustment, ErrorClass, PlanRecord, StepState, Verdict};
+use mindfleet_core::record::{Action, Adjustment, ErrorClass, PlanRecord, StepState, Verdict};
 use mindfleet_core::sched::{SchedulerMsg, SchedulerStats};
 
 use crate::util::*;

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use mindfleet::Fleet;
-use mindfleet_core::model::{Action, Consolidation, Experience, Procedure, UserProfile};
+use mindfleet_core::record::{Action, Consolidation, Experience, Procedure, UserProfile};
 use serde_json::{Value, json};
 
 use crate::util::*;

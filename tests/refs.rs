@@ -116,7 +116,7 @@ fn ids_via(matches: &[RefMatch]) -> Vec<(&str, &str)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persona_selects_what_its_events_call_for_reads_it_cites_it_and_keeps_the_selection() {
-    use mindfleet_core::model::{Action, StepState};
+    use mindfleet_core::record::{Action, StepState};
 
     pulled();
     let (dir, catalog) = catalog();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
-use mindfleet_core::model::Action;
+use mindfleet_core::record::Action;
 use mindfleet_core::sched::{Class, Owner, Slot, Task};
 use mindfleet_core::team::Condition;
 use mindfleet_server::team::condition;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use mindfleet::Fleet;
 use mindfleet::client::{Client, ClientError};
 use mindfleet_core::dump::StudyDump;
-use mindfleet_core::model::StudySession;
+use mindfleet_core::record::StudySession;
 use serde_json::{Value, json};
 
 use crate::util::{chat, config, fleet_toml, persona, pulled};
@@ -162,7 +162,7 @@ async fn a_question_the_index_cannot_answer_is_a_gap_studied_when_idle() {
 /// Twelve study chats of `helper` more in its training file: facts about a made-up service,
 /// each from a passage of its own (`round` names the passages apart).
 fn study_chats(data_dir: &std::path::Path, round: usize) {
-    use mindfleet_core::model::{StudyAnswer, StudySession};
+    use mindfleet_core::record::{StudyAnswer, StudySession};
     let facts = [
         ("Which port does the Quillfeather proxy listen on?", "Port 8443."),
         ("Who owns the Quillfeather billing service?", "The ledger team."),

@@ -1,7 +1,7 @@
 //! Supervision: restarts with state restored from storage, escalation, dead letters.
 
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen, PersonaStatus};
-use mindfleet_core::model::Verdict;
+use mindfleet_core::record::Verdict;
 
 use crate::util::*;
 

@@ -2,7 +2,7 @@
 //! of a room's turn that cannot answer passes it on.
 
 use mindfleet_core::messages::{Fault, FaultTarget, FaultWhen};
-use mindfleet_core::model::{Action, Verdict};
+use mindfleet_core::record::{Action, Verdict};
 
 use crate::util::*;
 
@@ -91,7 +91,7 @@ async fn a_holder_that_cannot_post_its_reply_passes_the_turn_on() {
     // Every attempt of ada's to post fails: its plan ends without a reply.
     let fail = FaultWhen::FailAction {
         action: Action::PostReply,
-        class: mindfleet_core::model::ErrorClass::AccessDenied,
+        class: mindfleet_core::record::ErrorClass::AccessDenied,
         times: 10,
     };
     fleet.fault("ada", fault(fail)).await.unwrap();

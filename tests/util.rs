@@ -8,7 +8,7 @@ use mindfleet::Fleet;
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::dump::{FleetDump, PersonaDump};
 use mindfleet_core::event::EventInput;
-use mindfleet_core::model::{Decision, OutboxEntry, Verdict};
+use mindfleet_core::record::{Decision, OutboxEntry, Verdict};
 
 /// Long enough for a local persona's reply (gate, plan, draft and lesson by the model) on a
 /// loaded 2-core machine in the test profile: a deadline finds hangs, it measures nothing.

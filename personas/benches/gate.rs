@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use mindfleet_core::event::{EventInput, SenderKind};
-use mindfleet_core::model::{EntryKind, Mood};
+use mindfleet_core::record::{EntryKind, Mood};
 use mindfleet_personas::gate::{GateState, PriorityInput, gate_chain, priority};
 use mindfleet_personas::memory::{Draft, Memory};
 

@@ -10,7 +10,7 @@ use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
 use mindfleet_core::llm::{ClassifyJob, GenerateRequest, LabelScore, margin};
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Action, Adjustment, Criterion, ErrorClass, Evaluation, Learning, Plan, PlanRecord, Step, StepState, Verdict,
     WmEntry,
 };

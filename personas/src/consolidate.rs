@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Action, Consolidation, ConsolidationReport, EntryKind, Experience, Knowledge, PlanRecord, Procedure, StepState,
     UserProfile, WmEntry,
 };
@@ -311,7 +311,7 @@ fn profiles_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_core::model::{Evaluation, Plan, Step};
+    use mindfleet_core::record::{Evaluation, Plan, Step};
 
     fn entry(id: u64, kind: EntryKind, text: &str) -> WmEntry {
         WmEntry {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use mindfleet_core::messages::FaultTarget;
-use mindfleet_core::model::{Action, ErrorClass};
+use mindfleet_core::record::{Action, ErrorClass};
 
 #[derive(Debug, Default)]
 pub struct FaultBook {

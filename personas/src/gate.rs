@@ -4,7 +4,7 @@
 //! millions of events per second on one core (`mindfleet bench gate`).
 
 use mindfleet_core::event::{Event, SenderKind};
-use mindfleet_core::model::{Mood, Verdict};
+use mindfleet_core::record::{Mood, Verdict};
 
 /// How long a persona message counts as "recent" for the echo-storm guard.
 pub const ECHO_WINDOW_US: i64 = 30_000_000;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use mindfleet_core::config::PersonaConfig;
 use mindfleet_core::dump::InboxDump;
 use mindfleet_core::messages::{AdminMsg, Delivery, FaultTarget, PersonaCommit, PersonaMsg};
-use mindfleet_core::model::{Decision, Verdict};
+use mindfleet_core::record::{Decision, Verdict};
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use mindfleet_core::model::{EntryKind, Eviction, WmEntry};
+use mindfleet_core::record::{EntryKind, Eviction, WmEntry};
 
 const DAY_US: f64 = 86_400e6;
 

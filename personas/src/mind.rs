@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mindfleet_core::model::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought};
+use mindfleet_core::record::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought};
 
 const KEEP_THOUGHTS: usize = 20;
 const KEEP_DECISIONS: usize = 20;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency, cosine};
 use mindfleet_core::event::{Event, SenderKind};
-use mindfleet_core::model::OutboxEntry;
+use mindfleet_core::record::OutboxEntry;
 use mindfleet_store::Storage;
 use ractor::{ActorRef, call_t};
 

@@ -20,7 +20,7 @@ pub use material::{Piece, gather};
 use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
-use mindfleet_core::model::WmEntry;
+use mindfleet_core::record::WmEntry;
 
 /// What a reply is built from: the message it answers and what the plan's steps found
 /// (`brain::RespondContext::reply` gives it; this module knows nothing of brains).

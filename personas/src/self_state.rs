@@ -12,7 +12,7 @@ use std::time::Duration;
 use mindfleet_core::messages::{FaultTarget, PersonaMsg};
 
 use crate::persona::own::Own;
-use mindfleet_core::model::SelfStateData;
+use mindfleet_core::record::SelfStateData;
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use mindfleet_core::dump::StudyDump;
 use mindfleet_core::knowledge::{IndexMsg, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{ChatMessage, GenerateRequest, LlmFailure, LlmMsg};
-use mindfleet_core::model::{Knowledge, StudyAnswer, StudyGap, StudySession};
+use mindfleet_core::record::{Knowledge, StudyAnswer, StudyGap, StudySession};
 use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;

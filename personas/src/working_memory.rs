@@ -12,7 +12,7 @@ use std::sync::Arc;
 use mindfleet_core::config::PersonaConfig;
 use mindfleet_core::dump::WorkingMemoryDump;
 use mindfleet_core::messages::FaultTarget;
-use mindfleet_core::model::WmEntry;
+use mindfleet_core::record::WmEntry;
 use mindfleet_core::time::now_us;
 use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};

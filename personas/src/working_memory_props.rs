@@ -5,7 +5,7 @@
 //! domain, the oldest id among equals; recall marks what it returns); the score itself is
 //! [`retention`], whose formula has its own test.
 
-use mindfleet_core::model::{EntryKind, WmEntry};
+use mindfleet_core::record::{EntryKind, WmEntry};
 use proptest::prelude::*;
 
 use crate::memory::{Draft, Memory, retention};

@@ -297,7 +297,7 @@ async fn stored_decisions(data: &Path) -> anyhow::Result<HashMap<(String, String
             Storage::open(&StorageConfig { data_dir: data.clone(), ..mindfleet::defaults::default_fleet().storage })?;
         let mut n: HashMap<(String, String), u32> = HashMap::new();
         for (persona, d) in storage.all_decisions()? {
-            if d.verdict != mindfleet_core::model::Verdict::Defer {
+            if d.verdict != mindfleet_core::record::Verdict::Defer {
                 *n.entry((persona, d.event_id)).or_default() += 1;
             }
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::dump::StudyDump;
 use mindfleet_core::event::EventInput;
-use mindfleet_core::model::StudySession;
+use mindfleet_core::record::StudySession;
 use serde_json::{Value, json};
 
 use super::{percentile, round};

@@ -8,7 +8,7 @@ use mindfleet_core::config::LocalLlm;
 use super::local_config;
 use crate::util::{chat, decision, dump, poll};
 
-async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_core::model::OutboxEntry {
+async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_core::record::OutboxEntry {
     poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
 }
 

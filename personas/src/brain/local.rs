@@ -4,7 +4,7 @@
 //! calibration).
 
 use mindfleet_core::llm::{ChatMessage, ClassifyJob, GenerateRequest, LabelScore};
-use mindfleet_core::model::{Action, Plan};
+use mindfleet_core::record::{Action, Plan};
 
 use super::*;
 

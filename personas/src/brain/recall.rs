@@ -18,7 +18,7 @@ use mindfleet_core::adapter::AdapterRecord;
 use mindfleet_core::embedding::dot;
 use mindfleet_core::event::Event;
 use mindfleet_core::llm::AdapterChoice;
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Action, Experience, Knowledge, MemoryKind, MemoryUse, NO_EFFECT, Plan, Procedure, StepState, UserProfile,
 };
 

@@ -2,7 +2,7 @@ use super::*;
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::EventInput;
 use mindfleet_core::llm::ChatMessage;
-use mindfleet_core::model::EntryKind;
+use mindfleet_core::record::EntryKind;
 
 fn scores(yes: f32, no: f32) -> Vec<LabelScore> {
     [("Yes", yes), ("No", no)].map(|(l, lp)| LabelScore { label: l.into(), logprob: lp, tokens: 1 }).to_vec()
@@ -244,7 +244,7 @@ fn a_learned_search_failure_changes_the_next_plan() {
 
 mod memory {
     use super::*;
-    use mindfleet_core::model::{Experience, Knowledge, MemoryKind, Procedure, UserProfile};
+    use mindfleet_core::record::{Experience, Knowledge, MemoryKind, Procedure, UserProfile};
 
     use crate::brain::recall::{Read, Similar, recollect};
 

@@ -5,8 +5,8 @@
 
 use mindfleet_core::conversation::{Observation, Said};
 use mindfleet_core::messages::{Delivery, PersonaMsg};
-use mindfleet_core::model::SelfStateData;
 use mindfleet_core::private::Private;
+use mindfleet_core::record::SelfStateData;
 use mindfleet_core::sched::TaskId;
 
 use super::lifecycle::{Input, Timer};

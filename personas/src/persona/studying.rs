@@ -2,7 +2,7 @@
 
 use mindfleet_core::config::BrainKind;
 use mindfleet_core::llm::LlmMsg;
-use mindfleet_core::model::StudySession;
+use mindfleet_core::record::StudySession;
 use mindfleet_core::sched::{Class, Grant, Outcome, Slot, TaskId};
 use mindfleet_core::time::now_us;
 use ractor::ActorRef;

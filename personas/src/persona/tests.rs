@@ -8,7 +8,7 @@ use mindfleet_core::private::Private;
 use mindfleet_core::sched::SchedulerMsg;
 
 use super::*;
-use mindfleet_core::model::SelfStateData;
+use mindfleet_core::record::SelfStateData;
 
 /// An actor that takes every message and does nothing (the admin, the coordinator and the
 /// scheduler a lone persona talks to).

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::text_mentions;
 use mindfleet_core::knowledge::Source;
-use mindfleet_core::model::EntryKind;
+use mindfleet_core::record::EntryKind;
 
 use super::Input;
 use super::ask::Ask;

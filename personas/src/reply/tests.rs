@@ -1,7 +1,7 @@
 use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::{Event, EventInput, SenderKind, text_mentions};
 use mindfleet_core::knowledge::Source;
-use mindfleet_core::model::{EntryKind, WmEntry};
+use mindfleet_core::record::{EntryKind, WmEntry};
 
 use super::*;
 

@@ -66,7 +66,7 @@ pub fn hold_out(chats: Vec<TrainingChat>, every: u64) -> (Vec<TrainingChat>, Vec
 
 #[cfg(test)]
 mod tests {
-    use mindfleet_core::model::{StudyAnswer, StudySession};
+    use mindfleet_core::record::{StudyAnswer, StudySession};
 
     use super::super::append_training;
     use super::*;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Verdict;
+use crate::record::Verdict;
 
 /// A `since` window that is not a number followed by a unit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

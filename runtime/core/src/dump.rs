@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::embedding::EmbedStats;
 use crate::knowledge::IndexStats;
 use crate::llm::LlmStats;
-use crate::model::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
+use crate::record::{DeadLetter, Decision, Eviction, OutboxEntry, PlanRecord, SelfStateData, WmEntry};
 use crate::sched::stats::SchedulerStats;
 use crate::stored::StorageStats;
 
@@ -178,14 +178,14 @@ pub struct PersonaDump {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct StudyDump {
     /// Gaps noted and waiting for idle time, next first.
-    pub gaps: Vec<crate::model::StudyGap>,
+    pub gaps: Vec<crate::record::StudyGap>,
     /// The session under way: its topic and stage (`search`, `ask 2/3`, `answer 2/3`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<(String, String)>,
     /// Sessions finished since the start.
     pub sessions: u64,
     /// The newest sessions kept, newest first, with their answers and scores.
-    pub recent: Vec<crate::model::StudySession>,
+    pub recent: Vec<crate::record::StudySession>,
 }
 
 /// A persona's conversation memory (`conversation` of a persona in the dump).

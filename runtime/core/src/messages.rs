@@ -14,7 +14,7 @@ use crate::dump::{FleetDump, PersonaDump};
 // Dump data that messages carry; named here too, where they were first defined.
 pub use crate::dump::{CoordinationStats, PersonaStatus};
 use crate::event::Event;
-use crate::model::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord};
+use crate::record::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord};
 use crate::stored::{HandOff, PersonaSnapshot};
 use crate::task::{Grant, TaskId};
 
@@ -272,7 +272,7 @@ impl PersonaCommit {
 /// A delivery a persona deferred, as kept in storage until it is taken up or dropped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Deferral {
-    pub preoccupation: crate::model::Preoccupation,
+    pub preoccupation: crate::record::Preoccupation,
     /// How many personas the event went to (a shared room's turn is claimed again on taking
     /// it up).
     pub audience: u32,

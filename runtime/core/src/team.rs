@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dump::PersonaStatus;
-use crate::model::{Mood, SelfStateData};
+use crate::record::{Mood, SelfStateData};
 
 /// Focus intensity above which a persona that is not idle is deeply focused.
 pub const DEEP_FOCUS: f64 = 0.7;
@@ -293,7 +293,7 @@ impl Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Focus, Preoccupation};
+    use crate::record::{Focus, Preoccupation};
 
     #[test]
     fn suitability_follows_the_factors() {

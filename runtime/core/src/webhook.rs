@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::model::{DeadLetter, Decision, OutboxEntry};
+use crate::record::{DeadLetter, Decision, OutboxEntry};
 use crate::time::rfc3339;
 
 /// What a webhook can be sent.

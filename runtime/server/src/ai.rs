@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use mindfleet_core::adapter::Verdict;
 use mindfleet_core::ai::AiQuery;
 use mindfleet_core::dump::FleetDump;
-use mindfleet_core::model::PlanRecord;
+use mindfleet_core::record::PlanRecord;
 use mindfleet_core::team::{Condition, Unavailable, suitability};
 use mindfleet_core::time::{now_us, rfc3339};
 use mindfleet_store::adapters::AdapterDir;

@@ -64,7 +64,7 @@ use mindfleet_core::event::{Event, EventInput};
 use mindfleet_core::knowledge::{IndexMsg, RagRequest};
 use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{AdminMsg, DumpDepth, Fault, InjectAck, StateChange};
-use mindfleet_core::model::Verdict;
+use mindfleet_core::record::Verdict;
 use mindfleet_core::sched::MAX_COST_BUCKETS;
 use mindfleet_core::time::now_us;
 

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mindfleet_core::dump::{PersonaDump, PersonaStatus};
-use mindfleet_core::model::Mood;
+use mindfleet_core::record::Mood;
 use mindfleet_core::team::{
     ActivityMap, Availability, Condition, DomainActivity, Health, Presence, Recommendation, RoomActivity, Unavailable,
     deeply_focused, low_capacity, overloaded,
@@ -202,7 +202,7 @@ pub fn condition(p: &PersonaDump) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mindfleet_core::model::{Focus, SelfStateData};
+    use mindfleet_core::record::{Focus, SelfStateData};
     use mindfleet_core::team::{DEEP_FOCUS, LOW_CAPACITY, OVERLOAD};
 
     fn up(s: SelfStateData) -> PersonaDump {

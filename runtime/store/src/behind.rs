@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mindfleet_core::model::{Decision, Eviction, SelfStateData, WmEntry};
+use mindfleet_core::record::{Decision, Eviction, SelfStateData, WmEntry};
 
 /// The writes of one group of personas that the writer holds back (`write_behind`): however
 /// often a persona's state or memory changes, or it decides, in that time, each of its rows is

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
-use mindfleet_core::model::{AdjustmentRecord, Decision, Evaluation, MemoryUse, Plan, PlanRecord, Verdict};
+use mindfleet_core::record::{AdjustmentRecord, Decision, Evaluation, MemoryUse, Plan, PlanRecord, Verdict};
 use mindfleet_core::refs::RefMatch;
 
 use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};

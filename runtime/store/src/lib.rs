@@ -65,7 +65,7 @@ use mindfleet_core::config::StorageConfig;
 use mindfleet_core::conversation::{Observation, Said, SaidMarks};
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, SelfStateData, StudySession,
     UserProfile, WmEntry,
 };

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
-use mindfleet_core::model::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
+use mindfleet_core::record::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
 
 use crate::schema::{
     CONSOLIDATIONS, CONVERSATION, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES,

@@ -4,7 +4,7 @@ use super::*;
 use crate::histogram::LogHistogram;
 use crate::legacy::DELIVERIES_V3;
 use crate::schema::*;
-use mindfleet_core::model::{Decision, EntryKind, Verdict};
+use mindfleet_core::record::{Decision, EntryKind, Verdict};
 use redb::ReadableDatabase;
 
 mod migrations;
@@ -394,7 +394,7 @@ async fn a_restored_delivery_knows_how_many_personas_still_decide_its_event() {
 async fn a_deferred_delivery_stays_pending_aside_from_the_inbox_across_a_reopen_until_taken_up() {
     let dir = tempfile::tempdir().unwrap();
     let p: Arc<str> = "p".into();
-    let concern = mindfleet_core::model::Preoccupation {
+    let concern = mindfleet_core::record::Preoccupation {
         concern: "alice in #general: e1".into(),
         priority: 0.4,
         domain: "chat".into(),
@@ -435,7 +435,7 @@ async fn a_deferred_delivery_stays_pending_aside_from_the_inbox_across_a_reopen_
 
 #[tokio::test]
 async fn long_term_limits_drop_the_oldest_and_least_proven_with_reasons() {
-    use mindfleet_core::model::{Action, Consolidation, Experience, Procedure};
+    use mindfleet_core::record::{Action, Consolidation, Experience, Procedure};
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(&cfg(dir.path())).unwrap();
     let exp = |i: usize| Experience {
@@ -485,7 +485,7 @@ fn a_locked_data_dir_names_the_holder() {
 
 #[tokio::test]
 async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowledged_or_dead() {
-    use mindfleet_core::model::OutboxEntry;
+    use mindfleet_core::record::OutboxEntry;
     use mindfleet_core::webhook::{HookKind, HookRoute};
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(&cfg(dir.path())).unwrap();
@@ -577,7 +577,7 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
 
 #[tokio::test]
 async fn the_outbox_since_a_time_is_read_newest_first_and_stops_at_the_first_older_entry() {
-    use mindfleet_core::model::OutboxEntry;
+    use mindfleet_core::record::OutboxEntry;
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(&cfg(dir.path())).unwrap();
     for i in 0..4 {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use mindfleet_core::event::SenderKind;
 use mindfleet_core::messages::{Deferral, Delivery, PersonaCommit};
-use mindfleet_core::model::{Decision, Preoccupation, Verdict};
+use mindfleet_core::record::{Decision, Preoccupation, Verdict};
 use mindfleet_core::sched::{Class, Grant, TaskId};
 
 use crate::gate::GateDecision;

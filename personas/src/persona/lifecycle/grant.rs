@@ -3,7 +3,7 @@
 
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::llm::GenerateJob;
-use mindfleet_core::model::{Action, Adjustment, AdjustmentRecord, ErrorClass, StepState};
+use mindfleet_core::record::{Action, Adjustment, AdjustmentRecord, ErrorClass, StepState};
 use mindfleet_core::sched::{Grant, Outcome, OverBudget, SkipReason, TaskId};
 
 use crate::brain::LessonContext;
@@ -206,7 +206,7 @@ pub(super) fn over_budget(e: &Event, label: &str) -> OverBudget {
 
 /// The scheduler skipped the step at `cursor` for budget: the plan stops there, its steps from
 /// there on skipped.
-fn abort_skipped(record: &mut mindfleet_core::model::PlanRecord, cursor: usize, reason: SkipReason, now: i64) {
+fn abort_skipped(record: &mut mindfleet_core::record::PlanRecord, cursor: usize, reason: SkipReason, now: i64) {
     let action = record.plan.steps[cursor].action;
     record.adjustments.push(AdjustmentRecord {
         step: cursor,

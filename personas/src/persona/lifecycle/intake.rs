@@ -7,7 +7,7 @@ use mindfleet_core::config::BrainKind;
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::llm::{Classification, LlmFailure};
 use mindfleet_core::messages::{Claim, Delivery, PersonaCommit, Turn};
-use mindfleet_core::model::{Decision, EntryKind, Preoccupation, Verdict};
+use mindfleet_core::record::{Decision, EntryKind, Preoccupation, Verdict};
 use mindfleet_core::refs::{Enrichment, RefMatch, Via};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::team::suitability;

@@ -44,7 +44,7 @@ use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{Classification, ClassifyJob, GenerateJob, Generation, LlmFailure};
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
-use mindfleet_core::model::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
+use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
 
 use crate::brain::{Brain, LocalBrain, PlanChoice, Recollection, RulesBrain};

@@ -18,7 +18,7 @@ use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
 use mindfleet_core::messages::{Claim, Delivery, Turn};
-use mindfleet_core::model::{Action, OutboxEntry, PlanRecord, Verdict, WmEntry};
+use mindfleet_core::record::{Action, OutboxEntry, PlanRecord, Verdict, WmEntry};
 use mindfleet_core::sched::{Class, TaskId};
 
 use crate::brain::{PlanChoice, Recollection};

@@ -4,7 +4,7 @@
 use mindfleet_core::config::BrainKind;
 use mindfleet_core::event::Event;
 use mindfleet_core::llm::{Classification, Generation, LabelScore, LlmFailure};
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Action, Adjustment, AdjustmentRecord, EntryKind, ErrorClass, Learning, PlanRecord, Step, StepState,
 };
 use mindfleet_core::refs::Enrichment;

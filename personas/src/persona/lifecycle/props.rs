@@ -11,7 +11,7 @@ use mindfleet_core::config::FleetConfig;
 use mindfleet_core::event::EventInput;
 use mindfleet_core::llm::{Classification, Generation, LabelScore, LlmFailure, Stop};
 use mindfleet_core::messages::Turn;
-use mindfleet_core::model::{Action, Focus, StepState, Verdict};
+use mindfleet_core::record::{Action, Focus, StepState, Verdict};
 use mindfleet_core::sched::{ID_BLOCK, Outcome, SkipReason};
 use proptest::prelude::*;
 

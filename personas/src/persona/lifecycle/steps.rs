@@ -6,7 +6,7 @@ use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind, text_mentions};
 use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{GenerateJob, Generation, LlmFailure};
-use mindfleet_core::model::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry, WmEntry};
+use mindfleet_core::record::{Action, DraftCheck, EntryKind, ErrorClass, MemoryKind, NO_EFFECT, OutboxEntry, WmEntry};
 use mindfleet_core::sched::TaskId;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
@@ -243,7 +243,7 @@ impl Lifecycle {
             Ok(Some(repeat)) => {
                 tracing::info!(persona = %self.name, event = %f.event().id, reason = %repeat.reason, "draft withheld");
                 f.gated.gate = GateDecision {
-                    verdict: mindfleet_core::model::Verdict::Ignore,
+                    verdict: mindfleet_core::record::Verdict::Ignore,
                     stage: REDUNDANCY,
                     rule: "redundant",
                     threshold: repeat.threshold,

@@ -3,7 +3,7 @@
 //! finished the event (it takes the event up again).
 
 use mindfleet_core::messages::{Turn, TurnReport};
-use mindfleet_core::model::Verdict;
+use mindfleet_core::record::Verdict;
 
 use super::phase::{Gated, PlanEnd};
 use super::steps::REDUNDANCY;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use mindfleet_core::dump::PersonaDump;
-use mindfleet_core::model::SelfStateData;
+use mindfleet_core::record::SelfStateData;
 
 use super::html::{escape, named, percent};
 use crate::team::condition;

@@ -3,7 +3,7 @@
 
 use mindfleet_core::cursor::Page;
 use mindfleet_core::dump::PersonaDump;
-use mindfleet_core::model::{Decision, SelfStateData, StepState, WmEntry};
+use mindfleet_core::record::{Decision, SelfStateData, StepState, WmEntry};
 
 use super::cards::status_of;
 use super::html::{escape, named};

@@ -2,8 +2,8 @@ use super::fleet::COST_PERSONAS;
 use super::*;
 use mindfleet_core::dump::{ActorsDump, ChildDump, InboxDump, NodeDump, PersonaDump, WorkingMemoryDump};
 use mindfleet_core::messages::PersonaStatus;
-use mindfleet_core::model::RecentDecision;
-use mindfleet_core::model::SelfStateData;
+use mindfleet_core::record::RecentDecision;
+use mindfleet_core::record::SelfStateData;
 
 fn persona(name: &str) -> PersonaDump {
     PersonaDump {
@@ -203,7 +203,7 @@ fn the_fleet_view_shows_each_webhook_with_its_dead_letters() {
 
 #[test]
 fn the_panel_shows_the_memory_a_plan_used_and_what_it_changed() {
-    use mindfleet_core::model::{MemoryKind, MemoryUse, Plan, PlanRecord};
+    use mindfleet_core::record::{MemoryKind, MemoryUse, Plan, PlanRecord};
     let mut p = persona("ada");
     let record = |memory_used| PlanRecord {
         event_id: "e1".into(),

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json};
-use mindfleet_core::model::OutboxEntry;
+use mindfleet_core::record::OutboxEntry;
 use mindfleet_core::webhook::reply_json;
 use serde::Deserialize;
 use serde_json::{Value, json};

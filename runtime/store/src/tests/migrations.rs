@@ -86,7 +86,7 @@ async fn a_version_4_database_keeps_its_decisions_without_references() {
 
 #[tokio::test]
 async fn a_version_5_database_keeps_its_plans_without_memory_used() {
-    use mindfleet_core::model::{Plan, PlanRecord};
+    use mindfleet_core::record::{Plan, PlanRecord};
     let dir = tempfile::tempdir().unwrap();
     let plan = Plan {
         goal: "answer alice".into(),
@@ -126,7 +126,7 @@ async fn a_version_5_database_keeps_its_plans_without_memory_used() {
 
 #[tokio::test]
 async fn a_version_8_database_keeps_its_plans_without_a_draft_check() {
-    use mindfleet_core::model::{MemoryKind, MemoryUse, Plan};
+    use mindfleet_core::record::{MemoryKind, MemoryUse, Plan};
     let dir = tempfile::tempdir().unwrap();
     let plan = Plan {
         goal: "answer alice".into(),

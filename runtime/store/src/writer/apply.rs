@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
-use mindfleet_core::model::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
+use mindfleet_core::record::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
 use mindfleet_core::stored::HandOff;
 use mindfleet_core::time::now_us;
 use mindfleet_core::webhook::{HookDelivery, HookKind};

@@ -10,7 +10,7 @@ use redb::ReadableTable;
 use mindfleet_core::conversation::{Said, SaidMarks};
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Delivery, InjectAck, PersonaMsg};
-use mindfleet_core::model::{
+use mindfleet_core::record::{
     Consolidation, Decision, Knowledge, Learning, OutboxEntry, PlanRecord, Procedure, StudySession, Verdict,
 };
 use mindfleet_core::time::now_us;

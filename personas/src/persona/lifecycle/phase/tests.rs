@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mindfleet_core::event::SenderKind;
-use mindfleet_core::model::{Plan, StepState};
+use mindfleet_core::record::{Plan, StepState};
 use mindfleet_core::sched::Class;
 
 use super::*;
@@ -59,7 +59,7 @@ fn claim(id: &str) -> Claim {
 fn working(task: TaskId, cursor: usize, choosing: bool) -> Phase {
     let steps = [Action::RecallMemory, Action::DraftReply, Action::PostReply]
         .into_iter()
-        .map(|action| mindfleet_core::model::Step { action, state: StepState::Pending, contingency: false })
+        .map(|action| mindfleet_core::record::Step { action, state: StepState::Pending, contingency: false })
         .collect();
     let plan = Plan {
         goal: "answer".into(),
@@ -259,7 +259,7 @@ fn the_coordinator_s_turn_engages_or_finishes_and_says_who_decided() {
 #[test]
 fn knowledge_a_grounded_reply_left_out_is_not_said_to_be_told() {
     use crate::brain::recall::Similar;
-    use mindfleet_core::model::{Knowledge, MemoryKind, MemoryUse};
+    use mindfleet_core::record::{Knowledge, MemoryKind, MemoryUse};
     let Phase::Working(mut f) = working(1, 2, false) else { unreachable!() };
     let known = |topic: &str, summary: &str| Similar {
         item: Knowledge {
