@@ -17,16 +17,16 @@ use mindfleet_core::refs::{self, Catalog, Enrichment, RefMatch};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
 
-use crate::references::{Authorised, Discover};
+use crate::references::{Authorised, Library};
 
 /// Longest an enrichment waits for the embedding worker (batching, or loading the model at the
 /// first text).
 const EMBED_CALL_MS: u64 = 30_000;
 
 pub struct Enricher {
-    catalog: Catalog,
+    /// The catalog and the links of its references, read once for the fleet.
+    library: Library,
     threshold: f32,
-    depth: usize,
     embedding: Option<ActorRef<EmbedMsg>>,
     /// Each reference's embedding (of [`refs::Reference::semantic_text`]), in catalog order.
     vectors: OnceCell<Vec<Vec<f32>>>,
@@ -36,21 +36,20 @@ impl Enricher {
     /// The fleet's pipeline, or `None` when its catalog is empty (nothing to match).
     pub fn new(config: &ReferencesConfig, embedding: Option<ActorRef<EmbedMsg>>) -> Option<Enricher> {
         (!config.catalog.refs.is_empty()).then(|| Enricher {
-            catalog: config.catalog.clone(),
+            library: Library::read(config.catalog.clone(), config.discovery_depth),
             threshold: config.semantic_threshold,
-            depth: config.discovery_depth,
             embedding,
             vectors: OnceCell::new(),
         })
     }
 
     pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+        &self.library.catalog
     }
 
-    /// How many links away discovery goes from a selected reference.
-    pub fn depth(&self) -> usize {
-        self.depth
+    /// The catalog and its links, as every persona of the fleet shares them.
+    pub fn library(&self) -> Library {
+        self.library.clone()
     }
 
     /// Embeds the catalog, once; `Err`: why semantic matching is off (tried again at the next
@@ -62,7 +61,7 @@ impl Enricher {
     async fn catalog_vectors(&self) -> Result<&Vec<Vec<f32>>, String> {
         self.vectors
             .get_or_try_init(|| async {
-                let texts = self.catalog.refs.iter().map(|r| r.semantic_text()).collect();
+                let texts = self.catalog().refs.iter().map(|r| r.semantic_text()).collect();
                 self.embed(texts).await
             })
             .await
@@ -86,7 +85,7 @@ impl Enricher {
             Ok(s) => (Some(s), None),
             Err(why) => (None, Some(why)),
         };
-        let matches = refs::candidates(&self.catalog, text, similarity.as_ref(), self.threshold, &BTreeSet::new());
+        let matches = refs::candidates(self.catalog(), text, similarity.as_ref(), self.threshold, &BTreeSet::new());
         Enrichment { matches, semantic_off }
     }
 
@@ -96,12 +95,7 @@ impl Enricher {
         }
         let catalog = self.catalog_vectors().await?;
         let query = self.embed(vec![text.to_string()]).await?.pop().ok_or("the worker answered no vector")?;
-        Ok(self.catalog.refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
-    }
-
-    /// The references `selected` lead to (see [`Discover::discover`]), not already in `known`.
-    pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
-        self.catalog.discover(selected, self.depth).into_iter().filter(|m| !known.contains(&m.id)).collect()
+        Ok(self.catalog().refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
     }
 }
 

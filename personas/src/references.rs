@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use mindfleet_core::refs::*;
 
@@ -25,6 +26,33 @@ impl Discover for Catalog {
 /// What each reference of `catalog` names in its files, by id: the links discovery follows.
 pub fn links(catalog: &Catalog) -> BTreeMap<String, Vec<String>> {
     catalog.refs.iter().map(|r| (r.id.clone(), named_by(catalog, r))).collect()
+}
+
+/// The reference catalog and the links its references' files make, read once for the fleet
+/// ([`links`]): discovery walks them without reading a file.
+#[derive(Debug, Clone)]
+pub struct Library {
+    pub catalog: Arc<Catalog>,
+    /// What each reference's files name, by id, in the order discovery meets them.
+    pub links: Arc<BTreeMap<String, Vec<String>>>,
+    /// How many links away discovery goes.
+    pub depth: usize,
+}
+
+impl Library {
+    /// `catalog` and its links, read from its files now.
+    pub fn read(catalog: Catalog, depth: usize) -> Library {
+        let links = links(&catalog);
+        Library { catalog: Arc::new(catalog), links: Arc::new(links), depth }
+    }
+
+    /// The references `selected` lead to, to `depth` links away, breadth first, each once (a
+    /// cycle ends where it closes), and not already in `known`.
+    pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
+        let mut found = walk(selected, self.depth, |id| self.links.get(id).cloned().unwrap_or_default());
+        found.retain(|m| !known.contains(&m.id));
+        found
+    }
 }
 
 /// The references `selected` lead to through `links` (what a reference names), to `depth` links

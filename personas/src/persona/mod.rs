@@ -75,7 +75,7 @@ mod shell;
 mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
-use lifecycle::{Input, Lifecycle, References, Setup};
+use lifecycle::{Input, Lifecycle, Setup};
 pub(crate) use own::Own;
 
 /// How long the persona waits for its own children (recall, dumps).
@@ -329,7 +329,7 @@ impl Actor for Persona {
         let inbox = spawn_inbox(&args, &name, &myself).await?;
         let sup = args.supervision;
         let learnings = args.storage.learnings(&name)?;
-        let references = args.enricher.as_deref().map(References::of);
+        let references = args.enricher.as_deref().map(Enricher::library);
         let mut refs = RefBook::default();
         if let Some(enricher) = &args.enricher {
             // Its choices so far, and the references every persona has.

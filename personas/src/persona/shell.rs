@@ -4,7 +4,6 @@
 //! back, handled before the next message; one asked off the loop casts its input back.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -19,7 +18,6 @@ use ractor::{ActorRef, RpcReplyPort, call_t};
 
 use super::lifecycle::{Ask, Effect, Enrich, Input, Repeat, TaskSpec};
 use super::{CHILD_CALL_MS, ConversationArgs, KNOWLEDGE_CHUNKS, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS};
-use crate::enrich::Enricher;
 use crate::inbox::InboxMsg;
 use crate::references;
 use crate::self_state::SelfStateMsg;
@@ -292,14 +290,5 @@ impl PersonaState {
             }
             tracing::warn!(persona = %name, event = %event_id, "a passed turn could not be taken up: the delivery is not finished or gone");
         });
-    }
-}
-
-impl super::References {
-    /// The catalog of `enricher`, and the links its references' files make, read once.
-    pub(super) fn of(enricher: &Enricher) -> Self {
-        let catalog = enricher.catalog();
-        let links = references::links(catalog);
-        super::References { catalog: Arc::new(catalog.clone()), links: Arc::new(links), depth: enricher.depth() }
     }
 }

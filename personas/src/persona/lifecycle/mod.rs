@@ -33,11 +33,11 @@
 //! props.rs      property tests of the lifecycle alone
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::references::{Authorised, Catalog, Enrichment, Excerpt, RefMatch, walk};
+use crate::references::{Authorised, Enrichment, Excerpt, Library, RefMatch};
 use mindfleet_core::config::{BrainKind, PersonaConfig};
 use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind};
@@ -91,9 +91,8 @@ pub(crate) struct Setup {
     pub index: bool,
     /// Conversation memory is on.
     pub conversation: bool,
-    /// The reference catalog, when the fleet has one, and what each reference names (the links
-    /// discovery follows, read from its files at start).
-    pub references: Option<References>,
+    /// The reference catalog, when the fleet has one, and the links its files make.
+    pub references: Option<Library>,
     /// The redundancy check of drafts is on.
     pub redundancy: bool,
     /// The model's drafts may answer without material (see `crate::reply::check`).
@@ -104,27 +103,6 @@ pub(crate) struct Setup {
     pub turn_timeout: Duration,
     /// The first id of the block its scheduler tasks take theirs from.
     pub first_task: TaskId,
-}
-
-/// The reference catalog and its links.
-#[derive(Clone)]
-pub(crate) struct References {
-    pub catalog: Arc<Catalog>,
-    /// What each reference's files name, by id, in the order discovery meets them.
-    pub links: Arc<BTreeMap<String, Vec<String>>>,
-    /// How many links away discovery goes.
-    pub depth: usize,
-}
-
-impl References {
-    /// The references `selected` lead to, to `depth` links away, breadth first, each once (a
-    /// cycle ends where it closes), and not already in `known`: `Catalog::discover` on the links
-    /// read at start.
-    pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
-        let mut found = walk(selected, self.depth, |id| self.links.get(id).cloned().unwrap_or_default());
-        found.retain(|m| !known.contains(&m.id));
-        found
-    }
 }
 
 /// What the lifecycle is told: a message to the persona, an answer to what it asked, a timer.
