@@ -2,10 +2,13 @@
 //! judged, and which one answers a request. The runs' files, under the data dir, are
 //! `mindfleet_store::adapters`.
 
+#[cfg(feature = "actors")]
 use ractor::RpcReplyPort;
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "actors")]
 use crate::task::{Grant, TaskId};
 
 /// How well a model answers the held-out questions: the perplexity of their reference answers
@@ -113,6 +116,7 @@ pub fn words(text: &str) -> Vec<String> {
 }
 
 /// What the trainer (crate `mindfleet-actors`, one per fleet with a local model) is asked.
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum TrainerMsg {
     /// Train an adapter for `persona` on its study chats (those about `topic`, else all) in

@@ -5,7 +5,9 @@
 //! on a dedicated inference thread, and an embedding cache keyed by content hash answers
 //! unchanged text without running the model.
 
+#[cfg(feature = "actors")]
 use ractor::RpcReplyPort;
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +122,7 @@ pub enum Urgency {
 /// One answer of the worker: a result per text, in order.
 pub type EmbedReply = Result<Vec<Embedded>, EmbedFailure>;
 
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum EmbedMsg {
     Embed {

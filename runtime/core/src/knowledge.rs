@@ -6,7 +6,9 @@
 //!
 //! Answers are JSON: the shapes of `mindfleet rag ... --json`.
 
+#[cfg(feature = "actors")]
 use ractor::RpcReplyPort;
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
@@ -258,8 +260,10 @@ pub enum RagError {
     Failed(String),
 }
 
+#[cfg(feature = "actors")]
 pub type RagReply = RpcReplyPort<Result<serde_json::Value, RagError>>;
 
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum IndexMsg {
     Request(Box<RagRequest>, RagReply),

@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod ai;
+#[cfg(feature = "actors")]
 pub mod cluster;
 pub mod config;
 pub mod conversation;
@@ -14,6 +15,7 @@ pub mod cursor;
 pub mod dump;
 pub mod embedding;
 pub mod event;
+#[cfg(feature = "actors")]
 pub mod fleet;
 pub mod knowledge;
 pub mod llm;
@@ -21,6 +23,7 @@ pub mod messages;
 pub mod private;
 pub mod record;
 pub mod refs;
+#[cfg(feature = "actors")]
 pub mod restart;
 pub mod sched;
 pub mod stored;

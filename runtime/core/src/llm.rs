@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "actors")]
 use ractor::RpcReplyPort;
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
@@ -227,6 +229,7 @@ pub enum LlmFailure {
 
 /// Receives the answer's text piece by piece as it is generated (whole characters only).
 /// Dropping the receiver cancels the generation.
+#[cfg(feature = "actors")]
 pub type TokenStream = tokio::sync::mpsc::UnboundedSender<String>;
 
 /// A generation asked of the worker.
@@ -236,7 +239,21 @@ pub struct GenerateJob {
     /// What the inference is for (`reply`, `gate`, `plan`, `generate`, ...), for the cost report.
     pub purpose: String,
     pub persona: Option<String>,
+    #[cfg(feature = "actors")]
     pub stream: Option<TokenStream>,
+}
+
+impl GenerateJob {
+    /// A job whose answer comes whole, not streamed.
+    pub fn new(req: GenerateRequest, purpose: impl Into<String>, persona: Option<String>) -> GenerateJob {
+        GenerateJob {
+            req,
+            purpose: purpose.into(),
+            persona,
+            #[cfg(feature = "actors")]
+            stream: None,
+        }
+    }
 }
 
 /// A classification asked of the worker: which of `labels` the answer to `messages` starts with.
@@ -248,6 +265,7 @@ pub struct ClassifyJob {
     pub persona: Option<String>,
 }
 
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum LlmMsg {
     Generate {

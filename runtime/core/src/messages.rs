@@ -6,17 +6,30 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "actors")]
 use ractor::{ActorRef, RpcReplyPort};
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "actors")]
 use crate::dump::{FleetDump, PersonaDump};
 // Dump data that messages carry; named here too, where they were first defined.
 pub use crate::dump::{CoordinationStats, PersonaStatus};
 use crate::event::Event;
 use crate::record::{Action, Decision, ErrorClass, OutboxEntry, PlanRecord};
+#[cfg(feature = "actors")]
 use crate::stored::{HandOff, PersonaSnapshot};
+#[cfg(feature = "actors")]
 use crate::task::{Grant, TaskId};
+
+/// A persona's actor, as a claim names it to its coordinator on the same node.
+#[cfg(feature = "actors")]
+pub type PersonaRef = ActorRef<PersonaMsg>;
+/// Without actors (the vocabulary alone, as the lifecycle builds on it) there is no actor to
+/// name: a claim's `actor` is always `None`.
+#[cfg(not(feature = "actors"))]
+pub type PersonaRef = std::convert::Infallible;
 
 /// One accepted event for one persona, as stored in the durable queue.
 #[derive(Debug, Clone)]
@@ -39,7 +52,7 @@ pub struct Claim {
     pub persona: Arc<str>,
     /// The persona, when it runs on the coordinator's node.
     #[serde(skip)]
-    pub actor: Option<ActorRef<PersonaMsg>>,
+    pub actor: Option<PersonaRef>,
     /// The persona's node, when the claim came from another node (its turn goes back there).
     #[serde(default)]
     pub node: Option<String>,
@@ -106,6 +119,7 @@ pub struct TurnReport {
 }
 
 /// The coordinator's messages.
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum CoordinatorMsg {
     Claim(Box<Claim>),
@@ -166,6 +180,7 @@ pub enum StateChange {
 }
 
 /// The persona actor's messages.
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum PersonaMsg {
     /// A durably stored event (sent by the storage writer after the commit).
@@ -289,6 +304,7 @@ pub enum DumpDepth {
 }
 
 /// The admin actor's messages.
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum AdminMsg {
     Inject(Box<Event>, RpcReplyPort<Result<InjectAck, InjectError>>),

@@ -17,25 +17,36 @@
 //!
 //! `done` goes through a lock-free queue too, behind the same coalesced `Wake`.
 
+#[cfg(feature = "actors")]
 use std::sync::Arc;
+#[cfg(feature = "actors")]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "actors")]
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "actors")]
 use crossbeam_queue::SegQueue;
+#[cfg(feature = "actors")]
 use ractor::{ActorRef, RpcReplyPort};
+#[cfg(feature = "actors")]
 use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
 
 pub mod stats;
 
+#[cfg(feature = "actors")]
 use crate::adapter::TrainerMsg;
 use crate::config::PersonaConfig;
+#[cfg(feature = "actors")]
 use crate::messages::PersonaMsg;
-pub use crate::task::{Class, Grant, Outcome, SkipReason, Slot, TaskId, now};
+#[cfg(feature = "actors")]
+pub use crate::task::now;
+pub use crate::task::{Class, Grant, Outcome, SkipReason, Slot, TaskId};
 pub use stats::{
     BudgetStats, ClassStats, CostReport, CostRow, CostSeries, MAX_COST_BUCKETS, SchedulerStats, SkipCounts,
 };
 
+#[cfg(feature = "actors")]
 /// Who is told when a task is granted.
 #[derive(Debug, Clone)]
 pub enum Owner {
@@ -46,6 +57,7 @@ pub enum Owner {
     Channel(crossbeam_channel::Sender<Grant>),
 }
 
+#[cfg(feature = "actors")]
 impl Owner {
     /// Delivers the grant; false when the owner is gone.
     pub fn grant(&self, grant: Grant) -> bool {
@@ -66,6 +78,7 @@ impl Owner {
     }
 }
 
+#[cfg(feature = "actors")]
 /// A unit of cognitive work waiting for a grant.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -112,6 +125,7 @@ pub enum OverBudget {
     Queue,
 }
 
+#[cfg(feature = "actors")]
 impl Task {
     /// A task with no deadline and no model call.
     pub fn new(persona: Arc<str>, class: Class, priority: f64, slot: Slot, label: &'static str, owner: Owner) -> Task {
@@ -190,6 +204,7 @@ impl From<&PersonaConfig> for PersonaBudget {
 }
 
 /// Messages of the scheduler actor.
+#[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum SchedulerMsg {
     /// New submissions or `done`s are in the queues (coalesced: at most one in flight).
@@ -225,6 +240,7 @@ pub enum SchedulerMsg {
     Tick(Instant),
 }
 
+#[cfg(feature = "actors")]
 /// The shared half of the scheduler: one queue per class, the finished tasks and the
 /// wake-up flag.
 #[derive(Debug)]
@@ -235,6 +251,7 @@ pub struct SubmitQueues {
     pub wake_pending: AtomicBool,
 }
 
+#[cfg(feature = "actors")]
 impl SubmitQueues {
     /// Sends a `Wake` unless one is already pending.
     fn wake(&self, actor: &ActorRef<SchedulerMsg>) {
@@ -244,6 +261,7 @@ impl SubmitQueues {
     }
 }
 
+#[cfg(feature = "actors")]
 /// What a persona holds to submit work.
 #[derive(Debug, Clone)]
 pub struct SchedulerHandle {
@@ -251,11 +269,13 @@ pub struct SchedulerHandle {
     actor: ActorRef<SchedulerMsg>,
 }
 
+#[cfg(feature = "actors")]
 /// The next task id anybody is given.
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 /// How many task ids [`SchedulerHandle::id_block`] sets aside.
 pub const ID_BLOCK: TaskId = 1 << 32;
 
+#[cfg(feature = "actors")]
 impl SchedulerHandle {
     pub fn new(shared: Arc<SubmitQueues>, actor: ActorRef<SchedulerMsg>) -> Self {
         SchedulerHandle { shared, actor }

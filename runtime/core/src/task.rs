@@ -1,7 +1,5 @@
-//! What the scheduler answers a task with: priority classes, slots and grants. What a persona's messages carry of the scheduler; the scheduler's interface is
-//! [`crate::sched`].
-
-use std::time::Instant;
+//! What a persona's messages carry of the scheduler: priority classes, slots and grants. The
+//! scheduler's interface is [`crate::sched`].
 
 use serde::{Deserialize, Serialize};
 
@@ -9,7 +7,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// It reads tokio's clock, which is `Instant::now()` except in tests that pause time: there
 /// the scheduler's timers, its waits and the tasks' timestamps all follow the paused clock.
-pub fn now() -> Instant {
+#[cfg(feature = "actors")]
+pub fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
