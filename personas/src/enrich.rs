@@ -11,13 +11,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mindfleet_core::config::ReferencesConfig;
-use mindfleet_core::dump::ReferencesDump;
 use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency, dot};
-use mindfleet_core::refs::{self, Catalog, Enrichment, RefMatch};
+use mindfleet_core::refs::{self, Catalog, Enrichment};
 use ractor::{ActorRef, call_t};
 use tokio::sync::OnceCell;
 
-use crate::references::{Authorised, Library};
+use crate::references::{self, Library};
 
 /// Longest an enrichment waits for the embedding worker (batching, or loading the model at the
 /// first text).
@@ -36,7 +35,7 @@ impl Enricher {
     /// The fleet's pipeline, or `None` when its catalog is empty (nothing to match).
     pub fn new(config: &ReferencesConfig, embedding: Option<ActorRef<EmbedMsg>>) -> Option<Enricher> {
         (!config.catalog.refs.is_empty()).then(|| Enricher {
-            library: Library::read(config.catalog.clone(), config.discovery_depth),
+            library: references::library(config.catalog.clone(), config.discovery_depth),
             threshold: config.semantic_threshold,
             embedding,
             vectors: OnceCell::new(),
@@ -96,72 +95,5 @@ impl Enricher {
         let catalog = self.catalog_vectors().await?;
         let query = self.embed(vec![text.to_string()]).await?.pop().ok_or("the worker answered no vector")?;
         Ok(self.catalog().refs.iter().zip(catalog).map(|(r, v)| (r.id.clone(), dot(&query, v))).collect())
-    }
-}
-
-/// One persona's references: what it selected and why, the paths that lets it read, and the
-/// matches of the event it is on.
-#[derive(Debug, Default)]
-pub struct RefBook {
-    pub selected: BTreeMap<String, RefMatch>,
-    pub authorised: Authorised,
-    /// Why semantic matching is off, as of the last enrichment.
-    pub semantic_off: Option<String>,
-    /// Matches made so far.
-    pub matches: u64,
-    /// The matches of the event being handled and of its steps' results, each reference once.
-    pub current: Vec<RefMatch>,
-    /// The last event that called for any, and its matches.
-    pub last: Option<(String, Vec<RefMatch>)>,
-}
-
-impl RefBook {
-    /// The hint block of the event in hand: what its texts called for and why (the references
-    /// every persona has are left out); empty when nothing was called for or there is no
-    /// catalog.
-    pub fn hint(&self, catalog: Option<&Catalog>) -> String {
-        let Some(catalog) = catalog else { return String::new() };
-        let called: Vec<RefMatch> = self.current.iter().filter(|m| m.via != refs::Via::Auto).cloned().collect();
-        refs::hint_block(catalog, &called)
-    }
-
-    /// Selects `m`'s reference and authorises its path; `false` when it was selected already.
-    pub fn select(&mut self, catalog: &Catalog, m: RefMatch) -> bool {
-        let Some(r) = catalog.get(&m.id) else { return false };
-        if self.selected.contains_key(&m.id) {
-            return false;
-        }
-        self.authorised.allow(&r.path);
-        self.selected.insert(m.id.clone(), m);
-        true
-    }
-
-    /// Adds to the current event's matches those of `e` it did not have; returns them.
-    pub fn note(&mut self, e: Enrichment) -> Vec<RefMatch> {
-        self.semantic_off = e.semantic_off;
-        let fresh: Vec<RefMatch> =
-            e.matches.into_iter().filter(|m| !self.current.iter().any(|c| c.id == m.id)).collect();
-        self.matches += fresh.len() as u64;
-        self.current.extend(fresh.iter().cloned());
-        fresh
-    }
-
-    /// The current event's matches, for its decision; kept as the last ones when there are any.
-    pub fn finish(&mut self, event_id: &str) -> Vec<RefMatch> {
-        let current = std::mem::take(&mut self.current);
-        if !current.is_empty() {
-            self.last = Some((event_id.to_string(), current.clone()));
-        }
-        current
-    }
-
-    pub fn dump(&self) -> ReferencesDump {
-        ReferencesDump {
-            selected: self.selected.values().cloned().collect(),
-            semantic: self.semantic_off.as_ref().map_or_else(|| "on".to_string(), |why| format!("off: {why}")),
-            matches: self.matches,
-            last_event: self.last.as_ref().map(|(id, _)| id.clone()),
-            last: self.last.as_ref().map(|(_, m)| m.clone()).unwrap_or_default(),
-        }
     }
 }

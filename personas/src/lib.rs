@@ -7,28 +7,26 @@
 //! └── WorkingMemory              thoughts per domain, retention-score eviction
 //! ```
 //!
-//! The decision logic is plain data and functions ([`gate`], [`memory`], [`mind`], and
-//! [`reply`]: what a reply is built from, and the check of a model's draft) so it is tested and
-//! benchmarked without actors; the actors own state and persist it.
+//! The decision logic is plain data and functions in `mindfleet-cognition` ([`gate`], [`brain`],
+//! [`memory`], [`mind`], [`reply`], and the lifecycle of an event the persona's actor drives),
+//! re-exported here, so it is tested and benchmarked without actors; the actors own state and
+//! persist it.
 
-pub mod brain;
 pub mod consolidate;
 pub mod conversation;
 pub mod enrich;
 pub mod faults;
-pub mod gate;
 pub mod inbox;
 mod llm;
-pub mod memory;
-pub mod mind;
 pub mod observe;
 pub mod persona;
 pub mod redundancy;
 pub mod references;
-pub mod reply;
 pub mod self_state;
 pub mod study;
 pub mod working_memory;
+
+pub use mindfleet_cognition::{brain, gate, memory, mind, reply};
 
 pub use faults::FaultBook;
 pub use persona::{ConversationArgs, Persona, PersonaArgs};

@@ -1,13 +1,15 @@
 //! The reference catalog as a persona reads it: the catalog's vocabulary and matching
 //! ([`mindfleet_core::refs`], re-exported here, so that a persona reads references through one
-//! module) and what reads the references' files: the references they link to ([`Discover`]),
-//! the paths a persona may read ([`Authorised`]) and the passage a text calls for
-//! ([`excerpt`]).
+//! module), what a persona keeps of them without reading a file
+//! ([`mindfleet_cognition::references`], re-exported too), and what reads the references' files:
+//! the links among them ([`library`], [`Discover`]), whether a path may be read ([`Allows`]) and
+//! the passage a text calls for ([`excerpt`]).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use mindfleet_cognition::references::{Authorised, Library, RefBook, walk};
 pub use mindfleet_core::refs::*;
 
 /// Discovery: what selected references name in their files.
@@ -28,56 +30,11 @@ pub fn links(catalog: &Catalog) -> BTreeMap<String, Vec<String>> {
     catalog.refs.iter().map(|r| (r.id.clone(), named_by(catalog, r))).collect()
 }
 
-/// The reference catalog and the links its references' files make, read once for the fleet
-/// ([`links`]): discovery walks them without reading a file.
-#[derive(Debug, Clone)]
-pub struct Library {
-    pub catalog: Arc<Catalog>,
-    /// What each reference's files name, by id, in the order discovery meets them.
-    pub links: Arc<BTreeMap<String, Vec<String>>>,
-    /// How many links away discovery goes.
-    pub depth: usize,
-}
-
-impl Library {
-    /// `catalog` and its links, read from its files now.
-    pub fn read(catalog: Catalog, depth: usize) -> Library {
-        let links = links(&catalog);
-        Library { catalog: Arc::new(catalog), links: Arc::new(links), depth }
-    }
-
-    /// The references `selected` lead to, to `depth` links away, breadth first, each once (a
-    /// cycle ends where it closes), and not already in `known`.
-    pub fn discover(&self, selected: &[String], known: &BTreeSet<String>) -> Vec<RefMatch> {
-        let mut found = walk(selected, self.depth, |id| self.links.get(id).cloned().unwrap_or_default());
-        found.retain(|m| !known.contains(&m.id));
-        found
-    }
-}
-
-/// The references `selected` lead to through `links` (what a reference names), to `depth` links
-/// away, breadth first; each found once (a cycle ends where it closes).
-pub fn walk(selected: &[String], depth: usize, links: impl Fn(&str) -> Vec<String>) -> Vec<RefMatch> {
-    let mut seen: BTreeSet<String> = selected.iter().cloned().collect();
-    let mut queue: VecDeque<(String, usize)> = selected.iter().map(|s| (s.clone(), 0)).collect();
-    let mut out = Vec::new();
-    while let Some((id, d)) = queue.pop_front() {
-        if d == depth {
-            continue;
-        }
-        for next in links(&id) {
-            if seen.insert(next.clone()) {
-                out.push(RefMatch {
-                    id: next.clone(),
-                    via: Via::Linked,
-                    matched: vec![id.clone()],
-                    score: (d + 1) as f32,
-                });
-                queue.push_back((next, d + 1));
-            }
-        }
-    }
-    out
+/// `catalog` and the links its references' files make, read now: discovery then walks them
+/// without reading a file.
+pub fn library(catalog: Catalog, depth: usize) -> Library {
+    let links = links(&catalog);
+    Library { catalog: Arc::new(catalog), links: Arc::new(links), depth }
 }
 
 /// The other references `r`'s text files name: by `@id`, or by a relative markdown link
@@ -136,24 +93,17 @@ fn text_files(path: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The paths a persona may read: those of the references it selected (each a file or a
-/// directory, resolved, so neither `..` nor a link leads out of them).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Authorised {
-    roots: Vec<PathBuf>,
+/// Whether a path may be read under the paths a persona was allowed.
+pub trait Allows {
+    /// Whether `path`, resolved, is one of the allowed paths or inside one (each resolved too,
+    /// so neither `..` nor a link leads out of them).
+    fn allows(&self, path: &Path) -> bool;
 }
 
-impl Authorised {
-    pub fn allow(&mut self, path: &Path) {
-        let root = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        if !self.roots.contains(&root) {
-            self.roots.push(root);
-        }
-    }
-
-    /// Whether `path`, resolved, is one of the allowed paths or inside one.
-    pub fn allows(&self, path: &Path) -> bool {
-        path.canonicalize().is_ok_and(|p| self.roots.iter().any(|r| p.starts_with(r)))
+impl Allows for Authorised {
+    fn allows(&self, path: &Path) -> bool {
+        let Ok(p) = path.canonicalize() else { return false };
+        self.roots().iter().any(|r| p.starts_with(r.canonicalize().as_deref().unwrap_or(r)))
     }
 }
 

@@ -31,7 +31,7 @@ use mindfleet_core::sched::TaskId;
 use ractor::{ActorRef, call_t};
 use serde_json::json;
 
-use mindfleet_core::words::is_stop_word;
+pub use mindfleet_cognition::study::{content_words, says_unsure, topic_of};
 
 /// What one stage of a study session produced.
 #[derive(Debug)]
@@ -60,36 +60,6 @@ const SEARCH_CALL_MS: u64 = 20_000;
 const PASSAGE_CHARS: usize = 1_200;
 const QUESTION_TOKENS: usize = 48;
 const ANSWER_TOKENS: usize = 96;
-
-/// The content words of `text`, lowercased, in order, without repeats.
-fn content_words(text: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    for w in text.split_whitespace().filter(|w| !w.starts_with('@')) {
-        let w: String = w
-            .trim_matches(|c: char| !c.is_alphanumeric())
-            .chars()
-            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_'))
-            .flat_map(char::to_lowercase)
-            .collect();
-        if w.chars().count() >= 3 && !is_stop_word(&w) && !seen.contains(&w) {
-            seen.push(w);
-        }
-    }
-    seen
-}
-
-/// The topic of a question: its first six content words (empty when it has none).
-pub fn topic_of(text: &str) -> String {
-    content_words(text).into_iter().take(6).collect::<Vec<_>>().join(" ")
-}
-
-/// Whether a reply says the persona does not know.
-pub fn says_unsure(reply: &str) -> bool {
-    let r = reply.to_lowercase().replace('’', "'");
-    ["i don't know", "i do not know", "i'm not sure", "i am not sure", "no idea", "i cannot answer", "i can't answer"]
-        .iter()
-        .any(|p| r.contains(p))
-}
 
 /// Where a session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

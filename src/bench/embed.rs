@@ -43,7 +43,7 @@ const PEER_SCRIPT: &str = include_str!("../../scripts/bench_embed_peer.py");
 const SOURCES: [&str; 4] = [
     include_str!("../../runtime/store/src/lib.rs"),
     include_str!("../../actors/src/scheduler.rs"),
-    include_str!("../../personas/src/persona/lifecycle/plan.rs"),
+    include_str!("../../personas/cognition/src/lifecycle/plan.rs"),
     include_str!("../../runtime/core/src/config.rs"),
 ];
 

@@ -57,17 +57,17 @@ use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
 use crate::conversation::ConversationBook;
-use crate::enrich::{Enricher, RefBook};
+use crate::enrich::Enricher;
 use crate::faults::FaultBook;
 use crate::inbox::InboxMsg;
 use crate::mind::{Update, cadence};
+use crate::references::RefBook;
 use crate::self_state::SelfStateMsg;
 use crate::study::{self, StudyBook};
 use crate::working_memory::MemoryMsg;
 
 mod children;
 mod grant;
-pub(crate) mod lifecycle;
 mod observing;
 pub(crate) mod own;
 mod remembering;
@@ -76,6 +76,7 @@ mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
 use lifecycle::{Input, Lifecycle, Setup};
+pub(crate) use mindfleet_cognition::lifecycle;
 pub(crate) use own::Own;
 
 /// How long the persona waits for its own children (recall, dumps).

@@ -122,7 +122,7 @@ impl Lifecycle {
             };
             if let Some(req) = self.brain.lesson_request(&ctx) {
                 let persona = Some(self.name.to_string());
-                let job = GenerateJob { req, purpose: "evaluate".into(), persona, stream: None };
+                let job = GenerateJob::new(req, "evaluate", persona);
                 self.emit(Effect::Llm { task: g.task, ask: Ask::Lesson(job) });
                 // The grant is held until the model answers (`Evaluated`); nobody waits for the
                 // lesson, so the reply is posted and the next event taken up now.

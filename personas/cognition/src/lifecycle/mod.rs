@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::references::{Authorised, Enrichment, Excerpt, Library, RefMatch};
 use mindfleet_core::config::{BrainKind, PersonaConfig};
 use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind};
@@ -45,12 +44,13 @@ use mindfleet_core::knowledge::{RagError, Source};
 use mindfleet_core::llm::{Classification, ClassifyJob, GenerateJob, Generation, LlmFailure};
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
 use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
+use mindfleet_core::refs::{Enrichment, Excerpt, RefMatch};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
 
 use crate::brain::{Brain, LocalBrain, PlanChoice, Recollection, RulesBrain};
-use crate::enrich::RefBook;
 use crate::memory::Draft;
 use crate::mind::Update;
+use crate::references::{Authorised, Library, RefBook};
 
 mod deferrals;
 mod grant;
@@ -83,7 +83,7 @@ const REFS_SELECTED_PER_STEP: usize = 3;
 const REFS_READ_PER_STEP: usize = 3;
 
 /// What the lifecycle knows of the fleet around it, fixed at start.
-pub(crate) struct Setup {
+pub struct Setup {
     pub config: Arc<PersonaConfig>,
     /// The fleet's LLM is there to ask.
     pub llm: bool,
@@ -106,7 +106,7 @@ pub(crate) struct Setup {
 }
 
 /// What the lifecycle is told: a message to the persona, an answer to what it asked, a timer.
-pub(crate) enum Input {
+pub enum Input {
     /// Start (or restart): what it deferred before is kept in mind, and the inbox asked.
     Start,
     /// A delivery for the inbox.
@@ -159,7 +159,7 @@ pub(crate) enum Input {
 
 /// A repeat the redundancy check found: the decision's numbers and reason.
 #[derive(Debug, Clone)]
-pub(crate) struct Repeat {
+pub struct Repeat {
     pub similarity: f64,
     pub threshold: f64,
     pub reason: String,
@@ -167,7 +167,7 @@ pub(crate) struct Repeat {
 
 /// What the lifecycle asks of the world.
 #[derive(Debug)]
-pub(crate) enum Effect {
+pub enum Effect {
     /// Queue a delivery in the inbox (`true`: the persona spoke in its room lately).
     Push(Delivery, bool),
     /// Put a delivery back in the inbox.
@@ -228,14 +228,14 @@ pub(crate) enum Effect {
 
 /// What an enrichment is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Enrich {
+pub enum Enrich {
     Event(u64),
     Step(TaskId),
 }
 
 /// A question to the LLM.
 #[derive(Debug)]
-pub(crate) enum Ask {
+pub enum Ask {
     /// The engagement question (answered by `Judged`).
     Judge(ClassifyJob),
     /// The orders of the candidate plans, in turn until the answers settle it (`Planned`).
@@ -248,14 +248,14 @@ pub(crate) enum Ask {
 
 /// The lifecycle's timers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Timer {
+pub enum Timer {
     TurnOverdue(String),
     DeferralsDue,
 }
 
 /// A scheduler task, as the lifecycle asks for it (the persona's actor is its owner).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TaskSpec {
+pub struct TaskSpec {
     pub id: TaskId,
     pub class: Class,
     pub priority: f64,
@@ -282,7 +282,7 @@ impl TaskSpec {
 }
 
 /// The lifecycle of the events of one persona.
-pub(crate) struct Lifecycle {
+pub struct Lifecycle {
     setup: Setup,
     name: Arc<str>,
     brain: Box<dyn Brain>,

@@ -12,9 +12,9 @@ use mindfleet_core::sched::TaskId;
 use crate::brain::{Brain, RespondContext, RulesBrain};
 use crate::gate::GateDecision;
 use crate::mind::REFERENCE_KIND;
-use crate::references::{self as refs, Excerpt, RefMatch, Via};
 use crate::reply;
 use crate::study;
+use mindfleet_core::refs::{self, Excerpt, RefMatch, Via};
 
 use super::phase::{Phase, Work};
 use super::{Ask, CONVERSATION_RECALLED, Effect, Lifecycle, REFS_READ_PER_STEP, REFS_SELECTED_PER_STEP, Repeat};
@@ -189,7 +189,7 @@ impl Lifecycle {
             return StepRun::Done(f.draft.clone());
         }
         req.adapter = f.memory.adapter.as_ref().map(|a| a.choice.clone());
-        let job = GenerateJob { req, purpose: "reply".into(), persona: Some(self.name.to_string()), stream: None };
+        let job = GenerateJob::new(req, "reply", Some(self.name.to_string()));
         self.emit(Effect::Llm { task: f.task, ask: Ask::Draft(job) });
         StepRun::Waiting
     }
