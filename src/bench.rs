@@ -55,15 +55,8 @@ pub fn cpu_s() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
-/// The `p`-quantile of `xs` (nearest rank; sorts them); 0 for none. The one percentile of the
-/// benchmarks.
-pub fn percentile(xs: &mut [f64], p: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(f64::total_cmp);
-    xs[((xs.len() - 1) as f64 * p).round() as usize]
-}
+/// The `p`-quantile of `xs` (nearest rank; sorts them); 0 for none: the fleet's one percentile.
+pub use mindfleet_core::quantile::percentile;
 
 /// The words of a text as the reply benchmarks read it, lower-cased: runs of letters, digits and
 /// `_` (apart from the personas' own reading, which they measure).
@@ -71,7 +64,7 @@ pub fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
-/// The median of `xs` as [`percentile`] takes it (the upper one of an even count).
+/// The median of `xs` as [`percentile`] takes it (the lower one of an even count).
 pub fn median(mut xs: Vec<f64>) -> f64 {
     percentile(&mut xs, 0.5)
 }

@@ -115,10 +115,10 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, MessagingErr, Spawn
 
 use budget::{Limits, Verdict, Window};
 use cadence::Aside;
+pub(crate) use mindfleet_core::quantile::nearest_rank;
 use ready::{CHEAP, POOLS, Ready, Waiting, pool_of, slot_of};
 use refused::Refused;
 use stats::DoneRate;
-pub(crate) use stats::nearest_rank;
 
 /// How late the promotion timer may fire: promotions due within it are handled together.
 const PROMOTION_SLACK: Duration = Duration::from_millis(100);

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use mindfleet_core::config::{FleetConfig, LlmBackend};
 use mindfleet_core::event::EventInput;
+use mindfleet_core::quantile::nearest_rank;
 use mindfleet_core::time::now_us;
 use serde_json::{Value, json};
 
@@ -134,7 +135,7 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
     let b0 = before.batching.unwrap_or_default();
     let prompt = b.prompt_tokens - b0.prompt_tokens;
     fleet.shutdown(Duration::from_secs(5)).await;
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
+    let pct = |p: f64| nearest_rank(&latencies, p).unwrap_or(0.0);
     Ok((
         json!({
             "personas": PERSONAS.len(),

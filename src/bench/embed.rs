@@ -24,7 +24,7 @@ use mindfleet_core::embedding::{EmbedMsg, LongText, Urgency};
 use mindfleet_models::embed::Embedder;
 use serde_json::{Value, json};
 
-use super::round;
+use super::{median, round};
 
 const BATCHES: [usize; 3] = [1, 8, 32];
 /// Texts per figure; batch 1 runs the first `SHORT_N_BATCH1` only.
@@ -93,15 +93,6 @@ fn agreement(model: &Embedder, texts: &[String], reference: &Value) -> anyhow::R
         least = least.min(mindfleet_core::embedding::cosine(got, &want));
     }
     Ok((diff, least))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Embeddings per second over `texts` in calls of `batch`.

@@ -42,11 +42,6 @@ impl DoneRate {
     }
 }
 
-/// The nearest-rank `p` quantile of `sorted` (ascending), if it is not empty.
-pub(crate) fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
-    sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied()
-}
-
 impl SchedulerState {
     pub(super) fn snapshot(&mut self, now: Instant) -> SchedulerStats {
         let mut s = self.stats.clone();

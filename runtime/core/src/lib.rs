@@ -21,6 +21,7 @@ pub mod knowledge;
 pub mod llm;
 pub mod messages;
 pub mod private;
+pub mod quantile;
 pub mod record;
 pub mod refs;
 #[cfg(feature = "actors")]

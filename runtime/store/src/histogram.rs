@@ -60,11 +60,6 @@ impl Samples {
     }
 
     pub(crate) fn percentile(&self, p: f64) -> f64 {
-        if self.buf.is_empty() {
-            return 0.0;
-        }
-        let mut v = self.buf.clone();
-        v.sort_by(f64::total_cmp);
-        v[((v.len() - 1) as f64 * p).round() as usize]
+        mindfleet_core::quantile::percentile(&mut self.buf.clone(), p)
     }
 }
