@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use mindfleet_core::conversation::{CONTEXT_GAP_US, Observation, ObservationKind, Said};
 
-use mindfleet_core::words::is_stop_word;
+use mindfleet_core::words::{self, is_stop_word};
 
 pub mod by_model;
 
@@ -138,24 +138,26 @@ fn summary(session: &[&Said]) -> Option<Observation> {
     })
 }
 
-/// The lower-cased words of `text` that say something (letters or digits, two or more, not a
-/// stop word), in order, each once.
+/// The lower-cased words of `text` that say something ([`words::split`]: letters or digits, three
+/// or more, not a stop word nor a word of [`NO_TOPIC`]), in order, each once.
 fn content_words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for w in text.split(|c: char| !c.is_alphanumeric() && c != '\'') {
-        let w = w.trim_matches('\'').to_lowercase();
-        if w.chars().count() >= 3 && !is_stop_word(&w) && !PRONOUNS.contains(&w.as_str()) && !out.contains(&w) {
+    for w in words::split(text) {
+        let w = w.to_lowercase();
+        if w.chars().count() >= 3 && !is_stop_word(&w) && !NO_TOPIC.contains(&w.as_str()) && !out.contains(&w) {
             out.push(w);
         }
     }
     out
 }
 
-/// First and second person words, which [`resolve`] names, and other words of no topic.
-const PRONOUNS: &[&str] = &[
-    "i'm", "i've", "i'll", "i'd", "you", "your", "yours", "you're", "you've", "you'll", "yourself", "mine", "myself",
-    "that's", "it's", "really", "just", "thanks", "thank", "yeah", "wow", "glad", "great", "awesome", "cool", "hey",
-    "hello", "how", "what", "when", "where", "who", "why",
+/// Words of no topic: the second person (which [`resolve`] names), greetings and fillers, the
+/// words that ask, and what is left of a negative contraction split at its apostrophe (`don't`:
+/// `don`, `t`; not `won`, a word of its own).
+const NO_TOPIC: &[&str] = &[
+    "you", "your", "yours", "yourself", "mine", "myself", "really", "just", "thanks", "thank", "yeah", "wow", "glad",
+    "great", "awesome", "cool", "hey", "hello", "how", "what", "when", "where", "who", "why", "don", "doesn", "didn",
+    "isn", "aren", "wasn", "weren", "wouldn", "couldn", "shouldn", "haven", "hasn", "hadn", "ain",
 ];
 
 /// `text` in the third person and with dates: the first person is `me`, the second `you` (when

@@ -2,23 +2,13 @@
 //! persona does not know (a gap to study). The study itself (search, questions, grading, the
 //! training file) is `mindfleet_personas::study`.
 
-use mindfleet_core::words::is_stop_word;
+use mindfleet_core::words;
 
-/// The content words of `text`, lowercased, in order, without repeats.
+/// The content words of `text` ([`words::content_words`]), leaving out the personas it mentions
+/// (`@name`): a question's topic is not who it asks.
 pub fn content_words(text: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    for w in text.split_whitespace().filter(|w| !w.starts_with('@')) {
-        let w: String = w
-            .trim_matches(|c: char| !c.is_alphanumeric())
-            .chars()
-            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_'))
-            .flat_map(char::to_lowercase)
-            .collect();
-        if w.chars().count() >= 3 && !is_stop_word(&w) && !seen.contains(&w) {
-            seen.push(w);
-        }
-    }
-    seen
+    let unmentioned: Vec<&str> = text.split_whitespace().filter(|w| !w.starts_with('@')).collect();
+    words::content_words(&unmentioned.join(" "))
 }
 
 /// The topic of a question: its first six content words (empty when it has none).
