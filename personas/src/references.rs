@@ -115,7 +115,7 @@ const EXCERPT_CHARS: usize = 700;
 /// files `auth` allows are read; the others are returned, by name, as refused.
 pub fn excerpt(r: &Reference, text: &str, auth: &Authorised) -> (Option<Excerpt>, Vec<String>) {
     let words = |t: &str| -> BTreeSet<String> {
-        t.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect()
+        mindfleet_core::words::split(t).filter(|w| w.chars().count() >= 4).map(str::to_lowercase).collect()
     };
     let wanted = words(text);
     let mut refused = Vec::new();

@@ -65,10 +65,7 @@ pub fn keyword_hits(text: &str, expertise: &[String]) -> usize {
         return 0;
     }
     let mut seen: u64 = 0;
-    for w in text.split(|c: char| !c.is_alphanumeric() && c != '-' && c != '_') {
-        if w.is_empty() {
-            continue;
-        }
+    for w in mindfleet_core::words::compounds(text) {
         for (i, kw) in expertise.iter().enumerate().take(64) {
             if w.len() == kw.len() && w.eq_ignore_ascii_case(kw) {
                 seen |= 1 << i;

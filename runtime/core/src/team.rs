@@ -53,8 +53,7 @@ pub fn suitability(s: &SelfStateData, domains: &[String], domain: &str, priority
     if domains.iter().any(|d| d == domain) {
         x *= 2.0;
     }
-    let words: Vec<String> =
-        text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 3).map(str::to_lowercase).collect();
+    let words: Vec<String> = crate::words::split(text).filter(|w| w.len() > 3).map(str::to_lowercase).collect();
     let matches = s.preoccupations.iter().any(|p| {
         p.domain == domain && {
             let concern = p.concern.to_lowercase();

@@ -136,18 +136,23 @@ pub fn split(text: &str) -> impl Iterator<Item = &str> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty())
 }
 
+/// A text's words with their compounds whole, as written: runs of letters, digits, `_` and `-`,
+/// trimmed of `_` and `-` (`"on-call db_1!"`: `on-call`, `db_1`).
+pub fn compounds(text: &str) -> impl Iterator<Item = &str> + '_ {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+        .map(|w| w.trim_matches(['_', '-']))
+        .filter(|w| !w.is_empty())
+}
+
 /// A text's [`split`] words, and the compounds they make: a compound joined by `_` or `-`
 /// (`statement_timeout`, `db-1`, `on-call`) is a word before its parts (a path's parts are words
 /// of their own).
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-        .map(|w| w.trim_matches(['_', '-']))
-        .filter(|w| !w.is_empty())
-        .flat_map(|w| {
-            let parts: Vec<String> = split(w).map(str::to_lowercase).collect();
-            let whole = (parts.len() > 1).then(|| w.to_lowercase());
-            whole.into_iter().chain(parts)
-        })
+    compounds(text).flat_map(|w| {
+        let parts: Vec<String> = split(w).map(str::to_lowercase).collect();
+        let whole = (parts.len() > 1).then(|| w.to_lowercase());
+        whole.into_iter().chain(parts)
+    })
 }
 
 /// The words that say what a text is about: [`words`] of three characters or more that are not
