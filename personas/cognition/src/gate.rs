@@ -5,6 +5,7 @@
 
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::record::{Mood, Verdict};
+use mindfleet_core::words::in_compound;
 
 /// How long a persona message counts as "recent" for the echo-storm guard.
 pub const ECHO_WINDOW_US: i64 = 30_000_000;
@@ -65,7 +66,10 @@ pub fn keyword_hits(text: &str, expertise: &[String]) -> usize {
         return 0;
     }
     let mut seen: u64 = 0;
-    for w in mindfleet_core::words::compounds(text) {
+    for w in text.split(|c: char| !in_compound(c)) {
+        if w.is_empty() {
+            continue;
+        }
         for (i, kw) in expertise.iter().enumerate().take(64) {
             if w.len() == kw.len() && w.eq_ignore_ascii_case(kw) {
                 seen |= 1 << i;

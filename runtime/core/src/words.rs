@@ -132,23 +132,24 @@ pub fn is_stop_word(w: &str) -> bool {
 
 /// A text's words in order, as written: its runs of letters and digits (`"I'm  here!"`: `I`, `m`,
 /// `here`). Readers lower-case the ones they keep.
+#[inline]
 pub fn split(text: &str) -> impl Iterator<Item = &str> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty())
 }
 
-/// A text's words with their compounds whole, as written: runs of letters, digits, `_` and `-`,
-/// trimmed of `_` and `-` (`"on-call db_1!"`: `on-call`, `db_1`).
-pub fn compounds(text: &str) -> impl Iterator<Item = &str> + '_ {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-        .map(|w| w.trim_matches(['_', '-']))
-        .filter(|w| !w.is_empty())
+/// Whether `c` is part of a compound word: a letter, a digit, `_` or `-` (`on-call`, `db_1`).
+/// What [`words`] splits at first; the gate's keyword scan splits at it too, in its own loop (an
+/// iterator of the words cost the gate a sixth of its throughput).
+#[inline]
+pub fn in_compound(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
 }
 
 /// A text's [`split`] words, and the compounds they make: a compound joined by `_` or `-`
 /// (`statement_timeout`, `db-1`, `on-call`) is a word before its parts (a path's parts are words
 /// of their own).
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    compounds(text).flat_map(|w| {
+    text.split(|c: char| !in_compound(c)).map(|w| w.trim_matches(['_', '-'])).filter(|w| !w.is_empty()).flat_map(|w| {
         let parts: Vec<String> = split(w).map(str::to_lowercase).collect();
         let whole = (parts.len() > 1).then(|| w.to_lowercase());
         whole.into_iter().chain(parts)
