@@ -20,6 +20,8 @@ use rmcp::model::{
     ProtocolVersion, ServerResult,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::Serialize;
 use serde_json::Value;
@@ -31,6 +33,10 @@ use crate::spec::{Endpoint, SpecError, ToolServerSpec};
 use crate::stderr::{StderrTail, with_last_line};
 use crate::tool::{Pins, ToolInfo, needs_approval};
 use crate::wire::{Tapped, Wire};
+
+/// Times a broken HTTP response stream is resumed (after 250 ms, 500 ms, 1 s) before the call on
+/// it ends as lost.
+const HTTP_RESUME_TRIES: usize = 3;
 
 /// How long past its deadline a call may take to get its cancellation written.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
@@ -118,7 +124,11 @@ struct Conn {
 
 impl Conn {
     fn lost_reason(&self) -> String {
-        let what = if self.pid.is_some() { "the server process ended" } else { "the connection closed" };
+        let what = match self.wire.lost_reason() {
+            Some(reason) => reason,
+            None if self.pid.is_some() => "the server process ended".into(),
+            None => "the connection closed".into(),
+        };
         with_last_line(format!("transport lost: {what}"), self.stderr.as_deref())
     }
 }
@@ -286,8 +296,16 @@ impl ToolClient {
                 (handshake.await, pid, stderr)
             }
             Endpoint::Http { url } => {
-                let transport =
-                    Tapped { inner: StreamableHttpClientTransport::from_uri(url.as_str()), wire: wire.clone() };
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                // rmcp resumes a broken response stream forever by default, so a call on a dead
+                // server would wait out its deadline. A few tries cover a blip; after them the
+                // call ends as lost and the connection is judged lost.
+                let mut resume = ExponentialBackoff::default();
+                resume.max_times = Some(HTTP_RESUME_TRIES);
+                resume.base_duration = Duration::from_millis(250);
+                config.retry_config = Arc::new(resume);
+                let inner = StreamableHttpClientTransport::from_config(config);
+                let transport = Tapped { inner, wire: wire.clone() };
                 let handshake =
                     tokio::time::timeout(spec.timeout(), client_config().serve_with_lifecycle(transport, lifecycle()));
                 (handshake.await, None, None)
@@ -525,23 +543,71 @@ impl ToolClient {
                 let cancelled = id.is_some_and(|id| conn.wire.was_cancelled(id));
                 CallError::Timeout { server, tool, after: timeout, cancelled }
             }
+            // The service loop ended, the child's pipe broke, or rmcp's HTTP worker gave up on
+            // the call's response stream: the connection is lost, even if the transport task
+            // (an HTTP worker) lives on, and the state says so until a reconnect.
             ServiceError::TransportClosed => {
-                // The wire may not have seen the end yet when the service loop did.
+                conn.wire.lose(match conn.pid {
+                    Some(_) => "the server process ended".into(),
+                    None => "the call's response stream broke and could not be resumed".into(),
+                });
                 CallError::TransportLost { server, tool, detail: strip_lost(conn.lost_reason()) }
             }
-            ServiceError::TransportSend(_) if conn.wire.is_closed() => {
+            ServiceError::TransportSend(_) if conn.wire.is_closed() || conn.pid.is_some() => {
+                conn.wire.lose("the server process stopped reading".into());
                 CallError::TransportLost { server, tool, detail: strip_lost(conn.lost_reason()) }
             }
+            ServiceError::TransportSend(send) => match unreachable(&send) {
+                Some(why) => {
+                    conn.wire.lose(format!("the server cannot be reached: {why}"));
+                    CallError::TransportLost { server, tool, detail: strip_lost(conn.lost_reason()) }
+                }
+                // The transport's own words, without rmcp's wrapping (which names our types).
+                None => CallError::Transport {
+                    server,
+                    tool,
+                    status: http_status(&send),
+                    detail: format!("sending failed: {}", send.error),
+                },
+            },
             ServiceError::UnexpectedResponse => {
                 CallError::Unexpected { server, tool, detail: "an answer of another kind than asked".into() }
             }
-            other => CallError::Transport { server, tool, status: http_status(&other), detail: other.to_string() },
+            other => CallError::Transport { server, tool, status: None, detail: other.to_string() },
         }
     }
 
     fn name(&self) -> String {
         self.shared.spec.name.clone()
     }
+}
+
+/// Why a failed HTTP send got no answer (refused, reset, closed before the answer), or `None`
+/// when the server answered with an error. A reset can be a stale pooled connection to a live
+/// server too; judging it lost costs that server a reconnect, while judging a dead one alive
+/// would let every call fail the same way.
+fn unreachable(error: &rmcp::transport::DynamicTransportError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+    while let Some(e) = source {
+        if let Some(http) = e.downcast_ref::<reqwest::Error>() {
+            if !(http.is_connect() || http.is_request()) {
+                return None;
+            }
+            // The innermost cause says it best ("Connection refused", "connection closed
+            // before message completed").
+            let mut cause: &dyn std::error::Error = http;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            return Some(cause.to_string());
+        }
+        source = match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            // rmcp's `Client` variant does not give its error as a source.
+            Some(StreamableHttpError::Client(http)) => Some(http),
+            _ => e.source(),
+        };
+    }
+    None
 }
 
 /// The lost reason without its "transport lost: " (the error's Display says it).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mindfleet_core::record::ErrorClass;
 use rmcp::model::ErrorCode;
-use rmcp::service::ServiceError;
+use rmcp::transport::DynamicTransportError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 
 use crate::client::ServerState;
@@ -137,8 +137,7 @@ pub fn text_class(text: &str) -> ErrorClass {
 }
 
 /// The HTTP status under a failed send of the streamable HTTP transport, if there was one.
-pub(crate) fn http_status(error: &ServiceError) -> Option<u16> {
-    let ServiceError::TransportSend(dynamic) = error else { return None };
+pub(crate) fn http_status(dynamic: &DynamicTransportError) -> Option<u16> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(dynamic.error.as_ref());
     while let Some(e) = source {
         if let Some(http) = e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {

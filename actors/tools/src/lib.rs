@@ -32,7 +32,7 @@
 //! | `isError: true` result ([`CallError::Failed`]) | by its text: "access denied", "permission denied", EACCES, "outside allowed" -> access_denied; "not found", ENOENT, "does not exist" -> missing_resource; "rate limit", "too many requests" -> rate_limit; "timed out" -> timeout; else unknown | a tool's failure carries no code, only the words of the system under it; the text is kept, capped, for the model to see once |
 //! | no answer by the deadline ([`CallError::Timeout`]) | timeout | `notifications/cancelled` is sent first, so the server can stop |
 //! | arguments refused by the schema ([`CallError::Refused`]) | unknown, naming the field | nothing was sent; the model can correct the field |
-//! | transport lost: the child died, the socket closed ([`CallError::TransportLost`]) | unknown, "transport lost" | whether the call ran is not known; the state shows the loss until a reconnect |
+//! | transport lost ([`CallError::TransportLost`]): the child died or stopped reading; an HTTP call's response stream broke and could not be resumed (three tries), or the server cannot be reached | unknown, "transport lost" | whether the call ran is not known; the state shows the loss until a reconnect |
 //! | server not connected ([`CallError::NotReady`]) | unknown | a loss noticed earlier, or a reconnect under way |
 //! | HTTP 429 / 401, 403 / 404, 410 / 408, 504 | rate_limit / access_denied / missing_resource / timeout | the status says it |
 //! | an answer not offered for (a task, a request for input) | unknown | this client declares neither |

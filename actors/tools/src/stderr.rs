@@ -78,7 +78,7 @@ impl StderrTail {
 /// `detail`, with the server's last stderr line when there is one.
 pub(crate) fn with_last_line(detail: String, tail: Option<&StderrTail>) -> String {
     match tail.and_then(StderrTail::last_line) {
-        Some(line) => format!("{detail} (stderr: {line})"),
+        Some(line) => format!("{detail} (last on stderr: {line})"),
         None => detail,
     }
 }

@@ -23,6 +23,9 @@ pub(crate) struct Wire {
     cancellations: AtomicU64,
     recent: Mutex<VecDeque<RequestId>>,
     closed: watch::Sender<bool>,
+    /// Why the connection was judged lost while the transport itself stayed open (an HTTP
+    /// server that stopped answering: rmcp's worker goes on trying).
+    lost: Mutex<Option<String>>,
 }
 
 impl Wire {
@@ -31,6 +34,7 @@ impl Wire {
             cancellations: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::new()),
             closed: watch::Sender::new(false),
+            lost: Mutex::new(None),
         })
     }
 
@@ -57,6 +61,20 @@ impl Wire {
 
     fn close(&self) {
         self.closed.send_replace(true);
+    }
+
+    /// Judges the connection lost for `reason`, as if the transport had ended. A transport seen
+    /// ending first keeps its own reason.
+    pub(crate) fn lose(&self, reason: String) {
+        if !self.is_closed() {
+            self.lost.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(reason);
+            self.close();
+        }
+    }
+
+    /// The reason given to [`Wire::lose`], if the loss was judged rather than seen.
+    pub(crate) fn lost_reason(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn record_cancellation(&self, id: Option<RequestId>) {

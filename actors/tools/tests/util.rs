@@ -66,8 +66,10 @@ pub async fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) 
 }
 
 /// server-everything in its streamable HTTP mode on a free loopback port, killed when dropped.
+/// (It listens on every interface: its CLI has a port, not an address.)
 pub struct HttpEverything {
     _child: tokio::process::Child,
+    pub port: u16,
     pub url: String,
 }
 
@@ -75,6 +77,10 @@ impl HttpEverything {
     pub async fn start() -> HttpEverything {
         // A port the system just gave out and took back; the server binds it right after.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        HttpEverything::start_on(port).await
+    }
+
+    pub async fn start_on(port: u16) -> HttpEverything {
         let child = tokio::process::Command::new(tool_server(EVERYTHING))
             .arg("streamableHttp")
             .env("PORT", port.to_string())
@@ -88,6 +94,6 @@ impl HttpEverything {
             assert!(Instant::now() < deadline, "server-everything not listening on {port} within 20 s");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        HttpEverything { _child: child, url: format!("http://127.0.0.1:{port}/mcp") }
+        HttpEverything { _child: child, port, url: format!("http://127.0.0.1:{port}/mcp") }
     }
 }
