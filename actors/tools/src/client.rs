@@ -99,7 +99,10 @@ impl Backoff {
 /// asks `server/discover` and sends its identity with every request. A server that does not
 /// know `server/discover` (it answers with a JSON-RPC error, as every 2025 server does) gets the
 /// `initialize` handshake of 2025-11-25 on the same connection, and whatever revision it answers
-/// with (2025-06-18, 2025-03-26, ...) is accepted: rmcp speaks them all.
+/// with (2025-06-18, 2025-03-26, ...) is accepted: rmcp speaks them all. A server that does not
+/// answer `server/discover` at all gets the same fallback after rmcp's 10 s probe, within the
+/// spec's timeout. With the pinned test servers: mcp-server-git negotiates 2026-07-28, the two
+/// npm servers 2025-11-25.
 fn lifecycle() -> ClientLifecycleMode {
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
