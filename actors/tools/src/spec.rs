@@ -1,0 +1,192 @@
+//! A tool server as the fleet file declares it: the `[[tool_server]]` table.
+//!
+//! ```toml
+//! [[tool_server]]
+//! name = "git"                      # its tools are named git.<tool>
+//! command = "python3"               # a stdio child; or url = "http://127.0.0.1:3001/mcp"
+//! args = ["-m", "mcp_server_git", "--repository", "."]
+//! env = ["HOME"]                    # variables passed through; nothing else of the fleet's
+//! timeout_secs = 30
+//! max_output_kb = 64
+//! approval = "never"                # "never" | "always" | "writes"
+//! ```
+//!
+//! [`ToolServerSpec`] is the raw table (serde, unknown keys refused); [`ToolServerSpec::endpoint`]
+//! validates it into the [`Endpoint`] the client connects to. The fleet file's parser takes this
+//! type over in a later step, and adds the file:line:column the errors here cannot know.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How long a call may take when the table does not say.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
+/// How much of a result reaches the caller when the table does not say.
+pub const DEFAULT_MAX_OUTPUT_KB: usize = 64;
+
+/// One `[[tool_server]]` table of the fleet file, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolServerSpec {
+    /// Its tools are named `<name>.<tool>` in persona allowlists, so no dots.
+    pub name: String,
+    /// A program started as a child speaking MCP on its stdin/stdout. Either this or `url`.
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Names of the fleet's environment variables the child gets. Nothing else of the fleet's
+    /// environment reaches it, not even `PATH`: `command` itself is found on the fleet's `PATH`,
+    /// but a server started through `#!/usr/bin/env node` then finds `node` only in the system's
+    /// default directories unless `PATH` is listed here.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// A streamable HTTP endpoint (`http://` or `https://`). Either this or `command`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The longest a call may run before it is cancelled; a call's own deadline may be shorter.
+    #[serde(default = "default_timeout_secs")]
+    pub timeout_secs: u64,
+    /// Results longer than this are cut (at a character boundary) and marked as cut.
+    #[serde(default = "default_max_output_kb")]
+    pub max_output_kb: usize,
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+fn default_timeout_secs() -> u64 {
+    DEFAULT_TIMEOUT_SECS
+}
+
+fn default_max_output_kb() -> usize {
+    DEFAULT_MAX_OUTPUT_KB
+}
+
+/// Which calls of a server wait for a person's approval before they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// No call waits.
+    Never,
+    /// Every call waits.
+    Always,
+    /// Every call of a tool the server does not annotate `readOnlyHint: true` waits. The default:
+    /// an operator who forgot the key still gets to stop anything that may write.
+    #[default]
+    Writes,
+}
+
+/// Where a validated spec connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Stdio { command: String, args: Vec<String>, env: Vec<String> },
+    Http { url: String },
+}
+
+/// What is wrong with a `[[tool_server]]` table. The fleet file's parser adds where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    #[error("tool server `{name}`: bad name (lowercase letters, digits, `-` and `_`; up to 64)")]
+    BadName { name: String },
+    #[error("tool server `{name}`: give `command` or `url`, not both")]
+    BothEndpoints { name: String },
+    #[error("tool server `{name}`: give `command` (a stdio child) or `url` (streamable HTTP)")]
+    NoEndpoint { name: String },
+    #[error("tool server `{name}`: `url` must start with http:// or https://: {url}")]
+    BadUrl { name: String, url: String },
+    #[error("tool server `{name}`: `command` is empty")]
+    EmptyCommand { name: String },
+    #[error("tool server `{name}`: `env` names a bad variable: {var:?}")]
+    BadEnvName { name: String, var: String },
+    #[error("tool server `{name}`: `args` and `env` are for a `command`, not a `url`")]
+    ArgsWithUrl { name: String },
+    #[error("tool server `{name}`: `{key}` must be at least 1")]
+    Zero { name: String, key: &'static str },
+}
+
+impl ToolServerSpec {
+    /// A stdio server with the defaults of the table.
+    pub fn stdio(name: &str, command: &str, args: &[&str]) -> Self {
+        ToolServerSpec {
+            name: name.to_owned(),
+            command: Some(command.to_owned()),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: Vec::new(),
+            url: None,
+            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            max_output_kb: DEFAULT_MAX_OUTPUT_KB,
+            approval: Approval::default(),
+        }
+    }
+
+    /// A streamable HTTP server with the defaults of the table.
+    pub fn http(name: &str, url: &str) -> Self {
+        ToolServerSpec { command: None, url: Some(url.to_owned()), ..ToolServerSpec::stdio(name, "", &[]) }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+
+    /// The most bytes of a result that reach the caller.
+    pub fn max_output_bytes(&self) -> usize {
+        self.max_output_kb.saturating_mul(1024)
+    }
+
+    /// Checks the table and says where to connect.
+    pub fn endpoint(&self) -> Result<Endpoint, SpecError> {
+        let name = || self.name.clone();
+        if !valid_name(&self.name) {
+            return Err(SpecError::BadName { name: name() });
+        }
+        if self.timeout_secs == 0 {
+            return Err(SpecError::Zero { name: name(), key: "timeout_secs" });
+        }
+        if self.max_output_kb == 0 {
+            return Err(SpecError::Zero { name: name(), key: "max_output_kb" });
+        }
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => Err(SpecError::BothEndpoints { name: name() }),
+            (None, None) => Err(SpecError::NoEndpoint { name: name() }),
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(SpecError::EmptyCommand { name: name() });
+                }
+                if let Some(var) = self.env.iter().find(|v| !valid_env_name(v)) {
+                    return Err(SpecError::BadEnvName { name: name(), var: var.clone() });
+                }
+                Ok(Endpoint::Stdio { command: command.clone(), args: self.args.clone(), env: self.env.clone() })
+            }
+            (None, Some(url)) => {
+                if !self.args.is_empty() || !self.env.is_empty() {
+                    return Err(SpecError::ArgsWithUrl { name: name() });
+                }
+                let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+                match rest {
+                    Some(rest) if !rest.is_empty() && !rest.starts_with('/') && !url.contains(char::is_whitespace) => {
+                        Ok(Endpoint::Http { url: url.clone() })
+                    }
+                    _ => Err(SpecError::BadUrl { name: name(), url: url.clone() }),
+                }
+            }
+        }
+    }
+}
+
+/// Server names are the first half of `server.tool`, and appear in URLs and dumps.
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// POSIX portable names: a shell could not set anything else either.
+fn valid_env_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests;
