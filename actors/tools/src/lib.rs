@@ -49,6 +49,9 @@ mod stderr;
 mod tool;
 mod wire;
 
+#[cfg(test)]
+mod servers;
+
 pub use client::{Backoff, ServerState, ToolClient};
 pub use error::{CallError, ConnectError, text_class};
 pub use mindfleet_core::record::ErrorClass;

@@ -1,9 +1,9 @@
 //! server-filesystem 2026.8.31 on a temporary directory.
 
-use mindfleet_tools::{Approval, CallError, ErrorClass, ToolClient, needs_approval};
+use crate::{Approval, CallError, ErrorClass, ToolClient, needs_approval};
 use serde_json::json;
 
-use crate::util::{FILESYSTEM, connect, in_secs, stdio};
+use super::util::{FILESYSTEM, connect, in_secs, stdio};
 
 async fn serve(dir: &tempfile::TempDir) -> ToolClient {
     // The server compares real paths: give it the temporary directory's.

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::util::{GIT, connect, in_secs, stdio};
+use super::util::{GIT, connect, in_secs, stdio};
 
 fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use mindfleet_tools::{CallError, ErrorClass, Pins, ToolClient, ToolServerSpec};
+use crate::{CallError, ErrorClass, Pins, ToolClient, ToolServerSpec};
 use serde_json::json;
 
-use crate::util::{EVERYTHING, HttpEverything, connect, in_secs, stdio};
+use super::util::{EVERYTHING, HttpEverything, connect, in_secs, stdio};
 
 fn everything_stdio() -> ToolServerSpec {
     stdio("everything", EVERYTHING, &[])

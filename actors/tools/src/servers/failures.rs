@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use mindfleet_tools::{Backoff, CallError, ConnectError, ErrorClass, ServerState, ToolClient, ToolServerSpec};
+use crate::{Backoff, CallError, ConnectError, ErrorClass, ServerState, ToolClient, ToolServerSpec};
 use serde_json::json;
 
-use crate::util::{EVERYTHING, HttpEverything, connect, in_secs, stdio, until};
+use super::util::{EVERYTHING, HttpEverything, connect, in_secs, stdio, until};
 
 #[tokio::test]
 async fn a_server_killed_mid_call_ends_the_call_as_lost_and_reconnect_brings_it_back() {

@@ -1,9 +1,10 @@
 //! Where the tool servers are, how to start them, and polling with a deadline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use mindfleet_tools::{Backoff, ToolClient, ToolServerSpec};
+use crate::{Backoff, ToolClient, ToolServerSpec};
 
 /// Where scripts/install-tool-servers.sh installs the servers, by the same rule:
 /// `$MINDFLEET_TOOL_SERVERS`, else `$XDG_CACHE_HOME/mindfleet/tool-servers`, else
@@ -22,15 +23,34 @@ fn tool_servers_dir() -> PathBuf {
     }
 }
 
-/// The installed server program at `relative`; fails, naming the script, when it is missing.
+/// The installed server program at `relative`. When it is missing, the first test to ask runs
+/// scripts/install-tool-servers.sh (pinned versions from npm and the Python package index; the
+/// others wait for it), as the tests that need the local models pull them on first use; fails,
+/// naming the script and what it said, when that does not install it.
 pub fn tool_server(relative: &str) -> String {
+    static INSTALL: Mutex<Option<Result<(), String>>> = Mutex::new(None);
     let path = tool_servers_dir().join(relative);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/install-tool-servers.sh, which installs the tool servers these tests use",
-        path.display()
-    );
+    if !path.is_file() {
+        let mut installed = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = installed.get_or_insert_with(install).clone();
+        if let Err(why) = outcome {
+            panic!("{} is missing, and scripts/install-tool-servers.sh failed: {why}", path.display());
+        }
+    }
+    assert!(path.is_file(), "{} is missing after scripts/install-tool-servers.sh ran", path.display());
     path.to_string_lossy().into_owned()
+}
+
+/// Runs scripts/install-tool-servers.sh; its output goes to the test's.
+fn install() -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-tool-servers.sh");
+    let out = std::process::Command::new("bash").arg(&script).output().map_err(|e| e.to_string())?;
+    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} ({})", String::from_utf8_lossy(&out.stderr).trim(), out.status))
+    }
 }
 
 pub const EVERYTHING: &str = "npm/node_modules/.bin/mcp-server-everything";
