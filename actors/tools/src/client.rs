@@ -29,10 +29,10 @@ use serde_json::Value;
 use crate::error::{CallError, ConnectError, http_status, text_class};
 use crate::output::{ToolOutput, cap, render};
 use crate::schema::validate;
-use crate::spec::{Endpoint, SpecError, ToolServerSpec};
 use crate::stderr::{StderrTail, with_last_line};
 use crate::tool::{Pins, ToolInfo, needs_approval};
 use crate::wire::{Tapped, Wire};
+use mindfleet_core::tools::{Endpoint, SpecError, ToolServerSpec};
 
 /// Times a broken HTTP response stream is resumed (after 250 ms, 500 ms, 1 s) before the call on
 /// it ends as lost.

@@ -11,7 +11,7 @@ use rmcp::transport::DynamicTransportError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 
 use crate::client::ServerState;
-use crate::spec::SpecError;
+use mindfleet_core::tools::SpecError;
 
 /// Why a call did not return a result. Every variant names the server and the tool.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

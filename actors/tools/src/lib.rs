@@ -44,7 +44,6 @@ mod client;
 mod error;
 mod output;
 pub mod schema;
-mod spec;
 mod stderr;
 mod tool;
 mod wire;
@@ -55,6 +54,8 @@ mod servers;
 pub use client::{Backoff, ServerState, ToolClient};
 pub use error::{CallError, ConnectError, text_class};
 pub use mindfleet_core::record::ErrorClass;
+pub use mindfleet_core::tools::{
+    Approval, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, Endpoint, SpecError, ToolServerSpec,
+};
 pub use output::{ToolOutput, cap};
-pub use spec::{Approval, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, Endpoint, SpecError, ToolServerSpec};
 pub use tool::{PinChanges, Pins, ToolInfo, needs_approval};

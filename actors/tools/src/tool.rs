@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::spec::Approval;
+use mindfleet_core::tools::Approval;
 
 /// One tool as its server lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -47,6 +47,8 @@ pub struct FleetConfig {
     pub personas: Vec<PersonaConfig>,
     /// `[[webhook]]`: where replies (and decisions, dead letters) are posted.
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
+    /// `[[tool_server]]`: the MCP servers whose tools personas may call.
+    pub tool_servers: Vec<crate::tools::ToolServerSpec>,
 }
 
 /// `[cluster]`: the nodes a fleet spans, when it runs on several (`mindfleet run --node`).
@@ -469,6 +471,8 @@ pub struct PersonaConfig {
     pub preoccupation_ttl: Duration,
     /// The node it runs on (`node = ...`), when the fleet spans nodes; else placement picks one.
     pub node: Option<String>,
+    /// The tools it may call (`tools = ["git.*", "fs.read_text_file"]`): none by default.
+    pub tools: Vec<String>,
 }
 
 /// The domains a persona may name.
@@ -524,6 +528,7 @@ impl FleetConfig {
         let conversation = cx.conversation(raw.conversation.unwrap_or_default())?;
         let training = cx.training(raw.training.unwrap_or_default())?;
         let base = cx.defaults(raw.defaults.unwrap_or_default())?;
+        let tool_servers = cx.tool_servers(&raw.tool_server)?;
 
         if raw.persona.is_empty() {
             return Err(ConfigError {
@@ -532,11 +537,12 @@ impl FleetConfig {
                 message: "the fleet has no `[[persona]]`: at least one is needed".into(),
             });
         }
+        let servers = tool_servers.iter().map(|t| t.name.clone()).collect();
         let mut names = BTreeSet::new();
         let personas = raw
             .persona
             .iter()
-            .map(|p| cx.persona(p.get_ref(), &mut names, base, &cluster, default_brain))
+            .map(|p| cx.persona(p.get_ref(), &mut names, base, &cluster, default_brain, &servers))
             .collect::<Result<Vec<_>, _>>()?;
         let webhooks = cx.webhooks(&raw.webhook, &names)?;
 
@@ -559,6 +565,7 @@ impl FleetConfig {
             training,
             personas,
             webhooks,
+            tool_servers,
         })
     }
 }

@@ -31,5 +31,6 @@ pub mod stored;
 pub mod task;
 pub mod team;
 pub mod time;
+pub mod tools;
 pub mod webhook;
 pub mod words;

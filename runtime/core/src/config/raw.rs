@@ -30,6 +30,24 @@ pub(super) struct RawFleetFile {
     pub(super) persona: Vec<Spanned<RawPersona>>,
     #[serde(default)]
     pub(super) webhook: Vec<Spanned<RawWebhook>>,
+    #[serde(default)]
+    pub(super) tool_server: Vec<Spanned<RawToolServer>>,
+}
+
+/// `[[tool_server]]`: an MCP server whose tools personas may call ([`crate::tools`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawToolServer {
+    pub(super) name: Spanned<String>,
+    pub(super) command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) args: Vec<String>,
+    #[serde(default)]
+    pub(super) env: Vec<Spanned<String>>,
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) timeout_secs: Option<Spanned<i64>>,
+    pub(super) max_output_kb: Option<Spanned<i64>>,
+    pub(super) approval: Option<Spanned<String>>,
 }
 
 /// `[[webhook]]`: where the fleet posts its replies (and decisions, dead letters).
@@ -266,6 +284,9 @@ pub(super) struct RawPersona {
     pub(super) brain: Option<Spanned<String>>,
     /// The node it runs on when the fleet spans nodes.
     pub(super) node: Option<Spanned<String>>,
+    /// The tools it may call: `server.tool` or `server.*`.
+    #[serde(default)]
+    pub(super) tools: Vec<Spanned<String>>,
     // The tuning keys of `[defaults]`, repeated: `serde(flatten)` would lose their spans.
     pub(super) inbox_capacity: Option<Spanned<i64>>,
     pub(super) wm_capacity: Option<Spanned<i64>>,

@@ -13,6 +13,7 @@ use super::raw::*;
 use super::*;
 use crate::webhook::{HookKind, HookRoute, WebhookConfig};
 
+mod tools;
 mod webhooks;
 
 /// A persona's tuning as the file gives it (seconds, counts), before it becomes durations.
@@ -588,6 +589,7 @@ impl Ctx<'_> {
         base: Tuning,
         cluster: &ClusterConfig,
         default_brain: BrainKind,
+        tool_servers: &BTreeSet<String>,
     ) -> Result<PersonaConfig, ConfigError> {
         let name = p.name.get_ref();
         if !valid_name(name) {
@@ -639,6 +641,7 @@ impl Ctx<'_> {
                 ));
             }
         }
+        let tools = self.tool_allowlist(name, &p.tools, tool_servers)?;
         let tuning = self.tuning(&p.tuning(), base)?;
         Ok(PersonaConfig {
             name: name.clone(),
@@ -664,6 +667,7 @@ impl Ctx<'_> {
             focus_max: Duration::from_secs_f64(tuning.focus_max_secs),
             preoccupation_ttl: Duration::from_secs_f64(tuning.preoccupation_ttl_secs),
             node: p.node.as_ref().map(|n| n.get_ref().clone()),
+            tools,
         })
     }
 }

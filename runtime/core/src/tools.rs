@@ -1,4 +1,5 @@
-//! A tool server as the fleet file declares it: the `[[tool_server]]` table.
+//! The vocabulary of tools: a tool server as the fleet file declares it (the `[[tool_server]]`
+//! table), and the names of its tools in a persona's allowlist.
 //!
 //! ```toml
 //! [[tool_server]]
@@ -11,9 +12,10 @@
 //! approval = "never"                # "never" | "always" | "writes"
 //! ```
 //!
-//! [`ToolServerSpec`] is the raw table (serde, unknown keys refused); [`ToolServerSpec::endpoint`]
-//! validates it into the [`Endpoint`] the client connects to. The fleet file's parser takes this
-//! type over in a later step, and adds the file:line:column the errors here cannot know.
+//! [`ToolServerSpec`] is the table (serde, unknown keys refused); [`ToolServerSpec::endpoint`]
+//! validates it into the [`Endpoint`] the client (`mindfleet-tools`) connects to. The fleet
+//! file's parser (`config`) reads the table with the place of each key, builds this type, and
+//! names the place of the key an error here is about.
 
 use std::time::Duration;
 
@@ -137,7 +139,7 @@ impl ToolServerSpec {
     /// Checks the table and says where to connect.
     pub fn endpoint(&self) -> Result<Endpoint, SpecError> {
         let name = || self.name.clone();
-        if !valid_name(&self.name) {
+        if !valid_server_name(&self.name) {
             return Err(SpecError::BadName { name: name() });
         }
         if self.timeout_secs == 0 {
@@ -175,17 +177,28 @@ impl ToolServerSpec {
 }
 
 /// Server names are the first half of `server.tool`, and appear in URLs and dumps.
-fn valid_name(s: &str) -> bool {
+pub(crate) fn valid_server_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 /// POSIX portable names: a shell could not set anything else either.
-fn valid_env_name(s: &str) -> bool {
+pub(crate) fn valid_env_name(s: &str) -> bool {
     let mut bytes = s.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether a persona's allowlist (`git.*`, `fs.read_text_file`) lets it call `tool`
+/// (`server.tool`). Nothing is allowed by default.
+pub fn allowed(allowlist: &[String], tool: &str) -> bool {
+    let Some((server, name)) = tool.split_once('.') else { return false };
+    allowlist.iter().any(|p| match p.split_once('.') {
+        Some((s, "*")) => s == server,
+        Some((s, t)) => s == server && t == name,
+        None => false,
+    })
 }
 
 #[cfg(test)]
