@@ -6,7 +6,7 @@
 # They go where the local models go (`mindfleet models pull`), beside them:
 # `$MINDFLEET_TOOL_SERVERS`, else `$XDG_CACHE_HOME/mindfleet/tool-servers`, else
 # `~/.cache/mindfleet/tool-servers`, else `./.mindfleet-tool-servers`. The tests look in the same
-# place (actors/tools/src/servers/util.rs), so the two must change together.
+# place (mindfleet_tools::installed), so the two must change together.
 #
 # Idempotent: a package already present at its pinned version is not fetched again. Prints where
 # each server ended up.

@@ -3,6 +3,7 @@
 
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::event::EventInput;
+use mindfleet_core::tools::ToolsDump;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +139,23 @@ impl Client {
             .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
         if let Some(w) = webhook {
             url.query_pairs_mut().append_pair("webhook", w);
+        }
+        self.send(self.http.post(url)).await
+    }
+
+    /// `GET /tools`: the tool servers, their tools and states.
+    pub async fn tools(&self) -> Result<ToolsDump, ClientError> {
+        let v = self.send(self.http.get(format!("{}/tools", self.base))).await?;
+        serde_json::from_value(v)
+            .map_err(|e| ClientError::Status { status: 200, message: format!("unexpected /tools shape: {e}") })
+    }
+
+    /// `POST /tools/approve[?server=NAME]`.
+    pub async fn tools_approve(&self, server: Option<&str>) -> Result<Value, ClientError> {
+        let mut url = reqwest::Url::parse(&format!("{}/tools/approve", self.base))
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        if let Some(s) = server {
+            url.query_pairs_mut().append_pair("server", s);
         }
         self.send(self.http.post(url)).await
     }

@@ -18,6 +18,7 @@ use mindfleet_actors::embed::worker::EmbedArgs;
 use mindfleet_actors::index::IndexArgs;
 use mindfleet_actors::llm_worker::openai::OpenAiConfig;
 use mindfleet_actors::llm_worker::{BackendArgs, LlmArgs};
+use mindfleet_actors::tools::ToolHostArgs;
 use mindfleet_actors::trainer::{ChatsFn, StudiedFn, TrainerArgs};
 use mindfleet_actors::training_run::TrainOptions;
 use mindfleet_core::cluster::RoomRouter;
@@ -34,6 +35,7 @@ use mindfleet_core::messages::{
 };
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{SchedulerHandle, SchedulerMsg};
+use mindfleet_core::tools::ToolsMsg;
 use mindfleet_models::fetch;
 use mindfleet_models::llama::LlmConfig;
 use mindfleet_personas::enrich::Enricher;
@@ -86,6 +88,8 @@ pub struct FleetState {
     conversation: Option<ActorRef<IndexMsg>>,
     /// The adapters the trainer keeps, when the model is local.
     adapters: Option<AdapterDir>,
+    /// The tool host, when the fleet declares tool servers.
+    tools: Option<ActorRef<ToolsMsg>>,
     slots: Vec<Slot>,
     by_id: HashMap<ActorId, usize>,
 }
@@ -246,6 +250,10 @@ impl Actor for FleetSupervisor {
         } else {
             None
         };
+        let tools = match args.config.tool_servers.is_empty() {
+            true => None,
+            false => Some(mindfleet_actors::tools::spawn(ToolHostArgs::of(&args.config), Some(me.clone())).await?),
+        };
         let enricher = Enricher::new(&args.config.references, Some(embedding.clone())).map(Arc::new);
         if let Some(e) = enricher.clone() {
             // The catalog's embeddings, made before the first event needs them.
@@ -265,6 +273,7 @@ impl Actor for FleetSupervisor {
             trainer,
             index: index.clone(),
             conversation: conversation.clone(),
+            tools: tools.clone(),
             addr: args.admin_addr,
             cluster: args.cluster.clone(),
             fleet: Some(myself.clone()),
@@ -286,6 +295,7 @@ impl Actor for FleetSupervisor {
             enricher,
             conversation,
             adapters,
+            tools,
             slots,
             by_id: HashMap::new(),
         };
@@ -324,6 +334,7 @@ impl Actor for FleetSupervisor {
                     embedding: st.embedding.clone(),
                     llm: st.llm.clone(),
                     index: st.index.clone(),
+                    tools: st.tools.clone(),
                 });
             }
             FleetMsg::Stop(name, reply) => {
@@ -402,6 +413,8 @@ pub struct Fleet {
     pub storage: Storage,
     /// Where the admin API listens.
     pub addr: SocketAddr,
+    /// The tool host, when the fleet declares tool servers.
+    pub tools: Option<ActorRef<ToolsMsg>>,
     ready: Arc<AtomicBool>,
     http_stop: Option<tokio::sync::oneshot::Sender<()>>,
     http_task: Option<tokio::task::JoinHandle<()>>,
@@ -463,7 +476,7 @@ impl Fleet {
         };
         let (supervisor, supervisor_task) =
             Actor::spawn(None, FleetSupervisor, args).await.map_err(|e| FleetError::Spawn(e.to_string()))?;
-        let Handles { admin, scheduler, embedding, llm, index } =
+        let Handles { admin, scheduler, embedding, llm, index, tools } =
             call_t!(supervisor, FleetMsg::Handles, 10_000).map_err(|e| FleetError::Spawn(e.to_string()))?;
         let ready = Arc::new(AtomicBool::new(false));
         let state = HttpState {
@@ -480,6 +493,7 @@ impl Fleet {
             refused: Default::default(),
             edges: http::Edges::from(&config.admin),
             webhooks: config.webhooks.iter().map(|w| w.name.clone()).collect(),
+            tools: tools.clone(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = tokio::spawn(async move {
@@ -522,6 +536,7 @@ impl Fleet {
             supervisor,
             storage,
             addr: local,
+            tools,
             ready,
             http_stop: Some(tx),
             http_task: Some(http_task),

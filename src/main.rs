@@ -82,6 +82,8 @@ enum Command {
     Tail(cmd::tail::Args),
     /// The fleet's webhooks (`list`), and their dead letters sent again (`retry`).
     Webhooks(cmd::webhooks::Args),
+    /// The fleet's tool servers and their tools (`list`), and changed tools approved (`approve`).
+    Tools(cmd::tools::Args),
     /// Move a persona, with all its state, from the node of --admin to another node.
     Move(cmd::cluster::MoveArgs),
     /// Move every persona of the node of --admin to other nodes, with their state (before
@@ -163,6 +165,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => cmd::block_on(cmd::dump::run(args)),
         Command::Tail(args) => cmd::block_on(cmd::tail::run(args)),
         Command::Webhooks(args) => cmd::block_on(cmd::webhooks::run(args)),
+        Command::Tools(args) => cmd::block_on(cmd::tools::run(args)),
         Command::Move(args) => cmd::block_on(cmd::cluster::move_persona(args)),
         Command::Drain(args) => cmd::block_on(cmd::cluster::drain(args)),
         Command::Ai(args) => cmd::block_on(cmd::ai::run(args)),

@@ -137,3 +137,23 @@ fn an_openai_backend_needs_an_http_url_and_a_model_and_names_what_is_missing() {
         check(&format!("[llm]\nbackend = \"openai\"\nurl = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"\n{OK}"));
     assert_eq!(code, 0, "{msg}");
 }
+
+#[test]
+fn a_bad_tool_declaration_is_exit_2_at_its_line_and_column() {
+    let server = "[[tool_server]]\nname = \"git\"\ncommand = \"sh\"\n";
+    let (code, msg) = check(&format!("{server}[[persona]]\nname = \"a\"\nrole = \"r\"\ntools = [\"gti.*\"]\n"));
+    assert_eq!(code, 2);
+    assert!(
+        msg.contains(r#"fleet.toml:7:10: persona "a": `tools`: "gti.*" names no `[[tool_server]]` "gti" (git)"#),
+        "{msg}"
+    );
+    let (code, msg) = check(&format!("[[tool_server]]\nname = \"git\"\ncommand = \"no-such-mcp-server\"\n{OK}"));
+    assert_eq!(code, 2);
+    assert!(
+        msg.contains(r#"fleet.toml:3:11: tool server "git": `command` = "no-such-mcp-server" is not found on PATH"#),
+        "{msg}"
+    );
+    let (code, msg) = check(&format!("[[tool_server]]\nname = \"web\"\nurl = \"localhost:3001/mcp\"\n{OK}"));
+    assert_eq!(code, 2);
+    assert!(msg.contains("fleet.toml:3:7:") && msg.contains("must start with http"), "{msg}");
+}

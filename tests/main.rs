@@ -32,5 +32,6 @@ mod replies;
 mod signals;
 mod study;
 mod supervision;
+mod tools;
 mod turns;
 mod webhooks;

@@ -14,5 +14,6 @@ pub mod llm_worker;
 pub mod scheduler;
 #[cfg(test)]
 mod testing;
+pub mod tools;
 pub mod trainer;
 pub mod training_run;

@@ -24,6 +24,7 @@ pub mod rag;
 pub mod refs;
 pub mod run;
 pub mod tail;
+pub mod tools;
 pub mod webhooks;
 
 /// The admin address a command that talks to a running fleet asks by default.

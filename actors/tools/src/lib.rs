@@ -42,6 +42,7 @@
 
 mod client;
 mod error;
+pub mod installed;
 mod output;
 pub mod schema;
 mod stderr;

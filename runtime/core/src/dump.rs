@@ -48,6 +48,9 @@ pub struct FleetDump {
     /// their links; empty on a single node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeDump>,
+    /// The `[[tool_server]]`s, their tools and their states.
+    #[serde(default)]
+    pub tools: crate::tools::ToolsDump,
 }
 
 /// One node of a fleet that spans several, as the node that answers the dump sees it.

@@ -9,6 +9,7 @@ use crate::knowledge::IndexMsg;
 use crate::llm::LlmMsg;
 use crate::messages::AdminMsg;
 use crate::sched::SchedulerHandle;
+use crate::tools::ToolsMsg;
 
 /// The fleet supervisor's messages.
 #[derive(Debug, RactorMessage)]
@@ -29,4 +30,6 @@ pub struct Handles {
     pub embedding: ActorRef<EmbedMsg>,
     pub llm: Option<ActorRef<LlmMsg>>,
     pub index: ActorRef<IndexMsg>,
+    /// The tool host, when the fleet declares tool servers.
+    pub tools: Option<ActorRef<ToolsMsg>>,
 }

@@ -19,7 +19,14 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "actors")]
+use ractor::RpcReplyPort;
+#[cfg(feature = "actors")]
+use ractor_cluster_derive::RactorMessage;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::record::ErrorClass;
 
 /// How long a call may take when the table does not say.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
@@ -188,6 +195,98 @@ pub(crate) fn valid_env_name(s: &str) -> bool {
     let mut bytes = s.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A call of a tool a persona asks the fleet's tool host for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub persona: String,
+    /// `server.tool`.
+    pub tool: String,
+    pub arguments: Value,
+    /// The longest the caller waits; the server's `timeout_secs` caps it too.
+    pub timeout_ms: u64,
+}
+
+/// What a call returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// Its text content, cut to the server's `max_output_kb`.
+    pub text: String,
+    /// Its structured content, when the tool gave one.
+    pub structured: Option<Value>,
+    /// The text was cut (and says so at its end).
+    pub cut: bool,
+    /// Bytes of text before any cut.
+    pub bytes: usize,
+    pub took_ms: u64,
+}
+
+/// Why a call failed, as the plan's adjustment reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolFailure {
+    pub class: ErrorClass,
+    pub message: String,
+    /// What the model is shown once so it can correct its arguments (an `isError` result's
+    /// text, or the field the tool's schema refused).
+    pub for_model: Option<String>,
+    pub took_ms: u64,
+}
+
+/// The fleet's tool servers, their tools and their states (`GET /tools`, the dump).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolsDump {
+    pub servers: Vec<ToolServerDump>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolServerDump {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// `connecting`, `ready`, `restarting (attempt N)` or `failed: why`.
+    pub state: String,
+    /// Times its connection was lost and made again.
+    pub restarts: u32,
+    /// The MCP revision it speaks, once connected.
+    pub protocol: Option<String>,
+    /// Its process, when it is a child of the fleet (`command`) and running.
+    pub pid: Option<u32>,
+    pub approval: Approval,
+    pub calls: u64,
+    pub failures: u64,
+    pub tools: Vec<ToolDump>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDump {
+    /// `server.tool`.
+    pub name: String,
+    pub description: String,
+    pub read_only: bool,
+    /// A call waits for a person's approval (the server's `approval`, and the tool's
+    /// annotations).
+    pub needs_approval: bool,
+    /// Why it cannot be called now (its description changed since it was pinned), if so.
+    pub disabled: Option<String>,
+}
+
+/// The tool host's messages.
+#[cfg(feature = "actors")]
+#[derive(Debug, RactorMessage)]
+pub enum ToolsMsg {
+    /// Calls a tool for a persona (refused unless its allowlist has it).
+    Call(Box<ToolCall>, RpcReplyPort<Result<ToolResult, ToolFailure>>),
+    Dump(RpcReplyPort<ToolsDump>),
+    /// Pins the current descriptions of one server's tools (all servers': `None`), enabling the
+    /// tools disabled because theirs changed; answers the tools enabled.
+    Approve(Option<String>, RpcReplyPort<Result<Vec<String>, String>>),
+    /// A server's connection was made (`Ok`) or could not be (`Err`, why).
+    Connected(String, Result<(), String>),
+    /// A server's connection was lost.
+    Lost(String),
+    /// Time to connect a server again.
+    Retry(String),
 }
 
 /// Whether a persona's allowlist (`git.*`, `fs.read_text_file`) lets it call `tool`

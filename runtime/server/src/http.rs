@@ -72,6 +72,7 @@ mod conn;
 mod extract;
 mod guard;
 mod outbox;
+mod tools;
 pub use conn::serve;
 use extract::{ApiError, FromBody, JsonBody, Params, Segments, Text, answer, json_body};
 use guard::{guard, post_login};
@@ -109,6 +110,8 @@ pub struct HttpState {
     pub edges: Edges,
     /// The names of the fleet's `[[webhook]]`s.
     pub webhooks: Arc<[String]>,
+    /// The tool host, when the fleet declares tool servers (served under `/tools`).
+    pub tools: Option<ActorRef<mindfleet_core::tools::ToolsMsg>>,
 }
 
 /// What connections and the `Host`/`Origin` guard are held to (`[admin]`).
@@ -148,6 +151,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/webhooks/retry", post(post_webhooks_retry))
         .route("/personas/{name}", get(get_persona))
         .route("/health", get(health))
+        .route("/tools", get(tools::get_tools))
+        .route("/tools/approve", post(tools::post_approve))
         .route("/faults", post(post_fault))
         .route("/cluster/move", post(post_move))
         .route("/cluster/drain", post(post_drain))

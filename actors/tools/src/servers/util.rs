@@ -1,61 +1,18 @@
 //! Where the tool servers are, how to start them, and polling with a deadline.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{Backoff, ToolClient, ToolServerSpec};
+use crate::{Backoff, ToolClient, ToolServerSpec, installed};
 
-/// Where scripts/install-tool-servers.sh installs the servers, by the same rule:
-/// `$MINDFLEET_TOOL_SERVERS`, else `$XDG_CACHE_HOME/mindfleet/tool-servers`, else
-/// `~/.cache/mindfleet/tool-servers`, else `./.mindfleet-tool-servers`.
-fn tool_servers_dir() -> PathBuf {
-    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = var("MINDFLEET_TOOL_SERVERS") {
-        return dir;
-    }
-    if let Some(dir) = var("XDG_CACHE_HOME") {
-        return dir.join("mindfleet").join("tool-servers");
-    }
-    match var("HOME") {
-        Some(home) => home.join(".cache").join("mindfleet").join("tool-servers"),
-        None => PathBuf::from(".mindfleet-tool-servers"),
-    }
-}
-
-/// The installed server program at `relative`. When it is missing, the first test to ask runs
-/// scripts/install-tool-servers.sh (pinned versions from npm and the Python package index; the
-/// others wait for it), as the tests that need the local models pull them on first use; fails,
-/// naming the script and what it said, when that does not install it.
+/// The installed server program at `relative`, installed by scripts/install-tool-servers.sh
+/// when it is missing ([`installed::server`]).
 pub fn tool_server(relative: &str) -> String {
-    static INSTALL: Mutex<Option<Result<(), String>>> = Mutex::new(None);
-    let path = tool_servers_dir().join(relative);
-    if !path.is_file() {
-        let mut installed = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-        let outcome = installed.get_or_insert_with(install).clone();
-        if let Err(why) = outcome {
-            panic!("{} is missing, and scripts/install-tool-servers.sh failed: {why}", path.display());
-        }
-    }
-    assert!(path.is_file(), "{} is missing after scripts/install-tool-servers.sh ran", path.display());
-    path.to_string_lossy().into_owned()
-}
-
-/// Runs scripts/install-tool-servers.sh; its output goes to the test's.
-fn install() -> Result<(), String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-tool-servers.sh");
-    let out = std::process::Command::new("bash").arg(&script).output().map_err(|e| e.to_string())?;
-    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{} ({})", String::from_utf8_lossy(&out.stderr).trim(), out.status))
-    }
+    installed::server(relative, &script).unwrap_or_else(|why| panic!("{why}")).to_string_lossy().into_owned()
 }
 
-pub const EVERYTHING: &str = "npm/node_modules/.bin/mcp-server-everything";
-pub const FILESYSTEM: &str = "npm/node_modules/.bin/mcp-server-filesystem";
-pub const GIT: &str = "venv/bin/mcp-server-git";
+pub use installed::{EVERYTHING, FILESYSTEM, GIT};
 
 /// A stdio server passed `PATH` only: the node servers start through `#!/usr/bin/env node`, and
 /// git is wherever `PATH` says.

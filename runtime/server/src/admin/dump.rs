@@ -14,6 +14,7 @@ use mindfleet_core::llm::{LlmMsg, LlmStats};
 use mindfleet_core::messages::{CoordinatorMsg, DumpDepth, InjectError, PersonaMsg, PersonaStatus};
 use mindfleet_core::sched::SchedulerMsg;
 use mindfleet_core::time::{now_us, rfc3339};
+use mindfleet_core::tools::{ToolsDump, ToolsMsg};
 use mindfleet_core::webhook::{WebhookConfig, WebhookDump};
 use mindfleet_store::Storage;
 
@@ -55,6 +56,7 @@ impl AdminState {
             embedding: self.embedding.clone(),
             llm: self.llm.clone(),
             index: self.index.clone(),
+            tools: self.tools.clone(),
             admin: AdminDump {
                 addr: self.addr.clone(),
                 rooms: self.rooms.iter().map(|(r, m)| (r.clone(), m.iter().map(|n| n.to_string()).collect())).collect(),
@@ -189,6 +191,7 @@ pub(super) struct DumpBase {
     embedding: ActorRef<EmbedMsg>,
     llm: Option<ActorRef<LlmMsg>>,
     index: ActorRef<IndexMsg>,
+    tools: Option<ActorRef<ToolsMsg>>,
     admin: AdminDump,
     webhooks: Vec<WebhookConfig>,
 }
@@ -266,6 +269,10 @@ impl DumpBase {
             error: Some(e.to_string()),
             ..Default::default()
         });
+        let tools = match &self.tools {
+            Some(t) => call_t!(t, ToolsMsg::Dump, DUMP_CALL_MS).unwrap_or_default(),
+            None => ToolsDump::default(),
+        };
         if llm.status == "degraded" {
             let why = format!("LLM unavailable: {}", llm.error.as_deref().unwrap_or("unknown"));
             for p in personas.iter_mut().filter(|p| p.brain == "local") {
@@ -300,6 +307,7 @@ impl DumpBase {
             dead_letters,
             webhooks,
             nodes: Vec::new(),
+            tools,
         })
     }
 }

@@ -30,6 +30,7 @@ use mindfleet_core::knowledge::IndexMsg;
 use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaMsg, PersonaStatus};
 use mindfleet_core::sched::SchedulerHandle;
+use mindfleet_core::tools::ToolsMsg;
 use mindfleet_store::{ForwardQueue, Storage};
 
 mod ask;
@@ -59,6 +60,8 @@ pub struct AdminArgs {
     pub index: ActorRef<IndexMsg>,
     /// The conversation index (`[conversation]` on), for `ai recall`.
     pub conversation: Option<ActorRef<IndexMsg>>,
+    /// The tool host, when the fleet declares tool servers.
+    pub tools: Option<ActorRef<ToolsMsg>>,
     /// The address the HTTP API is bound to, once known.
     pub addr: String,
     /// This node's part in a fleet that spans nodes.
@@ -112,6 +115,7 @@ pub struct AdminState {
     trainer: Option<ActorRef<TrainerMsg>>,
     index: ActorRef<IndexMsg>,
     conversation: Option<ActorRef<IndexMsg>>,
+    tools: Option<ActorRef<ToolsMsg>>,
     addr: String,
     cluster: Option<AdminCluster>,
     fleet: Option<ActorRef<FleetMsg>>,
@@ -176,6 +180,7 @@ impl Actor for Admin {
             trainer: args.trainer,
             index: args.index,
             conversation: args.conversation,
+            tools: args.tools,
             addr: args.addr,
             per_node: args.cluster.as_ref().map(|c| count_per_node(&c.placement)).unwrap_or_default(),
             cluster: args.cluster,

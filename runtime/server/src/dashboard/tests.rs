@@ -54,6 +54,7 @@ fn dump(personas: Vec<PersonaDump>) -> FleetDump {
         dead_letters: Vec::new(),
         webhooks: Vec::new(),
         nodes: Vec::new(),
+        tools: Default::default(),
     }
 }
 

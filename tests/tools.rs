@@ -1,0 +1,138 @@
+//! Tool servers in a fleet (issue 53): the fleet connects to a real MCP server
+//! (server-everything, installed by scripts/install-tool-servers.sh), lists and pins its tools,
+//! calls one for a persona whose allowlist has it and refuses the others, disables a tool whose
+//! description changed until a person approves it, and connects again to a server that died.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mindfleet_core::record::ErrorClass;
+use mindfleet_core::tools::{ToolCall, ToolFailure, ToolResult, ToolsDump, ToolsMsg};
+use mindfleet_tools::installed;
+use ractor::call_t;
+use serde_json::{Value, json};
+
+use crate::util::{fleet_toml, poll, start};
+
+fn everything() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-tool-servers.sh");
+    installed::server(installed::EVERYTHING, &script).unwrap_or_else(|why| panic!("{why}")).display().to_string()
+}
+
+fn fleet_file(program: &str) -> String {
+    fleet_toml(&format!(
+        r#"
+[[tool_server]]
+name = "everything"
+command = "{program}"
+env = ["PATH"]
+timeout_secs = 20
+
+[[persona]]
+name = "helper"
+role = "assistant"
+tools = ["everything.echo"]
+
+[[persona]]
+name = "reviewer"
+role = "code reviewer"
+"#
+    ))
+}
+
+/// `mindfleet tools ARGS...` against `fleet`: (exit code, stdout, stderr).
+fn cli(fleet: &mindfleet::Fleet, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["tools", "--admin", &fleet.addr.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+async fn tools(fleet: &mindfleet::Fleet) -> ToolsDump {
+    let host = fleet.tools.as_ref().expect("a tool host");
+    call_t!(host, ToolsMsg::Dump, 10_000).expect("the tool host answers")
+}
+
+/// The dump once the server is ready, with `restarts` restarts.
+async fn ready(fleet: &mindfleet::Fleet, restarts: u32) -> ToolsDump {
+    poll(&format!("the tool server ready after {restarts} restarts"), || async {
+        let d = tools(fleet).await;
+        (d.servers[0].state == "ready" && d.servers[0].restarts == restarts).then_some(d)
+    })
+    .await
+}
+
+async fn call(
+    fleet: &mindfleet::Fleet,
+    persona: &str,
+    tool: &str,
+    arguments: Value,
+) -> Result<ToolResult, ToolFailure> {
+    let host = fleet.tools.as_ref().expect("a tool host");
+    let c = ToolCall { persona: persona.into(), tool: tool.into(), arguments, timeout_ms: 20_000 };
+    call_t!(host, ToolsMsg::Call, 30_000, Box::new(c)).expect("the tool host answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_and_reconnects_when_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = everything();
+    let fleet = start(dir.path(), &fleet_file(&program)).await;
+
+    let d = ready(&fleet, 0).await;
+    let s = &d.servers[0];
+    assert_eq!((s.name.as_str(), s.transport.as_str()), ("everything", "stdio"));
+    let echo = s.tools.iter().find(|t| t.name == "everything.echo").expect("echo is listed");
+    assert_eq!(echo.disabled, None, "a server seen first is pinned as it is");
+    assert!(s.tools.len() > 3, "every tool of the server is listed: {:?}", s.tools);
+    // The same, through the API and in the dump.
+    let api: ToolsDump = reqwest::get(format!("http://{}/tools", fleet.addr)).await.unwrap().json().await.unwrap();
+    assert_eq!(api.servers[0].tools.len(), s.tools.len());
+    assert_eq!(fleet.dump(None).await.unwrap().tools.servers[0].name, "everything");
+
+    let r = call(&fleet, "helper", "everything.echo", json!({"message": "hello tools"})).await.expect("echo runs");
+    assert!(r.text.contains("hello tools"), "{r:?}");
+    let refused = call(&fleet, "reviewer", "everything.echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(refused.class, ErrorClass::AccessDenied, "not in the reviewer's allowlist: {refused:?}");
+    let refused = call(&fleet, "helper", "everything.get-sum", json!({"a": 1, "b": 2})).await.unwrap_err();
+    assert_eq!(refused.class, ErrorClass::AccessDenied, "only echo is allowed: {refused:?}");
+    let bad = call(&fleet, "helper", "everything.echo", json!({"text": "no message"})).await.unwrap_err();
+    assert!(bad.message.contains("message"), "the schema's refusal names the field: {bad:?}");
+    assert_eq!(tools(&fleet).await.servers[0].calls, 2, "two calls reached the server");
+
+    // The server dies: the fleet notices and connects again.
+    let pid = tools(&fleet).await.servers[0].pid.expect("a running child");
+    // SAFETY: kill(2) on the server's own process.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    ready(&fleet, 1).await;
+    let r = call(&fleet, "helper", "everything.echo", json!({"message": "back"})).await.expect("echo after a restart");
+    assert!(r.text.contains("back"));
+    fleet.shutdown(Duration::from_secs(5)).await;
+
+    // A changed description (here: the pin altered, as if the server had changed) disables the
+    // tool at the next start until a person approves it.
+    let pins_file = dir.path().join("tools").join("pins.json");
+    let mut pins: Value = serde_json::from_str(&std::fs::read_to_string(&pins_file).unwrap()).unwrap();
+    pins["everything"]["echo"] = json!("0000");
+    std::fs::write(&pins_file, pins.to_string()).unwrap();
+    let fleet = start(dir.path(), &fleet_file(&program)).await;
+    let d = ready(&fleet, 0).await;
+    let echo = d.servers[0].tools.iter().find(|t| t.name == "everything.echo").unwrap();
+    assert!(echo.disabled.as_deref().is_some_and(|w| w.contains("mindfleet tools approve everything")), "{echo:?}");
+    let refused = call(&fleet, "helper", "everything.echo", json!({"message": "x"})).await.unwrap_err();
+    assert_eq!(refused.class, ErrorClass::AccessDenied);
+    assert!(refused.message.contains("disabled"), "{refused:?}");
+    let (code, out, _) = cli(&fleet, &["list"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.contains("everything.echo") && l.contains("DISABLED")), "{out}");
+    let (code, out, _) = cli(&fleet, &["approve", "everything"]);
+    assert_eq!((code, out.trim()), (0, "pinned; enabled again: everything.echo"));
+    call(&fleet, "helper", "everything.echo", json!({"message": "approved"})).await.expect("echo once approved");
+    let (code, _, err) = cli(&fleet, &["approve", "nope"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no tool server \"nope\" (known: everything)"), "{err}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
