@@ -12,7 +12,7 @@ use mindfleet_tools::installed;
 use ractor::call_t;
 use serde_json::{Value, json};
 
-use crate::util::{fleet_toml, poll, start};
+use crate::util::{fleet_toml, metric, poll, start};
 
 fn everything() -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-tool-servers.sh");
@@ -101,7 +101,14 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     assert_eq!(refused.class, ErrorClass::AccessDenied, "only echo is allowed: {refused:?}");
     let bad = call(&fleet, "helper", "everything.echo", json!({"text": "no message"})).await.unwrap_err();
     assert!(bad.message.contains("message"), "the schema's refusal names the field: {bad:?}");
-    assert_eq!(tools(&fleet).await.servers[0].calls, 2, "two calls reached the server");
+    assert_eq!(tools(&fleet).await.servers[0].calls, 2, "two calls were admitted");
+    let body = reqwest::get(format!("http://{}/metrics", fleet.addr)).await.unwrap().text().await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let echo = Some(("tool", "everything.echo"));
+    assert_eq!(metric(&scrape, "mindfleet_tool_calls_total", echo), Some(2.0), "{body}");
+    assert_eq!(metric(&scrape, "mindfleet_tool_failures_total", echo), Some(1.0), "the refused arguments");
+    assert!(body.contains(r#"mindfleet_tool_failures_total{tool="everything.echo",class="unknown"} 1"#), "{body}");
+    assert!(metric(&scrape, "mindfleet_tool_latency_ms", echo).is_some(), "{body}");
 
     // The server dies: the fleet notices and connects again.
     let pid = tools(&fleet).await.servers[0].pid.expect("a running child");

@@ -11,13 +11,13 @@
 //! A call is refused unless the persona's allowlist has the tool and the tool is enabled; it runs
 //! off the loop, its deadline the shorter of the caller's and the server's `timeout_secs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mindfleet_core::config::FleetConfig;
+use mindfleet_core::quantile::percentile;
 use mindfleet_core::record::ErrorClass;
 use mindfleet_core::tools::{
     Endpoint, ToolCall, ToolDump, ToolFailure, ToolResult, ToolServerDump, ToolsDump, ToolsMsg, allowed,
@@ -53,8 +53,33 @@ struct Server {
     restarts: u32,
     /// Tools that cannot be called, and why.
     disabled: BTreeMap<String, String>,
-    calls: Arc<AtomicU64>,
-    failures: Arc<AtomicU64>,
+    /// Each tool's calls, written by the calls as they end.
+    stats: Arc<Mutex<BTreeMap<String, ToolStats>>>,
+}
+
+/// The calls of one tool that reached its server.
+#[derive(Default)]
+struct ToolStats {
+    calls: u64,
+    failures: BTreeMap<String, u64>,
+    /// The latest durations, in milliseconds (at most [`LATENCIES_KEPT`]).
+    latencies: VecDeque<f64>,
+}
+
+/// How many of a tool's latest call durations its percentiles are taken over.
+const LATENCIES_KEPT: usize = 1024;
+
+impl ToolStats {
+    fn record(&mut self, took_ms: u64, failure: Option<ErrorClass>) {
+        self.calls += 1;
+        if let Some(class) = failure {
+            *self.failures.entry(class.as_str().to_string()).or_default() += 1;
+        }
+        if self.latencies.len() == LATENCIES_KEPT {
+            self.latencies.pop_front();
+        }
+        self.latencies.push_back(took_ms as f64);
+    }
 }
 
 pub struct ToolHostState {
@@ -92,14 +117,7 @@ impl Actor for ToolHost {
             let name = spec.name.clone();
             let client = ToolClient::new(spec, BACKOFF).map_err(|e| format!("tool server {name:?}: {e}"))?;
             connect(&myself, &name, client.clone(), false);
-            let server = Server {
-                client,
-                attempt: 0,
-                restarts: 0,
-                disabled: BTreeMap::new(),
-                calls: Arc::default(),
-                failures: Arc::default(),
-            };
+            let server = Server { client, attempt: 0, restarts: 0, disabled: BTreeMap::new(), stats: Arc::default() };
             servers.insert(name, server);
         }
         Ok(ToolHostState { servers, allowlists: args.allowlists, pins_file: args.pins_file, pins })
@@ -121,14 +139,20 @@ impl Actor for ToolHost {
         match msg {
             ToolsMsg::Call(call, reply) => match st.admit(&call) {
                 Ok(server) => {
-                    let (client, calls, failures) =
-                        (server.client.clone(), server.calls.clone(), server.failures.clone());
+                    let (client, stats) = (server.client.clone(), server.stats.clone());
                     tokio::spawn(async move {
                         let r = run(&client, &call).await;
-                        calls.fetch_add(1, Ordering::Relaxed);
-                        if r.is_err() {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                        }
+                        let (took_ms, failure) = match &r {
+                            Ok(ok) => (ok.took_ms, None),
+                            Err(f) => (f.took_ms, Some(f.class)),
+                        };
+                        let tool = call.tool.split_once('.').map_or("", |(_, t)| t).to_string();
+                        stats
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .entry(tool)
+                            .or_default()
+                            .record(took_ms, failure);
                         let _ = reply.send(r);
                     });
                 }
@@ -266,16 +290,25 @@ impl ToolHostState {
             .iter()
             .map(|(name, s)| {
                 let spec = s.client.spec();
-                let tools = s
+                let stats = s.stats.lock().unwrap_or_else(|e| e.into_inner());
+                let tools: Vec<ToolDump> = s
                     .client
                     .tools()
                     .iter()
-                    .map(|t| ToolDump {
-                        name: format!("{name}.{}", t.name),
-                        description: t.description.clone().unwrap_or_default(),
-                        read_only: t.read_only(),
-                        needs_approval: needs_approval(t, spec.approval),
-                        disabled: s.disabled.get(&t.name).cloned(),
+                    .map(|t| {
+                        let st = stats.get(&t.name);
+                        let mut lat: Vec<f64> = st.map(|x| x.latencies.iter().copied().collect()).unwrap_or_default();
+                        ToolDump {
+                            name: format!("{name}.{}", t.name),
+                            description: t.description.clone().unwrap_or_default(),
+                            read_only: t.read_only(),
+                            needs_approval: needs_approval(t, spec.approval),
+                            disabled: s.disabled.get(&t.name).cloned(),
+                            calls: st.map_or(0, |x| x.calls),
+                            failures: st.map(|x| x.failures.clone()).unwrap_or_default(),
+                            latency_p50_ms: percentile(&mut lat, 0.5),
+                            latency_p99_ms: percentile(&mut lat, 0.99),
+                        }
                     })
                     .collect();
                 ToolServerDump {
@@ -289,8 +322,8 @@ impl ToolHostState {
                     protocol: s.client.protocol_version(),
                     pid: s.client.pid(),
                     approval: spec.approval,
-                    calls: s.calls.load(Ordering::Relaxed),
-                    failures: s.failures.load(Ordering::Relaxed),
+                    calls: stats.values().map(|x| x.calls).sum(),
+                    failures: stats.values().map(|x| x.failures.values().sum::<u64>()).sum(),
                     tools,
                 }
             })

@@ -269,6 +269,17 @@ pub struct ToolDump {
     pub needs_approval: bool,
     /// Why it cannot be called now (its description changed since it was pinned), if so.
     pub disabled: Option<String>,
+    /// Calls admitted (allowed to the persona, the tool enabled) since the fleet started, and
+    /// those that failed, by class (a refusal of the tool's schema among them).
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// Its calls' durations over the last 1,024 (nearest rank), in milliseconds.
+    #[serde(default)]
+    pub latency_p50_ms: f64,
+    #[serde(default)]
+    pub latency_p99_ms: f64,
 }
 
 /// The tool host's messages.

@@ -232,6 +232,38 @@ pub fn exposition(d: &FleetDump, refused: u64) -> String {
         "Webhook deliveries that gave up, kept until `mindfleet webhooks retry`.",
         d.webhooks.iter().map(|w| (hook(&w.name), w.dead as f64)),
     );
+    let tools = || d.tools.servers.iter().flat_map(|s| s.tools.iter());
+    counters(
+        &mut r,
+        "tool_calls",
+        "Calls of each tool admitted (allowed to the persona, enabled), since the start.",
+        tools().map(|t| (label("tool", &t.name), t.calls)),
+    );
+    counters(
+        &mut r,
+        "tool_failures",
+        "Calls of each tool that failed, by error class, since the start.",
+        tools().flat_map(|t| {
+            t.failures.iter().map(|(class, n)| {
+                (vec![("tool".to_string(), t.name.clone()), ("class".to_string(), class.clone())], *n)
+            })
+        }),
+    );
+    gauges(
+        &mut r,
+        "tool_latency_ms",
+        "Each tool's call latency over its last 1,024 calls, by quantile (milliseconds).",
+        tools().filter(|t| t.calls > 0).flat_map(|t| {
+            [("0.5", t.latency_p50_ms), ("0.99", t.latency_p99_ms)]
+                .map(|(q, v)| (vec![("tool".to_string(), t.name.clone()), ("quantile".to_string(), q.to_string())], v))
+        }),
+    );
+    gauges(
+        &mut r,
+        "tool_server_restarts",
+        "Times each tool server's connection was lost and made again.",
+        d.tools.servers.iter().map(|s| (label("server", &s.name), f64::from(s.restarts))),
+    );
     // A fleet across nodes: each node as the answering one sees it (1 up or itself, 0 not).
     gauges(
         &mut r,
