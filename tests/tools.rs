@@ -117,6 +117,7 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     ready(&fleet, 1).await;
     let r = call(&fleet, "helper", "everything.echo", json!({"message": "back"})).await.expect("echo after a restart");
     assert!(r.text.contains("back"));
+    assert_eq!(tools(&fleet).await.servers[0].restarts, 1, "lost once, connected again once");
     fleet.shutdown(Duration::from_secs(5)).await;
 
     // A changed description (here: the pin altered, as if the server had changed) disables the
