@@ -133,12 +133,19 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     let refused = call(&fleet, "helper", "everything.echo", json!({"message": "x"})).await.unwrap_err();
     assert_eq!(refused.class, ErrorClass::AccessDenied);
     assert!(refused.message.contains("disabled"), "{refused:?}");
+    let page = reqwest::get(format!("http://{}/", fleet.addr)).await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains(r#"<li data-tool="everything.echo" data-enabled="false">"#),
+        "the dashboard shows it: {page}"
+    );
     let (code, out, _) = cli(&fleet, &["list"]);
     assert_eq!(code, 0);
     assert!(out.lines().any(|l| l.contains("everything.echo") && l.contains("DISABLED")), "{out}");
     let (code, out, _) = cli(&fleet, &["approve", "everything"]);
     assert_eq!((code, out.trim()), (0, "pinned; enabled again: everything.echo"));
     call(&fleet, "helper", "everything.echo", json!({"message": "approved"})).await.expect("echo once approved");
+    let page = reqwest::get(format!("http://{}/", fleet.addr)).await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"<li data-tool="everything.echo" data-enabled="true">"#), "{page}");
     let (code, _, err) = cli(&fleet, &["approve", "nope"]);
     assert_ne!(code, 0);
     assert!(err.contains("no tool server \"nope\" (known: everything)"), "{err}");

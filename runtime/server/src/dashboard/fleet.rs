@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::sched::CostReport;
+use mindfleet_core::tools::ToolServerDump;
 use mindfleet_core::webhook::WebhookDump;
 
 use super::html::{escape, named, percent};
@@ -48,6 +49,8 @@ pub struct FleetView {
     pub nodes: Vec<mindfleet_core::dump::NodeDump>,
     /// The webhooks, with their deliveries and newest dead letters (empty without one).
     pub webhooks: Vec<WebhookDump>,
+    /// The tool servers, with their tools (empty without one).
+    pub tools: Vec<ToolServerDump>,
 }
 
 /// A persona in the supervision tree: its status, restarts and last error, then its actors'
@@ -120,6 +123,7 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
         cost_bucket_secs: cost.bucket_secs,
         nodes: d.nodes.clone(),
         webhooks: d.webhooks.clone(),
+        tools: d.tools.servers.clone(),
     }
 }
 
@@ -213,7 +217,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
-            "{cost}{nodes}{webhooks}",
+            "{cost}{nodes}{webhooks}{tools}",
             r#"<details><summary>supervision tree <small>({restarts} restarts)</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
@@ -230,6 +234,7 @@ pub fn render_fleet(f: &FleetView) -> String {
         cost = render_cost(f),
         nodes = render_nodes(&f.nodes),
         webhooks = render_webhooks(&f.webhooks),
+        tools = render_tools(&f.tools),
         restarts = f.tree.iter().map(|p| p.restarts + p.actors.iter().map(|a| a.2).sum::<u32>()).sum::<u32>(),
         tree = tree,
     )
@@ -297,4 +302,49 @@ pub(super) fn render_webhooks(hooks: &[WebhookDump]) -> String {
         })
         .collect();
     format!(r#"<h3>webhooks</h3><ul class="webhooks">{items}</ul>"#)
+}
+
+/// The tool servers: each with its state, restarts and calls, and its tools: read-only or not,
+/// whether a call waits for approval, and why a tool is disabled (`mindfleet tools approve`).
+pub(super) fn render_tools(servers: &[ToolServerDump]) -> String {
+    if servers.is_empty() {
+        return String::new();
+    }
+    let items: String = servers
+        .iter()
+        .map(|s| {
+            let tools: String = s
+                .tools
+                .iter()
+                .map(|t| {
+                    let access = if t.read_only { "read-only" } else { "may write" };
+                    let approval = if t.needs_approval { ", needs approval" } else { "" };
+                    let disabled = t
+                        .disabled
+                        .as_deref()
+                        .map_or_else(String::new, |why| format!(r#" <b class="disabled">disabled: {}</b>"#, escape(why)));
+                    format!(
+                        r#"<li data-tool="{name}" data-enabled="{enabled}">{name} <small>{access}{approval}, {calls} calls</small>{disabled}</li>"#,
+                        name = escape(&t.name),
+                        enabled = t.disabled.is_none(),
+                        calls = t.calls,
+                    )
+                })
+                .collect();
+            format!(
+                concat!(
+                    r#"<li data-tool-server="{name}" data-state="{state}">{name} <small>{transport}, {state}, "#,
+                    r#"restarts {restarts}, {calls} calls, {failures} failed</small><ul>{tools}</ul></li>"#
+                ),
+                name = escape(&s.name),
+                transport = escape(&s.transport),
+                state = escape(&s.state),
+                restarts = s.restarts,
+                calls = s.calls,
+                failures = s.failures,
+                tools = tools,
+            )
+        })
+        .collect();
+    format!(r#"<details open><summary>tools</summary><ul class="tools">{items}</ul></details>"#)
 }
