@@ -14,6 +14,7 @@
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /outbox?after=SEQ&limit=N[&room=R][&persona=P]` | the replies after `SEQ`, oldest first: `{"entries", "next"}` (`limit` at most 1,000) |
 //! | `GET /outbox/stream` | the replies as Server-Sent Events (`event: reply`, `id:` its seq), resumed after `Last-Event-ID` |
+//! | `POST /mcp`, `GET /mcp`, `DELETE /mcp` | the fleet as an MCP server over streamable HTTP ([`crate::mcp`]: `inject`, `ask`, `why`, `recall`, `rag_search`) |
 //! | `GET /metrics` | the fleet's figures in the Prometheus text format ([`crate::metrics`]) |
 //! | `POST /webhooks/retry[?webhook=NAME]` | queues this node's webhook dead letters (of one webhook, or all) again: `{"retried": N}`; 404 for a webhook the fleet does not have |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 with the reason (restoring, or the storage writer cannot write: a full disk) |
@@ -37,7 +38,8 @@
 //!
 //! The guard (`Host`/`Origin`, then the token) is in `guard`; what a handler takes (query
 //! parameters, path segments, the size-checked body) and its error, `ApiError`, are in `extract`;
-//! the connections are in `conn`. A handler here is its route's parameters, one call, its answer.
+//! the connections are in `conn`, `/mcp` in `mcp`. A handler here is its route's parameters, one
+//! call, its answer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,7 +51,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{Html, IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::{any_service, get, post};
 use ractor::{ActorRef, call_t};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -71,6 +73,7 @@ use mindfleet_core::time::now_us;
 mod conn;
 mod extract;
 mod guard;
+mod mcp;
 mod outbox;
 pub use conn::serve;
 use extract::{ApiError, FromBody, JsonBody, Params, Segments, Text, answer, json_body};
@@ -144,6 +147,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/dump", get(get_dump))
         .route("/outbox", get(outbox::get_outbox))
         .route("/outbox/stream", get(outbox::get_outbox_stream))
+        .route("/mcp", any_service(mcp::service(state.clone())))
         .route("/metrics", get(get_metrics))
         .route("/webhooks/retry", post(post_webhooks_retry))
         .route("/personas/{name}", get(get_persona))
