@@ -4,7 +4,8 @@
 //! `POST /rag/search`, `GET /outbox/stream`).
 //!
 //! The API's guard runs first (`Host`/`Origin`, then the token), so rmcp's own `Host` check is
-//! off. A client of the 2026-07-28 revision is served statelessly; an older one gets a session
+//! off; every request to `/mcp` holds a stream slot while its response is open (`streams`). A
+//! client of the 2026-07-28 revision is served statelessly; an older one gets a session
 //! (`Mcp-Session-Id`), kept in memory, that ends with the fleet.
 
 use std::sync::Arc;
