@@ -10,8 +10,9 @@ use serde_json::Value;
 pub enum ClientError {
     #[error("cannot reach the admin API at {addr}: {message} (is `mindfleet run` running?)")]
     Unreachable { addr: String, message: String },
+    /// The API's refusal: its status, its message, and the field it names, if any.
     #[error("admin API answered {status}: {message}")]
-    Status { status: u16, message: String },
+    Status { status: u16, message: String, field: Option<String> },
 }
 
 impl ClientError {
@@ -22,6 +23,13 @@ impl ClientError {
             _ => 3,
         }
     }
+}
+
+/// The API's error JSON (`{"error", "field"?}`) answered with `status`.
+fn refusal(status: u16, body: &Value) -> ClientError {
+    let message = body.get("error").and_then(Value::as_str).unwrap_or("no error message").to_string();
+    let field = body.get("field").and_then(Value::as_str).map(str::to_string);
+    ClientError::Status { status, message, field }
 }
 
 pub struct Client {
@@ -53,12 +61,7 @@ impl Client {
             .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
         let status = resp.status().as_u16();
         let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status == 200 {
-            Ok(body)
-        } else {
-            let message = body.get("error").and_then(Value::as_str).unwrap_or("no error message").to_string();
-            Err(ClientError::Status { status, message })
-        }
+        if status == 200 { Ok(body) } else { Err(refusal(status, &body)) }
     }
 
     pub async fn inject(&self, input: &EventInput) -> Result<Value, ClientError> {
@@ -72,8 +75,11 @@ impl Client {
             None => format!("{}/dump", self.base),
         };
         let v = self.send(self.http.get(url)).await?;
-        serde_json::from_value(v)
-            .map_err(|e| ClientError::Status { status: 200, message: format!("unexpected dump shape: {e}") })
+        serde_json::from_value(v).map_err(|e| ClientError::Status {
+            status: 200,
+            message: format!("unexpected dump shape: {e}"),
+            field: None,
+        })
     }
 
     /// `GET /ai/{query}` with its parameters.
@@ -104,8 +110,7 @@ impl Client {
             return Ok(resp);
         }
         let body: Value = resp.json().await.unwrap_or(Value::Null);
-        let message = body.get("error").and_then(Value::as_str).unwrap_or("no error message").to_string();
-        Err(ClientError::Status { status, message })
+        Err(refusal(status, &body))
     }
 
     /// `POST /ai/state`.
@@ -146,8 +151,11 @@ impl Client {
     /// `GET /tools`: the tool servers, their tools and states.
     pub async fn tools(&self) -> Result<ToolsDump, ClientError> {
         let v = self.send(self.http.get(format!("{}/tools", self.base))).await?;
-        serde_json::from_value(v)
-            .map_err(|e| ClientError::Status { status: 200, message: format!("unexpected /tools shape: {e}") })
+        serde_json::from_value(v).map_err(|e| ClientError::Status {
+            status: 200,
+            message: format!("unexpected /tools shape: {e}"),
+            field: None,
+        })
     }
 
     /// `POST /tools/approve[?server=NAME]`.

@@ -1,14 +1,16 @@
 //! mindfleet: a runtime for fleets of self-aware AI personas.
 //!
-//! This crate holds the fleet supervisor ([`fleet`]) and the command-line client of the admin
-//! API ([`client`]); the binary `mindfleet` (one module per command, and the benchmarks) wires
-//! them to the command line. See `docs/ARCHITECTURE.md` for the crates and the supervision tree.
+//! This crate holds the fleet supervisor ([`fleet`]), the command-line client of the admin
+//! API ([`client`]) and the fleet's MCP tools over that client ([`mcp`]); the binary `mindfleet`
+//! (one module per command, and the benchmarks) wires them to the command line. See
+//! `docs/ARCHITECTURE.md` for the crates and the supervision tree.
 
 pub mod client;
 pub mod cluster;
 pub mod defaults;
 pub mod error;
 pub mod fleet;
+pub mod mcp;
 pub mod panic_hook;
 pub mod table;
 pub mod tree;

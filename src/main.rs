@@ -91,6 +91,9 @@ enum Command {
     Drain(cmd::cluster::DrainArgs),
     /// Ask a running fleet about its personas' minds (self-state, decisions, plans, ...).
     Ai(cmd::ai::Args),
+    /// Serve a running fleet's tools (inject, ask, why, recall, rag_search) to an MCP client on
+    /// standard input and output.
+    Mcp(cmd::mcp::Args),
     /// Run a benchmark and print its figures.
     Bench(cmd::bench::Args),
     /// The codebase index: index files and directories, search them (in process on a data dir).
@@ -169,6 +172,7 @@ fn main() -> ExitCode {
         Command::Move(args) => cmd::block_on(cmd::cluster::move_persona(args)),
         Command::Drain(args) => cmd::block_on(cmd::cluster::drain(args)),
         Command::Ai(args) => cmd::block_on(cmd::ai::run(args)),
+        Command::Mcp(args) => cmd::block_on(cmd::mcp::run(args)),
         // Each benchmark says whether it runs on a tokio runtime.
         Command::Bench(args) => cmd::bench::run(args),
         Command::Rag(args) => cmd::rag::run(args),
@@ -269,6 +273,8 @@ mod tests {
             "refs match text --json",
             "--admin 127.0.0.1:9 --token t run fleet.toml",
             "run fleet.toml --admin 127.0.0.1:9",
+            "--admin 127.0.0.1:9 --token t mcp",
+            "mcp --admin 127.0.0.1:9 --token t",
         ];
         for line in lines {
             shared_flags_reach(line);

@@ -264,7 +264,7 @@ async fn turned_off_nothing_is_kept_and_recall_says_it_is_off() {
     let api = Client::new(&fleet.addr.to_string(), None);
     let params = [("persona", "helper".to_string()), ("text", "canary".to_string())];
     match api.ai("recall", &params).await {
-        Err(mindfleet::client::ClientError::Status { status: 503, message }) => {
+        Err(mindfleet::client::ClientError::Status { status: 503, message, .. }) => {
             assert!(message.contains("[conversation] enabled = false"), "{message}")
         }
         other => panic!("recall should answer 503: {other:?}"),

@@ -289,3 +289,70 @@ async fn off_loopback_rag_index_answers_alike_for_missing_and_existing_paths_out
     assert_eq!(answers[0], answers[1]);
     fleet.shutdown(DEADLINE).await;
 }
+
+/// Regression: 512 open `/outbox/stream` connections, the whole `max_connections`, made `/health`
+/// and every other request fail until they closed. Streams now have slots of their own
+/// (`max_streams`, fewer than the connections): one past them is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_max_streams_are_refused_at_once_while_health_and_events_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = fleet_toml(TRIO).replace("name = \"test\"\n", "name = \"test\"\nbrain = \"rules\"\n").replace(
+        "faults = true\n",
+        "faults = true\nmax_connections = 8\nmax_streams = 3\nheader_timeout_secs = 60\nidle_timeout_secs = 60\n",
+    );
+    let fleet = start(dir.path(), &toml).await;
+    let host = fleet.addr.to_string();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+    let open = |request: Vec<u8>| async move {
+        let mut s = TcpStream::connect(fleet.addr).await.unwrap();
+        s.write_all(&request).await.unwrap();
+        let answer = read_response(&mut s).await.expect("an answer");
+        (s, answer)
+    };
+    // Every slot taken: two outbox streams and the dashboard's live feed, held open.
+    let mut held = Vec::new();
+    for path in ["/outbox/stream", "/dashboard/events", "/outbox/stream?room=general"] {
+        let (s, (status, _)) = open(get(path)).await;
+        assert_eq!(status, 200, "{path}");
+        held.push(s);
+    }
+    // More streams than the slots, and than the connections: each refused at once, and its
+    // connection closed, `/mcp` as the others.
+    let mcp = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 2\r\n\r\n{{}}"
+    );
+    for i in 0..12 {
+        let request = match i % 3 {
+            0 => get("/outbox/stream"),
+            1 => get("/dashboard/events"),
+            _ => mcp.clone().into_bytes(),
+        };
+        let asked = Instant::now();
+        let (mut s, (status, body)) = open(request).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("all 3 of `[admin] max_streams` are taken"), "{body}");
+        let took = closed_after(&mut s, asked).await;
+        assert!(took < Duration::from_secs(5), "refused and closed after {took:?}");
+    }
+    // Ordinary requests are served all along.
+    assert_eq!(raw(fleet.addr, &health_request(&host)).await.0, 200);
+    let event = r#"{"domain":"chat","room":"general","from":"alice","text":"@helper are you there?"}"#;
+    let post = format!(
+        "POST /events HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{event}",
+        event.len()
+    );
+    // A stream that ends gives its slot back (once the fleet writes to it: the reply to this).
+    drop(held.pop());
+    let (status, ack) = raw(fleet.addr, post.as_bytes()).await;
+    assert_eq!((status, ack["accepted"].as_bool()), (200, Some(true)), "{ack}");
+    let freed = Instant::now();
+    let again = poll("a stream slot given back", || async {
+        let (s, (status, _)) = open(get("/outbox/stream")).await;
+        (status == 200).then_some(s)
+    })
+    .await;
+    eprintln!("a closed stream's slot was given back after {:?}", freed.elapsed());
+    drop((again, held));
+    fleet.shutdown(DEADLINE).await;
+}

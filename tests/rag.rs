@@ -270,7 +270,7 @@ async fn a_running_fleet_serves_the_index_and_its_cursors_through_the_admin_api_
 
     // Bad requests are named, with their status.
     let status = |e: ClientError| match e {
-        ClientError::Status { status, message } => (status, message),
+        ClientError::Status { status, message, .. } => (status, message),
         other => panic!("{other}"),
     };
     let (s, m) = status(api.rag("index", &json!({ "paths": ["/no/such/dir"] })).await.unwrap_err());

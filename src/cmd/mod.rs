@@ -19,6 +19,7 @@ pub mod dump;
 pub mod embed;
 pub mod generate;
 pub mod inject;
+pub mod mcp;
 pub mod models;
 pub mod rag;
 pub mod refs;

@@ -341,6 +341,10 @@ pub struct AdminConfig {
     pub idle_timeout: Duration,
     /// Most connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
+    /// Most long-lived streams (`/outbox/stream`, the dashboard's live feed, `/mcp`) open at
+    /// once, fewer than `max_connections`: one more is refused at once (503), so streams never
+    /// hold every connection.
+    pub max_streams: usize,
 }
 
 impl AdminConfig {
@@ -350,6 +354,10 @@ impl AdminConfig {
     /// database, the models and the cluster's links need, and it is far more than an operator,
     /// a few dashboards and the injecting clients hold.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+    /// Streams a fleet serves by default: an operator's `tail`, a few dashboards and MCP
+    /// clients, with room to spare, far below `max_connections`. A fleet with fewer than 128
+    /// connections gets half of them.
+    pub const DEFAULT_MAX_STREAMS: usize = 64;
 }
 
 #[derive(Debug, Clone)]

@@ -14,6 +14,7 @@
 //! | `GET /personas/{name}` | one persona's dump |
 //! | `GET /outbox?after=SEQ&limit=N[&room=R][&persona=P]` | the replies after `SEQ`, oldest first: `{"entries", "next"}` (`limit` at most 1,000) |
 //! | `GET /outbox/stream` | the replies as Server-Sent Events (`event: reply`, `id:` its seq), resumed after `Last-Event-ID` |
+//! | `POST /mcp`, `GET /mcp`, `DELETE /mcp` | the fleet as an MCP server over streamable HTTP ([`crate::mcp`]: `inject`, `ask`, `why`, `recall`, `rag_search`) |
 //! | `GET /metrics` | the fleet's figures in the Prometheus text format ([`crate::metrics`]) |
 //! | `POST /webhooks/retry[?webhook=NAME]` | queues this node's webhook dead letters (of one webhook, or all) again: `{"retried": N}`; 404 for a webhook the fleet does not have |
 //! | `GET /health` | 200 once stored state is restored and events are accepted, else 503 with the reason (restoring, or the storage writer cannot write: a full disk) |
@@ -33,11 +34,14 @@
 //! dashboard's cookie counts as the token, and `/` without either answers the login form. Every
 //! other error is JSON `{"error", "field"?}`, unknown routes, wrong methods and bad parameters
 //! among them. [`serve`] bounds connections: how many, how long a head may take, how long a
-//! kept-alive connection may idle.
+//! kept-alive connection may idle. The long-lived streams (`/outbox/stream`, `/dashboard/events`,
+//! `/mcp`) share `[admin] max_streams` slots, fewer than the connections: one more is refused
+//! with 503 at once, and the other routes are still served.
 //!
 //! The guard (`Host`/`Origin`, then the token) is in `guard`; what a handler takes (query
 //! parameters, path segments, the size-checked body) and its error, `ApiError`, are in `extract`;
-//! the connections are in `conn`. A handler here is its route's parameters, one call, its answer.
+//! the connections are in `conn`, the stream slots in `streams`, `/mcp` in `mcp`. A handler here
+//! is its route's parameters, one call, its answer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,7 +53,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{Html, IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::{any_service, get, post};
 use ractor::{ActorRef, call_t};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -71,11 +75,14 @@ use mindfleet_core::time::now_us;
 mod conn;
 mod extract;
 mod guard;
+mod mcp;
 mod outbox;
+mod streams;
 mod tools;
 pub use conn::serve;
 use extract::{ApiError, FromBody, JsonBody, Params, Segments, Text, answer, json_body};
 use guard::{guard, post_login};
+use streams::{Streams, hold_stream};
 
 /// The shortest token an admin API off loopback takes (without surrounding blanks).
 pub const MIN_TOKEN_CHARS: usize = 16;
@@ -122,6 +129,8 @@ pub struct Edges {
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Long-lived streams at once (`[admin] max_streams`), fewer than `max_connections`.
+    pub max_streams: usize,
 }
 
 impl From<&AdminConfig> for Edges {
@@ -131,14 +140,17 @@ impl From<&AdminConfig> for Edges {
             header_timeout: a.header_timeout,
             idle_timeout: a.idle_timeout,
             max_connections: a.max_connections,
+            max_streams: a.max_streams,
         }
     }
 }
 /// Builds the router for a bound address.
 pub fn router(state: HttpState) -> Router {
+    let streams = Streams::new(state.edges.max_streams);
+    let stream = || middleware::from_fn_with_state(streams.clone(), hold_stream);
     Router::new()
         .route("/", get(get_page))
-        .route("/dashboard/events", get(get_dashboard_events))
+        .route("/dashboard/events", get(get_dashboard_events).layer(stream()))
         .route("/dashboard/{asset}", get(get_asset))
         .route("/dashboard/persona/{name}", get(get_panel))
         .route("/dashboard/persona/{name}/{list}", get(get_panel_list))
@@ -146,7 +158,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/events", post(post_event).layer(middleware::from_fn_with_state(state.clone(), count_refused)))
         .route("/dump", get(get_dump))
         .route("/outbox", get(outbox::get_outbox))
-        .route("/outbox/stream", get(outbox::get_outbox_stream))
+        .route("/outbox/stream", get(outbox::get_outbox_stream).layer(stream()))
+        .route("/mcp", any_service(mcp::service(state.clone())).layer(stream()))
         .route("/metrics", get(get_metrics))
         .route("/webhooks/retry", post(post_webhooks_retry))
         .route("/personas/{name}", get(get_persona))

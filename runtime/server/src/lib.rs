@@ -9,6 +9,7 @@ pub mod admin;
 pub mod ai;
 pub mod dashboard;
 pub mod http;
+pub mod mcp;
 pub mod metrics;
 pub mod node;
 pub mod openai;

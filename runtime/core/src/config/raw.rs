@@ -149,6 +149,7 @@ pub(super) struct RawAdmin {
     pub(super) header_timeout_secs: Option<Spanned<f64>>,
     pub(super) idle_timeout_secs: Option<Spanned<f64>>,
     pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_streams: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -72,10 +72,25 @@ fn admin_connection_limits_and_allowed_hosts_have_defaults_and_are_checked() {
         ("header_timeout_secs = 0.0", "header_timeout_secs"),
         ("idle_timeout_secs = -1.0", "idle_timeout_secs"),
         ("max_connections = 0", "max_connections"),
+        ("max_streams = -1", "max_streams"),
     ] {
         let e = parse(&format!("[admin]\n{bad}\n{ONE}")).unwrap_err();
         assert!(e.message.contains(key) && e.line.is_some(), "{bad}: {e}");
     }
+}
+
+#[test]
+fn max_streams_defaults_below_max_connections_and_must_stay_below_it() {
+    let streams = |admin: &str| parse(&format!("[admin]\n{admin}\n{ONE}")).map(|c| c.admin.max_streams);
+    assert_eq!(streams("").unwrap(), 64);
+    assert_eq!(streams("max_connections = 8").unwrap(), 4, "half the connections of a small fleet");
+    assert_eq!(streams("max_connections = 8\nmax_streams = 7").unwrap(), 7);
+    assert_eq!(streams("max_streams = 0").unwrap(), 0);
+    let e = streams("max_connections = 8\nmax_streams = 8").unwrap_err();
+    let s = e.to_string();
+    assert!(s.starts_with("fleet.toml:3:15: `max_streams` = 8 must be less than `max_connections` (8)"), "{s}");
+    let e = streams("max_streams = 512").unwrap_err().to_string();
+    assert!(e.starts_with("fleet.toml:2:15:") && e.contains("(512)"), "{e}");
 }
 
 #[test]

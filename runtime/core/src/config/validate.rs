@@ -271,6 +271,12 @@ impl Ctx<'_> {
             }
             allowed_hosts.push(h.get_ref().to_ascii_lowercase());
         }
+        let max_connections = self.int(
+            &a.max_connections,
+            "max_connections",
+            1..=1_000_000,
+            AdminConfig::DEFAULT_MAX_CONNECTIONS as i64,
+        )? as usize;
         Ok(AdminConfig {
             addr,
             token: a.token.filter(|t| !t.is_empty()),
@@ -289,13 +295,26 @@ impl Ctx<'_> {
                 0.01..=86_400.0,
                 AdminConfig::DEFAULT_IDLE_TIMEOUT_SECS,
             )?),
-            max_connections: self.int(
-                &a.max_connections,
-                "max_connections",
-                1..=1_000_000,
-                AdminConfig::DEFAULT_MAX_CONNECTIONS as i64,
-            )? as usize,
+            max_streams: self.max_streams(&a.max_streams, max_connections)?,
+            max_connections,
         })
+    }
+
+    /// `max_streams`: below `max_connections`, so ordinary requests always have connections
+    /// left; by default 64, or half the connections of a fleet with fewer than 128.
+    fn max_streams(&self, v: &Option<Spanned<i64>>, max_connections: usize) -> Result<usize, ConfigError> {
+        let default = AdminConfig::DEFAULT_MAX_STREAMS.min(max_connections / 2);
+        let n = self.int(v, "max_streams", 0..=999_999, default as i64)? as usize;
+        match v {
+            Some(s) if n >= max_connections => Err(self.err_at(
+                s.span(),
+                format!(
+                    "`max_streams` = {n} must be less than `max_connections` ({max_connections}): streams would \
+                     leave no connection for other requests"
+                ),
+            )),
+            _ => Ok(n),
+        }
     }
 
     pub(super) fn storage(&self, s: RawStorage) -> Result<StorageConfig, ConfigError> {

@@ -332,6 +332,7 @@ mod tests {
             header_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             max_connections: 8,
+            max_streams: 4,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve_router(listener, app, edges, async {

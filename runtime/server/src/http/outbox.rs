@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json};
+use futures::{Stream, StreamExt};
 use mindfleet_core::record::OutboxEntry;
 use mindfleet_core::webhook::reply_json;
 use serde::Deserialize;
@@ -26,7 +27,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 /// Entries a stream reads from storage at a time.
 const READ_AT_ONCE: usize = 256;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub(super) struct Page {
     after: Option<u64>,
     limit: Option<usize>,
@@ -35,6 +36,11 @@ pub(super) struct Page {
 }
 
 impl Page {
+    /// Only the entries of `room`.
+    pub(super) fn room(room: String) -> Page {
+        Page { room: Some(room), ..Page::default() }
+    }
+
     fn wants(&self, o: &OutboxEntry) -> bool {
         self.room.as_deref().is_none_or(|r| r == o.room) && self.persona.as_deref().is_none_or(|p| p == o.persona)
     }
@@ -89,23 +95,36 @@ pub(super) async fn get_outbox_stream(
     let after = match resume.or(p.after) {
         Some(a) => a,
         // From now: after the newest entry.
-        None => {
-            let store = st.store.clone();
-            tokio::task::spawn_blocking(move || store.outbox_last())
-                .await
-                .map_err(|e| ApiError::unavailable(e.to_string()))?
-                .map_err(|e| ApiError::unavailable(e.to_string()))?
-        }
+        None => last(&st).await?,
     };
+    let events = follow(st, p, after).map(|(seq, o)| {
+        Ok::<_, std::convert::Infallible>(
+            Event::default().id(seq.to_string()).event("reply").data(reply_json(seq, &o).to_string()),
+        )
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The sequence number of the newest entry (0: none yet).
+pub(super) async fn last(st: &HttpState) -> Result<u64, ApiError> {
+    let store = st.store.clone();
+    tokio::task::spawn_blocking(move || store.outbox_last())
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))?
+        .map_err(|e| ApiError::unavailable(e.to_string()))
+}
+
+/// Every entry after `after` that `p` wants, then each new one as it is committed; the stream
+/// ends when storage cannot be read.
+pub(super) fn follow(st: HttpState, p: Page, after: u64) -> impl Stream<Item = (u64, OutboxEntry)> + Send + 'static {
     let state = (st, p, after, VecDeque::<(u64, OutboxEntry)>::new());
-    let stream = futures::stream::unfold(state, |(st, p, mut after, mut queue)| async move {
+    futures::stream::unfold(state, |(st, p, mut after, mut queue)| async move {
         loop {
             if let Some((seq, o)) = queue.pop_front() {
                 if !p.wants(&o) {
                     continue;
                 }
-                let ev = Event::default().id(seq.to_string()).event("reply").data(reply_json(seq, &o).to_string());
-                return Some((Ok::<_, std::convert::Infallible>(ev), (st, p, after, queue)));
+                return Some(((seq, o), (st, p, after, queue)));
             }
             match read(&st, after, READ_AT_ONCE).await {
                 Ok(got) if !got.is_empty() => {
@@ -117,6 +136,5 @@ pub(super) async fn get_outbox_stream(
                 Err(_) => return None,
             }
         }
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    })
 }
