@@ -23,12 +23,12 @@ use rmcp::service::{ClientLifecycleMode, ClientServiceExt, PeerRequestOptions, R
 use rmcp::transport::common::client_side_sse::ExponentialBackoff;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{CallError, ConnectError, http_status, text_class};
 use crate::output::{ToolOutput, cap, render};
 use crate::schema::validate;
+use crate::state::ServerState;
 use crate::stderr::{StderrTail, with_last_line};
 use crate::tool::{Pins, ToolInfo, needs_approval};
 use crate::wire::{Tapped, Wire};
@@ -40,35 +40,6 @@ const HTTP_RESUME_TRIES: usize = 3;
 
 /// How long past its deadline a call may take to get its cancellation written.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
-
-/// Where a server's connection is, for dumps and `mindfleet tools list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum ServerState {
-    /// The first connection is being made.
-    Connecting,
-    Ready,
-    /// Reconnect attempt `attempt` (from 1) is waiting out its backoff or connecting.
-    Restarting {
-        attempt: u32,
-    },
-    /// Not connected: the first connection or the last attempt failed, or the connection was
-    /// lost (`reason` then starts with "transport lost"). The caller may reconnect.
-    Failed {
-        reason: String,
-    },
-}
-
-impl std::fmt::Display for ServerState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServerState::Connecting => f.write_str("connecting"),
-            ServerState::Ready => f.write_str("ready"),
-            ServerState::Restarting { attempt } => write!(f, "restarting (attempt {attempt})"),
-            ServerState::Failed { reason } => write!(f, "failed: {reason}"),
-        }
-    }
-}
 
 /// The wait before each reconnect attempt: `initial`, doubling per failed attempt, at most
 /// `max`. No jitter: each server has its own client, so there is no herd to spread.

@@ -10,7 +10,7 @@ use rmcp::model::ErrorCode;
 use rmcp::transport::DynamicTransportError;
 use rmcp::transport::streamable_http_client::StreamableHttpError;
 
-use crate::client::ServerState;
+use crate::state::ServerState;
 use mindfleet_core::tools::SpecError;
 
 /// Why a call did not return a result. Every variant names the server and the tool.

@@ -45,6 +45,7 @@ mod error;
 pub mod installed;
 mod output;
 pub mod schema;
+mod state;
 mod stderr;
 mod tool;
 mod wire;
@@ -52,11 +53,12 @@ mod wire;
 #[cfg(test)]
 mod servers;
 
-pub use client::{Backoff, ServerState, ToolClient};
+pub use client::{Backoff, ToolClient};
 pub use error::{CallError, ConnectError, text_class};
 pub use mindfleet_core::record::ErrorClass;
 pub use mindfleet_core::tools::{
     Approval, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, Endpoint, SpecError, ToolServerSpec,
 };
 pub use output::{ToolOutput, cap};
+pub use state::ServerState;
 pub use tool::{PinChanges, Pins, ToolInfo, needs_approval};
