@@ -98,7 +98,7 @@ async fn serve_connection(
         let call = hyper::service::Service::call(&app, req);
         async move {
             let res = call.await?;
-            Ok::<_, std::convert::Infallible>(res.map(|body| Body::new(Tracked { body, _active: active })))
+            Ok::<_, std::convert::Infallible>(res.map(|body| Body::new(Holding { body, _guard: active })))
         }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -231,13 +231,14 @@ impl Drop for Active {
     }
 }
 
-/// A response body that keeps its request in flight until hyper has written or dropped it.
-struct Tracked {
-    body: Body,
-    _active: Active,
+/// A response body that holds `guard` until hyper has written or dropped it: its request in
+/// flight ([`Active`]), a stream's slot (`streams`).
+pub(super) struct Holding<G> {
+    pub(super) body: Body,
+    pub(super) _guard: G,
 }
 
-impl hyper::body::Body for Tracked {
+impl<G: Send + Unpin + 'static> hyper::body::Body for Holding<G> {
     type Data = Bytes;
     type Error = axum::Error;
 

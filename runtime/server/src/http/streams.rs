@@ -4,17 +4,16 @@
 //! connection closed), so open streams can never hold every connection of `max_connections`:
 //! `/health`, `POST /events` and the rest are still served.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
+use super::conn::Holding;
 use super::extract::error;
 
 /// The stream slots of one admin API.
@@ -45,31 +44,5 @@ pub(super) async fn hold_stream(State(streams): State<Streams>, req: Request, ne
         refused.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         return refused;
     };
-    next.run(req).await.map(|body| Body::new(Held { body, _slot: slot }))
-}
-
-/// A response body that keeps its stream's slot until it ends or is dropped.
-struct Held {
-    body: Body,
-    _slot: OwnedSemaphorePermit,
-}
-
-impl hyper::body::Body for Held {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
+    next.run(req).await.map(|body| Body::new(Holding { body, _guard: slot }))
 }
