@@ -23,19 +23,7 @@ fn fleet_file() -> String {
     format!("[fleet]\nname = \"mcp\"\nbrain = \"rules\"\n[admin]\naddr = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{TRIO}")
 }
 
-/// A small tree for the index: a retry with a doubling wait, and a tax function.
-fn tree() -> tempfile::TempDir {
-    let src = tempfile::tempdir().unwrap();
-    std::fs::write(
-        src.path().join("retry.rs"),
-        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
-    )
-    .unwrap();
-    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
-    src
-}
-
-/// A fleet started with its index holding [`tree`].
+/// A fleet started with its index holding [`two_files`].
 async fn fleet_with_index(dir: &std::path::Path, src: &std::path::Path) -> (Fleet, Client) {
     pulled();
     let fleet = start(dir, &fleet_file()).await;
@@ -166,7 +154,7 @@ async fn every_tool(client: &McpClient, fleet: &Fleet, how: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_s_client_drives_the_fleet_s_tools_over_streamable_http_with_the_token_and_not_without() {
-    let (dir, src) = (tempfile::tempdir().unwrap(), tree());
+    let (dir, src) = (tempfile::tempdir().unwrap(), two_files());
     let (fleet, _) = fleet_with_index(dir.path(), src.path()).await;
 
     // Without the token (or with another), the handshake is refused: 401, as every route.
@@ -195,7 +183,7 @@ async fn rmcp_s_client_drives_the_fleet_s_tools_over_streamable_http_with_the_to
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_s_client_drives_mindfleet_mcp_over_stdio_against_a_running_fleet() {
-    let (dir, src) = (tempfile::tempdir().unwrap(), tree());
+    let (dir, src) = (tempfile::tempdir().unwrap(), two_files());
     let (fleet, _) = fleet_with_index(dir.path(), src.path()).await;
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"));
     cmd.args(["mcp", "--admin", &fleet.addr.to_string()]).env("MINDFLEET_ADMIN_TOKEN", TOKEN);

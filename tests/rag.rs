@@ -15,7 +15,7 @@ use mindfleet_models::fetch::MINILM;
 use ractor::ActorRef;
 use serde_json::Value;
 
-use crate::util::{poll, pulled};
+use crate::util::{poll, pulled, two_files};
 
 fn model() -> IndexModel {
     IndexModel::load(&pulled().join(MINILM.name)).unwrap()
@@ -205,18 +205,6 @@ fn rag_ask_answers_from_the_chunks_found_with_citations_or_says_there_is_nothing
     let none = rag(&["ask", "what is the capital of France", "--data", d]);
     assert_eq!(none["relevant"], false, "{none}");
     assert!(none["answer"].as_str().unwrap().starts_with("The index has nothing relevant"), "{none}");
-}
-
-/// A tree of two files: `retry.rs` (a retry with a doubling wait, lines 1-7) and `tax.py`.
-fn two_files() -> tempfile::TempDir {
-    let src = tempfile::tempdir().unwrap();
-    std::fs::write(
-        src.path().join("retry.rs"),
-        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
-    )
-    .unwrap();
-    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
-    src
 }
 
 /// `mindfleet ARGS --json` on a blocking thread (the fleet runs on this test's runtime).

@@ -207,3 +207,15 @@ pub fn model_calls(fleet: &Fleet, calls: &[(&str, u32)]) {
         fleet.scheduler.done_with_tokens(rx.recv_timeout(DEADLINE).expect("granted").task, used);
     }
 }
+
+/// A tree of two files: `retry.rs` (a retry with a doubling wait, lines 1-7) and `tax.py`.
+pub fn two_files() -> tempfile::TempDir {
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("retry.rs"),
+        "/// Calls `f` again after a failure, waiting twice as long each time.\npub fn with_backoff(f: impl Fn() -> bool) {\n    let mut wait = 10;\n    while !f() {\n        wait *= 2;\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
+    src
+}

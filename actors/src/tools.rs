@@ -221,6 +221,7 @@ impl ToolHostState {
             Ok(()) => {
                 s.attempt = 0;
                 let now = s.client.pins();
+                let first_sight = !self.pins.contains_key(name);
                 let pinned = self.pins.entry(name.to_string()).or_insert_with(|| now.clone());
                 let changes = pinned.compare(&now);
                 s.disabled = changes
@@ -245,7 +246,8 @@ impl ToolHostState {
                     client.closed().await;
                     let _ = me.cast(ToolsMsg::Lost(name));
                 });
-                if let Err(e) = write_pins(&self.pins_file, &self.pins) {
+                // Only a server seen for the first time adds pins; a reconnection changes none.
+                if first_sight && let Err(e) = write_pins(&self.pins_file, &self.pins) {
                     tracing::warn!(%e, "the tool pins could not be written");
                 }
             }
