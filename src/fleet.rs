@@ -137,6 +137,7 @@ impl FleetState {
             // without material. The local model's may not.
             open_answers: matches!(self.config.llm, LlmBackend::OpenAi { .. }),
             personas: self.config.personas.iter().map(|p| p.name.clone()).collect(),
+            tools: self.tools.clone(),
         }
     }
 
@@ -252,7 +253,10 @@ impl Actor for FleetSupervisor {
         };
         let tools = match args.config.tool_servers.is_empty() {
             true => None,
-            false => Some(mindfleet_actors::tools::spawn(ToolHostArgs::of(&args.config), Some(me.clone())).await?),
+            false => Some(
+                mindfleet_actors::tools::spawn(ToolHostArgs::of(&args.config, args.storage.clone()), Some(me.clone()))
+                    .await?,
+            ),
         };
         let enricher = Enricher::new(&args.config.references, Some(embedding.clone())).map(Arc::new);
         if let Some(e) = enricher.clone() {

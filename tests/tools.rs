@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use mindfleet_core::record::ErrorClass;
-use mindfleet_core::tools::{ToolCall, ToolFailure, ToolResult, ToolsDump, ToolsMsg};
+use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolFailure, ToolResult, ToolsDump, ToolsMsg};
 use mindfleet_tools::installed;
 use ractor::call_t;
 use serde_json::{Value, json};
@@ -27,6 +27,7 @@ name = "everything"
 command = "{program}"
 env = ["PATH"]
 timeout_secs = 20
+approval = "never"
 
 [[persona]]
 name = "helper"
@@ -72,8 +73,21 @@ async fn call(
     arguments: Value,
 ) -> Result<ToolResult, ToolFailure> {
     let host = fleet.tools.as_ref().expect("a tool host");
-    let c = ToolCall { persona: persona.into(), tool: tool.into(), arguments, timeout_ms: 20_000 };
-    call_t!(host, ToolsMsg::Call, 30_000, Box::new(c)).expect("the tool host answers")
+    let id = format!("test-{}", arguments);
+    let c = ToolCall {
+        persona: persona.into(),
+        tool: tool.into(),
+        arguments,
+        timeout_ms: 20_000,
+        id,
+        event_id: "e1".into(),
+        room: "general".into(),
+        why: "a test".into(),
+    };
+    match call_t!(host, ToolsMsg::Call, 30_000, Box::new(c)).expect("the tool host answers") {
+        ToolAnswer::Ran { result, .. } => result,
+        parked => panic!("no call of this fleet waits for approval: {parked:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,3 +165,5 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     assert!(err.contains("no tool server \"nope\" (known: everything)"), "{err}");
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+mod acting;

@@ -10,8 +10,18 @@
 //!
 //! A call is refused unless the persona's allowlist has the tool and the tool is enabled; it runs
 //! off the loop, its deadline the shorter of the caller's and the server's `timeout_secs`.
+//!
+//! Calls that need a person's approval (the server's `approval`, the tool's annotations) and
+//! calls that may not run twice (a tool not annotated read-only or idempotent) are journaled in
+//! storage (`tool_calls`), by the call's id, which the persona derives from its event and plan:
+//! - a call that needs approval is journaled pending (on disk before the persona hears it is
+//!   parked), goes to the `approval` webhooks, and runs once a person approves it; unanswered
+//!   after the server's `approval_timeout_secs`, it is denied;
+//! - a call that may not run twice is journaled in flight (on disk before it is sent) and then
+//!   with its answer: asked again after a crash, it gets the journaled answer, or, when the crash
+//!   came before the answer, an `unknown` failure instead of a second run (at most once).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,11 +29,14 @@ use std::time::{Duration, Instant};
 use mindfleet_core::config::FleetConfig;
 use mindfleet_core::quantile::percentile;
 use mindfleet_core::record::ErrorClass;
+use mindfleet_core::time::now_us;
 use mindfleet_core::tools::{
-    Endpoint, ToolCall, ToolDump, ToolFailure, ToolResult, ToolServerDump, ToolsDump, ToolsMsg, allowed,
+    ApprovalState, ApprovalView, CallJournal, CallRun, Endpoint, NOT_NEEDED, ToolAnswer, ToolCall, ToolDump,
+    ToolFailure, ToolResult, ToolServerDump, ToolsDump, ToolsMsg, allowed,
 };
+use mindfleet_store::{Receipt, Storage};
 use mindfleet_tools::{Backoff, CallError, Pins, ServerState, ToolClient, needs_approval};
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 
 /// What the tool host starts from.
 pub struct ToolHostArgs {
@@ -32,14 +45,17 @@ pub struct ToolHostArgs {
     pub allowlists: BTreeMap<String, Vec<String>>,
     /// Where the pins are kept.
     pub pins_file: PathBuf,
+    /// Where calls waiting for approval, and calls that may not run twice, are journaled.
+    pub storage: Storage,
 }
 
 impl ToolHostArgs {
-    pub fn of(config: &FleetConfig) -> ToolHostArgs {
+    pub fn of(config: &FleetConfig, storage: Storage) -> ToolHostArgs {
         ToolHostArgs {
             servers: config.tool_servers.clone(),
             allowlists: config.personas.iter().map(|p| (p.name.clone(), p.tools.clone())).collect(),
             pins_file: config.storage.data_dir.join("tools").join("pins.json"),
+            storage,
         }
     }
 }
@@ -88,6 +104,13 @@ pub struct ToolHostState {
     pins_file: PathBuf,
     /// The descriptions people accepted, by server.
     pins: BTreeMap<String, Pins>,
+    storage: Storage,
+    /// The journaled calls, by id (as in storage).
+    journal: HashMap<String, CallJournal>,
+    /// Who waits for the approval of each call, by id.
+    waiting: HashMap<String, Vec<RpcReplyPort<ApprovalState>>>,
+    /// Calls waiting for their server to be connected, by server.
+    held: HashMap<String, Vec<(ToolCall, RpcReplyPort<ToolAnswer>)>>,
 }
 
 /// The longest a reconnection waits after a failure (the backoff doubles up to it).
@@ -120,7 +143,24 @@ impl Actor for ToolHost {
             let server = Server { client, attempt: 0, restarts: 0, disabled: BTreeMap::new(), stats: Arc::default() };
             servers.insert(name, server);
         }
-        Ok(ToolHostState { servers, allowlists: args.allowlists, pins_file: args.pins_file, pins })
+        let journal: HashMap<String, CallJournal> =
+            args.storage.tool_calls()?.into_iter().map(|j| (j.call.id.clone(), j)).collect();
+        let now = now_us();
+        for j in journal.values().filter(|j| j.call.state.is_pending()) {
+            let id = j.call.id.clone();
+            let wait = Duration::from_micros((j.call.deadline_us - now).max(0) as u64);
+            myself.send_after(wait, move || ToolsMsg::Expire(id));
+        }
+        Ok(ToolHostState {
+            servers,
+            allowlists: args.allowlists,
+            pins_file: args.pins_file,
+            pins,
+            storage: args.storage,
+            journal,
+            waiting: HashMap::new(),
+            held: HashMap::new(),
+        })
     }
 
     async fn post_stop(&self, _: ActorRef<ToolsMsg>, st: &mut ToolHostState) -> Result<(), ActorProcessingErr> {
@@ -137,29 +177,66 @@ impl Actor for ToolHost {
         st: &mut ToolHostState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolsMsg::Call(call, reply) => match st.admit(&call) {
-                Ok(server) => {
-                    let (client, stats) = (server.client.clone(), server.stats.clone());
-                    tokio::spawn(async move {
-                        let r = run(&client, &call).await;
-                        let (took_ms, failure) = match &r {
-                            Ok(ok) => (ok.took_ms, None),
-                            Err(f) => (f.took_ms, Some(f.class)),
-                        };
-                        let tool = call.tool.split_once('.').map_or("", |(_, t)| t).to_string();
-                        stats
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .entry(tool)
-                            .or_default()
-                            .record(took_ms, failure);
-                        let _ = reply.send(r);
-                    });
+            ToolsMsg::Call(call, reply) => st.call(&myself, *call, reply),
+            ToolsMsg::Await(id, reply) => match st.journal.get(&id).map(|j| &j.call.state) {
+                Some(ApprovalState::Pending) => st.waiting.entry(id).or_default().push(reply),
+                Some(decided) => {
+                    let _ = reply.send(decided.clone());
                 }
-                Err(refused) => {
-                    let _ = reply.send(Err(refused));
+                None => {
+                    let reason = format!("no call {id} waits for approval");
+                    let _ = reply.send(ApprovalState::Denied { by: "tools".into(), reason });
                 }
             },
+            ToolsMsg::Approvals(reply) => {
+                let mut pending: Vec<ApprovalView> =
+                    st.journal.values().filter(|j| j.call.state.is_pending()).map(|j| j.call.clone()).collect();
+                pending.sort_by(|a, b| a.requested_us.cmp(&b.requested_us).then(a.id.cmp(&b.id)));
+                let _ = reply.send(pending);
+            }
+            ToolsMsg::Decide { id, approve, by, reason, reply } => {
+                let state = if approve { ApprovalState::Approved { by } } else { ApprovalState::Denied { by, reason } };
+                match st.decide(&id, state) {
+                    Ok((view, written)) => {
+                        tokio::spawn(async move {
+                            let r = match written {
+                                Some(rx) => match rx.await {
+                                    Ok(Ok(())) => Ok(view),
+                                    Ok(Err(e)) => Err(format!("the answer could not be journaled: {e}")),
+                                    Err(_) => Err("storage stopped before the answer was journaled".into()),
+                                },
+                                None => Ok(view),
+                            };
+                            let _ = reply.send(r);
+                        });
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            ToolsMsg::Expire(id) => {
+                let due = st.journal.get(&id).filter(|j| j.call.state.is_pending() && j.call.deadline_us <= now_us());
+                if let Some(j) = due {
+                    let after_secs = ((j.call.deadline_us - j.call.requested_us).max(0) / 1_000_000) as u64;
+                    tracing::info!(call = %id, tool = %j.call.tool, after_secs, "approval not answered in time: denied");
+                    let _ = st.decide(&id, ApprovalState::Expired { after_secs });
+                }
+            }
+            ToolsMsg::Unheld(server, id) => {
+                let calls = st.held.entry(server.clone()).or_default();
+                if let Some(i) = calls.iter().position(|(c, _)| c.id == id) {
+                    let (call, reply) = calls.remove(i);
+                    let message = format!("{}: tool server {server:?} was not connected in time", call.tool);
+                    let failure = ToolFailure { class: ErrorClass::Timeout, message, for_model: None, took_ms: 0 };
+                    let answer = ToolAnswer::Ran { result: Err(failure), approval: NOT_NEEDED.into(), replayed: false };
+                    let _ = reply.send(answer);
+                }
+            }
+            ToolsMsg::Journaled(j) => {
+                st.storage.journal_call((*j).clone(), false);
+                st.journal.insert(j.call.id.clone(), *j);
+            }
             ToolsMsg::Dump(reply) => {
                 let _ = reply.send(st.dump());
             }
@@ -195,6 +272,166 @@ fn connect(myself: &ActorRef<ToolsMsg>, name: &str, client: ToolClient, again: b
 }
 
 impl ToolHostState {
+    /// A persona's call: refused, answered from the journal, parked for approval, or run.
+    fn call(&mut self, myself: &ActorRef<ToolsMsg>, call: ToolCall, reply: RpcReplyPort<ToolAnswer>) {
+        let ran = |result, approval: &str, replayed| ToolAnswer::Ran { result, approval: approval.into(), replayed };
+        let server = match self.admit(&call) {
+            Ok(s) => s,
+            Err(refused) => {
+                let _ = reply.send(ran(Err(refused), NOT_NEEDED, false));
+                return;
+            }
+        };
+        let tool = call.tool.split_once('.').map_or("", |(_, t)| t);
+        if server.client.state() != ServerState::Ready {
+            // Not connected yet (the fleet just started) or again: the call waits for it, up to
+            // the server's timeout.
+            let (name, wait) = (server.client.spec().name.clone(), server.client.spec().timeout());
+            let id = call.id.clone();
+            self.held.entry(name.clone()).or_default().push((call, reply));
+            myself.send_after(wait, move || ToolsMsg::Unheld(name, id));
+            return;
+        }
+        let Some(info) = server.client.tool(tool) else {
+            let message = format!("tool server {:?} has no tool {tool:?}", server.client.spec().name);
+            let failure = ToolFailure { class: ErrorClass::MissingResource, message, for_model: None, took_ms: 0 };
+            let _ = reply.send(ran(Err(failure), NOT_NEEDED, false));
+            return;
+        };
+        let approval = server.client.spec().approval;
+        let timeout_secs = server.client.spec().approval_timeout_secs;
+        let needs = needs_approval(&info, approval);
+        let repeatable = info.read_only() || info.idempotent();
+        let journaled = self.journal.get(&call.id).cloned();
+        let j = match journaled {
+            Some(j) => j,
+            None if needs => {
+                // A new call that waits for a person: on disk before the persona parks its plan.
+                let now = now_us();
+                let view = ApprovalView {
+                    id: call.id.clone(),
+                    persona: call.persona.clone(),
+                    tool: call.tool.clone(),
+                    arguments: call.arguments.to_string(),
+                    why: call.why.clone(),
+                    event_id: call.event_id.clone(),
+                    room: call.room.clone(),
+                    requested_us: now,
+                    deadline_us: now + timeout_secs as i64 * 1_000_000,
+                    state: ApprovalState::Pending,
+                };
+                let j = CallJournal { call: view.clone(), needs_approval: true, run: CallRun::NotRun };
+                let written = self.storage.journal_call(j.clone(), true);
+                self.journal.insert(call.id.clone(), j);
+                let id = call.id.clone();
+                myself.send_after(Duration::from_secs(timeout_secs), move || ToolsMsg::Expire(id));
+                tracing::info!(persona = %call.persona, tool = %call.tool, call = %call.id, "tool call waits for approval");
+                tokio::spawn(async move {
+                    if let Some(rx) = written {
+                        let _ = rx.await;
+                    }
+                    let _ = reply.send(ToolAnswer::Parked(view));
+                });
+                return;
+            }
+            None => {
+                let j = CallJournal { call: unapproved(&call), needs_approval: false, run: CallRun::NotRun };
+                return self.run(myself, call, j, repeatable, reply);
+            }
+        };
+        let approval = if j.needs_approval { j.call.state.describe() } else { NOT_NEEDED.to_string() };
+        match (&j.call.state, &j.run) {
+            (_, CallRun::Done { result, .. }) => {
+                let _ = reply.send(ran(result.clone(), &approval, true));
+            }
+            (_, CallRun::InFlight { .. }) if !repeatable => {
+                let message = format!(
+                    "{} was sent before the fleet stopped and its answer is unknown: not sent again (at most once)",
+                    call.tool
+                );
+                let failure = ToolFailure { class: ErrorClass::Unknown, message, for_model: None, took_ms: 0 };
+                let _ = reply.send(ran(Err(failure), &approval, true));
+            }
+            (ApprovalState::Pending, _) => {
+                let _ = reply.send(ToolAnswer::Parked(j.call.clone()));
+            }
+            (ApprovalState::Denied { .. } | ApprovalState::Expired { .. }, _) => {
+                let message = format!("{}: {}", call.tool, approval);
+                let failure = ToolFailure { class: ErrorClass::AccessDenied, message, for_model: None, took_ms: 0 };
+                let _ = reply.send(ran(Err(failure), &approval, false));
+            }
+            (ApprovalState::Approved { .. }, _) => self.run(myself, call, j, repeatable, reply),
+        }
+    }
+
+    /// Runs an admitted (and approved) call off the loop; one that may not run twice is
+    /// journaled in flight first (on disk before it is sent), and with its answer after.
+    fn run(
+        &mut self,
+        myself: &ActorRef<ToolsMsg>,
+        call: ToolCall,
+        mut j: CallJournal,
+        repeatable: bool,
+        reply: RpcReplyPort<ToolAnswer>,
+    ) {
+        let Ok(server) = self.admit(&call) else { return };
+        let (client, stats) = (server.client.clone(), server.stats.clone());
+        let journaled = !repeatable || j.needs_approval;
+        let written = if journaled {
+            j.run = CallRun::InFlight { since_us: now_us() };
+            self.journal.insert(j.call.id.clone(), j.clone());
+            self.storage.journal_call(j.clone(), !repeatable)
+        } else {
+            None
+        };
+        let approval = if j.needs_approval { j.call.state.describe() } else { NOT_NEEDED.to_string() };
+        let me = myself.clone();
+        tokio::spawn(async move {
+            if let Some(rx) = written
+                && !matches!(rx.await, Ok(Ok(())))
+            {
+                let message = format!("{}: the call could not be journaled before it was sent: not sent", call.tool);
+                let failure = ToolFailure { class: ErrorClass::Unknown, message, for_model: None, took_ms: 0 };
+                let _ = reply.send(ToolAnswer::Ran { result: Err(failure), approval, replayed: false });
+                return;
+            }
+            let r = run(&client, &call).await;
+            let (took_ms, failure) = match &r {
+                Ok(ok) => (ok.took_ms, None),
+                Err(f) => (f.took_ms, Some(f.class)),
+            };
+            let tool = call.tool.split_once('.').map_or("", |(_, t)| t).to_string();
+            stats.lock().unwrap_or_else(|e| e.into_inner()).entry(tool).or_default().record(took_ms, failure);
+            if journaled {
+                j.run = CallRun::Done { result: r.clone(), at_us: now_us() };
+                let _ = me.cast(ToolsMsg::Journaled(Box::new(j)));
+            }
+            let _ = reply.send(ToolAnswer::Ran { result: r, approval, replayed: false });
+        });
+    }
+
+    /// A person's (or the clock's) answer to the approval of call `id`: journaled, and told to
+    /// whoever waits for it. Answers the approval as it now stands and, when it was written, the
+    /// receipt of its write.
+    fn decide(&mut self, id: &str, state: ApprovalState) -> Result<(ApprovalView, Option<Receipt>), String> {
+        let Some(j) = self.journal.get_mut(id) else {
+            return Err(format!(
+                "no tool call {id:?} waits for approval (`mindfleet ai approvals` lists those that do)"
+            ));
+        };
+        if !j.call.state.is_pending() {
+            return Err(format!("tool call {id} is not waiting: {}", j.call.state.describe()));
+        }
+        j.call.state = state.clone();
+        let written = self.storage.journal_call(j.clone(), true);
+        tracing::info!(call = %id, tool = %j.call.tool, persona = %j.call.persona, approval = %state.describe(), "approval answered");
+        let view = j.call.clone();
+        for w in self.waiting.remove(id).unwrap_or_default() {
+            let _ = w.send(state.clone());
+        }
+        Ok((view, written))
+    }
+
     /// The server that runs `call`'s tool, if the persona may call it and the tool is enabled.
     fn admit(&self, call: &ToolCall) -> Result<&Server, ToolFailure> {
         let refuse = |class, message: String| ToolFailure { class, message, for_model: None, took_ms: 0 };
@@ -241,14 +478,17 @@ impl ToolHostState {
                     tracing::warn!(server = %name, tools = ?s.disabled.keys().collect::<Vec<_>>(), "tools disabled until approved");
                 }
                 tracing::info!(server = %name, tools = now.len(), "tool server ready");
-                let (me, client, name) = (myself.clone(), s.client.clone(), name.to_string());
+                let (me, client, lost) = (myself.clone(), s.client.clone(), name.to_string());
                 tokio::spawn(async move {
                     client.closed().await;
-                    let _ = me.cast(ToolsMsg::Lost(name));
+                    let _ = me.cast(ToolsMsg::Lost(lost));
                 });
                 // Only a server seen for the first time adds pins; a reconnection changes none.
                 if first_sight && let Err(e) = write_pins(&self.pins_file, &self.pins) {
                     tracing::warn!(%e, "the tool pins could not be written");
+                }
+                for (call, reply) in self.held.remove(name).unwrap_or_default() {
+                    self.call(myself, call, reply);
                 }
             }
             Err(why) => {
@@ -331,6 +571,23 @@ impl ToolHostState {
             })
             .collect();
         ToolsDump { servers }
+    }
+}
+
+/// The journal's view of a call that needs no approval.
+fn unapproved(call: &ToolCall) -> ApprovalView {
+    let now = now_us();
+    ApprovalView {
+        id: call.id.clone(),
+        persona: call.persona.clone(),
+        tool: call.tool.clone(),
+        arguments: call.arguments.to_string(),
+        why: call.why.clone(),
+        event_id: call.event_id.clone(),
+        room: call.room.clone(),
+        requested_us: now,
+        deadline_us: now,
+        state: ApprovalState::Approved { by: NOT_NEEDED.into() },
     }
 }
 

@@ -330,7 +330,7 @@ mod tests {
     }
 
     fn plan(event: &str, ok: bool) -> PlanRecord {
-        let step = |a| Step { action: a, state: StepState::Done, contingency: false };
+        let step = |a| Step { state: StepState::Done, ..Step::pending(a) };
         PlanRecord {
             event_id: event.into(),
             domain: "chat".into(),

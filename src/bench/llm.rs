@@ -358,6 +358,7 @@ fn plan_choice(llm: &Llm) -> anyhow::Result<Value> {
             attempt: 0,
             references: false,
             memory: &mindfleet_personas::brain::NOTHING_RECALLED,
+            procedures: &[],
         };
         let choice = LocalBrain.plan_request(&ctx).expect("the local brain asks");
         let mut answers = Vec::new();

@@ -15,11 +15,14 @@ use mindfleet_core::record::{
     WmEntry,
 };
 
+use mindfleet_core::tools::ToolProcedure;
+
 use crate::gate::{GateDecision, GateState, score};
 use crate::reply;
 
 mod local;
 pub mod recall;
+pub mod tools;
 
 pub use local::{
     GATE_CALIBRATION, GATE_CASES, GATE_LABELS, GateCalibration, LESSON_MAX_TOKENS, LocalBrain, PLAN_CASES, PlanKind,
@@ -44,6 +47,8 @@ pub struct PlanContext<'a> {
     pub references: bool,
     /// What the persona recalled of its long-term memory for the event.
     pub memory: &'a Recollection,
+    /// The fleet file's procedures of tool calls for the persona.
+    pub procedures: &'a [ToolProcedure],
 }
 
 /// What a brain writes a reply from.
@@ -225,6 +230,32 @@ impl PlanChoice {
     }
 }
 
+/// How a plan goes on after its `call_tool` step `failed` failed with `class`: a transient
+/// failure is retried once; a tool that found nothing leaves the answer to what the plan has;
+/// a refusal or an unknown failure plans again without the call (up to [`MAX_REPLANS`]), then
+/// answers without it. The person asking always gets an answer that says what failed.
+fn call_adjustment(plan: &Plan, failed: usize, class: ErrorClass, retried: bool) -> (Adjustment, String) {
+    let tool = plan.steps[failed].call.as_ref().map_or("the tool", |c| c.tool.as_str());
+    match class {
+        ErrorClass::Timeout | ErrorClass::RateLimit if !retried => (
+            Adjustment::Contingency(vec![Action::CallTool]),
+            format!("{} is transient: call {tool} once more", class.as_str()),
+        ),
+        ErrorClass::Timeout | ErrorClass::RateLimit => {
+            (Adjustment::Continue, format!("{} again: answer without {tool}", class.as_str()))
+        }
+        ErrorClass::MissingResource => {
+            (Adjustment::Continue, format!("{tool} found nothing: answer with what the plan has"))
+        }
+        ErrorClass::AccessDenied | ErrorClass::Unknown if plan.attempt < MAX_REPLANS => {
+            (Adjustment::Replan, format!("{tool} failed ({}): plan again without the call", class.as_str()))
+        }
+        ErrorClass::AccessDenied | ErrorClass::Unknown => {
+            (Adjustment::Continue, format!("{tool} failed ({}) again: answer without it", class.as_str()))
+        }
+    }
+}
+
 /// How far the model's best plan must lead the second, in log-probability, to be taken.
 pub const PLAN_CLEAR: f32 = 1.0;
 
@@ -233,7 +264,7 @@ pub const PLAN_CLEAR: f32 = 1.0;
 pub struct RulesBrain;
 
 fn step(action: Action) -> Step {
-    Step { action, state: StepState::Pending, contingency: false }
+    Step::pending(action)
 }
 
 /// A short question that is too vague to answer without asking back.
@@ -262,6 +293,11 @@ impl RulesBrain {
     /// or for a similar task that failed, and with the references first when the event calls
     /// for them.
     fn plan_of(ctx: &PlanContext) -> Plan {
+        if !ctx.avoid.contains(&Action::CallTool)
+            && let Some((p, calls)) = tools::procedure_steps(ctx.procedures, ctx.event)
+        {
+            return Self::tool_plan(ctx, &p.name, calls);
+        }
         let domain = ctx.event.domain.as_str();
         let (template, mut criteria) = Self::template(domain, ctx.event);
         let mut actions = template.clone();
@@ -331,6 +367,22 @@ impl RulesBrain {
     }
 }
 
+impl RulesBrain {
+    /// A procedure's plan: its calls first, then the answer drafted from what they returned.
+    fn tool_plan(ctx: &PlanContext, procedure: &str, calls: Vec<Step>) -> Plan {
+        let mut steps = calls;
+        steps.extend([Action::DraftReply, Action::PostReply].map(step));
+        Plan {
+            goal: format!("answer {} in #{} ({}) with what the tools return", ctx.event.from, ctx.event.room, ctx.role),
+            steps,
+            contingencies: vec![(ErrorClass::Timeout, vec![]), (ErrorClass::RateLimit, vec![])],
+            criteria: vec![Criterion::ContextGathered, Criterion::ReplyPosted],
+            source: format!("procedure:{procedure}"),
+            attempt: ctx.attempt,
+        }
+    }
+}
+
 impl Brain for RulesBrain {
     fn name(&self) -> &'static str {
         "rules"
@@ -349,6 +401,9 @@ impl Brain for RulesBrain {
         let action = plan.steps[failed].action;
         let retried = plan.steps[..failed].iter().any(|s| s.contingency && s.action == action)
             || plan.steps.get(failed).is_some_and(|s| s.contingency);
+        if action == Action::CallTool {
+            return call_adjustment(plan, failed, class, retried);
+        }
         match class {
             // Transient: the contingency is the same step again, once.
             ErrorClass::Timeout | ErrorClass::RateLimit if !retried => (
@@ -413,7 +468,9 @@ impl Brain for RulesBrain {
         for c in &plan.criteria {
             let ok = match c {
                 Criterion::ReplyPosted => done(Action::PostReply),
-                Criterion::ContextGathered => done(Action::RecallMemory) || done(Action::SearchKnowledge),
+                Criterion::ContextGathered => {
+                    done(Action::RecallMemory) || done(Action::SearchKnowledge) || done(Action::CallTool)
+                }
             };
             if ok { met.push(*c) } else { missed.push(*c) }
         }

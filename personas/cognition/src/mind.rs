@@ -187,6 +187,10 @@ fn push_capped<T>(v: &mut Vec<T>, x: T, cap: usize) {
 
 /// The kind of a `Source` (`mindfleet_core::knowledge`) read from a reference (not found in the index).
 pub const REFERENCE_KIND: &str = "reference";
+/// The kind of a `Source` a tool call returned (cited `tool:server.tool`).
+pub const TOOL_KIND: &str = "tool";
+/// The kind of a `Source` that says why a tool call failed.
+pub const TOOL_FAILED_KIND: &str = "tool-failed";
 
 #[cfg(test)]
 mod tests {

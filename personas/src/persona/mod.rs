@@ -53,6 +53,7 @@ use mindfleet_core::refs::{RefMatch, RefMode, Via};
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
 use mindfleet_core::time::now_us;
+use mindfleet_core::tools::ToolsMsg;
 use mindfleet_store::Storage;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call_t};
 
@@ -120,6 +121,8 @@ pub struct PersonaArgs {
     /// The names of the fleet's personas: their lines in a room are replies, not what people
     /// said, and a reply quotes people.
     pub personas: Arc<[String]>,
+    /// The fleet's tool host, when it has tool servers (the `call_tool` step).
+    pub tools: Option<ActorRef<ToolsMsg>>,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -135,6 +138,8 @@ pub struct ConversationArgs {
 const KNOWLEDGE_CHUNKS: usize = 3;
 /// How long a study stage that gave its slot back waits before it asks again.
 const STUDY_RETRY: Duration = Duration::from_secs(2);
+/// How much longer than a tool call's own deadline the persona waits for the tool host.
+const TOOL_ANSWER_SLACK_MS: u64 = 5_000;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
 const SEARCH_CALL_MS: u64 = 20_000;
 /// How long conversation memory gathers messages before it asks to embed them (unless a batch
@@ -367,6 +372,7 @@ impl Actor for Persona {
             personas: args.personas.clone(),
             turn_timeout: args.turn_timeout,
             first_task: SchedulerHandle::id_block(),
+            tools: args.tools.is_some(),
         };
         Ok(PersonaState {
             life: Lifecycle::new(setup, learnings, refs, deferred),

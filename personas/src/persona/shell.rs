@@ -11,13 +11,18 @@ use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
 use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Retake};
+use mindfleet_core::record::ErrorClass;
 use mindfleet_core::sched::{Task, TaskId};
 use mindfleet_core::time::now_us;
+use mindfleet_core::tools::{NOT_NEEDED, ToolAnswer, ToolCall, ToolFailure, ToolsMsg};
 use mindfleet_store::Reopened;
 use ractor::{ActorRef, RpcReplyPort, call_t};
 
 use super::lifecycle::{Ask, Effect, Enrich, Input, Repeat, TaskSpec};
-use super::{CHILD_CALL_MS, ConversationArgs, KNOWLEDGE_CHUNKS, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS};
+use super::{
+    CHILD_CALL_MS, ConversationArgs, KNOWLEDGE_CHUNKS, Own, PersonaState, ROOM_LINES, SEARCH_CALL_MS,
+    TOOL_ANSWER_SLACK_MS,
+};
 use crate::inbox::InboxMsg;
 use crate::references;
 use crate::self_state::SelfStateMsg;
@@ -92,6 +97,7 @@ impl PersonaState {
             Effect::RecallConversation { task, query } => self.recall_conversation(task, query),
             Effect::ConversationRecalled { seqs, degraded } => self.on_conversation_recalled(seqs, degraded),
             Effect::Search { task, query } => self.search(task, query),
+            Effect::CallTool { task, call } => return self.call_tool(task, *call),
             Effect::RecallLongTerm(event) => self.recall_long_term(event),
             Effect::ReadReferences { task, ids, text, authorised } => {
                 let enricher = self.args.enricher.clone()?;
@@ -265,6 +271,47 @@ impl PersonaState {
             };
             let _ = me.cast(Own::Life(Input::Searched { task, answer }).into());
         });
+    }
+
+    /// A tool call, off the loop (answered by `ToolAnswered`). A call parked for approval is
+    /// followed until its approval is decided (`ApprovalAnswered`): the plan then asks again.
+    fn call_tool(&self, task: TaskId, call: ToolCall) -> Option<Input> {
+        let Some(tools) = self.args.tools.clone() else {
+            let failure = ToolFailure {
+                class: ErrorClass::MissingResource,
+                message: "no tool servers in this fleet".into(),
+                for_model: None,
+                took_ms: 0,
+            };
+            let answer = ToolAnswer::Ran { result: Err(failure), approval: NOT_NEEDED.into(), replayed: false };
+            return Some(Input::ToolAnswered { task, answer });
+        };
+        let me = self.myself.clone();
+        let wait = call.timeout_ms + TOOL_ANSWER_SLACK_MS;
+        tokio::spawn(async move {
+            let (tool, id) = (call.tool.clone(), call.id.clone());
+            let answer = match call_t!(tools, ToolsMsg::Call, wait, Box::new(call)) {
+                Ok(a) => a,
+                Err(e) => {
+                    let failure = ToolFailure {
+                        class: ErrorClass::Timeout,
+                        message: format!("{tool}: the tool host did not answer: {e}"),
+                        for_model: None,
+                        took_ms: wait,
+                    };
+                    ToolAnswer::Ran { result: Err(failure), approval: NOT_NEEDED.into(), replayed: false }
+                }
+            };
+            let parked = matches!(answer, ToolAnswer::Parked(_));
+            let _ = me.cast(Own::Life(Input::ToolAnswered { task, answer }).into());
+            if parked {
+                // Whatever the answer (or a tool host gone meanwhile), the plan asks again and
+                // hears where the approval stands.
+                let _ = ractor::call!(tools, ToolsMsg::Await, id.clone());
+                let _ = me.cast(Own::Life(Input::ApprovalAnswered(id)).into());
+            }
+        });
+        None
     }
 
     /// A turn passed to this persona after it finished the event: storage makes the delivery

@@ -53,6 +53,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         open_answers: false,
         personas: Arc::from([]),
         adapters: None,
+        tools: None,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

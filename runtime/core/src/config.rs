@@ -481,6 +481,12 @@ pub struct PersonaConfig {
     pub node: Option<String>,
     /// The tools it may call (`tools = ["git.*", "fs.read_text_file"]`): none by default.
     pub tools: Vec<String>,
+    /// `[[persona.procedure]]`: the tool calls the rules brain plans for events that ask for them.
+    pub procedures: Vec<crate::tools::ToolProcedure>,
+    /// Most `call_tool` steps one event's plans run (`max_tool_steps`, default 8).
+    pub max_tool_steps: u32,
+    /// Most times one event's plans make the same call (`max_identical_calls`, default 2).
+    pub max_identical_calls: u32,
 }
 
 /// The domains a persona may name.

@@ -229,10 +229,12 @@ pub enum Action {
     /// Selects the references the text calls for (authorising their paths) and reads the
     /// passages of them that bear on it.
     SelectReference,
+    /// Calls a tool of a tool server (the step's [`ToolStep`] says which, with what).
+    CallTool,
 }
 
 impl Action {
-    pub const ALL: [Action; 8] = [
+    pub const ALL: [Action; 9] = [
         Action::RecallMemory,
         Action::SearchKnowledge,
         Action::DraftReply,
@@ -241,6 +243,7 @@ impl Action {
         Action::NotePreoccupation,
         Action::StudyTopic,
         Action::SelectReference,
+        Action::CallTool,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -253,6 +256,7 @@ impl Action {
             Action::NotePreoccupation => "note_preoccupation",
             Action::StudyTopic => "study_topic",
             Action::SelectReference => "select_reference",
+            Action::CallTool => "call_tool",
         }
     }
 }
@@ -300,6 +304,58 @@ pub struct Step {
     pub state: StepState,
     /// Injected by a contingency rather than planned.
     pub contingency: bool,
+    /// The call of a `call_tool` step, and what became of it. Since schema version 10 (older
+    /// plans are migrated with none); JSON without it reads as none.
+    #[serde(default)]
+    pub call: Option<ToolStep>,
+}
+
+impl Step {
+    /// A planned step, not run yet.
+    pub fn pending(action: Action) -> Step {
+        Step { action, state: StepState::Pending, contingency: false, call: None }
+    }
+
+    /// A planned `call_tool` step.
+    pub fn tool(call: ToolStep) -> Step {
+        Step { call: Some(call), ..Step::pending(Action::CallTool) }
+    }
+}
+
+/// The call a `call_tool` step makes, and (once it was made, refused or parked) its journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolStep {
+    /// `server.tool`.
+    pub tool: String,
+    /// Its arguments, as JSON text (an object).
+    pub arguments: String,
+    /// Why the plan calls it: the procedure that planned it, or the model's choice.
+    pub why: String,
+    /// What became of the call, once it was asked.
+    #[serde(default)]
+    pub outcome: Option<CallOutcome>,
+}
+
+/// What became of a tool call: the journal `ai plan` and `ai why` show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallOutcome {
+    /// The call's id, which is its approval's id too: the same call of the same step of the
+    /// same event has the same id, across restarts.
+    pub id: String,
+    pub took_ms: u64,
+    /// Bytes of the result's text before any cut.
+    pub bytes: u64,
+    /// The result was cut at the server's `max_output_kb`.
+    pub cut: bool,
+    /// How it failed, if it did.
+    pub error: Option<ErrorClass>,
+    /// `not needed`, `pending`, `approved by ...`, `denied by ...: why`, or `no answer within
+    /// N s`.
+    pub approval: String,
+    /// The start of what it returned, or why it failed.
+    pub summary: String,
+    /// Answered from the journal of a call made before a restart, not made again.
+    pub replayed: bool,
 }
 
 /// What makes a plan a success.

@@ -32,6 +32,8 @@ use crate::record::ErrorClass;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
 /// How much of a result reaches the caller when the table does not say.
 pub const DEFAULT_MAX_OUTPUT_KB: usize = 64;
+/// How long a call waits for approval when the table does not say: an hour.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 3600;
 
 /// One `[[tool_server]]` table of the fleet file, as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +63,13 @@ pub struct ToolServerSpec {
     pub max_output_kb: usize,
     #[serde(default)]
     pub approval: Approval,
+    /// How long a call waits for a person's approval; unanswered, it is denied (access_denied).
+    #[serde(default = "default_approval_timeout_secs")]
+    pub approval_timeout_secs: u64,
+}
+
+fn default_approval_timeout_secs() -> u64 {
+    DEFAULT_APPROVAL_TIMEOUT_SECS
 }
 
 fn default_timeout_secs() -> u64 {
@@ -126,6 +135,7 @@ impl ToolServerSpec {
             timeout_secs: DEFAULT_TIMEOUT_SECS,
             max_output_kb: DEFAULT_MAX_OUTPUT_KB,
             approval: Approval::default(),
+            approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
         }
     }
 
@@ -206,6 +216,127 @@ pub struct ToolCall {
     pub arguments: Value,
     /// The longest the caller waits; the server's `timeout_secs` caps it too.
     pub timeout_ms: u64,
+    /// The call's id ([`call_id`]): the same call of the same step of the same event has the
+    /// same one, across restarts, so its approval and its journal are found again.
+    pub id: String,
+    /// The event the plan that makes it works on, and its room.
+    pub event_id: String,
+    pub room: String,
+    /// Why the plan calls it (shown to whoever approves it).
+    pub why: String,
+}
+
+/// What the tool host answers a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolAnswer {
+    /// It ran (or was refused, or answered from the journal of a run before a restart).
+    Ran {
+        result: Result<ToolResult, ToolFailure>,
+        /// What approval it had: `not needed`, `approved by ...`, `denied by ...: why`.
+        approval: String,
+        /// Answered from the journal of a call made before a restart, not made again.
+        replayed: bool,
+    },
+    /// It waits for a person's approval: ask again once [`ToolsMsg::Await`] answers.
+    Parked(ApprovalView),
+}
+
+/// A call that needs (or needed) a person's approval, as `mindfleet ai approvals` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    /// The call's id ([`call_id`]).
+    pub id: String,
+    pub persona: String,
+    pub tool: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
+    pub why: String,
+    pub event_id: String,
+    pub room: String,
+    pub requested_us: i64,
+    /// When it counts as denied if nobody answers.
+    pub deadline_us: i64,
+    pub state: ApprovalState,
+}
+
+/// What the tool host journals of a call that needs a person's approval or may not run twice
+/// (kept in storage, so that neither is lost nor repeated across a crash).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallJournal {
+    /// The call, and its approval (`state` approved by `not needed` when it needs none).
+    pub call: ApprovalView,
+    pub needs_approval: bool,
+    pub run: CallRun,
+}
+
+/// Whether a journaled call ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallRun {
+    NotRun,
+    /// Sent to its server at this time, with no answer journaled: after a crash, it is not sent
+    /// again (it may have had its effect).
+    InFlight {
+        since_us: i64,
+    },
+    /// Answered: a call asked again (the plan replayed after a restart) gets this answer.
+    Done {
+        result: Result<ToolResult, ToolFailure>,
+        at_us: i64,
+    },
+}
+
+/// What the journal's approval says of a call that needs none.
+pub const NOT_NEEDED: &str = "not needed";
+
+/// Where an approval stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum ApprovalState {
+    Pending,
+    Approved {
+        by: String,
+    },
+    Denied {
+        by: String,
+        reason: String,
+    },
+    /// Nobody answered within the server's `approval_timeout_secs`: denied.
+    Expired {
+        after_secs: u64,
+    },
+}
+
+impl ApprovalState {
+    pub fn is_pending(&self) -> bool {
+        matches!(self, ApprovalState::Pending)
+    }
+
+    /// How the plan's journal says it: `approved by cli`, `denied by http: not now`.
+    pub fn describe(&self) -> String {
+        match self {
+            ApprovalState::Pending => "pending".into(),
+            ApprovalState::Approved { by } => format!("approved by {by}"),
+            ApprovalState::Denied { by, reason } if reason.is_empty() => format!("denied by {by}"),
+            ApprovalState::Denied { by, reason } => format!("denied by {by}: {reason}"),
+            ApprovalState::Expired { after_secs } => format!("no answer within {after_secs} s: denied"),
+        }
+    }
+}
+
+/// The id of the `occurrence`-th call (0 the first) of `tool` with `arguments` (JSON text) in
+/// the plans of `persona` for the event `event_id`: 16 hex digits of FNV-1a, the same on every
+/// machine and after a restart.
+pub fn call_id(persona: &str, event_id: &str, tool: &str, arguments: &str, occurrence: usize) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let occurrence = occurrence.to_string();
+    for part in [persona, event_id, tool, arguments, &occurrence] {
+        for b in part.bytes().chain(std::iter::once(0xff)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
 }
 
 /// What a call returned.
@@ -286,8 +417,27 @@ pub struct ToolDump {
 #[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum ToolsMsg {
-    /// Calls a tool for a persona (refused unless its allowlist has it).
-    Call(Box<ToolCall>, RpcReplyPort<Result<ToolResult, ToolFailure>>),
+    /// Calls a tool for a persona (refused unless its allowlist has it; parked when a person
+    /// must approve it first).
+    Call(Box<ToolCall>, RpcReplyPort<ToolAnswer>),
+    /// Answers once the approval of this call id is decided (at once if it is).
+    Await(String, RpcReplyPort<ApprovalState>),
+    /// The approvals that wait, oldest first.
+    Approvals(RpcReplyPort<Vec<ApprovalView>>),
+    /// A person's answer to an approval: approve (`true`) or deny, by whom, and why.
+    Decide {
+        id: String,
+        approve: bool,
+        by: String,
+        reason: String,
+        reply: RpcReplyPort<Result<ApprovalView, String>>,
+    },
+    /// An approval's time is up.
+    Expire(String),
+    /// A call that waited for its server to be connected waited long enough: (server, call id).
+    Unheld(String, String),
+    /// A call ran: its journal, with its answer.
+    Journaled(Box<CallJournal>),
     Dump(RpcReplyPort<ToolsDump>),
     /// Pins the current descriptions of one server's tools (all servers': `None`), enabling the
     /// tools disabled because theirs changed; answers the tools enabled.
@@ -299,6 +449,48 @@ pub enum ToolsMsg {
     /// Time to connect a server again.
     Retry(String),
 }
+
+/// A procedure of the fleet file that plans tool calls for the rules brain: an event of one of
+/// its `domains` (any, when none) whose text has one of the phrases of `when` gets a plan that
+/// makes its `calls` first, then answers from what they returned.
+///
+/// ```toml
+/// [[persona.procedure]]
+/// name = "last-commit"
+/// when = ["last commit", "latest commit"]
+/// calls = [{ tool = "git.git_log", arguments = { repo_path = ".", max_count = 1 } }]
+/// ```
+///
+/// A string of `arguments` may hold placeholders the event fills: `{path}` (the first path it
+/// names), `{quoted}` (the first text it quotes), `{id}` (the first `#number` or commit hash) and
+/// `{text}` (its words, without mentions). A procedure whose placeholders the event cannot fill
+/// does not apply to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolProcedure {
+    pub name: String,
+    pub domains: Vec<String>,
+    /// Phrases (lowercase); one of them in the event's text makes the procedure apply.
+    pub when: Vec<String>,
+    pub calls: Vec<ProcedureCall>,
+}
+
+/// One call of a [`ToolProcedure`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcedureCall {
+    /// `server.tool`.
+    pub tool: String,
+    /// A JSON object, its strings with placeholders still in.
+    pub arguments: String,
+}
+
+/// The placeholders a procedure's arguments may hold.
+pub const PLACEHOLDERS: &[&str] = &["{path}", "{quoted}", "{id}", "{text}"];
+
+/// Most `call_tool` steps a plan runs (its replans counted) when the persona does not say.
+pub const DEFAULT_MAX_TOOL_STEPS: u32 = 8;
+/// Most times a plan makes one call (the same tool with the same arguments) when the persona does
+/// not say; the loop breaker ends a plan that would make it again.
+pub const DEFAULT_MAX_IDENTICAL_CALLS: u32 = 2;
 
 /// Whether a persona's allowlist (`git.*`, `fs.read_text_file`) lets it call `tool`
 /// (`server.tool`). Nothing is allowed by default.

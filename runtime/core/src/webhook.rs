@@ -21,16 +21,19 @@ pub enum HookKind {
     Decision,
     /// An event that crashed its persona too often.
     DeadLetter,
+    /// A tool call that waits for a person's approval.
+    Approval,
 }
 
 impl HookKind {
-    pub const ALL: [HookKind; 3] = [HookKind::Reply, HookKind::Decision, HookKind::DeadLetter];
+    pub const ALL: [HookKind; 4] = [HookKind::Reply, HookKind::Decision, HookKind::DeadLetter, HookKind::Approval];
 
     pub fn as_str(self) -> &'static str {
         match self {
             HookKind::Reply => "reply",
             HookKind::Decision => "decision",
             HookKind::DeadLetter => "dead_letter",
+            HookKind::Approval => "approval",
         }
     }
 
@@ -175,6 +178,27 @@ impl HookDelivery {
             "crashes": dl.crashes,
         });
         HookDelivery::new(format!("dead-letter-{seq}"), HookKind::DeadLetter, body, dl.at_us)
+    }
+
+    /// A tool call that waits for approval (`POST /ai/approvals/{id}` answers it).
+    pub fn approval(a: &crate::tools::ApprovalView) -> HookDelivery {
+        let arguments: Value = serde_json::from_str(&a.arguments).unwrap_or(Value::String(a.arguments.clone()));
+        let body = json!({
+            "kind": "approval",
+            "id": a.id,
+            "event_id": a.event_id,
+            "persona": a.persona,
+            "room": a.room,
+            "in_reply_to": a.event_id,
+            "text": format!("{} wants to call {}: {}", a.persona, a.tool, a.why),
+            "brain": null,
+            "at": rfc3339(a.requested_us),
+            "tool": a.tool,
+            "arguments": arguments,
+            "why": a.why,
+            "deadline": rfc3339(a.deadline_us),
+        });
+        HookDelivery::new(format!("approval-{}", a.id), HookKind::Approval, body, a.requested_us)
     }
 }
 

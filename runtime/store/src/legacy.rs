@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
-use mindfleet_core::record::{AdjustmentRecord, Decision, Evaluation, MemoryUse, Plan, PlanRecord, Verdict};
+use mindfleet_core::record::{
+    Action, AdjustmentRecord, Criterion, Decision, DraftCheck, ErrorClass, Evaluation, MemoryUse, Plan, PlanRecord,
+    Step, StepState, Verdict,
+};
 use mindfleet_core::refs::RefMatch;
 
 use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};
@@ -40,6 +43,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migrate_6_to_7,
     migrate_7_to_8,
     migrate_8_to_9,
+    migrate_9_to_10,
 ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
@@ -147,8 +151,8 @@ fn rewrite_decisions<Old: serde::de::DeserializeOwned, New: Serialize>(
 pub(crate) struct PlanRecordV5 {
     pub(crate) event_id: String,
     pub(crate) domain: String,
-    pub(crate) plan: Plan,
-    pub(crate) replaced: Vec<Plan>,
+    pub(crate) plan: PlanV9,
+    pub(crate) replaced: Vec<PlanV9>,
     pub(crate) adjustments: Vec<AdjustmentRecord>,
     pub(crate) evaluation: Option<Evaluation>,
     pub(crate) started_us: i64,
@@ -177,8 +181,8 @@ impl From<PlanRecordV5> for PlanRecordV8 {
 pub(crate) struct PlanRecordV8 {
     pub(crate) event_id: String,
     pub(crate) domain: String,
-    pub(crate) plan: Plan,
-    pub(crate) replaced: Vec<Plan>,
+    pub(crate) plan: PlanV9,
+    pub(crate) replaced: Vec<PlanV9>,
     pub(crate) adjustments: Vec<AdjustmentRecord>,
     pub(crate) evaluation: Option<Evaluation>,
     pub(crate) started_us: i64,
@@ -186,8 +190,8 @@ pub(crate) struct PlanRecordV8 {
     pub(crate) memory_used: Vec<MemoryUse>,
 }
 
-impl From<PlanRecordV8> for PlanRecord {
-    fn from(p: PlanRecordV8) -> PlanRecord {
+impl From<PlanRecordV8> for PlanRecordV9 {
+    fn from(p: PlanRecordV8) -> PlanRecordV9 {
         let PlanRecordV8 {
             event_id,
             domain,
@@ -199,7 +203,7 @@ impl From<PlanRecordV8> for PlanRecord {
             finished_us,
             memory_used,
         } = p;
-        PlanRecord {
+        PlanRecordV9 {
             event_id,
             domain,
             plan,
@@ -210,6 +214,79 @@ impl From<PlanRecordV8> for PlanRecord {
             finished_us,
             memory_used,
             draft_check: None,
+        }
+    }
+}
+
+/// A plan as versions 1 to 9 stored it: steps without a tool call.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct PlanV9 {
+    pub(crate) goal: String,
+    pub(crate) steps: Vec<StepV9>,
+    pub(crate) contingencies: Vec<(ErrorClass, Vec<Action>)>,
+    pub(crate) criteria: Vec<Criterion>,
+    pub(crate) source: String,
+    pub(crate) attempt: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StepV9 {
+    pub(crate) action: Action,
+    pub(crate) state: StepState,
+    pub(crate) contingency: bool,
+}
+
+impl From<PlanV9> for Plan {
+    fn from(p: PlanV9) -> Plan {
+        let PlanV9 { goal, steps, contingencies, criteria, source, attempt } = p;
+        let steps = steps
+            .into_iter()
+            .map(|s| Step { action: s.action, state: s.state, contingency: s.contingency, call: None })
+            .collect();
+        Plan { goal, steps, contingencies, criteria, source, attempt }
+    }
+}
+
+/// A plan record as version 9 stored it.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct PlanRecordV9 {
+    pub(crate) event_id: String,
+    pub(crate) domain: String,
+    pub(crate) plan: PlanV9,
+    pub(crate) replaced: Vec<PlanV9>,
+    pub(crate) adjustments: Vec<AdjustmentRecord>,
+    pub(crate) evaluation: Option<Evaluation>,
+    pub(crate) started_us: i64,
+    pub(crate) finished_us: Option<i64>,
+    pub(crate) memory_used: Vec<MemoryUse>,
+    pub(crate) draft_check: Option<DraftCheck>,
+}
+
+impl From<PlanRecordV9> for PlanRecord {
+    fn from(p: PlanRecordV9) -> PlanRecord {
+        let PlanRecordV9 {
+            event_id,
+            domain,
+            plan,
+            replaced,
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used,
+            draft_check,
+        } = p;
+        PlanRecord {
+            event_id,
+            domain,
+            plan: plan.into(),
+            replaced: replaced.into_iter().map(Plan::from).collect(),
+            adjustments,
+            evaluation,
+            started_us,
+            finished_us,
+            memory_used,
+            draft_check,
         }
     }
 }
@@ -308,6 +385,16 @@ pub(crate) fn migrate_7_to_8(txn: &WriteTransaction) -> Result<(), redb::Error> 
 pub(crate) fn migrate_8_to_9(txn: &WriteTransaction) -> Result<(), redb::Error> {
     let mut t = txn.open_table(PLANS)?;
     let old: Rows<PlanRecordV8> = rows(&t)?;
+    for ((p, n), plan) in old {
+        t.insert((p.as_str(), n), enc(&PlanRecordV9::from(plan)).as_slice())?;
+    }
+    Ok(())
+}
+
+/// Version 10 adds the tool call of a `call_tool` step to plans (rewritten with none).
+pub(crate) fn migrate_9_to_10(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    let mut t = txn.open_table(PLANS)?;
+    let old: Rows<PlanRecordV9> = rows(&t)?;
     for ((p, n), plan) in old {
         t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
     }

@@ -52,7 +52,7 @@ use legacy::MIGRATIONS;
 pub use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows, StorageStats};
 use op::{Op, Release};
 pub use read::{RoomHistory, Why};
-use schema::{CONVERSATION, FORWARDS, META, OBSERVATIONS, PLACEMENT, REFERENCES, ROOMS, STUDIES, open_all};
+use schema::{CONVERSATION, FORWARDS, META, OBSERVATIONS, PLACEMENT, REFERENCES, ROOMS, STUDIES, TOOL_CALLS, open_all};
 pub use schema::{
     CONVERSATION_KEPT, EXPERIENCES_KEPT, KNOWLEDGE_KEPT, OBSERVATIONS_KEPT, PROCEDURES_PER_DOMAIN, SCHEMA_VERSION,
     STUDIES_KEPT,
@@ -198,6 +198,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, StorageError> {
 }
 
 use mindfleet_core::stored::encode as enc;
+use mindfleet_core::tools::CallJournal;
 
 fn dec<T: DeserializeOwned>(b: &[u8]) -> Result<T, redb::Error> {
     mindfleet_core::stored::decode(b).map_err(|e| redb::Error::Corrupted(e.to_string()))
@@ -212,6 +213,9 @@ pub struct Backlog {
     pub unobserved: Vec<u64>,
     pub kept: u64,
 }
+
+/// The answer to a write that waits until it is on disk.
+pub type Receipt = tokio::sync::oneshot::Receiver<Result<(), StorageError>>;
 
 impl Storage {
     /// Opens (or creates) `data_dir/fleet.redb`, checks its schema and starts the writer.
@@ -402,6 +406,35 @@ impl Storage {
                     Err(e) => Some(Err(e.into())),
                 })
                 .collect::<Result<_, _>>()
+        })
+    }
+
+    /// Journals a tool call; with `durable`, answers once it is on disk (a call that may not run
+    /// twice is journaled in flight before it is sent).
+    pub fn journal_call(&self, journal: CallJournal, durable: bool) -> Option<Receipt> {
+        let (tx, rx) = if durable {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        self.send(Op::ToolCall(Box::new(journal), tx));
+        rx
+    }
+
+    /// Every journaled tool call (blocking read; the tool host reads them at start).
+    pub fn tool_calls(&self) -> Result<Vec<CallJournal>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(TOOL_CALLS)?;
+            t.iter()?
+                .map(|r| {
+                    let (k, v) = r?;
+                    serde_json::from_slice(v.value()).map_err(|e| {
+                        let (p, id) = k.value();
+                        redb::Error::Corrupted(format!("tool call {p}/{id}: {e}"))
+                    })
+                })
+                .collect()
         })
     }
 

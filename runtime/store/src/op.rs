@@ -12,6 +12,7 @@ use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, Perso
 use mindfleet_core::record::{Consolidation, Eviction, Knowledge, SelfStateData, StudySession, WmEntry};
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
+use mindfleet_core::tools::CallJournal;
 use mindfleet_core::webhook::HookRoute;
 
 use crate::{Forward, ForwardQueue, InboxRestore, Reopened, StorageError, Target};
@@ -51,6 +52,8 @@ pub(crate) enum Op {
     /// Marks on a persona's messages: embedded, recalled.
     SaidMarks(Arc<str>, SaidMarks),
     Consolidate(Arc<str>, Box<Consolidation>),
+    /// Journals a tool call (answered once it is on disk, when asked).
+    ToolCall(Box<CallJournal>, Option<oneshot::Sender<Result<(), StorageError>>>),
     /// A finished study session, with the knowledge it left.
     Study(Arc<str>, Box<StudySession>, Option<Box<Knowledge>>),
     LoadSelfState(Arc<str>, oneshot::Sender<Option<SelfStateData>>),
@@ -103,11 +106,13 @@ impl Op {
             Op::SaidMarks(p, m) => Op::SaidMarks(p.clone(), m.clone()),
             Op::Consolidate(p, c) => Op::Consolidate(p.clone(), c.clone()),
             Op::Study(p, s, k) => Op::Study(p.clone(), s.clone(), k.clone()),
+            Op::ToolCall(j, None) => Op::ToolCall(j.clone(), None),
             Op::HookRoutes(r) => Op::HookRoutes(r.clone()),
             Op::HookAcked(h, k) => Op::HookAcked(h.clone(), *k),
             Op::HookFailed(h, k, e) => Op::HookFailed(h.clone(), *k, e.clone()),
             Op::HookDead(h, k, e) => Op::HookDead(h.clone(), *k, e.clone()),
             Op::Inject { .. }
+            | Op::ToolCall(_, Some(_))
             | Op::Release(_)
             | Op::Adopt(..)
             | Op::LoadSelfState(..)

@@ -15,8 +15,10 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// 7: a conversation message keeps when it was said (its event's `ts`), when it was taken in
 /// and whether it was consolidated; adds `observations` (what consolidation made of messages).
 /// 8: a decision keeps its event's room; adds `hook_queue` and `hook_dead` (webhook deliveries).
-/// 9: a plan keeps the draft check's finding on the model's draft.
-pub const SCHEMA_VERSION: u64 = 9;
+/// 9: a plan keeps the draft check's finding on the model's draft. 10: a plan's `call_tool`
+/// step keeps its call and what became of it; adds `tool_calls` (calls waiting for approval,
+/// and the journal of calls that may not run twice).
+pub const SCHEMA_VERSION: u64 = 10;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -59,11 +61,17 @@ pub(crate) const FORWARDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition
 pub(crate) const HOOK_QUEUE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("hook_queue");
 /// Webhook deliveries that gave up, until `webhooks retry`: same keys and values.
 pub(crate) const HOOK_DEAD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("hook_dead");
+/// Tool calls that need a person's approval or may not run twice: (persona, call id) ->
+/// `CallJournal` as JSON (its result may hold any JSON).
+pub(crate) const TOOL_CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("tool_calls");
 /// A fleet across nodes: where each persona that moved runs, persona -> (node, version).
 pub(crate) const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new("placement");
 
 /// Evictions kept per persona.
 pub(crate) const EVICTIONS_KEPT: u64 = 1000;
+/// Journaled tool calls kept per persona (those that wait for approval are always kept); the
+/// oldest are forgotten once a hundred more were written.
+pub(crate) const TOOL_CALLS_KEPT: usize = 1000;
 /// Finished plans kept per persona.
 pub(crate) const PLANS_KEPT: u64 = 200;
 
@@ -115,6 +123,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) placement: redb::Table<'t, &'static str, &'static [u8]>,
     pub(crate) hook_queue: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) hook_dead: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    pub(crate) tool_calls: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -150,6 +159,7 @@ impl<'t> Tables<'t> {
             placement: txn.open_table(PLACEMENT)?,
             hook_queue: txn.open_table(HOOK_QUEUE)?,
             hook_dead: txn.open_table(HOOK_DEAD)?,
+            tool_calls: txn.open_table(TOOL_CALLS)?,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! state after a disk error in `recover.rs`.
 
 mod apply;
+mod calls;
 pub(crate) mod handoff;
 mod hooks;
 mod journal;

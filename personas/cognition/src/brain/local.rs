@@ -56,6 +56,7 @@ fn describe(action: Action) -> &'static str {
         Action::NotePreoccupation => "note it for later",
         Action::StudyTopic => "study the topic",
         Action::SelectReference => "open the references it calls for",
+        Action::CallTool => "use a tool",
     }
 }
 

@@ -76,6 +76,7 @@ fn plan_for(e: &Event, learnings: &[Learning]) -> Plan {
         attempt: 0,
         references: false,
         memory: &NOTHING_RECALLED,
+        procedures: &[],
     })
 }
 
@@ -106,6 +107,7 @@ fn the_model_chooses_among_registry_plans_only_when_its_pick_survives_reordering
         attempt: 0,
         references: false,
         memory: &NOTHING_RECALLED,
+        procedures: &[],
     };
     let choice = LocalBrain.plan_request(&ctx).unwrap();
     let actions = |p: &Plan| p.steps.iter().map(|s| s.action).collect::<Vec<_>>();
@@ -208,6 +210,7 @@ fn references_an_event_calls_for_are_opened_first_and_a_plan_goes_on_without_the
         attempt: 0,
         references: true,
         memory: &NOTHING_RECALLED,
+        procedures: &[],
     };
     let plan = RulesBrain.formulate_plan(&ctx);
     assert_eq!(actions(&plan), [Action::SelectReference, Action::RecallMemory, Action::DraftReply, Action::PostReply]);
@@ -262,6 +265,7 @@ mod memory {
             attempt: 0,
             references: false,
             memory,
+            procedures: &[],
         }
     }
 

@@ -383,6 +383,10 @@ impl Lifecycle {
             self.done.pop_front();
         }
         self.emit(Effect::Mark(0));
+        // A parked plan whose approval was decided goes on before the next event.
+        if self.resume_ready() {
+            return;
+        }
         self.emit(Effect::Pull);
         self.emit(Effect::Idle);
         self.tend_deferred();

@@ -28,6 +28,7 @@
 //! grant.rs      a grant looked up in the book of tasks and run
 //! plan.rs       engaging, one task per step, adjusting a failed plan, the evaluation
 //! steps.rs      the actions of the registry and the answers they wait for
+//! calls.rs      the call_tool step, its guards, and plans parked for a person's approval
 //! turns.rs      the report of a turn held, a turn passed after the event was finished
 //! deferrals.rs  deferred events taken up or dropped
 //! props.rs      property tests of the lifecycle alone
@@ -46,12 +47,14 @@ use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake,
 use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
 use mindfleet_core::refs::{Enrichment, Excerpt, RefMatch};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
+use mindfleet_core::tools::{ToolAnswer, ToolCall};
 
 use crate::brain::{Brain, LocalBrain, PlanChoice, Recollection, RulesBrain};
 use crate::memory::Draft;
 use crate::mind::Update;
 use crate::references::{Authorised, Library, RefBook};
 
+mod calls;
 mod deferrals;
 mod grant;
 mod intake;
@@ -103,6 +106,8 @@ pub struct Setup {
     pub turn_timeout: Duration,
     /// The first id of the block its scheduler tasks take theirs from.
     pub first_task: TaskId,
+    /// The fleet has tool servers (the `call_tool` step).
+    pub tools: bool,
 }
 
 /// What the lifecycle is told: a message to the persona, an answer to what it asked, a timer.
@@ -143,6 +148,10 @@ pub enum Input {
     RedundancyChecked { task: TaskId, answer: Result<Option<Repeat>, String> },
     /// The study topic of the step of `task` was noted (`false`: it was already).
     StudyNoted { task: TaskId, topic: String, noted: bool },
+    /// The tool host's answer to the call of the step of `task`.
+    ToolAnswered { task: TaskId, answer: ToolAnswer },
+    /// The approval of the parked call `id` was decided: the plan that waits for it goes on.
+    ApprovalAnswered(String),
     /// The coordinator's answer to a claim.
     Turn(Turn),
     /// The coordinator has not answered the claim on this event yet.
@@ -212,6 +221,8 @@ pub enum Effect {
     ReadReferences { task: TaskId, ids: Vec<String>, text: String, authorised: Authorised },
     /// Check whether the draft of `task` repeats a reply already posted to its thread.
     CheckRedundancy { task: TaskId, event: Arc<Event>, draft: String },
+    /// Call a tool for the step of `task` (answered by `ToolAnswered`).
+    CallTool { task: TaskId, call: Box<ToolCall> },
     /// Note a knowledge gap for study (for the step of `task`, which waits for the answer).
     NoteStudy { task: Option<TaskId>, topic: String, why: String, event_id: String },
     /// Take a chat message in for conversation memory.
@@ -308,6 +319,8 @@ pub struct Lifecycle {
     reflecting: HashMap<TaskId, plan::Reflecting>,
     /// The model's drafts the draft check replaced, by flaw, since the persona started.
     drafts_replaced: BTreeMap<&'static str, u64>,
+    /// Plans parked while a call of theirs waits for a person's approval, oldest first.
+    parked: Vec<calls::Parked>,
     /// The effects of the input being handled.
     out: Vec<Effect>,
     /// The time of the input being handled.
@@ -338,6 +351,7 @@ impl Lifecycle {
             deferrals: DeferBook::new(deferred),
             reflecting: HashMap::new(),
             drafts_replaced: BTreeMap::new(),
+            parked: Vec::new(),
             out: Vec::new(),
             now: 0,
         }
@@ -367,6 +381,8 @@ impl Lifecycle {
             Input::ReferencesRead { task, read } => self.on_references_read(task, read),
             Input::RedundancyChecked { task, answer } => self.on_redundancy_checked(task, answer),
             Input::StudyNoted { task, topic, noted } => self.on_study_noted(task, topic, noted),
+            Input::ToolAnswered { task, answer } => self.on_tool_answered(task, answer),
+            Input::ApprovalAnswered(id) => self.on_approval_answered(&id),
             Input::Turn(t) => self.on_turn(t),
             Input::TurnOverdue(id) => self.on_turn_overdue(id),
             Input::CoordinatorGone(id) => self.go_on_alone(&id),
@@ -422,7 +438,14 @@ impl Lifecycle {
     }
 
     fn is_done(&self, seq: u64) -> bool {
-        self.done.contains(&seq) || self.current_event().is_some_and(|d| d.seq == seq)
+        self.done.contains(&seq)
+            || self.current_event().is_some_and(|d| d.seq == seq)
+            || self.parked.iter().any(|p| p.work.gated.seen.delivery.seq == seq)
+    }
+
+    /// The plans parked until a call of theirs is approved: (call id, plan).
+    pub fn parked(&self) -> impl Iterator<Item = (&str, &PlanRecord)> {
+        self.parked.iter().map(|p| (p.id.as_str(), &p.work.record))
     }
 
     /// The class the work on an event runs in: `urgent` if marked so or a human mentioned this

@@ -99,6 +99,8 @@ pub(crate) struct Work {
     pub choosing: Option<PlanChoice>,
     /// What was recalled of long-term memory before the plan.
     pub memory: Recollection,
+    /// Why the loop breaker stopped the step in hand, if it did: the plan makes no more calls.
+    pub breaker: Option<String>,
 }
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
@@ -218,6 +220,7 @@ impl Work {
             tokens: 0,
             choosing,
             memory: Recollection::default(),
+            breaker: None,
         }
     }
 

@@ -47,6 +47,7 @@ impl Lifecycle {
             attempt: 0,
             references: !self.refs.current.is_empty(),
             memory: &memory,
+            procedures: &self.setup.config.procedures,
         };
         let plan = self.brain.formulate_plan(&ctx);
         let memory_used = memory_used(&ctx, &plan);
@@ -141,7 +142,7 @@ impl Lifecycle {
         let drafts_later = ahead.iter().any(|s| s.action == Action::DraftReply);
         let selects_later = ahead.iter().any(|s| s.action == Action::SelectReference);
         if !fresh.is_empty() && drafts_later && !selects_later {
-            let step = Step { action: Action::SelectReference, state: StepState::Pending, contingency: false };
+            let step = Step::pending(Action::SelectReference);
             f.record.plan.steps.insert(f.cursor + 1, step);
         }
         self.phase = Phase::Working(f);
@@ -167,7 +168,18 @@ impl Lifecycle {
             Err((class, message)) => {
                 let action = f.record.plan.steps[i].action;
                 f.record.plan.steps[i].state = StepState::Failed { class, message: message.clone() };
-                let (adjustment, reason) = self.brain.adjust_plan(&f.record, i, class);
+                // The loop breaker ends the plan's calls; the plan goes on to answer.
+                let broken = f.breaker.take().map(|why| {
+                    for s in f.record.plan.steps[i + 1..].iter_mut().filter(|s| s.action == Action::CallTool) {
+                        s.state = StepState::Skipped;
+                    }
+                    f.notes.push(why.clone());
+                    (Adjustment::Continue, format!("{why}: no more tool calls in this plan"))
+                });
+                let (adjustment, reason) = match broken {
+                    Some(b) => b,
+                    None => self.brain.adjust_plan(&f.record, i, class),
+                };
                 tracing::debug!(persona = %self.name, action = action.as_str(), class = class.as_str(), adjustment = adjustment.kind(), "step failed");
                 f.record.adjustments.push(AdjustmentRecord {
                     step: i,
@@ -179,14 +191,23 @@ impl Lifecycle {
                     at_us: self.now,
                 });
                 match adjustment {
-                    Adjustment::Continue => f.cursor += 1,
+                    Adjustment::Continue => {
+                        f.cursor += 1;
+                        // Steps the loop breaker skipped are passed over.
+                        while f.record.plan.steps.get(f.cursor).is_some_and(|s| s.state == StepState::Skipped) {
+                            f.cursor += 1;
+                        }
+                    }
                     Adjustment::Contingency(actions) => {
                         let at = i + 1;
                         for (k, a) in actions.into_iter().enumerate() {
-                            f.record
-                                .plan
-                                .steps
-                                .insert(at + k, Step { action: a, state: StepState::Pending, contingency: true });
+                            // A call made again is the same call.
+                            let call = (a == Action::CallTool)
+                                .then(|| f.record.plan.steps[i].call.clone())
+                                .flatten()
+                                .map(|c| mindfleet_core::record::ToolStep { outcome: None, ..c });
+                            let step = Step { action: a, state: StepState::Pending, contingency: true, call };
+                            f.record.plan.steps.insert(at + k, step);
                         }
                         f.cursor = at;
                     }
@@ -202,6 +223,7 @@ impl Lifecycle {
                             attempt,
                             references: !self.refs.current.is_empty(),
                             memory: &f.memory,
+                            procedures: &self.setup.config.procedures,
                         };
                         let plan = self.brain.formulate_plan(&ctx);
                         f.record.memory_used = memory_used(&ctx, &plan);
@@ -251,6 +273,7 @@ impl Lifecycle {
                         attempt: plan.attempt,
                         references: !self.refs.current.is_empty(),
                         memory: &f.memory,
+                        procedures: &self.setup.config.procedures,
                     },
                     &plan,
                 );

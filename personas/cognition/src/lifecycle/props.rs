@@ -16,6 +16,7 @@ use mindfleet_core::sched::{ID_BLOCK, Outcome, SkipReason};
 use proptest::prelude::*;
 
 use super::*;
+use mindfleet_core::tools::{NOT_NEEDED, ToolResult};
 
 /// One thing that happens to the persona.
 #[derive(Debug, Clone)]
@@ -156,6 +157,7 @@ fn setup(local: bool, first_task: TaskId) -> Setup {
         personas: Arc::from(vec![ME.to_string(), "other".to_string()]),
         turn_timeout: std::time::Duration::from_secs(5),
         first_task,
+        tools: false,
     }
 }
 
@@ -242,6 +244,11 @@ impl World {
                 self.answers.push(Input::Recalled { task, recall, room: Vec::new() });
             }
             Effect::Search { task, .. } => self.answers.push(Input::Searched { task, answer: Ok(Vec::new()) }),
+            Effect::CallTool { task, .. } => {
+                let result = Ok(ToolResult { text: "ok".into(), structured: None, cut: false, bytes: 2, took_ms: 1 });
+                let answer = ToolAnswer::Ran { result, approval: NOT_NEEDED.into(), replayed: false };
+                self.answers.push(Input::ToolAnswered { task, answer });
+            }
             Effect::RecallLongTerm(e) => {
                 let memory = Box::default();
                 self.answers.push(Input::LongTermRecalled { event_id: e.id.clone(), memory, note: None });

@@ -168,6 +168,8 @@ fn line(p: &Piece, dated: bool) -> String {
         }
         Piece::Knowledge { topic, summary } => format!("what I know of {topic}: {}", quote(summary)),
         Piece::Remembered(t) => quote(t),
+        Piece::Tool { tool, failed: false, lines } => format!("{tool} returned: \"{}\"", quote(&lines.join(" / "))),
+        Piece::Tool { tool, failed: true, lines } => format!("{tool} failed: \"{}\"", quote(&lines.join(" / "))),
     }
 }
 

@@ -48,6 +48,26 @@ pub(super) struct RawToolServer {
     pub(super) timeout_secs: Option<Spanned<i64>>,
     pub(super) max_output_kb: Option<Spanned<i64>>,
     pub(super) approval: Option<Spanned<String>>,
+    pub(super) approval_timeout_secs: Option<Spanned<i64>>,
+}
+
+/// `[[persona.procedure]]`: a domain and phrases of the event, mapped to tool calls.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProcedure {
+    pub(super) name: Spanned<String>,
+    #[serde(default)]
+    pub(super) domains: Vec<Spanned<String>>,
+    pub(super) when: Vec<Spanned<String>>,
+    pub(super) calls: Vec<Spanned<RawProcedureCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProcedureCall {
+    pub(super) tool: Spanned<String>,
+    #[serde(default)]
+    pub(super) arguments: Option<Spanned<toml::Table>>,
 }
 
 /// `[[webhook]]`: where the fleet posts its replies (and decisions, dead letters).
@@ -288,6 +308,11 @@ pub(super) struct RawPersona {
     /// The tools it may call: `server.tool` or `server.*`.
     #[serde(default)]
     pub(super) tools: Vec<Spanned<String>>,
+    /// `[[persona.procedure]]`: tool calls the rules brain plans.
+    #[serde(default)]
+    pub(super) procedure: Vec<Spanned<RawProcedure>>,
+    pub(super) max_tool_steps: Option<Spanned<i64>>,
+    pub(super) max_identical_calls: Option<Spanned<i64>>,
     // The tuning keys of `[defaults]`, repeated: `serde(flatten)` would lose their spans.
     pub(super) inbox_capacity: Option<Spanned<i64>>,
     pub(super) wm_capacity: Option<Spanned<i64>>,

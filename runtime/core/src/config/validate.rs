@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::error::{ConfigError, ReadError, line_col, parse_error, read_capped};
 use super::raw::*;
 use super::*;
+use crate::tools::{DEFAULT_MAX_IDENTICAL_CALLS, DEFAULT_MAX_TOOL_STEPS};
 use crate::webhook::{HookKind, HookRoute, WebhookConfig};
 
 mod tools;
@@ -661,6 +662,7 @@ impl Ctx<'_> {
             }
         }
         let tools = self.tool_allowlist(name, &p.tools, tool_servers)?;
+        let procedures = self.procedures(name, &p.procedure, &tools)?;
         let tuning = self.tuning(&p.tuning(), base)?;
         Ok(PersonaConfig {
             name: name.clone(),
@@ -687,6 +689,15 @@ impl Ctx<'_> {
             preoccupation_ttl: Duration::from_secs_f64(tuning.preoccupation_ttl_secs),
             node: p.node.as_ref().map(|n| n.get_ref().clone()),
             tools,
+            procedures,
+            max_tool_steps: self.int(&p.max_tool_steps, "max_tool_steps", 1..=64, DEFAULT_MAX_TOOL_STEPS as i64)?
+                as u32,
+            max_identical_calls: self.int(
+                &p.max_identical_calls,
+                "max_identical_calls",
+                1..=16,
+                DEFAULT_MAX_IDENTICAL_CALLS as i64,
+            )? as u32,
         })
     }
 }

@@ -165,6 +165,45 @@ async fn a_version_8_database_keeps_its_plans_without_a_draft_check() {
 }
 
 #[tokio::test]
+async fn a_version_9_database_keeps_its_plans_steps_without_a_tool_call() {
+    use mindfleet_core::record::{Action, Step, StepState};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::open(&txn).unwrap();
+        txn.open_table(META).unwrap().insert("schema_version", 9).unwrap();
+        // A version 9 plan: steps of (action, state, contingency), without a call.
+        let steps = vec![(Action::RecallMemory, StepState::Done, false), (Action::PostReply, StepState::Skipped, true)];
+        let plan = ("answer alice", steps, Vec::<()>::new(), Vec::<()>::new(), "template:chat", 1_u32);
+        let old = enc(&(
+            "old",
+            "chat",
+            &plan,
+            vec![&plan],
+            Vec::<()>::new(),
+            None::<()>,
+            1_i64,
+            Some(2_i64),
+            Vec::<()>::new(),
+            None::<()>,
+        ));
+        txn.open_table(PLANS).unwrap().insert(("helper", 0), old.as_slice()).unwrap();
+        txn.commit().unwrap();
+    }
+    let s = Storage::open(&cfg(dir.path())).unwrap();
+    let got = s.recent_plans("helper", 10).unwrap();
+    let want = vec![
+        Step { action: Action::RecallMemory, state: StepState::Done, contingency: false, call: None },
+        Step { action: Action::PostReply, state: StepState::Skipped, contingency: true, call: None },
+    ];
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].plan.steps, &got[0].replaced[0].steps, got[0].plan.attempt), (&want, &want, 1));
+    assert_eq!(got[0].plan.goal, "answer alice");
+    s.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_version_6_message_gets_its_events_time_and_keeps_its_arrival_as_taken_in() {
     use mindfleet_core::conversation::Said;
     let dir = tempfile::tempdir().unwrap();

@@ -71,6 +71,16 @@ impl Writer {
                 t.references.insert((&*persona, m.id.as_str()), enc(&*m).as_slice())?;
                 Ok(true)
             }
+            Op::ToolCall(journal, reply) => {
+                self.journal_call(t, &journal)?;
+                if let Some(reply) = reply {
+                    after.push(Box::new(move |r| {
+                        let _ = reply.send(r.map_err(NotCommitted::error));
+                        None
+                    }));
+                }
+                Ok(true)
+            }
             Op::Study(persona, session, knowledge) => {
                 self.put_study(t, &persona, &session, knowledge.as_deref())?;
                 Ok(true)

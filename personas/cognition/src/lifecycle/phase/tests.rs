@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mindfleet_core::event::SenderKind;
-use mindfleet_core::record::{Plan, StepState};
+use mindfleet_core::record::Plan;
 use mindfleet_core::sched::Class;
 
 use super::*;
@@ -59,7 +59,7 @@ fn claim(id: &str) -> Claim {
 fn working(task: TaskId, cursor: usize, choosing: bool) -> Phase {
     let steps = [Action::RecallMemory, Action::DraftReply, Action::PostReply]
         .into_iter()
-        .map(|action| mindfleet_core::record::Step { action, state: StepState::Pending, contingency: false })
+        .map(mindfleet_core::record::Step::pending)
         .collect();
     let plan = Plan {
         goal: "answer".into(),

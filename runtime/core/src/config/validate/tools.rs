@@ -1,7 +1,10 @@
 //! Validation of the `[[tool_server]]` tables and of the personas' `tools` allowlists.
 
 use super::*;
-use crate::tools::{Approval, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, SpecError, ToolServerSpec};
+use crate::tools::{
+    Approval, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, PLACEHOLDERS, ProcedureCall,
+    SpecError, ToolProcedure, ToolServerSpec, allowed,
+};
 
 impl Ctx<'_> {
     /// `[[tool_server]]` tables: names unique, `command` (found on `PATH`) or `url`, the rest in
@@ -43,6 +46,12 @@ impl Ctx<'_> {
                 max_output_kb: self.int(&t.max_output_kb, "max_output_kb", 1..=65_536, DEFAULT_MAX_OUTPUT_KB as i64)?
                     as usize,
                 approval,
+                approval_timeout_secs: self.int(
+                    &t.approval_timeout_secs,
+                    "approval_timeout_secs",
+                    1..=7 * 86_400,
+                    DEFAULT_APPROVAL_TIMEOUT_SECS as i64,
+                )? as u64,
             };
             if let Err(e) = spec.endpoint() {
                 let at = match &e {
@@ -106,6 +115,95 @@ impl Ctx<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+impl Ctx<'_> {
+    /// A persona's `[[persona.procedure]]` tables: a name, phrases, known domains, and calls of
+    /// tools its allowlist has, with arguments whose placeholders are known.
+    pub(in crate::config) fn procedures(
+        &self,
+        persona: &str,
+        raw: &[Spanned<RawProcedure>],
+        allowlist: &[String],
+    ) -> Result<Vec<ToolProcedure>, ConfigError> {
+        let mut out: Vec<ToolProcedure> = Vec::new();
+        for p in raw {
+            let p = p.get_ref();
+            let name = p.name.get_ref();
+            let at = |what: &str| format!("persona {persona:?}: procedure {name:?}: {what}");
+            if name.trim().is_empty() || out.iter().any(|o| o.name == *name) {
+                return Err(self.err_at(p.name.span(), at("needs a name of its own")));
+            }
+            let mut domains = Vec::new();
+            for d in &p.domains {
+                if !DOMAINS.contains(&d.get_ref().as_str()) {
+                    let msg = format!("domain {:?} is not one of {}", d.get_ref(), DOMAINS.join(", "));
+                    return Err(self.err_at(d.span(), at(&msg)));
+                }
+                domains.push(d.get_ref().clone());
+            }
+            if p.when.is_empty() {
+                return Err(self.err_at(p.name.span(), at("`when` needs at least one phrase")));
+            }
+            let mut when = Vec::new();
+            for w in &p.when {
+                let phrase = w.get_ref().trim().to_lowercase();
+                if phrase.is_empty() {
+                    return Err(self.err_at(w.span(), at("`when` has an empty phrase")));
+                }
+                when.push(phrase);
+            }
+            if p.calls.is_empty() {
+                return Err(self.err_at(p.name.span(), at("`calls` needs at least one call")));
+            }
+            let mut calls = Vec::new();
+            for c in &p.calls {
+                let c = c.get_ref();
+                let tool = c.tool.get_ref();
+                if !allowed(allowlist, tool) {
+                    let msg = format!("calls {tool:?}, which the persona's `tools` do not allow");
+                    return Err(self.err_at(c.tool.span(), at(&msg)));
+                }
+                let arguments = match &c.arguments {
+                    None => serde_json::Value::Object(Default::default()),
+                    Some(t) => {
+                        let v =
+                            serde_json::to_value(t.get_ref()).map_err(|e| self.err_at(t.span(), at(&e.to_string())))?;
+                        if let Some(bad) = unknown_placeholder(&v) {
+                            let msg =
+                                format!("arguments: unknown placeholder {bad} (known: {})", PLACEHOLDERS.join(", "));
+                            return Err(self.err_at(t.span(), at(&msg)));
+                        }
+                        v
+                    }
+                };
+                calls.push(ProcedureCall { tool: tool.clone(), arguments: arguments.to_string() });
+            }
+            out.push(ToolProcedure { name: name.clone(), domains, when, calls });
+        }
+        Ok(out)
+    }
+}
+
+/// The first `{word}` in a string of `v` that is not a known placeholder.
+fn unknown_placeholder(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => {
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find('{') {
+                let Some(j) = rest[i..].find('}') else { break };
+                let p = &rest[i..i + j + 1];
+                if !PLACEHOLDERS.contains(&p) {
+                    return Some(p.to_string());
+                }
+                rest = &rest[i + j + 1..];
+            }
+            None
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(unknown_placeholder),
+        serde_json::Value::Object(o) => o.values().find_map(unknown_placeholder),
+        _ => None,
     }
 }
 

@@ -1,0 +1,180 @@
+//! Tool steps the rules brain plans from the fleet file's procedures (`[[persona.procedure]]`):
+//! the first procedure of the event's domain with one of its phrases in the event's text, its
+//! arguments' placeholders filled from the event.
+
+use mindfleet_core::event::Event;
+use mindfleet_core::record::{Step, ToolStep};
+use mindfleet_core::tools::ToolProcedure;
+use serde_json::Value;
+
+/// The procedure that applies to `event` (the first, in the fleet file's order) and its tool
+/// steps, each call's arguments filled from the event. A procedure whose placeholders the event
+/// cannot fill does not apply.
+pub fn procedure_steps<'p>(procedures: &'p [ToolProcedure], event: &Event) -> Option<(&'p ToolProcedure, Vec<Step>)> {
+    let text = event.text.to_lowercase();
+    procedures
+        .iter()
+        .filter(|p| p.domains.is_empty() || p.domains.contains(&event.domain))
+        .filter(|p| p.when.iter().any(|w| text.contains(w.as_str())))
+        .find_map(|p| {
+            let steps = p
+                .calls
+                .iter()
+                .map(|c| {
+                    let mut args: Value = serde_json::from_str(&c.arguments).ok()?;
+                    fill(&mut args, &event.text)?;
+                    Some(Step::tool(ToolStep {
+                        tool: c.tool.clone(),
+                        arguments: args.to_string(),
+                        why: format!("procedure {:?}: the message says {:?}", p.name, matched(p, &text)),
+                        outcome: None,
+                    }))
+                })
+                .collect::<Option<Vec<Step>>>()?;
+            Some((p, steps))
+        })
+}
+
+/// The phrase of `p` the (lowercase) text has.
+fn matched<'p>(p: &'p ToolProcedure, text: &str) -> &'p str {
+    p.when.iter().find(|w| text.contains(w.as_str())).map_or("", String::as_str)
+}
+
+/// Fills the placeholders of every string of `v` from `text`; `None` when one cannot be.
+fn fill(v: &mut Value, text: &str) -> Option<()> {
+    match v {
+        Value::String(s) if s.contains('{') => {
+            let mut out = s.clone();
+            for (name, value) in [
+                ("{path}", path_in(text)),
+                ("{quoted}", quoted_in(text)),
+                ("{id}", id_in(text)),
+                ("{text}", Some(words_of(text))),
+            ] {
+                if out.contains(name) {
+                    out = out.replace(name, &value?);
+                }
+            }
+            *s = out;
+            Some(())
+        }
+        Value::Array(a) => a.iter_mut().try_for_each(|x| fill(x, text)),
+        Value::Object(o) => o.values_mut().try_for_each(|x| fill(x, text)),
+        _ => Some(()),
+    }
+}
+
+/// A word of `text` without the quotes, brackets and end punctuation around it.
+fn bare(word: &str) -> &str {
+    let quotes = |c: char| matches!(c, '`' | '"' | '\'' | '(' | ')' | '[' | ']' | '<' | '>' | '“' | '”');
+    let end = [',', ';', ':', '!', '?', '.'];
+    word.trim_end_matches(end).trim_matches(quotes).trim_end_matches(end)
+}
+
+/// The first path `text` names: a word with a `/`, or a file name with an extension
+/// (`retry.rs`); not a URL.
+pub fn path_in(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .map(bare)
+        .find(|w| {
+            let file = w.rsplit_once('.').is_some_and(|(stem, ext)| {
+                !stem.is_empty() && (1..=8).contains(&ext.len()) && ext.chars().all(|c| c.is_ascii_alphanumeric())
+            });
+            !w.starts_with('@') && !w.contains("://") && (w.contains('/') || file) && w.len() > 1
+        })
+        .map(str::to_string)
+}
+
+/// The first text `text` quotes, between double quotes or backticks.
+pub fn quoted_in(text: &str) -> Option<String> {
+    for (open, close) in [('"', '"'), ('`', '`'), ('“', '”')] {
+        if let Some(i) = text.find(open) {
+            let rest = &text[i + open.len_utf8()..];
+            if let Some(j) = rest.find(close) {
+                let q = rest[..j].trim();
+                if !q.is_empty() {
+                    return Some(q.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The first identifier `text` names: `#123` (as `123`) or a commit hash (7 to 40 hex digits, a
+/// digit among them).
+pub fn id_in(text: &str) -> Option<String> {
+    text.split_whitespace().map(bare).find_map(|w| {
+        if let Some(n) = w.strip_prefix('#').filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())) {
+            return Some(n.to_string());
+        }
+        let hex = (7..=40).contains(&w.len())
+            && w.chars().all(|c| c.is_ascii_hexdigit())
+            && w.chars().any(|c| c.is_ascii_digit());
+        hex.then(|| w.to_lowercase())
+    })
+}
+
+/// The words of `text`, without mentions.
+fn words_of(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.starts_with('@')).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mindfleet_core::record::Action;
+    use mindfleet_core::tools::ProcedureCall;
+
+    fn event(domain: &str, text: &str) -> Event {
+        let input = mindfleet_core::event::EventInput {
+            domain: domain.into(),
+            room: "r".into(),
+            from: "alice".into(),
+            text: text.into(),
+            ..Default::default()
+        };
+        input.validate().unwrap()
+    }
+
+    fn procedure(name: &str, when: &[&str], tool: &str, args: &str) -> ToolProcedure {
+        ToolProcedure {
+            name: name.into(),
+            domains: vec!["chat".into()],
+            when: when.iter().map(|w| w.to_string()).collect(),
+            calls: vec![ProcedureCall { tool: tool.into(), arguments: args.into() }],
+        }
+    }
+
+    #[test]
+    fn the_first_procedure_with_a_phrase_of_the_message_plans_its_calls_with_the_event_filled_in() {
+        let ps = [
+            procedure("commit", &["last commit"], "git.git_log", r#"{"repo_path":".","max_count":1}"#),
+            procedure("read", &["look at", "read"], "fs.read_text_file", r#"{"path":"/repo/{path}"}"#),
+        ];
+        let (p, steps) = procedure_steps(&ps, &event("chat", "@reviewer what is the Last Commit?")).unwrap();
+        assert_eq!(p.name, "commit");
+        assert_eq!(steps.len(), 1);
+        let call = steps[0].call.as_ref().unwrap();
+        assert_eq!((steps[0].action, call.tool.as_str()), (Action::CallTool, "git.git_log"));
+        assert_eq!(call.arguments, r#"{"max_count":1,"repo_path":"."}"#);
+        assert!(call.why.contains("\"last commit\""), "{}", call.why);
+
+        let (_, steps) = procedure_steps(&ps, &event("chat", "please look at `src/net/retry.rs`.")).unwrap();
+        assert_eq!(steps[0].call.as_ref().unwrap().arguments, r#"{"path":"/repo/src/net/retry.rs"}"#);
+        // No path to fill: the procedure does not apply; another domain: none does.
+        assert!(procedure_steps(&ps, &event("chat", "please read it")).is_none());
+        assert!(procedure_steps(&ps, &event("code", "what is the last commit")).is_none());
+    }
+
+    #[test]
+    fn placeholders_read_paths_quotes_and_ids_and_leave_urls_and_mentions() {
+        assert_eq!(path_in("see https://x.io/a and @bob.smith then notes.md").as_deref(), Some("notes.md"));
+        assert_eq!(path_in("what changed?"), None);
+        assert_eq!(quoted_in(r#"grep for "retry budget" please"#).as_deref(), Some("retry budget"));
+        assert_eq!(quoted_in("no quotes"), None);
+        assert_eq!(id_in("is #42 done").as_deref(), Some("42"));
+        assert_eq!(id_in("show 3f2a9c1d, please").as_deref(), Some("3f2a9c1d"));
+        assert_eq!(id_in("a decade of added facade"), None);
+    }
+}
