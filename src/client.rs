@@ -168,6 +168,23 @@ impl Client {
         self.send(self.http.post(url)).await
     }
 
+    /// `GET /ai/approvals`: the tool calls that wait for a person's approval.
+    pub async fn approvals(&self) -> Result<Value, ClientError> {
+        self.send(self.http.get(format!("{}/ai/approvals", self.base))).await
+    }
+
+    /// `POST /ai/approvals/{id}`: approves (`true`) or denies the call `id`, by `by`, for `reason`.
+    pub async fn decide(&self, id: &str, approve: bool, reason: &str, by: &str) -> Result<Value, ClientError> {
+        let decision = if approve { "approve" } else { "deny" };
+        let body = serde_json::json!({ "decision": decision, "reason": reason, "by": by });
+        let mut url = reqwest::Url::parse(&format!("{}/ai/approvals", self.base))
+            .map_err(|e| ClientError::Unreachable { addr: self.base.clone(), message: e.to_string() })?;
+        url.path_segments_mut()
+            .map_err(|()| ClientError::Unreachable { addr: self.base.clone(), message: "not a base URL".into() })?
+            .push(id);
+        self.send(self.http.post(url).json(&body)).await
+    }
+
     /// `POST /cluster/{command}` (`move`, `drain`) with the request's JSON body.
     pub async fn cluster(&self, command: &str, body: &Value) -> Result<Value, ClientError> {
         self.send(self.http.post(format!("{}/cluster/{command}", self.base)).json(body)).await

@@ -118,8 +118,8 @@ const BACKOFF: Backoff = Backoff { initial: Duration::from_millis(250), max: Dur
 
 pub async fn spawn(args: ToolHostArgs, supervisor: Option<ActorCell>) -> Result<ActorRef<ToolsMsg>, SpawnErr> {
     let (actor, _) = match supervisor {
-        Some(s) => Actor::spawn_linked(Some("tools".into()), ToolHost, args, s).await?,
-        None => Actor::spawn(Some("tools".into()), ToolHost, args).await?,
+        Some(s) => Actor::spawn_linked(None, ToolHost, args, s).await?,
+        None => Actor::spawn(None, ToolHost, args).await?,
     };
     Ok(actor)
 }

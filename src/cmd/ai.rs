@@ -157,6 +157,16 @@ enum AiCmd {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
+    /// The tool calls that wait for a person's approval: id, persona, tool, arguments, why.
+    Approvals,
+    /// Approve the tool call ID (as `ai approvals` lists it): it runs, and its plan goes on.
+    Approve { id: String },
+    /// Deny the tool call ID: its plan goes on without it (access_denied).
+    Deny {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Model calls and tokens by persona, room and purpose, with latency percentiles.
     Cost {
         /// How far back: `90s`, `15m`, `1h` (default and most: the budget's hour).
@@ -290,6 +300,9 @@ pub async fn run(Args { remote, format, query }: Args) -> ExitCode {
             client.ai("availability", &opt("persona", persona).into_iter().collect::<Vec<_>>()).await
         }
         AiCmd::ActivityMap => client.ai("activity-map", &[]).await,
+        AiCmd::Approvals => client.approvals().await,
+        AiCmd::Approve { id } => client.decide(&id, true, "", "cli").await,
+        AiCmd::Deny { id, reason } => client.decide(&id, false, &reason, "cli").await,
         AiCmd::Cost { since, buckets } => {
             let params: Vec<_> =
                 opt("since", since).into_iter().chain(opt("buckets", buckets.map(|b| b.to_string()))).collect();

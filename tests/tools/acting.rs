@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mindfleet_core::record::{Action, CallOutcome, PlanRecord, StepState};
+use mindfleet_core::record::{Action, CallOutcome, ErrorClass, PlanRecord, StepState};
 use mindfleet_tools::installed;
 
 use crate::util::{chat, decision, fleet_toml, poll, reply_to, start};
@@ -104,7 +104,7 @@ async fn asked_about_the_last_commit_the_reviewer_calls_git_and_answers_with_its
         "the reply quotes the subject: {}",
         reply.text
     );
-    assert!(reply.text.contains("git.git_log"), "and says where it comes from: {}", reply.text);
+    assert!(reply.text.contains("I called git.git_log"), "and says where it comes from: {}", reply.text);
 
     let record = plan_of(&fleet, "reviewer", &ack.event_id).await;
     assert_eq!(record.plan.source, "procedure:last-commit");
@@ -116,5 +116,123 @@ async fn asked_about_the_last_commit_the_reviewer_calls_git_and_answers_with_its
     assert!(call.bytes > 0 && call.summary.contains("Cap the retry"), "{call:?}");
     let d = decision(&fleet, "reviewer", &ack.event_id).await;
     assert_eq!(d.verdict, mindfleet_core::record::Verdict::Engage);
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+/// server-filesystem on `root` (writes wait for approval) and a scribe whose procedures write a
+/// note and read a file.
+fn fs_fleet(root: &Path) -> String {
+    let (fs, root) = (program(installed::FILESYSTEM), root.display());
+    fleet_toml(&format!(
+        r#"
+[[tool_server]]
+name = "fs"
+command = "{fs}"
+args = ["{root}"]
+env = ["PATH"]
+approval = "writes"
+
+[[persona]]
+name = "scribe"
+role = "note taker"
+rooms = ["general"]
+tools = ["fs.*"]
+
+[[persona.procedure]]
+name = "save-note"
+when = ["write down"]
+calls = [{{ tool = "fs.write_file", arguments = {{ path = "{root}/notes.md", content = "{{quoted}}" }} }}]
+
+[[persona.procedure]]
+name = "read-file"
+when = ["read"]
+calls = [{{ tool = "fs.read_text_file", arguments = {{ path = "{{path}}" }} }}]
+"#
+    ))
+}
+
+/// `mindfleet ai ARGS... --admin ADDR`: (exit code, stdout as JSON, stderr).
+fn ai(fleet: &mindfleet::Fleet, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["ai", "--admin", &fleet.addr.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), json, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The approvals waiting, as `mindfleet ai approvals` lists them, once there are `n`.
+fn approvals(fleet: &mindfleet::Fleet, n: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, v, err) = ai(fleet, &["approvals"]);
+        assert_eq!(code, 0, "{err}");
+        let list = v["approvals"].as_array().cloned().unwrap_or_default();
+        if list.len() == n {
+            return list;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {n} approvals: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_and_a_denial_replans() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let fleet = start(&dir.path().join("data"), &fs_fleet(&root)).await;
+
+    let ask = fleet.inject(chat("general", "alice", "@scribe please write down \"ship on friday\"")).await.unwrap();
+    let fleet2 = &fleet;
+    let [pending] = tokio::task::block_in_place(|| approvals(fleet2, 1)).try_into().unwrap();
+    assert_eq!((pending["tool"].as_str(), pending["persona"].as_str()), (Some("fs.write_file"), Some("scribe")));
+    assert_eq!(pending["arguments"]["content"], "ship on friday");
+    assert!(pending["why"].as_str().unwrap().contains("save-note"), "{pending}");
+    assert!(!root.join("notes.md").exists(), "nothing is written before a person approves");
+
+    // The persona serves other events while its plan waits.
+    let other = fleet.inject(chat("general", "bob", "@scribe hello there")).await.unwrap();
+    reply_to(&fleet, &other.event_id).await;
+
+    let id = pending["id"].as_str().unwrap().to_string();
+    let (code, v, err) = tokio::task::block_in_place(|| ai(&fleet, &["approve", &id]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["state"], "approved by cli");
+    let reply = reply_to(&fleet, &ask.event_id).await;
+    assert_eq!(std::fs::read_to_string(root.join("notes.md")).unwrap(), "ship on friday");
+    assert!(reply.text.contains("I called fs.write_file, which returned"), "{}", reply.text);
+    let record = plan_of(&fleet, "scribe", &ask.event_id).await;
+    let [(_, call)] = calls(&record).try_into().expect("one call");
+    assert_eq!((call.approval.as_str(), call.error), ("approved by cli", None));
+    let (code, _, err) = tokio::task::block_in_place(|| ai(&fleet, &["approve", &id]));
+    assert_ne!(code, 0, "an answered approval cannot be answered again");
+    assert!(err.contains("not waiting"), "{err}");
+
+    // Denied: the plan goes on without the call, and the reply says so.
+    let ask = fleet.inject(chat("general", "alice", "@scribe write down \"ship on monday\"")).await.unwrap();
+    let [pending] = tokio::task::block_in_place(|| approvals(fleet2, 1)).try_into().unwrap();
+    let id = pending["id"].as_str().unwrap().to_string();
+    let (code, _, err) = tokio::task::block_in_place(|| ai(&fleet, &["deny", &id, "--reason", "not this week"]));
+    assert_eq!(code, 0, "{err}");
+    let reply = reply_to(&fleet, &ask.event_id).await;
+    assert!(reply.text.contains("denied by cli: not this week"), "{}", reply.text);
+    assert_eq!(std::fs::read_to_string(root.join("notes.md")).unwrap(), "ship on friday");
+    let record = plan_of(&fleet, "scribe", &ask.event_id).await;
+    let adj = &record.adjustments[0];
+    assert_eq!((adj.class, adj.adjustment.kind()), (ErrorClass::AccessDenied, "replan"), "{adj:?}");
+
+    // A path outside the server's root: access_denied, then a replan; the reply says what failed.
+    let ask = fleet.inject(chat("general", "alice", "@scribe read /etc/hostname please")).await.unwrap();
+    let reply = reply_to(&fleet, &ask.event_id).await;
+    assert!(reply.text.contains("I could not use fs.read_text_file"), "{}", reply.text);
+    assert!(reply.text.contains("outside allowed directories"), "{}", reply.text);
+    let record = plan_of(&fleet, "scribe", &ask.event_id).await;
+    let adj = &record.adjustments[0];
+    assert_eq!((adj.class, adj.adjustment.kind()), (ErrorClass::AccessDenied, "replan"), "{adj:?}");
+    assert_eq!(record.replaced.len(), 1, "one plan replaced");
+    assert!(record.plan.steps.iter().all(|s| s.action != Action::CallTool), "the new plan calls nothing");
     fleet.shutdown(Duration::from_secs(5)).await;
 }

@@ -21,6 +21,8 @@
 //! | `POST /faults` | inject a fault (only with `[admin] faults = true`) |
 //! | `POST /cluster/move`, `POST /cluster/drain` | a fleet across nodes: move `{"persona", "to"?}` (or every persona of this node, `{"to"?}`) with its state to another node; `{"moved": [...]}` once stored there |
 //! | `GET /ai/{query}` | introspection: `state`, `thoughts`, `decisions`, `plan`, `plan-history`, `learnings`, `recoveries`, `memory`, `health`, `availability`, `activity-map`, `select-for-task`, `recall` (parameters: `persona`, `domain`, `verdict`, `priority`, `text`, `room`, `limit`, `since` = `90s` \| `15m` \| `1h` \| `2d`) |
+//! | `GET /ai/approvals` | the tool calls that wait for a person's approval, oldest first: `{"approvals": [{"id", "persona", "tool", "arguments", "why", "event_id", "room", "requested_us", "deadline_us", "state"}]}` |
+//! | `POST /ai/approvals/{id}` | `{"decision": "approve" \| "deny", "reason"?, "by"?}`: answers it (404 unknown, 409 answered already); its plan goes on |
 //! | `POST /ai/study` | `{"persona", "topic"?}`: the persona studies the topic (else the knowledge gap it noted first) in idle time; answers `{"persona", "topic", "queued": true}` |
 //! | `POST /ai/train` | `{"persona", "topic"?}`: an adapter trains on the persona's study chats (about the topic, else all) in the model's idle time; answers `{"persona", "topic", "run", "queued": true}` |
 //! | `POST /ai/state` | `{"persona", "change": "dormant" \| "wake" \| {"focus": {"objective", "intensity"}} \| "clear_focus"}` |
@@ -173,6 +175,8 @@ pub fn router(state: HttpState) -> Router {
         .route("/ai/embedding/generate", post(post_embedding))
         .route("/ai/study", post(post_study))
         .route("/ai/train", post(post_train))
+        .route("/ai/approvals", get(tools::get_approvals))
+        .route("/ai/approvals/{id}", post(tools::post_approval))
         .route("/ai/{query}", get(get_ai))
         .route("/rag/{command}", post(post_rag))
         .route("/v1/chat/completions", post(post_chat))

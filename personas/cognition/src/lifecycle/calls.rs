@@ -125,7 +125,9 @@ impl Lifecycle {
             }
             Err(ToolFailure { class, message, for_model, .. }) => {
                 let (said, _) = as_data(for_model.as_deref().unwrap_or(&message));
-                let text = format!("{} ({})", said.trim(), class.as_str());
+                let said = said.trim();
+                let said = said.strip_prefix(&format!("{tool}: ")).unwrap_or(said);
+                let text = format!("{said} ({})", class.as_str());
                 f.found.push(Source { cite, kind: TOOL_FAILED_KIND.into(), symbol: None, text, score: 1.0 });
                 Err((class, format!("{tool}: {message}")))
             }

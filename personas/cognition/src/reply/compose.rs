@@ -24,6 +24,14 @@ pub fn grounded(ctx: &Input, ask: &Ask, pieces: &[Piece]) -> String {
         Ask::Social(Social::Greeting) => "hello! What can I help with?".to_string(),
         Ask::Social(Social::Goodbye) => "see you!".to_string(),
         _ if pieces.is_empty() => nothing_found(ctx, ask, &about),
+        // What the plan's tool calls gave is the answer: said as what was done, first.
+        _ if matches!(pieces[0], Piece::Tool { .. }) => {
+            let lines: Vec<String> = pieces.iter().map(|p| line(p, false)).collect();
+            match lines.as_slice() {
+                [one] => one.clone(),
+                _ => format!("here is what I found:\n- {}", lines.join("\n- ")),
+            }
+        }
         Ask::SaidBy { who, .. } => {
             let head = if about.is_empty() { format!("{who} said") } else { format!("{who} said about {about}") };
             listed(&head, pieces, false)
@@ -168,8 +176,12 @@ fn line(p: &Piece, dated: bool) -> String {
         }
         Piece::Knowledge { topic, summary } => format!("what I know of {topic}: {}", quote(summary)),
         Piece::Remembered(t) => quote(t),
-        Piece::Tool { tool, failed: false, lines } => format!("{tool} returned: \"{}\"", quote(&lines.join(" / "))),
-        Piece::Tool { tool, failed: true, lines } => format!("{tool} failed: \"{}\"", quote(&lines.join(" / "))),
+        Piece::Tool { tool, failed: false, lines } => {
+            format!("I called {tool}, which returned: \"{}\"", quote(&lines.join(" / ")))
+        }
+        Piece::Tool { tool, failed: true, lines } => {
+            format!("I could not use {tool}: \"{}\"", quote(&lines.join(" / ")))
+        }
     }
 }
 
