@@ -129,7 +129,8 @@ impl Lifecycle {
                 let said = said.strip_prefix(&format!("{tool}: ")).unwrap_or(said);
                 let text = format!("{said} ({})", class.as_str());
                 f.found.push(Source { cite, kind: TOOL_FAILED_KIND.into(), symbol: None, text, score: 1.0 });
-                Err((class, format!("{tool}: {message}")))
+                let message = if message.starts_with(&tool) { message } else { format!("{tool}: {message}") };
+                Err((class, message))
             }
         };
         self.step_result(task, r);

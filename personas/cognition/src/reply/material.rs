@@ -99,7 +99,12 @@ pub fn gather(ctx: &Input, ask: &Ask) -> Vec<Piece> {
             best_lines(&s.text, &topic, TOOL_LINES).into_iter().map(|(_, l)| l).collect()
         };
         let tool = s.cite.strip_prefix("tool:").unwrap_or(&s.cite).to_string();
-        out.push((100.0 + overlap(&s.text, &topic), Piece::Tool { tool, failed: s.kind == TOOL_FAILED_KIND, lines }));
+        let piece = Piece::Tool { tool, failed: s.kind == TOOL_FAILED_KIND, lines };
+        // The same call made again returns the same: said once.
+        if out.iter().any(|(_, p)| *p == piece) {
+            continue;
+        }
+        out.push((100.0 + overlap(&s.text, &topic), piece));
     }
     for s in ctx.found.iter().filter(|s| !matches!(s.kind.as_str(), TOOL_KIND | TOOL_FAILED_KIND)) {
         let score =
