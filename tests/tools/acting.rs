@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use mindfleet_core::record::{Action, CallOutcome, ErrorClass, PlanRecord, StepState};
 use mindfleet_tools::installed;
+use serde_json::json;
 
 use crate::util::{chat, decision, fleet_toml, poll, reply_to, sigterm, spawn_fleet, start, wait_exit};
 
@@ -192,6 +193,8 @@ async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_an
     assert_eq!(pending["arguments"]["content"], "ship on friday");
     assert!(pending["why"].as_str().unwrap().contains("save-note"), "{pending}");
     assert!(!root.join("notes.md").exists(), "nothing is written before a person approves");
+    let (_, why, _) = tokio::task::block_in_place(|| ai(fleet2, &["why", "--event", &ask.event_id]));
+    assert_eq!(why["tool_calls"][0]["approval"], "pending", "`ai why` shows the call waiting: {why}");
 
     // The persona serves other events while its plan waits.
     let other = fleet.inject(chat("general", "bob", "@scribe hello there")).await.unwrap();
@@ -207,6 +210,15 @@ async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_an
     let record = plan_of(&fleet, "scribe", &ask.event_id).await;
     let [(_, call)] = calls(&record).try_into().expect("one call");
     assert_eq!((call.approval.as_str(), call.error), ("approved by cli", None));
+    let (_, why, _) = tokio::task::block_in_place(|| ai(&fleet, &["why", "--event", &ask.event_id]));
+    let c = &why["tool_calls"][0];
+    assert_eq!(
+        (&c["tool"], &c["approval"], &c["persona"]),
+        (&json!("fs.write_file"), &json!("approved by cli"), &json!("scribe"))
+    );
+    assert_eq!(c["arguments"]["content"], "ship on friday", "{why}");
+    let (_, plan, _) = tokio::task::block_in_place(|| ai(&fleet, &["plan", "--persona", "scribe"]));
+    assert!(plan.to_string().contains("approved by cli"), "`ai plan` shows the call's journal: {plan}");
     let (code, _, err) = tokio::task::block_in_place(|| ai(&fleet, &["approve", &id]));
     assert_ne!(code, 0, "an answered approval cannot be answered again");
     assert!(err.contains("not waiting"), "{err}");

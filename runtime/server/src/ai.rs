@@ -171,9 +171,11 @@ pub fn history(storage: &Storage, room: &str, since_us: Option<i64>) -> Result<V
 }
 
 /// `ai why`: every persona's decision on `event_id` that the journal keeps (oldest first: who
-/// decided what, why, by which rule, on which numbers, when) and the replies posted to it.
+/// decided what, why, by which rule, on which numbers, when), the replies posted to it, and the
+/// tool calls its plans made (tool, arguments, approval, error class, duration, bytes) or wait
+/// to make.
 pub fn why(storage: &Storage, event_id: &str) -> Result<Value, StorageError> {
-    let mindfleet_store::Why { decisions, replies } = storage.why(event_id)?;
+    let mindfleet_store::Why { decisions, replies, calls } = storage.why(event_id)?;
     let decisions: Vec<Value> = decisions
         .into_iter()
         .map(|(persona, d)| {
@@ -202,7 +204,28 @@ pub fn why(storage: &Storage, event_id: &str) -> Result<Value, StorageError> {
             })
         })
         .collect();
-    Ok(json!({ "event_id": event_id, "decisions": decisions, "replies": replies }))
+    let calls: Vec<Value> = calls
+        .into_iter()
+        .filter_map(|(persona, c)| {
+            let arguments: Value = serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
+            let o = c.outcome?;
+            Some(json!({
+                "persona": persona,
+                "tool": c.tool,
+                "arguments": arguments,
+                "why": c.why,
+                "id": o.id,
+                "approval": o.approval,
+                "error": o.error,
+                "took_ms": o.took_ms,
+                "bytes": o.bytes,
+                "cut": o.cut,
+                "replayed": o.replayed,
+                "summary": o.summary,
+            }))
+        })
+        .collect();
+    Ok(json!({ "event_id": event_id, "decisions": decisions, "replies": replies, "tool_calls": calls }))
 }
 
 /// The personas that can take a task, most suited first; a persona that is down or dormant is

@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 
 use mindfleet_core::conversation::Said;
 use mindfleet_core::event::Event;
-use mindfleet_core::record::{DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord};
+use mindfleet_core::record::{
+    CallOutcome, DeadLetter, Decision, Eviction, Learning, OutboxEntry, PlanRecord, ToolStep,
+};
 
 use crate::schema::{
     CONSOLIDATIONS, CONVERSATION, COUNTERS, DEAD_LETTERS, DECISION_LOG, DECISIONS, EVENTS, EVICTIONS, EXPERIENCES,
@@ -240,6 +242,9 @@ pub struct Why {
     pub decisions: Vec<(String, Decision)>,
     /// The replies posted to it.
     pub replies: Vec<OutboxEntry>,
+    /// The tool calls its plans made or asked for, with the persona, in plan order; calls still
+    /// waiting for approval last.
+    pub calls: Vec<(String, ToolStep)>,
 }
 
 impl Storage {
@@ -250,6 +255,29 @@ impl Storage {
         let mut decisions: Vec<(String, Decision)> =
             self.all_decisions()?.into_iter().filter(|(_, d)| d.event_id == event_id).collect();
         decisions.sort_by_key(|(_, d)| d.at_us);
+        let waiting =
+            self.tool_calls()?.into_iter().filter(|j| j.call.event_id == event_id && j.call.state.is_pending());
+        let waiting: Vec<(String, ToolStep)> = waiting
+            .map(|j| {
+                let outcome = CallOutcome {
+                    id: j.call.id.clone(),
+                    took_ms: 0,
+                    bytes: 0,
+                    cut: false,
+                    error: None,
+                    approval: j.call.state.describe(),
+                    summary: String::new(),
+                    replayed: false,
+                };
+                let step = ToolStep {
+                    tool: j.call.tool,
+                    arguments: j.call.arguments,
+                    why: j.call.why,
+                    outcome: Some(outcome),
+                };
+                (j.call.persona, step)
+            })
+            .collect();
         self.read(|txn| {
             let mut replies = Vec::new();
             for r in txn.open_table(OUTBOX)?.iter()? {
@@ -258,7 +286,22 @@ impl Storage {
                     replies.push(o);
                 }
             }
-            Ok(Why { decisions, replies })
+            let mut calls = Vec::new();
+            for r in txn.open_table(PLANS)?.iter()? {
+                let (k, v) = r?;
+                let plan: PlanRecord = dec(v.value())?;
+                if plan.event_id != event_id {
+                    continue;
+                }
+                let steps = plan.replaced.iter().chain(std::iter::once(&plan.plan)).flat_map(|p| p.steps.iter());
+                let persona = k.value().0.to_string();
+                calls.extend(
+                    steps.filter_map(|s| s.call.clone().filter(|c| c.outcome.is_some())).map(|c| (persona.clone(), c)),
+                );
+            }
+            // A plan that waits for an approval is not journaled until it ends.
+            calls.extend(waiting);
+            Ok(Why { decisions, replies, calls })
         })
     }
 
