@@ -253,3 +253,43 @@ async fn in_a_browser_the_cards_go_live_follow_the_fleet_take_the_keyboard_and_t
     browser.end().await;
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_a_tool_call_waiting_for_approval_is_approved_with_its_button() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let fleet = start(&dir.path().join("data"), &crate::tools::acting::fs_fleet(&root)).await;
+    let driver = driver().await;
+    let browser = Session::new(&driver, &dir.path().join("profile")).await;
+    browser.post("/url", json!({"url": format!("http://{}/", fleet.addr)})).await;
+    poll("the page to go live", || async {
+        (browser.eval("return document.getElementById('live').dataset.state").await == "live").then_some(())
+    })
+    .await;
+
+    let ask =
+        fleet.inject(crate::util::chat("general", "alice", "@scribe write down \"from the page\"")).await.unwrap();
+    // The call waiting shows up on the open page, with what it would do and why.
+    let item = "document.querySelector('#approvals li')";
+    let shown = poll("the approval on the page", || async {
+        let text = browser.eval(&format!("return {item} ? {item}.textContent : null")).await;
+        text.as_str().map(str::to_string)
+    })
+    .await;
+    assert!(shown.contains("scribe wants to call fs.write_file") && shown.contains("from the page"), "{shown}");
+    browser.screenshot("approval.png").await;
+    browser.eval(&format!("{item}.querySelector('button[data-approve]').click()")).await;
+    let reply = crate::util::reply_to(&fleet, &ask.event_id).await;
+    assert!(reply.text.contains("I called fs.write_file"), "{}", reply.text);
+    assert_eq!(std::fs::read_to_string(root.join("notes.md")).unwrap(), "from the page");
+    // Answered, it leaves the page without a reload.
+    poll("the approval gone from the page", || async {
+        browser.eval("return document.getElementById('approvals') === null").await.as_bool()?.then_some(())
+    })
+    .await;
+    assert_eq!(browser.eval("return performance.getEntriesByType('navigation').length").await, 1, "no reload");
+    browser.end().await;
+    fleet.shutdown(Duration::from_secs(5)).await;
+}

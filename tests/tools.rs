@@ -166,4 +166,4 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     fleet.shutdown(Duration::from_secs(5)).await;
 }
 
-mod acting;
+pub mod acting;

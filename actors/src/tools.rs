@@ -189,10 +189,7 @@ impl Actor for ToolHost {
                 }
             },
             ToolsMsg::Approvals(reply) => {
-                let mut pending: Vec<ApprovalView> =
-                    st.journal.values().filter(|j| j.call.state.is_pending()).map(|j| j.call.clone()).collect();
-                pending.sort_by(|a, b| a.requested_us.cmp(&b.requested_us).then(a.id.cmp(&b.id)));
-                let _ = reply.send(pending);
+                let _ = reply.send(st.pending());
             }
             ToolsMsg::Decide { id, approve, by, reason, reply } => {
                 let state = if approve { ApprovalState::Approved { by } } else { ApprovalState::Denied { by, reason } };
@@ -432,6 +429,14 @@ impl ToolHostState {
         Ok((view, written))
     }
 
+    /// The calls that wait for approval, oldest first.
+    fn pending(&self) -> Vec<ApprovalView> {
+        let mut pending: Vec<ApprovalView> =
+            self.journal.values().filter(|j| j.call.state.is_pending()).map(|j| j.call.clone()).collect();
+        pending.sort_by(|a, b| a.requested_us.cmp(&b.requested_us).then(a.id.cmp(&b.id)));
+        pending
+    }
+
     /// The server that runs `call`'s tool, if the persona may call it and the tool is enabled.
     fn admit(&self, call: &ToolCall) -> Result<&Server, ToolFailure> {
         let refuse = |class, message: String| ToolFailure { class, message, for_model: None, took_ms: 0 };
@@ -570,7 +575,7 @@ impl ToolHostState {
                 }
             })
             .collect();
-        ToolsDump { servers }
+        ToolsDump { servers, approvals: self.pending() }
     }
 }
 

@@ -122,7 +122,7 @@ async fn asked_about_the_last_commit_the_reviewer_calls_git_and_answers_with_its
 
 /// server-filesystem on `root` (writes wait for approval) and a scribe whose procedures write a
 /// note and read a file.
-fn fs_fleet(root: &Path) -> String {
+pub fn fs_fleet(root: &Path) -> String {
     let (fs, root) = (program(installed::FILESYSTEM), root.display());
     fleet_toml(&format!(
         r#"

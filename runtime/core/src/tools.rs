@@ -368,6 +368,9 @@ pub struct ToolFailure {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ToolsDump {
     pub servers: Vec<ToolServerDump>,
+    /// The calls that wait for a person's approval, oldest first.
+    #[serde(default)]
+    pub approvals: Vec<ApprovalView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,7 +2,8 @@
 // /dashboard/events carry the cards, the fleet view and the rooms that changed, as the server
 // renders them; the script swaps them in. The browser reconnects by itself after a dropped stream;
 // after a refused one (a fleet restarting answers 503) it gives up, so the page opens a new
-// stream a second later. The forms go to the admin API: POST /events and POST /ai/state.
+// stream a second later. The forms go to the admin API: POST /events and POST /ai/state; the
+// approval buttons to POST /ai/approvals/{id}.
 "use strict";
 
 function swap(old, html) {
@@ -172,6 +173,22 @@ document.getElementById("state").addEventListener("submit", (e) => {
     ? { focus: { objective: f.objective.value, intensity: Number(f.intensity.value) } }
     : f.change.value;
   send(e.target, "/ai/state", { persona: f.persona.value, change });
+});
+
+// A person's answer to a tool call that waits (the buttons of "waiting for approval").
+document.addEventListener("click", async (e) => {
+  const b = e.target.closest("button[data-approve], button[data-deny]");
+  if (!b) return;
+  const approve = b.dataset.approve !== undefined;
+  const id = approve ? b.dataset.approve : b.dataset.deny;
+  const reason = approve ? "" : (window.prompt("Why deny it?") ?? "");
+  b.disabled = true;
+  const r = await fetch(`/ai/approvals/${encodeURIComponent(id)}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ decision: approve ? "approve" : "deny", reason, by: "dashboard" }),
+  });
+  b.closest("li").dataset.answered = r.ok ? (approve ? "approved" : "denied") : "refused";
 });
 
 connect();

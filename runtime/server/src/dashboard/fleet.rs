@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use mindfleet_core::dump::FleetDump;
 use mindfleet_core::sched::CostReport;
-use mindfleet_core::tools::ToolServerDump;
+use mindfleet_core::tools::{ApprovalView, ToolServerDump};
 use mindfleet_core::webhook::WebhookDump;
 
 use super::html::{escape, named, percent};
@@ -51,6 +51,8 @@ pub struct FleetView {
     pub webhooks: Vec<WebhookDump>,
     /// The tool servers, with their tools (empty without one).
     pub tools: Vec<ToolServerDump>,
+    /// The tool calls that wait for a person's approval.
+    pub approvals: Vec<ApprovalView>,
 }
 
 /// A persona in the supervision tree: its status, restarts and last error, then its actors'
@@ -124,6 +126,7 @@ pub fn fleet_view(d: &FleetDump, cost: &CostReport) -> FleetView {
         nodes: d.nodes.clone(),
         webhooks: d.webhooks.clone(),
         tools: d.tools.servers.clone(),
+        approvals: d.tools.approvals.clone(),
     }
 }
 
@@ -217,7 +220,7 @@ pub fn render_fleet(f: &FleetView) -> String {
             r#"capacity {cap} on average</small></p>"#,
             r#"<table><caption>scheduler</caption><thead><tr><th>class</th><th>queued</th><th>running</th><th>late</th></tr></thead>"#,
             r#"<tbody>{classes}</tbody></table><p><small>deadline misses {misses}, skipped for the budget {skipped}</small></p>"#,
-            "{cost}{nodes}{webhooks}{tools}",
+            "{approvals}{cost}{nodes}{webhooks}{tools}",
             r#"<details><summary>supervision tree <small>({restarts} restarts)</small></summary><ul class="tree">{tree}</ul></details>"#,
             r#"</section>"#
         ),
@@ -235,6 +238,7 @@ pub fn render_fleet(f: &FleetView) -> String {
         nodes = render_nodes(&f.nodes),
         webhooks = render_webhooks(&f.webhooks),
         tools = render_tools(&f.tools),
+        approvals = render_approvals(&f.approvals),
         restarts = f.tree.iter().map(|p| p.restarts + p.actors.iter().map(|a| a.2).sum::<u32>()).sum::<u32>(),
         tree = tree,
     )
@@ -302,6 +306,38 @@ pub(super) fn render_webhooks(hooks: &[WebhookDump]) -> String {
         })
         .collect();
     format!(r#"<h3>webhooks</h3><ul class="webhooks">{items}</ul>"#)
+}
+
+/// The tool calls that wait for a person: who wants to call what, with which arguments and why,
+/// with buttons that answer (`POST /ai/approvals/{id}`, sent by the page's script).
+pub(super) fn render_approvals(approvals: &[ApprovalView]) -> String {
+    if approvals.is_empty() {
+        return String::new();
+    }
+    let items: String = approvals
+        .iter()
+        .map(|a| {
+            format!(
+                concat!(
+                    r#"<li data-approval="{id}"><b>{persona}</b> wants to call <code>{tool}</code> "#,
+                    r#"<code>{arguments}</code> <small>{why} (event {event}, #{room})</small> "#,
+                    r#"<button type="button" data-approve="{id}">Approve</button> "#,
+                    r#"<button type="button" data-deny="{id}">Deny</button></li>"#
+                ),
+                id = escape(&a.id),
+                persona = escape(&a.persona),
+                tool = escape(&a.tool),
+                arguments = escape(&a.arguments),
+                why = escape(&a.why),
+                event = escape(&a.event_id),
+                room = escape(&a.room),
+            )
+        })
+        .collect();
+    format!(
+        r#"<details open id="approvals"><summary>waiting for approval ({n})</summary><ul>{items}</ul></details>"#,
+        n = approvals.len()
+    )
 }
 
 /// The tool servers: each with its state, restarts and calls, and its tools: read-only or not,
