@@ -480,7 +480,8 @@ impl SchedulerState {
             match self.judge(&w, p, now) {
                 Verdict::Run => {
                     let tokens = u64::from(w.task.max_tokens);
-                    let seq = self.window.reserve(now, p, tokens, w.task.label, w.task.room.clone());
+                    let (room, tool) = (w.task.room.clone(), w.task.tool.clone());
+                    let seq = self.window.reserve(now, p, tokens, w.task.label, room, tool);
                     reservation = Some((seq, tokens));
                     Outcome::Run
                 }

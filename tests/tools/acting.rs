@@ -117,6 +117,15 @@ async fn asked_about_the_last_commit_the_reviewer_calls_git_and_answers_with_its
     assert!(call.bytes > 0 && call.summary.contains("Cap the retry"), "{call:?}");
     let d = decision(&fleet, "reviewer", &ack.event_id).await;
     assert_eq!(d.verdict, mindfleet_core::record::Verdict::Engage);
+    // The call counts in the budget, by tool, with no tokens.
+    let cost: serde_json::Value =
+        reqwest::get(format!("http://{}/ai/cost", fleet.addr)).await.unwrap().json().await.unwrap();
+    let by_tool = &cost["by_tool"][0];
+    assert_eq!(
+        (&by_tool["key"], &by_tool["inferences"], &by_tool["tokens"]),
+        (&json!("git.git_log"), &json!(1), &json!(0)),
+        "{cost}"
+    );
     fleet.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -34,6 +34,8 @@ struct Entry {
     reserved: bool,
     purpose: &'static str,
     room: Option<Arc<str>>,
+    /// The tool a tool call calls.
+    tool: Option<Arc<str>>,
     /// Grant to settlement, once settled.
     ran: Option<Duration>,
 }
@@ -159,6 +161,7 @@ impl Window {
         tokens: u64,
         purpose: &'static str,
         room: Option<Arc<str>>,
+        tool: Option<Arc<str>>,
     ) -> u64 {
         let p = persona as usize;
         if self.personas.len() <= p {
@@ -172,6 +175,7 @@ impl Window {
             reserved: true,
             purpose,
             room,
+            tool,
             ran: None,
         });
         self.fleet.inferences += 1;
@@ -213,7 +217,8 @@ impl Window {
         let since = since.min(WINDOW);
         let buckets = buckets.min(MAX_COST_BUCKETS) as usize;
         let width = if buckets == 0 { Duration::ZERO } else { since / buckets as u32 };
-        let (mut persona, mut room, mut purpose) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut persona, mut room, mut purpose, mut tool) =
+            (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
         let mut series: HashMap<&str, Vec<u64>> = HashMap::new();
         let mut r = CostReport { since_secs: since.as_secs_f64(), ..CostReport::default() };
         let mut ran = Vec::new();
@@ -240,6 +245,11 @@ impl Window {
                 row.inferences += e.inferences;
                 row.tokens += e.tokens;
             }
+            if let Some(t) = e.tool.as_deref() {
+                let row: &mut CostRow =
+                    tool.entry(t).or_insert_with(|| CostRow { key: t.into(), ..CostRow::default() });
+                row.inferences += e.inferences;
+            }
             ran.extend(e.ran);
         }
         let rows = |m: HashMap<&str, CostRow>| {
@@ -250,6 +260,7 @@ impl Window {
         r.by_persona = rows(persona);
         r.by_room = rows(room);
         r.by_purpose = rows(purpose);
+        r.by_tool = rows(tool);
         if !width.is_zero() {
             r.bucket_secs = width.as_secs_f64();
             r.timeline = r
@@ -284,8 +295,8 @@ mod tests {
     fn reservations_settle_and_expire_after_an_hour() {
         let t0 = Instant::now();
         let mut w = Window::default();
-        let a = w.reserve(t0, 0, 500, "draft_reply", None);
-        let b = w.reserve(t0 + Duration::from_secs(10), 1, 300, "gate", None);
+        let a = w.reserve(t0, 0, 500, "draft_reply", None, None);
+        let b = w.reserve(t0 + Duration::from_secs(10), 1, 300, "gate", None, None);
         assert_eq!(w.fleet(), Usage { inferences: 2, tokens: 800 });
         assert_eq!(w.reserved(), 800);
         w.settle(a, Some(120), t0);
@@ -309,7 +320,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Window::default();
         let l = limits(Some((10, 1000)));
-        w.reserve(t0, 0, 790, "x", None);
+        w.reserve(t0, 0, 790, "x", None, None);
         assert_eq!(w.judge(0, 10, 0.5, false, &l), Verdict::Run, "exactly at the soft share");
         assert_eq!(w.judge(0, 11, 0.8, false, &l), Verdict::Skip(SkipReason::SoftTokenBudget));
         assert_eq!(w.judge(0, 11, 0.81, false, &l), Verdict::Run);
@@ -318,13 +329,13 @@ mod tests {
         assert_eq!(w.judge(0, 211, 0.9, true, &l), Verdict::RulesOnly(SkipReason::HardBudget));
         assert_eq!(w.judge(1, 211, 0.9, false, &l), Verdict::Run, "another persona has its own budget");
         for _ in 0..7 {
-            w.reserve(t0, 0, 0, "x", None);
+            w.reserve(t0, 0, 0, "x", None, None);
         }
         // 8 calls used: a 9th is above 0.8 of 10.
         assert_eq!(w.judge(0, 0, 0.6, false, &l), Verdict::Skip(SkipReason::SoftCallBudget));
         assert_eq!(w.judge(0, 0, 0.61, false, &l), Verdict::Run);
-        w.reserve(t0, 0, 0, "x", None);
-        w.reserve(t0, 0, 0, "x", None);
+        w.reserve(t0, 0, 0, "x", None, None);
+        w.reserve(t0, 0, 0, "x", None, None);
         assert_eq!(w.judge(0, 0, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
     }
 
@@ -333,9 +344,28 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Window::default();
         let l = limits(None);
-        w.reserve(t0, 3, 9_000, "x", None);
+        w.reserve(t0, 3, 9_000, "x", None, None);
         assert_eq!(w.judge(4, 1_000, 1.0, false, &l), Verdict::Run);
         assert_eq!(w.judge(4, 1_001, 1.0, false, &l), Verdict::Skip(SkipReason::HardBudget));
+    }
+
+    #[test]
+    fn a_tool_call_is_a_call_of_the_budget_without_tokens_counted_by_tool() {
+        let t0 = Instant::now();
+        let mut w = Window::default();
+        let names: Vec<Arc<str>> = vec!["ada".into()];
+        let git: Option<Arc<str>> = Some("git.git_log".into());
+        let a = w.reserve(t0, 0, 1, "call_tool", None, git.clone());
+        let b = w.reserve(t0, 0, 1, "call_tool", None, git);
+        let c = w.reserve(t0, 0, 1, "call_tool", None, Some("fs.write_file".into()));
+        w.settle(a, Some(0), t0 + Duration::from_millis(5));
+        w.settle(b, Some(0), t0 + Duration::from_millis(7));
+        w.settle(c, None, t0 + Duration::from_millis(9));
+        let r = w.cost(t0 + Duration::from_secs(1), Duration::from_secs(3600), 0, &names);
+        assert_eq!((r.inferences, r.tokens), (2, 0), "a call parked, never made, is not counted");
+        let keys = |v: &[CostRow]| v.iter().map(|x| (x.key.clone(), x.inferences, x.tokens)).collect::<Vec<_>>();
+        assert_eq!(keys(&r.by_tool), [("git.git_log".into(), 2, 0)]);
+        assert_eq!(keys(&r.by_purpose), [("call_tool".into(), 2, 0)]);
     }
 
     #[test]
@@ -344,13 +374,13 @@ mod tests {
         let mut w = Window::default();
         let names: Vec<Arc<str>> = vec!["ada".into(), "bob".into()];
         let dev: Option<Arc<str>> = Some("dev".into());
-        let a = w.reserve(t0, 0, 500, "draft_reply", dev.clone());
-        let b = w.reserve(t0 + Duration::from_secs(1), 1, 100, "gate", dev);
-        let c = w.reserve(t0 + Duration::from_secs(2), 0, 50, "gate", None);
+        let a = w.reserve(t0, 0, 500, "draft_reply", dev.clone(), None);
+        let b = w.reserve(t0 + Duration::from_secs(1), 1, 100, "gate", dev, None);
+        let c = w.reserve(t0 + Duration::from_secs(2), 0, 50, "gate", None, None);
         w.settle(a, Some(200), t0 + Duration::from_millis(400));
         w.settle(b, Some(100), t0 + Duration::from_millis(1100));
         w.settle(c, None, t0 + Duration::from_secs(2));
-        w.reserve(t0 + Duration::from_secs(3), 1, 70, "gate", None);
+        w.reserve(t0 + Duration::from_secs(3), 1, 70, "gate", None, None);
         let r = w.cost(t0 + Duration::from_secs(3), Duration::from_secs(3600), 0, &names);
         assert_eq!((r.inferences, r.tokens, r.tokens_reserved), (3, 370, 70), "a call that never ran is not counted");
         let keys = |v: &[CostRow]| v.iter().map(|x| (x.key.clone(), x.inferences, x.tokens)).collect::<Vec<_>>();
@@ -376,7 +406,7 @@ mod tests {
         let mut w = Window::default();
         let l = limits(Some((10, 1000)));
         assert_eq!(w.share_left(0, &l), 1.0);
-        w.reserve(t0, 0, 600, "x", None);
+        w.reserve(t0, 0, 600, "x", None, None);
         assert!((w.share_left(0, &l) - 0.4).abs() < 1e-9, "persona tokens: 600 of 1000");
         assert!((w.share_left(1, &l) - 0.94).abs() < 1e-9, "fleet tokens: 600 of 10,000");
     }

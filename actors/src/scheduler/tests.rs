@@ -27,6 +27,7 @@ fn task(id: TaskId, class: Class, priority: f64, age: Duration, tx: &crossbeam_c
         room: None,
         preemptible: false,
         over_budget: OverBudget::Skip,
+        tool: None,
     }
 }
 

@@ -144,6 +144,7 @@ impl PersonaState {
         t.max_tokens = spec.max_tokens;
         t.paced = spec.paced;
         t.over_budget = spec.over_budget;
+        t.tool = spec.tool;
         if let Some(room) = &spec.room {
             t = t.in_room(room);
         }

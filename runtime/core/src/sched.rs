@@ -108,6 +108,9 @@ pub struct Task {
     pub preemptible: bool,
     /// What becomes of this model call when the budget has no room for it.
     pub over_budget: OverBudget,
+    /// A tool call (`server.tool`): one call of the budget's `inferences_per_hour`, no tokens,
+    /// counted by tool in the cost report.
+    pub tool: Option<Arc<str>>,
 }
 
 /// What becomes of a model call the budget has no room for, by who waits on it. `Urgent` calls
@@ -144,6 +147,7 @@ impl Task {
             room: None,
             preemptible: false,
             over_budget: OverBudget::Skip,
+            tool: None,
         }
     }
 

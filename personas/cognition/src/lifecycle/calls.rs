@@ -33,10 +33,13 @@ pub(super) struct Parked {
 impl Lifecycle {
     /// The `call_tool` step: its call goes to the tool host (answered by `ToolAnswered`) unless
     /// the loop breaker stops it first.
-    pub(super) fn call_tool(&mut self, f: &mut Work) -> Result<StepRun, (ErrorClass, String)> {
+    pub(super) fn call_tool(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let Some(call) = f.record.plan.steps[f.cursor].call.clone() else {
             return Err((ErrorClass::MissingResource, "the step names no tool call".into()));
         };
+        if rules_only {
+            return Err((ErrorClass::RateLimit, format!("{}: the budget has no room for a tool call now", call.tool)));
+        }
         if !self.setup.tools {
             return Err((ErrorClass::MissingResource, "no tool servers in this fleet".into()));
         }
@@ -93,6 +96,8 @@ impl Lifecycle {
             }
             ToolAnswer::Ran { result, approval, replayed } => (result, approval, replayed),
         };
+        // Made (or refused by the host): a call of the budget, unless answered from the journal.
+        f.called = !replayed;
         let step = &f.record.plan.steps[f.cursor];
         let tool = step.call.as_ref().map_or_else(String::new, |c| c.tool.clone());
         let id = step.call.as_ref().and_then(|c| c.outcome.as_ref()).map(|o| o.id.clone());

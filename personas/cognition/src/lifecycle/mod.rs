@@ -276,6 +276,8 @@ pub struct TaskSpec {
     pub over_budget: OverBudget,
     pub paced: bool,
     pub max_tokens: u32,
+    /// A tool call's tool: one call of the budget, no tokens.
+    pub tool: Option<Arc<str>>,
 }
 
 impl TaskSpec {
@@ -474,6 +476,7 @@ impl Lifecycle {
             over_budget: OverBudget::Skip,
             paced: false,
             max_tokens: 0,
+            tool: None,
         }
     }
 

@@ -101,6 +101,8 @@ pub(crate) struct Work {
     pub memory: Recollection,
     /// Why the loop breaker stopped the step in hand, if it did: the plan makes no more calls.
     pub breaker: Option<String>,
+    /// The step in hand made a tool call (its task counts as one call of the budget).
+    pub called: bool,
 }
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
@@ -221,6 +223,7 @@ impl Work {
             choosing,
             memory: Recollection::default(),
             breaker: None,
+            called: false,
         }
     }
 

@@ -89,6 +89,8 @@ impl Lifecycle {
         let (class, priority, event, label) = (f.class, f.gated.seen.priority, f.event().clone(), f.job().label());
         let choosing = f.choosing.is_some();
         let action = f.record.plan.steps.get(f.cursor).map(|s| s.action);
+        let tool: Option<std::sync::Arc<str>> =
+            f.record.plan.steps.get(f.cursor).and_then(|s| s.call.as_ref()).map(|c| c.tool.as_str().into());
         let starts = f.cursor == 0 && f.record.adjustments.is_empty();
         let mut t = self.task_for(&event, class, priority, label);
         if choosing {
@@ -105,6 +107,11 @@ impl Lifecycle {
             }
             if starts && class == Class::Work {
                 t = t.paced();
+            }
+            // A tool call is one call of the budget (no tokens), counted by tool.
+            if action == Some(Action::CallTool) && tool.is_some() {
+                t.max_tokens = 1;
+                t.tool = tool;
             }
         }
         let Some(f) = self.phase.working_mut() else { return };
@@ -152,8 +159,12 @@ impl Lifecycle {
     /// The step of `task` is over: release its grant, then go on with the plan as its outcome
     /// says.
     pub(super) fn step_done(&mut self, task: TaskId, result: Result<(), (ErrorClass, String)>) {
-        let tokens = self.phase.working_mut().map_or(0, |f| std::mem::take(&mut f.tokens));
-        if tokens > 0 {
+        let (tokens, called) = self
+            .phase
+            .working_mut()
+            .map_or((0, false), |f| (std::mem::take(&mut f.tokens), std::mem::take(&mut f.called)));
+        if tokens > 0 || called {
+            // A tool call made is one call of the budget, with no tokens.
             self.done_with_tokens(task, tokens);
         } else {
             self.done_task(task);

@@ -64,7 +64,7 @@ impl Lifecycle {
             }
             Action::NotePreoccupation => Ok(StepRun::Done(None)),
             Action::SelectReference => self.select_references(f),
-            Action::CallTool => self.call_tool(f),
+            Action::CallTool => self.call_tool(f, rules_only),
             Action::PostReply => {
                 // The redundancy check first (`RedundancyChecked`): a draft that repeats the
                 // thread is not posted.

@@ -159,8 +159,11 @@ pub struct CostReport {
     pub by_persona: Vec<CostRow>,
     /// By the room the work was for (`-` when none).
     pub by_room: Vec<CostRow>,
-    /// By the task's label (`gate`, `draft_reply`, `evaluate`, ...).
+    /// By the task's label (`gate`, `draft_reply`, `evaluate`, `call_tool`, ...).
     pub by_purpose: Vec<CostRow>,
+    /// The tool calls among them, by tool (`server.tool`; no tokens).
+    #[serde(default)]
+    pub by_tool: Vec<CostRow>,
     /// Grant to `done` of the finished calls, milliseconds.
     pub latency_p50_ms: f64,
     pub latency_p95_ms: f64,
@@ -199,7 +202,7 @@ impl CostReport {
             by_key
         }
         let mut m = CostReport::default();
-        let (mut personas, mut rooms, mut purposes) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut personas, mut rooms, mut purposes, mut tools) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for p in parts {
             m.since_secs = m.since_secs.max(p.since_secs);
             m.inferences += p.inferences;
@@ -208,6 +211,7 @@ impl CostReport {
             personas.extend(p.by_persona);
             rooms.extend(p.by_room);
             purposes.extend(p.by_purpose);
+            tools.extend(p.by_tool);
             m.latency_p50_ms = m.latency_p50_ms.max(p.latency_p50_ms);
             m.latency_p95_ms = m.latency_p95_ms.max(p.latency_p95_ms);
             m.latency_p99_ms = m.latency_p99_ms.max(p.latency_p99_ms);
@@ -227,6 +231,7 @@ impl CostReport {
         m.by_persona = rows(personas.into_iter());
         m.by_room = rows(rooms.into_iter());
         m.by_purpose = rows(purposes.into_iter());
+        m.by_tool = rows(tools.into_iter());
         // In the order of `by_persona`, as on one node.
         let order = |k: &str| m.by_persona.iter().position(|r| r.key == k).unwrap_or(usize::MAX);
         let mut timeline = std::mem::take(&mut m.timeline);

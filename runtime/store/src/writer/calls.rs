@@ -45,7 +45,7 @@ fn trim_calls(t: &mut Tables<'_>, persona: &str) -> Result<(), redb::Error> {
         }
     }
     answered.sort();
-    let excess = answered.len().saturating_sub(TOOL_CALLS_KEPT - TRIM_SLACK.min(TOOL_CALLS_KEPT));
+    let excess = answered.len().saturating_sub(TOOL_CALLS_KEPT);
     for (_, id) in answered.into_iter().take(excess) {
         t.tool_calls.remove((persona, id.as_str()))?;
     }
