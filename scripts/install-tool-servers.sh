@@ -66,6 +66,11 @@ bin=$dir/npm/node_modules/.bin
 for server in "$bin/mcp-server-everything" "$bin/mcp-server-filesystem" "$venv/bin/mcp-server-git"; do
     [ -x "$server" ] || { echo "install-tool-servers: $server missing after the install" >&2; exit 1; }
 done
+# One directory with a link to each, which the fleet looks in for a `command` not on PATH.
+mkdir -p "$dir/bin"
+ln -sf "$bin/mcp-server-everything" "$dir/bin/mcp-server-everything"
+ln -sf "$bin/mcp-server-filesystem" "$dir/bin/mcp-server-filesystem"
+ln -sf "$venv/bin/mcp-server-git" "$dir/bin/mcp-server-git"
 echo "server-everything $EVERYTHING_VERSION  $bin/mcp-server-everything"
 echo "server-filesystem $FILESYSTEM_VERSION  $bin/mcp-server-filesystem"
 echo "mcp-server-git    $GIT_VERSION  $venv/bin/mcp-server-git"

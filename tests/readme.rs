@@ -43,6 +43,10 @@ const SKIPPED: &[(&str, &str)] = &[
         "a benchmark of tens of minutes: study sessions, then training (docs/BENCHMARKS.md has its figures)",
     ),
     (
+        "ai approve ",
+        "needs a tool call waiting for approval (tests/tools/acting.rs approves and denies through the CLI)",
+    ),
+    (
         "bench memory-eval",
         "needs LoCoMo conversations, which are not in the repository (its own test runs it on one it writes)",
     ),
@@ -58,6 +62,8 @@ const SAYS: &[(&str, &str)] = &[
     ("rag open", "handle"),
     ("rag close", "closed"),
     ("check config/fleet.toml", "ok: fleet \"default\" with 4 personas"),
+    ("check examples/tools.toml", "ok: fleet \"tools\" with 1 personas"),
+    ("ai approvals", "\"approvals\""),
     ("inject", "event_id"),
     ("dump --persona helper --format tree", "helper"),
     ("ai health --format table", "recommendation"),
@@ -244,7 +250,11 @@ fn workdir() -> tempfile::TempDir {
     write("docs/deploy.md", "# Deploys\n\nA failed deploy is rolled back by the circuit breaker once it trips.\n");
     write("fleet.toml", ACROSS);
     write("endpoint.toml", ENDPOINT);
-    for rel in ["examples/events/standup.jsonl", "bench/refs-eval"] {
+    // The example fleet's tool servers, installed by the project's script when missing.
+    for server in [mindfleet_tools::installed::GIT, mindfleet_tools::installed::FILESYSTEM] {
+        crate::tools::acting::program(server);
+    }
+    for rel in ["examples/events/standup.jsonl", "examples/tools.toml", "bench/refs-eval"] {
         copy(&repo.join(rel), &dir.path().join(rel));
     }
     write(

@@ -247,7 +247,9 @@ impl ToolClient {
         let wire = Wire::new();
         let (handshake, pid, stderr) = match &self.shared.endpoint {
             Endpoint::Stdio { command, args, env } => {
-                let mut cmd = tokio::process::Command::new(command);
+                // As the fleet file was checked: on PATH, else among the installed servers.
+                let program = mindfleet_core::tools::resolve_command(command).unwrap_or_else(|| command.into());
+                let mut cmd = tokio::process::Command::new(program);
                 // Killed when dropped, even where no runtime is left to shut it down gracefully:
                 // a fleet that stops leaves no server behind.
                 cmd.args(args).env_clear().kill_on_drop(true);

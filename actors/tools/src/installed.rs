@@ -13,21 +13,9 @@ pub const FILESYSTEM: &str = "npm/node_modules/.bin/mcp-server-filesystem";
 /// mcp-server-git's program, under [`dir`].
 pub const GIT: &str = "venv/bin/mcp-server-git";
 
-/// Where the script installs them, by the same rule: `$MINDFLEET_TOOL_SERVERS`, else
-/// `$XDG_CACHE_HOME/mindfleet/tool-servers`, else `~/.cache/mindfleet/tool-servers`, else
-/// `./.mindfleet-tool-servers`.
+/// Where the script installs them ([`mindfleet_core::tools::servers_dir`]).
 pub fn dir() -> PathBuf {
-    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = var("MINDFLEET_TOOL_SERVERS") {
-        return dir;
-    }
-    if let Some(dir) = var("XDG_CACHE_HOME") {
-        return dir.join("mindfleet").join("tool-servers");
-    }
-    match var("HOME") {
-        Some(home) => home.join(".cache").join("mindfleet").join("tool-servers"),
-        None => PathBuf::from(".mindfleet-tool-servers"),
-    }
+    mindfleet_core::tools::servers_dir()
 }
 
 /// The installed program `relative` (one of the constants above). When it is missing, the

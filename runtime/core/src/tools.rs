@@ -495,6 +495,39 @@ pub const DEFAULT_MAX_TOOL_STEPS: u32 = 8;
 /// not say; the loop breaker ends a plan that would make it again.
 pub const DEFAULT_MAX_IDENTICAL_CALLS: u32 = 2;
 
+/// Where `scripts/install-tool-servers.sh` installs the pinned MCP servers:
+/// `$MINDFLEET_TOOL_SERVERS`, else `$XDG_CACHE_HOME/mindfleet/tool-servers`, else
+/// `~/.cache/mindfleet/tool-servers`, else `./.mindfleet-tool-servers` (the script follows the
+/// same rule). Its `bin/` holds a link to each server's program.
+pub fn servers_dir() -> std::path::PathBuf {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    if let Some(dir) = var("MINDFLEET_TOOL_SERVERS") {
+        return dir;
+    }
+    if let Some(dir) = var("XDG_CACHE_HOME") {
+        return dir.join("mindfleet").join("tool-servers");
+    }
+    match var("HOME") {
+        Some(home) => home.join(".cache").join("mindfleet").join("tool-servers"),
+        None => std::path::PathBuf::from(".mindfleet-tool-servers"),
+    }
+}
+
+/// The program a `[[tool_server]]`'s `command` names: a path when it has a `/`, else the first
+/// of that name in a directory of `PATH`, else in [`servers_dir`]`/bin` (the servers the
+/// project's script installs). `None` when there is none.
+pub fn resolve_command(command: &str) -> Option<std::path::PathBuf> {
+    if command.contains('/') {
+        let path = std::path::PathBuf::from(command);
+        return path.is_file().then_some(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(std::iter::once(servers_dir().join("bin")))
+        .map(|dir| dir.join(command))
+        .find(|p| p.is_file())
+}
+
 /// Whether a persona's allowlist (`git.*`, `fs.read_text_file`) lets it call `tool`
 /// (`server.tool`). Nothing is allowed by default.
 pub fn allowed(allowlist: &[String], tool: &str) -> bool {

@@ -74,6 +74,12 @@ async fn an_http_server_killed_mid_call_ends_the_call_as_lost_and_reconnect_brin
     let state = client.state();
     assert!(matches!(&state, ServerState::Failed { reason } if reason.starts_with("transport lost")), "{state}");
 
+    // The old child is killed when dropped, not waited for: its port is free once it is gone
+    // (else the new server cannot listen, and the old one answers the check below).
+    until("the old server gone", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+    })
+    .await;
     let _server = HttpEverything::start_on(port).await;
     client.reconnect().await.expect("reconnects");
     let echo = client.call("echo", json!({ "message": "back" }), in_secs(10)).await.unwrap();

@@ -13,6 +13,8 @@ use mindfleet_core::words::words;
 
 /// Most characters of one quoted line.
 const QUOTE_CHARS: usize = 200;
+/// Most characters of what a tool call returned, quoted (the lines kept of it, joined).
+const TOOL_QUOTE_CHARS: usize = 480;
 
 /// The grounded reply to `ctx`'s event for `ask`, from `pieces` (best first, as
 /// [`super::material::gather`] gives them).
@@ -177,10 +179,10 @@ fn line(p: &Piece, dated: bool) -> String {
         Piece::Knowledge { topic, summary } => format!("what I know of {topic}: {}", quote(summary)),
         Piece::Remembered(t) => quote(t),
         Piece::Tool { tool, failed: false, lines } => {
-            format!("I called {tool}, which returned: \"{}\"", quote(&lines.join(" / ")))
+            format!("I called {tool}, which returned: \"{}\"", quote_at(&lines.join(" / "), TOOL_QUOTE_CHARS))
         }
         Piece::Tool { tool, failed: true, lines } => {
-            format!("I could not use {tool}: \"{}\"", quote(&lines.join(" / ")))
+            format!("I could not use {tool}: \"{}\"", quote_at(&lines.join(" / "), TOOL_QUOTE_CHARS))
         }
     }
 }
@@ -188,13 +190,14 @@ fn line(p: &Piece, dated: bool) -> String {
 /// A quoted text: on one line, without `@` (a quote mentions nobody again), cut at
 /// [`QUOTE_CHARS`].
 fn quote(text: &str) -> String {
+    quote_at(text, QUOTE_CHARS)
+}
+
+/// A quoted text as [`quote`] makes it, cut at `most` characters.
+fn quote_at(text: &str, most: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ").chars().filter(|c| *c != '@').collect();
     let flat = flat.trim_end_matches(['.', ' ']).to_string();
-    if flat.chars().count() > QUOTE_CHARS {
-        format!("{}…", flat.chars().take(QUOTE_CHARS).collect::<String>())
-    } else {
-        flat
-    }
+    if flat.chars().count() > most { format!("{}…", flat.chars().take(most).collect::<String>()) } else { flat }
 }
 
 /// A line of code as a reply quotes it: without `@` (a decorator must not mention anyone), cut

@@ -3,7 +3,7 @@
 use super::*;
 use crate::tools::{
     Approval, DEFAULT_APPROVAL_TIMEOUT_SECS, DEFAULT_MAX_OUTPUT_KB, DEFAULT_TIMEOUT_SECS, PLACEHOLDERS, ProcedureCall,
-    SpecError, ToolProcedure, ToolServerSpec, allowed,
+    SpecError, ToolProcedure, ToolServerSpec, allowed, resolve_command,
 };
 
 impl Ctx<'_> {
@@ -66,11 +66,14 @@ impl Ctx<'_> {
                 return Err(self.err_at(at.unwrap_or(t.name.span()), e.to_string()));
             }
             if let Some(command) = &t.command
-                && !on_path(command.get_ref())
+                && resolve_command(command.get_ref()).is_none()
             {
                 return Err(self.err_at(
                     command.span(),
-                    format!("tool server {name:?}: `command` = {:?} is not found on PATH", command.get_ref()),
+                    format!(
+                        "tool server {name:?}: `command` = {:?} is not found on PATH (nor among the servers scripts/install-tool-servers.sh installs)",
+                        command.get_ref()
+                    ),
                 ));
             }
             out.push(spec);
@@ -207,14 +210,6 @@ fn unknown_placeholder(v: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Whether `command` names a file: as a path when it has a `/`, else in a directory of `PATH`.
-fn on_path(command: &str) -> bool {
-    if command.contains('/') {
-        return Path::new(command).is_file();
-    }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(command).is_file()))
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -272,7 +267,7 @@ timeout_secs = 5
         let missing = error("[[tool_server]]\nname = \"x\"\ncommand = \"no-such-mcp-server-here\"\n");
         assert_eq!(
             missing,
-            r#"fleet.toml:3:11: tool server "x": `command` = "no-such-mcp-server-here" is not found on PATH"#
+            r#"fleet.toml:3:11: tool server "x": `command` = "no-such-mcp-server-here" is not found on PATH (nor among the servers scripts/install-tool-servers.sh installs)"#
         );
         let url = error("[[tool_server]]\nname = \"x\"\nurl = \"ftp://h/mcp\"\n");
         assert!(url.starts_with("fleet.toml:3:7: ") && url.contains("must start with http"), "{url}");
