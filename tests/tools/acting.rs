@@ -437,3 +437,84 @@ async fn an_approval_pending_at_a_kill_9_is_still_pending_after_the_restart_and_
     sigterm(&b);
     assert_eq!(wait_exit(&mut b, Duration::from_secs(30)), Some(0));
 }
+
+/// What a fleet that died in the middle of a move left in its journal: the scribe's call of
+/// `fs.move_file` with `arguments` for the event `event_id`, in flight (`done`: none) or answered.
+async fn journaled(data: &Path, event_id: &str, arguments: serde_json::Value, done: Option<&str>) {
+    use mindfleet_core::tools::{ApprovalState, ApprovalView, CallJournal, CallRun, NOT_NEEDED, ToolResult, call_id};
+    let cfg = mindfleet_core::config::StorageConfig {
+        data_dir: data.to_path_buf(),
+        ..mindfleet::defaults::default_fleet().storage
+    };
+    let storage = mindfleet_store::Storage::open(&cfg).unwrap();
+    let (tool, args) = ("fs.move_file", arguments.to_string());
+    let id = call_id("scribe", event_id, tool, &args, 0);
+    let call = ApprovalView {
+        id,
+        persona: "scribe".into(),
+        tool: tool.into(),
+        arguments: args,
+        why: "a procedure".into(),
+        event_id: event_id.into(),
+        room: "general".into(),
+        requested_us: 1,
+        deadline_us: 1,
+        state: ApprovalState::Approved { by: NOT_NEEDED.into() },
+    };
+    let run = match done {
+        None => CallRun::InFlight { since_us: 2 },
+        Some(text) => {
+            let result = ToolResult { text: text.into(), structured: None, cut: false, bytes: text.len(), took_ms: 3 };
+            CallRun::Done { result: Ok(result), at_us: 4 }
+        }
+    };
+    let written = storage.journal_call(CallJournal { call, needs_approval: false, run }, true).unwrap();
+    written.await.unwrap().unwrap();
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_in_flight_at_a_crash_is_not_made_again_and_one_answered_is_answered_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    std::fs::write(root.join("notes.md"), "ship on friday").unwrap();
+    let data = dir.path().join("data");
+    let (from, to) = (root.join("notes.md"), root.join("archive.md"));
+    let args = json!({ "destination": to.display().to_string(), "source": from.display().to_string() });
+    // Both events are still pending after the crash (injected again under their ids, as the
+    // restored inbox delivers them), and the journal has their moves.
+    journaled(&data, "crash-1", args.clone(), None).await;
+    journaled(&data, "crash-2", args, Some("Successfully moved (before the crash)")).await;
+    let archive = format!(
+        "\n[[persona.procedure]]\nname = \"archive\"\nwhen = [\"archive the notes\"]\ncalls = [{{ tool = \"fs.move_file\", arguments = {{ source = \"{}\", destination = \"{}\" }} }}]\n",
+        from.display(),
+        to.display()
+    );
+    let fleet =
+        start(&data, &(fs_fleet(&root).replace("approval = \"writes\"", "approval = \"never\"") + &archive)).await;
+    // (Two texts: the inbox drops a repeat of one from the same sender as a duplicate.)
+    let event = |id: &str, text: &str| mindfleet_core::event::EventInput {
+        id: Some(id.into()),
+        ..chat("general", "alice", text)
+    };
+
+    let first = fleet.inject(event("crash-1", "@scribe please archive the notes")).await.unwrap();
+    let reply = reply_to(&fleet, &first.event_id).await;
+    assert!(reply.text.contains("not sent again"), "the persona says what became of it: {}", reply.text);
+    assert!(from.exists() && !to.exists(), "a move in flight at the crash is not made again");
+    let record = plan_of(&fleet, "scribe", &first.event_id).await;
+    let [(_, call)] = calls(&record).try_into().expect("one call");
+    assert_eq!((call.error, call.replayed), (Some(ErrorClass::Unknown), true), "{call:?}");
+    assert_eq!(record.adjustments[0].adjustment.kind(), "replan", "the plan adjusts");
+
+    let second = fleet.inject(event("crash-2", "@scribe archive the notes now")).await.unwrap();
+    let reply = reply_to(&fleet, &second.event_id).await;
+    assert!(reply.text.contains("(before the crash)"), "its journaled answer: {}", reply.text);
+    assert!(from.exists() && !to.exists(), "answered from the journal, not moved again");
+    let record = plan_of(&fleet, "scribe", &second.event_id).await;
+    let [(_, call)] = calls(&record).try_into().expect("one call");
+    assert_eq!((call.error, call.replayed), (None, true), "{call:?}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+}

@@ -103,7 +103,7 @@ impl Lifecycle {
         let id = step.call.as_ref().and_then(|c| c.outcome.as_ref()).map(|o| o.id.clone());
         let id = id.unwrap_or_else(|| call_id_of(&self.name, f));
         journal(f, outcome(&id, &approval, Some(&result), replayed));
-        if replayed {
+        if replayed && result.is_ok() {
             f.notes.push(format!("{tool}: answered from the journal of the call made before a restart"));
         }
         let e: Arc<Event> = f.gated.seen.delivery.event.clone();
