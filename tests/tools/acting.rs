@@ -204,6 +204,10 @@ async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_an
     assert!(!root.join("notes.md").exists(), "nothing is written before a person approves");
     let (_, why, _) = tokio::task::block_in_place(|| ai(fleet2, &["why", "--event", &ask.event_id]));
     assert_eq!(why["tool_calls"][0]["approval"], "pending", "`ai why` shows the call waiting: {why}");
+    let (_, plan, _) = tokio::task::block_in_place(|| ai(fleet2, &["plan", "--persona", "scribe"]));
+    assert_eq!(plan["plan"]["event_id"], ask.event_id.as_str(), "`ai plan` shows the plan parked: {plan}");
+    let metrics = reqwest::get(format!("http://{}/metrics", fleet.addr)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"mindfleet_tool_approvals_pending{tool="fs.write_file"} 1"#), "{metrics}");
 
     // The persona serves other events while its plan waits.
     let other = fleet.inject(chat("general", "bob", "@scribe hello there")).await.unwrap();

@@ -264,6 +264,22 @@ pub fn exposition(d: &FleetDump, refused: u64) -> String {
         "Times each tool server's connection was lost and made again.",
         d.tools.servers.iter().map(|s| (label("server", &s.name), f64::from(s.restarts))),
     );
+    if !d.tools.servers.is_empty() {
+        gauges(
+            &mut r,
+            "tool_approvals_pending",
+            "Tool calls that wait for a person's approval, by tool.",
+            d.tools
+                .approvals
+                .iter()
+                .fold(std::collections::BTreeMap::<&str, f64>::new(), |mut m, a| {
+                    *m.entry(a.tool.as_str()).or_default() += 1.0;
+                    m
+                })
+                .into_iter()
+                .map(|(tool, n)| (label("tool", tool), n)),
+        );
+    }
     // A fleet across nodes: each node as the answering one sees it (1 up or itself, 0 not).
     gauges(
         &mut r,

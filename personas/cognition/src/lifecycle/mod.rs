@@ -422,9 +422,11 @@ impl Lifecycle {
         self.brain.name()
     }
 
-    /// The plan worked on, else the last one finished.
+    /// The plan worked on, else the newest one parked until a call of it is approved, else the
+    /// last one finished.
     pub fn plan_record(&self) -> Option<PlanRecord> {
-        self.phase.working().map(|f| f.record.clone()).or_else(|| self.last_plan.clone())
+        let parked = || self.parked.last().map(|p| p.work.record.clone());
+        self.phase.working().map(|f| f.record.clone()).or_else(parked).or_else(|| self.last_plan.clone())
     }
 
     pub fn refs(&self) -> &RefBook {
