@@ -26,6 +26,7 @@ pub mod lora;
 mod q8;
 mod quant;
 pub mod repeat;
+pub mod schema;
 mod tokenizer;
 
 use std::fs::File;
@@ -72,6 +73,9 @@ pub enum LlmError {
     ContextOverflow { needed: usize, max_tokens: usize, context: usize },
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
+    /// A schema to fill that has a construct [`schema`] does not read (the field named).
+    #[error("schema: {0}")]
+    Schema(#[from] schema::SchemaError),
 }
 
 /// A conversation's prompt as the model reads it: the chat template's ids, fitted to the context.
