@@ -1,6 +1,7 @@
 //! The interface of the local LLM (crate `mindfleet-models`, `llama`) and of the `LlmWorker` that
 //! serves it to the fleet (crate `mindfleet-actors`, `llm_worker`): conversations, sampling, what
-//! a generation or a classification answers, the worker's messages and the figures it reports.
+//! a generation, a classification or a fill (a JSON value of a schema: a tool's arguments)
+//! answers, the worker's messages and the figures it reports.
 
 use std::collections::BTreeMap;
 
@@ -202,6 +203,23 @@ pub struct Classification {
     pub scores: Vec<LabelScore>,
     /// Prompt tokens the model read.
     pub tokens_in: usize,
+}
+
+/// The answer to a fill: a JSON value of the schema asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Filled {
+    /// Valid against the schema.
+    pub value: serde_json::Value,
+    /// The value's JSON text as the model read it (a local model's; an endpoint's answer).
+    pub text: String,
+    /// Prompt tokens the model read (a local model's include the answer's opening, `{"key": `).
+    pub tokens_in: usize,
+    /// Tokens of the answer after them: those the model chose and those written for it.
+    pub tokens_out: usize,
+    pub prompt_ms: f64,
+    /// From the end of the prompt to the end of the answer.
+    pub gen_ms: f64,
+    pub trimmed: Option<Trim>,
 }
 
 /// How far the best label is ahead of the second, in log-probability; `None` for fewer than
