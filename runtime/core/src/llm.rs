@@ -241,6 +241,10 @@ pub enum LlmFailure {
     /// This request failed (a prompt that cannot fit, a model error).
     #[error("LLM request failed: {0}")]
     Failed(String),
+    /// A fill's schema has a construct the worker does not fill (the field and the construct
+    /// named): asking again fails again.
+    #[error("LLM cannot fill the schema: {0}")]
+    Schema(String),
     #[error("LLM worker stopped")]
     Stopped,
 }
@@ -283,6 +287,19 @@ pub struct ClassifyJob {
     pub persona: Option<String>,
 }
 
+/// A fill asked of the worker: a JSON value of `schema` (a JSON Schema object, a tool's input
+/// schema) as the answer to `messages`, every value it holds decided by the model and the value
+/// valid against the schema. Which constructs are filled: `mindfleet_models::llama::schema`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillJob {
+    pub messages: Vec<ChatMessage>,
+    pub schema: serde_json::Value,
+    pub purpose: String,
+    pub persona: Option<String>,
+    /// The most tokens of the answer, its JSON text written for it included (at least 1).
+    pub max_tokens: usize,
+}
+
 #[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum LlmMsg {
@@ -294,6 +311,12 @@ pub enum LlmMsg {
     Classify {
         job: ClassifyJob,
         reply: RpcReplyPort<Result<Classification, LlmFailure>>,
+    },
+    /// A JSON value of the job's schema (a tool's arguments); refused with
+    /// [`LlmFailure::Schema`] when the schema has a construct not filled.
+    Fill {
+        job: FillJob,
+        reply: RpcReplyPort<Result<Filled, LlmFailure>>,
     },
     Stats(RpcReplyPort<LlmStats>),
     /// From the worker's loader and slot threads (the model loaded, a request's cost): a type
