@@ -19,6 +19,12 @@
 //! grant, and `[scheduler] inference_slots` (by default `[llm] max_batch` for a local model)
 //! sizes both.
 //!
+//! A fill ([`LlmMsg::Fill`]: a tool's arguments) is decoded by a local model constrained to the
+//! job's JSON Schema ([`mindfleet_models::llama::fill`]): the model decides the values, the
+//! JSON text around them is written for it, and the value validates. An endpoint is asked for
+//! structured output and its answer checked ([`openai`]). A schema with a construct not filled
+//! is refused with [`LlmFailure::Schema`], naming the field.
+//!
 //! If the model cannot be loaded the worker keeps running, degraded: every request is refused
 //! with [`LlmFailure::Degraded`], naming the file and what is wrong.
 //!
@@ -38,8 +44,8 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use mindfleet_core::config::Decoding;
 use mindfleet_core::llm::{
-    ChatMessage, Classification, ClassifyJob, GenerateJob, GenerateRequest, Generation, LlmFailure, LlmInfo, LlmMsg,
-    LlmStats,
+    ChatMessage, Classification, ClassifyJob, FillJob, Filled, GenerateJob, GenerateRequest, Generation, LlmFailure,
+    LlmInfo, LlmMsg, LlmStats,
 };
 use mindfleet_core::private::Private;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
@@ -95,6 +101,8 @@ pub trait Backend: Send + Sync {
         on_token: &mut dyn FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation, LlmError>;
     fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError>;
+    fn fill(&self, messages: &[ChatMessage], schema: &serde_json::Value, max_tokens: usize)
+    -> Result<Filled, LlmError>;
 }
 
 impl Backend for OpenAi {
@@ -108,6 +116,15 @@ impl Backend for OpenAi {
 
     fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError> {
         OpenAi::classify(self, messages, labels)
+    }
+
+    fn fill(
+        &self,
+        messages: &[ChatMessage],
+        schema: &serde_json::Value,
+        max_tokens: usize,
+    ) -> Result<Filled, LlmError> {
+        OpenAi::fill(self, messages, schema, max_tokens)
     }
 }
 
@@ -198,6 +215,7 @@ struct Cost {
 enum Job {
     Generate(GenerateJob, RpcReplyPort<Result<Generation, LlmFailure>>),
     Classify(ClassifyJob, RpcReplyPort<Result<Classification, LlmFailure>>),
+    Fill(FillJob, RpcReplyPort<Result<Filled, LlmFailure>>),
 }
 
 enum Status {
@@ -286,6 +304,9 @@ fn fail(job: Job, why: LlmFailure) {
         Job::Classify(_, reply) => {
             let _ = reply.send(Err(why));
         }
+        Job::Fill(_, reply) => {
+            let _ = reply.send(Err(why));
+        }
     }
 }
 
@@ -325,6 +346,7 @@ impl Actor for LlmWorker {
         match msg {
             LlmMsg::Generate { job, reply } => st.send(Job::Generate(job, reply)),
             LlmMsg::Classify { job, reply } => st.send(Job::Classify(job, reply)),
+            LlmMsg::Fill { job, reply } => st.send(Job::Fill(job, reply)),
             LlmMsg::Stats(reply) => {
                 let _ = reply.send(st.stats());
             }
@@ -431,6 +453,7 @@ struct Asked {
 enum Reply {
     Generate(RpcReplyPort<Result<Generation, LlmFailure>>),
     Classify(RpcReplyPort<Result<Classification, LlmFailure>>),
+    Fill(RpcReplyPort<Result<Filled, LlmFailure>>),
 }
 
 /// A local model's requests, batched on this thread until the channel closes and the last
@@ -512,6 +535,11 @@ fn take<'a>(
             Asked { purpose, persona, received, reply: Reply::Classify(reply) },
             Box::new(|_: &str| ControlFlow::Continue(())),
         ),
+        Job::Fill(FillJob { messages, schema, purpose, persona, max_tokens }, reply) => (
+            Work::Fill { messages, schema, max_tokens },
+            Asked { purpose, persona, received, reply: Reply::Fill(reply) },
+            Box::new(|_: &str| ControlFlow::Continue(())),
+        ),
     };
     match engine.prepare(work, asked, on_token) {
         Ok(ready) => waiting.push_back(match adapter {
@@ -540,6 +568,11 @@ fn answer(asked: Asked, outcome: Outcome, figures: Option<Box<Batching>>, actor:
             let _ = actor.cast(own(Callback::Done(cost, figures)));
             let _ = reply.send(out.map_err(failure));
         }
+        (Reply::Fill(reply), Outcome::Filled(out)) => {
+            let cost = out.as_ref().map_or(failed, |f| filled(purpose, persona, f));
+            let _ = actor.cast(own(Callback::Done(cost, figures)));
+            let _ = reply.send(out.map_err(failure));
+        }
         (reply, _) => {
             tracing::error!("LLM worker: a request was answered with another kind of answer");
             let _ = actor.cast(own(Callback::Done(failed, figures)));
@@ -547,6 +580,7 @@ fn answer(asked: Asked, outcome: Outcome, figures: Option<Box<Batching>>, actor:
             match reply {
                 Reply::Generate(r) => drop(r.send(Err(why))),
                 Reply::Classify(r) => drop(r.send(Err(why))),
+                Reply::Fill(r) => drop(r.send(Err(why))),
             }
         }
     }
@@ -613,12 +647,28 @@ fn classified(purpose: String, persona: Option<String>, c: &Classification, rece
     }
 }
 
+fn filled(purpose: String, persona: Option<String>, f: &Filled) -> Cost {
+    Cost {
+        purpose,
+        persona,
+        tokens_in: f.tokens_in as u64,
+        tokens_out: f.tokens_out as u64,
+        prompt_ms: f.prompt_ms,
+        gen_ms: f.gen_ms,
+        ok: true,
+        ..Default::default()
+    }
+}
+
 fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 fn failure(e: LlmError) -> LlmFailure {
-    LlmFailure::Failed(e.to_string())
+    match e {
+        LlmError::Schema(e) => LlmFailure::Schema(e.to_string()),
+        e => LlmFailure::Failed(e.to_string()),
+    }
 }
 
 /// Sends each piece of an answer to the caller's stream, if any; a stream whose receiver is gone
@@ -654,6 +704,15 @@ fn serve(backend: &dyn Backend, decoding: Option<&Decoding>, jobs: &Receiver<Job
                 let out = backend.classify(&messages, &labels);
                 let cost = match &out {
                     Ok(c) => classified(purpose, persona, c, t),
+                    Err(_) => Cost { purpose, persona, ..Default::default() },
+                };
+                let _ = actor.cast(own(Callback::Done(cost, None)));
+                let _ = reply.send(out.map_err(failure));
+            }
+            Job::Fill(FillJob { messages, schema, purpose, persona, max_tokens }, reply) => {
+                let out = backend.fill(&messages, &schema, max_tokens);
+                let cost = match &out {
+                    Ok(f) => filled(purpose, persona, f),
                     Err(_) => Cost { purpose, persona, ..Default::default() },
                 };
                 let _ = actor.cast(own(Callback::Done(cost, None)));

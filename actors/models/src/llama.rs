@@ -1,6 +1,7 @@
 //! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF): the model's own
 //! tokenizer and chat template, streamed generation within an honest context budget, label
-//! scoring, and a Q4_1 -> Q8_0 rewrite of the weights.
+//! scoring, JSON values of a schema filled (a tool's arguments, [`fill`]), and a Q4_1 -> Q8_0
+//! rewrite of the weights.
 //!
 //! [`Llm`] is synchronous and CPU-bound like [`crate::embed::Embedder`]: callers run it on a
 //! thread of their own, never on the tokio workers that carry the actors (`mindfleet-actors`'
@@ -21,18 +22,20 @@
 pub mod adapter;
 pub mod batch;
 mod budget;
+pub mod fill;
 mod forward;
 pub mod lora;
 mod q8;
 mod quant;
 pub mod repeat;
+pub mod schema;
 mod tokenizer;
 
 use std::fs::File;
 use std::io::BufReader;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -43,8 +46,8 @@ use batch::{BatchConfig, Engine, Outcome, Work};
 use forward::{Llama, Part, Scratch};
 
 pub use mindfleet_core::llm::{
-    ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Repetition, Sampling, Stop, TokenLogprob,
-    TopLogprob, Trim, margin,
+    ChatMessage, Classification, Filled, GenerateRequest, Generation, LabelScore, Repetition, Sampling, Stop,
+    TokenLogprob, TopLogprob, Trim, margin,
 };
 pub use quant::{requantize, runnable};
 pub use tokenizer::GgufTokenizer;
@@ -72,6 +75,9 @@ pub enum LlmError {
     ContextOverflow { needed: usize, max_tokens: usize, context: usize },
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
+    /// A schema to fill that has a construct [`schema`] does not read (the field named).
+    #[error("schema: {0}")]
+    Schema(#[from] schema::SchemaError),
 }
 
 /// A conversation's prompt as the model reads it: the chat template's ids, fitted to the context.
@@ -107,6 +113,8 @@ pub struct Llm {
     context: usize,
     team: Team,
     file: PathBuf,
+    /// The tokens sorted for [`Llm::fill`], on the first fill.
+    vocab: OnceLock<fill::Vocab>,
 }
 
 impl Llm {
@@ -137,11 +145,15 @@ impl Llm {
         let model = Llama::load(&content, &mut reader, context).map_err(load_err)?;
         let team = Team::new(threads, "llm")
             .map_err(|e| LlmError::Request(format!("starting {threads} inference threads: {e}")))?;
-        Ok(Llm { model, tokenizer, context, team, file: path.to_path_buf() })
+        Ok(Llm { model, tokenizer, context, team, file: path.to_path_buf(), vocab: OnceLock::new() })
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
         &self.tokenizer
+    }
+
+    fn vocab(&self) -> &fill::Vocab {
+        self.vocab.get_or_init(|| fill::Vocab::of(&self.tokenizer))
     }
 
     /// The most tokens a prompt and its answer can have together.
@@ -196,7 +208,7 @@ impl Llm {
     ) -> Result<Generation, LlmError> {
         match self.alone(Work::Generate(req.clone()), adapter, Box::new(on_token)) {
             Outcome::Generated(g) => g,
-            Outcome::Classified(_) => unreachable!("a generation is answered with one"),
+            _ => unreachable!("a generation is answered with one"),
         }
     }
 
@@ -246,7 +258,25 @@ impl Llm {
             Work::Classify { messages: messages.to_vec(), labels: labels.iter().map(|l| l.to_string()).collect() };
         match self.alone(work, None, Box::new(|_| ControlFlow::Continue(()))) {
             Outcome::Classified(c) => c,
-            Outcome::Generated(_) => unreachable!("a classification is answered with one"),
+            _ => unreachable!("a classification is answered with one"),
+        }
+    }
+
+    /// A JSON value of `schema` (a tool's input schema, in the part of JSON Schema that
+    /// [`schema`] reads) as the answer to `messages`, in at most `max_tokens` tokens: the JSON
+    /// text is written here and the model decides only the values, so the value validates
+    /// ([`fill`]). Greedy: the same conversation gives the same value. A schema with a
+    /// construct not read is refused ([`LlmError::Schema`], naming the field).
+    pub fn fill(
+        &self,
+        messages: &[ChatMessage],
+        schema: &serde_json::Value,
+        max_tokens: usize,
+    ) -> Result<Filled, LlmError> {
+        let work = Work::Fill { messages: messages.to_vec(), schema: schema.clone(), max_tokens };
+        match self.alone(work, None, Box::new(|_| ControlFlow::Continue(()))) {
+            Outcome::Filled(f) => f,
+            _ => unreachable!("a fill is answered with one"),
         }
     }
 

@@ -6,8 +6,12 @@
 //! passes. Generations are streamed (server-sent events), so the caller gets each piece as it
 //! comes and time to first token is measured the same way as locally; tokens are counted from
 //! the server's `usage` when it reports one, else one per streamed piece. Classification asks for
-//! one token with its `top_logprobs` and scores each label as one of them. The prompt is not trimmed here: the server's own context limit applies, and a prompt
-//! over it is the server's error, reported as the request's failure.
+//! one token with its `top_logprobs` and scores each label as one of them. A fill asks for the
+//! answer in the schema's shape (`response_format` of type `json_schema`, strict: the schema as
+//! [`Shape::to_schema`] writes it, every property filled required) and checks the value it gets
+//! against that shape, so a fill answered validates as a local model's does. The prompt is not
+//! trimmed here: the server's own context limit applies, and a prompt over it is the server's
+//! error, reported as the request's failure.
 //!
 //! A request's [`Repetition`](mindfleet_core::llm::Repetition) goes as far as the API takes it:
 //! the penalty as llama.cpp's `repeat_penalty` and as OpenAI's `frequency_penalty` (the penalty
@@ -22,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use mindfleet_core::llm::{TokenLogprob, TopLogprob};
+use mindfleet_core::llm::{Filled, TokenLogprob, TopLogprob};
+use mindfleet_models::llama::schema::Shape;
 use mindfleet_models::llama::{
     AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
 };
@@ -235,6 +240,44 @@ impl OpenAi {
         scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
         let tokens_in = answer.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0) as usize;
         Ok(Classification { scores, tokens_in })
+    }
+}
+
+impl OpenAi {
+    /// A JSON value of `schema` as the answer, asked for as structured output and checked: a
+    /// schema with a construct not filled is refused as a local model refuses it, and an answer
+    /// that is not JSON of the schema's shape is the endpoint's error, naming the field.
+    pub fn fill(&self, messages: &[ChatMessage], schema: &Value, max_tokens: usize) -> Result<Filled, LlmError> {
+        let start = Instant::now();
+        if max_tokens == 0 {
+            return Err(LlmError::Request("max_tokens must be at least 1".into()));
+        }
+        let shape = Shape::compile(schema)?;
+        let mut body = self.body(messages, max_tokens);
+        body["temperature"] = json!(0.0);
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": { "name": "arguments", "strict": true, "schema": shape.to_schema() }
+        });
+        let answer: Value = self.post(&body)?.json().map_err(|e| self.error(format!("unreadable answer: {e}")))?;
+        let text = answer
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| self.error("the answer has no message content"))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            self.error(format!("the answer is not JSON ({e}): {}", text.chars().take(200).collect::<String>()))
+        })?;
+        shape.check(&value).map_err(|e| self.error(format!("the answer does not fit the schema: {e}")))?;
+        let count = |field: &str| answer.pointer(&format!("/usage/{field}")).and_then(Value::as_u64).unwrap_or(0);
+        Ok(Filled {
+            value,
+            text: text.to_string(),
+            tokens_in: count("prompt_tokens") as usize,
+            tokens_out: count("completion_tokens") as usize,
+            prompt_ms: 0.0,
+            gen_ms: start.elapsed().as_secs_f64() * 1e3,
+            trimmed: None,
+        })
     }
 }
 

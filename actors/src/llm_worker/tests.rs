@@ -3,11 +3,13 @@
 
 use mindfleet_core::config::Decoding;
 use mindfleet_core::llm::{
-    ChatMessage, ClassifyJob, GenerateJob, GenerateRequest, LlmFailure, LlmInfo, LlmMsg, LlmStats, Repetition, Stop,
+    ChatMessage, ClassifyJob, FillJob, GenerateJob, GenerateRequest, LlmFailure, LlmInfo, LlmMsg, LlmStats, Repetition,
+    Stop,
 };
 use mindfleet_core::private::Private;
 use mindfleet_models::fetch::{PACKAGES, SMOLLM2, default_dir, pull};
 use ractor::ActorRef;
+use serde_json::json;
 
 use crate::testing::answer_when;
 
@@ -32,8 +34,17 @@ async fn a_forged_own_message_changes_nothing_and_the_worker_still_answers() {
     let job = ClassifyJob { messages: Vec::new(), labels: vec!["yes".into()], purpose: "test".into(), persona: None };
     let answer = ractor::call!(worker, |reply| LlmMsg::Classify { job, reply }).unwrap();
     assert!(matches!(answer, Err(LlmFailure::Degraded(_))), "{answer:?}");
+    let job = FillJob {
+        messages: Vec::new(),
+        schema: json!({ "type": "boolean" }),
+        purpose: "tool".into(),
+        persona: None,
+        max_tokens: 4,
+    };
+    let answer = ractor::call!(worker, |reply| LlmMsg::Fill { job, reply }).unwrap();
+    assert!(matches!(answer, Err(LlmFailure::Degraded(_))), "{answer:?}");
     let after = ractor::call!(worker, LlmMsg::Stats).unwrap();
-    assert_eq!((after.requests, after.failures), (before.requests + 1, before.failures + 1));
+    assert_eq!((after.requests, after.failures), (before.requests + 2, before.failures + 2));
     worker.stop(None);
 }
 
@@ -91,4 +102,38 @@ async fn a_fleet_s_worker_decodes_replies_as_configured_and_a_plain_one_as_asked
     let reply = ask(plain.clone(), "reply").await;
     assert_eq!((reply.text, reply.tokens_out, reply.stop), (generated.text, generated.tokens_out, generated.stop));
     plain.stop(None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_is_answered_valid_and_counted_by_purpose_and_an_unsupported_schema_is_refused() {
+    let dir = default_dir();
+    pull(&dir, &PACKAGES, |_| {}).expect("models pull");
+    let model = dir.join(SMOLLM2.name).join(SMOLLM2.files[0].name);
+    let worker = spawn(LlmArgs::local(model, 2), None).await.unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": { "repo_path": { "type": "string" }, "max_count": { "type": "integer", "default": 10 } },
+        "required": ["repo_path"]
+    });
+    let messages = vec![
+        ChatMessage::system("You call the tool git_log. Write its arguments as JSON."),
+        ChatMessage::user("Show me the last commit of the git repository.\nrepo_path: \"/srv/git/payments-api\""),
+    ];
+    let job = FillJob { messages, schema, purpose: "tool".into(), persona: Some("ada".into()), max_tokens: 64 };
+    let ask = |job: FillJob| {
+        let w = worker.clone();
+        async move { ractor::call!(w, |reply| LlmMsg::Fill { job, reply }).unwrap() }
+    };
+    let f = ask(job.clone()).await.unwrap();
+    assert_eq!(f.value["repo_path"], "/srv/git/payments-api", "{}", f.text);
+    assert!(f.value["max_count"].is_i64(), "{}", f.text);
+    let mut unsupported = job.clone();
+    unsupported.schema["properties"]["repo_path"]["pattern"] = json!("^/");
+    let refused = ask(unsupported).await.unwrap_err();
+    assert_eq!(refused, LlmFailure::Schema("field `repo_path`: `pattern` is not supported".into()));
+    let s = ractor::call!(worker, LlmMsg::Stats).unwrap();
+    assert_eq!((s.requests, s.failures), (2, 1), "{s:?}");
+    let tool = &s.by_purpose["tool"];
+    assert_eq!((tool.calls, tool.tokens_in, tool.tokens_out), (1, f.tokens_in as u64, f.tokens_out as u64));
+    worker.stop(None);
 }

@@ -1,6 +1,7 @@
 //! The interface of the local LLM (crate `mindfleet-models`, `llama`) and of the `LlmWorker` that
 //! serves it to the fleet (crate `mindfleet-actors`, `llm_worker`): conversations, sampling, what
-//! a generation or a classification answers, the worker's messages and the figures it reports.
+//! a generation, a classification or a fill (a JSON value of a schema: a tool's arguments)
+//! answers, the worker's messages and the figures it reports.
 
 use std::collections::BTreeMap;
 
@@ -204,6 +205,23 @@ pub struct Classification {
     pub tokens_in: usize,
 }
 
+/// The answer to a fill: a JSON value of the schema asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Filled {
+    /// Valid against the schema.
+    pub value: serde_json::Value,
+    /// The value's JSON text as the model read it (a local model's; an endpoint's answer).
+    pub text: String,
+    /// Prompt tokens the model read (a local model's include the answer's opening, `{"key": `).
+    pub tokens_in: usize,
+    /// Tokens of the answer after them: those the model chose and those written for it.
+    pub tokens_out: usize,
+    pub prompt_ms: f64,
+    /// From the end of the prompt to the end of the answer.
+    pub gen_ms: f64,
+    pub trimmed: Option<Trim>,
+}
+
 /// How far the best label is ahead of the second, in log-probability; `None` for fewer than
 /// two labels.
 pub fn margin(scores: &[LabelScore]) -> Option<f32> {
@@ -223,6 +241,10 @@ pub enum LlmFailure {
     /// This request failed (a prompt that cannot fit, a model error).
     #[error("LLM request failed: {0}")]
     Failed(String),
+    /// A fill's schema has a construct the worker does not fill (the field and the construct
+    /// named): asking again fails again.
+    #[error("LLM cannot fill the schema: {0}")]
+    Schema(String),
     #[error("LLM worker stopped")]
     Stopped,
 }
@@ -265,6 +287,19 @@ pub struct ClassifyJob {
     pub persona: Option<String>,
 }
 
+/// A fill asked of the worker: a JSON value of `schema` (a JSON Schema object, a tool's input
+/// schema) as the answer to `messages`, every value it holds decided by the model and the value
+/// valid against the schema. Which constructs are filled: `mindfleet_models::llama::schema`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillJob {
+    pub messages: Vec<ChatMessage>,
+    pub schema: serde_json::Value,
+    pub purpose: String,
+    pub persona: Option<String>,
+    /// The most tokens of the answer, its JSON text written for it included (at least 1).
+    pub max_tokens: usize,
+}
+
 #[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
 pub enum LlmMsg {
@@ -276,6 +311,12 @@ pub enum LlmMsg {
     Classify {
         job: ClassifyJob,
         reply: RpcReplyPort<Result<Classification, LlmFailure>>,
+    },
+    /// A JSON value of the job's schema (a tool's arguments); refused with
+    /// [`LlmFailure::Schema`] when the schema has a construct not filled.
+    Fill {
+        job: FillJob,
+        reply: RpcReplyPort<Result<Filled, LlmFailure>>,
     },
     Stats(RpcReplyPort<LlmStats>),
     /// From the worker's loader and slot threads (the model loaded, a request's cost): a type

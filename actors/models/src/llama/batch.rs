@@ -34,10 +34,14 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
+use mindfleet_core::llm::Filled;
+use serde_json::Value;
 
 use super::adapter::Adapter;
+use super::fill::{Filling, Walker};
 use super::forward::{KvCache, Part, Scratch};
 use super::repeat::Guard;
+use super::schema::Shape;
 use super::tokenizer::Written;
 use super::{
     AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, Llm, LlmError, Sampling, Stop,
@@ -81,12 +85,19 @@ pub enum Work {
         messages: Vec<ChatMessage>,
         labels: Vec<String>,
     },
+    /// A JSON value of `schema` as the answer, in at most `max_tokens` tokens ([`super::fill`]).
+    Fill {
+        messages: Vec<ChatMessage>,
+        schema: Value,
+        max_tokens: usize,
+    },
 }
 
 #[derive(Debug)]
 pub enum Outcome {
     Generated(Result<Generation, LlmError>),
     Classified(Result<Classification, LlmError>),
+    Filled(Result<Filled, LlmError>),
 }
 
 /// Where a generated request's text goes as it comes; `Break` cancels the request.
@@ -178,6 +189,7 @@ struct Seq<'a, T> {
 enum Task<'a> {
     Generate(Box<Gen<'a>>),
     Classify(Box<Scoring>),
+    Fill(Box<Filling>),
 }
 
 struct Gen<'a> {
@@ -198,7 +210,7 @@ struct Gen<'a> {
     generating: Option<Instant>,
 }
 
-struct Scoring {
+pub(crate) struct Scoring {
     labels: Vec<String>,
     ids: Vec<Vec<u32>>,
     /// Log-probabilities after the prompt.
@@ -248,6 +260,10 @@ impl<'a, T> Engine<'a, T> {
             Work::Classify { messages, labels } => match self.prepare_classify(&messages, labels) {
                 Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, adapter: None, prompt, trimmed, tokens, task }),
                 Err(e) => Err(Box::new((tag, Outcome::Classified(Err(e))))),
+            },
+            Work::Fill { messages, schema, max_tokens } => match self.prepare_fill(&messages, &schema, max_tokens) {
+                Ok((prompt, trimmed, tokens, task)) => Ok(Ready { tag, adapter: None, prompt, trimmed, tokens, task }),
+                Err(e) => Err(Box::new((tag, Outcome::Filled(Err(e))))),
             },
         }
     }
@@ -320,8 +336,33 @@ impl<'a, T> Engine<'a, T> {
         let longest = ids.iter().map(Vec::len).max().unwrap_or(1);
         let prompt = self.llm.prompt_as(messages, longest, &self.written)?;
         let tokens = prompt.ids.len() + longest;
-        let scoring = Scoring { labels, ids, first: Vec::new(), label: 0, at: 0, logprob: 0.0, scores: Vec::new() };
-        Ok((prompt.ids, prompt.trimmed, tokens, Task::Classify(Box::new(scoring))))
+        Ok((prompt.ids, prompt.trimmed, tokens, Task::Classify(Box::new(Scoring::new(labels, ids)))))
+    }
+
+    /// The prompt of a fill ends with the beginning of its answer (`{"name": "`, say), which
+    /// counts in its `max_tokens`.
+    fn prepare_fill(
+        &self,
+        messages: &[ChatMessage],
+        schema: &Value,
+        max_tokens: usize,
+    ) -> Result<(Vec<u32>, Option<Trim>, usize, Task<'a>), LlmError> {
+        if max_tokens == 0 {
+            return Err(LlmError::Request("max_tokens must be at least 1".into()));
+        }
+        let (walker, opening) = Walker::new(Shape::compile(schema)?);
+        let prompt = self.llm.prompt_as(messages, max_tokens, &self.written)?;
+        let opening = self.llm.tokenizer.encode_plain(&opening)?;
+        if opening.len() > max_tokens {
+            return Err(LlmError::Request(format!(
+                "max_tokens {max_tokens}: the answer's opening alone takes {}",
+                opening.len()
+            )));
+        }
+        let (start, tokens) = (prompt.ids.len(), prompt.ids.len() + max_tokens);
+        let mut ids = prompt.ids;
+        ids.extend(opening);
+        Ok((ids, prompt.trimmed, tokens, Task::Fill(Box::new(Filling::new(walker, max_tokens, start)))))
     }
 
     /// Whether `ready` can join the batch now: a place in it, and room for its keys and values
@@ -473,7 +514,7 @@ impl<'a, T> Engine<'a, T> {
                 self.prompt_read(i);
             }
             if let Some(ended) = self.advance(i, &logits) {
-                done.push(self.retire(i, Ok(ended)));
+                done.push(self.retire(i, ended));
             }
         }
         done
@@ -482,18 +523,35 @@ impl<'a, T> Engine<'a, T> {
     /// The request's prompt is read: its time noted.
     fn prompt_read(&mut self, i: usize) {
         let s = &mut self.active[i];
-        if let Task::Generate(g) = &mut s.task {
-            g.prompt_ms = Some(ms(s.admitted));
-            g.generating = Some(Instant::now());
+        match &mut s.task {
+            Task::Generate(g) => {
+                g.prompt_ms = Some(ms(s.admitted));
+                g.generating = Some(Instant::now());
+            }
+            Task::Fill(f) => {
+                f.prompt_ms = Some(ms(s.admitted));
+                f.generating = Some(Instant::now());
+            }
+            Task::Classify(_) => {}
         }
     }
 
     /// Takes the logits of the request's last pass; how it ended, when it did.
-    fn advance(&mut self, i: usize, logits: &[f32]) -> Option<Ended> {
+    fn advance(&mut self, i: usize, logits: &[f32]) -> Option<Result<Ended, String>> {
         let s = &mut self.active[i];
         match &mut s.task {
-            Task::Generate(g) => g.next(self.llm, s.admitted, logits, &mut s.input).map(Ended::Generated),
-            Task::Classify(c) => c.next(logits, &mut s.input, &mut s.cache, s.prompt.len()).map(|()| Ended::Scored),
+            Task::Generate(g) => {
+                g.next(self.llm, s.admitted, logits, &mut s.input).map(|stop| Ok(Ended::Generated(stop)))
+            }
+            Task::Classify(c) => c.next(logits, &mut s.input, &mut s.cache, s.prompt.len()).map(|()| Ok(Ended::Scored)),
+            Task::Fill(f) => {
+                f.next(&self.llm.tokenizer, self.llm.vocab(), logits, &mut s.input, &mut s.cache).map(|filled| {
+                    filled.map(Ended::Filled).map_err(|e| match e {
+                        LlmError::Request(why) => why,
+                        e => e.to_string(),
+                    })
+                })
+            }
         }
     }
 
@@ -503,6 +561,7 @@ impl<'a, T> Engine<'a, T> {
         crate::busy::end(1);
         self.stats.kv_reserved -= s.reserved;
         let tokens_in = s.prompt.len();
+        let read = s.cache.len();
         let mut task = s.task;
         // Its keys and values are kept for the prompts that begin like its own, with the
         // answer's tokens read: moved, not copied (a prompt read in full only).
@@ -524,9 +583,13 @@ impl<'a, T> Engine<'a, T> {
             (Task::Classify(c), Ok(Ended::Scored)) => {
                 Outcome::Classified(Ok(Classification { scores: c.scores, tokens_in }))
             }
-            (_, Ok(_)) => unreachable!("a generation ends generated, a classification scored"),
+            (Task::Fill(f), Ok(Ended::Filled(value))) => {
+                Outcome::Filled(Ok(f.finish(value, tokens_in, read, s.trimmed)))
+            }
+            (_, Ok(_)) => unreachable!("a generation ends generated, a classification scored, a fill filled"),
             (Task::Generate(_), Err(e)) => Outcome::Generated(Err(LlmError::Request(e))),
             (Task::Classify(_), Err(e)) => Outcome::Classified(Err(LlmError::Request(e))),
+            (Task::Fill(_), Err(e)) => Outcome::Filled(Err(LlmError::Request(e))),
         };
         (s.tag, outcome)
     }
@@ -551,6 +614,7 @@ fn same(a: Option<&Arc<Adapter>>, b: Option<&Arc<Adapter>>) -> bool {
 enum Ended {
     Generated(Stop),
     Scored,
+    Filled(Value),
 }
 
 impl Gen<'_> {
@@ -621,9 +685,25 @@ impl Gen<'_> {
 }
 
 impl Scoring {
+    pub(crate) fn new(labels: Vec<String>, ids: Vec<Vec<u32>>) -> Scoring {
+        Scoring { labels, ids, first: Vec::new(), label: 0, at: 0, logprob: 0.0, scores: Vec::new() }
+    }
+
+    /// The index in the labels of the most likely, once all are scored.
+    pub(crate) fn best(&self) -> usize {
+        let best = self.scores.first().map(|s| s.label.as_str());
+        self.labels.iter().position(|l| Some(l.as_str()) == best).unwrap_or(0)
+    }
+
     /// Takes the logits of the last pass: the prompt's, or a label token's. `Some` once every
     /// label is scored (best first); else the token to read next is in `input`.
-    fn next(&mut self, logits: &[f32], input: &mut Vec<u32>, cache: &mut KvCache, prompt: usize) -> Option<()> {
+    pub(crate) fn next(
+        &mut self,
+        logits: &[f32],
+        input: &mut Vec<u32>,
+        cache: &mut KvCache,
+        prompt: usize,
+    ) -> Option<()> {
         let lp = log_softmax(logits);
         if self.first.is_empty() {
             self.first = lp;

@@ -14,6 +14,16 @@ use mindfleet_models::llama::{ChatMessage, GenerateRequest, Generation, Repetiti
 
 /// Answers one chat request with `pieces` streamed as server-sent events; the request's body.
 fn serve_once(pieces: &'static [&'static str]) -> (String, std::thread::JoinHandle<Value>) {
+    serve(Answer::Streamed(pieces))
+}
+
+enum Answer {
+    Streamed(&'static [&'static str]),
+    /// A whole answer whose message is this content.
+    Whole(String),
+}
+
+fn serve(answer: Answer) -> (String, std::thread::JoinHandle<Value>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let server = std::thread::spawn(move || {
@@ -30,9 +40,22 @@ fn serve_once(pieces: &'static [&'static str]) -> (String, std::thread::JoinHand
                 break;
             }
         }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
+        let mut body_read = vec![0; length];
+        reader.read_exact(&mut body_read).unwrap();
         let mut out = stream;
+        let pieces = match answer {
+            Answer::Streamed(pieces) => pieces,
+            Answer::Whole(content) => {
+                let usage = json!({ "prompt_tokens": 30, "completion_tokens": 12 });
+                let body = json!({ "choices": [{ "message": { "content": content } }], "usage": usage }).to_string();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = out.write_all((head + &body).as_bytes());
+                return serde_json::from_slice(&body_read).unwrap();
+            }
+        };
         let _ = out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n");
         for piece in pieces {
             let chunk = json!({ "choices": [{ "delta": { "content": piece }, "finish_reason": null }] });
@@ -41,9 +64,13 @@ fn serve_once(pieces: &'static [&'static str]) -> (String, std::thread::JoinHand
         }
         let end = json!({ "choices": [{ "delta": {}, "finish_reason": "stop" }] });
         let _ = out.write_all(format!("data: {end}\n\ndata: [DONE]\n\n").as_bytes());
-        serde_json::from_slice(&body).unwrap()
+        serde_json::from_slice(&body_read).unwrap()
     });
     (url, server)
+}
+
+fn client(url: String) -> OpenAi {
+    OpenAi::new(OpenAiConfig { url, model: "m".into(), api_key: None, timeout: Duration::from_secs(10) }).unwrap()
 }
 
 fn ask(url: String, req: &GenerateRequest) -> (Generation, String) {
@@ -96,4 +123,44 @@ fn four_stop_strings_are_sent_and_the_others_are_looked_for_in_the_text() {
     let body = server.join().unwrap();
     assert_eq!(body["stop"], json!(stop[..MAX_SENT_STOPS]));
     assert_eq!((g.text.as_str(), g.stop, streamed.as_str()), ("one two ", Stop::StopString, "one two "));
+}
+
+fn git_log() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "repo_path": { "type": "string" }, "max_count": { "type": "integer", "default": 10 } },
+        "required": ["repo_path"]
+    })
+}
+
+#[test]
+fn a_fill_asks_for_the_schema_s_shape_as_strict_structured_output_and_checks_the_answer() {
+    let (url, server) = serve(Answer::Whole(r#"{"repo_path": "/srv/git/api", "max_count": 1}"#.into()));
+    let messages = [ChatMessage::user("The last commit of /srv/git/api.")];
+    let f = client(url).fill(&messages, &git_log(), 64).unwrap();
+    let body = server.join().unwrap();
+    assert_eq!(f.value, json!({ "repo_path": "/srv/git/api", "max_count": 1 }));
+    assert_eq!((f.tokens_in, f.tokens_out), (30, 12), "from the server's usage");
+    let format = &body["response_format"];
+    assert_eq!((format["type"].as_str(), format["json_schema"]["strict"].as_bool()), (Some("json_schema"), Some(true)));
+    // Every property filled is required and no other allowed, as strict mode wants.
+    let schema = &format["json_schema"]["schema"];
+    assert_eq!(
+        (&schema["required"], &schema["additionalProperties"]),
+        (&json!(["repo_path", "max_count"]), &json!(false))
+    );
+    assert_eq!((body["max_tokens"].as_u64(), body["temperature"].as_f64()), (Some(64), Some(0.0)));
+}
+
+#[test]
+fn an_answer_off_the_schema_fails_naming_the_field_and_an_unsupported_schema_is_not_sent() {
+    let (url, server) = serve(Answer::Whole(r#"{"repo_path": 7, "max_count": 1}"#.into()));
+    let e = client(url).fill(&[ChatMessage::user("Log?")], &git_log(), 64).unwrap_err().to_string();
+    server.join().unwrap();
+    assert!(e.ends_with("the answer does not fit the schema: field `repo_path`: 7 is not a string"), "{e}");
+    let mut schema = git_log();
+    schema["properties"]["repo_path"]["pattern"] = json!("^/");
+    // No server: the schema is refused before any request.
+    let e = client("http://127.0.0.1:9/v1".into()).fill(&[ChatMessage::user("Log?")], &schema, 64).unwrap_err();
+    assert!(matches!(&e, mindfleet_models::llama::LlmError::Schema(s) if s.field == "repo_path"), "{e}");
 }
