@@ -32,7 +32,7 @@ use mindfleet_core::record::ErrorClass;
 use mindfleet_core::time::now_us;
 use mindfleet_core::tools::{
     ApprovalState, ApprovalView, CallJournal, CallRun, Endpoint, NOT_NEEDED, ToolAnswer, ToolCall, ToolDump,
-    ToolFailure, ToolResult, ToolServerDump, ToolsDump, ToolsMsg, allowed,
+    ToolFailure, ToolResult, ToolServerDump, ToolSpec, ToolsDump, ToolsMsg, allowed,
 };
 use mindfleet_store::{Receipt, Storage};
 use mindfleet_tools::{Backoff, CallError, Pins, ServerState, ToolClient, needs_approval};
@@ -234,6 +234,9 @@ impl Actor for ToolHost {
                 st.storage.journal_call((*j).clone(), false);
                 st.journal.insert(j.call.id.clone(), *j);
             }
+            ToolsMsg::Catalog(persona, reply) => {
+                let _ = reply.send(st.catalog(&persona));
+            }
             ToolsMsg::Dump(reply) => {
                 let _ = reply.send(st.dump());
             }
@@ -427,6 +430,24 @@ impl ToolHostState {
             let _ = w.send(state.clone());
         }
         Ok((view, written))
+    }
+
+    /// The tools `persona` may call now: allowed, enabled, on a connected server.
+    fn catalog(&self, persona: &str) -> Vec<ToolSpec> {
+        let list = self.allowlists.get(persona).map_or(&[][..], Vec::as_slice);
+        self.servers
+            .iter()
+            .filter(|(_, s)| s.client.state() == ServerState::Ready)
+            .flat_map(|(name, s)| {
+                s.client.tools().into_iter().filter(|t| !s.disabled.contains_key(&t.name)).map(move |t| ToolSpec {
+                    name: format!("{name}.{}", t.name),
+                    description: t.description.clone().unwrap_or_default(),
+                    read_only: t.read_only(),
+                    input_schema: t.input_schema,
+                })
+            })
+            .filter(|t| allowed(list, &t.name))
+            .collect()
     }
 
     /// The calls that wait for approval, oldest first.

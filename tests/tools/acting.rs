@@ -202,8 +202,13 @@ async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_an
     assert_eq!(pending["arguments"]["content"], "ship on friday");
     assert!(pending["why"].as_str().unwrap().contains("save-note"), "{pending}");
     assert!(!root.join("notes.md").exists(), "nothing is written before a person approves");
-    let (_, why, _) = tokio::task::block_in_place(|| ai(fleet2, &["why", "--event", &ask.event_id]));
-    assert_eq!(why["tool_calls"][0]["approval"], "pending", "`ai why` shows the call waiting: {why}");
+    // (The journal's write may still be on its way to disk when the list shows the call.)
+    let why = poll("`ai why` to show the call waiting", || async {
+        let (_, why, _) = tokio::task::block_in_place(|| ai(fleet2, &["why", "--event", &ask.event_id]));
+        (why["tool_calls"][0]["approval"] == "pending").then_some(why)
+    })
+    .await;
+    assert_eq!(why["tool_calls"][0]["tool"], "fs.write_file", "{why}");
     let (_, plan, _) = tokio::task::block_in_place(|| ai(fleet2, &["plan", "--persona", "scribe"]));
     assert_eq!(plan["plan"]["event_id"], ask.event_id.as_str(), "`ai plan` shows the plan parked: {plan}");
     let metrics = reqwest::get(format!("http://{}/metrics", fleet.addr)).await.unwrap().text().await.unwrap();
@@ -520,5 +525,39 @@ async fn a_move_in_flight_at_a_crash_is_not_made_again_and_one_answered_is_answe
     let record = plan_of(&fleet, "scribe", &second.event_id).await;
     let [(_, call)] = calls(&record).try_into().expect("one call");
     assert_eq!((call.error, call.replayed), (None, true), "{call:?}");
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_local_model_the_reviewer_chooses_git_fills_its_arguments_and_answers_with_the_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path(), "Cap the retry backoff at thirty seconds");
+    // No procedure applies to the question: the model chooses the tool and fills its arguments
+    // to its schema. The fleet file's procedure for the tool gives it the repository's path.
+    let toml =
+        git_fleet(&repo, "local").replace("when = [\"last commit\", \"latest commit\"]", "when = [\"commit history\"]");
+    let mut cfg = crate::util::config(&dir.path().join("data"), &toml);
+    cfg.models.dir = crate::util::pulled();
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    // Its model is told of the tool once the server is connected.
+    poll("the reviewer's model told of git.git_log", || async {
+        let d = fleet.dump(Some("reviewer".into())).await.ok()?;
+        (d.personas[0].tools_now == ["git.git_log"]).then_some(())
+    })
+    .await;
+
+    let ack = fleet.inject(chat("general", "alice", "@reviewer what is the last commit?")).await.unwrap();
+    let reply = crate::util::poll_within("the reply", Duration::from_secs(300), || async {
+        fleet.dump(None).await.ok()?.outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
+    })
+    .await;
+    let record = plan_of(&fleet, "reviewer", &ack.event_id).await;
+    let step = record.plan.steps.iter().chain(record.replaced.iter().flat_map(|p| p.steps.iter()));
+    let call = step.filter_map(|s| s.call.as_ref()).next().unwrap_or_else(|| panic!("a call: {record:#?}"));
+    assert_eq!(call.tool, "git.git_log");
+    assert!(call.why.starts_with("the model chose it"), "{}", call.why);
+    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+    assert_eq!(args["repo_path"], repo.display().to_string(), "filled to the schema, the path copied: {args}");
+    assert!(reply.text.contains("Cap the retry backoff at thirty seconds"), "{}", reply.text);
     fleet.shutdown(Duration::from_secs(5)).await;
 }

@@ -138,6 +138,35 @@ pub struct ConversationArgs {
 const KNOWLEDGE_CHUNKS: usize = 3;
 /// How long a study stage that gave its slot back waits before it asks again.
 const STUDY_RETRY: Duration = Duration::from_secs(2);
+/// How often a persona whose model may choose tools asks which it may call now; while it has
+/// none yet (its servers connecting), for its first minute, every [`CATALOG_FIRST`].
+const CATALOG_EVERY: Duration = Duration::from_secs(10);
+const CATALOG_FIRST: Duration = Duration::from_millis(250);
+
+/// Tells the persona's lifecycle the tools it may call now, at once and then whenever they
+/// change (a server connected, a tool disabled or approved), until the persona stops.
+fn follow_catalog(tools: ActorRef<ToolsMsg>, me: ActorRef<PersonaMsg>, name: String) {
+    tokio::spawn(async move {
+        let (mut known, started) = (None::<Vec<mindfleet_core::tools::ToolSpec>>, std::time::Instant::now());
+        loop {
+            if let Ok(catalog) = call_t!(tools, ToolsMsg::Catalog, CHILD_CALL_MS, name.clone())
+                && known.as_ref() != Some(&catalog)
+            {
+                known = Some(catalog.clone());
+                if me.cast(Own::Life(Input::Catalog(catalog)).into()).is_err() {
+                    return;
+                }
+            }
+            if me.get_status() == ractor::ActorStatus::Stopped {
+                return;
+            }
+            let none_yet = known.as_ref().is_none_or(Vec::is_empty);
+            let fast = none_yet && started.elapsed() < Duration::from_secs(60);
+            tokio::time::sleep(if fast { CATALOG_FIRST } else { CATALOG_EVERY }).await;
+        }
+    });
+}
+
 /// How much longer than a tool call's own deadline the persona waits for the tool host.
 const TOOL_ANSWER_SLACK_MS: u64 = 5_000;
 /// Longest a knowledge search waits for the index (which may be busy indexing a tree).
@@ -279,6 +308,7 @@ impl PersonaState {
             conversation: self.convo.as_ref().filter(|_| full).map(|c| c.dump(now_us())),
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
             drafts_replaced: self.life.drafts_replaced().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            tools_now: self.life.catalog().iter().map(|t| t.name.clone()).collect(),
         };
         let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
         async move {
@@ -408,6 +438,12 @@ impl Actor for Persona {
         // The self-state keeps what storage kept (a `kill -9` may have lost its last write),
         // and the inbox is asked.
         st.feed(Input::Start).await;
+        if let Some(tools) = st.args.tools.clone()
+            && st.args.llm.is_some()
+            && !st.args.config.tools.is_empty()
+        {
+            follow_catalog(tools, myself, st.name.to_string());
+        }
         Ok(())
     }
 

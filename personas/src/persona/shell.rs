@@ -193,6 +193,15 @@ impl PersonaState {
                 |reply| LlmMsg::Generate { job, reply },
                 move |answer| Input::Evaluated { task, answer },
             ),
+            Ask::ChooseTool(job) => self.answer(
+                llm,
+                me,
+                |reply| LlmMsg::Classify { job, reply },
+                move |answer| Input::ToolChosen { task, answer },
+            ),
+            Ask::Fill(job) => {
+                self.answer(llm, me, |reply| LlmMsg::Fill { job, reply }, move |answer| Input::Filled { task, answer })
+            }
             Ask::ChoosePlan(choice) => {
                 tokio::spawn(async move {
                     let mut answers: Vec<Classification> = Vec::new();

@@ -155,6 +155,10 @@ pub struct PersonaDump {
     /// The plan being run, else the last finished one.
     #[serde(default)]
     pub plan: Option<PlanRecord>,
+    /// The tools its model may choose among now (allowed, enabled, their server connected);
+    /// empty for a brain without a model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools_now: Vec<String>,
     /// How often the persona may start new self-paced work, from its mood and budget (0: not
     /// set yet).
     #[serde(default)]
@@ -263,6 +267,7 @@ impl PersonaDump {
             decisions: Vec::new(),
             in_flight: None,
             plan: None,
+            tools_now: Vec::new(),
             cadence_ms: 0,
             budget_left: 0.0,
             references: None,

@@ -416,6 +416,18 @@ pub struct ToolDump {
     pub latency_p99_ms: f64,
 }
 
+/// A tool a persona may call now (allowed to it, enabled, its server connected), as a model is
+/// told of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// `server.tool`.
+    pub name: String,
+    pub description: String,
+    /// Its input's JSON Schema.
+    pub input_schema: Value,
+    pub read_only: bool,
+}
+
 /// The tool host's messages.
 #[cfg(feature = "actors")]
 #[derive(Debug, RactorMessage)]
@@ -442,6 +454,8 @@ pub enum ToolsMsg {
     /// A call ran: its journal, with its answer.
     Journaled(Box<CallJournal>),
     Dump(RpcReplyPort<ToolsDump>),
+    /// The tools a persona may call now.
+    Catalog(String, RpcReplyPort<Vec<ToolSpec>>),
     /// Pins the current descriptions of one server's tools (all servers': `None`), enabling the
     /// tools disabled because theirs changed; answers the tools enabled.
     Approve(Option<String>, RpcReplyPort<Result<Vec<String>, String>>),

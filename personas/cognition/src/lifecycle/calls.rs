@@ -10,11 +10,14 @@ use mindfleet_core::record::{Action, CallOutcome, EntryKind, ErrorClass, StepSta
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolFailure, ToolResult, call_id};
 
+use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, LlmFailure};
+
+use crate::brain::tools as brain_tools;
 use crate::mind::{TOOL_FAILED_KIND, TOOL_KIND};
 
 use super::phase::{Phase, Work};
 use super::steps::StepRun;
-use super::{Effect, Lifecycle};
+use super::{Ask, Effect, FILL_MAX_TOKENS, Lifecycle};
 
 /// How long the persona lets the tool host take over a call; each server's `timeout_secs`
 /// caps it.
@@ -35,7 +38,8 @@ impl Lifecycle {
     /// the loop breaker stops it first.
     pub(super) fn call_tool(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let Some(call) = f.record.plan.steps[f.cursor].call.clone() else {
-            return Err((ErrorClass::MissingResource, "the step names no tool call".into()));
+            // A step the model fills: it chooses the tool first.
+            return Ok(self.choose_tool(f, rules_only));
         };
         if rules_only {
             return Err((ErrorClass::RateLimit, format!("{}: the budget has no room for a tool call now", call.tool)));
@@ -129,6 +133,15 @@ impl Lifecycle {
                 Ok(Some(data))
             }
             Err(ToolFailure { class, message, for_model, .. }) => {
+                // The model's arguments refused: what the tool said is shown to it once, and it
+                // fills them again.
+                if let (Some((_, _)), Some(said), false) = (&f.chosen, &for_model, f.corrected) {
+                    f.corrected = true;
+                    f.refused = Some(said.clone());
+                    f.refill = Some(format!(
+                        "{tool} refused the model's arguments: shown to the model once to fill them again"
+                    ));
+                }
                 let (said, _) = as_data(for_model.as_deref().unwrap_or(&message));
                 let said = said.trim();
                 let said = said.strip_prefix(&format!("{tool}: ")).unwrap_or(said);
@@ -171,6 +184,105 @@ impl Lifecycle {
         self.phase = Phase::Working(work);
         self.next_step();
         true
+    }
+}
+
+impl Lifecycle {
+    /// A `call_tool` step the model fills: it chooses among the tools the persona may call now
+    /// (answered by `ToolChosen`), or none.
+    fn choose_tool(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
+        let why = if rules_only {
+            Some("the model budget has no room for choosing a tool")
+        } else if !self.setup.llm || self.catalog.is_empty() {
+            Some("no tool to choose from now")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            f.notes.push(format!("call_tool: {why}"));
+            return StepRun::Done(None);
+        }
+        let e = f.event();
+        let messages = brain_tools::choose_question(&self.name, &self.setup.config.role, &e.text, &self.catalog);
+        let job = ClassifyJob {
+            messages,
+            labels: brain_tools::choice_labels(&self.catalog),
+            purpose: "choose_tool".into(),
+            persona: Some(self.name.to_string()),
+        };
+        self.emit(Effect::Llm { task: f.task, ask: Ask::ChooseTool(job) });
+        StepRun::Waiting
+    }
+
+    /// The model's choice of a tool: none (the plan goes on), or one whose arguments it fills
+    /// next, decoded to the tool's input schema (answered by `Filled`).
+    pub(super) fn on_tool_chosen(&mut self, task: TaskId, answer: Result<Classification, LlmFailure>) {
+        let Some(f) = self.phase.work_mut(task) else {
+            self.done_task(task);
+            return;
+        };
+        let c = match answer {
+            Ok(c) => c,
+            Err(e) => {
+                f.notes.push(format!("call_tool: the model could not choose a tool ({e})"));
+                return self.step_result(task, Ok(None));
+            }
+        };
+        f.tokens += (c.tokens_in + c.scores.iter().map(|s| s.tokens).sum::<usize>()) as u32;
+        let mut scores = c.scores.clone();
+        scores.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+        let margin = scores.get(1).map_or(0.0, |s| scores[0].logprob - s.logprob);
+        let best = scores.first().map(|s| s.label.clone()).unwrap_or_else(|| brain_tools::NO_TOOL.into());
+        let Some(tool) = self.catalog.iter().find(|t| t.name == best).cloned() else {
+            f.notes.push(format!("call_tool: the model chose no tool (margin {margin:.2})"));
+            return self.step_result(task, Ok(None));
+        };
+        f.chosen = Some((tool.name.clone(), margin));
+        let refused = f.refused.take();
+        let messages =
+            brain_tools::fill_question(&tool, &f.event().text, &self.setup.config.procedures, refused.as_deref());
+        let job = FillJob {
+            messages,
+            schema: tool.input_schema.clone(),
+            purpose: "fill_arguments".into(),
+            persona: Some(self.name.to_string()),
+            max_tokens: FILL_MAX_TOKENS,
+        };
+        self.emit(Effect::Llm { task, ask: Ask::Fill(job) });
+    }
+
+    /// The model's arguments for the tool it chose: the step's call, made as any other.
+    pub(super) fn on_filled(&mut self, task: TaskId, answer: Result<Filled, LlmFailure>) {
+        let Some(mut f) = self.phase.take_work(task) else {
+            self.done_task(task);
+            return;
+        };
+        let Some((tool, margin)) = f.chosen.clone() else {
+            self.phase = Phase::Working(f);
+            return self.step_result(task, Ok(None));
+        };
+        let run = match answer {
+            Ok(filled) => {
+                f.tokens += (filled.tokens_in + filled.tokens_out) as u32;
+                f.record.plan.steps[f.cursor].call = Some(ToolStep {
+                    tool,
+                    arguments: filled.value.to_string(),
+                    why: format!("the model chose it (margin {margin:.2}) and filled its arguments to its schema"),
+                    outcome: None,
+                });
+                self.call_tool(&mut f, false)
+            }
+            Err(LlmFailure::Schema(why)) => {
+                Err((ErrorClass::MissingResource, format!("{tool}: the model cannot fill its arguments: {why}")))
+            }
+            Err(e) => Err((ErrorClass::MissingResource, format!("{tool}: the model did not fill its arguments: {e}"))),
+        };
+        self.phase = Phase::Working(f);
+        match run {
+            Ok(StepRun::Waiting) => {}
+            Ok(StepRun::Done(text)) => self.step_result(task, Ok(text)),
+            Err(e) => self.step_result(task, Err(e)),
+        }
     }
 }
 

@@ -42,12 +42,12 @@ use mindfleet_core::config::{BrainKind, PersonaConfig};
 use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::knowledge::{RagError, Source};
-use mindfleet_core::llm::{Classification, ClassifyJob, GenerateJob, Generation, LlmFailure};
+use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, GenerateJob, Generation, LlmFailure};
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
 use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
 use mindfleet_core::refs::{Enrichment, Excerpt, RefMatch};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
-use mindfleet_core::tools::{ToolAnswer, ToolCall};
+use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolSpec};
 
 use crate::brain::{Brain, LocalBrain, PlanChoice, Recollection, RulesBrain};
 use crate::memory::Draft;
@@ -78,6 +78,11 @@ const DRAFT_TOKENS_RESERVED: u32 = 1024;
 const GATE_TOKENS_RESERVED: u32 = 256;
 /// Tokens the plan questions (one per order of the candidates) reserve.
 const PLAN_TOKENS_RESERVED: u32 = 768;
+/// Tokens a `call_tool` step the model chooses reserves: the choice's prompt and labels, and
+/// the arguments' prompt and answer.
+const CHOOSE_TOOL_TOKENS_RESERVED: u32 = 768;
+/// Most tokens of a tool's arguments the model writes.
+const FILL_MAX_TOKENS: usize = 96;
 /// Tokens the lesson of a plan reserves: its prompt and its answer.
 const LESSON_TOKENS_RESERVED: u32 = 768;
 /// Most references one `select_reference` step selects from the candidates offered.
@@ -152,6 +157,12 @@ pub enum Input {
     ToolAnswered { task: TaskId, answer: ToolAnswer },
     /// The approval of the parked call `id` was decided: the plan that waits for it goes on.
     ApprovalAnswered(String),
+    /// The tools the persona may call now (allowed, enabled, their server connected).
+    Catalog(Vec<ToolSpec>),
+    /// The model's label scores for the choice of a tool of the step of `task`.
+    ToolChosen { task: TaskId, answer: Result<Classification, LlmFailure> },
+    /// The model's arguments for the tool it chose for the step of `task`.
+    Filled { task: TaskId, answer: Result<Filled, LlmFailure> },
     /// The coordinator's answer to a claim.
     Turn(Turn),
     /// The coordinator has not answered the claim on this event yet.
@@ -255,6 +266,10 @@ pub enum Ask {
     Draft(GenerateJob),
     /// The lesson of a plan (`Evaluated`).
     Lesson(GenerateJob),
+    /// The choice of a tool for a `call_tool` step (`ToolChosen`).
+    ChooseTool(ClassifyJob),
+    /// The arguments of the tool chosen, decoded to its schema (`Filled`).
+    Fill(FillJob),
 }
 
 /// The lifecycle's timers.
@@ -323,6 +338,8 @@ pub struct Lifecycle {
     drafts_replaced: BTreeMap<&'static str, u64>,
     /// Plans parked while a call of theirs waits for a person's approval, oldest first.
     parked: Vec<calls::Parked>,
+    /// The tools the persona may call now, as a model is told of them.
+    catalog: Vec<ToolSpec>,
     /// The effects of the input being handled.
     out: Vec<Effect>,
     /// The time of the input being handled.
@@ -354,6 +371,7 @@ impl Lifecycle {
             reflecting: HashMap::new(),
             drafts_replaced: BTreeMap::new(),
             parked: Vec::new(),
+            catalog: Vec::new(),
             out: Vec::new(),
             now: 0,
         }
@@ -385,6 +403,9 @@ impl Lifecycle {
             Input::StudyNoted { task, topic, noted } => self.on_study_noted(task, topic, noted),
             Input::ToolAnswered { task, answer } => self.on_tool_answered(task, answer),
             Input::ApprovalAnswered(id) => self.on_approval_answered(&id),
+            Input::Catalog(tools) => self.catalog = tools,
+            Input::ToolChosen { task, answer } => self.on_tool_chosen(task, answer),
+            Input::Filled { task, answer } => self.on_filled(task, answer),
             Input::Turn(t) => self.on_turn(t),
             Input::TurnOverdue(id) => self.on_turn_overdue(id),
             Input::CoordinatorGone(id) => self.go_on_alone(&id),
@@ -431,6 +452,11 @@ impl Lifecycle {
 
     pub fn refs(&self) -> &RefBook {
         &self.refs
+    }
+
+    /// The tools the persona may call now, as its model is told of them.
+    pub fn catalog(&self) -> &[ToolSpec] {
+        &self.catalog
     }
 
     pub fn drafts_replaced(&self) -> &BTreeMap<&'static str, u64> {

@@ -103,6 +103,14 @@ pub(crate) struct Work {
     pub breaker: Option<String>,
     /// The step in hand made a tool call (its task counts as one call of the budget).
     pub called: bool,
+    /// The tool the model chose for the step in hand, and by what margin.
+    pub chosen: Option<(String, f32)>,
+    /// What a tool said of the model's arguments, shown to the model once when it fills them
+    /// again (then `corrected`).
+    pub refused: Option<String>,
+    pub corrected: bool,
+    /// The step in hand is to be made again with arguments the model fills anew (`refused`).
+    pub refill: Option<String>,
 }
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
@@ -224,6 +232,10 @@ impl Work {
             memory: Recollection::default(),
             breaker: None,
             called: false,
+            chosen: None,
+            refused: None,
+            corrected: false,
+            refill: None,
         }
     }
 

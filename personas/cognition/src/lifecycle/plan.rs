@@ -16,7 +16,10 @@ use crate::mind::{Activity, Update};
 use crate::study;
 
 use super::phase::{Gated, Phase, PlanEnd, TaskFor, Work};
-use super::{DRAFT_TOKENS_RESERVED, Effect, Enrich, LESSON_TOKENS_RESERVED, Lifecycle, PLAN_TOKENS_RESERVED};
+use super::{
+    CHOOSE_TOOL_TOKENS_RESERVED, DRAFT_TOKENS_RESERVED, Effect, Enrich, LESSON_TOKENS_RESERVED, Lifecycle,
+    PLAN_TOKENS_RESERVED,
+};
 
 impl Lifecycle {
     /// Engaged: long-term memory is recalled first, off the persona's loop
@@ -49,9 +52,12 @@ impl Lifecycle {
             memory: &memory,
             procedures: &self.setup.config.procedures,
         };
-        let plan = self.brain.formulate_plan(&ctx);
+        let mut plan = self.brain.formulate_plan(&ctx);
         let memory_used = memory_used(&ctx, &plan);
         let choosing = if self.setup.llm { self.brain.plan_request(&ctx) } else { None };
+        if choosing.is_none() {
+            self.offer_tools(&mut plan);
+        }
         let focus = Activity {
             event_id: e.id.clone(),
             verdict: "engage".into(),
@@ -112,6 +118,9 @@ impl Lifecycle {
             if action == Some(Action::CallTool) && tool.is_some() {
                 t.max_tokens = 1;
                 t.tool = tool;
+            } else if action == Some(Action::CallTool) && self.setup.config.brain == BrainKind::Local {
+                // The model chooses the tool and fills its arguments: an inference slot.
+                t = t.inference(CHOOSE_TOOL_TOKENS_RESERVED);
             }
         }
         let Some(f) = self.phase.working_mut() else { return };
@@ -187,7 +196,10 @@ impl Lifecycle {
                     f.notes.push(why.clone());
                     (Adjustment::Continue, format!("{why}: no more tool calls in this plan"))
                 });
-                let (adjustment, reason) = match broken {
+                // The model's arguments refused: it fills them again, once, told what the tool said.
+                let refill = f.refill.take().map(|why| (Adjustment::Contingency(vec![Action::CallTool]), why));
+                let fresh = refill.is_some();
+                let (adjustment, reason) = match broken.or(refill) {
                     Some(b) => b,
                     None => self.brain.adjust_plan(&f.record, i, class),
                 };
@@ -212,8 +224,8 @@ impl Lifecycle {
                     Adjustment::Contingency(actions) => {
                         let at = i + 1;
                         for (k, a) in actions.into_iter().enumerate() {
-                            // A call made again is the same call.
-                            let call = (a == Action::CallTool)
+                            // A call made again is the same call (unless the model fills it anew).
+                            let call = (a == Action::CallTool && !fresh)
                                 .then(|| f.record.plan.steps[i].call.clone())
                                 .flatten()
                                 .map(|c| mindfleet_core::record::ToolStep { outcome: None, ..c });
@@ -292,6 +304,11 @@ impl Lifecycle {
                 f.notes.push(note);
             }
             Err(e) => f.notes.push(format!("model failed to choose the plan ({e}): rules plan")),
+        }
+        let mut plan = std::mem::replace(&mut f.record.plan, empty_plan());
+        self.offer_tools(&mut plan);
+        if let Some(f) = self.phase.work_mut(task) {
+            f.record.plan = plan;
         }
         self.next_step();
     }
@@ -374,6 +391,21 @@ impl Lifecycle {
 }
 
 impl Lifecycle {
+    /// A model brain with tools to call may use one before it answers: a `call_tool` step it
+    /// fills (the tool chosen among those the persona may call now, or none) goes first in a
+    /// plan that drafts an answer and calls none yet.
+    fn offer_tools(&self, plan: &mut mindfleet_core::record::Plan) {
+        let offers = self.setup.config.brain == BrainKind::Local
+            && self.setup.llm
+            && !self.catalog.is_empty()
+            && plan.steps.iter().any(|s| s.action == Action::DraftReply)
+            && !plan.steps.iter().any(|s| matches!(s.action, Action::CallTool | Action::AskClarifyingQuestion));
+        if offers {
+            plan.steps.insert(0, Step::pending(Action::CallTool));
+            plan.source.push_str("+tools");
+        }
+    }
+
     /// Notes a gap in what the persona knows when the event showed one: its knowledge search
     /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
     /// is the question's content words; a topic that comes up again while it waits counts up.
@@ -393,6 +425,18 @@ impl Lifecycle {
         };
         let topic = study::topic_of(&f.event().text);
         self.emit(Effect::NoteStudy { task: None, topic, why: why.into(), event_id: f.event().id.clone() });
+    }
+}
+
+/// A plan of no steps, in the place of one taken out for a moment.
+fn empty_plan() -> mindfleet_core::record::Plan {
+    mindfleet_core::record::Plan {
+        goal: String::new(),
+        steps: Vec::new(),
+        contingencies: Vec::new(),
+        criteria: Vec::new(),
+        source: String::new(),
+        attempt: 0,
     }
 }
 

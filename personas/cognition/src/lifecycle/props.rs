@@ -233,6 +233,8 @@ impl World {
                         Input::Drafted { task, answer: Ok(generated("We deploy with the staging script.")) }
                     }
                     Ask::Lesson(_) => Input::Evaluated { task, answer: Ok(generated("Check the script first.")) },
+                    Ask::ChooseTool(job) => Input::ToolChosen { task, answer: Ok(classified(&job.labels)) },
+                    Ask::Fill(_) => Input::Filled { task, answer: Err(LlmFailure::Failed("no model here".into())) },
                 };
                 self.answers.push(input);
             }

@@ -27,6 +27,7 @@ fn persona(name: &str) -> PersonaDump {
         decisions: Vec::new(),
         in_flight: None,
         plan: None,
+        tools_now: Vec::new(),
         cadence_ms: 0,
         budget_left: 0.75,
         references: None,
