@@ -19,6 +19,7 @@ pub mod refs_eval;
 pub mod replay;
 pub mod replies;
 pub mod study;
+pub mod tools;
 pub mod turns;
 pub mod webhook;
 

@@ -28,6 +28,10 @@ const SKIPPED: &[(&str, &str)] = &[
     ),
     ("bench chaos", "a benchmark of minutes that kills fleets 20 times (docs/BENCHMARKS.md has its figures)"),
     ("bench webhook", "a benchmark of minutes: three fleets of 1,000 personas (docs/BENCHMARKS.md has its figures)"),
+    (
+        "bench tools",
+        "a benchmark of a minute on three server-everything children (tests/tools.rs runs it with small numbers)",
+    ),
     ("bench turns", "a benchmark of two fleets of seven personas, one on the local model (tests/budget.rs runs it)"),
     (
         "bench cognition",

@@ -1,7 +1,8 @@
 //! Tool servers in a fleet (issue 53): the fleet connects to a real MCP server
 //! (server-everything, installed by scripts/install-tool-servers.sh), lists and pins its tools,
 //! calls one for a persona whose allowlist has it and refuses the others, disables a tool whose
-//! description changed until a person approves it, and connects again to a server that died.
+//! description changed until a person approves it, and connects again to a server that died;
+//! `mindfleet bench tools` measures calls on it and prints every figure.
 
 use std::path::Path;
 use std::time::Duration;
@@ -164,6 +165,32 @@ async fn a_fleet_lists_pins_and_calls_a_servers_tools_for_the_personas_allowed_a
     assert_ne!(code, 0);
     assert!(err.contains("no tool server \"nope\" (known: everything)"), "{err}");
     fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[test]
+fn bench_tools_prints_calls_overhead_approvals_and_parked_figures() {
+    everything();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mindfleet"))
+        .args(["bench", "tools", "--events", "8", "--calls", "40", "--approvals", "2", "--rounds", "2", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["bench"], "tools");
+    let t = &v["throughput"];
+    assert_eq!((t["events"].as_u64(), t["calls"].as_u64()), (Some(8), Some(8)), "one echo call per mention: {v}");
+    assert!(t["calls_per_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    assert_eq!(t["one_at_a_time"]["events"].as_u64(), Some(2), "{v}");
+    let o = &v["overhead"];
+    assert_eq!(o["calls_each"].as_u64(), Some(40), "two calls a round on each path, twenty rounds: {v}");
+    assert!(o["host_p50_ms"].as_f64().is_some_and(|x| x > 0.0) && o["bare_p50_ms"].as_f64().is_some(), "{v}");
+    assert!(o["ratio_p50"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    assert_eq!(v["approval"]["rounds"].as_u64(), Some(2), "{v}");
+    assert!(v["approval"]["approved_to_reply_p50_ms"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    let p = &v["parked"];
+    assert_eq!(p["events_each"].as_u64(), Some(10), "ten counted mentions in the round of each kind: {v}");
+    assert!(p["decision_p50_parked_over_none"].as_f64().is_some_and(|x| x > 0.0), "{v}");
 }
 
 pub mod acting;

@@ -341,6 +341,26 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Tool calls as plan steps (issue 53), on server-everything's `echo`: calls per second
+    /// through a persona; each call's overhead over a bare rmcp client (alternate rounds, as a
+    /// ratio); an approval's round trip over HTTP; the persona's decision latency on other events
+    /// while a plan of its waits for approval, as a ratio to none waiting.
+    Tools {
+        /// Echo mentions injected at once (and a quarter as many one at a time).
+        #[arg(long, default_value_t = 1000)]
+        events: usize,
+        /// Echo calls on each path, the tool host's and the bare client's.
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+        /// Approval round trips.
+        #[arg(long, default_value_t = 50)]
+        approvals: usize,
+        /// Rounds of ten mentions, alternately with a plan parked on its approval and without.
+        #[arg(long, default_value_t = 40)]
+        rounds: usize,
+        #[command(flatten)]
+        out: Json,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -537,6 +557,10 @@ pub fn run(Args { which }: Args) -> ExitCode {
             let seed = seed.unwrap_or_else(bench::chaos::clock_seed);
             let options = bench::chaos::Options { rounds, seed, clients, disk_full };
             print_figures(bench::chaos::chaos(options).await, out.json)
+        }),
+        Which::Tools { events, calls, approvals, rounds, out } => block_on(async move {
+            let options = bench::tools::Options { events, calls, approvals, rounds };
+            print_figures(bench::tools::tools(options).await, out.json)
         }),
         Which::Inject { clients, events, personas, out } => {
             block_on(async move { print_figures(bench::inject(clients, events, personas).await, out.json) })
