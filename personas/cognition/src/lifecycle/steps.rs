@@ -11,7 +11,7 @@ use mindfleet_core::sched::TaskId;
 
 use crate::brain::{Brain, RespondContext, RulesBrain};
 use crate::gate::GateDecision;
-use crate::mind::REFERENCE_KIND;
+use crate::mind::{REFERENCE_KIND, TOOL_FAILED_KIND, TOOL_KIND};
 use crate::reply;
 use crate::study;
 use mindfleet_core::refs::{self, Excerpt, RefMatch, Via};
@@ -172,7 +172,11 @@ impl Lifecycle {
         let ctx = self.respond_context(f, &hints);
         // What the runtime can answer exactly (who said what, a summary, where in the code) it
         // answers from what was found as it was said: no model call.
-        let exact = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona).exact();
+        // And what a tool call returned is quoted as it came, not retold: a small model's retelling
+        // drops what was asked (a commit's subject for its date), and a result is data to quote,
+        // never a prompt to follow.
+        let exact = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona).exact()
+            || f.found.iter().any(|s| matches!(s.kind.as_str(), TOOL_KIND | TOOL_FAILED_KIND));
         let request = if rules_only || exact { None } else { self.brain.reply_request(&ctx) };
         let Some(mut req) = request else {
             let brain: &dyn Brain = if rules_only || exact { &RulesBrain } else { self.brain.as_ref() };
