@@ -307,19 +307,7 @@ impl ToolHostState {
             Some(j) => j,
             None if needs => {
                 // A new call that waits for a person: on disk before the persona parks its plan.
-                let now = now_us();
-                let view = ApprovalView {
-                    id: call.id.clone(),
-                    persona: call.persona.clone(),
-                    tool: call.tool.clone(),
-                    arguments: call.arguments.to_string(),
-                    why: call.why.clone(),
-                    event_id: call.event_id.clone(),
-                    room: call.room.clone(),
-                    requested_us: now,
-                    deadline_us: now + timeout_secs as i64 * 1_000_000,
-                    state: ApprovalState::Pending,
-                };
+                let view = view_of(&call, timeout_secs, ApprovalState::Pending);
                 let j = CallJournal { call: view.clone(), needs_approval: true, run: CallRun::NotRun };
                 let written = self.storage.journal_call(j.clone(), true);
                 self.journal.insert(call.id.clone(), j);
@@ -335,7 +323,8 @@ impl ToolHostState {
                 return;
             }
             None => {
-                let j = CallJournal { call: unapproved(&call), needs_approval: false, run: CallRun::NotRun };
+                let state = ApprovalState::Approved { by: NOT_NEEDED.into() };
+                let j = CallJournal { call: view_of(&call, 0, state), needs_approval: false, run: CallRun::NotRun };
                 return self.run(myself, call, j, repeatable, reply);
             }
         };
@@ -600,8 +589,9 @@ impl ToolHostState {
     }
 }
 
-/// The journal's view of a call that needs no approval.
-fn unapproved(call: &ToolCall) -> ApprovalView {
+/// The journal's view of `call`, asked now, its approval `state`, answered within `timeout_secs`
+/// (0: it needs no approval).
+fn view_of(call: &ToolCall, timeout_secs: u64, state: ApprovalState) -> ApprovalView {
     let now = now_us();
     ApprovalView {
         id: call.id.clone(),
@@ -612,8 +602,8 @@ fn unapproved(call: &ToolCall) -> ApprovalView {
         event_id: call.event_id.clone(),
         room: call.room.clone(),
         requested_us: now,
-        deadline_us: now,
-        state: ApprovalState::Approved { by: NOT_NEEDED.into() },
+        deadline_us: now + timeout_secs as i64 * 1_000_000,
+        state,
     }
 }
 
