@@ -70,8 +70,11 @@ struct Server {
     /// Tools that cannot be called, and why.
     disabled: BTreeMap<String, String>,
     /// Each tool's calls, written by the calls as they end.
-    stats: Arc<Mutex<BTreeMap<String, ToolStats>>>,
+    stats: Stats,
 }
+
+/// Each tool's calls (by tool), written by the calls as they end.
+type Stats = Arc<Mutex<BTreeMap<String, ToolStats>>>;
 
 /// The calls of one tool that reached its server.
 #[derive(Default)]
@@ -300,6 +303,7 @@ impl ToolHostState {
         };
         let approval = server.client.spec().approval;
         let timeout_secs = server.client.spec().approval_timeout_secs;
+        let to = (server.client.clone(), server.stats.clone());
         let needs = needs_approval(&info, approval);
         let repeatable = info.read_only() || info.idempotent();
         let journaled = self.journal.get(&call.id).cloned();
@@ -325,7 +329,7 @@ impl ToolHostState {
             None => {
                 let state = ApprovalState::Approved { by: NOT_NEEDED.into() };
                 let j = CallJournal { call: view_of(&call, 0, state), needs_approval: false, run: CallRun::NotRun };
-                return self.run(myself, call, j, repeatable, reply);
+                return self.run(myself, to, call, j, repeatable, reply);
             }
         };
         let approval = if j.needs_approval { j.call.state.describe() } else { NOT_NEEDED.to_string() };
@@ -349,22 +353,22 @@ impl ToolHostState {
                 let failure = ToolFailure { class: ErrorClass::AccessDenied, message, for_model: None, took_ms: 0 };
                 let _ = reply.send(ran(Err(failure), &approval, false));
             }
-            (ApprovalState::Approved { .. }, _) => self.run(myself, call, j, repeatable, reply),
+            (ApprovalState::Approved { .. }, _) => self.run(myself, to, call, j, repeatable, reply),
         }
     }
 
-    /// Runs an admitted (and approved) call off the loop; one that may not run twice is
-    /// journaled in flight first (on disk before it is sent), and with its answer after.
+    /// Runs an admitted (and approved) call off the loop, `to` its server's client (and the
+    /// stats its calls write); one that may not run twice is journaled in flight first (on disk
+    /// before it is sent), and with its answer after.
     fn run(
         &mut self,
         myself: &ActorRef<ToolsMsg>,
+        (client, stats): (ToolClient, Stats),
         call: ToolCall,
         mut j: CallJournal,
         repeatable: bool,
         reply: RpcReplyPort<ToolAnswer>,
     ) {
-        let Ok(server) = self.admit(&call) else { return };
-        let (client, stats) = (server.client.clone(), server.stats.clone());
         let journaled = !repeatable || j.needs_approval;
         let written = if journaled {
             j.run = CallRun::InFlight { since_us: now_us() };

@@ -29,6 +29,7 @@ mod q8;
 mod quant;
 pub mod repeat;
 pub mod schema;
+mod scoring;
 mod tokenizer;
 
 use std::fs::File;

@@ -28,9 +28,9 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use self::number::Grid;
-use super::batch::Scoring;
 use super::forward::KvCache;
 use super::schema::{Bound, Format, Shape};
+use super::scoring::Scoring;
 use super::{GgufTokenizer, LlmError, Trim, ms};
 use mindfleet_core::llm::Filled;
 

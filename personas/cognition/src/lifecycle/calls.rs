@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
+use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, LlmFailure};
 use mindfleet_core::record::{Action, CallOutcome, EntryKind, ErrorClass, StepState, ToolStep};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolFailure, ToolResult, call_id};
-
-use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, LlmFailure};
 
 use crate::brain::tools as brain_tools;
 use crate::mind::{TOOL_FAILED_KIND, TOOL_KIND};
@@ -58,7 +57,7 @@ impl Lifecycle {
             f.breaker = Some(why.clone());
             return Err((ErrorClass::Unknown, why));
         }
-        let same = made.iter().filter(|c| c.tool == call.tool && c.arguments == call.arguments).count();
+        let same = identical(&made, &call);
         if same >= cfg.max_identical_calls as usize {
             let why = format!(
                 "loop breaker: {} was called {same} times with the same arguments (max_identical_calls = {})",
@@ -135,7 +134,7 @@ impl Lifecycle {
             Err(ToolFailure { class, message, for_model, .. }) => {
                 // The model's arguments refused: what the tool said is shown to it once, and it
                 // fills them again.
-                if let (Some((_, _)), Some(said), false) = (&f.chosen, &for_model, f.corrected) {
+                if let (true, Some(said), false) = (f.chosen.is_some(), &for_model, f.corrected) {
                     f.corrected = true;
                     f.refused = Some(said.clone());
                     f.refill = Some(format!(
@@ -300,8 +299,12 @@ fn calls_made(f: &Work) -> Vec<&ToolStep> {
 /// The id the call of the step in hand has (its occurrence among the identical calls made).
 fn call_id_of(persona: &str, f: &Work) -> String {
     let Some(call) = f.record.plan.steps[f.cursor].call.as_ref() else { return String::new() };
-    let same = calls_made(f).iter().filter(|c| c.tool == call.tool && c.arguments == call.arguments).count();
-    call_id(persona, &f.event().id, &call.tool, &call.arguments, same)
+    call_id(persona, &f.event().id, &call.tool, &call.arguments, identical(&calls_made(f), call))
+}
+
+/// How many of the calls `made` are `call` again: the same tool with the same arguments.
+fn identical(made: &[&ToolStep], call: &ToolStep) -> usize {
+    made.iter().filter(|c| c.tool == call.tool && c.arguments == call.arguments).count()
 }
 
 /// Journals `o` in the step in hand.

@@ -56,7 +56,7 @@ impl Lifecycle {
         let memory_used = memory_used(&ctx, &plan);
         let choosing = if self.setup.llm { self.brain.plan_request(&ctx) } else { None };
         if choosing.is_none() {
-            self.offer_tools(&mut plan);
+            offer_tools(&self.setup, &self.catalog, &mut plan);
         }
         let focus = Activity {
             event_id: e.id.clone(),
@@ -305,11 +305,7 @@ impl Lifecycle {
             }
             Err(e) => f.notes.push(format!("model failed to choose the plan ({e}): rules plan")),
         }
-        let mut plan = std::mem::replace(&mut f.record.plan, empty_plan());
-        self.offer_tools(&mut plan);
-        if let Some(f) = self.phase.work_mut(task) {
-            f.record.plan = plan;
-        }
+        offer_tools(&self.setup, &self.catalog, &mut f.record.plan);
         self.next_step();
     }
 
@@ -391,21 +387,6 @@ impl Lifecycle {
 }
 
 impl Lifecycle {
-    /// A model brain with tools to call may use one before it answers: a `call_tool` step it
-    /// fills (the tool chosen among those the persona may call now, or none) goes first in a
-    /// plan that drafts an answer and calls none yet.
-    fn offer_tools(&self, plan: &mut mindfleet_core::record::Plan) {
-        let offers = self.setup.config.brain == BrainKind::Local
-            && self.setup.llm
-            && !self.catalog.is_empty()
-            && plan.steps.iter().any(|s| s.action == Action::DraftReply)
-            && !plan.steps.iter().any(|s| matches!(s.action, Action::CallTool | Action::AskClarifyingQuestion));
-        if offers {
-            plan.steps.insert(0, Step::pending(Action::CallTool));
-            plan.source.push_str("+tools");
-        }
-    }
-
     /// Notes a gap in what the persona knows when the event showed one: its knowledge search
     /// found nothing relevant, its reply says it does not know, or its plan failed. The topic
     /// is the question's content words; a topic that comes up again while it waits counts up.
@@ -428,15 +409,22 @@ impl Lifecycle {
     }
 }
 
-/// A plan of no steps, in the place of one taken out for a moment.
-fn empty_plan() -> mindfleet_core::record::Plan {
-    mindfleet_core::record::Plan {
-        goal: String::new(),
-        steps: Vec::new(),
-        contingencies: Vec::new(),
-        criteria: Vec::new(),
-        source: String::new(),
-        attempt: 0,
+/// A model brain with tools to call may use one before it answers: a `call_tool` step it fills
+/// (the tool chosen among those the persona may call now, `catalog`, or none) goes first in a
+/// plan that drafts an answer and calls none yet.
+fn offer_tools(
+    setup: &super::Setup,
+    catalog: &[mindfleet_core::tools::ToolSpec],
+    plan: &mut mindfleet_core::record::Plan,
+) {
+    let offers = setup.config.brain == BrainKind::Local
+        && setup.llm
+        && !catalog.is_empty()
+        && plan.steps.iter().any(|s| s.action == Action::DraftReply)
+        && !plan.steps.iter().any(|s| matches!(s.action, Action::CallTool | Action::AskClarifyingQuestion));
+    if offers {
+        plan.steps.insert(0, Step::pending(Action::CallTool));
+        plan.source.push_str("+tools");
     }
 }
 
