@@ -99,7 +99,13 @@ pub fn gather(ctx: &Input, ask: &Ask) -> Vec<Piece> {
             best_lines(&s.text, &topic, TOOL_LINES).into_iter().map(|(_, l)| l).collect()
         };
         let tool = s.cite.strip_prefix("tool:").unwrap_or(&s.cite).to_string();
-        let piece = Piece::Tool { tool, failed: s.kind == TOOL_FAILED_KIND, lines };
+        let failed = s.kind == TOOL_FAILED_KIND;
+        // A tool that failed once and answered another time: its answer is what the person
+        // needs (the failure stays in the plan's journal).
+        if failed && ctx.found.iter().any(|o| o.kind == TOOL_KIND && o.cite == s.cite) {
+            continue;
+        }
+        let piece = Piece::Tool { tool, failed, lines };
         // The same call made again returns the same: said once.
         if out.iter().any(|(_, p)| *p == piece) {
             continue;

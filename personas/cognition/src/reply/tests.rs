@@ -238,3 +238,24 @@ fn the_check_finds_echoes_loops_empty_and_ungrounded_drafts() {
     let note = check(&format!("@alice {q}"), q, &material, &names, false).unwrap().note();
     assert!(note.starts_with("draft repeated the message (") && note.ends_with("): grounded reply"), "{note}");
 }
+
+#[test]
+fn a_tool_that_answered_is_quoted_and_its_failed_calls_are_left_to_the_journal() {
+    let e = ev("chat", "alice", "@reviewer what is the last commit?");
+    let source = |kind: &str, cite: &str, text: &str| Source {
+        cite: cite.into(),
+        kind: kind.into(),
+        symbol: None,
+        text: text.into(),
+        score: 1.0,
+    };
+    let log = source(crate::mind::TOOL_KIND, "tool:git.git_log", "Message: Cap the retry backoff");
+    let failed =
+        source(crate::mind::TOOL_FAILED_KIND, "tool:git.git_log", "path outside the repository (access_denied)");
+    let r = reply_to(&e, &[], &[log.clone(), failed.clone()]);
+    assert!(r.contains("I called git.git_log, which returned: \"Message: Cap the retry backoff\""), "{r}");
+    assert!(!r.contains("could not use"), "{r}");
+    // Failing alone, the failure is said.
+    let r = reply_to(&e, &[], &[failed]);
+    assert!(r.contains("I could not use git.git_log: \"path outside the repository (access_denied)\""), "{r}");
+}
