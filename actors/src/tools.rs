@@ -148,11 +148,8 @@ impl Actor for ToolHost {
         }
         let journal: HashMap<String, CallJournal> =
             args.storage.tool_calls()?.into_iter().map(|j| (j.call.id.clone(), j)).collect();
-        let now = now_us();
         for j in journal.values().filter(|j| j.call.state.is_pending()) {
-            let id = j.call.id.clone();
-            let wait = Duration::from_micros((j.call.deadline_us - now).max(0) as u64);
-            myself.send_after(wait, move || ToolsMsg::Expire(id));
+            expire_when_due(&myself, &j.call);
         }
         Ok(ToolHostState {
             servers,
@@ -306,7 +303,18 @@ impl ToolHostState {
         let to = (server.client.clone(), server.stats.clone());
         let needs = needs_approval(&info, approval);
         let repeatable = info.read_only() || info.idempotent();
-        let journaled = self.journal.get(&call.id).cloned();
+        let journaled = match self.journal.get(&call.id) {
+            Some(j) => Some(j.clone()),
+            // Journaled on another node before the persona moved here, or not at all.
+            None => match self.adopted(&call, myself) {
+                Ok(j) => j,
+                Err(message) => {
+                    let failure = ToolFailure { class: ErrorClass::Unknown, message, for_model: None, took_ms: 0 };
+                    let _ = reply.send(ran(Err(failure), NOT_NEEDED, false));
+                    return;
+                }
+            },
+        };
         let j = match journaled {
             Some(j) => j,
             None if needs => {
@@ -406,6 +414,24 @@ impl ToolHostState {
     /// A person's (or the clock's) answer to the approval of call `id`: journaled, and told to
     /// whoever waits for it. Answers the approval as it now stands and, when it was written, the
     /// receipt of its write.
+    /// The journal of a call not in memory, read from storage (a persona that moved here
+    /// brings its calls' journal): kept, and a pending approval's expiry set. Unreadable, the
+    /// call is not made (it may have run).
+    fn adopted(&mut self, call: &ToolCall, myself: &ActorRef<ToolsMsg>) -> Result<Option<CallJournal>, String> {
+        let Some(j) = self
+            .storage
+            .tool_call(&call.persona, &call.id)
+            .map_err(|e| format!("{}: its journal cannot be read: {e}", call.tool))?
+        else {
+            return Ok(None);
+        };
+        if j.call.state.is_pending() {
+            expire_when_due(myself, &j.call);
+        }
+        self.journal.insert(j.call.id.clone(), j.clone());
+        Ok(Some(j))
+    }
+
     fn decide(&mut self, id: &str, state: ApprovalState) -> Result<(ApprovalView, Option<Receipt>), String> {
         let Some(j) = self.journal.get_mut(id) else {
             return Err(format!(
@@ -595,6 +621,13 @@ impl ToolHostState {
 
 /// The journal's view of `call`, asked now, its approval `state`, answered within `timeout_secs`
 /// (0: it needs no approval).
+/// Tells the host to expire the pending approval of `call` at its deadline.
+fn expire_when_due(myself: &ActorRef<ToolsMsg>, call: &ApprovalView) {
+    let id = call.id.clone();
+    let wait = Duration::from_micros((call.deadline_us - now_us()).max(0) as u64);
+    myself.send_after(wait, move || ToolsMsg::Expire(id));
+}
+
 fn view_of(call: &ToolCall, timeout_secs: u64, state: ApprovalState) -> ApprovalView {
     let now = now_us();
     ApprovalView {

@@ -438,6 +438,17 @@ impl Storage {
         })
     }
 
+    /// The journal of `persona`'s call `id`, if it has one (blocking read).
+    pub fn tool_call(&self, persona: &str, id: &str) -> Result<Option<CallJournal>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(TOOL_CALLS)?;
+            let Some(v) = t.get((persona, id))? else { return Ok(None) };
+            serde_json::from_slice(v.value())
+                .map(Some)
+                .map_err(|e| redb::Error::Corrupted(format!("tool call {persona}/{id}: {e}")))
+        })
+    }
+
     /// Keeps a finished study session with its learning and the knowledge it left.
     pub fn study(&self, persona: Arc<str>, session: StudySession, knowledge: Option<Knowledge>) {
         self.send(Op::Study(persona, Box::new(session), knowledge.map(Box::new)));

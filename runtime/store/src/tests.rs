@@ -283,6 +283,24 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     };
     let marks = SaidMarks { observations: vec![observation.clone()], ..SaidMarks::default() };
     a.conversation_marks(p.clone(), marks);
+    // A call waiting for a person's approval.
+    let call = mindfleet_core::tools::CallJournal {
+        call: mindfleet_core::tools::ApprovalView {
+            id: "c1".into(),
+            persona: "p".into(),
+            tool: "fs.write_file".into(),
+            arguments: "{}".into(),
+            why: "w".into(),
+            event_id: "e3".into(),
+            room: "r".into(),
+            requested_us: 1,
+            deadline_us: 2,
+            state: mindfleet_core::tools::ApprovalState::Pending,
+        },
+        needs_approval: true,
+        run: mindfleet_core::tools::CallRun::NotRun,
+    };
+    a.journal_call(call.clone(), true).unwrap().await.unwrap().unwrap();
     // b already stored e3 for one of its own personas: it keeps its seq there.
     inject(&b, "e0", "r").await.unwrap();
     inject(&b, "e3", "r").await.unwrap();
@@ -298,6 +316,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     assert!(a.load_self_state(p.clone()).await.unwrap().is_none());
     assert!(a.load_memory(p.clone()).await.unwrap().is_empty());
     assert!(a.observations("p", &[8]).unwrap().is_empty());
+    assert!(a.tool_calls().unwrap().is_empty());
     assert!(a.load_inbox(p.clone()).await.unwrap().deliveries.is_empty());
     assert_eq!(a.load_inbox("q".into()).await.unwrap().deliveries.len(), 1);
     assert_eq!(a.stats().await.unwrap().pending, 1);
@@ -313,6 +332,7 @@ async fn a_released_persona_arrives_whole_on_another_database_and_leaves_nothing
     assert_eq!(b.load_self_state(p.clone()).await.unwrap().map(|s| s.energy), Some(0.7));
     assert_eq!(b.load_memory(p.clone()).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
     assert_eq!(b.observations("p", &[8]).unwrap(), [observation], "what consolidation made goes along");
+    assert_eq!(b.tool_calls().unwrap(), [call], "and the call waiting for approval");
     let inbox = b.load_inbox(p.clone()).await.unwrap();
     assert_eq!(inbox.deliveries.iter().map(|d| (d.event.id.as_str(), d.seq)).collect::<Vec<_>>(), [("e3", 2)]);
     assert_eq!(b.stats().await.unwrap().pending, 3);

@@ -36,12 +36,14 @@ impl<'t> Tables<'t> {
     }
 
     /// The tables keyed by (persona, name), by name.
-    fn named(&mut self) -> [(&'static str, Named<'_, 't>); 4] {
+    fn named(&mut self) -> [(&'static str, Named<'_, 't>); 5] {
         [
             ("learnings", &mut self.learnings),
             ("procedures", &mut self.procedures),
             ("profiles", &mut self.profiles),
             ("references", &mut self.references),
+            // Calls waiting for approval and those that may not run twice go with the persona.
+            ("tool_calls", &mut self.tool_calls),
         ]
     }
 }
