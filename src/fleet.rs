@@ -138,6 +138,7 @@ impl FleetState {
             open_answers: matches!(self.config.llm, LlmBackend::OpenAi { .. }),
             personas: self.config.personas.iter().map(|p| p.name.clone()).collect(),
             tools: self.tools.clone(),
+            native_tools: matches!(self.config.llm, LlmBackend::OpenAi { .. }),
         }
     }
 

@@ -34,6 +34,7 @@
 //! requests are answered as they ask.
 
 pub mod openai;
+pub mod tool_turn;
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -45,7 +46,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mindfleet_core::config::Decoding;
 use mindfleet_core::llm::{
     ChatMessage, Classification, ClassifyJob, FillJob, Filled, GenerateJob, GenerateRequest, Generation, LlmFailure,
-    LlmInfo, LlmMsg, LlmStats,
+    LlmInfo, LlmMsg, LlmStats, ToolTurn, ToolTurnJob,
 };
 use mindfleet_core::private::Private;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
@@ -103,6 +104,8 @@ pub trait Backend: Send + Sync {
     fn classify(&self, messages: &[ChatMessage], labels: &[&str]) -> Result<Classification, LlmError>;
     fn fill(&self, messages: &[ChatMessage], schema: &serde_json::Value, max_tokens: usize)
     -> Result<Filled, LlmError>;
+    /// A turn of native tool calling (`tools` in the request).
+    fn tool_turn(&self, job: &ToolTurnJob) -> Result<ToolTurn, LlmError>;
 }
 
 impl Backend for OpenAi {
@@ -125,6 +128,10 @@ impl Backend for OpenAi {
         max_tokens: usize,
     ) -> Result<Filled, LlmError> {
         OpenAi::fill(self, messages, schema, max_tokens)
+    }
+
+    fn tool_turn(&self, job: &ToolTurnJob) -> Result<ToolTurn, LlmError> {
+        OpenAi::tool_turn(self, job)
     }
 }
 
@@ -216,6 +223,9 @@ enum Job {
     Generate(GenerateJob, RpcReplyPort<Result<Generation, LlmFailure>>),
     Classify(ClassifyJob, RpcReplyPort<Result<Classification, LlmFailure>>),
     Fill(FillJob, RpcReplyPort<Result<Filled, LlmFailure>>),
+    /// An endpoint's only: a local model's turn is made of the requests above
+    /// ([`tool_turn::local`]).
+    ToolTurn(ToolTurnJob, RpcReplyPort<Result<ToolTurn, LlmFailure>>),
 }
 
 enum Status {
@@ -226,6 +236,8 @@ enum Status {
 
 pub struct LlmState {
     jobs: Option<Sender<Job>>,
+    /// The model runs in process (not behind an endpoint).
+    local: bool,
     status: Status,
     stats: LlmStats,
     batching: Option<Batching>,
@@ -307,6 +319,9 @@ fn fail(job: Job, why: LlmFailure) {
         Job::Fill(_, reply) => {
             let _ = reply.send(Err(why));
         }
+        Job::ToolTurn(_, reply) => {
+            let _ = reply.send(Err(why));
+        }
     }
 }
 
@@ -318,6 +333,7 @@ impl Actor for LlmWorker {
     async fn pre_start(&self, myself: ActorRef<LlmMsg>, args: WorkerArgs) -> Result<LlmState, ActorProcessingErr> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let WorkerArgs { llm: args, decoding } = args;
+        let local = matches!(args.backend, BackendArgs::Local { .. });
         let path = match &args.backend {
             BackendArgs::Local { model, .. } => model.display().to_string(),
             BackendArgs::OpenAi(c) => c.url.clone(),
@@ -333,6 +349,7 @@ impl Actor for LlmWorker {
             .spawn(move || load_and_serve(args, decoding, rx, myself))?;
         Ok(LlmState {
             jobs: Some(tx),
+            local,
             status: Status::Loading,
             stats,
             batching: None,
@@ -342,11 +359,18 @@ impl Actor for LlmWorker {
         })
     }
 
-    async fn handle(&self, _me: ActorRef<LlmMsg>, msg: LlmMsg, st: &mut LlmState) -> Result<(), ActorProcessingErr> {
+    async fn handle(&self, me: ActorRef<LlmMsg>, msg: LlmMsg, st: &mut LlmState) -> Result<(), ActorProcessingErr> {
         match msg {
             LlmMsg::Generate { job, reply } => st.send(Job::Generate(job, reply)),
             LlmMsg::Classify { job, reply } => st.send(Job::Classify(job, reply)),
             LlmMsg::Fill { job, reply } => st.send(Job::Fill(job, reply)),
+            LlmMsg::ToolTurn { job, reply } if st.local => {
+                // Its parts come back through the mailbox: answered off the actor's loop.
+                tokio::spawn(async move {
+                    let _ = reply.send(tool_turn::local(me, job).await);
+                });
+            }
+            LlmMsg::ToolTurn { job, reply } => st.send(Job::ToolTurn(job, reply)),
             LlmMsg::Stats(reply) => {
                 let _ = reply.send(st.stats());
             }
@@ -540,6 +564,11 @@ fn take<'a>(
             Asked { purpose, persona, received, reply: Reply::Fill(reply) },
             Box::new(|_: &str| ControlFlow::Continue(())),
         ),
+        Job::ToolTurn(_, reply) => {
+            // Never sent here: the actor makes a local model's turn of the requests above.
+            let _ = reply.send(Err(LlmFailure::Failed("a local model's tool turn is made of its parts".into())));
+            return;
+        }
     };
     match engine.prepare(work, asked, on_token) {
         Ok(ready) => waiting.push_back(match adapter {
@@ -714,6 +743,21 @@ fn serve(backend: &dyn Backend, decoding: Option<&Decoding>, jobs: &Receiver<Job
                 let cost = match &out {
                     Ok(f) => filled(purpose, persona, f),
                     Err(_) => Cost { purpose, persona, ..Default::default() },
+                };
+                let _ = actor.cast(own(Callback::Done(cost, None)));
+                let _ = reply.send(out.map_err(failure));
+            }
+            Job::ToolTurn(job, reply) => {
+                let out = backend.tool_turn(&job);
+                let cost = match &out {
+                    Ok(t) => Cost {
+                        tokens_in: t.tokens_in as u64,
+                        tokens_out: t.tokens_out as u64,
+                        gen_ms: t.ms,
+                        ok: true,
+                        ..Cost { purpose: job.purpose, persona: job.persona, ..Default::default() }
+                    },
+                    Err(_) => Cost { purpose: job.purpose, persona: job.persona, ..Default::default() },
                 };
                 let _ = actor.cast(own(Callback::Done(cost, None)));
                 let _ = reply.send(out.map_err(failure));

@@ -81,6 +81,77 @@ async fn the_fleet_serves_its_llm_as_an_openai_chat_api_streamed_or_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_s_api_answers_tools_with_calls_that_fit_their_schema_and_json_schema_with_a_value_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = serving_fleet(tmp.path()).await;
+    let url = format!("http://{}/v1/chat/completions", fleet.addr);
+    let http = reqwest::Client::new();
+    let post = |body: Value| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let r = http.post(&url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let weather = json!({ "type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city now",
+        "parameters": { "type": "object", "properties": { "city": { "type": "string" } }, "required": ["city"] } } });
+    let question = json!({ "role": "user", "content": "What is the weather in Paris now?" });
+
+    // A tool required: a call of it, its arguments of its schema.
+    let (status, v) = post(json!({ "messages": [question], "tools": [weather], "tool_choice": "required" })).await;
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!((&call["type"], &call["function"]["name"]), (&json!("function"), &json!("get_weather")), "{v}");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].is_string(), "{args}");
+
+    // Its result in the conversation, the model's turn again: calls or text, either well formed.
+    let id = call["id"].clone();
+    let messages =
+        json!([question, choice["message"], { "role": "tool", "tool_call_id": id, "content": "Sunny, 21 C" }]);
+    let (status, v) = post(json!({ "messages": messages, "tools": [weather] })).await;
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    assert!(message["content"].is_string() || message["tool_calls"][0]["function"]["name"] == "get_weather", "{v}");
+    // `tool_choice: none`: a text answer.
+    let (_, v) =
+        post(json!({ "messages": messages, "tools": [weather], "tool_choice": "none", "max_tokens": 8 })).await;
+    assert!(
+        v["choices"][0]["message"]["content"].is_string() && v["choices"][0]["message"].get("tool_calls").is_none(),
+        "{v}"
+    );
+
+    // Structured output: a value of the schema.
+    let format = json!({ "type": "json_schema", "json_schema": { "name": "city", "schema": {
+        "type": "object", "properties": { "city": { "type": "string" }, "sunny": { "type": "boolean" } },
+        "required": ["city", "sunny"] } } });
+    let (status, v) = post(json!({ "messages": [question], "response_format": format })).await;
+    assert_eq!(status, 200, "{v}");
+    let value: Value = serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert!(value["city"].is_string() && value["sunny"].is_boolean(), "{value}");
+
+    // What is wrong with a request is named.
+    let stray = json!([question, { "role": "tool", "tool_call_id": "x", "content": "?" }]);
+    for (body, says) in [
+        (json!({ "messages": stray, "tools": [weather] }), "`messages[1]`: a tool message answering no call"),
+        (
+            json!({ "messages": [question], "tools": [weather], "tool_choice": { "type": "function", "function": { "name": "nope" } } }),
+            "names \"nope\"",
+        ),
+        (json!({ "messages": [question], "tools": [weather], "stream": true }), "`stream` is not served with `tools`"),
+        (json!({ "messages": [question], "response_format": { "type": "json_object" } }), "only text and json_schema"),
+    ] {
+        let (status, e) = post(body).await;
+        assert_eq!(status, 400, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(says), "{says}: {e}");
+    }
+    fleet.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_backend_answers_and_classifies_like_the_model_behind_it_and_counts_the_cost() {
     let tmp = tempfile::tempdir().unwrap();
     let fleet = serving_fleet(tmp.path()).await;

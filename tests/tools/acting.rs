@@ -561,3 +561,55 @@ async fn on_the_local_model_the_reviewer_chooses_git_fills_its_arguments_and_ans
     assert!(reply.text.contains("Cap the retry backoff at thirty seconds"), "{}", reply.text);
     fleet.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_openai_endpoint_the_model_calls_git_by_its_own_tool_calling_and_the_reply_quotes_the_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path(), "Cap the retry backoff at thirty seconds");
+    // The endpoint: another fleet's `/v1`, its local model answering `tools` by label choice
+    // and a fill to the tool's schema.
+    let mut served = crate::util::config(
+        &dir.path().join("served"),
+        &fleet_toml("[[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n"),
+    );
+    served.models.dir = crate::util::pulled();
+    let endpoint = mindfleet::Fleet::start(served).await.unwrap();
+    let llm = format!("[llm]\nbackend = \"openai\"\nurl = \"http://{}/v1\"\nmodel = \"smollm2\"\n", endpoint.addr);
+    // No procedure applies to the question; the fleet file's procedure for the tool gives the
+    // repository's path as a known value.
+    let toml =
+        git_fleet(&repo, "local").replace("when = [\"last commit\", \"latest commit\"]", "when = [\"commit history\"]");
+    let fleet = start(&dir.path().join("data"), &format!("{llm}{toml}")).await;
+    poll("the reviewer's model told of git.git_log", || async {
+        let d = fleet.dump(Some("reviewer".into())).await.ok()?;
+        (d.personas[0].tools_now == ["git.git_log"]).then_some(())
+    })
+    .await;
+
+    let ack = fleet.inject(chat("general", "alice", "@reviewer what is the last commit?")).await.unwrap();
+    let reply = crate::util::poll_within("the reply", Duration::from_secs(300), || async {
+        fleet.dump(None).await.ok()?.outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
+    })
+    .await;
+    let record = plan_of(&fleet, "reviewer", &ack.event_id).await;
+    let steps: Vec<&mindfleet_core::record::Step> =
+        record.replaced.iter().chain(std::iter::once(&record.plan)).flat_map(|p| p.steps.iter()).collect();
+    let call = steps.iter().find_map(|s| s.call.as_ref()).unwrap_or_else(|| panic!("a call: {record:#?}"));
+    assert_eq!(call.tool, "git.git_log");
+    assert!(call.why.contains("its own tool calling, round 1"), "{}", call.why);
+    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+    assert_eq!(args["repo_path"], repo.display().to_string(), "the known path, in arguments of the schema: {args}");
+    assert!(call.outcome.as_ref().is_some_and(|o| o.error.is_none()), "{call:?}");
+    // After the result, the model had another turn, shown what git returned: it asked for no
+    // more calls, or the loop breaker ended its repeats.
+    let turns = steps.iter().filter(|s| s.action == Action::CallTool).count();
+    assert!(turns >= 2, "a turn after the call: {record:#?}");
+    assert!(reply.text.contains("Cap the retry backoff at thirty seconds"), "{}", reply.text);
+    assert!(reply.text.contains("I called git.git_log"), "{}", reply.text);
+    // The endpoint served each turn as requests of its own.
+    let stats = endpoint.dump(None).await.unwrap().llm;
+    assert!(stats.by_purpose.get("api").is_some_and(|p| p.calls >= 3), "{:?}", stats.by_purpose);
+    println!("reply: {}\nplan: {:#?}", reply.text, record.plan.steps);
+    fleet.shutdown(Duration::from_secs(5)).await;
+    endpoint.shutdown(Duration::from_secs(5)).await;
+}

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use mindfleet_core::llm::{Filled, TokenLogprob, TopLogprob};
+use mindfleet_core::llm::{Filled, TokenLogprob, ToolCallAsked, ToolTurn, ToolTurnJob, TopLogprob};
 use mindfleet_models::llama::schema::Shape;
 use mindfleet_models::llama::{
     AnswerText, ChatMessage, Classification, GenerateRequest, Generation, LabelScore, LlmError, Sampling, Stop,
@@ -279,6 +279,90 @@ impl OpenAi {
             trimmed: None,
         })
     }
+}
+
+impl OpenAi {
+    /// A turn of native tool calling: the job's messages and rounds (the model's `tool_calls`
+    /// and a `tool` message for each result), with its tools offered under names the API takes
+    /// ([`wire_name`]); the calls answered come back under the fleet's names.
+    pub fn tool_turn(&self, job: &ToolTurnJob) -> Result<ToolTurn, LlmError> {
+        let start = Instant::now();
+        let mut messages: Vec<Value> = job.messages.iter().map(|m| json!(m)).collect();
+        for round in &job.rounds {
+            let calls: Vec<Value> = round
+                .calls
+                .iter()
+                .map(|c| {
+                    json!({ "id": c.id, "type": "function",
+                            "function": { "name": wire_name(&c.name), "arguments": c.arguments } })
+                })
+                .collect();
+            messages.push(json!({ "role": "assistant", "content": null, "tool_calls": calls }));
+            for (i, c) in round.calls.iter().enumerate() {
+                let result = round.results.get(i).map_or("(no result)", String::as_str);
+                messages.push(json!({ "role": "tool", "tool_call_id": c.id, "content": result }));
+            }
+        }
+        let tools: Vec<Value> = job
+            .tools
+            .iter()
+            .map(|t| {
+                json!({ "type": "function", "function": {
+                    "name": wire_name(&t.name), "description": t.description, "parameters": t.parameters } })
+            })
+            .collect();
+        let choice = match job.choice.as_str() {
+            c @ ("auto" | "required" | "none") => json!(c),
+            name => json!({ "type": "function", "function": { "name": wire_name(name) } }),
+        };
+        let body = json!({
+            "model": self.config.model, "messages": messages, "max_tokens": job.max_tokens.max(1),
+            "temperature": 0.0, "tools": tools, "tool_choice": choice,
+        });
+        let answer: Value = self.post(&body)?.json().map_err(|e| self.error(format!("unreadable answer: {e}")))?;
+        let message = answer.pointer("/choices/0/message").ok_or_else(|| self.error("the answer has no message"))?;
+        let calls = message.get("tool_calls").and_then(Value::as_array).map_or_else(Vec::new, |calls| {
+            calls
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    let f = c.get("function")?;
+                    let wire = f.get("name")?.as_str()?;
+                    let name = job.tools.iter().find(|t| wire_name(&t.name) == wire).map_or(wire, |t| &t.name);
+                    // Arguments are JSON text; some servers send an object.
+                    let arguments = match f.get("arguments")? {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    };
+                    let id = c.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{i}"), str::to_string);
+                    Some(ToolCallAsked { id, name: name.to_string(), arguments })
+                })
+                .collect()
+        });
+        let text = message.get("content").and_then(Value::as_str).unwrap_or("").to_string();
+        let count = |field: &str| answer.pointer(&format!("/usage/{field}")).and_then(Value::as_u64).unwrap_or(0);
+        Ok(ToolTurn {
+            calls,
+            text,
+            tokens_in: count("prompt_tokens") as usize,
+            tokens_out: count("completion_tokens") as usize,
+            ms: start.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+}
+
+/// A tool's name as OpenAI's API takes it (`^[a-zA-Z0-9_-]{1,64}$`): the server's dot is
+/// `__`, any other character outside the set `_`.
+pub fn wire_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 1);
+    for c in name.chars() {
+        match c {
+            '.' => out.push_str("__"),
+            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.chars().take(64).collect()
 }
 
 /// The tokens of a choice's `logprobs.content`.

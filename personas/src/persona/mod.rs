@@ -123,6 +123,8 @@ pub struct PersonaArgs {
     pub personas: Arc<[String]>,
     /// The fleet's tool host, when it has tool servers (the `call_tool` step).
     pub tools: Option<ActorRef<ToolsMsg>>,
+    /// The fleet's LLM calls tools natively (an OpenAI-compatible endpoint).
+    pub native_tools: bool,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -403,6 +405,7 @@ impl Actor for Persona {
             turn_timeout: args.turn_timeout,
             first_task: SchedulerHandle::id_block(),
             tools: args.tools.is_some(),
+            native_tools: args.native_tools,
         };
         Ok(PersonaState {
             life: Lifecycle::new(setup, learnings, refs, deferred),

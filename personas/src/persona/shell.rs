@@ -202,6 +202,12 @@ impl PersonaState {
             Ask::Fill(job) => {
                 self.answer(llm, me, |reply| LlmMsg::Fill { job, reply }, move |answer| Input::Filled { task, answer })
             }
+            Ask::ToolTurn(job) => self.answer(
+                llm,
+                me,
+                |reply| LlmMsg::ToolTurn { job, reply },
+                move |answer| Input::ToolTurned { task, answer },
+            ),
             Ask::ChoosePlan(choice) => {
                 tokio::spawn(async move {
                     let mut answers: Vec<Classification> = Vec::new();

@@ -54,6 +54,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         personas: Arc::from([]),
         adapters: None,
         tools: None,
+        native_tools: false,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{MAX_SENT_STOPS, OpenAi, OpenAiConfig};
+use super::{MAX_SENT_STOPS, OpenAi, OpenAiConfig, wire_name};
+use mindfleet_core::llm::{ToolCallAsked, ToolDef, ToolRound, ToolTurnJob};
 use mindfleet_models::llama::{ChatMessage, GenerateRequest, Generation, Repetition, Stop};
 
 /// Answers one chat request with `pieces` streamed as server-sent events; the request's body.
@@ -21,6 +22,8 @@ enum Answer {
     Streamed(&'static [&'static str]),
     /// A whole answer whose message is this content.
     Whole(String),
+    /// A whole answer with this message.
+    Message(Value),
 }
 
 fn serve(answer: Answer) -> (String, std::thread::JoinHandle<Value>) {
@@ -45,9 +48,14 @@ fn serve(answer: Answer) -> (String, std::thread::JoinHandle<Value>) {
         let mut out = stream;
         let pieces = match answer {
             Answer::Streamed(pieces) => pieces,
-            Answer::Whole(content) => {
+            Answer::Whole(_) | Answer::Message(_) => {
+                let message = match answer {
+                    Answer::Whole(content) => json!({ "content": content }),
+                    Answer::Message(m) => m,
+                    Answer::Streamed(_) => unreachable!(),
+                };
                 let usage = json!({ "prompt_tokens": 30, "completion_tokens": 12 });
-                let body = json!({ "choices": [{ "message": { "content": content } }], "usage": usage }).to_string();
+                let body = json!({ "choices": [{ "message": message }], "usage": usage }).to_string();
                 let head = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
                     body.len()
@@ -163,4 +171,42 @@ fn an_answer_off_the_schema_fails_naming_the_field_and_an_unsupported_schema_is_
     // No server: the schema is refused before any request.
     let e = client("http://127.0.0.1:9/v1".into()).fill(&[ChatMessage::user("Log?")], &schema, 64).unwrap_err();
     assert!(matches!(&e, mindfleet_models::llama::LlmError::Schema(s) if s.field == "repo_path"), "{e}");
+}
+
+#[test]
+fn a_tool_turn_offers_the_tools_under_names_the_api_takes_and_sends_each_round_as_calls_and_results() {
+    let answer = json!({ "role": "assistant", "content": null, "tool_calls": [
+        { "id": "call_9", "type": "function",
+          "function": { "name": "fs__read_text_file", "arguments": "{\"path\":\"plan.md\"}" } }
+    ] });
+    let (url, server) = serve(Answer::Message(answer));
+    let read = ToolDef { name: "fs.read_text_file".into(), description: "Read a file".into(), parameters: git_log() };
+    let first =
+        ToolCallAsked { id: "call_1".into(), name: read.name.clone(), arguments: r#"{"path":"notes.md"}"#.into() };
+    let job = ToolTurnJob {
+        messages: vec![ChatMessage::user("Read the file notes.md names.")],
+        rounds: vec![ToolRound { calls: vec![first], results: vec!["see plan.md".into()] }],
+        tools: vec![read],
+        choice: "auto".into(),
+        max_tokens: 64,
+        purpose: "plan".into(),
+        persona: None,
+    };
+    let turn = client(url).tool_turn(&job).unwrap();
+    let body = server.join().unwrap();
+    assert_eq!(body["tools"][0]["function"]["name"], "fs__read_text_file");
+    assert_eq!(body["tool_choice"], "auto");
+    let m = body["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 3, "the question, the model's calls, one result: {body}");
+    assert_eq!(m[1]["tool_calls"][0]["function"]["name"], "fs__read_text_file");
+    assert_eq!((m[2]["role"].as_str(), m[2]["tool_call_id"].as_str()), (Some("tool"), Some("call_1")));
+    assert_eq!(m[2]["content"], "see plan.md");
+    // The call comes back under the fleet's name.
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(
+        (turn.calls[0].name.as_str(), turn.calls[0].arguments.as_str()),
+        ("fs.read_text_file", r#"{"path":"plan.md"}"#)
+    );
+    assert_eq!((turn.calls[0].id.as_str(), turn.tokens_in), ("call_9", 30));
+    assert_eq!(wire_name("a b.c/d"), "a_b__c_d");
 }

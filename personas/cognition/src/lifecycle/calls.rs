@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
-use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, LlmFailure};
-use mindfleet_core::record::{Action, CallOutcome, EntryKind, ErrorClass, StepState, ToolStep};
+use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, LlmFailure, ToolRound, ToolTurn, ToolTurnJob};
+use mindfleet_core::record::{Action, CallOutcome, EntryKind, ErrorClass, Step, StepState, ToolStep};
 use mindfleet_core::sched::TaskId;
 use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolFailure, ToolResult, call_id};
 
@@ -37,8 +37,12 @@ impl Lifecycle {
     /// the loop breaker stops it first.
     pub(super) fn call_tool(&mut self, f: &mut Work, rules_only: bool) -> Result<StepRun, (ErrorClass, String)> {
         let Some(call) = f.record.plan.steps[f.cursor].call.clone() else {
-            // A step the model fills: it chooses the tool first.
-            return Ok(self.choose_tool(f, rules_only));
+            // A step the model fills: a turn of its own tool calling, or it chooses the tool first.
+            return Ok(if self.setup.native_tools {
+                self.tool_turn(f, rules_only)
+            } else {
+                self.choose_tool(f, rules_only)
+            });
         };
         if rules_only {
             return Err((ErrorClass::RateLimit, format!("{}: the budget has no room for a tool call now", call.tool)));
@@ -111,6 +115,9 @@ impl Lifecycle {
         }
         let e: Arc<Event> = f.gated.seen.delivery.event.clone();
         let cite = format!("tool:{tool}");
+        // A call of the model's own tool calling: what it returned is shown at its next turn.
+        let step = &f.record.plan.steps[f.cursor];
+        let native = step.call.as_ref().and_then(|c| round_slot(&f.rounds, c));
         let r = match result {
             Ok(ToolResult { text, .. }) => {
                 let (data, dropped) = as_data(&text);
@@ -118,6 +125,9 @@ impl Lifecycle {
                     f.notes.push(format!(
                         "{tool}: left out {dropped} line(s) of its output that read as instructions to the persona"
                     ));
+                }
+                if let Some((r, i)) = native {
+                    f.rounds[r].results[i] = data.clone();
                 }
                 f.found.push(Source {
                     cite: cite.clone(),
@@ -145,6 +155,16 @@ impl Lifecycle {
                 let said = said.trim();
                 let said = said.strip_prefix(&format!("{tool}: ")).unwrap_or(said);
                 let text = format!("{said} ({})", class.as_str());
+                if let Some((r, i)) = native {
+                    f.rounds[r].results[i] = format!("error: {text}");
+                    // What the tool said of the model's arguments is shown at its next turn,
+                    // once: the plan goes on to it.
+                    if for_model.is_some() && !f.corrected {
+                        f.corrected = true;
+                        f.shown =
+                            Some(format!("{tool} refused the model's arguments: shown to the model at its next turn"));
+                    }
+                }
                 f.found.push(Source { cite, kind: TOOL_FAILED_KIND.into(), symbol: None, text, score: 1.0 });
                 let message = if message.starts_with(&tool) { message } else { format!("{tool}: {message}") };
                 Err((class, message))
@@ -190,14 +210,7 @@ impl Lifecycle {
     /// A `call_tool` step the model fills: it chooses among the tools the persona may call now
     /// (answered by `ToolChosen`), or none.
     fn choose_tool(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
-        let why = if rules_only {
-            Some("the model budget has no room for choosing a tool")
-        } else if !self.setup.llm || self.catalog.is_empty() {
-            Some("no tool to choose from now")
-        } else {
-            None
-        };
-        if let Some(why) = why {
+        if let Some(why) = self.no_choice(rules_only) {
             f.notes.push(format!("call_tool: {why}"));
             return StepRun::Done(None);
         }
@@ -283,6 +296,107 @@ impl Lifecycle {
             Err(e) => self.step_result(task, Err(e)),
         }
     }
+}
+
+impl Lifecycle {
+    /// A `call_tool` step a model with tool calling of its own fills: it is offered the tools
+    /// the persona may call now and shown the rounds so far (answered by `ToolTurned`).
+    fn tool_turn(&mut self, f: &mut Work, rules_only: bool) -> StepRun {
+        if let Some(why) = self.no_choice(rules_only) {
+            f.notes.push(format!("call_tool: {why}"));
+            return StepRun::Done(None);
+        }
+        let cfg = &self.setup.config;
+        let job = ToolTurnJob {
+            messages: brain_tools::turn_messages(
+                &self.name,
+                &cfg.role,
+                &f.event().text,
+                &self.catalog,
+                &cfg.procedures,
+            ),
+            rounds: f.rounds.clone(),
+            tools: self.catalog.iter().map(brain_tools::tool_def).collect(),
+            choice: "auto".into(),
+            max_tokens: FILL_MAX_TOKENS,
+            purpose: "choose_tool".into(),
+            persona: Some(self.name.to_string()),
+        };
+        self.emit(Effect::Llm { task: f.task, ask: Ask::ToolTurn(job) });
+        StepRun::Waiting
+    }
+
+    /// The model's turn: no call (the plan goes on), or calls: the first is the step in hand's,
+    /// the others follow it, then the model's next turn, shown what they returned. The loop
+    /// breaker bounds the rounds (`max_tool_steps`, `max_identical_calls`).
+    pub(super) fn on_tool_turned(&mut self, task: TaskId, answer: Result<ToolTurn, LlmFailure>) {
+        let Some(mut f) = self.phase.take_work(task) else {
+            self.done_task(task);
+            return;
+        };
+        let turn = match answer {
+            Ok(turn) => turn,
+            Err(e) => {
+                f.notes.push(format!("call_tool: the model's tool calling failed ({e})"));
+                self.phase = Phase::Working(f);
+                return self.step_result(task, Ok(None));
+            }
+        };
+        f.tokens += (turn.tokens_in + turn.tokens_out) as u32;
+        if turn.calls.is_empty() {
+            let more = if f.rounds.is_empty() { "" } else { "more " };
+            f.notes.push(format!("call_tool: the model asked for no {more}tool calls"));
+            self.phase = Phase::Working(f);
+            return self.step_result(task, Ok(None));
+        }
+        let round = f.rounds.len() + 1;
+        let mut steps = turn.calls.iter().map(|c| {
+            Step::tool(ToolStep {
+                tool: c.name.clone(),
+                arguments: c.arguments.clone(),
+                why: format!("the model asked for it (its own tool calling, round {round})"),
+                outcome: None,
+            })
+        });
+        let at = f.cursor;
+        f.record.plan.steps[at].call = steps.next().and_then(|s| s.call);
+        let steps: Vec<Step> = steps.chain(std::iter::once(Step::pending(Action::CallTool))).collect();
+        f.record.plan.steps.splice(at + 1..at + 1, steps);
+        let results = vec![NOT_MADE.to_string(); turn.calls.len()];
+        f.rounds.push(ToolRound { calls: turn.calls, results });
+        let run = self.call_tool(&mut f, false);
+        self.phase = Phase::Working(f);
+        match run {
+            Ok(StepRun::Waiting) => {}
+            Ok(StepRun::Done(text)) => self.step_result(task, Ok(text)),
+            Err(e) => self.step_result(task, Err(e)),
+        }
+    }
+
+    /// Why the model cannot be asked for a tool now, if it cannot.
+    fn no_choice(&self, rules_only: bool) -> Option<&'static str> {
+        if rules_only {
+            Some("the model budget has no room for choosing a tool")
+        } else if !self.setup.llm || self.catalog.is_empty() {
+            Some("no tool to choose from now")
+        } else {
+            None
+        }
+    }
+}
+
+/// What a round's call not made says at the model's next turn.
+const NOT_MADE: &str = "(not made)";
+
+/// Where in `rounds` the result of `call` goes: the last round's first call of the same tool
+/// and arguments not answered yet.
+fn round_slot(rounds: &[ToolRound], call: &ToolStep) -> Option<(usize, usize)> {
+    let r = rounds.len().checked_sub(1)?;
+    let i =
+        rounds[r].calls.iter().enumerate().position(|(i, c)| {
+            c.name == call.tool && c.arguments == call.arguments && rounds[r].results[i] == NOT_MADE
+        })?;
+    Some((r, i))
 }
 
 /// The calls the plans for the event of `f` asked before the step in hand (replaced plans

@@ -42,7 +42,9 @@ use mindfleet_core::config::{BrainKind, PersonaConfig};
 use mindfleet_core::conversation::{Recall, RecallQuery, Said};
 use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::knowledge::{RagError, Source};
-use mindfleet_core::llm::{Classification, ClassifyJob, FillJob, Filled, GenerateJob, Generation, LlmFailure};
+use mindfleet_core::llm::{
+    Classification, ClassifyJob, FillJob, Filled, GenerateJob, Generation, LlmFailure, ToolTurn, ToolTurnJob,
+};
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
 use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
 use mindfleet_core::refs::{Enrichment, Excerpt, RefMatch};
@@ -113,6 +115,10 @@ pub struct Setup {
     pub first_task: TaskId,
     /// The fleet has tool servers (the `call_tool` step).
     pub tools: bool,
+    /// The fleet's LLM calls tools natively (an OpenAI-compatible endpoint): a `call_tool` step
+    /// it fills is a turn of its own tool calling, several calls in one plan, each result
+    /// informing the next; else the model chooses a tool by label choice and fills it.
+    pub native_tools: bool,
 }
 
 /// What the lifecycle is told: a message to the persona, an answer to what it asked, a timer.
@@ -163,6 +169,8 @@ pub enum Input {
     ToolChosen { task: TaskId, answer: Result<Classification, LlmFailure> },
     /// The model's arguments for the tool it chose for the step of `task`.
     Filled { task: TaskId, answer: Result<Filled, LlmFailure> },
+    /// The model's turn of native tool calling: the calls it asks for, or none.
+    ToolTurned { task: TaskId, answer: Result<ToolTurn, LlmFailure> },
     /// The coordinator's answer to a claim.
     Turn(Turn),
     /// The coordinator has not answered the claim on this event yet.
@@ -270,6 +278,8 @@ pub enum Ask {
     ChooseTool(ClassifyJob),
     /// The arguments of the tool chosen, decoded to its schema (`Filled`).
     Fill(FillJob),
+    /// A turn of the model's own tool calling (`ToolTurned`).
+    ToolTurn(ToolTurnJob),
 }
 
 /// The lifecycle's timers.
@@ -406,6 +416,7 @@ impl Lifecycle {
             Input::Catalog(tools) => self.catalog = tools,
             Input::ToolChosen { task, answer } => self.on_tool_chosen(task, answer),
             Input::Filled { task, answer } => self.on_filled(task, answer),
+            Input::ToolTurned { task, answer } => self.on_tool_turned(task, answer),
             Input::Turn(t) => self.on_turn(t),
             Input::TurnOverdue(id) => self.on_turn_overdue(id),
             Input::CoordinatorGone(id) => self.go_on_alone(&id),

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use mindfleet_core::conversation::{Recalled, Said};
 use mindfleet_core::event::Event;
 use mindfleet_core::knowledge::Source;
+use mindfleet_core::llm::ToolRound;
 use mindfleet_core::messages::{Claim, Delivery, Turn};
 use mindfleet_core::record::{Action, OutboxEntry, PlanRecord, Verdict, WmEntry};
 use mindfleet_core::sched::{Class, TaskId};
@@ -111,6 +112,12 @@ pub(crate) struct Work {
     pub corrected: bool,
     /// The step in hand is to be made again with arguments the model fills anew (`refused`).
     pub refill: Option<String>,
+    /// The rounds of the model's own tool calling for this event: the calls it asked for and
+    /// what each returned, shown to it at its next turn.
+    pub rounds: Vec<ToolRound>,
+    /// What a tool said of the model's own call is to be shown at its next turn: the plan goes
+    /// on to it (once per event, see `corrected`).
+    pub shown: Option<String>,
 }
 
 /// How a plan ended, for the journal: its record, whether it failed, the notes its reason
@@ -236,6 +243,8 @@ impl Work {
             refused: None,
             corrected: false,
             refill: None,
+            rounds: Vec::new(),
+            shown: None,
         }
     }
 

@@ -199,7 +199,9 @@ impl Lifecycle {
                 // The model's arguments refused: it fills them again, once, told what the tool said.
                 let refill = f.refill.take().map(|why| (Adjustment::Contingency(vec![Action::CallTool]), why));
                 let fresh = refill.is_some();
-                let (adjustment, reason) = match broken.or(refill) {
+                // The model's own call refused: what the tool said is shown at its next turn.
+                let shown = f.shown.take().map(|why| (Adjustment::Continue, why));
+                let (adjustment, reason) = match broken.or(refill).or(shown) {
                     Some(b) => b,
                     None => self.brain.adjust_plan(&f.record, i, class),
                 };

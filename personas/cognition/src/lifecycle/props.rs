@@ -16,7 +16,8 @@ use mindfleet_core::sched::{ID_BLOCK, Outcome, SkipReason};
 use proptest::prelude::*;
 
 use super::*;
-use mindfleet_core::tools::{NOT_NEEDED, ToolResult};
+use mindfleet_core::llm::{FillJob, Filled, ToolCallAsked, ToolTurn};
+use mindfleet_core::tools::{NOT_NEEDED, ToolCall, ToolFailure, ToolResult, ToolSpec};
 
 /// One thing that happens to the persona.
 #[derive(Debug, Clone)]
@@ -140,6 +141,26 @@ struct World {
     /// Every effect, in order.
     log: Vec<String>,
     broken: Vec<String>,
+    /// The model's turns of native tool calling, in order (each the calls it asks for: tool and
+    /// arguments); none left, it asks for none. And the turns asked.
+    turns: VecDeque<Vec<(&'static str, &'static str)>>,
+    asked_turns: Vec<ToolTurnJob>,
+    /// What a tool call returns; the calls made.
+    results: fn(&ToolCall) -> Result<ToolResult, ToolFailure>,
+    made: Vec<ToolCall>,
+    /// The local model's fills of a tool's arguments, in order (none left: it fails), and the
+    /// fills asked.
+    fills: VecDeque<&'static str>,
+    asked_fills: Vec<FillJob>,
+}
+
+/// What every tool call returns unless a test says otherwise.
+fn ok_result(_: &ToolCall) -> Result<ToolResult, ToolFailure> {
+    Ok(result("ok"))
+}
+
+fn result(text: &str) -> ToolResult {
+    ToolResult { text: text.into(), structured: None, cut: false, bytes: text.len(), took_ms: 1 }
 }
 
 fn setup(local: bool, first_task: TaskId) -> Setup {
@@ -158,6 +179,7 @@ fn setup(local: bool, first_task: TaskId) -> Setup {
         turn_timeout: std::time::Duration::from_secs(5),
         first_task,
         tools: false,
+        native_tools: false,
     }
 }
 
@@ -187,6 +209,12 @@ impl World {
             commits: Vec::new(),
             log: Vec::new(),
             broken: Vec::new(),
+            turns: VecDeque::new(),
+            asked_turns: Vec::new(),
+            results: ok_result,
+            made: Vec::new(),
+            fills: VecDeque::new(),
+            asked_fills: Vec::new(),
         };
         w.feed(Input::Start);
         w
@@ -234,7 +262,36 @@ impl World {
                     }
                     Ask::Lesson(_) => Input::Evaluated { task, answer: Ok(generated("Check the script first.")) },
                     Ask::ChooseTool(job) => Input::ToolChosen { task, answer: Ok(classified(&job.labels)) },
-                    Ask::Fill(_) => Input::Filled { task, answer: Err(LlmFailure::Failed("no model here".into())) },
+                    Ask::Fill(job) => {
+                        self.asked_fills.push(job);
+                        let answer = match self.fills.pop_front() {
+                            Some(text) => Ok(Filled {
+                                value: serde_json::from_str(text).expect("a JSON fill"),
+                                text: text.into(),
+                                tokens_in: 30,
+                                tokens_out: 8,
+                                prompt_ms: 1.0,
+                                gen_ms: 1.0,
+                                trimmed: None,
+                            }),
+                            None => Err(LlmFailure::Failed("no model here".into())),
+                        };
+                        Input::Filled { task, answer }
+                    }
+                    Ask::ToolTurn(job) => {
+                        self.asked_turns.push(job);
+                        let calls = self.turns.pop_front().unwrap_or_default();
+                        let calls = calls
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, (name, arguments))| ToolCallAsked {
+                                id: format!("call_{}_{i}", self.asked_turns.len()),
+                                name: name.into(),
+                                arguments: arguments.into(),
+                            })
+                            .collect();
+                        Input::ToolTurned { task, answer: Ok(ToolTurn { calls, ..Default::default() }) }
+                    }
                 };
                 self.answers.push(input);
             }
@@ -246,8 +303,9 @@ impl World {
                 self.answers.push(Input::Recalled { task, recall, room: Vec::new() });
             }
             Effect::Search { task, .. } => self.answers.push(Input::Searched { task, answer: Ok(Vec::new()) }),
-            Effect::CallTool { task, .. } => {
-                let result = Ok(ToolResult { text: "ok".into(), structured: None, cut: false, bytes: 2, took_ms: 1 });
+            Effect::CallTool { task, call } => {
+                let result = (self.results)(&call);
+                self.made.push(*call);
                 let answer = ToolAnswer::Ran { result, approval: NOT_NEEDED.into(), replayed: false };
                 self.answers.push(Input::ToolAnswered { task, answer });
             }
@@ -601,4 +659,133 @@ proptest! {
         let (again, _) = lived(&run);
         prop_assert_eq!(first.log, again.log);
     }
+}
+
+/// A persona whose model calls tools natively (an endpoint's), with `fs.read` to call, given
+/// the model's turns.
+fn native(
+    turns: Vec<Vec<(&'static str, &'static str)>>,
+    results: fn(&ToolCall) -> Result<ToolResult, ToolFailure>,
+) -> World {
+    with_tools(true, turns, Vec::new(), results)
+}
+
+/// A persona with `fs.read` to call, its model's turns (native) or fills (a local model's).
+fn with_tools(
+    native: bool,
+    turns: Vec<Vec<(&'static str, &'static str)>>,
+    fills: Vec<&'static str>,
+    results: fn(&ToolCall) -> Result<ToolResult, ToolFailure>,
+) -> World {
+    let run = Run { local: true, budget_spent: false, failures: false, steps: Vec::new() };
+    let mut w = World::new(&run);
+    w.life.setup.tools = true;
+    w.life.setup.native_tools = native;
+    w.fills = fills.into();
+    let schema = serde_json::json!({ "type": "object", "properties": { "path": { "type": "string" } } });
+    let read =
+        ToolSpec { name: "fs.read".into(), description: "Read a file".into(), input_schema: schema, read_only: true };
+    w.feed(Input::Catalog(vec![read]));
+    w.turns = turns.into();
+    w.results = results;
+    w.apply(&Step::Deliver { human: true, shared: false, mention: true, text: 0 });
+    assert!(w.settle(), "the lifecycle settles");
+    assert!(w.broken.is_empty(), "{:?}", w.broken);
+    w
+}
+
+fn path(call: &ToolCall) -> &str {
+    call.arguments["path"].as_str().unwrap_or("")
+}
+
+fn the_reply(w: &World) -> String {
+    let c = w.commits.iter().find(|c| c.reply.is_some()).expect("a reply");
+    c.reply.as_ref().map(|(r, _)| r.text.clone()).unwrap_or_default()
+}
+
+#[test]
+fn an_endpoint_calls_tools_in_rounds_each_turn_shown_what_the_last_returned() {
+    let w =
+        native(vec![vec![("fs.read", r#"{"path":"notes.md"}"#)], vec![("fs.read", r#"{"path":"plan.md"}"#)]], |call| {
+            match path(call) {
+                "notes.md" => Ok(result("the plan is in plan.md")),
+                _ => Ok(result("we ship on friday")),
+            }
+        });
+    let paths: Vec<&str> = w.made.iter().map(path).collect();
+    assert_eq!(paths, ["notes.md", "plan.md"], "the second call made from the first's result");
+    assert_eq!(w.asked_turns.len(), 3, "a turn after each round, the last asking for none");
+    assert!(w.asked_turns[0].rounds.is_empty());
+    assert_eq!(w.asked_turns[1].rounds[0].results, ["the plan is in plan.md"]);
+    assert_eq!(w.asked_turns[2].rounds.len(), 2);
+    assert_eq!(w.asked_turns[2].rounds[1].results, ["we ship on friday"]);
+    assert_eq!(w.asked_turns[0].tools[0].name, "fs.read");
+    let reply = the_reply(&w);
+    assert!(reply.contains("the plan is in plan.md") && reply.contains("we ship on friday"), "{reply}");
+}
+
+#[test]
+fn what_a_tool_says_of_the_model_s_arguments_is_shown_at_its_next_turn_once() {
+    let w = native(
+        vec![vec![("fs.read", r#"{"path":"notes.md"}"#)], vec![("fs.read", r#"{"path":"/srv/notes.md"}"#)]],
+        |call| match path(call) {
+            "notes.md" => Err(ToolFailure {
+                class: ErrorClass::Unknown,
+                message: "fs.read: isError".into(),
+                for_model: Some("the path must be absolute".into()),
+                took_ms: 1,
+            }),
+            _ => Ok(result("ship on friday")),
+        },
+    );
+    let paths: Vec<&str> = w.made.iter().map(path).collect();
+    assert_eq!(paths, ["notes.md", "/srv/notes.md"]);
+    let shown = &w.asked_turns[1].rounds[0].results[0];
+    assert!(shown.starts_with("error: the path must be absolute"), "{shown}");
+    let plan = w.commits.iter().find_map(|c| c.plan.as_ref()).expect("a plan");
+    let adjusted = &plan.adjustments[0];
+    assert_eq!(adjusted.adjustment, mindfleet_core::record::Adjustment::Continue, "{adjusted:?}");
+    assert!(adjusted.reason.contains("shown to the model at its next turn"), "{}", adjusted.reason);
+    assert!(the_reply(&w).contains("ship on friday"));
+}
+
+#[test]
+fn an_endpoint_repeating_one_call_is_stopped_by_the_loop_breaker_and_the_persona_still_answers() {
+    let again = vec![("fs.read", r#"{"path":"notes.md"}"#)];
+    let w = native(vec![again.clone(); 10], |_| Ok(result("the same text")));
+    assert_eq!(w.made.len(), 2, "max_identical_calls = 2");
+    let c = w.commits.iter().find(|c| c.reply.is_some()).expect("a reply");
+    assert!(c.decision.reason.contains("loop breaker"), "{}", c.decision.reason);
+    assert!(the_reply(&w).contains("the same text"));
+}
+
+/// `fs.read` refuses a relative path, saying so to the model.
+fn absolute_only(call: &ToolCall) -> Result<ToolResult, ToolFailure> {
+    if path(call).starts_with('/') {
+        return Ok(result("ship on friday"));
+    }
+    let for_model = Some("the path must be absolute".into());
+    Err(ToolFailure { class: ErrorClass::Unknown, message: "fs.read: isError".into(), for_model, took_ms: 1 })
+}
+
+#[test]
+fn a_local_model_whose_arguments_a_tool_refuses_fills_them_again_once_told_what_it_said() {
+    let w = with_tools(false, Vec::new(), vec![r#"{"path":"notes.md"}"#, r#"{"path":"/srv/notes.md"}"#], absolute_only);
+    let paths: Vec<&str> = w.made.iter().map(path).collect();
+    assert_eq!(paths, ["notes.md", "/srv/notes.md"], "filled again after the refusal");
+    assert_eq!(w.asked_fills.len(), 2);
+    let told = |job: &FillJob| job.messages.iter().any(|m| m.content.contains("the path must be absolute"));
+    assert!(!told(&w.asked_fills[0]) && told(&w.asked_fills[1]), "shown what the tool said at the second fill");
+    assert!(the_reply(&w).contains("ship on friday"), "{}", the_reply(&w));
+
+    // Refused again: it is not filled a third time, and the persona still answers.
+    let w = with_tools(
+        false,
+        Vec::new(),
+        vec![r#"{"path":"a.md"}"#, r#"{"path":"b.md"}"#, r#"{"path":"/c.md"}"#],
+        absolute_only,
+    );
+    assert_eq!(w.asked_fills.len(), 2, "shown once");
+    assert!(!w.made.iter().any(|c| path(c) == "/c.md"));
+    assert!(the_reply(&w).contains("the path must be absolute"), "{}", the_reply(&w));
 }
