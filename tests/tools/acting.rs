@@ -217,8 +217,18 @@ async fn a_write_waits_for_a_persons_approval_while_the_persona_serves_others_an
     // The persona serves other events while its plan waits.
     let other = fleet.inject(chat("general", "bob", "@scribe hello there")).await.unwrap();
     reply_to(&fleet, &other.event_id).await;
-
+    // Nothing else in hand, it shows as waiting, and available for other work.
     let id = pending["id"].as_str().unwrap().to_string();
+    let availability: serde_json::Value = poll("the scribe shown waiting", || async {
+        let v: serde_json::Value =
+            reqwest::get(format!("http://{}/ai/availability", fleet2.addr)).await.ok()?.json().await.ok()?;
+        (v["personas"][0]["condition"] == "waiting").then_some(v)
+    })
+    .await;
+    assert_eq!(availability["personas"][0]["available"], true, "{availability}");
+    let d = fleet.dump(Some("scribe".into())).await.unwrap();
+    assert_eq!(d.personas[0].waiting_approval, std::slice::from_ref(&id));
+
     let (code, v, err) = tokio::task::block_in_place(|| ai(&fleet, &["approve", &id]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(v["state"], "approved by cli");

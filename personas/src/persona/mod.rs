@@ -311,6 +311,7 @@ impl PersonaState {
             study: self.args.index.as_ref().filter(|_| full).map(|_| self.study.dump()),
             drafts_replaced: self.life.drafts_replaced().iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             tools_now: self.life.catalog().iter().map(|t| t.name.clone()).collect(),
+            waiting_approval: self.life.parked().map(|(id, _)| id.to_string()).collect(),
         };
         let (inbox, memory) = (self.inbox.actor.clone(), self.memory.actor.clone());
         async move {

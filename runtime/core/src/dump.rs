@@ -159,6 +159,9 @@ pub struct PersonaDump {
     /// empty for a brain without a model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools_now: Vec<String>,
+    /// The calls its parked plans wait on a person's approval of (their ids, oldest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_approval: Vec<String>,
     /// How often the persona may start new self-paced work, from its mood and budget (0: not
     /// set yet).
     #[serde(default)]
@@ -268,6 +271,7 @@ impl PersonaDump {
             in_flight: None,
             plan: None,
             tools_now: Vec::new(),
+            waiting_approval: Vec::new(),
             cadence_ms: 0,
             budget_left: 0.0,
             references: None,

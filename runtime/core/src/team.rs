@@ -234,6 +234,9 @@ pub enum Condition {
     Dormant,
     /// Cognitive load above [`OVERLOAD`], or overwhelmed.
     Overloaded,
+    /// Nothing in hand, and a plan of it parked until a person approves or denies a call of
+    /// it: free for other work.
+    Waiting,
     /// At work on an event: its plan runs, or its focus is still on the work it engaged with
     /// (the focus reads `working`).
     Working,
@@ -257,6 +260,7 @@ impl Condition {
             Condition::Unresponsive => "unresponsive",
             Condition::Dormant => "dormant",
             Condition::Overloaded => "overloaded",
+            Condition::Waiting => "waiting",
             Condition::Working => "working",
             Condition::Thinking => "thinking",
             Condition::Focused => "focused",
@@ -280,7 +284,10 @@ impl Condition {
     /// Running and awake, with something on its mind (an event, a focus, a backlog past
     /// its load).
     pub fn occupied(self) -> bool {
-        matches!(self, Condition::Overloaded | Condition::Working | Condition::Thinking | Condition::Focused)
+        matches!(
+            self,
+            Condition::Overloaded | Condition::Waiting | Condition::Working | Condition::Thinking | Condition::Focused
+        )
     }
 
     /// Has an event in hand or its focus on one.

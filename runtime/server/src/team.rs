@@ -169,9 +169,10 @@ fn presence(p: &PersonaDump, room: &str, now_us: i64) -> Presence {
 }
 
 /// The condition of `p`, first match wins: its supervisor's word when it is not running
-/// (starting while its self-state is not read yet); dormant; overloaded; working (a plan
-/// running, or the focus reading `working`); thinking (an event in flight, no plan running);
-/// focused (a focus other than `idle`, nothing in flight); idle.
+/// (starting while its self-state is not read yet); dormant; overloaded; waiting (nothing in
+/// flight, a plan parked for a person's approval); working (a plan running, or the focus
+/// reading `working`); thinking (an event in flight, no plan running); focused (a focus other
+/// than `idle`, nothing in flight); idle.
 pub fn condition(p: &PersonaDump) -> Condition {
     match p.status {
         PersonaStatus::Running => {}
@@ -188,6 +189,8 @@ pub fn condition(p: &PersonaDump) -> Condition {
         Condition::Dormant
     } else if overloaded(s) || s.mood == Mood::Overwhelmed {
         Condition::Overloaded
+    } else if p.in_flight.is_none() && !p.waiting_approval.is_empty() {
+        Condition::Waiting
     } else if plan_running || s.focus.activity == "working" {
         Condition::Working
     } else if p.in_flight.is_some() {
@@ -223,6 +226,13 @@ mod tests {
         assert_eq!(condition(&p), Condition::Thinking, "an event in hand, no plan yet");
         assert_eq!(condition(&up(focus("focused"))), Condition::Focused);
         assert_eq!(condition(&up(focus("idle"))), Condition::Idle);
+        // A plan parked for approval, nothing else in hand: waiting, free for other work.
+        let mut p = up(focus("working"));
+        p.waiting_approval = vec!["c1".into()];
+        assert_eq!(condition(&p), Condition::Waiting);
+        assert!(Condition::Waiting.occupied() && !Condition::Waiting.busy());
+        p.in_flight = Some("e2".into());
+        assert_eq!(condition(&p), Condition::Working, "another event in hand");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub struct Card {
     pub role: String,
     /// The node it runs on, in a fleet across nodes.
     pub node: Option<String>,
-    /// `thinking`, `working`, `focused`, `idle`, `overloaded`, `dormant`, `failed`,
+    /// `thinking`, `working`, `waiting`, `focused`, `idle`, `overloaded`, `dormant`, `failed`,
     /// `restarting`, `starting`, `stopped` or `unreachable` ([`status_of`]).
     pub status: &'static str,
     /// Cognitive load, 0..=1 (the badge's colour).

@@ -28,6 +28,7 @@ fn persona(name: &str) -> PersonaDump {
         in_flight: None,
         plan: None,
         tools_now: Vec::new(),
+        waiting_approval: Vec::new(),
         cadence_ms: 0,
         budget_left: 0.75,
         references: None,
