@@ -538,30 +538,37 @@ async fn a_move_in_flight_at_a_crash_is_not_made_again_and_one_answered_is_answe
     fleet.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_the_local_model_the_reviewer_chooses_git_fills_its_arguments_and_answers_with_the_subject() {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = repository(dir.path(), "Cap the retry backoff at thirty seconds");
-    // No procedure applies to the question: the model chooses the tool and fills its arguments
-    // to its schema. The fleet file's procedure for the tool gives it the repository's path.
-    let toml =
-        git_fleet(&repo, "local").replace("when = [\"last commit\", \"latest commit\"]", "when = [\"commit history\"]");
-    let mut cfg = crate::util::config(&dir.path().join("data"), &toml);
-    cfg.models.dir = crate::util::pulled();
-    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
-    // Its model is told of the tool once the server is connected.
+/// The git fleet on a model brain with no procedure for the question the tests ask: the model
+/// chooses the tool and fills its arguments to its schema; the fleet file's procedure for the
+/// tool gives it the repository's path as a known value.
+fn model_git_fleet(repo: &Path) -> String {
+    git_fleet(repo, "local").replace("when = [\"last commit\", \"latest commit\"]", "when = [\"commit history\"]")
+}
+
+/// Asks the reviewer for the last commit once its model is told of git.git_log (the server
+/// connected): its reply, and the plan it journaled.
+async fn ask_the_last_commit(fleet: &mindfleet::Fleet) -> (mindfleet_core::record::OutboxEntry, PlanRecord) {
     poll("the reviewer's model told of git.git_log", || async {
         let d = fleet.dump(Some("reviewer".into())).await.ok()?;
         (d.personas[0].tools_now == ["git.git_log"]).then_some(())
     })
     .await;
-
     let ack = fleet.inject(chat("general", "alice", "@reviewer what is the last commit?")).await.unwrap();
     let reply = crate::util::poll_within("the reply", Duration::from_secs(300), || async {
         fleet.dump(None).await.ok()?.outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
     })
     .await;
-    let record = plan_of(&fleet, "reviewer", &ack.event_id).await;
+    (reply, plan_of(fleet, "reviewer", &ack.event_id).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_local_model_the_reviewer_chooses_git_fills_its_arguments_and_answers_with_the_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repository(dir.path(), "Cap the retry backoff at thirty seconds");
+    let mut cfg = crate::util::config(&dir.path().join("data"), &model_git_fleet(&repo));
+    cfg.models.dir = crate::util::pulled();
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    let (reply, record) = ask_the_last_commit(&fleet).await;
     let step = record.plan.steps.iter().chain(record.replaced.iter().flat_map(|p| p.steps.iter()));
     let call = step.filter_map(|s| s.call.as_ref()).next().unwrap_or_else(|| panic!("a call: {record:#?}"));
     assert_eq!(call.tool, "git.git_log");
@@ -585,23 +592,8 @@ async fn on_an_openai_endpoint_the_model_calls_git_by_its_own_tool_calling_and_t
     served.models.dir = crate::util::pulled();
     let endpoint = mindfleet::Fleet::start(served).await.unwrap();
     let llm = format!("[llm]\nbackend = \"openai\"\nurl = \"http://{}/v1\"\nmodel = \"smollm2\"\n", endpoint.addr);
-    // No procedure applies to the question; the fleet file's procedure for the tool gives the
-    // repository's path as a known value.
-    let toml =
-        git_fleet(&repo, "local").replace("when = [\"last commit\", \"latest commit\"]", "when = [\"commit history\"]");
-    let fleet = start(&dir.path().join("data"), &format!("{llm}{toml}")).await;
-    poll("the reviewer's model told of git.git_log", || async {
-        let d = fleet.dump(Some("reviewer".into())).await.ok()?;
-        (d.personas[0].tools_now == ["git.git_log"]).then_some(())
-    })
-    .await;
-
-    let ack = fleet.inject(chat("general", "alice", "@reviewer what is the last commit?")).await.unwrap();
-    let reply = crate::util::poll_within("the reply", Duration::from_secs(300), || async {
-        fleet.dump(None).await.ok()?.outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
-    })
-    .await;
-    let record = plan_of(&fleet, "reviewer", &ack.event_id).await;
+    let fleet = start(&dir.path().join("data"), &format!("{llm}{}", model_git_fleet(&repo))).await;
+    let (reply, record) = ask_the_last_commit(&fleet).await;
     let steps: Vec<&mindfleet_core::record::Step> =
         record.replaced.iter().chain(std::iter::once(&record.plan)).flat_map(|p| p.steps.iter()).collect();
     let call = steps.iter().find_map(|s| s.call.as_ref()).unwrap_or_else(|| panic!("a call: {record:#?}"));
@@ -619,7 +611,6 @@ async fn on_an_openai_endpoint_the_model_calls_git_by_its_own_tool_calling_and_t
     // The endpoint served each turn as requests of its own.
     let stats = endpoint.dump(None).await.unwrap().llm;
     assert!(stats.by_purpose.get("api").is_some_and(|p| p.calls >= 3), "{:?}", stats.by_purpose);
-    println!("reply: {}\nplan: {:#?}", reply.text, record.plan.steps);
     fleet.shutdown(Duration::from_secs(5)).await;
     endpoint.shutdown(Duration::from_secs(5)).await;
 }
