@@ -345,6 +345,8 @@ fn matches_candle(arch: &str, general: bool) {
     assert_eq!(llm.path(), format!("candle {arch}"));
     assert!(!llm.batches());
     let tok = llm.tokenizer();
+    // The ChatML template (SmolLM2's, in the qwen2 file) keeps the turn-by-turn path.
+    assert_eq!(tok.renders_template(), arch != "qwen2", "{arch}");
     assert_eq!(tok.render_chat(&chat()), expected, "{arch}: the chat template");
     let prompt = tok.encode_chat(&chat()).unwrap();
     let mut text_ids = tok.encode(expected).unwrap();
@@ -422,6 +424,33 @@ fn gemma3_within_its_sliding_window_continues_token_by_token_as_candle_reads_fro
         ids.push(next);
         assert_close(&read(&llm, &mut cache, &[next]), &Reference::logits(&path, &ids), &format!("+{next}"));
     }
+}
+
+#[test]
+fn a_history_longer_than_the_context_loses_its_oldest_messages_on_a_rendered_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = tiny(dir.path(), "gemma3");
+    let llm = load(&path, false);
+    let mut messages = vec![ChatMessage::system("Be brief.")];
+    for i in 0..12 {
+        messages.push(ChatMessage::user(format!("is the sky blue {i}?")));
+        messages.push(ChatMessage::assistant(format!("hello {i}")));
+    }
+    messages.push(ChatMessage::user("hello?"));
+    let p = llm.prompt(&messages, 16).unwrap();
+    let trim = p.trimmed.expect("trimmed");
+    assert!(trim.dropped_messages > 0, "{trim:?}");
+    assert!(p.ids.len() + 16 <= 128 && trim.tokens_after == p.ids.len(), "{trim:?}");
+    assert_eq!(trim.tokens_before, llm.tokenizer().encode_chat(&messages).unwrap().len());
+    // What is left: the system message, then the newest others whole (or the oldest of them cut),
+    // and the question.
+    let text = llm.tokenizer().decode(&p.ids).unwrap();
+    assert!(text.starts_with("<bos><start_of_turn>user\nBe brief.\n\n"), "{text}");
+    assert!(text.ends_with("<start_of_turn>user\nhello?<end_of_turn>\n<start_of_turn>model\n"), "{text}");
+    assert!(!text.contains("blue 0?") && text.contains("hello 11"), "{text}");
+    // The system message and the question alone do not fit: refused, nothing cut from them.
+    let long = vec![ChatMessage::system("hello ".repeat(200)), ChatMessage::user("hello?")];
+    assert!(matches!(llm.prompt(&long, 16), Err(LlmError::ContextOverflow { .. })));
 }
 
 #[test]
