@@ -1,4 +1,5 @@
-//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF): the model's own
+//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF), and GGUF files of the
+//! common small architectures on candle's models ([`general`]): the model's own
 //! tokenizer and chat template, streamed generation within an honest context budget, label
 //! scoring, JSON values of a schema filled (a tool's arguments, [`fill`]), and a Q4_1 -> Q8_0
 //! rewrite of the weights.
