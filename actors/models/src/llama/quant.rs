@@ -92,7 +92,9 @@ const MOSTLY_Q4_1: u32 = 3;
 /// other file is run as it is. A rewrite that cannot be written (a read-only directory) falls
 /// back to `src`, with a warning.
 pub fn runnable(src: &Path) -> Result<PathBuf, LlmError> {
-    if super::inspect(src)?.file_type != Some(MOSTLY_Q4_1) {
+    // Only the fast path (llama) computes in Q8_0; candle's models read Q4_1 as it is.
+    let info = super::inspect(src)?;
+    if info.file_type != Some(MOSTLY_Q4_1) || info.architecture.as_deref() != Some("llama") {
         return Ok(src.to_path_buf());
     }
     let name = src.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -2,7 +2,7 @@
 //! the prompt (`Classify`, and a fill's enums and booleans), in the same cache rolled back to the
 //! prompt between labels.
 
-use super::forward::KvCache;
+use super::backend::KvCache;
 use super::{LabelScore, log_softmax};
 
 /// The labels being scored, and how far.

@@ -1,10 +1,23 @@
 //! The model's tokenizer and chat template, built from the GGUF metadata alone.
 //!
-//! GPT-2 byte-level BPE (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`) with the
-//! pre-tokenizer the file names in `tokenizer.ggml.pre`: for `smollm`, every digit on its own,
-//! then the GPT-2 regex with no prefix space (as llama.cpp). Control tokens (`token_type` 3,
-//! `<|im_start|>` and the like) are special added tokens, so their text in a template maps to
-//! their ids. candle's own GGUF tokenizer helper adds a prefix space here, hence this one.
+//! Two kinds of vocabulary, as llama.cpp reads them:
+//!
+//! - GPT-2 byte-level BPE (`tokenizer.ggml.model = "gpt2"`: SmolLM2, Qwen, Llama 3), with the
+//!   tokens, the merges and the pre-tokenizer the file names in `tokenizer.ggml.pre`: for
+//!   `smollm`, every digit on its own, then the GPT-2 regex with no prefix space; for `qwen2`
+//!   and `llama-bpe`, their regexes. Control tokens (`token_type` 3, `<|im_start|>` and the
+//!   like) are special added tokens, so their text in a template maps to their ids. candle's own
+//!   GGUF tokenizer helper adds a prefix space here, hence this one.
+//! - SentencePiece (`"llama"`: Gemma, Phi-3), in [`spm`].
+//!
+//! The chat template is the file's own `tokenizer.chat_template`. When it renders every
+//! conversation as ChatML does (SmolLM2's), a prompt is its turns' ids joined, which the
+//! context budget and prefix reuse build on; any other template is rendered with minijinja
+//! ([`jinja`]) and the rendered prompt tokenized. A file with no template gets its
+//! architecture's (Gemma 3's), as llama.cpp does.
+
+mod jinja;
+mod spm;
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -20,26 +33,68 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 use super::{ChatMessage, LlmError};
 
 /// GGUF `token_type` values (llama.cpp `llama_token_type`).
+const TYPE_NORMAL: i64 = 1;
 const TYPE_CONTROL: i64 = 3;
 const TYPE_USER_DEFINED: i64 = 4;
+const TYPE_BYTE: i64 = 6;
 
 /// Markers of the ChatML turns the template is written in.
 const IM_START: &str = "<|im_start|>";
 const IM_END: &str = "<|im_end|>";
 
+/// Tokens that end an assistant's turn in the templates of the common architectures, the
+/// first one present being the one a template closes a turn with.
+const TURN_ENDS: [&str; 6] = ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|eom_id|>", "<|endoftext|>"];
+
+/// The regexes of llama.cpp's pre-tokenizers `qwen2` and `llama-bpe` (Llama 3).
+const QWEN2_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const LLAMA3_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// What stands for a message's content while a template is rendered to find where the contents
+/// go (private-use characters, which no template writes).
+const MARK_OPEN: char = '\u{10FFFD}';
+const MARK_CLOSE: char = '\u{10FFFC}';
+
 pub struct GgufTokenizer {
-    /// Control tokens in the text are their ids: for rendered templates and reference texts.
-    special: Tokenizer,
-    /// Control-token text is plain text: for message contents, which must not open or close a
-    /// turn of their own.
-    plain: Tokenizer,
+    codec: Codec,
     /// The bytes each id stands for; empty for control tokens, which print nothing.
     bytes: Vec<Vec<u8>>,
-    /// Ids that end the assistant's turn: the file's eos, `<|im_end|>`, `<|endoftext|>`.
+    /// Ids that end the assistant's turn: the file's eos, `<|im_end|>`, `<|endoftext|>`, and
+    /// with a template other than ChatML the end-of-turn tokens of [`TURN_ENDS`].
     end_of_turn: Vec<u32>,
-    im_start: u32,
-    im_end: u32,
-    template: ChatTemplate,
+    /// The id the template closes a turn with.
+    turn_end: u32,
+    /// The bos id put before a rendered prompt that does not begin with it, when the file asks
+    /// for one (`tokenizer.ggml.add_bos_token`).
+    bos: Option<u32>,
+    /// The text of control tokens, which a message's content must not turn into their ids.
+    control: Vec<String>,
+    template: Template,
+}
+
+enum Codec {
+    Bpe {
+        /// Control tokens in the text are their ids: for rendered templates and reference texts.
+        special: Box<Tokenizer>,
+        /// Control-token text is plain text: for message contents, which must not open or close
+        /// a turn of their own.
+        plain: Box<Tokenizer>,
+    },
+    Spm {
+        spm: Box<spm::Spm>,
+        /// Each token's text, for [`GgufTokenizer::decode`].
+        texts: Vec<String>,
+    },
+}
+
+enum Template {
+    /// A prompt is its turns' ids joined ([`ChatTemplate`]).
+    ChatMl {
+        im_start: u32,
+        im_end: u32,
+        chat: ChatTemplate,
+    },
+    Jinja(Box<jinja::Jinja>),
 }
 
 impl GgufTokenizer {
@@ -57,9 +112,6 @@ impl GgufTokenizer {
             v.iter().map(|s| s.to_string().cloned().map_err(|_| format!("{key} holds a non-string"))).collect()
         };
         let model = get("tokenizer.ggml.model")?.to_string().map_err(|e| e.to_string())?;
-        if model != "gpt2" {
-            return Err(format!("tokenizer.ggml.model is {model:?}, only gpt2 (byte-level BPE) is supported"));
-        }
         let tokens = strings("tokenizer.ggml.tokens")?;
         let types: Vec<i64> = get("tokenizer.ggml.token_type")?
             .to_vec()
@@ -71,81 +123,98 @@ impl GgufTokenizer {
         if types.len() != tokens.len() {
             return Err(format!("{} token types for {} tokens", types.len(), tokens.len()));
         }
-        let merges: Merges = strings("tokenizer.ggml.merges")?
-            .into_iter()
-            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or(m))
-            .collect::<Result<_, _>>()
-            .map_err(|m| format!("tokenizer.ggml.merges: {m:?} is not two tokens"))?;
-        let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-        let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| format!("BPE: {e}"))?;
-
-        let pre = match ct.metadata.get("tokenizer.ggml.pre").map(|v| v.to_string()) {
-            Some(Ok(p)) => p.as_str(),
-            _ => "default",
+        let token_id = |key: &str| -> Result<Option<u32>, String> {
+            match ct.metadata.get(key) {
+                None => Ok(None),
+                Some(v) => match int(v) {
+                    Some(i) if (0..tokens.len() as i64).contains(&i) => Ok(Some(i as u32)),
+                    Some(i) => Err(format!("{key} {i} is not a token")),
+                    None => Err(format!("{key} is not an integer")),
+                },
+            }
         };
-        let byte_level = ByteLevel::new(false, true, true);
-        let mut special = Tokenizer::new(bpe);
-        match pre {
-            // llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM: `\p{N}` isolated, then the GPT-2 regex.
-            "smollm" => {
-                let digits = Split::new(SplitPattern::Regex(r"\p{N}".into()), SplitDelimiterBehavior::Isolated, false)
-                    .map_err(|e| format!("pre-tokenizer: {e}"))?;
-                special.with_pre_tokenizer(Some(Sequence::new(vec![digits.into(), byte_level.into()])));
+        let flag = |key: &str| ct.metadata.get(key).and_then(|v| v.to_bool().ok());
+        let (eos, bos) = (token_id("tokenizer.ggml.eos_token_id")?, token_id("tokenizer.ggml.bos_token_id")?);
+        let (codec, bytes) = match model.as_str() {
+            "gpt2" => bpe(ct, &tokens, &types)?,
+            "llama" => {
+                let scores: Vec<f32> = get("tokenizer.ggml.scores")?
+                    .to_vec()
+                    .map_err(|_| "tokenizer.ggml.scores is not an array".to_string())?
+                    .iter()
+                    .map(|v| v.to_f32().ok())
+                    .collect::<Option<_>>()
+                    .ok_or("tokenizer.ggml.scores holds a non-float")?;
+                let unknown = token_id("tokenizer.ggml.unknown_token_id")?;
+                // llama.cpp adds the prefix space to SentencePiece text unless the file says not to.
+                let prefix = flag("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                let spm = spm::Spm::new(&tokens, &types, scores, unknown, prefix)?;
+                let bytes = tokens.iter().zip(&types).map(|(t, k)| spm::token_bytes(t, *k)).collect();
+                (Codec::Spm { spm: Box::new(spm), texts: tokens.clone() }, bytes)
             }
-            "default" | "gpt2" => {
-                special.with_pre_tokenizer(Some(byte_level));
+            other => {
+                return Err(format!(
+                    "tokenizer.ggml.model is {other:?}; supported: gpt2 (byte-level BPE), llama (SentencePiece)"
+                ));
             }
-            other => return Err(format!("tokenizer.ggml.pre is {other:?}, supported: smollm, gpt2")),
-        }
-        special.with_decoder(Some(ByteLevelDecoder::default()));
-        let added: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| matches!(**t, TYPE_CONTROL | TYPE_USER_DEFINED))
-            .map(|(tok, t)| AddedToken::from(tok.clone(), *t == TYPE_CONTROL).normalized(false))
-            .collect();
-        special.add_special_tokens(added.iter().filter(|t| t.special).cloned()).map_err(|e| e.to_string())?;
-        special.add_tokens(added.iter().filter(|t| !t.special).cloned()).map_err(|e| e.to_string())?;
-        let mut plain = special.clone();
-        plain.set_encode_special_tokens(true);
-
-        let unbyte = byte_decoder();
-        let bytes = tokens
-            .iter()
-            .zip(&types)
-            .map(|(tok, t)| match *t {
-                TYPE_CONTROL => Vec::new(),
-                TYPE_USER_DEFINED => tok.as_bytes().to_vec(),
-                _ => {
-                    let mut out = Vec::with_capacity(tok.len());
-                    for c in tok.chars() {
-                        match unbyte(c) {
-                            Some(b) => out.push(b),
-                            None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-                        }
-                    }
-                    out
-                }
-            })
-            .collect();
+        };
         let id = |name: &str| tokens.iter().position(|t| t == name).map(|i| i as u32);
-        let im_start = id(IM_START).ok_or("no <|im_start|> token: the chat template needs it")?;
-        let im_end = id(IM_END).ok_or("no <|im_end|> token: the chat template needs it")?;
-        let eos = match ct.metadata.get("tokenizer.ggml.eos_token_id") {
-            Some(v) => Some(int(v).ok_or("tokenizer.ggml.eos_token_id is not an integer")? as u32),
-            None => None,
+        let control: Vec<String> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(t, k)| **k == TYPE_CONTROL && !t.is_empty())
+            .map(|(t, _)| t.clone())
+            .collect();
+
+        let architecture = ct.metadata.get("general.architecture").and_then(|v| v.to_string().ok());
+        let source = match (ct.metadata.get("tokenizer.chat_template"), architecture.map(String::as_str)) {
+            (Some(v), _) => v.to_string().map_err(|e| format!("tokenizer.chat_template: {e}"))?.as_str(),
+            (None, Some("gemma3")) => jinja::GEMMA3,
+            (None, _) => return Err("no tokenizer.chat_template in the metadata".into()),
         };
-        let mut end_of_turn: Vec<u32> = eos.into_iter().chain([im_end]).chain(id("<|endoftext|>")).collect();
-        end_of_turn.sort_unstable();
-        end_of_turn.dedup();
-        if let Some(&bad) = end_of_turn.iter().find(|i| **i as usize >= tokens.len()) {
-            return Err(format!("tokenizer.ggml.eos_token_id {bad} is not a token"));
-        }
-        let template = match ct.metadata.get("tokenizer.chat_template") {
-            Some(v) => ChatTemplate::parse(v.to_string().map_err(|e| e.to_string())?)?,
-            None => return Err("no tokenizer.chat_template in the metadata".into()),
+        let text_of = |id: Option<u32>| id.map_or_else(String::new, |i| tokens[i as usize].clone());
+        let rendered = jinja::Jinja::new(source, text_of(bos), text_of(eos));
+        let chatml = match (id(IM_START), id(IM_END), &codec) {
+            (Some(im_start), Some(im_end), Codec::Bpe { .. }) => match ChatTemplate::parse(source) {
+                Ok(chat) => Some((im_start, im_end, chat)),
+                Err(_) => None,
+            },
+            _ => None,
         };
-        Ok(GgufTokenizer { special, plain, bytes, end_of_turn, im_start, im_end, template })
+        let template = match (chatml, rendered) {
+            // ChatML read from the text, and rendered alike by the template itself (or minijinja
+            // cannot read it): turns joined.
+            (Some((im_start, im_end, chat)), Ok(j)) if chat.renders_like(&j) => {
+                Template::ChatMl { im_start, im_end, chat }
+            }
+            (Some((im_start, im_end, chat)), Err(_)) => Template::ChatMl { im_start, im_end, chat },
+            (_, Ok(j)) => Template::Jinja(Box::new(j)),
+            (None, Err(e)) => return Err(e),
+        };
+
+        let (end_of_turn, turn_end) = match &template {
+            Template::ChatMl { im_end, .. } => {
+                let mut ends: Vec<u32> = eos.into_iter().chain([*im_end]).chain(id("<|endoftext|>")).collect();
+                ends.sort_unstable();
+                ends.dedup();
+                (ends, *im_end)
+            }
+            Template::Jinja(_) => {
+                let named: Vec<u32> = TURN_ENDS.iter().filter_map(|t| id(t)).collect();
+                let eot = token_id("tokenizer.ggml.eot_token_id")?;
+                let turn_end = named.first().copied().or(eot).or(eos).ok_or(
+                    "no end-of-turn token (tokenizer.ggml.eos_token_id, eot_token_id, <end_of_turn>, <|im_end|>, ...)",
+                )?;
+                let mut ends: Vec<u32> = eos.into_iter().chain(eot).chain(named).collect();
+                ends.sort_unstable();
+                ends.dedup();
+                (ends, turn_end)
+            }
+        };
+        // SentencePiece files want a bos before the prompt unless they say not to.
+        let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(matches!(codec, Codec::Spm { .. }));
+        let bos = bos.filter(|_| add_bos && matches!(template, Template::Jinja(_)));
+        Ok(GgufTokenizer { codec, bytes, end_of_turn, turn_end, bos, control, template })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -154,17 +223,36 @@ impl GgufTokenizer {
 
     /// Token ids of `text`, with the text of a control token (`<|im_start|>`) as its id.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
-        encode(&self.special, text)
+        match &self.codec {
+            Codec::Bpe { special, .. } => encode(special, text),
+            Codec::Spm { spm, .. } => Ok(spm.encode(text, true)),
+        }
     }
 
     /// Token ids of `text` with every character as text: `<|im_end|>` is seven ordinary tokens.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, LlmError> {
-        encode(&self.plain, text)
+        match &self.codec {
+            Codec::Bpe { plain, .. } => encode(plain, text),
+            Codec::Spm { spm, .. } => Ok(spm.encode(text, false)),
+        }
     }
 
     /// The text of `ids`, control tokens written out.
     pub fn decode(&self, ids: &[u32]) -> Result<String, LlmError> {
-        self.special.decode(ids, false).map_err(|e| LlmError::Tokenize(e.to_string()))
+        match &self.codec {
+            Codec::Bpe { special, .. } => special.decode(ids, false).map_err(|e| LlmError::Tokenize(e.to_string())),
+            Codec::Spm { texts, .. } => {
+                let mut out = Vec::new();
+                for &id in ids {
+                    match self.bytes.get(id as usize) {
+                        Some(b) if b.is_empty() => out.extend_from_slice(texts[id as usize].as_bytes()),
+                        Some(b) => out.extend_from_slice(b),
+                        None => return Err(LlmError::Tokenize(format!("token {id} is not in the vocabulary"))),
+                    }
+                }
+                Ok(String::from_utf8_lossy(&out).into_owned())
+            }
+        }
     }
 
     /// The bytes `id` stands for in generated text (nothing for a control token): a character
@@ -178,17 +266,29 @@ impl GgufTokenizer {
         self.end_of_turn.contains(&id)
     }
 
+    /// Whether prompts are the file's own template rendered by minijinja (`false`: ChatML turns
+    /// joined, see the module's doc).
+    pub fn renders_template(&self) -> bool {
+        matches!(self.template, Template::Jinja(_))
+    }
+
     /// The prompt the model's chat template renders for `messages`, with the opening of the
-    /// assistant's turn after them.
+    /// assistant's turn after them. Empty when the template refuses the conversation
+    /// ([`GgufTokenizer::encode_chat`] says why).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> String {
-        let mut out = String::new();
-        if let Some(default) = self.default_system(messages) {
-            out += &ChatTemplate::turn("system", default);
+        match &self.template {
+            Template::ChatMl { .. } => {
+                let mut out = String::new();
+                if let Some(default) = self.default_system(messages) {
+                    out += &ChatTemplate::turn("system", default);
+                }
+                for m in messages {
+                    out += &ChatTemplate::turn(&m.role, &m.content);
+                }
+                out + IM_START + "assistant\n"
+            }
+            Template::Jinja(j) => j.render(messages).unwrap_or_default(),
         }
-        for m in messages {
-            out += &ChatTemplate::turn(&m.role, &m.content);
-        }
-        out + IM_START + "assistant\n"
     }
 
     /// The ids of [`GgufTokenizer::render_chat`], with the contents tokenized as plain text
@@ -199,20 +299,80 @@ impl GgufTokenizer {
     }
 
     /// [`GgufTokenizer::encode_chat`], with an assistant turn the model wrote in `written` read
-    /// in the ids it wrote it in.
+    /// in the ids it wrote it in (ChatML; a rendered template reads every turn anew).
     pub(crate) fn encode_chat_as(&self, messages: &[ChatMessage], written: &Written) -> Result<Vec<u32>, LlmError> {
-        let mut ids = self.default_system_ids(messages)?;
-        for m in messages {
-            ids.extend(self.turn_ids_as(m, written)?);
+        let Template::Jinja(j) = &self.template else {
+            let mut ids = self.default_system_ids(messages)?;
+            for m in messages {
+                ids.extend(self.turn_ids_as(m, written)?);
+            }
+            ids.extend(self.generation_prompt_ids()?);
+            return Ok(ids);
+        };
+        let rendered = j.render(messages).map_err(LlmError::Request)?;
+        let injected = messages.iter().any(|m| self.control.iter().any(|c| m.content.contains(c.as_str())));
+        let mut ids = match injected {
+            // No content can open or close a turn: the prompt is tokenized as llama.cpp does.
+            false => self.encode(&rendered)?,
+            true => self.encode_marked(j, messages, &rendered)?,
+        };
+        if let Some(bos) = self.bos
+            && ids.first() != Some(&bos)
+        {
+            ids.insert(0, bos);
         }
-        ids.extend(self.generation_prompt_ids()?);
         Ok(ids)
     }
 
-    /// The template's own system turn when the conversation does not open with one.
+    /// The prompt of a conversation where a content holds a control token's text: the template
+    /// rendered with a marker for each content, its own text tokenized with control tokens and
+    /// the contents as plain text. A template that changes the contents (`| trim`) cannot be
+    /// cut so; the control tokens' text in the contents is then taken apart with a space.
+    fn encode_marked(&self, j: &jinja::Jinja, messages: &[ChatMessage], rendered: &str) -> Result<Vec<u32>, LlmError> {
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage::new(m.role.clone(), format!("{MARK_OPEN}{i}{MARK_CLOSE}")))
+            .collect();
+        let text = j.render(&marked).map_err(LlmError::Request)?;
+        let mut pieces: Vec<(&str, bool)> = Vec::new();
+        let mut rest = text.as_str();
+        while let Some(open) = rest.find(MARK_OPEN) {
+            let after = &rest[open + MARK_OPEN.len_utf8()..];
+            let close = after.find(MARK_CLOSE);
+            let index = close.and_then(|c| after[..c].parse::<usize>().ok()).filter(|i| *i < messages.len());
+            let (Some(close), Some(i)) = (close, index) else { break };
+            pieces.push((&rest[..open], true));
+            pieces.push((&messages[i].content, false));
+            rest = &after[close + MARK_CLOSE.len_utf8()..];
+        }
+        pieces.push((rest, true));
+        let rebuilt: String = pieces.iter().map(|(p, _)| *p).collect();
+        if rebuilt == rendered {
+            let mut ids = Vec::new();
+            for (piece, template) in pieces {
+                ids.extend(if template { self.encode(piece)? } else { self.encode_plain(piece)? });
+            }
+            return Ok(ids);
+        }
+        let defused: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| {
+                let content = self.control.iter().fold(m.content.clone(), |c, t| {
+                    let split = t.char_indices().nth(1).map_or(t.len(), |(i, _)| i);
+                    c.replace(t.as_str(), &format!("{} {}", &t[..split], &t[split..]))
+                });
+                ChatMessage::new(m.role.clone(), content)
+            })
+            .collect();
+        self.encode(&j.render(&defused).map_err(LlmError::Request)?)
+    }
+
+    /// The template's own system turn when the conversation does not open with one (ChatML).
     pub(crate) fn default_system(&self, messages: &[ChatMessage]) -> Option<&str> {
+        let Template::ChatMl { chat, .. } = &self.template else { return None };
         let opens_with_system = messages.first().is_some_and(|m| m.role == "system");
-        if messages.is_empty() || opens_with_system { None } else { self.template.default_system.as_deref() }
+        if messages.is_empty() || opens_with_system { None } else { chat.default_system.as_deref() }
     }
 
     pub(crate) fn default_system_ids(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, LlmError> {
@@ -222,12 +382,23 @@ impl GgufTokenizer {
         }
     }
 
+    /// The ChatML markers, or why a prompt is not made of turns.
+    fn chatml(&self) -> Result<(u32, u32), LlmError> {
+        match self.template {
+            Template::ChatMl { im_start, im_end, .. } => Ok((im_start, im_end)),
+            Template::Jinja(_) => {
+                Err(LlmError::Tokenize("the chat template is not ChatML: no turns of its own".into()))
+            }
+        }
+    }
+
     /// `<|im_start|>{role}\n{content}<|im_end|>\n` as ids. Control tokens split the text, so the
-    /// ids of a prompt are the ids of its turns joined.
+    /// ids of a prompt are the ids of its turns joined (ChatML only).
     pub(crate) fn turn_ids(&self, role: &str, content: &str) -> Result<Vec<u32>, LlmError> {
-        let mut ids = vec![self.im_start];
+        let (im_start, im_end) = self.chatml()?;
+        let mut ids = vec![im_start];
         ids.extend(self.encode_plain(&format!("{role}\n{content}"))?);
-        ids.push(self.im_end);
+        ids.push(im_end);
         ids.extend(self.encode_plain("\n")?);
         Ok(ids)
     }
@@ -239,7 +410,7 @@ impl GgufTokenizer {
             Some(wrote) => {
                 let mut ids = self.generation_prompt_ids()?;
                 ids.extend_from_slice(wrote);
-                ids.push(self.im_end);
+                ids.push(self.chatml()?.1);
                 ids.extend(self.encode_plain("\n")?);
                 Ok(ids)
             }
@@ -270,16 +441,95 @@ impl GgufTokenizer {
         Ok(ids)
     }
 
-    /// The id that closes a turn of the chat template, `<|im_end|>`.
+    /// The id that closes a turn of the chat template: `<|im_end|>`, `<end_of_turn>`, ...
     pub(crate) fn im_end(&self) -> u32 {
-        self.im_end
+        self.turn_end
     }
 
     pub(crate) fn generation_prompt_ids(&self) -> Result<Vec<u32>, LlmError> {
-        let mut ids = vec![self.im_start];
+        let mut ids = vec![self.chatml()?.0];
         ids.extend(self.encode_plain("assistant\n")?);
         Ok(ids)
     }
+}
+
+/// The byte-level BPE of a `gpt2` vocabulary, and the bytes of each token.
+fn bpe(ct: &Content, tokens: &[String], types: &[i64]) -> Result<(Codec, Vec<Vec<u8>>), String> {
+    let merges: Merges = match ct.metadata.get("tokenizer.ggml.merges") {
+        None => return Err("no tokenizer.ggml.merges in the metadata".into()),
+        Some(v) => v
+            .to_vec()
+            .map_err(|_| "tokenizer.ggml.merges is not an array".to_string())?
+            .iter()
+            .map(|m| {
+                let m = m.to_string().map_err(|_| "tokenizer.ggml.merges holds a non-string".to_string())?;
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| format!("tokenizer.ggml.merges: {m:?} is not two tokens"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| format!("BPE: {e}"))?;
+
+    let pre = match ct.metadata.get("tokenizer.ggml.pre").map(|v| v.to_string()) {
+        Some(Ok(p)) => p.as_str(),
+        _ => "default",
+    };
+    let mut special = Tokenizer::new(bpe);
+    let split = |pattern: &str| {
+        Split::new(SplitPattern::Regex(pattern.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| format!("pre-tokenizer: {e}"))
+    };
+    match pre {
+        // llama.cpp's LLAMA_VOCAB_PRE_TYPE_SMOLLM: `\p{N}` isolated, then the GPT-2 regex.
+        "smollm" => {
+            let byte_level = ByteLevel::new(false, true, true);
+            special.with_pre_tokenizer(Some(Sequence::new(vec![split(r"\p{N}")?.into(), byte_level.into()])));
+        }
+        "default" | "gpt2" => {
+            special.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+        }
+        // The file's regex, then bytes to characters with no regex of GPT-2's own.
+        "qwen2" | "llama-bpe" => {
+            let pattern = if pre == "qwen2" { QWEN2_SPLIT } else { LLAMA3_SPLIT };
+            let byte_level = ByteLevel::new(false, true, false);
+            special.with_pre_tokenizer(Some(Sequence::new(vec![split(pattern)?.into(), byte_level.into()])));
+        }
+        other => return Err(format!("tokenizer.ggml.pre is {other:?}, supported: smollm, gpt2, qwen2, llama-bpe")),
+    }
+    special.with_decoder(Some(ByteLevelDecoder::default()));
+    let added: Vec<AddedToken> = tokens
+        .iter()
+        .zip(types)
+        .filter(|(_, t)| matches!(**t, TYPE_CONTROL | TYPE_USER_DEFINED))
+        .map(|(tok, t)| AddedToken::from(tok.clone(), *t == TYPE_CONTROL).normalized(false))
+        .collect();
+    special.add_special_tokens(added.iter().filter(|t| t.special).cloned()).map_err(|e| e.to_string())?;
+    special.add_tokens(added.iter().filter(|t| !t.special).cloned()).map_err(|e| e.to_string())?;
+    let mut plain = special.clone();
+    plain.set_encode_special_tokens(true);
+
+    let unbyte = byte_decoder();
+    let bytes = tokens
+        .iter()
+        .zip(types)
+        .map(|(tok, t)| match *t {
+            TYPE_CONTROL => Vec::new(),
+            TYPE_USER_DEFINED => tok.as_bytes().to_vec(),
+            _ => {
+                let mut out = Vec::with_capacity(tok.len());
+                for c in tok.chars() {
+                    match unbyte(c) {
+                        Some(b) => out.push(b),
+                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+                out
+            }
+        })
+        .collect();
+    Ok((Codec::Bpe { special: Box::new(special), plain: Box::new(plain) }, bytes))
 }
 
 fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, LlmError> {
@@ -328,8 +578,8 @@ fn byte_decoder() -> impl Fn(char) -> Option<u8> {
 /// {% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}
 /// ```
 ///
-/// No Jinja engine: a template that is not ChatML is refused at load, and the default system
-/// prompt is taken from the template's text.
+/// Read from the template's text (its default system prompt), and used only when the template,
+/// rendered, gives the same prompts (`renders_like`); any other template is rendered each time.
 struct ChatTemplate {
     default_system: Option<String>,
 }
@@ -360,6 +610,32 @@ impl ChatTemplate {
 
     fn turn(role: &str, content: &str) -> String {
         format!("{IM_START}{role}\n{content}{IM_END}\n")
+    }
+
+    /// Whether the file's template, rendered, gives what the turns joined give, on
+    /// conversations of each shape the runtime sends.
+    fn renders_like(&self, template: &jinja::Jinja) -> bool {
+        let (s, u, a) =
+            (ChatMessage::system("Be brief."), ChatMessage::user("Hi there"), ChatMessage::assistant("Hello!"));
+        let shapes = [
+            vec![u.clone()],
+            vec![s.clone(), u.clone()],
+            vec![s, u.clone(), a.clone(), u.clone()],
+            vec![u.clone(), a, u],
+        ];
+        shapes.iter().all(|messages| {
+            let mut joined = String::new();
+            let opens_with_system = messages[0].role == "system";
+            if let (false, Some(d)) = (opens_with_system, &self.default_system) {
+                joined += &ChatTemplate::turn("system", d);
+            }
+            for m in messages {
+                joined += &ChatTemplate::turn(&m.role, &m.content);
+            }
+            joined += IM_START;
+            joined += "assistant\n";
+            template.render(messages).is_ok_and(|r| r == joined)
+        })
     }
 }
 
