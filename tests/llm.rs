@@ -545,6 +545,7 @@ mod worker {
         let s = stats(&w).await;
         assert_eq!((s.status.as_str(), s.requests, s.failures, s.in_flight), ("ready", 2, 0, 0), "{s:?}");
         assert_eq!(s.model.model, "SmolLM2-135M-Instruct.Q8_0.gguf");
+        assert_eq!(s.model.runs_on, "fast llama (q8 kernels)", "SmolLM2 runs on the fast path");
         let reply = &s.by_purpose["reply"];
         assert_eq!((reply.calls, reply.tokens_in, reply.tokens_out), (1, g.tokens_in as u64, g.tokens_out as u64));
         let gate = &s.by_purpose["gate"];

@@ -110,3 +110,34 @@ fn gemma3_fills_a_schema_with_a_value_that_validates() {
     assert_eq!(f.value["country"], "France", "{}", f.text);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&f.text).unwrap(), f.value);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_gemma3_by_name_answers_a_mention_and_its_dump_says_what_runs_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = crate::util::fleet_toml(
+        "[models]\nllm = \"gemma3-270m\"\n\
+         [[persona]]\nname = \"helper\"\nrole = \"assistant\"\nrooms = [\"general\"]\nbrain = \"local\"\n",
+    );
+    let mut cfg = crate::util::config(dir.path(), &toml);
+    cfg.models.dir = pulled_package(&GEMMA3_270M);
+    let fleet = mindfleet::Fleet::start(cfg).await.unwrap();
+    let llm = crate::util::poll("the model loaded", || async {
+        let llm = fleet.dump(None).await.ok()?.llm;
+        (llm.status != "loading").then_some(llm)
+    })
+    .await;
+    assert_eq!((llm.status.as_str(), llm.model.runs_on.as_str()), ("ready", "candle gemma3"), "{llm:?}");
+    let ack =
+        fleet.inject(crate::util::chat("general", "alice", "@helper what is the capital of France?")).await.unwrap();
+    let reply = crate::util::poll_within("the reply", std::time::Duration::from_secs(300), || async {
+        fleet.dump(None).await.ok()?.outbox.into_iter().find(|o| o.in_reply_to == ack.event_id)
+    })
+    .await;
+    assert!(reply.text.starts_with("@alice "), "{}", reply.text);
+    let d = crate::util::decision(&fleet, "helper", &ack.event_id).await;
+    assert_eq!(d.verdict, mindfleet_core::record::Verdict::Engage);
+    // The model was asked (the gate, the plan or the draft), on candle's gemma3.
+    let llm = fleet.dump(None).await.unwrap().llm;
+    assert!(llm.requests > 0 && llm.failures == 0, "{llm:?}");
+    fleet.shutdown(std::time::Duration::from_secs(5)).await;
+}

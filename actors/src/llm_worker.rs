@@ -413,6 +413,7 @@ fn load_and_serve(args: LlmArgs, decoding: Option<Decoding>, jobs: Receiver<Job>
             .and_then(|file| {
                 let llm = Llm::load_with(&file, config)?;
                 let info = LlmInfo {
+                    runs_on: llm.path(),
                     model: file_name(llm.file()),
                     path: llm.file().display().to_string(),
                     threads: llm.threads(),
@@ -424,7 +425,12 @@ fn load_and_serve(args: LlmArgs, decoding: Option<Decoding>, jobs: Receiver<Job>
             }),
         BackendArgs::OpenAi(config) => OpenAi::new(config).map(|client| {
             let c = client.config();
-            let info = LlmInfo { model: c.model.clone(), path: c.url.clone(), ..Default::default() };
+            let info = LlmInfo {
+                model: c.model.clone(),
+                path: c.url.clone(),
+                runs_on: "openai endpoint".into(),
+                ..Default::default()
+            };
             (Served::Endpoint(Arc::new(client)), info)
         }),
     };

@@ -414,6 +414,10 @@ pub struct LlmInfo {
     /// The file's name, and where it is.
     pub model: String,
     pub path: String,
+    /// What runs it: the fast llama path (`fast llama (q8 kernels)`), candle's model of its
+    /// architecture (`candle qwen3`), or an endpoint (`openai endpoint`).
+    #[serde(default)]
+    pub runs_on: String,
     pub threads: usize,
     /// Most prompt plus generated tokens of one request.
     pub context: usize,
