@@ -45,7 +45,10 @@ impl Lifecycle {
             });
         };
         if rules_only {
-            return Err((ErrorClass::RateLimit, format!("{}: the budget has no room for a tool call now", call.tool)));
+            // Not made: the reply says so, as of a call that failed.
+            let why = "not made: the budget has no room for a tool call now";
+            f.found.push(failed_source(&call.tool, format!("{why} (rate_limit)")));
+            return Err((ErrorClass::RateLimit, format!("{}: {why}", call.tool)));
         }
         if !self.setup.tools {
             return Err((ErrorClass::MissingResource, "no tool servers in this fleet".into()));
@@ -165,7 +168,7 @@ impl Lifecycle {
                             Some(format!("{tool} refused the model's arguments: shown to the model at its next turn"));
                     }
                 }
-                f.found.push(Source { cite, kind: TOOL_FAILED_KIND.into(), symbol: None, text, score: 1.0 });
+                f.found.push(failed_source(&tool, text));
                 let message = if message.starts_with(&tool) { message } else { format!("{tool}: {message}") };
                 Err((class, message))
             }
@@ -383,6 +386,11 @@ impl Lifecycle {
             None
         }
     }
+}
+
+/// What the reply says of a call of `tool` that failed or was not made.
+fn failed_source(tool: &str, text: String) -> Source {
+    Source { cite: format!("tool:{tool}"), kind: TOOL_FAILED_KIND.into(), symbol: None, text, score: 1.0 }
 }
 
 /// What a round's call not made says at the model's next turn.

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 
 use super::*;
 use mindfleet_core::llm::{FillJob, Filled, ToolCallAsked, ToolTurn};
-use mindfleet_core::tools::{NOT_NEEDED, ToolCall, ToolFailure, ToolResult, ToolSpec};
+use mindfleet_core::tools::{NOT_NEEDED, ProcedureCall, ToolCall, ToolFailure, ToolProcedure, ToolResult, ToolSpec};
 
 /// One thing that happens to the persona.
 #[derive(Debug, Clone)]
@@ -788,4 +788,28 @@ fn a_local_model_whose_arguments_a_tool_refuses_fills_them_again_once_told_what_
     assert_eq!(w.asked_fills.len(), 2, "shown once");
     assert!(!w.made.iter().any(|c| path(c) == "/c.md"));
     assert!(the_reply(&w).contains("the path must be absolute"), "{}", the_reply(&w));
+}
+
+#[test]
+fn a_call_the_budget_has_no_room_for_is_not_made_and_the_reply_says_so() {
+    let run = Run { local: false, budget_spent: true, failures: false, steps: Vec::new() };
+    let mut w = World::new(&run);
+    w.life.setup.tools = true;
+    let mut cfg = (*w.life.setup.config).clone();
+    let read = ProcedureCall { tool: "fs.read".into(), arguments: r#"{"path":"deploy.md"}"#.into() };
+    cfg.procedures = vec![ToolProcedure {
+        name: "read".into(),
+        domains: Vec::new(),
+        when: vec!["deploy".into()],
+        calls: vec![read],
+    }];
+    w.life.setup.config = Arc::new(cfg);
+    w.apply(&Step::Deliver { human: true, shared: false, mention: true, text: 0 });
+    assert!(w.settle());
+    assert!(w.made.is_empty(), "no call made over budget");
+    let reply = the_reply(&w);
+    assert!(
+        reply.contains("I could not use fs.read") && reply.contains("the budget has no room for a tool call"),
+        "{reply}"
+    );
 }
