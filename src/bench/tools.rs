@@ -114,6 +114,8 @@ name = "{PERSONA}"
 role = "relay"
 rooms = ["{ROOM}"]
 tools = ["everything.echo", "gated.echo"]
+# Each call is one of the budget's: room for every call the bench makes.
+inferences_per_hour = 1000000
 
 [[persona.procedure]]
 name = "echo"
