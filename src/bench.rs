@@ -12,6 +12,7 @@ pub mod index;
 pub mod llm;
 pub mod lora;
 pub mod memory_eval;
+pub mod models;
 pub mod peak;
 pub mod rag_eval;
 pub mod redundancy;

@@ -75,6 +75,7 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
         "model": model.file_name().map(|n| n.to_string_lossy().into_owned()),
         "file_type": info.file_type,
         "kernel": Llm::kernel(),
+        "runs_on": llm.path(),
         "threads": threads,
         "rounds": RUNS,
         "load_s": round(load_s, 3),
@@ -85,7 +86,8 @@ pub fn llm(model: &Path, peer_python: Option<&str>, peer_model: Option<&Path>) -
     for (i, (key, _)) in ours[0].iter().enumerate() {
         out[*key] = round(median_of(&ours, i), 1).into();
     }
-    out["pass_ms"] = passes(&llm)?;
+    // The batch's passes: a path that takes one request at a time has none to time.
+    out["pass_ms"] = if llm.batches() { passes(&llm)? } else { Value::Null };
     drop(llm);
     if let Some(e) = peer_error {
         out["peer_error"] = e.into();

