@@ -141,3 +141,25 @@ async fn a_fleet_on_gemma3_by_name_answers_a_mention_and_its_dump_says_what_runs
     assert!(llm.requests > 0 && llm.failures == 0, "{llm:?}");
     fleet.shutdown(std::time::Duration::from_secs(5)).await;
 }
+
+#[test]
+fn training_a_lora_adapter_for_gemma3_is_refused_with_the_file_and_the_path_it_runs_on() {
+    use mindfleet_actors::training_run::{TrainJob, TrainOptions, reference_grade, run};
+    let dir = tempfile::tempdir().unwrap();
+    let chat = vec![ChatMessage::user("What is the capital of France?"), ChatMessage::assistant("Paris.")];
+    let job = TrainJob {
+        id: "t1".into(),
+        persona: "helper".into(),
+        topic: None,
+        model: model_path(),
+        dir: mindfleet_store::adapters::AdapterDir::new(dir.path()),
+        train: vec![chat.clone()],
+        held_out: vec![chat],
+        options: TrainOptions::default(),
+        now_us: mindfleet_core::time::now_us,
+    };
+    let e = run(&job, llm(), &reference_grade, None).err().expect("refused");
+    assert!(e.contains("fast llama path only") && e.contains("candle gemma3"), "{e}");
+    assert!(e.contains(&model_path().display().to_string()), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written");
+}

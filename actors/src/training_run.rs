@@ -141,6 +141,13 @@ pub struct Trained {
 /// Trains, judges and stores the adapter of `job`; `llm` (the same model file) writes the
 /// held-out answers that `grade` grades.
 pub fn run(job: &TrainJob, llm: &Llm, grade: GradeFn<'_>, pause: Option<PauseFn>) -> Result<Trained, String> {
+    if !llm.trains() {
+        return Err(format!(
+            "{}: LoRA training runs on the fast llama path only; this model runs on {}",
+            job.model.display(),
+            llm.path()
+        ));
+    }
     let opts = &job.options;
     let held = examples(llm, &job.held_out, "held-out")?;
     let examples = examples(llm, &job.train, "training")?;

@@ -204,6 +204,12 @@ impl Llm {
         self.model.batches()
     }
 
+    /// Whether a LoRA adapter can be trained for it: on the fast path only (the trainer runs
+    /// our own llama forward pass); a model on candle's path cannot train.
+    pub fn trains(&self) -> bool {
+        self.model.trains()
+    }
+
     pub fn tokenizer(&self) -> &GgufTokenizer {
         &self.tokenizer
     }

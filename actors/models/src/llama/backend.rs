@@ -28,6 +28,11 @@ impl Model {
         matches!(self, Model::Fast(_))
     }
 
+    /// Whether a LoRA adapter can be trained on it (our own llama forward pass only).
+    pub(crate) fn trains(&self) -> bool {
+        matches!(self, Model::Fast(_))
+    }
+
     pub(crate) fn kv_bytes_per_token(&self) -> usize {
         match self {
             Model::Fast(m) => m.kv_bytes_per_token(),

@@ -459,7 +459,7 @@ fn a_llama_file_is_run_on_the_fast_path_unless_asked() {
     let (path, _) = tiny(dir.path(), "llama");
     let fast = load(&path, false);
     assert_eq!(fast.path(), "fast llama (q8 kernels)");
-    assert!(fast.batches());
+    assert!(fast.batches() && fast.trains());
 }
 
 #[test]
@@ -544,6 +544,7 @@ fn a_lora_adapter_on_the_general_path_is_refused_with_the_path_and_why() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = tiny(dir.path(), "phi3");
     let llm = load(&path, false);
+    assert!(!llm.trains(), "no LoRA training on candle's path");
     let adapter = std::sync::Arc::new(crate::llama::Adapter::new(1, 1.0, vec![BTreeMap::new(); LAYERS]).unwrap());
     let req = GenerateRequest::new(chat(), 4);
     let e = llm.generate_with(&req, Some(adapter), |_| ControlFlow::Continue(())).err().unwrap();
