@@ -90,17 +90,7 @@ pub(crate) fn fit(
         .collect();
     let ids = tok.encode_chat_as(&kept, written)?;
     debug_assert_eq!(ids.len(), total(&turns, &keep), "turn ids add up to the prompt's");
-    let trim = Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: ids.len() };
-    tracing::warn!(
-        dropped = trim.dropped_messages,
-        cut_tokens = trim.cut_tokens,
-        tokens_before = trim.tokens_before,
-        tokens_after = trim.tokens_after,
-        max_tokens = reserve,
-        context,
-        "prompt trimmed to fit the context"
-    );
-    Ok(Prompt { ids, trimmed: Some(trim) })
+    Ok(trimmed(ids, Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: 0 }, reserve, context))
 }
 
 /// [`fit`] for a template that is rendered whole ([`GgufTokenizer::renders_template`]): the same
@@ -184,17 +174,7 @@ fn fit_rendered(
             }
         }
     }
-    let trim = Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: ids.len() };
-    tracing::warn!(
-        dropped = trim.dropped_messages,
-        cut_tokens = trim.cut_tokens,
-        tokens_before = trim.tokens_before,
-        tokens_after = trim.tokens_after,
-        max_tokens = reserve,
-        context,
-        "prompt trimmed to fit the context"
-    );
-    Ok(Prompt { ids, trimmed: Some(trim) })
+    Ok(trimmed(ids, Trim { dropped_messages: dropped, cut_tokens, tokens_before, tokens_after: 0 }, reserve, context))
 }
 
 /// `message` with the middle of its content replaced by `…` so that its turn takes at most
@@ -232,4 +212,20 @@ fn cut_middle(tok: &GgufTokenizer, message: &ChatMessage, room: usize) -> Result
         }
     }
     Ok(best.filter(|(_, ids)| ids.len() >= MIN_KEPT))
+}
+
+/// The prompt of `ids` with what was trimmed to fit (`trim`, its `tokens_after` set here),
+/// warned of.
+fn trimmed(ids: Vec<u32>, mut trim: Trim, reserve: usize, context: usize) -> Prompt {
+    trim.tokens_after = ids.len();
+    tracing::warn!(
+        dropped = trim.dropped_messages,
+        cut_tokens = trim.cut_tokens,
+        tokens_before = trim.tokens_before,
+        tokens_after = trim.tokens_after,
+        max_tokens = reserve,
+        context,
+        "prompt trimmed to fit the context"
+    );
+    Prompt { ids, trimmed: Some(trim) }
 }
