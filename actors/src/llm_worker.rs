@@ -682,6 +682,18 @@ fn classified(purpose: String, persona: Option<String>, c: &Classification, rece
     }
 }
 
+fn turned(purpose: String, persona: Option<String>, t: &ToolTurn) -> Cost {
+    Cost {
+        purpose,
+        persona,
+        tokens_in: t.tokens_in as u64,
+        tokens_out: t.tokens_out as u64,
+        gen_ms: t.ms,
+        ok: true,
+        ..Default::default()
+    }
+}
+
 fn filled(purpose: String, persona: Option<String>, f: &Filled) -> Cost {
     Cost {
         purpose,
@@ -756,13 +768,7 @@ fn serve(backend: &dyn Backend, decoding: Option<&Decoding>, jobs: &Receiver<Job
             Job::ToolTurn(job, reply) => {
                 let out = backend.tool_turn(&job);
                 let cost = match &out {
-                    Ok(t) => Cost {
-                        tokens_in: t.tokens_in as u64,
-                        tokens_out: t.tokens_out as u64,
-                        gen_ms: t.ms,
-                        ok: true,
-                        ..Cost { purpose: job.purpose, persona: job.persona, ..Default::default() }
-                    },
+                    Ok(t) => turned(job.purpose, job.persona, t),
                     Err(_) => Cost { purpose: job.purpose, persona: job.persona, ..Default::default() },
                 };
                 let _ = actor.cast(own(Callback::Done(cost, None)));
