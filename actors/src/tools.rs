@@ -305,6 +305,8 @@ impl ToolHostState {
         let repeatable = info.read_only() || info.idempotent();
         let journaled = match self.journal.get(&call.id) {
             Some(j) => Some(j.clone()),
+            // A call that is never journaled (no approval, may run again): nothing to read.
+            None if !needs && repeatable => None,
             // Journaled on another node before the persona moved here, or not at all.
             None => match self.adopted(&call, myself) {
                 Ok(j) => j,
