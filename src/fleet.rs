@@ -139,6 +139,7 @@ impl FleetState {
             personas: self.config.personas.iter().map(|p| p.name.clone()).collect(),
             tools: self.tools.clone(),
             native_tools: matches!(self.config.llm, LlmBackend::OpenAi { .. }),
+            record: self.config.storage.record,
         }
     }
 

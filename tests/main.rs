@@ -30,6 +30,7 @@ mod readme;
 mod readme_lines;
 mod recall;
 mod refs;
+mod replay;
 mod replies;
 mod signals;
 mod study;

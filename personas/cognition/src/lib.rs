@@ -13,6 +13,7 @@
 
 pub mod brain;
 pub mod gate;
+pub mod history;
 pub mod lifecycle;
 pub mod memory;
 pub mod mind;

@@ -1,6 +1,7 @@
 //! Self-state as plain data: how one activity changes focus, load, energy and mood. The
 //! `SelfState` actor owns the state and applies updates.
 
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use mindfleet_core::record::{Focus, Mood, Preoccupation, RecentDecision, SelfStateData, Thought};
@@ -10,7 +11,7 @@ const KEEP_DECISIONS: usize = 20;
 const KEEP_ROOMS: usize = 64;
 
 /// What one handled event did to the persona.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Activity {
     pub event_id: String,
     pub verdict: String,
@@ -28,7 +29,7 @@ pub struct Activity {
 }
 
 /// An update the `SelfState` actor applies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Update {
     /// Work starts: the focus becomes its objective.
     Focus(Box<Activity>),

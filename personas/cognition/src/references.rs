@@ -3,6 +3,7 @@
 //! read), and the links discovery follows ([`Library`], read once for the fleet by
 //! `mindfleet_personas::references`).
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use mindfleet_core::refs::{self, Catalog, Enrichment, RefMatch, Via};
 
 /// The reference catalog and the links its references' files make, read once for the fleet:
 /// discovery walks them without reading a file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Library {
     pub catalog: Arc<Catalog>,
     /// What each reference's files name, by id, in the order discovery meets them.
@@ -59,7 +60,7 @@ pub fn walk(selected: &[String], depth: usize, links: impl Fn(&str) -> Vec<Strin
 /// The paths a persona may read: those of the references it selected (each a file or a
 /// directory). They are kept as the catalog names them and resolved where a file is read
 /// (`mindfleet_personas::references::Allows`), so neither `..` nor a link leads out of them.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Authorised {
     roots: Vec<PathBuf>,
 }
@@ -79,7 +80,7 @@ impl Authorised {
 
 /// One persona's references: what it selected and why, the paths that lets it read, and the
 /// matches of the event it is on.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RefBook {
     pub selected: BTreeMap<String, RefMatch>,
     pub authorised: Authorised,

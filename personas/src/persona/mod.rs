@@ -77,6 +77,7 @@ mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
 use lifecycle::{Input, Lifecycle, Setup};
+use mindfleet_cognition::history::{self, Begin};
 pub(crate) use mindfleet_cognition::lifecycle;
 pub(crate) use own::Own;
 
@@ -125,6 +126,8 @@ pub struct PersonaArgs {
     pub tools: Option<ActorRef<ToolsMsg>>,
     /// The fleet's LLM calls tools natively (an OpenAI-compatible endpoint).
     pub native_tools: bool,
+    /// Its lifecycle's inputs are recorded (`[storage] record`, `mindfleet replay`).
+    pub record: bool,
 }
 
 /// What conversation memory uses: the fleet's conversation index, the embedding worker that
@@ -200,6 +203,8 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     /// The lifecycle of its events.
     life: Lifecycle,
+    /// The rows of its recorded history not sent to storage yet (none: not recording).
+    recorded: Option<Vec<Vec<u8>>>,
     /// What each of its chores' tasks submitted and not granted yet is for.
     chores: HashMap<TaskId, Chore>,
     /// The cadence last sent to the scheduler (from mood and budget).
@@ -408,8 +413,19 @@ impl Actor for Persona {
             tools: args.tools.is_some(),
             native_tools: args.native_tools,
         };
+        // A run of the lifecycle begins its recorded history with what it is built from.
+        let recorded = args.record.then(|| {
+            let begin = Begin {
+                setup: setup.clone(),
+                learnings: learnings.clone(),
+                refs: refs.clone(),
+                deferred: deferred.clone(),
+            };
+            vec![history::begin_row(&begin)]
+        });
         Ok(PersonaState {
             life: Lifecycle::new(setup, learnings, refs, deferred),
+            recorded,
             chores: HashMap::new(),
             name,
             myself,
@@ -502,6 +518,7 @@ impl Actor for Persona {
         if let Some(marks) = st.convo.as_mut().and_then(|c| c.marks_due(true)) {
             st.args.storage.conversation_marks(st.name.clone(), marks);
         }
+        st.send_recorded();
         Ok(())
     }
 

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use mindfleet_cognition::history;
 use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
@@ -32,6 +33,8 @@ use crate::working_memory::MemoryMsg;
 const REOPEN_TRIES: u32 = 20;
 /// How long it waits between two tries.
 const REOPEN_WAIT: Duration = Duration::from_millis(100);
+/// Rows of recorded history held before they go to storage without a commit to carry them.
+const RECORDED_HELD: usize = 256;
 
 impl PersonaState {
     /// Hands `input` to the lifecycle and carries its effects out, in order; the inputs they
@@ -39,9 +42,24 @@ impl PersonaState {
     pub(super) async fn feed(&mut self, input: Input) {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
-            for effect in self.life.handle(input, now_us()) {
+            let now = now_us();
+            if let Some(rows) = &mut self.recorded {
+                rows.push(history::fed_row(now, &input));
+            }
+            for effect in self.life.handle(input, now) {
                 inputs.extend(self.carry_out(effect).await);
             }
+        }
+        if self.recorded.as_ref().is_some_and(|rows| rows.len() >= RECORDED_HELD) {
+            self.send_recorded();
+        }
+    }
+
+    /// Sends the rows of recorded history held to storage, after the commits sent before (both
+    /// go through the admin, in order).
+    pub(super) fn send_recorded(&mut self) {
+        if let Some(rows) = self.recorded.as_mut().filter(|rows| !rows.is_empty()) {
+            let _ = self.args.admin.cast(AdminMsg::Record(self.name.clone(), std::mem::take(rows)));
         }
     }
 
@@ -83,7 +101,12 @@ impl PersonaState {
             Effect::After { after, timer } => {
                 self.myself.send_after(after, move || Own::timer(timer).into());
             }
-            Effect::SelfState(u) => drop(self.self_state.actor.cast(SelfStateMsg::Apply(u))),
+            Effect::SelfState(u) => {
+                if let Some(rows) = &mut self.recorded {
+                    rows.push(history::changed_row(&u));
+                }
+                drop(self.self_state.actor.cast(SelfStateMsg::Apply(u)))
+            }
             Effect::Remember(draft) => drop(self.memory.actor.cast(MemoryMsg::Store(draft))),
             Effect::Llm { task, ask } => self.ask_llm(task, ask),
             Effect::RecallWorkingMemory { task, domain, query } => {
@@ -159,6 +182,7 @@ impl PersonaState {
             entry.event_id = id.clone();
             event.id = id;
         }
+        commit.recorded = self.recorded.as_mut().map(std::mem::take);
         if said {
             commit.said = self.taking_in.take().filter(|s| s.seq == commit.seq).map(|mut s| {
                 // Embedded already when it is no longer waiting.

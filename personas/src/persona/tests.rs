@@ -55,6 +55,7 @@ async fn persona(dir: &std::path::Path) -> ActorRef<PersonaMsg> {
         adapters: None,
         tools: None,
         native_tools: false,
+        record: false,
     };
     Actor::spawn(None, Persona, args).await.expect("the persona starts").0
 }

@@ -383,6 +383,11 @@ pub struct StorageConfig {
     /// Free space, MiB, the data dir's disk must have for the fleet to start, and again for
     /// the writer to resume after a full disk.
     pub min_free_mb: u64,
+    /// Each persona's lifecycle records what it takes in (`mindfleet replay`).
+    pub record: bool,
+    /// Rows of recorded history kept per persona: past them the oldest runs of its lifecycle
+    /// (from one start to the next) are forgotten, never the one running.
+    pub record_rows: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -455,7 +460,7 @@ pub enum BrainKind {
     Local,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PersonaConfig {
     pub name: String,
     pub role: String,

@@ -177,8 +177,19 @@ pub enum RagRequest {
 impl RagRequest {
     /// The request named by `command` (the path of `POST /rag/{command}`), from its JSON body.
     pub fn parse(command: &str, body: &str) -> Result<RagRequest, RagError> {
+        // The field a bad value was read for is named (a number out of range says only where).
         fn de<T: serde::de::DeserializeOwned>(command: &str, body: &str) -> Result<T, RagError> {
-            serde_json::from_str(body).map_err(|e| RagError::Invalid(format!("{command}: {e}")))
+            let mut d = serde_json::Deserializer::from_str(body);
+            let read = serde_path_to_error::deserialize(&mut d).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                match path.as_str() {
+                    "." | "" => RagError::Invalid(format!("{command}: {inner}")),
+                    _ => RagError::Invalid(format!("{command}: `{path}`: {inner}")),
+                }
+            })?;
+            d.end().map_err(|e| RagError::Invalid(format!("{command}: {e}")))?;
+            Ok(read)
         }
         let req = match command {
             "index" => RagRequest::Index(de(command, body)?),

@@ -32,7 +32,7 @@ pub type PersonaRef = ActorRef<PersonaMsg>;
 pub type PersonaRef = std::convert::Infallible;
 
 /// One accepted event for one persona, as stored in the durable queue.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Delivery {
     /// The event's sequence number in storage (key of the delivery with the persona).
     pub seq: u64,
@@ -265,6 +265,11 @@ pub struct PersonaCommit {
     /// as this preoccupation until the persona takes it up or drops it with a later commit of
     /// the same `seq`.
     pub defer: Option<Deferral>,
+    /// The rows of the persona's recorded history up to this commit (`[storage] record`),
+    /// written in its transaction, so that a decision in the journal always has the inputs
+    /// that made it; then a note of the rows the commit wrote. `None`: not a commit of a
+    /// lifecycle that records (the inbox's, or recording is off).
+    pub recorded: Option<Vec<Vec<u8>>>,
 }
 
 impl PersonaCommit {
@@ -280,6 +285,7 @@ impl PersonaCommit {
             plan: None,
             said: None,
             defer: None,
+            recorded: None,
         }
     }
 }
@@ -312,6 +318,8 @@ pub enum AdminMsg {
     StoreHere(Box<StoreRequest>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
+    /// Rows of a persona's recorded history (routed on to storage after its commits before).
+    Record(Arc<str>, Vec<Vec<u8>>),
     /// From the fleet supervisor: a persona's actor, status and restart count.
     PersonaUp {
         name: String,

@@ -509,6 +509,21 @@ impl MemoryUse {
 /// How the effect of a recalled piece of memory that changed nothing starts.
 pub const NO_EFFECT: &str = "no effect";
 
+/// What one persona commit wrote to the journal, as its recorded history notes it after the
+/// inputs that led to it (`mindfleet replay` compares what it replays with these rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// The delivery finished (or deferred).
+    pub seq: u64,
+    /// The decision's key in `decisions`; `None`: the delivery was no longer pending, so
+    /// nothing was written (a stale finish).
+    pub decision: Option<u64>,
+    /// The plan's key in `plans`.
+    pub plan: Option<u64>,
+    /// The reply's key in `outbox`.
+    pub outbox: Option<u64>,
+}
+
 /// What a persona learned from its plans: a pattern with its success and failure counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Learning {

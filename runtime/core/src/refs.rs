@@ -31,7 +31,7 @@ pub enum RefMode {
 }
 
 /// One source of reference knowledge.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reference {
     pub id: String,
     pub name: String,
@@ -92,7 +92,7 @@ pub struct RefMatch {
 }
 
 /// What the enrichment pipeline found in one text.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Enrichment {
     /// Best first: named, tags, semantic.
     pub matches: Vec<RefMatch>,
@@ -100,7 +100,7 @@ pub struct Enrichment {
     pub semantic_off: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Catalog {
     pub refs: Vec<Reference>,
 }
@@ -214,7 +214,7 @@ impl Catalog {
 }
 
 /// A passage of a reference's files (`mindfleet_personas::references::excerpt`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Excerpt {
     /// The file, relative to the reference's path (its name when the reference is a file).
     pub file: String,

@@ -79,7 +79,7 @@ impl SkipReason {
 }
 
 /// What the owner may do with a granted task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// Run it as submitted; call `done` after.
     Run,
@@ -97,7 +97,7 @@ impl Outcome {
 }
 
 /// The scheduler's answer to one task.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Grant {
     pub task: TaskId,
     /// The slot held: the one submitted for, except that `RulesOnly` holds a cheap slot

@@ -227,7 +227,7 @@ pub struct ToolCall {
 }
 
 /// What the tool host answers a call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToolAnswer {
     /// It ran (or was refused, or answered from the journal of a run before a restart).
     Ran {

@@ -44,6 +44,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migrate_7_to_8,
     migrate_8_to_9,
     migrate_9_to_10,
+    migrate_10_to_11,
 ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
@@ -398,5 +399,11 @@ pub(crate) fn migrate_9_to_10(txn: &WriteTransaction) -> Result<(), redb::Error>
     for ((p, n), plan) in old {
         t.insert((p.as_str(), n), enc(&PlanRecord::from(plan)).as_slice())?;
     }
+    Ok(())
+}
+
+/// Version 11 adds `record` (created empty with the other tables): a history starts with the
+/// first run after the upgrade.
+pub(crate) fn migrate_10_to_11(_: &WriteTransaction) -> Result<(), redb::Error> {
     Ok(())
 }

@@ -40,6 +40,7 @@ mod behind;
 pub mod conversation;
 mod disk;
 mod histogram;
+pub mod history;
 mod legacy;
 mod op;
 mod read;
@@ -225,30 +226,7 @@ impl Storage {
         let dberr = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
         check_free_space(cfg)?;
         let db = open_db(cfg, &path).map_err(|e| dberr(e.into()))?;
-        let txn = db.begin_write().map_err(|e| dberr(e.into()))?;
-        let mut found = {
-            let mut meta = txn.open_table(META).map_err(|e| dberr(e.into()))?;
-            let v = meta.get("schema_version").map_err(|e| dberr(e.into()))?.map(|g| g.value());
-            if v.is_none() {
-                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(e.into()))?;
-            }
-            v.unwrap_or(SCHEMA_VERSION)
-        };
-        if found == 0 || found > SCHEMA_VERSION {
-            return Err(StorageError::NewerSchema { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
-        }
-        while found < SCHEMA_VERSION {
-            MIGRATIONS[(found - 1) as usize](&txn).map_err(dberr)?;
-            found += 1;
-            tracing::info!(path = %path.display(), version = found, "migrated storage schema");
-        }
-        {
-            let mut meta = txn.open_table(META).map_err(|e| dberr(e.into()))?;
-            meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(e.into()))?;
-        }
-        open_all(&txn).map_err(dberr)?;
-        txn.commit().map_err(|e| dberr(e.into()))?;
-
+        upgrade(&db, &path)?;
         let db = DbSlot::new(db);
         let health = Health::watching(&cfg.data_dir, cfg.min_free_mb);
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -391,6 +369,12 @@ impl Storage {
     }
 
     /// Keeps a persona's selection of a reference (and why) across restarts.
+    /// Appends rows to the recorded history of `persona`, after those sent before (and after
+    /// those of its commits sent before, which carry theirs).
+    pub fn record(&self, persona: Arc<str>, rows: Vec<Vec<u8>>) {
+        self.send(Op::Record(persona, rows));
+    }
+
     pub fn select_reference(&self, persona: Arc<str>, m: RefMatch) {
         self.send(Op::SelectReference(persona, Box::new(m)));
     }
@@ -609,6 +593,35 @@ fn data_dir_of(db_file: &Path) -> &Path {
 }
 
 /// Opens (or creates, or repairs) the database file.
+/// Checks the schema version of the database at `path`, migrates an older one and creates the
+/// tables it lacks; a newer one is refused.
+pub(crate) fn upgrade(db: &Database, path: &Path) -> Result<(), StorageError> {
+    let dberr = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
+    let txn = db.begin_write().map_err(|e| dberr(e.into()))?;
+    let mut found = {
+        let mut meta = txn.open_table(META).map_err(|e| dberr(e.into()))?;
+        let v = meta.get("schema_version").map_err(|e| dberr(e.into()))?.map(|g| g.value());
+        if v.is_none() {
+            meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(e.into()))?;
+        }
+        v.unwrap_or(SCHEMA_VERSION)
+    };
+    if found == 0 || found > SCHEMA_VERSION {
+        return Err(StorageError::NewerSchema { path: path.to_path_buf(), found, supported: SCHEMA_VERSION });
+    }
+    while found < SCHEMA_VERSION {
+        MIGRATIONS[(found - 1) as usize](&txn).map_err(dberr)?;
+        found += 1;
+        tracing::info!(path = %path.display(), version = found, "migrated storage schema");
+    }
+    {
+        let mut meta = txn.open_table(META).map_err(|e| dberr(e.into()))?;
+        meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| dberr(e.into()))?;
+    }
+    open_all(&txn).map_err(dberr)?;
+    txn.commit().map_err(|e| dberr(e.into()))
+}
+
 fn open_db(cfg: &StorageConfig, path: &Path) -> Result<Database, redb::DatabaseError> {
     redb::Builder::new().set_cache_size(cfg.cache_mb.saturating_mul(1 << 20)).create(path)
 }

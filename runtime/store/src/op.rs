@@ -47,6 +47,8 @@ pub(crate) enum Op {
     },
     /// A persona joined a room it was not configured in (a directed event).
     JoinRoom(String, Arc<str>),
+    /// Rows of a persona's recorded history, in its order (those up to a commit ride in it).
+    Record(Arc<str>, Vec<Vec<u8>>),
     /// A persona selected a reference.
     SelectReference(Arc<str>, Box<RefMatch>),
     /// Marks on a persona's messages: embedded, recalled.
@@ -102,6 +104,7 @@ impl Op {
                 Op::Crash { persona: persona.clone(), seq: *seq, reason: reason.clone() }
             }
             Op::JoinRoom(room, p) => Op::JoinRoom(room.clone(), p.clone()),
+            Op::Record(p, rows) => Op::Record(p.clone(), rows.clone()),
             Op::SelectReference(p, m) => Op::SelectReference(p.clone(), m.clone()),
             Op::SaidMarks(p, m) => Op::SaidMarks(p.clone(), m.clone()),
             Op::Consolidate(p, c) => Op::Consolidate(p.clone(), c.clone()),

@@ -17,8 +17,9 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// 8: a decision keeps its event's room; adds `hook_queue` and `hook_dead` (webhook deliveries).
 /// 9: a plan keeps the draft check's finding on the model's draft. 10: a plan's `call_tool`
 /// step keeps its call and what became of it; adds `tool_calls` (calls waiting for approval,
-/// and the journal of calls that may not run twice).
-pub const SCHEMA_VERSION: u64 = 10;
+/// and the journal of calls that may not run twice). 11: adds `record` (each persona's recorded
+/// history, for `mindfleet replay`).
+pub const SCHEMA_VERSION: u64 = 11;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
@@ -66,6 +67,9 @@ pub(crate) const HOOK_DEAD: TableDefinition<(&str, u64), &[u8]> = TableDefinitio
 pub(crate) const TOOL_CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("tool_calls");
 /// A fleet across nodes: where each persona that moved runs, persona -> (node, version).
 pub(crate) const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new("placement");
+/// Each persona's recorded history, row by row: (persona, n) -> a JSON entry
+/// (`mindfleet_cognition::history`).
+pub(crate) const RECORD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
 
 /// Evictions kept per persona.
 pub(crate) const EVICTIONS_KEPT: u64 = 1000;
@@ -124,6 +128,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) hook_queue: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) hook_dead: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) tool_calls: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
+    pub(crate) record: redb::Table<'t, (&'static str, u64), &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -160,6 +165,7 @@ impl<'t> Tables<'t> {
             hook_queue: txn.open_table(HOOK_QUEUE)?,
             hook_dead: txn.open_table(HOOK_DEAD)?,
             tool_calls: txn.open_table(TOOL_CALLS)?,
+            record: txn.open_table(RECORD)?,
         })
     }
 }

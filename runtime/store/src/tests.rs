@@ -163,6 +163,7 @@ fn decided(seq: u64, decision: Decision) -> PersonaCommit {
         plan: None,
         said: None,
         defer: None,
+        recorded: None,
     }
 }
 
@@ -364,6 +365,7 @@ async fn a_finished_delivery_reopened_for_a_passed_turn_is_pending_again_and_its
         plan: None,
         said: None,
         defer: None,
+        recorded: None,
     };
     // Not finished yet: nothing to reopen.
     assert!(matches!(s.reopen("p".into(), 1).await.unwrap(), Reopened::StillPending));
@@ -430,6 +432,7 @@ async fn a_deferred_delivery_stays_pending_aside_from_the_inbox_across_a_reopen_
         plan: None,
         said: None,
         defer,
+        recorded: None,
     };
     {
         let s = Storage::open(&cfg(dir.path())).unwrap();
@@ -547,6 +550,7 @@ async fn a_reply_a_webhook_wants_is_queued_with_it_and_leaves_the_queue_acknowle
             plan: None,
             said: None,
             defer: None,
+            recorded: None,
         };
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }
@@ -622,6 +626,7 @@ async fn the_outbox_since_a_time_is_read_newest_first_and_stops_at_the_first_old
             plan: None,
             said: None,
             defer: None,
+            recorded: None,
         };
         s.commit(Box::new(commit), Vec::new(), 0, Vec::new());
     }

@@ -9,6 +9,7 @@ mod calls;
 pub(crate) mod handoff;
 mod hooks;
 mod journal;
+mod record;
 mod recover;
 mod trim;
 
@@ -108,6 +109,8 @@ pub(crate) struct Writer {
     pub(crate) held: Behind,
     /// Each persona's hot journals (see `trim_journal`).
     pub(crate) journal_counts: HashMap<String, [JournalCount; 3]>,
+    /// Each persona's recorded history, once read (see `record.rs`).
+    pub(crate) records: HashMap<Arc<str>, record::RecordCount>,
     /// The sequence numbers of each persona's pending deliveries: the `pending` table by
     /// persona, for restores (kept in step with the table, reloaded if a commit fails).
     pub(crate) pending_of: HashMap<Arc<str>, BTreeSet<u64>>,
@@ -143,6 +146,7 @@ impl Writer {
             decision_all: LogHistogram { counts: Vec::new(), total: 0, max: 0.0 },
             held,
             journal_counts: HashMap::new(),
+            records: HashMap::new(),
             pending_of,
             routes: Vec::new(),
         })
@@ -334,6 +338,7 @@ impl Writer {
             let _ = self.count_hooks(&queue, &dead);
         }
         self.journal_counts.clear();
+        self.records.clear();
     }
 
     pub(crate) fn data_dir(&self) -> &Path {

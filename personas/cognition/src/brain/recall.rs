@@ -12,6 +12,7 @@
 //! first); the profile's level and preferences shape the reply, and the knowledge is told in
 //! it. [`memory_used`] says, for each piece recalled, what it changed, or "no effect" and why.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 use mindfleet_core::adapter::AdapterRecord;
@@ -41,14 +42,14 @@ pub const SIMILAR_MEANING: f32 = 0.5;
 pub const SIMILAR_WORDS: f32 = 0.25;
 
 /// A recalled item and how near the event it is (cosine, or Jaccard by words).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Similar<T> {
     pub item: T,
     pub score: f32,
 }
 
 /// What a persona recalled of its long-term memory for one event.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Recollection {
     /// Experiences of similar tasks, most similar first (failures included).
     pub experiences: Vec<Similar<Experience>>,
@@ -68,7 +69,7 @@ pub struct Recollection {
 
 /// An adapter recall chose: what the model is asked with, and what it was trained on and how
 /// it was judged, for `memory_used`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecalledAdapter {
     pub choice: AdapterChoice,
     pub topic: Option<String>,

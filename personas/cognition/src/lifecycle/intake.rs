@@ -376,6 +376,7 @@ impl Lifecycle {
             // Conversation memory's message of the event goes in when it is committed.
             said: None,
             defer,
+            recorded: None,
         });
         self.emit(Effect::Commit { commit, said: true });
         self.done.push_back(d.seq);

@@ -34,6 +34,7 @@
 //! props.rs      property tests of the lifecycle alone
 //! ```
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +94,7 @@ const REFS_SELECTED_PER_STEP: usize = 3;
 const REFS_READ_PER_STEP: usize = 3;
 
 /// What the lifecycle knows of the fleet around it, fixed at start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Setup {
     pub config: Arc<PersonaConfig>,
     /// The fleet's LLM is there to ask.
@@ -122,6 +124,7 @@ pub struct Setup {
 }
 
 /// What the lifecycle is told: a message to the persona, an answer to what it asked, a timer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Input {
     /// Start (or restart): what it deferred before is kept in mind, and the inbox asked.
     Start,
@@ -186,7 +189,7 @@ pub enum Input {
 }
 
 /// A repeat the redundancy check found: the decision's numbers and reason.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repeat {
     pub similarity: f64,
     pub threshold: f64,

@@ -185,6 +185,8 @@ pub(super) struct RawStorage {
     pub(super) cache_mb: Option<Spanned<i64>>,
     pub(super) write_behind_ms: Option<Spanned<i64>>,
     pub(super) min_free_mb: Option<Spanned<i64>>,
+    pub(super) record: Option<bool>,
+    pub(super) record_rows: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

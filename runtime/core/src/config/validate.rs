@@ -333,6 +333,8 @@ impl Ctx<'_> {
                 self.int(&s.write_behind_ms, "write_behind_ms", 0..=60_000, 2000)? as u64
             ),
             min_free_mb: self.int(&s.min_free_mb, "min_free_mb", 0..=1_048_576, 8)? as u64,
+            record: s.record.unwrap_or(true),
+            record_rows: self.int(&s.record_rows, "record_rows", 1000..=1_000_000_000, 200_000)? as u64,
         })
     }
 

@@ -213,6 +213,7 @@ impl Actor for Admin {
             AdminMsg::StoreHere(request, reply) => st.store_here(*request, reply),
             // Routing (`routing`).
             AdminMsg::Commit(commit) => st.commit(commit),
+            AdminMsg::Record(persona, rows) => st.storage.record(persona, rows),
             AdminMsg::RemoteClaim(claim) => {
                 let _ = st.coordinator.cast(CoordinatorMsg::Claim(claim));
             }

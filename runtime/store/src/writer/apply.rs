@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
-use mindfleet_core::record::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
+use mindfleet_core::record::{Committed, DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
 use mindfleet_core::stored::HandOff;
 use mindfleet_core::time::now_us;
 use mindfleet_core::webhook::{HookDelivery, HookKind};
@@ -65,6 +65,10 @@ impl Writer {
             }
             Op::JoinRoom(room, persona) => {
                 t.rooms.insert((room.as_str(), &*persona), ())?;
+                Ok(true)
+            }
+            Op::Record(persona, rows) => {
+                self.put_record(t, &persona, rows, None)?;
                 Ok(true)
             }
             Op::SelectReference(persona, m) => {
@@ -199,7 +203,8 @@ impl Writer {
         forwards: Vec<Forward>,
         after: &mut Vec<AfterCommit>,
     ) -> Result<bool, redb::Error> {
-        let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said, defer } = *commit;
+        let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said, defer, recorded } = *commit;
+        let mut committed = Committed { seq, decision: None, plan: None, outbox: None };
         let kept = match &defer {
             // Deferred: the delivery stays pending, aside from the inbox, until taken up.
             Some(p) => {
@@ -212,7 +217,10 @@ impl Writer {
         };
         if !kept {
             self.stats.stale_finishes += 1;
-            return Ok(false);
+            // What led to it happened all the same: the history keeps it.
+            let Some(rows) = recorded else { return Ok(false) };
+            self.put_record(t, &persona, rows, Some(committed))?;
+            return Ok(true);
         }
         if matches!(decision.verdict, Verdict::Shed | Verdict::Duplicate) {
             let name = decision.verdict.as_str();
@@ -220,13 +228,13 @@ impl Writer {
             t.counters.insert((&*persona, name), n + 1)?;
         }
         *self.stats.decisions_by_verdict.entry(decision.verdict.as_str().to_string()).or_default() += 1;
-        self.put_decision(t, &persona, decision)?;
+        committed.decision = Some(self.put_decision(t, &persona, decision)?);
         self.stats.decisions += 1;
         if let Some(said) = said {
             put_said(t, &persona, &said)?;
         }
         if let Some(plan) = plan {
-            self.put_plan(t, &persona, &plan)?;
+            committed.plan = Some(self.put_plan(t, &persona, &plan)?);
         }
         let latency_ms = (now_us() - accepted_us).max(0) as f64 / 1e3;
         self.decision_ms.push(latency_ms);
@@ -234,6 +242,7 @@ impl Writer {
         self.stats.decision_latency.observe(latency_ms);
         if let Some((entry, event)) = reply {
             let seq = self.put_outbox(t, &entry)?;
+            committed.outbox = Some(seq - 1);
             self.queue_hooks(t, HookKind::Reply, &persona, &entry.room, || HookDelivery::reply(seq, &entry))?;
             let (rseq, event) = self.put_event(t, event, &reply_targets)?;
             for f in &forwards {
@@ -248,6 +257,9 @@ impl Writer {
                 }
                 None
             }));
+        }
+        if let Some(rows) = recorded {
+            self.put_record(t, &persona, rows, Some(committed))?;
         }
         Ok(true)
     }

@@ -151,13 +151,13 @@ impl Writer {
         t: &mut Tables<'_>,
         persona: &Arc<str>,
         d: Decision,
-    ) -> Result<(), redb::Error> {
+    ) -> Result<u64, redb::Error> {
         let key = self.meta.next_decision;
         self.meta.next_decision += 1;
         t.decision_log.insert(key, enc(&(&**persona, &d)).as_slice())?;
         self.queue_hooks(t, HookKind::Decision, persona, &d.room, || HookDelivery::decision(key + 1, persona, &d))?;
         self.held.of(persona, self.cfg.write_behind).decisions.push((persona.clone(), key, d));
-        Ok(())
+        Ok(key)
     }
 
     pub(crate) fn put_consolidation(
@@ -259,7 +259,7 @@ impl Writer {
     }
 
     /// Journals a finished plan and counts its pattern as a success or a failure.
-    pub(crate) fn put_plan(&mut self, t: &mut Tables<'_>, persona: &str, p: &PlanRecord) -> Result<(), redb::Error> {
+    pub(crate) fn put_plan(&mut self, t: &mut Tables<'_>, persona: &str, p: &PlanRecord) -> Result<u64, redb::Error> {
         let key = self.meta.next_plan;
         self.meta.next_plan += 1;
         t.plans.insert((persona, key), enc(p).as_slice())?;
@@ -283,7 +283,7 @@ impl Writer {
             l.last_us = p.finished_us.unwrap_or_else(now_us);
             t.learnings.insert((persona, e.pattern.as_str()), enc(&l).as_slice())?;
         }
-        Ok(())
+        Ok(key)
     }
 
     /// Appends a reply to the outbox; returns its sequence number (its key + 1, as feeds give it).

@@ -1,0 +1,87 @@
+//! A persona's recorded history: everything its lifecycle took in, in the order it took it, so
+//! that the same lifecycle fed the same entries again makes the same decisions
+//! (`mindfleet replay`). The lifecycle reads no clock, channel or random source, so its inputs
+//! and their times are all it depends on; what it asks the world for (a model's answer, a tool's
+//! result, a grant, a timer) comes back as an input and is recorded as one.
+//!
+//! Rows are JSON (`[storage] record`, table `record`): readable in an exported history, and an
+//! older row still reads when a type gains a field with a default. Floats round-trip exactly.
+//!
+//! ```text
+//! Begin        the lifecycle was built (a start or a restart): what it was given
+//! Fed          an input, at its time
+//! Changed      a self-state change it asked for (the journal keeps only the last snapshot)
+//! Committed    written by storage with a commit: the journal rows it made
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use mindfleet_core::messages::{Deferral, Delivery};
+use mindfleet_core::record::{Committed, Learning};
+
+use crate::lifecycle::{Input, Setup};
+use crate::mind::Update;
+use crate::references::RefBook;
+
+/// One row of a persona's recorded history.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Entry {
+    Begin(Box<Begin>),
+    Fed { at: i64, input: Input },
+    Changed(Update),
+    Committed(Committed),
+}
+
+/// What a lifecycle is built from ([`crate::lifecycle::Lifecycle::new`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Begin {
+    pub setup: Setup,
+    pub learnings: Vec<Learning>,
+    pub refs: RefBook,
+    pub deferred: Vec<(Delivery, Deferral)>,
+}
+
+/// [`Entry`] by reference, to record what the lifecycle is about to take without a copy: it
+/// writes the same JSON.
+#[derive(Serialize)]
+enum EntryRef<'a> {
+    Begin(&'a Begin),
+    Fed { at: i64, input: &'a Input },
+    Changed(&'a Update),
+}
+
+/// A row for the lifecycle built from `begin`.
+pub fn begin_row(begin: &Begin) -> Vec<u8> {
+    row(&EntryRef::Begin(begin))
+}
+
+/// A row for `input`, taken at `at`.
+pub fn fed_row(at: i64, input: &Input) -> Vec<u8> {
+    row(&EntryRef::Fed { at, input })
+}
+
+/// A row for the self-state change `u`.
+pub fn changed_row(u: &Update) -> Vec<u8> {
+    row(&EntryRef::Changed(u))
+}
+
+fn row(e: &EntryRef<'_>) -> Vec<u8> {
+    serde_json::to_vec(e).expect("a recorded entry is plain data")
+}
+
+impl Entry {
+    /// Reads a row.
+    pub fn read(row: &[u8]) -> Result<Entry, serde_json::Error> {
+        serde_json::from_slice(row)
+    }
+
+    /// What kind of entry it is, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Entry::Begin(_) => "begin",
+            Entry::Fed { .. } => "input",
+            Entry::Changed(_) => "self-state change",
+            Entry::Committed(_) => "commit",
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! A replayed commit against the journal rows the recorded one wrote, and the field-by-field
+//! diff a reviewer reads.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use mindfleet_core::messages::PersonaCommit;
+use mindfleet_core::record::Committed;
+use mindfleet_store::StorageError;
+
+use crate::HistoryReader;
+
+/// Most lines of a diff shown.
+const DIFF_LINES: usize = 24;
+/// Longest value shown in a diff line, and longest input shown, in characters.
+const SHOWN_CHARS: usize = 160;
+const INPUT_CHARS: usize = 400;
+
+/// What became of a commit's check.
+pub(crate) enum Checked {
+    Yes,
+    /// Its journal rows are gone (retention) or it wrote none (a stale finish).
+    Forgotten,
+    /// A sentence, and the diff.
+    Differs(String, Vec<String>),
+}
+
+/// Checks `replayed` against the rows `noted` names.
+pub(crate) fn commit(
+    reader: &HistoryReader,
+    persona: &str,
+    replayed: &PersonaCommit,
+    noted: Committed,
+) -> Result<Checked, StorageError> {
+    if replayed.seq != noted.seq {
+        let what = format!("the replay finished delivery {} where the journal finished {}", replayed.seq, noted.seq);
+        return Ok(Checked::Differs(what, Vec::new()));
+    }
+    let Some(key) = noted.decision else { return Ok(Checked::Forgotten) };
+    let Some(decision) = reader.decision(persona, key)? else { return Ok(Checked::Forgotten) };
+    let mut diff = prefixed("decision", &decision, &replayed.decision);
+    match (noted.plan, &replayed.plan) {
+        (Some(key), Some(plan)) => match reader.plan(persona, key)? {
+            Some(journal) => diff.extend(prefixed("plan", &journal, plan)),
+            None => return Ok(Checked::Forgotten),
+        },
+        (None, None) => {}
+        (Some(_), None) => diff.push("plan: recorded a plan, replayed none".into()),
+        (None, Some(p)) => {
+            diff.push(format!("plan: recorded none, replayed one for {}", shown(&Value::String(p.plan.goal.clone()))))
+        }
+    }
+    match (noted.outbox, &replayed.reply) {
+        (Some(key), Some((entry, _))) => match reader.reply(key)? {
+            Some(journal) => {
+                // The reply's id is given when it is committed, outside the lifecycle.
+                let mut entry = entry.clone();
+                entry.event_id = journal.event_id.clone();
+                diff.extend(prefixed("reply", &journal, &entry));
+            }
+            None => return Ok(Checked::Forgotten),
+        },
+        (None, None) => {}
+        (Some(_), None) => diff.push("reply: recorded a reply, replayed none".into()),
+        (None, Some((e, _))) => {
+            diff.push(format!("reply: recorded none, replayed {}", shown(&Value::String(e.text.clone()))))
+        }
+    }
+    if diff.is_empty() {
+        return Ok(Checked::Yes);
+    }
+    let what = format!("the replay's commit of event {} differs from the journal's", replayed.decision.event_id);
+    diff.truncate(DIFF_LINES);
+    Ok(Checked::Differs(what, diff))
+}
+
+/// `recorded` against `replayed`, field by field: `path: recorded X, replayed Y`.
+pub(crate) fn diff(recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
+    prefixed("", recorded, replayed)
+}
+
+fn prefixed(root: &str, recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
+    let (a, b) = (to_value(recorded), to_value(replayed));
+    let mut out = Vec::new();
+    walk(root, &a, &b, &mut out);
+    out
+}
+
+fn to_value(v: &impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_else(|e| Value::String(format!("<unserialisable: {e}>")))
+}
+
+fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    if a == b || out.len() >= DIFF_LINES {
+        return;
+    }
+    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                walk(&join(k), x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                walk(&format!("{path}[{i}]"), p, q, out);
+            }
+        }
+        _ => out.push(format!(
+            "{}: recorded {}, replayed {}",
+            if path.is_empty() { "value" } else { path },
+            shown(a),
+            shown(b)
+        )),
+    }
+}
+
+fn shown(v: &Value) -> String {
+    cut(&v.to_string(), SHOWN_CHARS)
+}
+
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// An input in a line a person reads.
+pub(crate) fn short(input: &impl std::fmt::Debug) -> String {
+    cut(&format!("{input:?}"), INPUT_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::diff;
+
+    #[test]
+    fn a_diff_names_each_field_that_differs_and_nothing_else() {
+        let a = json!({"verdict": "engage", "numbers": [1.0, 2.0], "reason": "same"});
+        let b = json!({"verdict": "ignore", "numbers": [1.0, 2.5], "reason": "same"});
+        // Fields in the order of their names.
+        assert_eq!(
+            diff(&a, &b),
+            vec!["numbers[1]: recorded 2.0, replayed 2.5", "verdict: recorded \"engage\", replayed \"ignore\""]
+        );
+        assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn lists_of_other_lengths_differ_as_a_whole() {
+        assert_eq!(diff(&json!({"p": [1]}), &json!({"p": [1, 2]})), vec!["p: recorded [1], replayed [1,2]"]);
+    }
+}

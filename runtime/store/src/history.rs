@@ -1,0 +1,390 @@
+//! Reading a data dir's recorded histories for `mindfleet replay`, without changing the data
+//! dir: the database is opened read-only; one that needs what only a writer can do (the repair
+//! after a `kill -9`, a migration from an older schema) is copied first and the copy is
+//! repaired and migrated, in a temporary directory removed afterwards.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
+
+use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
+
+use crate::schema::{DECISION_LOG, DECISIONS, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
+use crate::{StorageError, dec, upgrade};
+
+/// One row of a persona's history.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Its number (each persona's from 0; retention forgets the first).
+    pub n: u64,
+    /// The chain up to it: [`chain`] of the row before's chain and this entry.
+    pub chain: u64,
+    /// The entry, as JSON.
+    pub entry: Vec<u8>,
+}
+
+impl Row {
+    /// Whether it follows `before` (nothing missing, moved or edited between).
+    pub fn follows(&self, before: &Row) -> bool {
+        self.n == before.n + 1 && self.chain == chain(before.chain, &self.entry)
+    }
+}
+
+/// FNV-1a (64 bits) of `bytes`, from `prev`: the chain that makes a missing, moved or edited row
+/// (or exported line) show.
+pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(prev ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// A stored row's chain and entry.
+pub(crate) fn split(stored: &[u8]) -> Result<(u64, &[u8]), redb::Error> {
+    match stored.split_first_chunk::<8>() {
+        Some((chain, entry)) => Ok((u64::from_le_bytes(*chain), entry)),
+        None => Err(redb::Error::Corrupted(format!("a record row of {} bytes has no chain", stored.len()))),
+    }
+}
+
+/// A data dir's database, open for reading its histories and the journal rows they name.
+pub struct HistoryReader {
+    db: Db,
+    path: PathBuf,
+    /// Why a copy is read, when one is.
+    pub copied: Option<String>,
+}
+
+enum Db {
+    ReadOnly(ReadOnlyDatabase),
+    /// A repaired or migrated copy, in its temporary directory (removed when dropped).
+    Copy(Database, #[allow(dead_code)] TempDir),
+}
+
+/// A directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl HistoryReader {
+    /// Opens `data_dir/fleet.redb` for reading.
+    pub fn open(data_dir: &Path) -> Result<HistoryReader, StorageError> {
+        let path = data_dir.join("fleet.redb");
+        let io = |source| StorageError::Io { path: path.clone(), source };
+        if !path.is_file() {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::NotFound, "no fleet database in this data dir")));
+        }
+        let why = match ReadOnlyDatabase::open(&path) {
+            Ok(db) => match schema_of(&db, &path)? {
+                SCHEMA_VERSION => return Ok(HistoryReader { db: Db::ReadOnly(db), path, copied: None }),
+                v if v > SCHEMA_VERSION => {
+                    return Err(StorageError::NewerSchema { path, found: v, supported: SCHEMA_VERSION });
+                }
+                v => format!("schema version {v} migrated to {SCHEMA_VERSION} in a copy"),
+            },
+            Err(e) => format!("read from a repaired copy ({e})"),
+        };
+        let dir = std::env::temp_dir().join(format!("mindfleet-replay-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let dir = TempDir(dir);
+        let copy = dir.0.join("fleet.redb");
+        std::fs::copy(&path, &copy).map_err(io)?;
+        let db = Database::create(&copy).map_err(|e| StorageError::Db { path: path.clone(), source: e.into() })?;
+        upgrade(&db, &copy)?;
+        Ok(HistoryReader { db: Db::Copy(db, dir), path, copied: Some(why) })
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T, StorageError> {
+        let txn = match &self.db {
+            Db::ReadOnly(db) => db.begin_read(),
+            Db::Copy(db, _) => db.begin_read(),
+        };
+        let txn = txn.map_err(|e| self.err(e))?;
+        f(&txn).map_err(|e| self.err(e))
+    }
+
+    fn err(&self, e: impl Into<redb::Error>) -> StorageError {
+        StorageError::Db { path: self.path.clone(), source: e.into() }
+    }
+
+    /// The personas with a recorded history, by name.
+    pub fn personas(&self) -> Result<Vec<String>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(RECORD)?;
+            let mut names: Vec<String> = Vec::new();
+            let mut from = String::new();
+            loop {
+                let next = match names.last() {
+                    None => t.range((from.as_str(), 0)..)?.next(),
+                    Some(last) => {
+                        from = last.clone();
+                        t.range((from.as_str(), u64::MAX)..)?
+                            .find(|r| r.as_ref().map_or(true, |(k, _)| k.value().0 != from))
+                    }
+                };
+                match next {
+                    Some(r) => names.push(r?.0.value().0.to_string()),
+                    None => return Ok(names),
+                }
+            }
+        })
+    }
+
+    /// The rows of the history of `persona`, in order.
+    pub fn rows(&self, persona: &str) -> Result<Vec<Row>, StorageError> {
+        self.read(|txn| {
+            let t = txn.open_table(RECORD)?;
+            t.range((persona, 0)..=(persona, u64::MAX))?
+                .map(|r| {
+                    let (k, v) = r?;
+                    let (chain, entry) = split(v.value())?;
+                    Ok(Row { n: k.value().1, chain, entry: entry.to_vec() })
+                })
+                .collect()
+        })
+    }
+
+    /// The decision the journal keeps under `key` for `persona` (none: forgotten since).
+    pub fn decision(&self, persona: &str, key: u64) -> Result<Option<Decision>, StorageError> {
+        self.read(|txn| {
+            if let Some(v) = txn.open_table(DECISIONS)?.get((persona, key))? {
+                return dec(v.value()).map(Some);
+            }
+            // Not copied into the persona's rows yet (the writer holds it back a moment).
+            match txn.open_table(DECISION_LOG)?.get(key)? {
+                Some(v) => dec::<(String, Decision)>(v.value()).map(|(_, d)| Some(d)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// The plan the journal keeps under `key` for `persona`.
+    pub fn plan(&self, persona: &str, key: u64) -> Result<Option<PlanRecord>, StorageError> {
+        self.read(|txn| txn.open_table(PLANS)?.get((persona, key))?.map(|v| dec(v.value())).transpose())
+    }
+
+    /// The reply the outbox keeps under `key`.
+    pub fn reply(&self, key: u64) -> Result<Option<OutboxEntry>, StorageError> {
+        self.read(|txn| txn.open_table(OUTBOX)?.get(key)?.map(|v| dec(v.value())).transpose())
+    }
+}
+
+fn schema_of(db: &ReadOnlyDatabase, path: &Path) -> Result<u64, StorageError> {
+    let err = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
+    let txn = db.begin_read().map_err(|e| err(e.into()))?;
+    let meta = txn.open_table(META).map_err(|e| err(e.into()))?;
+    Ok(meta.get("schema_version").map_err(|e| err(e.into()))?.map_or(SCHEMA_VERSION, |g| g.value()))
+}
+
+/// A number no other copy of this process uses.
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The first line of an exported history.
+const EXPORT_HEADER: &str = "mindfleet history";
+/// `{"chain":"` + 16 hex digits + `",`: what precedes the part of a line its chain covers.
+const CHAIN_PREFIX: usize = 28;
+
+/// A history file that cannot be imported: its line (from 1) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{path}: line {line}: {reason}")]
+    Line { path: PathBuf, line: usize, reason: String },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// What an export or an import carried.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Carried {
+    pub personas: u64,
+    pub rows: u64,
+    /// Journal rows carried with the commits that wrote them (decisions, plans, replies).
+    pub journal_rows: u64,
+}
+
+/// The journal rows a commit wrote, as an exported line carries them.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct JournalRows {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision: Option<Decision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    plan: Option<PlanRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reply: Option<OutboxEntry>,
+}
+
+/// One exported line after its chain.
+#[derive(serde::Deserialize)]
+struct Line {
+    persona: String,
+    row: u64,
+    entry: Box<serde_json::value::RawValue>,
+    #[serde(default)]
+    journal: Option<JournalRows>,
+}
+
+/// A commit's note, read from its row.
+#[derive(serde::Deserialize)]
+enum Noted {
+    Committed(mindfleet_core::record::Committed),
+}
+
+impl HistoryReader {
+    /// Writes the histories (each persona's, or `persona`'s) as JSON lines, each commit's note
+    /// with the journal rows it wrote, each line chained to the one before.
+    pub fn export(&self, out: &mut impl std::io::Write, persona: Option<&str>) -> Result<Carried, StorageError> {
+        let io = |source| StorageError::Io { path: self.path.clone(), source };
+        let mut carried = Carried::default();
+        let mut prev = 0u64;
+        let header = format!("{{\"{EXPORT_HEADER}\":{SCHEMA_VERSION}}}");
+        writeln!(out, "{header}").map_err(io)?;
+        prev = chain(prev, header.as_bytes());
+        for name in self.personas()?.into_iter().filter(|n| persona.is_none_or(|p| p == n)) {
+            carried.personas += 1;
+            for Row { n, entry: row, .. } in self.rows(&name)? {
+                let text = std::str::from_utf8(&row)
+                    .map_err(|e| self.err(redb::Error::Corrupted(format!("record row {name}/{n}: {e}"))))?;
+                let mut rest =
+                    format!("\"persona\":{},\"row\":{n},\"entry\":{text}", serde_json::Value::String(name.clone()));
+                if let Ok(Noted::Committed(c)) = serde_json::from_slice::<Noted>(&row) {
+                    let rows = JournalRows {
+                        decision: c.decision.map(|k| self.decision(&name, k)).transpose()?.flatten(),
+                        plan: c.plan.map(|k| self.plan(&name, k)).transpose()?.flatten(),
+                        reply: c.outbox.map(|k| self.reply(k)).transpose()?.flatten(),
+                    };
+                    carried.journal_rows += u64::from(rows.decision.is_some())
+                        + u64::from(rows.plan.is_some())
+                        + u64::from(rows.reply.is_some());
+                    rest += &format!(",\"journal\":{}", serde_json::to_string(&rows).unwrap_or_default());
+                }
+                rest.push('}');
+                prev = chain(prev, rest.as_bytes());
+                writeln!(out, "{{\"chain\":\"{prev:016x}\",{rest}").map_err(io)?;
+                carried.rows += 1;
+            }
+        }
+        Ok(carried)
+    }
+}
+
+/// Imports an exported history into `data_dir`, which must not hold a fleet database yet: its
+/// rows, and the journal rows its commits wrote under the keys they had, so that it replays
+/// there as where it was recorded. A line missing, moved, edited or cut is refused with its
+/// number, and nothing is written.
+pub fn import(file: &Path, data_dir: &Path) -> Result<Carried, ImportError> {
+    use std::io::BufRead;
+    let io = |path: &Path, source| StorageError::Io { path: path.to_path_buf(), source };
+    let bad = |line: usize, reason: String| ImportError::Line { path: file.to_path_buf(), line, reason };
+    let db_path = data_dir.join("fleet.redb");
+    if db_path.exists() {
+        return Err(StorageError::Io {
+            path: db_path,
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a history is imported into an empty data dir",
+            ),
+        }
+        .into());
+    }
+    let reader = std::io::BufReader::new(std::fs::File::open(file).map_err(|e| io(file, e))?);
+    let mut lines = Vec::new();
+    let mut prev = 0u64;
+    for (i, text) in reader.lines().enumerate() {
+        let number = i + 1;
+        let text = text.map_err(|e| io(file, e))?;
+        if i == 0 {
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| bad(1, format!("not a history file: {e}")))?;
+            match v.get(EXPORT_HEADER).and_then(serde_json::Value::as_u64) {
+                Some(SCHEMA_VERSION) => {}
+                Some(v) => {
+                    return Err(bad(
+                        1,
+                        format!("exported at schema version {v}; this mindfleet reads {SCHEMA_VERSION}"),
+                    ));
+                }
+                None => return Err(bad(1, format!("not a history file: no {EXPORT_HEADER:?} header"))),
+            }
+            prev = chain(prev, text.as_bytes());
+            continue;
+        }
+        let (Some(head), Some(rest)) = (text.get(..CHAIN_PREFIX), text.get(CHAIN_PREFIX..)) else {
+            return Err(bad(number, "cut short: not a whole line".into()));
+        };
+        let said = head
+            .strip_prefix("{\"chain\":\"")
+            .and_then(|h| h.strip_suffix("\","))
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        prev = chain(prev, rest.as_bytes());
+        if said != Some(prev) {
+            return Err(bad(
+                number,
+                "does not follow the line before it: a line is missing, moved or edited there".into(),
+            ));
+        }
+        let line: Line =
+            serde_json::from_str(&format!("{{{rest}")).map_err(|e| bad(number, format!("cannot be read: {e}")))?;
+        lines.push(line);
+    }
+    std::fs::create_dir_all(data_dir).map_err(|e| io(data_dir, e))?;
+    let db = Database::create(&db_path).map_err(|e| StorageError::Db { path: db_path.clone(), source: e.into() })?;
+    upgrade(&db, &db_path)?;
+    let written = write_imported(&db, &lines).map_err(|e| StorageError::Db { path: db_path.clone(), source: e });
+    if let Err(e) = written {
+        drop(db);
+        let _ = std::fs::remove_file(&db_path);
+        return Err(e.into());
+    }
+    Ok(written?)
+}
+
+fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error> {
+    use crate::enc;
+    let mut carried = Carried::default();
+    let txn = db.begin_write()?;
+    {
+        let mut record = txn.open_table(RECORD)?;
+        let mut decisions = txn.open_table(DECISIONS)?;
+        let mut plans = txn.open_table(PLANS)?;
+        let mut outbox = txn.open_table(OUTBOX)?;
+        let mut last: Option<&str> = None;
+        let mut at = 0u64;
+        for l in lines {
+            if last != Some(l.persona.as_str()) {
+                carried.personas += 1;
+                last = Some(&l.persona);
+                at = 0;
+            }
+            // Chained again as the writer chains them (the file's chain covered them).
+            let entry = l.entry.get().as_bytes();
+            at = chain(at, entry);
+            let mut stored = at.to_le_bytes().to_vec();
+            stored.extend_from_slice(entry);
+            record.insert((l.persona.as_str(), l.row), stored.as_slice())?;
+            carried.rows += 1;
+            let (Ok(Noted::Committed(c)), Some(rows)) = (serde_json::from_str::<Noted>(l.entry.get()), &l.journal)
+            else {
+                continue;
+            };
+            if let (Some(k), Some(d)) = (c.decision, &rows.decision) {
+                decisions.insert((l.persona.as_str(), k), enc(d).as_slice())?;
+                carried.journal_rows += 1;
+            }
+            if let (Some(k), Some(p)) = (c.plan, &rows.plan) {
+                plans.insert((l.persona.as_str(), k), enc(p).as_slice())?;
+                carried.journal_rows += 1;
+            }
+            if let (Some(k), Some(r)) = (c.outbox, &rows.reply) {
+                outbox.insert(k, enc(r).as_slice())?;
+                carried.journal_rows += 1;
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(carried)
+}

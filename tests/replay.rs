@@ -1,0 +1,228 @@
+//! Exact replay (`mindfleet replay`, `mindfleet history`): a fleet's recorded history fed to its
+//! personas' lifecycles again, with the real binary on real data dirs; every commit checked
+//! against the journal, a history edited, cut or missing rows refused at its row, a journal that
+//! says otherwise shown as a divergence with its diff, and the data dir left as it was.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use mindfleet_core::config::StorageConfig;
+use mindfleet_core::record::Decision;
+use mindfleet_core::stored::{decode, encode};
+use mindfleet_store::Storage;
+use redb::{ReadableTable, TableDefinition};
+use serde_json::Value;
+
+use crate::util::*;
+
+const RECORD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
+const DECISIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("decisions");
+type RecordTable<'t> = redb::Table<'t, (&'static str, u64), &'static [u8]>;
+
+fn mindfleet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap()
+}
+
+fn replay(data: &Path, more: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args = vec!["replay", data.to_str().unwrap(), "--json"];
+    args.extend_from_slice(more);
+    let out = mindfleet(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (out.status.code(), report, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// A rules fleet's history: chat with mentions, questions for nobody in particular, a directed
+/// event to the dormant scribe, urgent work; the fleet drained and stopped. Returns the data dir
+/// and the number of decisions each persona's lifecycle journaled.
+async fn recorded(dir: &Path) -> (PathBuf, Vec<(String, usize)>) {
+    let data = dir.join("data");
+    let fleet = start(&data, &fleet_toml(TRIO)).await;
+    for i in 0..40 {
+        let text = match i % 4 {
+            0 => format!("@helper where are the docs for release {i}?"),
+            1 => format!("@reviewer please review the rust change number {i}"),
+            2 => format!("does anyone know how lifetimes work, case {i}?"),
+            _ => format!("note {i}: the build is green"),
+        };
+        let mut e = chat("general", "bob", &text);
+        e.urgent = i % 10 == 3;
+        fleet.inject(e).await.unwrap();
+    }
+    let mut to_scribe = chat("general", "carol", "@scribe write this down please");
+    to_scribe.mentions = vec!["scribe".into()];
+    fleet.inject(to_scribe).await.unwrap();
+    fleet.shutdown(Duration::from_secs(60)).await;
+    let storage =
+        Storage::open(&StorageConfig { data_dir: data.clone(), ..mindfleet::defaults::default_fleet().storage })
+            .unwrap();
+    let all = storage.all_decisions().unwrap();
+    // The inbox's own decisions (a duplicate dropped, an event shed) are not the lifecycle's.
+    let count = |p: &str| all.iter().filter(|(q, d)| q == p && d.by != "inbox").count();
+    assert!(all.iter().any(|(_, d)| d.by == "inbox"), "the inbox dropped the repeats");
+    let counts = ["helper", "reviewer", "scribe"].map(|p| (p.to_string(), count(p))).to_vec();
+    storage.close().await.unwrap();
+    (data, counts)
+}
+
+fn file_bytes(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_fleet_s_history_replays_identically_with_every_commit_checked_against_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, counts) = recorded(dir.path()).await;
+    let before = file_bytes(&data.join("fleet.redb"));
+
+    let (code, report, stderr) = replay(&data, &[]);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!(report["outcome"], "identical");
+    for (persona, decided) in &counts {
+        let p = report["personas"].as_array().unwrap().iter().find(|p| p["persona"] == persona.as_str()).unwrap();
+        // Every decision in the journal was made by the lifecycle from the history, and checked.
+        assert_eq!(p["commits"].as_u64().unwrap() as usize, *decided, "{persona}: {p}");
+        assert_eq!(p["commits_checked"], p["commits"], "{persona}: {p}");
+        assert_eq!(p["runs"], 1);
+        assert!(p["inputs"].as_u64().unwrap() > p["commits"].as_u64().unwrap(), "{p}");
+        assert!(p["self_state_changes"].as_u64().unwrap() > 0, "{p}");
+    }
+    assert!(counts.iter().all(|(_, n)| *n > 0), "{counts:?}");
+
+    // Part of it, and one persona's.
+    let (code, report, _) = replay(&data, &["--until", "20", "--persona", "helper"]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["personas"].as_array().unwrap().len(), 1);
+    assert_eq!(report["personas"][0]["rows"], 21);
+    let (code, _, stderr) = replay(&data, &["--persona", "nobody"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no recorded history of persona \"nobody\""), "{stderr}");
+
+    // A replay changes nothing in the data dir.
+    assert!(file_bytes(&data.join("fleet.redb")) == before, "the replay wrote to the data dir");
+
+    // The text report reads as a table and ends with the outcome.
+    let out = mindfleet(&["replay", data.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().last().unwrap().ends_with(": identical"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("reviewer")), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_says_otherwise_is_a_divergence_with_the_event_the_input_and_a_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _) = recorded(dir.path()).await;
+    // The reviewer's tenth decision, as if another build had decided otherwise.
+    let db = redb::Database::open(data.join("fleet.redb")).unwrap();
+    let txn = db.begin_write().unwrap();
+    let (key, event) = {
+        let mut t = txn.open_table(DECISIONS).unwrap();
+        let (key, mut d) = {
+            let (k, v) = t.range(("reviewer", 0)..=("reviewer", u64::MAX)).unwrap().nth(9).unwrap().unwrap();
+            (k.value().1, decode::<Decision>(v.value()).unwrap())
+        };
+        d.reason = "a reason another build gave".into();
+        t.insert(("reviewer", key), encode(&d).as_slice()).unwrap();
+        (key, d.event_id)
+    };
+    txn.commit().unwrap();
+    drop(db);
+
+    let (code, report, stderr) = replay(&data, &["--persona", "reviewer"]);
+    assert_eq!(code, Some(1), "{report}\n{stderr}");
+    assert_eq!(report["outcome"], "diverged", "{report}");
+    assert_eq!(report["event"], event.as_str(), "{report}");
+    let diff: Vec<&str> = report["diff"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(diff.len(), 1, "only the reason differs: {diff:?}");
+    assert!(diff[0].starts_with("decision.reason: recorded \"a reason another build gave\", replayed \""), "{diff:?}");
+    assert!(!report["input"].as_str().unwrap().is_empty());
+    let out = mindfleet(&["replay", data.to_str().unwrap(), "--persona", "reviewer"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("event {event}")) && text.contains("decision.reason: recorded"),
+        "{text} (key {key})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_with_a_row_edited_or_missing_is_refused_at_that_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _) = recorded(dir.path()).await;
+    let edit = |copy: &str, f: &dyn Fn(&mut RecordTable)| {
+        let to = dir.path().join(copy);
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(data.join("fleet.redb"), to.join("fleet.redb")).unwrap();
+        let db = redb::Database::open(to.join("fleet.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        f(&mut txn.open_table(RECORD).unwrap());
+        txn.commit().unwrap();
+        to
+    };
+    // Row 7 changed (a space more: the same JSON), its chain kept: the chain no longer covers it.
+    let edited = edit("edited", &|t| {
+        let mut row = t.get(("helper", 7)).unwrap().unwrap().value().to_vec();
+        row.push(b' ');
+        t.insert(("helper", 7), row.as_slice()).unwrap();
+    });
+    let (code, report, _) = replay(&edited, &["--persona", "helper"]);
+    assert_eq!((code, report["outcome"].as_str()), (Some(2), Some("refused")), "{report}");
+    assert_eq!(report["row"], 7, "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("row 7 does not follow row 6"), "{report}");
+
+    let missing = edit("missing", &|t| {
+        t.remove(("helper", 12)).unwrap();
+    });
+    let (code, report, _) = replay(&missing, &["--persona", "helper"]);
+    assert_eq!(code, Some(2), "{report}");
+    assert_eq!(report["row"], 13, "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("row 12 is missing"), "{report}");
+
+    let cut = edit("cut", &|t| {
+        let row = t.get(("helper", 3)).unwrap().unwrap().value().to_vec();
+        t.insert(("helper", 3), &row[..row.len() / 2]).unwrap();
+    });
+    let (code, report, _) = replay(&cut, &["--persona", "helper"]);
+    assert_eq!(code, Some(2), "{report}");
+    assert_eq!(report["row"], 3, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_history_imports_elsewhere_and_replays_there_and_a_line_lost_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, counts) = recorded(dir.path()).await;
+    let file = dir.path().join("history.jsonl");
+    let out = mindfleet(&["history", "export", data.to_str().unwrap(), "--out", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.lines().next().unwrap().starts_with("{\"mindfleet history\":"), "{}", &text[..200]);
+
+    let elsewhere = dir.path().join("elsewhere");
+    let out = mindfleet(&["history", "import", file.to_str().unwrap(), "--data", elsewhere.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, report, stderr) = replay(&elsewhere, &[]);
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    for (persona, decided) in &counts {
+        let p = report["personas"].as_array().unwrap().iter().find(|p| p["persona"] == persona.as_str()).unwrap();
+        assert_eq!(p["commits_checked"].as_u64().unwrap() as usize, *decided, "{p}");
+    }
+    // Not over a history already there.
+    let out = mindfleet(&["history", "import", file.to_str().unwrap(), "--data", elsewhere.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // A line lost in the file: refused at the line after it, and nothing imported.
+    let lines: Vec<&str> = text.lines().collect();
+    let lost = dir.path().join("lost.jsonl");
+    std::fs::write(&lost, [&lines[..30], &lines[31..]].concat().join("\n")).unwrap();
+    let target = dir.path().join("not-imported");
+    let out = mindfleet(&["history", "import", lost.to_str().unwrap(), "--data", target.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 31: does not follow the line before it"), "{stderr}");
+    assert!(!target.join("fleet.redb").exists());
+    // A file cut short.
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, &text[..text.len() - 40]).unwrap();
+    let out = mindfleet(&["history", "import", cut.to_str().unwrap(), "--data", target.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
