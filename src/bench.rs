@@ -15,6 +15,7 @@ pub mod memory_eval;
 pub mod models;
 pub mod peak;
 pub mod rag_eval;
+pub mod record;
 pub mod redundancy;
 pub mod refs_eval;
 pub mod replay;
@@ -212,8 +213,19 @@ pub fn gate(seconds: f64) -> Value {
 
 /// Durable injection over HTTP with `clients` concurrent keep-alive clients.
 pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::Result<Value> {
+    inject_with(clients, events, personas, true).await.map(|(v, _)| v)
+}
+
+/// [`inject`], recording the personas' histories or not (`[storage] record`); with its data dir.
+pub async fn inject_with(
+    clients: usize,
+    events: usize,
+    personas: usize,
+    record: bool,
+) -> anyhow::Result<(Value, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
     let mut cfg = mindfleet::defaults::synthetic_fleet(personas, dir.path().to_path_buf());
+    cfg.storage.record = record;
     for (i, p) in cfg.personas.iter_mut().enumerate() {
         p.rooms = vec![format!("room{i}")];
     }
@@ -263,7 +275,7 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
     lat.sort_by(f64::total_cmp);
     let per_s = lat.len() as f64 / elapsed;
     let ceiling = clients as f64 / (stats.commit_p50_ms / 1e3);
-    Ok(json!({
+    let figures = json!({
         "bench": "inject",
         "clients": clients,
         "events": lat.len(),
@@ -278,7 +290,9 @@ pub async fn inject(clients: usize, events: usize, personas: usize) -> anyhow::R
         "fraction_of_ceiling": round(per_s / ceiling, 3),
         "decision_p50_ms": round(stats.decision_p50_ms, 2),
         "decision_p99_ms": round(stats.decision_p99_ms, 2),
-    }))
+        "record": record,
+    });
+    Ok((figures, dir))
 }
 
 /// A steady open-loop load: `rate` undirected events per second into rooms of `room_size`
@@ -507,4 +521,38 @@ pub async fn soak_with(
         "pages": pages,
         "samples": samples,
     }))
+}
+
+/// The exact replay of a stopped fleet's data dir (`mindfleet replay`): the outcome, what was
+/// checked, and how much faster than recorded it ran. A fleet just shut down may hold its
+/// database a moment longer: the read waits for it (or reads a copy).
+pub fn replayed(data_dir: &std::path::Path) -> anyhow::Result<Value> {
+    let waited = Instant::now();
+    let reader = loop {
+        let reader = mindfleet_replay::HistoryReader::open(data_dir)?;
+        if reader.copied.is_none() || waited.elapsed() > Duration::from_secs(5) {
+            break reader;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let report = mindfleet_replay::replay(&reader, &mindfleet_replay::Options::default())?;
+    let sum = |f: fn(&mindfleet_replay::PersonaReport) -> u64| report.personas.iter().map(f).sum::<u64>();
+    let recorded_s = report.personas.iter().map(|p| p.recorded_ms).sum::<f64>() / 1e3;
+    let replay_s = report.personas.iter().map(|p| p.replay_ms).sum::<f64>() / 1e3;
+    let mut v = json!({
+        "outcome": serde_json::to_value(&report.outcome)?["outcome"],
+        "personas": report.personas.len(),
+        "runs": sum(|p| p.runs),
+        "inputs": sum(|p| p.inputs),
+        "commits": sum(|p| p.commits),
+        "commits_checked": sum(|p| p.commits_checked),
+        "self_state_changes": sum(|p| p.self_state_changes),
+        "recorded_s": round(recorded_s, 3),
+        "replay_s": round(replay_s, 4),
+        "times_faster": round(recorded_s / replay_s.max(1e-9), 1),
+    });
+    if !report.identical() {
+        v["divergence"] = serde_json::to_value(&report.outcome)?;
+    }
+    Ok(v)
 }

@@ -8,8 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use mindfleet_core::config::StorageConfig;
-use mindfleet_core::record::Decision;
-use mindfleet_core::stored::{decode, encode};
+use mindfleet_core::record::fnv1a;
 use mindfleet_store::Storage;
 use redb::{ReadableTable, TableDefinition};
 use serde_json::Value;
@@ -17,7 +16,6 @@ use serde_json::Value;
 use crate::util::*;
 
 const RECORD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
-const DECISIONS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("decisions");
 type RecordTable<'t> = redb::Table<'t, (&'static str, u64), &'static [u8]>;
 
 fn mindfleet(args: &[&str]) -> Output {
@@ -110,21 +108,40 @@ async fn a_rules_fleet_s_history_replays_identically_with_every_commit_checked_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_journal_that_says_otherwise_is_a_divergence_with_the_event_the_input_and_a_diff() {
+async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_input_and_a_diff() {
     let dir = tempfile::tempdir().unwrap();
     let (data, _) = recorded(dir.path()).await;
-    // The reviewer's tenth decision, as if another build had decided otherwise.
+    // The reviewer is handed a message that names it as if it named nobody, the history chained
+    // again from there: what another lifecycle, on the same history, would have done.
+    let wanted = "@reviewer please review the rust change number 5";
     let db = redb::Database::open(data.join("fleet.redb")).unwrap();
     let txn = db.begin_write().unwrap();
-    let (key, event) = {
-        let mut t = txn.open_table(DECISIONS).unwrap();
-        let (key, mut d) = {
-            let (k, v) = t.range(("reviewer", 0)..=("reviewer", u64::MAX)).unwrap().nth(9).unwrap().unwrap();
-            (k.value().1, decode::<Decision>(v.value()).unwrap())
-        };
-        d.reason = "a reason another build gave".into();
-        t.insert(("reviewer", key), encode(&d).as_slice()).unwrap();
-        (key, d.event_id)
+    let event = {
+        let mut t = txn.open_table(RECORD).unwrap();
+        let rows: Vec<(u64, Vec<u8>)> = t
+            .range(("reviewer", 0)..=("reviewer", u64::MAX))
+            .unwrap()
+            .map(|r| r.map(|(k, v)| (k.value().1, v.value().to_vec())).unwrap())
+            .collect();
+        let mut chain = 0;
+        let mut event = None;
+        for (i, (n, row)) in rows.iter().enumerate() {
+            let mut entry: Value = serde_json::from_slice(&row[8..]).unwrap();
+            if event.is_none()
+                && let Some(e) = entry.pointer_mut("/Fed/input/Next/0/event")
+                && e["text"] == wanted
+            {
+                e["text"] = "please review the rust change number 5".into();
+                e["mentions"] = serde_json::json!([]);
+                event = Some(e["id"].as_str().unwrap().to_string());
+            }
+            let bytes = if event.is_some() { serde_json::to_vec(&entry).unwrap() } else { row[8..].to_vec() };
+            chain = if i == 0 { u64::from_le_bytes(row[..8].try_into().unwrap()) } else { fnv1a(chain, &bytes) };
+            let mut stored = chain.to_le_bytes().to_vec();
+            stored.extend_from_slice(&bytes);
+            t.insert(("reviewer", *n), stored.as_slice()).unwrap();
+        }
+        event.expect("the reviewer was handed the message")
     };
     txn.commit().unwrap();
     drop(db);
@@ -133,16 +150,10 @@ async fn a_journal_that_says_otherwise_is_a_divergence_with_the_event_the_input_
     assert_eq!(code, Some(1), "{report}\n{stderr}");
     assert_eq!(report["outcome"], "diverged", "{report}");
     assert_eq!(report["event"], event.as_str(), "{report}");
-    let diff: Vec<&str> = report["diff"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-    assert_eq!(diff.len(), 1, "only the reason differs: {diff:?}");
-    assert!(diff[0].starts_with("decision.reason: recorded \"a reason another build gave\", replayed \""), "{diff:?}");
-    assert!(!report["input"].as_str().unwrap().is_empty());
+    assert!(!report["what"].as_str().unwrap().is_empty() && !report["input"].as_str().unwrap().is_empty(), "{report}");
     let out = mindfleet(&["replay", data.to_str().unwrap(), "--persona", "reviewer"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("event {event}")) && text.contains("decision.reason: recorded"),
-        "{text} (key {key})"
-    );
+    assert!(text.contains("diverged: persona reviewer") && text.contains(&format!("event {event}")), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -655,6 +655,8 @@ pub async fn chaos(opts: Options) -> anyhow::Result<Value> {
         rounds.push(kill_round(&ctx, r, &mut rng).await.with_context(|| format!("round {r} (seed {})", opts.seed))?);
     }
     let kill_s = started.elapsed().as_secs_f64();
+    // Every run of every round, kills and restarts included, fed to the lifecycles again.
+    let replay = super::replayed(&ctx.data)?;
     let disk = match opts.disk_full {
         true => disk::disk_full(&ctx, dir.path()).await.context("disk-full round")?,
         false => Value::Null,
@@ -666,7 +668,7 @@ pub async fn chaos(opts: Options) -> anyhow::Result<Value> {
     let disk_ok = disk.is_null() || disk["ok"] == true;
     Ok(json!({
         "bench": "chaos",
-        "ok": lost == 0 && twice == 0 && disk_ok,
+        "ok": lost == 0 && twice == 0 && disk_ok && replay["outcome"] == "identical",
         "seed": opts.seed,
         "rounds": rounds.len(),
         "clients": ctx.clients,
@@ -681,6 +683,7 @@ pub async fn chaos(opts: Options) -> anyhow::Result<Value> {
         "killed_while_recovering": rounds.iter().filter(|r| r["recovery_kill"]["pending_at_kill"].as_u64() > Some(0)).count(),
         "restart_s": {"p50": round(percentile(&mut restart, 0.5), 3), "max": round(restart.last().copied().unwrap_or(0.0), 3)},
         "kill_rounds_s": round(kill_s, 1),
+        "replay": replay,
         "per_round": rounds,
         "disk_full": disk,
     }))

@@ -46,7 +46,7 @@ fn fail(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// The eight personas on the local brain, the model decoding `max_batch` requests together.
-fn fleet_config(max_batch: usize, data_dir: &Path, models: &Path) -> anyhow::Result<FleetConfig> {
+fn fleet_config(max_batch: usize, record: bool, data_dir: &Path, models: &Path) -> anyhow::Result<FleetConfig> {
     let mut toml = format!(
         "[fleet]\nname = \"bench-cognition\"\nbrain = \"local\"\n[admin]\naddr = \"127.0.0.1:0\"\n\
          [llm]\nmax_batch = {max_batch}\n"
@@ -59,6 +59,7 @@ fn fleet_config(max_batch: usize, data_dir: &Path, models: &Path) -> anyhow::Res
     }
     let mut cfg = FleetConfig::from_toml(Path::new("bench-cognition.toml"), &toml).map_err(fail)?;
     cfg.storage.data_dir = data_dir.to_path_buf();
+    cfg.storage.record = record;
     cfg.models.dir = models.to_path_buf();
     Ok(cfg)
 }
@@ -84,9 +85,14 @@ fn messages() -> Vec<(&'static str, EventInput)> {
 }
 
 /// One run on a fresh fleet: its figures, and each message's reply by the persona it names.
-async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<String, String>)> {
+/// Recording its history (`record`), the history is replayed after it (`replay`).
+pub(crate) async fn run(
+    max_batch: usize,
+    record: bool,
+    models: &Path,
+) -> anyhow::Result<(Value, HashMap<String, String>)> {
     let dir = tempfile::tempdir()?;
-    let cfg = fleet_config(max_batch, dir.path(), models)?;
+    let cfg = fleet_config(max_batch, record, dir.path(), models)?;
     anyhow::ensure!(matches!(cfg.llm, LlmBackend::Local(l) if l.prefix_reuse), "prefix reuse is on in both runs");
     let fleet = Fleet::start(cfg).await?;
     // What is measured is answering, not a cold start: the model is loaded (by a question
@@ -135,6 +141,7 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
     let b0 = before.batching.unwrap_or_default();
     let prompt = b.prompt_tokens - b0.prompt_tokens;
     fleet.shutdown(Duration::from_secs(5)).await;
+    let replay = if record { super::replayed(dir.path())? } else { Value::Null };
     let pct = |p: f64| nearest_rank(&latencies, p).unwrap_or(0.0);
     Ok((
         json!({
@@ -166,6 +173,8 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
             ),
             "kv_peak_mb": round(b.kv_peak_bytes as f64 / (1 << 20) as f64, 1),
             "kv_bound_mb": round(b.kv_bound_bytes as f64 / (1 << 20) as f64, 0),
+            // The run's recorded history fed to the lifecycles again (`mindfleet replay`).
+            "replay": replay,
         }),
         texts,
     ))
@@ -180,9 +189,9 @@ async fn run(max_batch: usize, models: &Path) -> anyhow::Result<(Value, HashMap<
 /// as a fleet that has been answering for a while does.
 pub async fn cognition(models: &Path) -> anyhow::Result<Value> {
     let max_batch = mindfleet_core::config::LocalLlm::DEFAULT_MAX_BATCH;
-    run(max_batch, models).await?;
-    let (batched, batched_texts) = run(max_batch, models).await?;
-    let (unbatched, unbatched_texts) = run(1, models).await?;
+    run(max_batch, true, models).await?;
+    let (batched, batched_texts) = run(max_batch, true, models).await?;
+    let (unbatched, unbatched_texts) = run(1, true, models).await?;
     let same = batched_texts.iter().filter(|(k, v)| unbatched_texts.get(*k) == Some(v)).count();
     let ratio =
         batched["decisions_per_s"].as_f64().unwrap_or(0.0) / unbatched["decisions_per_s"].as_f64().unwrap_or(1.0);

@@ -535,6 +535,8 @@ pub async fn tools(opts: Options) -> anyhow::Result<Value> {
     drop(outbox);
     fleet.shutdown(Duration::from_secs(5)).await;
     let (throughput, overhead, approval, parked) = figures?;
+    // The calls, the approvals and the plans parked on them, fed to the lifecycles again.
+    let replay = super::replayed(dir.path())?;
     Ok(json!({
         "bench": "tools",
         "tool": "server-everything echo (stdio)",
@@ -542,6 +544,7 @@ pub async fn tools(opts: Options) -> anyhow::Result<Value> {
         "overhead": overhead,
         "approval": approval,
         "parked": parked,
+        "replay": replay,
         "wall_s": round(wall_s, 1),
     }))
 }

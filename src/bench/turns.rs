@@ -95,6 +95,7 @@ async fn run(brain: &str, budget: u64, undirected: usize, models: &Path) -> anyh
     let replies: Vec<_> = d.outbox.iter().filter(|o| asked.contains(&o.in_reply_to.as_str())).collect();
     let by_rules = replies.iter().filter(|o| o.brain == "rules").count();
     fleet.shutdown(Duration::from_secs(5)).await;
+    let replay = super::replayed(dir.path())?;
     Ok(json!({
         "undirected": open.len(),
         "mentions": mentions.len(),
@@ -111,6 +112,8 @@ async fn run(brain: &str, budget: u64, undirected: usize, models: &Path) -> anyh
         "skipped_grants": d.scheduler.skipped.hard_budget + d.scheduler.skipped.soft_call_budget
             + d.scheduler.skipped.soft_token_budget,
         "wall_s": round(wall_s, 2),
+        // The run's recorded history fed to the lifecycles again (`mindfleet replay`).
+        "replay": replay,
     }))
 }
 

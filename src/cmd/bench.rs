@@ -375,6 +375,22 @@ enum Which {
         #[command(flatten)]
         out: Json,
     },
+    /// What recording the personas' histories costs: `bench inject` and the batched half of
+    /// `bench cognition` with `[storage] record` on and off, taking turns; and a recorded
+    /// history's replay against the time it took.
+    Record {
+        #[arg(long, default_value_t = 4)]
+        rounds: usize,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 10_000)]
+        events: usize,
+        /// Rounds of the cognition runs on and off (0: leave them out).
+        #[arg(long, default_value_t = 2)]
+        cognition_rounds: usize,
+        #[command(flatten)]
+        out: Json,
+    },
     /// Durable injection throughput and latency over HTTP.
     Inject {
         #[arg(long, default_value_t = 64)]
@@ -587,6 +603,21 @@ pub fn run(Args { which }: Args) -> ExitCode {
         Which::Tools { events, calls, approvals, rounds, out } => block_on(async move {
             let options = bench::tools::Options { events, calls, approvals, rounds };
             print_figures(bench::tools::tools(options).await, out.json)
+        }),
+        Which::Record { rounds, clients, events, cognition_rounds, out } => block_on(async move {
+            let dir = fetch::default_dir();
+            let pulled = if cognition_rounds > 0 {
+                fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}")).map(drop)
+            } else {
+                Ok(())
+            };
+            let r = match pulled {
+                Ok(()) => {
+                    bench::record::record(rounds.max(1), clients.max(1), events.max(1), cognition_rounds, &dir).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            print_figures(r, out.json)
         }),
         Which::Inject { clients, events, personas, out } => {
             block_on(async move { print_figures(bench::inject(clients, events, personas).await, out.json) })

@@ -16,8 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use mindfleet_core::messages::{Deferral, Delivery};
-use mindfleet_core::record::{Committed, Learning};
+use mindfleet_core::messages::{Deferral, Delivery, PersonaCommit};
+use mindfleet_core::record::{Committed, Learning, OutboxEntry, fnv1a};
 
 use crate::lifecycle::{Input, Setup};
 use crate::mind::Update;
@@ -67,6 +67,15 @@ pub fn changed_row(u: &Update) -> Vec<u8> {
 
 fn row(e: &EntryRef<'_>) -> Vec<u8> {
     serde_json::to_vec(e).expect("a recorded entry is plain data")
+}
+
+/// The digest of what commit `c` says (its delivery, decision, plan, reply and deferral; the
+/// reply's id is given after, outside the lifecycle): what a replay checks each commit by, its
+/// journal rows or not.
+pub fn digest(c: &PersonaCommit) -> u64 {
+    let reply = c.reply.as_ref().map(|(entry, _)| OutboxEntry { event_id: String::new(), ..entry.clone() });
+    let said = serde_json::to_vec(&(c.seq, &c.decision, &c.plan, &reply, &c.defer)).expect("plain data");
+    fnv1a(0, &said)
 }
 
 impl Entry {

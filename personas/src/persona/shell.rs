@@ -11,7 +11,7 @@ use mindfleet_cognition::history;
 use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
-use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Retake};
+use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Recorded, Retake};
 use mindfleet_core::record::ErrorClass;
 use mindfleet_core::sched::{Task, TaskId};
 use mindfleet_core::time::now_us;
@@ -177,12 +177,16 @@ impl PersonaState {
     /// Commits a decision: its reply gets its event's id, and (`said`) the event finished the
     /// message conversation memory took in of it.
     fn commit(&mut self, mut commit: Box<PersonaCommit>, said: bool) {
+        // The history up to it rides in it, with the digest a replay checks it by.
+        commit.recorded = self
+            .recorded
+            .as_mut()
+            .map(|rows| Recorded { digest: history::digest(&commit), rows: std::mem::take(rows) });
         if let Some((entry, event)) = commit.reply.as_mut() {
             let id = new_event_id();
             entry.event_id = id.clone();
             event.id = id;
         }
-        commit.recorded = self.recorded.as_mut().map(std::mem::take);
         if said {
             commit.said = self.taking_in.take().filter(|s| s.seq == commit.seq).map(|mut s| {
                 // Embedded already when it is no longer waiting.

@@ -269,7 +269,16 @@ pub struct PersonaCommit {
     /// written in its transaction, so that a decision in the journal always has the inputs
     /// that made it; then a note of the rows the commit wrote. `None`: not a commit of a
     /// lifecycle that records (the inbox's, or recording is off).
-    pub recorded: Option<Vec<Vec<u8>>>,
+    pub recorded: Option<Recorded>,
+}
+
+/// The recorded history a commit carries.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// Rows up to the input that made the commit.
+    pub rows: Vec<Vec<u8>>,
+    /// The digest of what the commit says (`mindfleet_cognition::history::digest`).
+    pub digest: u64,
 }
 
 impl PersonaCommit {

@@ -522,6 +522,15 @@ pub struct Committed {
     pub plan: Option<u64>,
     /// The reply's key in `outbox`.
     pub outbox: Option<u64>,
+    /// [`fnv1a`] of what the commit said (`mindfleet_cognition::history::digest`): checked
+    /// even after retention forgot the rows.
+    pub digest: u64,
+}
+
+/// FNV-1a (64 bits) of `bytes`, continued from `prev` (0 to start): the chain of a recorded
+/// history's rows and the digest of a commit.
+pub fn fnv1a(prev: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(prev ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// What a persona learned from its plans: a pattern with its success and failure counts.

@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use mindfleet_cognition::history;
 use mindfleet_core::messages::PersonaCommit;
 use mindfleet_core::record::Committed;
 use mindfleet_store::StorageError;
@@ -16,33 +17,32 @@ const DIFF_LINES: usize = 24;
 const SHOWN_CHARS: usize = 160;
 const INPUT_CHARS: usize = 400;
 
-/// What became of a commit's check.
-pub(crate) enum Checked {
-    Yes,
-    /// Its journal rows are gone (retention) or it wrote none (a stale finish).
-    Forgotten,
-    /// A sentence, and the diff.
-    Differs(String, Vec<String>),
-}
-
-/// Checks `replayed` against the rows `noted` names.
+/// Checks `replayed` against the commit `noted` records: the same digest, or else (a
+/// difference) the field-by-field diff against the journal rows it wrote, those retention kept.
+/// `None`: the same.
 pub(crate) fn commit(
     reader: &HistoryReader,
     persona: &str,
     replayed: &PersonaCommit,
     noted: Committed,
-) -> Result<Checked, StorageError> {
+) -> Result<Option<(String, Vec<String>)>, StorageError> {
     if replayed.seq != noted.seq {
         let what = format!("the replay finished delivery {} where the journal finished {}", replayed.seq, noted.seq);
-        return Ok(Checked::Differs(what, Vec::new()));
+        return Ok(Some((what, Vec::new())));
     }
-    let Some(key) = noted.decision else { return Ok(Checked::Forgotten) };
-    let Some(decision) = reader.decision(persona, key)? else { return Ok(Checked::Forgotten) };
-    let mut diff = prefixed("decision", &decision, &replayed.decision);
+    if history::digest(replayed) == noted.digest {
+        return Ok(None);
+    }
+    let what = format!("the replay's commit of event {} differs from the recorded one", replayed.decision.event_id);
+    let mut diff = Vec::new();
+    match noted.decision.map(|key| reader.decision(persona, key)).transpose()?.flatten() {
+        Some(decision) => diff.extend(prefixed("decision", &decision, &replayed.decision)),
+        None => diff.push("decision: its journal row is gone (retention), so no diff".into()),
+    }
     match (noted.plan, &replayed.plan) {
         (Some(key), Some(plan)) => match reader.plan(persona, key)? {
             Some(journal) => diff.extend(prefixed("plan", &journal, plan)),
-            None => return Ok(Checked::Forgotten),
+            None => diff.push("plan: its journal row is gone (retention), so no diff".into()),
         },
         (None, None) => {}
         (Some(_), None) => diff.push("plan: recorded a plan, replayed none".into()),
@@ -58,7 +58,7 @@ pub(crate) fn commit(
                 entry.event_id = journal.event_id.clone();
                 diff.extend(prefixed("reply", &journal, &entry));
             }
-            None => return Ok(Checked::Forgotten),
+            None => diff.push("reply: its journal row is gone (retention), so no diff".into()),
         },
         (None, None) => {}
         (Some(_), None) => diff.push("reply: recorded a reply, replayed none".into()),
@@ -66,12 +66,8 @@ pub(crate) fn commit(
             diff.push(format!("reply: recorded none, replayed {}", shown(&Value::String(e.text.clone()))))
         }
     }
-    if diff.is_empty() {
-        return Ok(Checked::Yes);
-    }
-    let what = format!("the replay's commit of event {} differs from the journal's", replayed.decision.event_id);
     diff.truncate(DIFF_LINES);
-    Ok(Checked::Differs(what, diff))
+    Ok(Some((what, diff)))
 }
 
 /// `recorded` against `replayed`, field by field: `path: recorded X, replayed Y`.

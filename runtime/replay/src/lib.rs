@@ -8,12 +8,12 @@
 //! - each commit it makes (decision, plan record, reply) against the journal rows the recorded
 //!   commit wrote, which the history notes after the inputs that led to it;
 //! - each self-state change it asks for against the one recorded;
-//! - each answer in the history against what it asked: an answer to a task it never asked does
-//!   not fit the history.
+//! - each answer in the history against what it asked: an answer to a task it never asked
+//!   means it took another path than the recorded lifecycle.
 //!
 //! The first difference ends the replay with the event, the input and a field-by-field diff
-//! ([`Divergence`]); a history that cannot be read as one (a row missing, undecodable, a time
-//! going backwards, an answer nobody asked for) is refused at its first row that does not fit
+//! ([`Divergence`]); a history that cannot be read as one (a row missing, edited or
+//! undecodable, a time going backwards) is refused at its first row that does not fit
 //! ([`Refusal`]). Nothing in the data dir is changed ([`HistoryReader`] reads it read-only, or a
 //! copy).
 
@@ -81,8 +81,8 @@ pub struct PersonaReport {
     pub runs: u64,
     pub rows: u64,
     pub inputs: u64,
-    /// Commits replayed, and of them those checked against the journal (the others' rows were
-    /// forgotten by its retention, or the commit wrote none: a stale finish).
+    /// Commits replayed, and of them those found the same as recorded (each is checked by the
+    /// digest its commit noted; a difference is shown against the journal rows it wrote).
     pub commits: u64,
     pub commits_checked: u64,
     pub self_state_changes: u64,
@@ -277,10 +277,10 @@ impl<'r> Replay<'r> {
         if let Some(task) = fit::answers(&input)
             && !self.asked.contains(&task)
         {
-            return Err(self.refuse(format!(
-                "row {} answers task {task}, which this run of the lifecycle never asked for",
-                self.row
-            )));
+            // The recorded lifecycle asked for it: this one took another path before.
+            self.input = compare::short(&input);
+            let what = format!("the recorded input answers task {task}, which the replay never asked for");
+            return Err(self.diverge(self.row, None, what, Vec::new()));
         }
         self.first_at.get_or_insert(at);
         self.last_at = Some(at);
@@ -313,12 +313,11 @@ impl<'r> Replay<'r> {
         self.report.commits += 1;
         let event = Some(replayed.decision.event_id.clone());
         match compare::commit(self.reader, &self.report.persona, &replayed, noted) {
-            Ok(compare::Checked::Yes) => {
+            Ok(None) => {
                 self.report.commits_checked += 1;
                 Ok(())
             }
-            Ok(compare::Checked::Forgotten) => Ok(()),
-            Ok(compare::Checked::Differs(what, diff)) => Err(self.diverge(row, event, what, diff)),
+            Ok(Some((what, diff))) => Err(self.diverge(row, event, what, diff)),
             Err(e) => {
                 Err(self.refuse(format!("the journal rows of the commit at row {} cannot be read: {e}", self.row)))
             }

@@ -33,7 +33,7 @@ impl Row {
 /// FNV-1a (64 bits) of `bytes`, from `prev`: the chain that makes a missing, moved or edited row
 /// (or exported line) show.
 pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(prev ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+    mindfleet_core::record::fnv1a(prev, bytes)
 }
 
 /// A stored row's chain and entry.

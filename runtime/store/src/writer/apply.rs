@@ -204,7 +204,8 @@ impl Writer {
         after: &mut Vec<AfterCommit>,
     ) -> Result<bool, redb::Error> {
         let PersonaCommit { persona, seq, accepted_us, decision, reply, plan, said, defer, recorded } = *commit;
-        let mut committed = Committed { seq, decision: None, plan: None, outbox: None };
+        let digest = recorded.as_ref().map_or(0, |r| r.digest);
+        let mut committed = Committed { seq, decision: None, plan: None, outbox: None, digest };
         let kept = match &defer {
             // Deferred: the delivery stays pending, aside from the inbox, until taken up.
             Some(p) => {
@@ -218,8 +219,8 @@ impl Writer {
         if !kept {
             self.stats.stale_finishes += 1;
             // What led to it happened all the same: the history keeps it.
-            let Some(rows) = recorded else { return Ok(false) };
-            self.put_record(t, &persona, rows, Some(committed))?;
+            let Some(recorded) = recorded else { return Ok(false) };
+            self.put_record(t, &persona, recorded.rows, Some(committed))?;
             return Ok(true);
         }
         if matches!(decision.verdict, Verdict::Shed | Verdict::Duplicate) {
@@ -258,8 +259,8 @@ impl Writer {
                 None
             }));
         }
-        if let Some(rows) = recorded {
-            self.put_record(t, &persona, rows, Some(committed))?;
+        if let Some(recorded) = recorded {
+            self.put_record(t, &persona, recorded.rows, Some(committed))?;
         }
         Ok(true)
     }

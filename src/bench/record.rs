@@ -1,0 +1,103 @@
+//! `mindfleet bench record`: what recording the personas' histories costs (`[storage] record`
+//! on against off, side by side, rounds taking turns) on `bench inject` and on the batched half
+//! of `bench cognition`, and how fast a recorded history replays against the time it took.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{inject_with, median, replayed, round};
+
+/// What one side of the comparison gave, each round.
+#[derive(Default)]
+struct Side {
+    acked_per_s: Vec<f64>,
+    decision_p50_ms: Vec<f64>,
+    decision_p99_ms: Vec<f64>,
+}
+
+impl Side {
+    fn add(&mut self, v: &Value) {
+        let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        self.acked_per_s.push(f("acked_per_s"));
+        self.decision_p50_ms.push(f("decision_p50_ms"));
+        self.decision_p99_ms.push(f("decision_p99_ms"));
+    }
+
+    fn figures(&self) -> Value {
+        json!({
+            "acked_per_s": round(median(self.acked_per_s.clone()), 0),
+            "decision_p50_ms": round(median(self.decision_p50_ms.clone()), 2),
+            "decision_p99_ms": round(median(self.decision_p99_ms.clone()), 2),
+            "acked_per_s_rounds": self.acked_per_s,
+        })
+    }
+}
+
+/// `rounds` of `bench inject` (`clients`, `events`, 8 personas) with recording on and off,
+/// taking turns (which goes first alternates), then `cognition_rounds` of the batched cognition
+/// run on and off (none: that half is left out); `models` holds the real models.
+pub async fn record(
+    rounds: usize,
+    clients: usize,
+    events: usize,
+    cognition_rounds: usize,
+    models: &Path,
+) -> anyhow::Result<Value> {
+    let (mut on, mut off) = (Side::default(), Side::default());
+    let mut replay = Value::Null;
+    for r in 0..rounds {
+        for record in if r % 2 == 0 { [true, false] } else { [false, true] } {
+            let (v, dir) = inject_with(clients, events, 8, record).await?;
+            if record {
+                on.add(&v);
+                if replay.is_null() {
+                    replay = replayed(dir.path())?;
+                }
+            } else {
+                off.add(&v);
+            }
+        }
+    }
+    let ratio = |a: &[f64], b: &[f64]| round(median(a.to_vec()) / median(b.to_vec()), 3);
+    let inject = json!({
+        "clients": clients,
+        "events": events,
+        "rounds": rounds,
+        "recording": on.figures(),
+        "not_recording": off.figures(),
+        "acked_per_s_ratio": ratio(&on.acked_per_s, &off.acked_per_s),
+        "decision_p50_ratio": ratio(&on.decision_p50_ms, &off.decision_p50_ms),
+        "decision_p99_ratio": ratio(&on.decision_p99_ms, &off.decision_p99_ms),
+        // One recording round's history replayed: the rules brain at full load.
+        "replay": replay,
+    });
+    let cognition = if cognition_rounds == 0 {
+        Value::Null
+    } else {
+        let max_batch = mindfleet_core::config::LocalLlm::DEFAULT_MAX_BATCH;
+        // A warm-up, as in `bench cognition`: the first run pays for a cold heap.
+        super::cognition::run(max_batch, false, models).await?;
+        let (mut on, mut off, mut replays) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..cognition_rounds {
+            for record in if r % 2 == 0 { [true, false] } else { [false, true] } {
+                let (v, _) = super::cognition::run(max_batch, record, models).await?;
+                let seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
+                if record {
+                    on.push(seconds);
+                    replays.push(v["replay"].clone());
+                } else {
+                    off.push(seconds);
+                }
+            }
+        }
+        json!({
+            "rounds": cognition_rounds,
+            "seconds_recording": on,
+            "seconds_not_recording": off,
+            "seconds_ratio": ratio(&on, &off),
+            "replays": replays,
+        })
+    };
+    Ok(json!({ "bench": "record", "inject": inject, "cognition": cognition }))
+}
