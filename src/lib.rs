@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod defaults;
 pub mod error;
 pub mod fleet;
+pub mod live;
 pub mod mcp;
 pub mod panic_hook;
 pub mod table;

@@ -43,6 +43,10 @@ const SKIPPED: &[(&str, &str)] = &[
     ),
     ("bench lora-step", "a benchmark of a minute of training steps (docs/BENCHMARKS.md has its figures)"),
     (
+        "bench record",
+        "a benchmark of minutes: eight injection runs and four on the local model (docs/BENCHMARKS.md has its figures)",
+    ),
+    (
         "bench lora",
         "a benchmark of tens of minutes: study sessions, then training (docs/BENCHMARKS.md has its figures)",
     ),
@@ -85,6 +89,8 @@ const SAYS: &[(&str, &str)] = &[
     ("drain", "moved"),
     ("webhooks list", "no webhooks"),
     ("webhooks retry", "0 dead letters queued again"),
+    ("replay ./scratch", "identical"),
+    ("history export", "history.jsonl: "),
 ];
 
 /// The fleet across nodes the README's `run fleet.toml --node a|b` lines start: node a's admin on

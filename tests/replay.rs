@@ -8,9 +8,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use mindfleet_core::config::StorageConfig;
-use mindfleet_core::record::fnv1a;
+use mindfleet_core::record::{RecordBatch, fnv1a};
 use mindfleet_store::Storage;
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
 use crate::util::*;
@@ -126,20 +126,24 @@ async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_inpu
         let mut chain = 0;
         let mut event = None;
         for (i, (n, row)) in rows.iter().enumerate() {
-            let mut entry: Value = serde_json::from_slice(&row[8..]).unwrap();
-            if event.is_none()
-                && let Some(e) = entry.pointer_mut("/Fed/input/Next/0/event")
-                && e["text"] == wanted
-            {
-                e["text"] = "please review the rust change number 5".into();
-                e["mentions"] = serde_json::json!([]);
-                event = Some(e["id"].as_str().unwrap().to_string());
+            let mut entries = RecordBatch::unpack(&row[8..]).unwrap();
+            for bytes in &mut entries {
+                let mut entry: Value = serde_json::from_slice(bytes).unwrap();
+                if event.is_none()
+                    && let Some(e) = entry.pointer_mut("/Fed/input/Next/0/event")
+                    && e["text"] == wanted
+                {
+                    e["text"] = "please review the rust change number 5".into();
+                    e["mentions"] = serde_json::json!([]);
+                    event = Some(e["id"].as_str().unwrap().to_string());
+                    *bytes = serde_json::to_vec(&entry).unwrap();
+                }
             }
-            let bytes = if event.is_some() { serde_json::to_vec(&entry).unwrap() } else { row[8..].to_vec() };
-            chain = if i == 0 { u64::from_le_bytes(row[..8].try_into().unwrap()) } else { fnv1a(chain, &bytes) };
-            let mut stored = chain.to_le_bytes().to_vec();
-            stored.extend_from_slice(&bytes);
-            t.insert(("reviewer", *n), stored.as_slice()).unwrap();
+            let stored = if event.is_some() { RecordBatch::pack(&entries).stored } else { row[8..].to_vec() };
+            chain = if i == 0 { u64::from_le_bytes(row[..8].try_into().unwrap()) } else { fnv1a(chain, &stored) };
+            let mut value = chain.to_le_bytes().to_vec();
+            value.extend_from_slice(&stored);
+            t.insert(("reviewer", *n), value.as_slice()).unwrap();
         }
         event.expect("the reviewer was handed the message")
     };
@@ -170,32 +174,42 @@ async fn a_history_with_a_row_edited_or_missing_is_refused_at_that_row() {
         txn.commit().unwrap();
         to
     };
-    // Row 7 changed (a space more: the same JSON), its chain kept: the chain no longer covers it.
+    // The helper's rows (each a batch of entries, under its first entry's number).
+    let keys: Vec<u64> = {
+        let db = redb::Database::open(data.join("fleet.redb")).unwrap();
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(RECORD).unwrap();
+        t.range(("helper", 0)..=("helper", u64::MAX)).unwrap().map(|r| r.unwrap().0.value().1).collect()
+    };
+    assert!(keys.len() > 8, "{keys:?}");
+    // A row changed (a byte more), its chain kept: the chain no longer covers it.
     let edited = edit("edited", &|t| {
-        let mut row = t.get(("helper", 7)).unwrap().unwrap().value().to_vec();
+        let mut row = t.get(("helper", keys[3])).unwrap().unwrap().value().to_vec();
         row.push(b' ');
-        t.insert(("helper", 7), row.as_slice()).unwrap();
+        t.insert(("helper", keys[3]), row.as_slice()).unwrap();
     });
     let (code, report, _) = replay(&edited, &["--persona", "helper"]);
     assert_eq!((code, report["outcome"].as_str()), (Some(2), Some("refused")), "{report}");
-    assert_eq!(report["row"], 7, "{report}");
-    assert!(report["reason"].as_str().unwrap().contains("row 7 does not follow row 6"), "{report}");
+    assert_eq!(report["row"], keys[3], "{report}");
+    let reason = format!("row {} does not follow row {}", keys[3], keys[2]);
+    assert!(report["reason"].as_str().unwrap().contains(&reason), "{report}");
 
     let missing = edit("missing", &|t| {
-        t.remove(("helper", 12)).unwrap();
+        t.remove(("helper", keys[5])).unwrap();
     });
     let (code, report, _) = replay(&missing, &["--persona", "helper"]);
     assert_eq!(code, Some(2), "{report}");
-    assert_eq!(report["row"], 13, "{report}");
-    assert!(report["reason"].as_str().unwrap().contains("row 12 is missing"), "{report}");
+    assert_eq!(report["row"], keys[6], "{report}");
+    let reason = format!("entries {} to {} are missing", keys[5], keys[6] - 1);
+    assert!(report["reason"].as_str().unwrap().contains(&reason), "{report}");
 
     let cut = edit("cut", &|t| {
-        let row = t.get(("helper", 3)).unwrap().unwrap().value().to_vec();
-        t.insert(("helper", 3), &row[..row.len() / 2]).unwrap();
+        let row = t.get(("helper", keys[1])).unwrap().unwrap().value().to_vec();
+        t.insert(("helper", keys[1]), &row[..row.len() / 2]).unwrap();
     });
     let (code, report, _) = replay(&cut, &["--persona", "helper"]);
     assert_eq!(code, Some(2), "{report}");
-    assert_eq!(report["row"], 3, "{report}");
+    assert_eq!(report["row"], keys[1], "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

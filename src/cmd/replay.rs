@@ -19,8 +19,15 @@ pub struct Args {
     persona: Option<String>,
     /// Stop after this row of each history (a number) or this time (RFC 3339, e.g.
     /// 2026-11-29T10:00:00Z).
-    #[arg(long, value_parser = until)]
+    #[arg(long, value_parser = until, conflicts_with = "live")]
     until: Option<Until>,
+    /// Send the history's events again, in order, to a fresh fleet that asks its model and
+    /// tools again, and report what each persona now does otherwise (exit 0 either way).
+    #[arg(long)]
+    live: bool,
+    /// The fleet file of the live run (default: config/fleet.toml, else the embedded default).
+    #[arg(long, requires = "live")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     out: Json,
 }
@@ -34,12 +41,15 @@ fn until(s: &str) -> Result<Until, String> {
         .map_err(|e| format!("neither a row number nor an RFC 3339 time: {e}"))
 }
 
-pub fn run(Args { data_dir, persona, until, out: Json { json } }: Args) -> ExitCode {
+pub fn run(Args { data_dir, persona, until, live, config, out: Json { json } }: Args) -> ExitCode {
+    if live {
+        return super::block_on(run_live(data_dir, config, json));
+    }
     let reader = match HistoryReader::open(&data_dir) {
         Ok(r) => r,
         Err(e) => return fail(2, e),
     };
-    let opts = Options { persona: persona.clone(), until };
+    let opts = Options { persona: persona.clone(), until, ..Options::default() };
     let report = match mindfleet_replay::replay(&reader, &opts) {
         Ok(r) => r,
         Err(e) => return fail(1, e),
@@ -101,4 +111,52 @@ fn text(data_dir: &std::path::Path, r: &Report) -> String {
         }
     }
     s
+}
+
+async fn run_live(data_dir: PathBuf, config: Option<PathBuf>, json: bool) -> ExitCode {
+    let config = match mindfleet::fleet_config(config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return fail(2, format!("{e:#}")),
+    };
+    let report = match mindfleet::live::live(&data_dir, config).await {
+        Ok(r) => r,
+        Err(e) => return fail(1, format!("{e:#}")),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let c = report.changed;
+    println!(
+        "{} events sent again, {} outcomes compared: {} verdicts, {} plans, {} replies, {} tool calls changed",
+        report.events, report.compared, c.verdict, c.plan, c.reply, c.tool_calls
+    );
+    if !report.differences.is_empty() {
+        println!("{:<22} {:<12} {:<28} {:<24} then -> now", "event", "persona", "text", "changed");
+    }
+    let cut = |s: &str, n: usize| {
+        if s.chars().count() > n { format!("{}...", s.chars().take(n - 3).collect::<String>()) } else { s.to_string() }
+    };
+    for d in &report.differences {
+        let (then, now) = if d.changed.contains(&"reply") {
+            (
+                d.recorded.reply.clone().unwrap_or_else(|| "(none)".into()),
+                d.live.reply.clone().unwrap_or_else(|| "(none)".into()),
+            )
+        } else if d.changed.contains(&"verdict") {
+            (d.recorded.verdict.clone(), d.live.verdict.clone())
+        } else {
+            (d.recorded.plan.join(" > "), d.live.plan.join(" > "))
+        };
+        println!(
+            "{:<22} {:<12} {:<28} {:<24} {} -> {}",
+            d.event,
+            d.persona,
+            cut(&d.text, 28),
+            d.changed.join(","),
+            cut(&then, 60),
+            cut(&now, 60)
+        );
+    }
+    ExitCode::SUCCESS
 }

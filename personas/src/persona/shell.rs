@@ -12,7 +12,7 @@ use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
 use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Recorded, Retake};
-use mindfleet_core::record::ErrorClass;
+use mindfleet_core::record::{ErrorClass, RecordBatch};
 use mindfleet_core::sched::{Task, TaskId};
 use mindfleet_core::time::now_us;
 use mindfleet_core::tools::{NOT_NEEDED, ToolAnswer, ToolCall, ToolFailure, ToolsMsg};
@@ -59,7 +59,8 @@ impl PersonaState {
     /// go through the admin, in order).
     pub(super) fn send_recorded(&mut self) {
         if let Some(rows) = self.recorded.as_mut().filter(|rows| !rows.is_empty()) {
-            let _ = self.args.admin.cast(AdminMsg::Record(self.name.clone(), std::mem::take(rows)));
+            let batch = RecordBatch::pack(&std::mem::take(rows));
+            let _ = self.args.admin.cast(AdminMsg::Record(self.name.clone(), batch));
         }
     }
 
@@ -181,7 +182,7 @@ impl PersonaState {
         commit.recorded = self
             .recorded
             .as_mut()
-            .map(|rows| Recorded { digest: history::digest(&commit), rows: std::mem::take(rows) });
+            .map(|rows| Recorded { digest: history::digest(&commit), rows: RecordBatch::pack(&std::mem::take(rows)) });
         if let Some((entry, event)) = commit.reply.as_mut() {
             let id = new_event_id();
             entry.event_id = id.clone();

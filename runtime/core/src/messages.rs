@@ -275,8 +275,8 @@ pub struct PersonaCommit {
 /// The recorded history a commit carries.
 #[derive(Debug, Clone, Default)]
 pub struct Recorded {
-    /// Rows up to the input that made the commit.
-    pub rows: Vec<Vec<u8>>,
+    /// The entries up to the input that made the commit.
+    pub rows: crate::record::RecordBatch,
     /// The digest of what the commit says (`mindfleet_cognition::history::digest`).
     pub digest: u64,
 }
@@ -327,8 +327,8 @@ pub enum AdminMsg {
     StoreHere(Box<StoreRequest>, RpcReplyPort<Result<InjectAck, InjectError>>),
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
-    /// Rows of a persona's recorded history (routed on to storage after its commits before).
-    Record(Arc<str>, Vec<Vec<u8>>),
+    /// Entries of a persona's recorded history (routed on to storage after its commits before).
+    Record(Arc<str>, crate::record::RecordBatch),
     /// From the fleet supervisor: a persona's actor, status and restart count.
     PersonaUp {
         name: String,

@@ -527,6 +527,48 @@ pub struct Committed {
     pub digest: u64,
 }
 
+/// Entries of a persona's recorded history (each one JSON value: see
+/// `mindfleet_cognition::history`), as stored together in one row of `record`: their JSON lines,
+/// compressed (lz4) when more than one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordBatch {
+    pub entries: u64,
+    /// Its first entry is a `Begin`: a run of the lifecycle starts there.
+    pub begins: bool,
+    /// What is stored: a byte saying how (0: plain JSON lines, 1: lz4 of them), then them.
+    pub stored: Vec<u8>,
+}
+
+impl RecordBatch {
+    /// `entries` packed together (none: an empty batch).
+    pub fn pack(entries: &[Vec<u8>]) -> RecordBatch {
+        let lines = entries.join(&b'\n');
+        let (how, bytes) = match entries.len() {
+            0 | 1 => (0, lines),
+            _ => (1, lz4_flex::block::compress_prepend_size(&lines)),
+        };
+        let mut stored = Vec::with_capacity(1 + bytes.len());
+        stored.push(how);
+        stored.extend_from_slice(&bytes);
+        RecordBatch {
+            entries: entries.len() as u64,
+            begins: entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")),
+            stored,
+        }
+    }
+
+    /// The entries of a stored batch.
+    pub fn unpack(stored: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let lines = match stored.split_first() {
+            Some((0, lines)) => lines.to_vec(),
+            Some((1, packed)) => lz4_flex::block::decompress_size_prepended(packed).map_err(|e| e.to_string())?,
+            Some((how, _)) => return Err(format!("stored in an unknown way ({how})")),
+            None => return Err("empty".into()),
+        };
+        Ok(lines.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect())
+    }
+}
+
 /// FNV-1a (64 bits) of `bytes`, continued from `prev` (0 to start): the chain of a recorded
 /// history's rows and the digest of a commit.
 pub fn fnv1a(prev: u64, bytes: &[u8]) -> u64 {

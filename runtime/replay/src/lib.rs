@@ -17,7 +17,8 @@
 //! ([`Refusal`]). Nothing in the data dir is changed ([`HistoryReader`] reads it read-only, or a
 //! copy).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -25,6 +26,7 @@ use serde::Serialize;
 use mindfleet_cognition::history::Entry;
 use mindfleet_cognition::lifecycle::{Effect, Input, Lifecycle};
 use mindfleet_cognition::mind::Update;
+use mindfleet_core::event::{Event, SenderKind};
 use mindfleet_core::messages::PersonaCommit;
 use mindfleet_core::record::Committed;
 use mindfleet_core::sched::TaskId;
@@ -42,6 +44,8 @@ pub struct Options {
     pub persona: Option<String>,
     /// Stop after this point.
     pub until: Option<Until>,
+    /// Keep the commits replayed and the events the personas were handed ([`Report::kept`]).
+    pub keep: bool,
 }
 
 /// Where a replay stops.
@@ -62,6 +66,18 @@ pub struct Report {
     pub copied: Option<String>,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// What `Options::keep` asked for.
+    #[serde(skip)]
+    pub kept: Kept,
+}
+
+/// The commits a replay made, by persona, and the events people (not personas) sent that the
+/// personas were handed, by sequence number: what `mindfleet replay --live` sends again and
+/// compares.
+#[derive(Debug, Clone, Default)]
+pub struct Kept {
+    pub commits: Vec<(String, PersonaCommit)>,
+    pub events: BTreeMap<u64, Arc<Event>>,
 }
 
 /// Identical, or the first divergence, or the history refused.
@@ -128,9 +144,14 @@ pub fn replay(reader: &HistoryReader, opts: &Options) -> Result<Report, StorageE
     if let Some(p) = &opts.persona {
         names.retain(|n| n == p);
     }
-    let mut report = Report { personas: Vec::new(), copied: reader.copied.clone(), outcome: Outcome::Identical };
+    let mut report = Report {
+        personas: Vec::new(),
+        copied: reader.copied.clone(),
+        outcome: Outcome::Identical,
+        kept: Kept::default(),
+    };
     for name in names {
-        let mut one = Replay::new(reader, &name);
+        let mut one = Replay::new(reader, &name, opts.keep.then_some(&mut report.kept));
         let outcome = one.run(opts.until)?;
         report.personas.push(one.report);
         if !matches!(outcome, Outcome::Identical) {
@@ -144,6 +165,7 @@ pub fn replay(reader: &HistoryReader, opts: &Options) -> Result<Report, StorageE
 /// One persona's replay under way.
 struct Replay<'r> {
     reader: &'r HistoryReader,
+    kept: Option<&'r mut Kept>,
     report: PersonaReport,
     life: Option<Lifecycle>,
     /// Commits and self-state changes made and not yet matched with the history's.
@@ -163,9 +185,10 @@ struct Replay<'r> {
 type Stop = Outcome;
 
 impl<'r> Replay<'r> {
-    fn new(reader: &'r HistoryReader, persona: &str) -> Self {
+    fn new(reader: &'r HistoryReader, persona: &str, kept: Option<&'r mut Kept>) -> Self {
         Replay {
             reader,
+            kept,
             report: PersonaReport { persona: persona.to_string(), ..Default::default() },
             life: None,
             commits: VecDeque::new(),
@@ -182,43 +205,56 @@ impl<'r> Replay<'r> {
         let started = Instant::now();
         let rows = self.reader.rows(&self.report.persona)?;
         let mut outcome = Outcome::Identical;
-        let mut before: Option<&Row> = None;
-        for row in &rows {
-            let n = row.n;
-            self.row = n;
-            if let Some(b) = before
-                && !row.follows(b)
+        let mut before: Option<(&Row, u64)> = None;
+        'rows: for row in &rows {
+            self.row = row.n;
+            if let Some((b, entries)) = before
+                && !row.follows(b, entries)
             {
-                let reason = if n == b.n + 1 {
-                    format!("row {n} does not follow row {}: one of them was edited, or rows were moved", b.n)
-                } else if n == b.n + 2 {
-                    format!("row {} is missing: the history jumps from row {} to {n}", b.n + 1, b.n)
+                outcome = self.refuse(if row.n == b.n + entries {
+                    format!("row {} does not follow row {}: one of them was edited, or rows were moved", row.n, b.n)
                 } else {
-                    format!("rows {} to {} are missing: the history jumps from row {} to {n}", b.n + 1, n - 1, b.n)
-                };
-                outcome = self.refuse(reason);
+                    format!(
+                        "entries {} to {} are missing: the history jumps from row {} to row {}",
+                        b.n + entries,
+                        row.n.wrapping_sub(1),
+                        b.n,
+                        row.n
+                    )
+                });
                 break;
             }
-            before = Some(row);
-            if until.is_some_and(|u| matches!(u, Until::Row(r) if n > r)) {
-                break;
-            }
-            let entry = match Entry::read(&row.entry) {
-                Ok(e) => e,
+            let entries = match row.entries() {
+                Ok(es) => es,
                 Err(e) => {
-                    outcome = self.refuse(format!("row {n} cannot be read as a history entry: {e}"));
+                    outcome = self.refuse(format!("row {} cannot be read: {e}", row.n));
                     break;
                 }
             };
-            if let (Some(Until::Time(t)), Entry::Fed { at, .. }) = (until, &entry)
-                && *at > t
-            {
-                break;
-            }
-            self.report.rows += 1;
-            if let Err(stop) = self.take(entry) {
-                outcome = stop;
-                break;
+            before = Some((row, entries.len() as u64));
+            for (i, bytes) in entries.iter().enumerate() {
+                let n = row.n + i as u64;
+                self.row = n;
+                if until.is_some_and(|u| matches!(u, Until::Row(r) if n > r)) {
+                    break 'rows;
+                }
+                let entry = match Entry::read(bytes) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        outcome = self.refuse(format!("entry {n} cannot be read as a history entry: {e}"));
+                        break 'rows;
+                    }
+                };
+                if let (Some(Until::Time(t)), Entry::Fed { at, .. }) = (until, &entry)
+                    && *at > t
+                {
+                    break 'rows;
+                }
+                self.report.rows += 1;
+                if let Err(stop) = self.take(entry) {
+                    outcome = stop;
+                    break 'rows;
+                }
             }
         }
         if matches!(outcome, Outcome::Identical) && until.is_none() {
@@ -286,13 +322,23 @@ impl<'r> Replay<'r> {
         self.last_at = Some(at);
         self.report.inputs += 1;
         self.input = compare::short(&input);
+        if let (Some(kept), Input::Deliver(d) | Input::Next(d, _)) = (self.kept.as_deref_mut(), &input)
+            && d.event.sender_kind != SenderKind::Persona
+        {
+            kept.events.entry(d.seq).or_insert_with(|| d.event.clone());
+        }
         let life = self.life.as_mut().expect("fed only within a run");
         for effect in life.handle(input, at) {
             if let Some(task) = fit::asks(&effect) {
                 self.asked.insert(task);
             }
             match effect {
-                Effect::Commit { commit, .. } => self.commits.push_back((self.row, commit)),
+                Effect::Commit { commit, .. } => {
+                    if let Some(kept) = self.kept.as_deref_mut() {
+                        kept.commits.push((self.report.persona.clone(), (*commit).clone()));
+                    }
+                    self.commits.push_back((self.row, commit))
+                }
                 Effect::SelfState(u) => self.changes.push_back((self.row, u)),
                 _ => {}
             }

@@ -12,21 +12,28 @@ use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
 use crate::schema::{DECISION_LOG, DECISIONS, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
 use crate::{StorageError, dec, upgrade};
 
-/// One row of a persona's history.
+/// One row of a persona's history: a batch of its entries.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// Its number (each persona's from 0; retention forgets the first).
+    /// The number of its first entry (each persona's entries are numbered from 0; retention
+    /// forgets the first).
     pub n: u64,
-    /// The chain up to it: [`chain`] of the row before's chain and this entry.
+    /// The chain up to it: [`chain`] of the row before's chain and this row's stored batch.
     pub chain: u64,
-    /// The entry, as JSON.
-    pub entry: Vec<u8>,
+    /// The batch as stored (`RecordBatch::stored`).
+    pub stored: Vec<u8>,
 }
 
 impl Row {
-    /// Whether it follows `before` (nothing missing, moved or edited between).
-    pub fn follows(&self, before: &Row) -> bool {
-        self.n == before.n + 1 && self.chain == chain(before.chain, &self.entry)
+    /// Whether it follows `before`, of `entries` entries (nothing missing, moved or edited
+    /// between).
+    pub fn follows(&self, before: &Row, entries: u64) -> bool {
+        self.n == before.n + entries && self.chain == chain(before.chain, &self.stored)
+    }
+
+    /// Its entries, as JSON.
+    pub fn entries(&self) -> Result<Vec<Vec<u8>>, String> {
+        mindfleet_core::record::RecordBatch::unpack(&self.stored)
     }
 }
 
@@ -138,8 +145,8 @@ impl HistoryReader {
             t.range((persona, 0)..=(persona, u64::MAX))?
                 .map(|r| {
                     let (k, v) = r?;
-                    let (chain, entry) = split(v.value())?;
-                    Ok(Row { n: k.value().1, chain, entry: entry.to_vec() })
+                    let (chain, stored) = split(v.value())?;
+                    Ok(Row { n: k.value().1, chain, stored: stored.to_vec() })
                 })
                 .collect()
         })
@@ -246,9 +253,14 @@ impl HistoryReader {
         prev = chain(prev, header.as_bytes());
         for name in self.personas()?.into_iter().filter(|n| persona.is_none_or(|p| p == n)) {
             carried.personas += 1;
-            for Row { n, entry: row, .. } in self.rows(&name)? {
+            let entries = self.rows(&name)?.into_iter().flat_map(|r| match r.entries() {
+                Ok(es) => es.into_iter().enumerate().map(|(i, e)| Ok((r.n + i as u64, e))).collect::<Vec<_>>(),
+                Err(e) => vec![Err(format!("record row {name}/{}: {e}", r.n))],
+            });
+            for entry in entries {
+                let (n, row) = entry.map_err(|e| self.err(redb::Error::Corrupted(e)))?;
                 let text = std::str::from_utf8(&row)
-                    .map_err(|e| self.err(redb::Error::Corrupted(format!("record row {name}/{n}: {e}"))))?;
+                    .map_err(|e| self.err(redb::Error::Corrupted(format!("record entry {name}/{n}: {e}"))))?;
                 let mut rest =
                     format!("\"persona\":{},\"row\":{n},\"entry\":{text}", serde_json::Value::String(name.clone()));
                 if let Ok(Noted::Committed(c)) = serde_json::from_slice::<Noted>(&row) {
@@ -360,11 +372,12 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
                 last = Some(&l.persona);
                 at = 0;
             }
-            // Chained again as the writer chains them (the file's chain covered them).
-            let entry = l.entry.get().as_bytes();
-            at = chain(at, entry);
+            // A row of one entry each, chained again as the writer chains them (the file's chain
+            // covered them).
+            let batch = mindfleet_core::record::RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
+            at = chain(at, &batch.stored);
             let mut stored = at.to_le_bytes().to_vec();
-            stored.extend_from_slice(entry);
+            stored.extend_from_slice(&batch.stored);
             record.insert((l.persona.as_str(), l.row), stored.as_slice())?;
             carried.rows += 1;
             let (Ok(Noted::Committed(c)), Some(rows)) = (serde_json::from_str::<Noted>(l.entry.get()), &l.journal)

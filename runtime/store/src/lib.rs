@@ -67,8 +67,8 @@ use mindfleet_core::conversation::{Observation, Said, SaidMarks};
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use mindfleet_core::record::{
-    Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, SelfStateData, StudySession,
-    UserProfile, WmEntry,
+    Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, RecordBatch, SelfStateData,
+    StudySession, UserProfile, WmEntry,
 };
 use mindfleet_core::refs::RefMatch;
 
@@ -371,8 +371,8 @@ impl Storage {
     /// Keeps a persona's selection of a reference (and why) across restarts.
     /// Appends rows to the recorded history of `persona`, after those sent before (and after
     /// those of its commits sent before, which carry theirs).
-    pub fn record(&self, persona: Arc<str>, rows: Vec<Vec<u8>>) {
-        self.send(Op::Record(persona, rows));
+    pub fn record(&self, persona: Arc<str>, batch: RecordBatch) {
+        self.send(Op::Record(persona, batch));
     }
 
     pub fn select_reference(&self, persona: Arc<str>, m: RefMatch) {

@@ -9,7 +9,7 @@ use tokio::sync::{Notify, oneshot};
 use mindfleet_core::conversation::SaidMarks;
 use mindfleet_core::event::Event;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
-use mindfleet_core::record::{Consolidation, Eviction, Knowledge, SelfStateData, StudySession, WmEntry};
+use mindfleet_core::record::{Consolidation, Eviction, Knowledge, RecordBatch, SelfStateData, StudySession, WmEntry};
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
 use mindfleet_core::tools::CallJournal;
@@ -47,8 +47,8 @@ pub(crate) enum Op {
     },
     /// A persona joined a room it was not configured in (a directed event).
     JoinRoom(String, Arc<str>),
-    /// Rows of a persona's recorded history, in its order (those up to a commit ride in it).
-    Record(Arc<str>, Vec<Vec<u8>>),
+    /// Entries of a persona's recorded history, in its order (those up to a commit ride in it).
+    Record(Arc<str>, RecordBatch),
     /// A persona selected a reference.
     SelectReference(Arc<str>, Box<RefMatch>),
     /// Marks on a persona's messages: embedded, recalled.
@@ -104,7 +104,7 @@ impl Op {
                 Op::Crash { persona: persona.clone(), seq: *seq, reason: reason.clone() }
             }
             Op::JoinRoom(room, p) => Op::JoinRoom(room.clone(), p.clone()),
-            Op::Record(p, rows) => Op::Record(p.clone(), rows.clone()),
+            Op::Record(p, batch) => Op::Record(p.clone(), batch.clone()),
             Op::SelectReference(p, m) => Op::SelectReference(p.clone(), m.clone()),
             Op::SaidMarks(p, m) => Op::SaidMarks(p.clone(), m.clone()),
             Op::Consolidate(p, c) => Op::Consolidate(p.clone(), c.clone()),

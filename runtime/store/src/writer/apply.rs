@@ -67,8 +67,8 @@ impl Writer {
                 t.rooms.insert((room.as_str(), &*persona), ())?;
                 Ok(true)
             }
-            Op::Record(persona, rows) => {
-                self.put_record(t, &persona, rows, None)?;
+            Op::Record(persona, batch) => {
+                self.put_record(t, &persona, batch, None)?;
                 Ok(true)
             }
             Op::SelectReference(persona, m) => {

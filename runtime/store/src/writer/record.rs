@@ -1,55 +1,54 @@
-//! Each persona's recorded history (`record`): rows appended in the order the persona sent them,
-//! a commit's rows in the commit's transaction followed by a note of the journal rows it wrote,
-//! and the oldest runs of a lifecycle forgotten past `record_rows`. Each row is stored behind
-//! its chain (8 bytes): a row missing, moved or edited breaks the chain of the next.
+//! Each persona's recorded history (`record`): batches of entries appended in the order the
+//! persona sent them, a commit's batch in the commit's transaction followed by a note of the
+//! journal rows it wrote, and the oldest runs of a lifecycle forgotten past `record_rows`. A
+//! row is a batch under the number of its first entry, stored behind its chain (8 bytes): a
+//! batch missing, moved or edited breaks the chain of the next.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use mindfleet_core::record::Committed;
+use mindfleet_core::record::{Committed, RecordBatch};
 
 use crate::history;
 use crate::schema::Tables;
 use crate::writer::Writer;
 
-/// Rows removed per commit at most when a history is trimmed (the rest goes with later ones).
-const TRIM_PER_COMMIT: usize = 4096;
+/// Rows (batches) removed per commit at most when a history is trimmed.
+const TRIM_PER_COMMIT: usize = 1024;
 
 /// What the writer knows of one persona's history once it has read it.
 #[derive(Debug, Default)]
 pub(crate) struct RecordCount {
+    /// The number the next entry gets.
     next: u64,
-    rows: u64,
-    /// The key of each run's first row (its `Begin`), oldest first.
+    /// Entries kept, and the first one's number.
+    entries: u64,
+    first: u64,
+    /// The number of each run's first entry (its `Begin`), oldest first.
     begins: VecDeque<u64>,
-    /// The chain of the last row (see `history::chain`).
+    /// The chain of the last row.
     chain: u64,
 }
 
-/// Whether a row is a `Begin` entry: a lifecycle was built there.
-fn begins_a_run(row: &[u8]) -> bool {
-    row.starts_with(b"{\"Begin\"")
-}
-
-/// The row a commit's note is: `{"Committed": {...}}`, as `mindfleet_cognition::history::Entry`
-/// reads it.
-fn committed_row(c: Committed) -> Vec<u8> {
+/// The note of a commit: `{"Committed": {...}}`, as `mindfleet_cognition::history::Entry` reads
+/// it.
+fn committed_entry(c: Committed) -> Vec<u8> {
     #[derive(serde::Serialize)]
-    enum Row {
+    enum Entry {
         Committed(Committed),
     }
-    serde_json::to_vec(&Row::Committed(c)).expect("plain data")
+    serde_json::to_vec(&Entry::Committed(c)).expect("plain data")
 }
 
 impl Writer {
-    /// Appends `rows` to the history of `persona`, then the note of `committed`.
+    /// Appends `batch` to the history of `persona`, then the note of `committed`.
     pub(crate) fn put_record(
         &mut self,
         t: &mut Tables<'_>,
         persona: &Arc<str>,
-        rows: Vec<Vec<u8>>,
+        batch: RecordBatch,
         committed: Option<Committed>,
     ) -> Result<(), redb::Error> {
         if !self.records.contains_key(persona) {
@@ -57,17 +56,21 @@ impl Writer {
             self.records.insert(persona.clone(), count);
         }
         let count = self.records.get_mut(persona).expect("inserted above");
-        for row in rows.iter().map(Vec::as_slice).chain(committed.map(committed_row).as_deref()) {
-            if begins_a_run(row) {
+        let note = committed.map(|c| RecordBatch::pack(&[committed_entry(c)]));
+        for b in std::iter::once(batch).chain(note).filter(|b| b.entries > 0) {
+            if b.begins {
                 count.begins.push_back(count.next);
             }
-            count.chain = history::chain(count.chain, row);
-            let mut stored = Vec::with_capacity(8 + row.len());
+            if count.entries == 0 {
+                count.first = count.next;
+            }
+            count.chain = history::chain(count.chain, &b.stored);
+            let mut stored = Vec::with_capacity(8 + b.stored.len());
             stored.extend_from_slice(&count.chain.to_le_bytes());
-            stored.extend_from_slice(row);
+            stored.extend_from_slice(&b.stored);
             t.record.insert((&**persona, count.next), stored.as_slice())?;
-            count.next += 1;
-            count.rows += 1;
+            count.next += b.entries;
+            count.entries += b.entries;
         }
         trim(t, persona, count, self.cfg.record_rows)
     }
@@ -78,35 +81,45 @@ fn count_rows(t: &Tables<'_>, persona: &str) -> Result<RecordCount, redb::Error>
     for r in t.record.range((persona, 0)..=(persona, u64::MAX))? {
         let (k, v) = r?;
         let n = k.value().1;
-        let (chain, row) = history::split(v.value())?;
-        if begins_a_run(row) {
+        let (chain, stored) = history::split(v.value())?;
+        let entries =
+            RecordBatch::unpack(stored).map_err(|e| redb::Error::Corrupted(format!("record {persona}/{n}: {e}")))?;
+        if entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")) {
             count.begins.push_back(n);
         }
+        if count.entries == 0 {
+            count.first = n;
+        }
         count.chain = chain;
-        count.next = n + 1;
-        count.rows += 1;
+        count.next = n + entries.len() as u64;
+        count.entries += entries.len() as u64;
     }
     Ok(count)
 }
 
-/// Past `limit` rows (and a slack of a sixteenth), forgets the oldest runs of the lifecycle,
+/// Past `limit` entries (and a slack of a sixteenth), forgets the oldest runs of the lifecycle,
 /// whole, never the one running: a replay starts where a run begins.
 fn trim(t: &mut Tables<'_>, persona: &str, count: &mut RecordCount, limit: u64) -> Result<(), redb::Error> {
-    if count.rows <= limit + limit / 16 || count.begins.len() < 2 {
+    if count.entries <= limit + limit / 16 || count.begins.len() < 2 {
         return Ok(());
     }
-    let first = count.next - count.rows;
-    // The run to keep first: the oldest whose rows to the end fit in the limit (or the last).
-    let keep_from =
-        count.begins.iter().copied().find(|b| count.next - b <= limit).unwrap_or(count.begins[count.begins.len() - 1]);
-    let upto = keep_from.min(first + TRIM_PER_COMMIT as u64);
-    let mut removed = 0;
-    t.record.retain_in((persona, first)..(persona, upto), |_, _| {
-        removed += 1;
-        false
-    })?;
-    count.rows -= removed;
-    while count.begins.front().is_some_and(|&b| b < upto) {
+    // The run to keep first: the oldest whose entries to the end fit in the limit (or the last).
+    let last = count.begins[count.begins.len() - 1];
+    let keep_from = count.begins.iter().copied().find(|b| count.next - b <= limit).unwrap_or(last);
+    let mut gone = Vec::new();
+    for r in t.record.range((persona, count.first)..(persona, keep_from))?.take(TRIM_PER_COMMIT) {
+        gone.push(r?.0.value().1);
+    }
+    for n in &gone {
+        t.record.remove((persona, *n))?;
+    }
+    // The first entry kept: the next row's.
+    count.first = match t.record.range((persona, count.first)..=(persona, u64::MAX))?.next() {
+        Some(r) => r?.0.value().1,
+        None => count.next,
+    };
+    count.entries = count.next - count.first;
+    while count.begins.front().is_some_and(|&b| b < count.first) {
         count.begins.pop_front();
     }
     Ok(())
