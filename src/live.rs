@@ -100,12 +100,19 @@ fn outcomes(data_dir: &Path) -> anyhow::Result<(ByEvent, mindfleet_replay::Kept)
     Ok((by, report.kept))
 }
 
-/// Sends the events of `data_dir`'s history to a fleet of `config` (on a data dir of its own)
-/// one at a time, each once the fleet is idle again, and compares.
-pub async fn live(data_dir: &Path, mut config: FleetConfig) -> anyhow::Result<LiveReport> {
+/// Sends the events of `data_dir`'s history to a fleet of `config` one at a time, each once the
+/// fleet is idle again, and compares. The fleet keeps its data in `live_data` (a new directory),
+/// else in a temporary one.
+pub async fn live(data_dir: &Path, mut config: FleetConfig, live_data: Option<&Path>) -> anyhow::Result<LiveReport> {
     let (recorded, kept) = outcomes(data_dir)?;
     let scratch = tempfile::tempdir()?;
-    config.storage.data_dir = scratch.path().to_path_buf();
+    let live_dir = live_data.unwrap_or(scratch.path());
+    anyhow::ensure!(
+        !live_dir.join("fleet.redb").exists(),
+        "{}: the live run's data dir holds a fleet already",
+        live_dir.display()
+    );
+    config.storage.data_dir = live_dir.to_path_buf();
     config.storage.record = true;
     config.admin.addr = "127.0.0.1:0".parse()?;
     let fleet = Fleet::start(config).await?;
@@ -133,7 +140,7 @@ pub async fn live(data_dir: &Path, mut config: FleetConfig) -> anyhow::Result<Li
         fleet.wait_idle(PER_EVENT).await;
     }
     fleet.shutdown(PER_EVENT).await;
-    let (now, _) = outcomes(scratch.path())?;
+    let (now, _) = outcomes(live_dir)?;
     let mut report =
         LiveReport { events: texts.len(), compared: 0, changed: Changed::default(), differences: Vec::new() };
     let order: BTreeMap<&str, u64> = kept.events.iter().map(|(seq, e)| (e.id.as_str(), *seq)).collect();

@@ -251,3 +251,93 @@ async fn an_exported_history_imports_elsewhere_and_replays_there_and_a_line_lost
     let out = mindfleet(&["history", "import", cut.to_str().unwrap(), "--data", target.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A fleet of one persona on the local brain in the role given, its model behind `endpoint`
+/// (another fleet's OpenAI-compatible `/v1`, the real SmolLM2): a model there drafts the
+/// replies themselves, not only from what the steps found.
+fn endpoint_fleet(role: &str, endpoint: &str) -> String {
+    format!(
+        "[fleet]\nname = \"test\"\nbrain = \"local\"\n[admin]\naddr = \"127.0.0.1:0\"\n[conversation]\nenabled = false\n\
+         [llm]\nbackend = \"openai\"\nurl = \"http://{endpoint}/v1\"\nmodel = \"smollm2\"\n\
+         [[persona]]\nname = \"helper\"\nrole = \"{role}\"\nrooms = [\"general\"]\ninferences_per_hour = 100000\n"
+    )
+}
+
+/// The replies each event got, by event id, in a stopped fleet's outbox.
+async fn replies(data: &Path) -> std::collections::BTreeMap<String, String> {
+    let storage =
+        Storage::open(&StorageConfig { data_dir: data.to_path_buf(), ..mindfleet::defaults::default_fleet().storage })
+            .unwrap();
+    let out = storage.outbox_after(0, 100_000).unwrap().into_iter().map(|(_, o)| (o.in_reply_to, o.text)).collect();
+    storage.close().await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_replay_with_another_prompt_names_the_events_whose_replies_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = config(
+        &dir.path().join("served"),
+        &fleet_toml(
+            "[[persona]]\nname = \"quiet\"\nrole = \"assistant\"\nrooms = [\"elsewhere\"]\nbrain = \"local\"\n",
+        ),
+    );
+    served.models.dir = pulled();
+    let endpoint = mindfleet::Fleet::start(served).await.unwrap();
+    let addr = endpoint.addr.to_string();
+    let data = dir.path().join("data");
+    let fleet = start(&data, &endpoint_fleet("assistant", &addr)).await;
+    let questions = [
+        "@helper what should we name the new build server?",
+        "@helper how do I make the deploy script retry on failure?",
+        "@helper can you summarise what a code review is for?",
+    ];
+    for q in questions {
+        fleet.inject(chat("general", "bob", q)).await.unwrap();
+        assert!(fleet.wait_idle(DEADLINE).await, "the fleet settles after {q:?}");
+    }
+    fleet.shutdown(DEADLINE).await;
+    let then = replies(&data).await;
+    assert_eq!(then.len(), questions.len(), "{then:?}");
+
+    // The same events to a fleet whose persona is told it is someone else: its prompts change.
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, endpoint_fleet("pirate captain who answers every question with a sea shanty", &addr))
+        .unwrap();
+    let live = dir.path().join("live");
+    let out = mindfleet(&[
+        "replay",
+        data.to_str().unwrap(),
+        "--live",
+        "--config",
+        other.to_str().unwrap(),
+        "--live-data",
+        live.to_str().unwrap(),
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["events"], questions.len(), "{report}");
+    assert_eq!(report["compared"], questions.len(), "{report}");
+
+    // The events it names are exactly those whose reply differs between the two outboxes.
+    let now = replies(&live).await;
+    let changed: std::collections::BTreeSet<&str> =
+        then.iter().filter(|(event, text)| now.get(*event) != Some(text)).map(|(event, _)| event.as_str()).collect();
+    let named: std::collections::BTreeSet<&str> = report["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["changed"].as_array().unwrap().iter().any(|c| c == "reply"))
+        .map(|d| d["event"].as_str().unwrap())
+        .collect();
+    assert!(!changed.is_empty(), "another role changed no reply: {then:?} {now:?}");
+    assert_eq!(named, changed, "{report}");
+    assert_eq!(report["changed"]["reply"], changed.len(), "{report}");
+    for d in report["differences"].as_array().unwrap() {
+        let event = d["event"].as_str().unwrap();
+        assert_eq!(d["recorded"]["reply"].as_str(), then.get(event).map(String::as_str), "{d}");
+        assert_eq!(d["live"]["reply"].as_str(), now.get(event).map(String::as_str), "{d}");
+    }
+}

@@ -28,6 +28,10 @@ pub struct Args {
     /// The fleet file of the live run (default: config/fleet.toml, else the embedded default).
     #[arg(long, requires = "live")]
     config: Option<PathBuf>,
+    /// Where the live run keeps its data, to look at after (a new directory; default: a
+    /// temporary one).
+    #[arg(long, requires = "live")]
+    live_data: Option<PathBuf>,
     #[command(flatten)]
     out: Json,
 }
@@ -41,9 +45,9 @@ fn until(s: &str) -> Result<Until, String> {
         .map_err(|e| format!("neither a row number nor an RFC 3339 time: {e}"))
 }
 
-pub fn run(Args { data_dir, persona, until, live, config, out: Json { json } }: Args) -> ExitCode {
+pub fn run(Args { data_dir, persona, until, live, config, live_data, out: Json { json } }: Args) -> ExitCode {
     if live {
-        return super::block_on(run_live(data_dir, config, json));
+        return super::block_on(run_live(data_dir, config, live_data, json));
     }
     let reader = match HistoryReader::open(&data_dir) {
         Ok(r) => r,
@@ -113,12 +117,12 @@ fn text(data_dir: &std::path::Path, r: &Report) -> String {
     s
 }
 
-async fn run_live(data_dir: PathBuf, config: Option<PathBuf>, json: bool) -> ExitCode {
+async fn run_live(data_dir: PathBuf, config: Option<PathBuf>, live_data: Option<PathBuf>, json: bool) -> ExitCode {
     let config = match mindfleet::fleet_config(config.as_deref()) {
         Ok(c) => c,
         Err(e) => return fail(2, format!("{e:#}")),
     };
-    let report = match mindfleet::live::live(&data_dir, config).await {
+    let report = match mindfleet::live::live(&data_dir, config, live_data.as_deref()).await {
         Ok(r) => r,
         Err(e) => return fail(1, format!("{e:#}")),
     };
