@@ -30,6 +30,15 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// A repository whose last commit has `subject`, under `dir`.
+/// A temporary directory whose name the small model copies reliably into a tool's arguments:
+/// digits (one token each), not a temporary name's random letters, which it once copied with a
+/// letter dropped.
+fn copyable_tempdir() -> tempfile::TempDir {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tempfile::Builder::new().prefix(&format!("git-{}-{n}", std::process::id())).rand_bytes(0).tempdir().unwrap()
+}
+
 pub fn repository(dir: &Path, subject: &str) -> PathBuf {
     let repo = dir.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
@@ -563,7 +572,7 @@ async fn ask_the_last_commit(fleet: &mindfleet::Fleet) -> (mindfleet_core::recor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_local_model_the_reviewer_chooses_git_fills_its_arguments_and_answers_with_the_subject() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = copyable_tempdir();
     let repo = repository(dir.path(), "Cap the retry backoff at thirty seconds");
     let mut cfg = crate::util::config(&dir.path().join("data"), &model_git_fleet(&repo));
     cfg.models.dir = crate::util::pulled();
