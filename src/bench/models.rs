@@ -9,13 +9,24 @@ use std::path::Path;
 use mindfleet_models::fetch::{self, ModelPackage};
 use serde_json::{Value, json};
 
+/// What of the replies bench is run and shown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Replies {
+    /// Not run.
+    None,
+    /// Its figures.
+    Figures,
+    /// Its figures and every question with the local brain's reply.
+    Details,
+}
+
 /// The models measured, in the order they are run.
 pub const MODELS: [&ModelPackage; 2] = [&fetch::SMOLLM2, &fetch::GEMMA3_270M];
 
 /// Every model of [`MODELS`] (those named in `only`, when any) on the tasks, `tree` (Werkzeug,
-/// described by `source`) being the code the replies' code questions are about (the replies
-/// left out unless `replies`); models pulled into `dir` first.
-pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String], replies: bool) -> anyhow::Result<Value> {
+/// described by `source`) being the code the replies' code questions are about; models pulled
+/// into `dir` first.
+pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String], replies: Replies) -> anyhow::Result<Value> {
     if let Some(unknown) = only.iter().find(|n| !MODELS.iter().any(|p| p.name == n.as_str())) {
         let known: Vec<&str> = MODELS.iter().map(|p| p.name).collect();
         anyhow::bail!("--model {unknown}: not one of {}", known.join(", "));
@@ -28,11 +39,19 @@ pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String], repl
         let gate = tokio::task::spawn_blocking(move || super::llm::gate_model(&at)).await??;
         let at = file.clone();
         let speed = tokio::task::spawn_blocking(move || super::llm::llm(&at, None, None)).await??;
-        let local = match replies {
-            true => super::replies::replies(tree, source, dir, Some(&file), false).await?["by_brain"]["local"].take(),
-            false => Value::Null,
+        let (local, texts) = match replies {
+            Replies::None => (Value::Null, Value::Null),
+            _ => {
+                let details = replies == Replies::Details;
+                let mut r = super::replies::replies(tree, source, dir, Some(&file), details).await?;
+                let texts = match r["replies"].take() {
+                    Value::Array(all) => all.into_iter().filter(|x| x["brain"] == "local").collect(),
+                    _ => Value::Null,
+                };
+                (r["by_brain"]["local"].take(), texts)
+            }
         };
-        out.push(json!({
+        let mut figures = json!({
             "model": p.name,
             "file": file.file_name().map(|n| n.to_string_lossy().into_owned()),
             "runs_on": speed["runs_on"],
@@ -51,7 +70,11 @@ pub async fn models(tree: &Path, source: &str, dir: &Path, only: &[String], repl
             "ttft_ms": speed["ttft_ms"],
             "load_s": speed["load_s"],
             "rss_mb": speed["rss_mb"],
-        }));
+        });
+        if replies == Replies::Details {
+            figures["reply_texts"] = texts;
+        }
+        out.push(figures);
     }
     Ok(json!({ "bench": "models", "source": source, "models": out }))
 }

@@ -162,7 +162,8 @@ fn figures(reads: &[Read]) -> Value {
 }
 
 /// The bench on `tree` (Werkzeug), with the models in `models` (the local brain's on `llm`
-/// when given, a GGUF file or a packaged model's name); `details`: every reply too.
+/// when given, a GGUF file or a packaged model's name); `details`: every reply too, with the
+/// model's draft when the draft check replaced it.
 pub async fn replies(
     tree: &Path,
     source: &str,
@@ -209,6 +210,8 @@ pub async fn replies(
     anyhow::ensure!(fleet.wait_idle(REPLY_WAIT).await, "the fleet did not settle after the conversation");
     let mut out = serde_json::Map::new();
     let mut shown = Vec::new();
+    // Each reply shown: its persona and event, to find the model's draft the check replaced.
+    let mut asked_as: Vec<(usize, String, String)> = Vec::new();
     for brain in BRAINS {
         let mut reads = Vec::new();
         for p in &prompts {
@@ -245,6 +248,7 @@ pub async fn replies(
             let (reply, by) = reply.map_or((None, String::new()), |(t, b)| (Some(t), b));
             if details {
                 shown.push(json!({ "brain": brain, "id": p.id, "asked": p.text, "reply": reply, "by": by, "s": round(seconds, 2) }));
+                asked_as.push((shown.len() - 1, name.clone(), id.clone()));
             }
             reads.push(Read { prompt: p.clone(), reply, brain: by, seconds });
         }
@@ -259,6 +263,18 @@ pub async fn replies(
         }
         f["drafts_replaced"] = json!(replaced);
         out.insert(brain.into(), f);
+    }
+    if details {
+        // The model's drafts that the draft check replaced by the grounded reply, as written.
+        for (at, name, event) in &asked_as {
+            let storage = fleet.storage.clone();
+            let persona = name.clone();
+            let plans =
+                tokio::task::spawn_blocking(move || storage.recent_plans(&persona, 1000)).await?.map_err(fail)?;
+            if let Some(c) = plans.iter().find(|p| &p.event_id == event).and_then(|p| p.draft_check.as_ref()) {
+                shown[*at]["replaced_draft"] = json!({ "flaw": c.flaw, "draft": c.draft });
+            }
+        }
     }
     fleet.shutdown(Duration::from_secs(10)).await;
     let mut v = json!({

