@@ -4,8 +4,9 @@
 //! and their times are all it depends on; what it asks the world for (a model's answer, a tool's
 //! result, a grant, a timer) comes back as an input and is recorded as one.
 //!
-//! Rows are JSON (`[storage] record`, table `record`): readable in an exported history, and an
-//! older row still reads when a type gains a field with a default. Floats round-trip exactly.
+//! Entries are JSON (`[storage] record`, table `record`, packed a batch to a row): readable in
+//! an exported history, and an older entry still reads when a type gains a field with a
+//! default. Floats round-trip exactly.
 //!
 //! ```text
 //! Begin        the lifecycle was built (a start or a restart): what it was given
@@ -23,7 +24,7 @@ use crate::lifecycle::{Input, Setup};
 use crate::mind::Update;
 use crate::references::RefBook;
 
-/// One row of a persona's recorded history.
+/// One entry of a persona's recorded history.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Entry {
     Begin(Box<Begin>),
@@ -50,22 +51,22 @@ enum EntryRef<'a> {
     Changed(&'a Update),
 }
 
-/// A row for the lifecycle built from `begin`.
-pub fn begin_row(begin: &Begin) -> Vec<u8> {
-    row(&EntryRef::Begin(begin))
+/// The entry of the lifecycle built from `begin`.
+pub fn begin_entry(begin: &Begin) -> Vec<u8> {
+    entry(&EntryRef::Begin(begin))
 }
 
-/// A row for `input`, taken at `at`.
-pub fn fed_row(at: i64, input: &Input) -> Vec<u8> {
-    row(&EntryRef::Fed { at, input })
+/// The entry of `input`, taken at `at`.
+pub fn fed_entry(at: i64, input: &Input) -> Vec<u8> {
+    entry(&EntryRef::Fed { at, input })
 }
 
-/// A row for the self-state change `u`.
-pub fn changed_row(u: &Update) -> Vec<u8> {
-    row(&EntryRef::Changed(u))
+/// The entry of the self-state change `u`.
+pub fn changed_entry(u: &Update) -> Vec<u8> {
+    entry(&EntryRef::Changed(u))
 }
 
-fn row(e: &EntryRef<'_>) -> Vec<u8> {
+fn entry(e: &EntryRef<'_>) -> Vec<u8> {
     serde_json::to_vec(e).expect("a recorded entry is plain data")
 }
 
@@ -79,9 +80,9 @@ pub fn digest(c: &PersonaCommit) -> u64 {
 }
 
 impl Entry {
-    /// Reads a row.
-    pub fn read(row: &[u8]) -> Result<Entry, serde_json::Error> {
-        serde_json::from_slice(row)
+    /// Reads an entry.
+    pub fn read(entry: &[u8]) -> Result<Entry, serde_json::Error> {
+        serde_json::from_slice(entry)
     }
 
     /// What kind of entry it is, for messages.

@@ -203,7 +203,7 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     /// The lifecycle of its events.
     life: Lifecycle,
-    /// The rows of its recorded history not sent to storage yet (none: not recording).
+    /// The entries of its recorded history not sent to storage yet (none: not recording).
     recorded: Option<Vec<Vec<u8>>>,
     /// What each of its chores' tasks submitted and not granted yet is for.
     chores: HashMap<TaskId, Chore>,
@@ -421,7 +421,7 @@ impl Actor for Persona {
                 refs: refs.clone(),
                 deferred: deferred.clone(),
             };
-            vec![history::begin_row(&begin)]
+            vec![history::begin_entry(&begin)]
         });
         Ok(PersonaState {
             life: Lifecycle::new(setup, learnings, refs, deferred),

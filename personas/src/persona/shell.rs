@@ -33,7 +33,7 @@ use crate::working_memory::MemoryMsg;
 const REOPEN_TRIES: u32 = 20;
 /// How long it waits between two tries.
 const REOPEN_WAIT: Duration = Duration::from_millis(100);
-/// Rows of recorded history held before they go to storage without a commit to carry them.
+/// Entries of recorded history held before they go to storage without a commit to carry them.
 const RECORDED_HELD: usize = 256;
 
 impl PersonaState {
@@ -44,7 +44,7 @@ impl PersonaState {
         while let Some(input) = inputs.pop_front() {
             let now = now_us();
             if let Some(rows) = &mut self.recorded {
-                rows.push(history::fed_row(now, &input));
+                rows.push(history::fed_entry(now, &input));
             }
             for effect in self.life.handle(input, now) {
                 inputs.extend(self.carry_out(effect).await);
@@ -55,8 +55,8 @@ impl PersonaState {
         }
     }
 
-    /// Sends the rows of recorded history held to storage, after the commits sent before (both
-    /// go through the admin, in order).
+    /// Sends the entries of recorded history held to storage, packed in one row, after the
+    /// commits sent before (both go through the admin, in order).
     pub(super) fn send_recorded(&mut self) {
         if let Some(rows) = self.recorded.as_mut().filter(|rows| !rows.is_empty()) {
             let batch = RecordBatch::pack(&std::mem::take(rows));
@@ -104,7 +104,7 @@ impl PersonaState {
             }
             Effect::SelfState(u) => {
                 if let Some(rows) = &mut self.recorded {
-                    rows.push(history::changed_row(&u));
+                    rows.push(history::changed_entry(&u));
                 }
                 drop(self.self_state.actor.cast(SelfStateMsg::Apply(u)))
             }
