@@ -92,7 +92,7 @@ async fn a_rules_fleet_s_history_replays_identically_with_every_commit_checked_a
     let (code, report, _) = replay(&data, &["--until", "20", "--persona", "helper"]);
     assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["personas"].as_array().unwrap().len(), 1);
-    assert_eq!(report["personas"][0]["rows"], 21);
+    assert_eq!(report["personas"][0]["entries"], 21);
     let (code, _, stderr) = replay(&data, &["--persona", "nobody"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("no recorded history of persona \"nobody\""), "{stderr}");

@@ -17,8 +17,8 @@ pub struct Args {
     /// Only this persona's history.
     #[arg(long)]
     persona: Option<String>,
-    /// Stop after this row of each history (a number) or this time (RFC 3339, e.g.
-    /// 2026-11-29T10:00:00Z).
+    /// Stop after this entry of each history (a number: a persona's entries count from 0) or
+    /// this time (RFC 3339, e.g. 2026-11-29T10:00:00Z).
     #[arg(long, value_parser = until, conflicts_with = "live")]
     until: Option<Until>,
     /// Send the history's events again, in order, to a fresh fleet that asks its model and

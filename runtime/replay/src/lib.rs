@@ -51,7 +51,7 @@ pub struct Options {
 /// Where a replay stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Until {
-    /// After the row of this number (each persona's rows are numbered from 0).
+    /// After the entry of this number (each persona's entries are numbered from 0).
     Row(u64),
     /// After the last input taken at or before this time (microseconds since the epoch).
     Time(i64),
@@ -95,15 +95,16 @@ pub struct PersonaReport {
     pub persona: String,
     /// Runs of its lifecycle (a start, and each restart).
     pub runs: u64,
-    pub rows: u64,
+    /// Entries read (inputs, self-state changes, commits' notes, beginnings).
+    pub entries: u64,
     pub inputs: u64,
     /// Commits replayed, and of them those found the same as recorded (each is checked by the
     /// digest its commit noted; a difference is shown against the journal rows it wrote).
     pub commits: u64,
     pub commits_checked: u64,
     pub self_state_changes: u64,
-    /// Rows before the first run's beginning (a run partly forgotten by retention), not fed.
-    pub rows_skipped: u64,
+    /// Entries before the first run's beginning (a run partly forgotten by retention), not fed.
+    pub entries_skipped: u64,
     /// Time the recorded inputs spanned, run by run, and the time the replay took.
     pub recorded_ms: f64,
     pub replay_ms: f64,
@@ -250,7 +251,7 @@ impl<'r> Replay<'r> {
                 {
                     break 'rows;
                 }
-                self.report.rows += 1;
+                self.report.entries += 1;
                 if let Err(stop) = self.take(entry) {
                     outcome = stop;
                     break 'rows;
@@ -277,7 +278,7 @@ impl<'r> Replay<'r> {
             }
             _ if self.life.is_none() => {
                 // A run whose beginning retention forgot: nothing to feed it to.
-                self.report.rows_skipped += 1;
+                self.report.entries_skipped += 1;
                 Ok(())
             }
             Entry::Fed { at, input } => self.feed(at, input),
