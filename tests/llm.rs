@@ -13,7 +13,6 @@ use mindfleet_models::llama::{
     ChatMessage, GenerateRequest, Generation, GgufInfo, GgufTokenizer, Llm, LlmConfig, LlmError, Sampling, Stop,
     inspect, margin, requantize,
 };
-use serde_json::Value;
 
 use crate::util::pulled;
 
@@ -57,18 +56,7 @@ fn generate(req: &GenerateRequest) -> Generation {
 }
 
 fn fixture() -> Vec<(String, Vec<u32>)> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smollm2_tokens.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            let ids = i["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-            (i["text"].as_str().unwrap().to_string(), ids)
-        })
-        .collect()
+    crate::util::token_fixture("smollm2_tokens.json")
 }
 
 #[test]

@@ -9,7 +9,6 @@ use std::sync::OnceLock;
 
 use mindfleet_models::fetch::GEMMA3_270M;
 use mindfleet_models::llama::{ChatMessage, GenerateRequest, GgufTokenizer, Llm, LlmConfig, Stop};
-use serde_json::Value;
 
 use crate::util::pulled_package;
 
@@ -55,18 +54,7 @@ fn gemma3_runs_on_the_general_path_with_its_own_template_and_tokens() {
 /// The texts of tests/fixtures/gemma3_tokens.json with llama.cpp's ids for them
 /// (scripts/gemma3_tokens.py).
 fn fixture() -> Vec<(String, Vec<u32>)> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gemma3_tokens.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            let ids = i["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-            (i["text"].as_str().unwrap().to_string(), ids)
-        })
-        .collect()
+    crate::util::token_fixture("gemma3_tokens.json")
 }
 
 #[test]

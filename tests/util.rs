@@ -226,3 +226,19 @@ pub fn two_files() -> tempfile::TempDir {
     std::fs::write(src.path().join("tax.py"), "def add_tax(price, rate):\n    return price * (1 + rate)\n").unwrap();
     src
 }
+
+/// A fixture of texts with llama.cpp's token ids for them (`tests/fixtures/NAME`, written by the
+/// script of `scripts/` its note names).
+pub fn token_fixture(name: &str) -> Vec<(String, Vec<u32>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let ids = i["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            (i["text"].as_str().unwrap().to_string(), ids)
+        })
+        .collect()
+}
