@@ -533,36 +533,48 @@ pub struct Committed {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecordBatch {
     pub entries: u64,
-    /// Its first entry is a `Begin`: a run of the lifecycle starts there.
-    pub begins: bool,
-    /// What is stored: a byte saying how (0: plain JSON lines, 1: lz4 of them), then them.
+    /// What is stored: a byte of flags ([`RecordBatch::LZ4`], [`RecordBatch::BEGINS`]), then the
+    /// lines.
     pub stored: Vec<u8>,
 }
 
 impl RecordBatch {
+    /// The lines are compressed with lz4.
+    pub const LZ4: u8 = 1;
+    /// The first entry is a `Begin`: a run of the lifecycle starts there.
+    pub const BEGINS: u8 = 2;
+
     /// `entries` packed together (none: an empty batch).
     pub fn pack(entries: &[Vec<u8>]) -> RecordBatch {
         let lines = entries.join(&b'\n');
-        let (how, bytes) = match entries.len() {
+        let (mut flags, bytes) = match entries.len() {
             0 | 1 => (0, lines),
-            _ => (1, lz4_flex::block::compress_prepend_size(&lines)),
+            _ => (Self::LZ4, lz4_flex::block::compress_prepend_size(&lines)),
         };
-        let mut stored = Vec::with_capacity(1 + bytes.len());
-        stored.push(how);
-        stored.extend_from_slice(&bytes);
-        RecordBatch {
-            entries: entries.len() as u64,
-            begins: entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")),
-            stored,
+        if entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")) {
+            flags |= Self::BEGINS;
         }
+        let mut stored = Vec::with_capacity(1 + bytes.len());
+        stored.push(flags);
+        stored.extend_from_slice(&bytes);
+        RecordBatch { entries: entries.len() as u64, stored }
+    }
+
+    /// Whether a stored batch begins a run of the lifecycle (read without unpacking it).
+    pub fn begins(stored: &[u8]) -> bool {
+        stored.first().is_some_and(|f| f & Self::BEGINS != 0)
     }
 
     /// The entries of a stored batch.
     pub fn unpack(stored: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         let lines = match stored.split_first() {
-            Some((0, lines)) => lines.to_vec(),
-            Some((1, packed)) => lz4_flex::block::decompress_size_prepended(packed).map_err(|e| e.to_string())?,
-            Some((how, _)) => return Err(format!("stored in an unknown way ({how})")),
+            Some((flags, _)) if flags & !(Self::LZ4 | Self::BEGINS) != 0 => {
+                return Err(format!("stored in an unknown way ({flags})"));
+            }
+            Some((flags, packed)) if flags & Self::LZ4 != 0 => {
+                lz4_flex::block::decompress_size_prepended(packed).map_err(|e| e.to_string())?
+            }
+            Some((_, lines)) => lines.to_vec(),
             None => return Err("empty".into()),
         };
         Ok(lines.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect())

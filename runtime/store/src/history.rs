@@ -43,6 +43,16 @@ pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
     mindfleet_core::record::fnv1a(prev, bytes)
 }
 
+/// The row that stores batch `stored` after a row of chain `prev`: its chain, and its value (the
+/// chain, then the batch).
+pub(crate) fn chained(prev: u64, stored: &[u8]) -> (u64, Vec<u8>) {
+    let at = chain(prev, stored);
+    let mut value = Vec::with_capacity(8 + stored.len());
+    value.extend_from_slice(&at.to_le_bytes());
+    value.extend_from_slice(stored);
+    (at, value)
+}
+
 /// A stored row's chain and entry.
 pub(crate) fn split(stored: &[u8]) -> Result<(u64, &[u8]), redb::Error> {
     match stored.split_first_chunk::<8>() {
@@ -375,10 +385,9 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
             // A row of one entry each, chained again as the writer chains them (the file's chain
             // covered them).
             let batch = mindfleet_core::record::RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
-            at = chain(at, &batch.stored);
-            let mut stored = at.to_le_bytes().to_vec();
-            stored.extend_from_slice(&batch.stored);
-            record.insert((l.persona.as_str(), l.row), stored.as_slice())?;
+            let value;
+            (at, value) = chained(at, &batch.stored);
+            record.insert((l.persona.as_str(), l.row), value.as_slice())?;
             carried.rows += 1;
             let (Ok(Noted::Committed(c)), Some(rows)) = (serde_json::from_str::<Noted>(l.entry.get()), &l.journal)
             else {

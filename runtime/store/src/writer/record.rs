@@ -58,17 +58,15 @@ impl Writer {
         let count = self.records.get_mut(persona).expect("inserted above");
         let note = committed.map(|c| RecordBatch::pack(&[committed_entry(c)]));
         for b in std::iter::once(batch).chain(note).filter(|b| b.entries > 0) {
-            if b.begins {
+            if RecordBatch::begins(&b.stored) {
                 count.begins.push_back(count.next);
             }
             if count.entries == 0 {
                 count.first = count.next;
             }
-            count.chain = history::chain(count.chain, &b.stored);
-            let mut stored = Vec::with_capacity(8 + b.stored.len());
-            stored.extend_from_slice(&count.chain.to_le_bytes());
-            stored.extend_from_slice(&b.stored);
-            t.record.insert((&**persona, count.next), stored.as_slice())?;
+            let value;
+            (count.chain, value) = history::chained(count.chain, &b.stored);
+            t.record.insert((&**persona, count.next), value.as_slice())?;
             count.next += b.entries;
             count.entries += b.entries;
         }
@@ -76,23 +74,31 @@ impl Writer {
     }
 }
 
+/// A persona's history as the writer keeps count of it, read once: each row's key (its first
+/// entry's number) and flags, and the last row's entries, so no other row is unpacked.
 fn count_rows(t: &Tables<'_>, persona: &str) -> Result<RecordCount, redb::Error> {
     let mut count = RecordCount::default();
+    let mut last = None;
     for r in t.record.range((persona, 0)..=(persona, u64::MAX))? {
         let (k, v) = r?;
         let n = k.value().1;
         let (chain, stored) = history::split(v.value())?;
-        let entries =
-            RecordBatch::unpack(stored).map_err(|e| redb::Error::Corrupted(format!("record {persona}/{n}: {e}")))?;
-        if entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")) {
+        if RecordBatch::begins(stored) {
             count.begins.push_back(n);
         }
-        if count.entries == 0 {
+        if last.is_none() {
             count.first = n;
         }
         count.chain = chain;
+        last = Some(n);
+    }
+    if let Some(n) = last {
+        let row = t.record.get((persona, n))?.expect("read above");
+        let (_, stored) = history::split(row.value())?;
+        let entries =
+            RecordBatch::unpack(stored).map_err(|e| redb::Error::Corrupted(format!("record {persona}/{n}: {e}")))?;
         count.next = n + entries.len() as u64;
-        count.entries += entries.len() as u64;
+        count.entries = count.next - count.first;
     }
     Ok(count)
 }
