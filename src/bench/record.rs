@@ -2,6 +2,7 @@
 //! on against off, side by side, rounds taking turns) on `bench inject` and on the batched half
 //! of `bench cognition`, and how fast a recorded history replays against the time it took.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -34,6 +35,44 @@ impl Side {
     }
 }
 
+/// What a recorded history holds, in bytes an event delivered: its entries as JSON by kind (an
+/// input by its variant), and as stored (packed, lz4).
+fn sizes(data_dir: &Path) -> anyhow::Result<Value> {
+    let reader = mindfleet_replay::HistoryReader::open(data_dir)?;
+    let (mut kinds, mut stored, mut json_bytes, mut events) = (BTreeMap::<String, u64>::new(), 0u64, 0u64, 0u64);
+    for persona in reader.personas()? {
+        for row in reader.rows(&persona)? {
+            stored += row.stored.len() as u64;
+            for entry in row.entries().map_err(anyhow::Error::msg)? {
+                json_bytes += entry.len() as u64;
+                let v: Value = serde_json::from_slice(&entry)?;
+                let kind = match &v {
+                    Value::Object(o) => match o.iter().next() {
+                        Some((k, inner)) if k == "Fed" => match &inner["input"] {
+                            Value::String(s) => s.clone(),
+                            Value::Object(i) => i.keys().next().cloned().unwrap_or_default(),
+                            _ => String::new(),
+                        },
+                        Some((k, _)) => k.clone(),
+                        None => String::new(),
+                    },
+                    Value::String(s) => s.clone(),
+                    _ => String::new(),
+                };
+                events += u64::from(kind == "Deliver");
+                *kinds.entry(kind).or_default() += entry.len() as u64;
+            }
+        }
+    }
+    let per = |b: u64| round(b as f64 / events.max(1) as f64, 0);
+    Ok(json!({
+        "events": events,
+        "json_per_event": per(json_bytes),
+        "stored_per_event": per(stored),
+        "json_per_event_by_kind": kinds.into_iter().map(|(k, b)| (k, json!(per(b)))).collect::<serde_json::Map<_, _>>(),
+    }))
+}
+
 /// `rounds` of `bench inject` (`clients`, `events`, 8 personas) with recording on and off,
 /// taking turns (which goes first alternates), then `cognition_rounds` of the batched cognition
 /// run on and off (none: that half is left out); `models` holds the real models.
@@ -53,6 +92,7 @@ pub async fn record(
                 on.add(&v);
                 if replay.is_null() {
                     replay = replayed(dir.path())?;
+                    replay["bytes"] = sizes(dir.path())?;
                 }
             } else {
                 off.add(&v);

@@ -49,6 +49,7 @@ use mindfleet_core::llm::LlmMsg;
 use mindfleet_core::messages::{
     AdminMsg, CoordinatorMsg, DumpDepth, Fault, FaultTarget, FaultWhen, PersonaMsg, PersonaStatus, StateChange,
 };
+use mindfleet_core::record::SelfStateData;
 use mindfleet_core::refs::{RefMatch, RefMode, Via};
 use mindfleet_core::restart::{RestartWindow, child_failure};
 use mindfleet_core::sched::{Class, Owner, SchedulerHandle, Slot, Task, TaskId};
@@ -203,6 +204,8 @@ pub struct PersonaState {
     memory: Child<MemoryMsg>,
     /// The lifecycle of its events.
     life: Lifecycle,
+    /// The self-state's last snapshot (the lifecycle is given what it weighs of it).
+    snapshot: SelfStateData,
     /// The entries of its recorded history not sent to storage yet (none: not recording).
     recorded: Option<Vec<Vec<u8>>>,
     /// What each of its chores' tasks submitted and not granted yet is for.
@@ -241,7 +244,7 @@ impl PersonaState {
 
     /// Sends the scheduler a new cadence when mood or budget changed it.
     fn retune(&mut self) {
-        let c = cadence(self.life.snapshot().mood, self.budget_left);
+        let c = cadence(self.snapshot.mood, self.budget_left);
         if c != self.cadence {
             self.cadence = c;
             self.args.scheduler.set_cadence(self.name.clone(), c);
@@ -253,7 +256,8 @@ impl PersonaState {
         match own {
             Own::Life(input) => self.feed(input).await,
             Own::SelfState(s) => {
-                self.feed(Input::SelfState(s)).await;
+                self.feed(Input::SelfState(Box::new(s.view()))).await;
+                self.snapshot = *s;
                 self.retune();
             }
             Own::StudyDue => self.study_next(),
@@ -303,7 +307,7 @@ impl PersonaState {
                 self_state: self.self_state.dump(),
                 working_memory: self.memory.dump(),
             },
-            self_state: Some(self.life.snapshot().clone()),
+            self_state: Some(self.snapshot.clone()),
             inbox: Default::default(),
             working_memory: WorkingMemoryDump::default(),
             decisions: Vec::new(),
@@ -424,6 +428,7 @@ impl Actor for Persona {
             vec![history::begin_entry(&begin)]
         });
         Ok(PersonaState {
+            snapshot: SelfStateData { dormant: setup.config.dormant, ..SelfStateData::default() },
             life: Lifecycle::new(setup, learnings, refs, deferred),
             recorded,
             chores: HashMap::new(),

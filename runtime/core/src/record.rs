@@ -165,6 +165,41 @@ impl Default for SelfStateData {
     }
 }
 
+impl SelfStateData {
+    /// What a persona's decisions and the team's answers weigh of it.
+    pub fn view(&self) -> SelfView {
+        SelfView {
+            focus: self.focus.clone(),
+            preoccupations: self.preoccupations.clone(),
+            cognitive_load: self.cognitive_load,
+            available_capacity: self.available_capacity,
+            mood: self.mood,
+            dormant: self.dormant,
+            spoke_in: self.spoke_in.clone(),
+        }
+    }
+}
+
+/// What a persona's decisions weigh of its self-state ([`SelfStateData::view`]): the snapshot
+/// without its recent thoughts and decisions, energy and counts, which only people read. A
+/// persona's lifecycle is given this, so it is all a recorded history keeps of a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelfView {
+    pub focus: Focus,
+    pub preoccupations: Vec<Preoccupation>,
+    pub cognitive_load: f64,
+    pub available_capacity: f64,
+    pub mood: Mood,
+    pub dormant: bool,
+    pub spoke_in: BTreeMap<String, i64>,
+}
+
+impl Default for SelfView {
+    fn default() -> Self {
+        SelfStateData::default().view()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dump::PersonaStatus;
-use crate::record::{Mood, SelfStateData};
+use crate::record::{Mood, SelfView};
 
 /// Focus intensity above which a persona that is not idle is deeply focused.
 pub const DEEP_FOCUS: f64 = 0.7;
@@ -21,17 +21,17 @@ pub const OVERLOAD: f64 = 0.8;
 pub const LOW_CAPACITY: f64 = 0.3;
 
 /// Busy with something (not idle) at an intensity above [`DEEP_FOCUS`].
-pub fn deeply_focused(s: &SelfStateData) -> bool {
+pub fn deeply_focused(s: &SelfView) -> bool {
     s.focus.activity != "idle" && s.focus.intensity > DEEP_FOCUS
 }
 
 /// Cognitive load above [`OVERLOAD`].
-pub fn overloaded(s: &SelfStateData) -> bool {
+pub fn overloaded(s: &SelfView) -> bool {
     s.cognitive_load > OVERLOAD
 }
 
 /// Available capacity below [`LOW_CAPACITY`].
-pub fn low_capacity(s: &SelfStateData) -> bool {
+pub fn low_capacity(s: &SelfView) -> bool {
     s.available_capacity < LOW_CAPACITY
 }
 
@@ -39,7 +39,7 @@ pub fn low_capacity(s: &SelfStateData) -> bool {
 /// ×0.2 when deeply focused (> 0.7) on something else, ×0.3 when loaded (> 0.8), ×0.4 when
 /// its capacity is low (< 0.3), ×2 for its own domain, ×(1 + priority) when the task matches
 /// one of its preoccupations.
-pub fn suitability(s: &SelfStateData, domains: &[String], domain: &str, priority: f64, text: &str) -> f64 {
+pub fn suitability(s: &SelfView, domains: &[String], domain: &str, priority: f64, text: &str) -> f64 {
     let mut x = 1.0;
     if deeply_focused(s) {
         x *= 0.2;
@@ -304,17 +304,17 @@ mod tests {
     #[test]
     fn suitability_follows_the_factors() {
         let domains = vec!["code".to_string()];
-        let fresh = SelfStateData::default();
+        let fresh = SelfView::default();
         assert_eq!(suitability(&fresh, &domains, "code", 0.5, "x"), 2.0);
         assert_eq!(suitability(&fresh, &domains, "chat", 0.5, "x"), 1.0);
-        let busy = SelfStateData {
+        let busy = SelfView {
             focus: Focus { activity: "working".into(), intensity: 0.9, ..Focus::default() },
             cognitive_load: 0.9,
             available_capacity: 0.1,
-            ..SelfStateData::default()
+            ..SelfView::default()
         };
         assert!((suitability(&busy, &domains, "chat", 0.5, "x") - 0.2 * 0.3 * 0.4).abs() < 1e-12);
-        let preoccupied = SelfStateData {
+        let preoccupied = SelfView {
             preoccupations: vec![Preoccupation {
                 concern: "alice in #dev: the flaky deploy pipeline".into(),
                 priority: 0.4,
@@ -322,7 +322,7 @@ mod tests {
                 event_id: "e".into(),
                 created_us: 0,
             }],
-            ..SelfStateData::default()
+            ..SelfView::default()
         };
         assert!((suitability(&preoccupied, &domains, "code", 0.5, "is the deploy fixed?") - 3.0).abs() < 1e-12);
     }

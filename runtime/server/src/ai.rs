@@ -237,7 +237,7 @@ fn select_for_task(dump: &FleetDump, domain: &str, priority: f64, text: &str) ->
         let a = availability(p);
         match &p.self_state {
             Some(s) if !a.condition.down() && a.condition != Condition::Dormant => {
-                ranked.push((suitability(s, &p.domains, domain, priority, text), p.name.as_str()));
+                ranked.push((suitability(&s.view(), &p.domains, domain, priority, text), p.name.as_str()));
             }
             _ => {
                 let out: Vec<Unavailable> = a.reasons.into_iter().filter(|r| r.rules_out()).collect();

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mindfleet_core::dump::{PersonaDump, PersonaStatus};
-use mindfleet_core::record::Mood;
+use mindfleet_core::record::{Mood, SelfStateData};
 use mindfleet_core::team::{
     ActivityMap, Availability, Condition, DomainActivity, Health, Presence, Recommendation, RoomActivity, Unavailable,
     deeply_focused, low_capacity, overloaded,
@@ -47,7 +47,7 @@ pub fn health(personas: &[PersonaDump]) -> Health {
         if let Some(s) = &p.self_state {
             known += 1;
             h.average_capacity += s.available_capacity;
-            if !c.down() && c != Condition::Dormant && deeply_focused(s) {
+            if !c.down() && c != Condition::Dormant && deeply_focused(&s.view()) {
                 h.deeply_focused += 1;
             }
         }
@@ -81,12 +81,12 @@ pub fn availability(p: &PersonaDump) -> Availability {
         PersonaStatus::Unresponsive => reasons.push(Unavailable::Unresponsive),
     }
     let s = p.self_state.as_ref();
-    if let Some(s) = s {
+    if let Some(v) = s.map(SelfStateData::view) {
         let checks = [
-            (s.dormant, Unavailable::Dormant),
-            (deeply_focused(s), Unavailable::DeeplyFocused),
-            (overloaded(s), Unavailable::Overloaded),
-            (low_capacity(s), Unavailable::LowCapacity),
+            (v.dormant, Unavailable::Dormant),
+            (deeply_focused(&v), Unavailable::DeeplyFocused),
+            (overloaded(&v), Unavailable::Overloaded),
+            (low_capacity(&v), Unavailable::LowCapacity),
         ];
         reasons.extend(checks.into_iter().filter(|(hit, _)| *hit).map(|(_, r)| r));
     }
@@ -187,7 +187,7 @@ pub fn condition(p: &PersonaDump) -> Condition {
     let plan_running = p.in_flight.is_some() && p.plan.as_ref().is_some_and(|r| r.finished_us.is_none());
     if s.dormant {
         Condition::Dormant
-    } else if overloaded(s) || s.mood == Mood::Overwhelmed {
+    } else if overloaded(&s.view()) || s.mood == Mood::Overwhelmed {
         Condition::Overloaded
     } else if p.in_flight.is_none() && !p.waiting_approval.is_empty() {
         Condition::Waiting

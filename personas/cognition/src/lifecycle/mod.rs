@@ -47,7 +47,7 @@ use mindfleet_core::llm::{
     Classification, ClassifyJob, FillJob, Filled, GenerateJob, Generation, LlmFailure, ToolTurn, ToolTurnJob,
 };
 use mindfleet_core::messages::{Claim, Deferral, Delivery, PersonaCommit, Retake, Turn, TurnReport};
-use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfStateData, WmEntry};
+use mindfleet_core::record::{EntryKind, ErrorClass, Learning, PlanRecord, SelfView, WmEntry};
 use mindfleet_core::refs::{Enrichment, Excerpt, RefMatch};
 use mindfleet_core::sched::{Class, Grant, OverBudget, Slot, TaskId};
 use mindfleet_core::tools::{ToolAnswer, ToolCall, ToolSpec};
@@ -180,8 +180,8 @@ pub enum Input {
     TurnOverdue(String),
     /// The coordinator is gone: the claim on this event could not be sent.
     CoordinatorGone(String),
-    /// The self-state's new snapshot.
-    SelfState(Box<SelfStateData>),
+    /// What the self-state's new snapshot says that decisions weigh.
+    SelfState(Box<SelfView>),
     /// The oldest deferred event may have gone stale.
     DeferralsDue,
     /// The inbox was restarted.
@@ -328,7 +328,7 @@ pub struct Lifecycle {
     name: Arc<str>,
     brain: Box<dyn Brain>,
     /// The self-state's last snapshot.
-    snapshot: SelfStateData,
+    snapshot: SelfView,
     /// The event in hand, and where it is.
     phase: Phase,
     /// What each task submitted and not granted yet is for.
@@ -369,7 +369,7 @@ impl Lifecycle {
         };
         Lifecycle {
             name: setup.config.name.as_str().into(),
-            snapshot: SelfStateData { dormant: setup.config.dormant, ..SelfStateData::default() },
+            snapshot: SelfView { dormant: setup.config.dormant, ..SelfView::default() },
             next_task: setup.first_task,
             setup,
             brain,
@@ -449,7 +449,7 @@ impl Lifecycle {
         self.current_event().is_some()
     }
 
-    pub fn snapshot(&self) -> &SelfStateData {
+    pub fn snapshot(&self) -> &SelfView {
         &self.snapshot
     }
 

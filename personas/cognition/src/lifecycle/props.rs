@@ -542,10 +542,10 @@ fn delivery(seq: u64, human: bool, shared: bool, mention: bool, text: &str, now:
     Delivery { seq, event: Arc::new(e), crashes: 0, audience: if shared { 3 } else { 1 } }
 }
 
-fn state(dormant: bool, focused: bool) -> SelfStateData {
+fn state(dormant: bool, focused: bool) -> SelfView {
     let activity = if focused { "responding" } else { "idle" };
     let focus = Focus { activity: activity.into(), intensity: if focused { 0.8 } else { 0.0 }, ..Focus::default() };
-    SelfStateData { dormant, focus, available_capacity: 1.0, ..SelfStateData::default() }
+    SelfView { dormant, focus, available_capacity: 1.0, ..SelfView::default() }
 }
 
 /// The model's label scores: the first label clearly ahead.
