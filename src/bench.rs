@@ -233,6 +233,7 @@ pub async fn inject_with(
     let url = format!("http://{}/events", fleet.addr);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let t = Instant::now();
+    let cpu = cpu_s();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             let url = url.clone();
@@ -270,6 +271,8 @@ pub async fn inject_with(
     }
     let elapsed = t.elapsed().as_secs_f64();
     anyhow::ensure!(fleet.wait_idle(Duration::from_secs(120)).await, "fleet did not finish the events");
+    // What the events cost the process (the clients included) until every one was decided.
+    let cpu_us_per_event = (cpu_s() - cpu) * 1e6 / events.max(1) as f64;
     let stats = fleet.storage.stats().await?;
     fleet.shutdown(Duration::from_secs(5)).await;
     lat.sort_by(f64::total_cmp);
@@ -290,6 +293,7 @@ pub async fn inject_with(
         "fraction_of_ceiling": round(per_s / ceiling, 3),
         "decision_p50_ms": round(stats.decision_p50_ms, 2),
         "decision_p99_ms": round(stats.decision_p99_ms, 2),
+        "cpu_us_per_event": round(cpu_us_per_event, 1),
         "record": record,
     });
     Ok((figures, dir))

@@ -15,6 +15,7 @@ struct Side {
     acked_per_s: Vec<f64>,
     decision_p50_ms: Vec<f64>,
     decision_p99_ms: Vec<f64>,
+    cpu_us_per_event: Vec<f64>,
 }
 
 impl Side {
@@ -23,6 +24,7 @@ impl Side {
         self.acked_per_s.push(f("acked_per_s"));
         self.decision_p50_ms.push(f("decision_p50_ms"));
         self.decision_p99_ms.push(f("decision_p99_ms"));
+        self.cpu_us_per_event.push(f("cpu_us_per_event"));
     }
 
     fn figures(&self) -> Value {
@@ -30,6 +32,7 @@ impl Side {
             "acked_per_s": round(median(self.acked_per_s.clone()), 0),
             "decision_p50_ms": round(median(self.decision_p50_ms.clone()), 2),
             "decision_p99_ms": round(median(self.decision_p99_ms.clone()), 2),
+            "cpu_us_per_event": round(median(self.cpu_us_per_event.clone()), 1),
             "acked_per_s_rounds": self.acked_per_s,
         })
     }
@@ -109,6 +112,8 @@ pub async fn record(
         "acked_per_s_ratio": ratio(&on.acked_per_s, &off.acked_per_s),
         "decision_p50_ratio": ratio(&on.decision_p50_ms, &off.decision_p50_ms),
         "decision_p99_ratio": ratio(&on.decision_p99_ms, &off.decision_p99_ms),
+        // The process's CPU time an event (less sensitive to what else the machine runs).
+        "cpu_ratio": ratio(&on.cpu_us_per_event, &off.cpu_us_per_event),
         // One recording round's history replayed: the rules brain at full load.
         "replay": replay,
     });
