@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use mindfleet_core::config::StorageConfig;
-use mindfleet_core::record::{RecordBatch, fnv1a};
+use mindfleet_core::record::RecordBatch;
 use mindfleet_store::Storage;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
@@ -129,18 +129,25 @@ async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_inpu
             let mut entries = RecordBatch::unpack(&row[8..]).unwrap();
             for bytes in &mut entries {
                 let mut entry: Value = serde_json::from_slice(bytes).unwrap();
-                if event.is_none()
-                    && let Some(e) = entry.pointer_mut("/Fed/input/Next/0/event")
-                    && e["text"] == wanted
-                {
-                    e["text"] = "please review the rust change number 5".into();
-                    e["mentions"] = serde_json::json!([]);
-                    event = Some(e["id"].as_str().unwrap().to_string());
-                    *bytes = serde_json::to_vec(&entry).unwrap();
+                // Where it was delivered, and where the inbox handed it over when that names
+                // more than its seq.
+                for at in ["/Fed/input/Deliver/event", "/Fed/input/Next/0/event"] {
+                    if let Some(e) = entry.pointer_mut(at)
+                        && e["text"] == wanted
+                    {
+                        e["text"] = "please review the rust change number 5".into();
+                        e["mentions"] = serde_json::json!([]);
+                        event = Some(e["id"].as_str().unwrap().to_string());
+                        *bytes = serde_json::to_vec(&entry).unwrap();
+                    }
                 }
             }
             let stored = if event.is_some() { RecordBatch::pack(&entries).stored } else { row[8..].to_vec() };
-            chain = if i == 0 { u64::from_le_bytes(row[..8].try_into().unwrap()) } else { fnv1a(chain, &stored) };
+            chain = if i == 0 {
+                u64::from_le_bytes(row[..8].try_into().unwrap())
+            } else {
+                mindfleet_store::history::chain(chain, &stored)
+            };
             let mut value = chain.to_le_bytes().to_vec();
             value.extend_from_slice(&stored);
             t.insert(("reviewer", *n), value.as_slice()).unwrap();

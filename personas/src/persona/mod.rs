@@ -78,7 +78,7 @@ mod studying;
 
 use children::{Child, spawn_inbox, spawn_memory, spawn_self_state};
 use lifecycle::{Input, Lifecycle, Setup};
-use mindfleet_cognition::history::{self, Begin};
+use mindfleet_cognition::history::{Begin, Recorder};
 pub(crate) use mindfleet_cognition::lifecycle;
 pub(crate) use own::Own;
 
@@ -206,8 +206,8 @@ pub struct PersonaState {
     life: Lifecycle,
     /// The self-state's last snapshot (the lifecycle is given what it weighs of it).
     snapshot: SelfStateData,
-    /// The entries of its recorded history not sent to storage yet (none: not recording).
-    recorded: Option<Vec<Vec<u8>>>,
+    /// Its recorded history, the entries not sent to storage yet (none: not recording).
+    recorded: Option<Recorder>,
     /// What each of its chores' tasks submitted and not granted yet is for.
     chores: HashMap<TaskId, Chore>,
     /// The cadence last sent to the scheduler (from mood and budget).
@@ -425,7 +425,7 @@ impl Actor for Persona {
                 refs: refs.clone(),
                 deferred: deferred.clone(),
             };
-            vec![history::begin_entry(&begin)]
+            Recorder::begin(&begin)
         });
         Ok(PersonaState {
             snapshot: SelfStateData { dormant: setup.config.dormant, ..SelfStateData::default() },

@@ -12,7 +12,7 @@ use mindfleet_core::event::new_event_id;
 use mindfleet_core::knowledge::{IndexMsg, RagError, RagRequest, SearchRequest, Source};
 use mindfleet_core::llm::{Classification, LlmFailure, LlmMsg};
 use mindfleet_core::messages::{AdminMsg, CoordinatorMsg, PersonaCommit, Recorded, Retake};
-use mindfleet_core::record::{ErrorClass, RecordBatch};
+use mindfleet_core::record::ErrorClass;
 use mindfleet_core::sched::{Task, TaskId};
 use mindfleet_core::time::now_us;
 use mindfleet_core::tools::{NOT_NEEDED, ToolAnswer, ToolCall, ToolFailure, ToolsMsg};
@@ -34,7 +34,7 @@ const REOPEN_TRIES: u32 = 20;
 /// How long it waits between two tries.
 const REOPEN_WAIT: Duration = Duration::from_millis(100);
 /// Entries of recorded history held before they go to storage without a commit to carry them.
-const RECORDED_HELD: usize = 256;
+const RECORDED_HELD: u64 = 256;
 
 impl PersonaState {
     /// Hands `input` to the lifecycle and carries its effects out, in order; the inputs they
@@ -43,14 +43,14 @@ impl PersonaState {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             let now = now_us();
-            if let Some(rows) = &mut self.recorded {
-                rows.push(history::fed_entry(now, &input));
+            if let Some(r) = &mut self.recorded {
+                r.fed(now, &input);
             }
             for effect in self.life.handle(input, now) {
                 inputs.extend(self.carry_out(effect).await);
             }
         }
-        if self.recorded.as_ref().is_some_and(|rows| rows.len() >= RECORDED_HELD) {
+        if self.recorded.as_ref().is_some_and(|r| r.held() >= RECORDED_HELD) {
             self.send_recorded();
         }
     }
@@ -58,8 +58,8 @@ impl PersonaState {
     /// Sends the entries of recorded history held to storage, packed in one row, after the
     /// commits sent before (both go through the admin, in order).
     pub(super) fn send_recorded(&mut self) {
-        if let Some(rows) = self.recorded.as_mut().filter(|rows| !rows.is_empty()) {
-            let batch = RecordBatch::pack(&std::mem::take(rows));
+        if let Some(r) = self.recorded.as_mut().filter(|r| r.held() > 0) {
+            let batch = r.take();
             let _ = self.args.admin.cast(AdminMsg::Record(self.name.clone(), batch));
         }
     }
@@ -103,8 +103,8 @@ impl PersonaState {
                 self.myself.send_after(after, move || Own::timer(timer).into());
             }
             Effect::SelfState(u) => {
-                if let Some(rows) = &mut self.recorded {
-                    rows.push(history::changed_entry(&u));
+                if let Some(r) = &mut self.recorded {
+                    r.changed(&u);
                 }
                 drop(self.self_state.actor.cast(SelfStateMsg::Apply(u)))
             }
@@ -179,10 +179,7 @@ impl PersonaState {
     /// message conversation memory took in of it.
     fn commit(&mut self, mut commit: Box<PersonaCommit>, said: bool) {
         // The history up to it rides in it, with the digest a replay checks it by.
-        commit.recorded = self
-            .recorded
-            .as_mut()
-            .map(|rows| Recorded { digest: history::digest(&commit), rows: RecordBatch::pack(&std::mem::take(rows)) });
+        commit.recorded = self.recorded.as_mut().map(|r| Recorded { digest: history::digest(&commit), rows: r.take() });
         if let Some((entry, event)) = commit.reply.as_mut() {
             let id = new_event_id();
             entry.event_id = id.clone();

@@ -557,7 +557,7 @@ pub struct Committed {
     pub plan: Option<u64>,
     /// The reply's key in `outbox`.
     pub outbox: Option<u64>,
-    /// [`fnv1a`] of what the commit said (`mindfleet_cognition::history::digest`): checked
+    /// The xxh3 of what the commit said (`mindfleet_cognition::history::digest`): checked
     /// even after retention forgot the rows.
     pub digest: u64,
 }
@@ -581,18 +581,22 @@ impl RecordBatch {
 
     /// `entries` packed together (none: an empty batch).
     pub fn pack(entries: &[Vec<u8>]) -> RecordBatch {
-        let lines = entries.join(&b'\n');
-        let (mut flags, bytes) = match entries.len() {
-            0 | 1 => (0, lines),
-            _ => (Self::LZ4, lz4_flex::block::compress_prepend_size(&lines)),
-        };
-        if entries.first().is_some_and(|e| e.starts_with(b"{\"Begin\"")) {
-            flags |= Self::BEGINS;
+        Self::from_lines(&entries.join(&b'\n'), entries.len() as u64)
+    }
+
+    /// The `entries` entries of `lines` (each one JSON value, a newline between two) packed.
+    pub fn from_lines(lines: &[u8], entries: u64) -> RecordBatch {
+        let mut flags = if lines.starts_with(b"{\"Begin\"") { Self::BEGINS } else { 0 };
+        let mut stored = Vec::with_capacity(1 + lines.len() / 2);
+        stored.push(0);
+        if entries > 1 {
+            flags |= Self::LZ4;
+            stored.extend_from_slice(&lz4_flex::block::compress_prepend_size(lines));
+        } else {
+            stored.extend_from_slice(lines);
         }
-        let mut stored = Vec::with_capacity(1 + bytes.len());
-        stored.push(flags);
-        stored.extend_from_slice(&bytes);
-        RecordBatch { entries: entries.len() as u64, stored }
+        stored[0] = flags;
+        RecordBatch { entries, stored }
     }
 
     /// Whether a stored batch begins a run of the lifecycle (read without unpacking it).
@@ -614,12 +618,6 @@ impl RecordBatch {
         };
         Ok(lines.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect())
     }
-}
-
-/// FNV-1a (64 bits) of `bytes`, continued from `prev` (0 to start): the chain of a recorded
-/// history's rows and the digest of a commit.
-pub fn fnv1a(prev: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(prev ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// What a persona learned from its plans: a pattern with its success and failure counts.

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use mindfleet_cognition::history::Entry;
+use mindfleet_cognition::history::{Entry, Reading};
 use mindfleet_cognition::lifecycle::{Effect, Input, Lifecycle};
 use mindfleet_cognition::mind::Update;
 use mindfleet_core::event::{Event, SenderKind};
@@ -180,6 +180,8 @@ struct Replay<'r> {
     /// The row being handled, and a short form of the last input.
     row: u64,
     input: String,
+    /// The history's entries read back.
+    reading: Reading,
 }
 
 /// A replay stops: a divergence or a refusal.
@@ -199,6 +201,7 @@ impl<'r> Replay<'r> {
             first_at: None,
             row: 0,
             input: String::new(),
+            reading: Reading::default(),
         }
     }
 
@@ -239,8 +242,13 @@ impl<'r> Replay<'r> {
                 if until.is_some_and(|u| matches!(u, Until::Row(r) if n > r)) {
                     break 'rows;
                 }
-                let entry = match Entry::read(bytes) {
-                    Ok(e) => e,
+                let entry = match self.reading.read(bytes) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => {
+                        self.report.entries += 1;
+                        self.report.entries_skipped += 1;
+                        continue;
+                    }
                     Err(e) => {
                         outcome = self.refuse(format!("entry {n} cannot be read as a history entry: {e}"));
                         break 'rows;

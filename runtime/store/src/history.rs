@@ -37,10 +37,10 @@ impl Row {
     }
 }
 
-/// FNV-1a (64 bits) of `bytes`, from `prev`: the chain that makes a missing, moved or edited row
-/// (or exported line) show.
+/// xxh3 (64 bits) of `bytes` seeded with `prev`: the chain that makes a missing, moved or edited
+/// row (or exported line) show.
 pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
-    mindfleet_core::record::fnv1a(prev, bytes)
+    twox_hash::XxHash3_64::oneshot_with_seed(prev, bytes)
 }
 
 /// The row that stores batch `stored` after a row of chain `prev`: its chain, and its value (the
