@@ -14,11 +14,12 @@
 //! Viewed       a self-state snapshot fed, as what changed since the one before in the run
 //! Handed       the inbox handed over an event delivered earlier in the run: its seq alone
 //! Changed      a self-state change it asked for (the journal keeps only the last snapshot)
+//! Kept         a change of its preoccupations, as stretches of the run's last such change
 //! Committed    written by storage with a commit: the journal rows it made
 //! ```
 //!
-//! `Viewed` and `Handed` are how a [`Recorder`] writes the two inputs that come most often
-//! and repeat most of what the run already recorded; a [`Reading`] gives them back as the
+//! `Viewed`, `Handed` and `Kept` are how a [`Recorder`] writes what comes most often and
+//! repeats most of what the run already recorded; a [`Reading`] gives them back as the
 //! inputs they were (`Fed`), so they depend on the entries before them in their run, which
 //! retention keeps (it forgets whole runs).
 
@@ -61,6 +62,7 @@ enum Stored {
     Viewed { at: i64, view: ViewChange },
     Handed { at: i64, seq: u64, left: usize },
     Changed(Update),
+    Kept(Vec<Preoccupied>),
     Committed(Committed),
 }
 
@@ -72,6 +74,7 @@ enum StoredRef<'a> {
     Viewed { at: i64, view: &'a ViewChange },
     Handed { at: i64, seq: u64, left: usize },
     Changed(&'a Update),
+    Kept(&'a [Preoccupied]),
 }
 
 /// A self-state view as what changed since the one before it (a field left out is as it was).
@@ -124,24 +127,7 @@ impl ViewChange {
     fn apply(self, before: &SelfView) -> Result<SelfView, String> {
         let preoccupations = match self.preoccupations {
             None => before.preoccupations.clone(),
-            Some(parts) => {
-                let mut list = Vec::new();
-                for part in parts {
-                    match part {
-                        Preoccupied::Kept(from, n) => list.extend_from_slice(
-                            before.preoccupations.get(from..from.saturating_add(n)).ok_or_else(|| {
-                                format!(
-                                    "it keeps preoccupations {from}..{} of a list of {}",
-                                    from.saturating_add(n),
-                                    before.preoccupations.len()
-                                )
-                            })?,
-                        ),
-                        Preoccupied::New(p) => list.push(p),
-                    }
-                }
-                list
-            }
+            Some(parts) => unstretch(&before.preoccupations, parts)?,
         };
         Ok(SelfView {
             focus: self.focus.unwrap_or_else(|| before.focus.clone()),
@@ -172,6 +158,25 @@ fn stretches(before: &[Preoccupation], now: &[Preoccupation]) -> Vec<Preoccupied
     parts
 }
 
+/// The list `parts` makes of `before` ([`stretches`]).
+fn unstretch(before: &[Preoccupation], parts: Vec<Preoccupied>) -> Result<Vec<Preoccupation>, String> {
+    let mut list = Vec::new();
+    for part in parts {
+        match part {
+            Preoccupied::Kept(from, n) => {
+                let to = from.saturating_add(n);
+                list.extend_from_slice(
+                    before
+                        .get(from..to)
+                        .ok_or_else(|| format!("it keeps preoccupations {from}..{to} of a list of {}", before.len()))?,
+                )
+            }
+            Preoccupied::New(p) => list.push(p),
+        }
+    }
+    Ok(list)
+}
+
 /// The same delivery: what a `Handed` entry may stand for.
 fn same(a: &Delivery, b: &Delivery) -> bool {
     a.seq == b.seq
@@ -193,12 +198,20 @@ pub struct Recorder {
     view: SelfView,
     /// Deliveries fed in the run and not handed over yet, by seq.
     delivered: BTreeMap<u64, Delivery>,
+    /// The preoccupations of the run's last change of them.
+    preoccupations: Vec<Preoccupation>,
 }
 
 impl Recorder {
     /// A run of the lifecycle built from `begin`.
     pub fn begin(begin: &Begin) -> Recorder {
-        let mut r = Recorder { lines: Vec::new(), held: 0, view: SelfView::default(), delivered: BTreeMap::new() };
+        let mut r = Recorder {
+            lines: Vec::new(),
+            held: 0,
+            view: SelfView::default(),
+            delivered: BTreeMap::new(),
+            preoccupations: Vec::new(),
+        };
         r.write(&StoredRef::Begin(begin));
         r
     }
@@ -228,7 +241,13 @@ impl Recorder {
 
     /// The self-state change `u`, asked for.
     pub fn changed(&mut self, u: &Update) {
-        self.write(&StoredRef::Changed(u));
+        if let Update::Preoccupations(now) = u {
+            let parts = stretches(&self.preoccupations, now);
+            self.preoccupations.clone_from(now);
+            self.write(&StoredRef::Kept(&parts));
+        } else {
+            self.write(&StoredRef::Changed(u));
+        }
     }
 
     /// How many entries it holds.
@@ -261,6 +280,7 @@ pub struct Reading {
     begun: bool,
     view: SelfView,
     delivered: HashMap<u64, Delivery>,
+    preoccupations: Vec<Preoccupation>,
 }
 
 impl Reading {
@@ -268,7 +288,7 @@ impl Reading {
     /// before and whose run's beginning was not read (retention forgot it).
     pub fn read(&mut self, bytes: &[u8]) -> Result<Option<Entry>, String> {
         let stored: Stored = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if !self.begun && matches!(stored, Stored::Viewed { .. } | Stored::Handed { .. }) {
+        if !self.begun && matches!(stored, Stored::Viewed { .. } | Stored::Handed { .. } | Stored::Kept(_)) {
             return Ok(None);
         }
         Ok(Some(match stored {
@@ -293,6 +313,12 @@ impl Reading {
                 Entry::Fed { at, input: Input::Next(d, left) }
             }
             Stored::Changed(u) => Entry::Changed(u),
+            Stored::Kept(parts) => {
+                let now =
+                    unstretch(&self.preoccupations, parts).map_err(|e| format!("a change of preoccupations: {e}"))?;
+                self.preoccupations.clone_from(&now);
+                Entry::Changed(Update::Preoccupations(now))
+            }
             Stored::Committed(c) => Entry::Committed(c),
         }))
     }
@@ -450,6 +476,32 @@ mod tests {
         let second = String::from_utf8_lossy(&entries[4]);
         assert!(second.contains(r#"{"Kept":[1,1]}"#) && second.contains(r#"{"Kept":[2,1]}"#), "{second}");
         assert!(!second.contains("load"), "{second}");
+    }
+
+    #[test]
+    fn a_change_of_preoccupations_reads_back_whole() {
+        let lists = [vec![1, 2, 3], vec![2, 3, 4], vec![], vec![5, 5, 1]];
+        let mut r = Recorder::begin(&begin());
+        let mut changes = Vec::new();
+        for list in &lists {
+            changes.push(Update::Preoccupations(list.iter().map(|i| preoccupation(*i)).collect()));
+            changes.push(Update::SetDormant(false));
+        }
+        for u in &changes {
+            r.changed(u);
+        }
+        let entries = RecordBatch::unpack(&r.take().stored).expect("unpacks");
+        assert!(String::from_utf8_lossy(&entries[3]).starts_with(r#"{"Kept":[{"Kept":[1,2]},{"New""#));
+        let mut reading = Reading::default();
+        let read: Vec<_> = entries
+            .iter()
+            .filter_map(|e| match reading.read(e).expect("reads").expect("its run begun") {
+                Entry::Changed(u) => Some(serde_json::to_value(&u).expect("json")),
+                _ => None,
+            })
+            .collect();
+        let wanted: Vec<_> = changes.iter().map(|u| serde_json::to_value(u).expect("json")).collect();
+        assert_eq!(read, wanted);
     }
 
     #[test]

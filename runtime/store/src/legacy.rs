@@ -12,7 +12,7 @@ use mindfleet_core::record::{
 };
 use mindfleet_core::refs::RefMatch;
 
-use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, ROOMS, Tables};
+use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, RECORD, ROOMS, Tables};
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
@@ -45,6 +45,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migrate_8_to_9,
     migrate_9_to_10,
     migrate_10_to_11,
+    migrate_11_to_12,
 ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
@@ -405,5 +406,13 @@ pub(crate) fn migrate_9_to_10(txn: &WriteTransaction) -> Result<(), redb::Error>
 /// Version 11 adds `record` (created empty with the other tables): a history starts with the
 /// first run after the upgrade.
 pub(crate) fn migrate_10_to_11(_: &WriteTransaction) -> Result<(), redb::Error> {
+    Ok(())
+}
+
+/// Version 12 chains `record`'s rows and digests its commits with xxh3 (FNV-1a before) and
+/// writes some entries shorter: the histories of version 11 are forgotten (a history starts with
+/// the first run after the upgrade).
+pub(crate) fn migrate_11_to_12(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    txn.open_table(RECORD)?.retain(|_, _| false)?;
     Ok(())
 }

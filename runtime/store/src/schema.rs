@@ -18,8 +18,9 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// 9: a plan keeps the draft check's finding on the model's draft. 10: a plan's `call_tool`
 /// step keeps its call and what became of it; adds `tool_calls` (calls waiting for approval,
 /// and the journal of calls that may not run twice). 11: adds `record` (each persona's recorded
-/// history, for `mindfleet replay`).
-pub const SCHEMA_VERSION: u64 = 11;
+/// history, for `mindfleet replay`). 12: `record` chained and its commits digested with xxh3,
+/// some entries written shorter (the histories of 11 are forgotten).
+pub const SCHEMA_VERSION: u64 = 12;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
