@@ -8,6 +8,7 @@ use mindfleet_core::record::{Decision, EntryKind, Verdict};
 use redb::ReadableDatabase;
 
 mod migrations;
+mod record;
 
 fn state(energy: f64) -> SelfStateData {
     SelfStateData { energy, ..SelfStateData::default() }
