@@ -72,7 +72,11 @@ pub(crate) fn commit(
 
 /// `recorded` against `replayed`, field by field: `path: recorded X, replayed Y`.
 pub(crate) fn diff(recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
-    prefixed("", recorded, replayed)
+    // Most are the same: their JSON says so without building either's tree.
+    match (serde_json::to_vec(recorded), serde_json::to_vec(replayed)) {
+        (Ok(a), Ok(b)) if a == b => Vec::new(),
+        _ => prefixed("", recorded, replayed),
+    }
 }
 
 fn prefixed(root: &str, recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
@@ -122,16 +126,51 @@ fn cut(s: &str, max: usize) -> String {
     }
 }
 
-/// An input in a line a person reads.
+/// An input in a line a person reads (formatted no further than the line shows: every input
+/// is, in case it is the one a replay stops at).
 pub(crate) fn short(input: &impl std::fmt::Debug) -> String {
-    cut(&format!("{input:?}"), INPUT_CHARS)
+    /// A string that takes `left` more characters, then refuses the rest.
+    struct Upto {
+        s: String,
+        left: usize,
+    }
+    impl std::fmt::Write for Upto {
+        fn write_str(&mut self, part: &str) -> std::fmt::Result {
+            match part.char_indices().nth(self.left) {
+                Some((i, _)) => {
+                    self.s.push_str(&part[..i]);
+                    self.left = 0;
+                    Err(std::fmt::Error)
+                }
+                None => {
+                    self.s.push_str(part);
+                    self.left -= part.chars().count();
+                    Ok(())
+                }
+            }
+        }
+    }
+    let mut w = Upto { s: String::new(), left: INPUT_CHARS + 1 };
+    let _ = std::fmt::Write::write_fmt(&mut w, format_args!("{input:?}"));
+    cut(&w.s, INPUT_CHARS)
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::diff;
+    use super::{INPUT_CHARS, diff, short};
+
+    #[test]
+    fn an_input_is_shown_up_to_the_line_s_length() {
+        assert_eq!(short(&("a", 1)), r#"("a", 1)"#);
+        let long = vec!["é"; 1000];
+        let s = short(&long);
+        assert_eq!(s.chars().count(), INPUT_CHARS + 3);
+        assert!(s.starts_with(r#"["é", "é""#) && s.ends_with("..."), "{s}");
+        let exact = "x".repeat(INPUT_CHARS - 2);
+        assert_eq!(short(&exact), format!("{exact:?}"));
+    }
 
     #[test]
     fn a_diff_names_each_field_that_differs_and_nothing_else() {
