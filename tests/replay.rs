@@ -348,3 +348,140 @@ async fn live_replay_with_another_prompt_names_the_events_whose_replies_changed(
         assert_eq!(d["live"]["reply"].as_str(), now.get(event).map(String::as_str), "{d}");
     }
 }
+
+/// The committed example history: the default fleet with tools, an approval and a small model
+/// budget, recorded by `scripts/record-example-history.sh` (run it again after a deliberate change
+/// of behaviour or of the history's format, and commit the file it writes).
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/history/default-fleet.jsonl");
+const REGENERATE: &str = "after a deliberate change, record it again: scripts/record-example-history.sh";
+
+/// Every JSON value in `v`, `v` first.
+fn walk(v: &Value) -> Vec<&Value> {
+    let mut out = vec![v];
+    let mut i = 0;
+    while i < out.len() {
+        match out[i] {
+            Value::Object(m) => out.extend(m.values()),
+            Value::Array(a) => out.extend(a.iter()),
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The values under `key` among `values` (of [`walk`]): found by name, not by where the history's
+/// format keeps them today.
+fn under<'v>(values: &[&'v Value], key: &str) -> Vec<&'v Value> {
+    values.iter().filter_map(|v| v.get(key)).collect()
+}
+
+/// `file`'s lines after its header, as JSON.
+fn history_lines(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `file` imported into a new data dir under `dir`.
+fn imported(file: &Path, dir: &Path) -> PathBuf {
+    let data = dir.join("imported");
+    let out = mindfleet(&["history", "import", file.to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}\n{REGENERATE}", String::from_utf8_lossy(&out.stderr));
+    data
+}
+
+#[test]
+fn the_example_history_replays_identically_and_holds_every_feature_it_was_recorded_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = imported(Path::new(EXAMPLE), dir.path());
+    let (code, report, stderr) = replay(&data, &[]);
+    assert_eq!((code, report["outcome"].as_str()), (Some(0), Some("identical")), "{report}\n{stderr}\n{REGENERATE}");
+    let personas = report["personas"].as_array().unwrap();
+    for p in personas {
+        assert_eq!(p["commits_checked"], p["commits"], "{p}");
+    }
+    // The kill -9 in the middle: the personas' lifecycles ran twice, a start and a restart.
+    assert!(personas.iter().any(|p| p["runs"].as_u64().unwrap() >= 2), "{report}");
+
+    let lines = history_lines(Path::new(EXAMPLE));
+    let all: Vec<&Value> = lines.iter().flat_map(walk).collect();
+    // A few hundred events, delivered (or restored after the kill -9 and taken from the inbox):
+    // people's messages, and the personas' replies that came back.
+    let events: std::collections::BTreeSet<&str> = [under(&all, "Deliver"), under(&all, "Next")]
+        .concat()
+        .into_iter()
+        .flat_map(walk)
+        .filter_map(|v| v.get("event")?.get("id")?.as_str())
+        .collect();
+    assert!(events.len() >= 200, "{} events", events.len());
+    // Both brains, as each run's beginning says.
+    let brains: std::collections::BTreeSet<&str> =
+        under(&all, "Begin").into_iter().flat_map(walk).filter_map(|v| v.get("brain")?.as_str()).collect();
+    assert_eq!(brains, ["local", "rules"].into(), "the brains of the runs");
+    // The model's own answers are in it (the local brain drafted, chose plans, wrote lessons).
+    assert!(!under(&all, "Drafted").is_empty() && !under(&all, "Planned").is_empty());
+    // A tool's answer, and a call a person approved from the command line.
+    assert!(under(&all, "ToolAnswered").iter().any(|a| a.to_string().contains("Commit history")));
+    assert!(!under(&all, "ApprovalAnswered").is_empty());
+    assert!(all.iter().any(|v| v.as_str() == Some("approved by cli")));
+    // A grant the spent budget turned to the rules brain, and a decision that says so.
+    let spent = under(&all, "grant")
+        .into_iter()
+        .filter(|g| g["outcome"].to_string().to_lowercase().replace('_', "").contains("hardbudget"))
+        .count();
+    assert!(spent > 0, "no grant says the budget was spent");
+    let decisions: Vec<&Value> = all
+        .iter()
+        .copied()
+        .filter(|v| v.get("verdict").is_some() && v.get("reason").is_some() && v.get("event_id").is_some())
+        .collect();
+    let reason = |d: &Value| d["reason"].as_str().unwrap_or_default().to_string();
+    assert!(decisions.iter().any(|d| reason(d).contains("model budget spent (hard_budget)")));
+    // A deferral, taken up.
+    let taken_up: Vec<&str> = decisions
+        .iter()
+        .filter(|d| reason(d).starts_with("taking up deferred"))
+        .filter_map(|d| d["event_id"].as_str())
+        .collect();
+    assert!(
+        taken_up.iter().any(|id| decisions.iter().any(|d| d["event_id"] == *id && d["verdict"] == "defer")),
+        "no deferred event was taken up: {taken_up:?}"
+    );
+}
+
+#[test]
+fn the_example_history_with_a_tool_s_answer_edited_diverges_at_the_event_that_quoted_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // git's answer to the reviewer, with another subject in it.
+    let answer =
+        |l: &str| l.contains("\"persona\":\"reviewer\"") && l.contains("ToolAnswered") && l.contains("Cap the retry");
+    let at = lines.iter().position(|l| answer(l)).expect("git's answer to the reviewer");
+    lines[at] = lines[at].replace("Cap the retry backoff", "Drop the retry backoff");
+    // The event in hand: the one the reviewer took from its inbox last, which asked for a commit.
+    let next = lines[1..at]
+        .iter()
+        .rev()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["persona"] == "reviewer")
+        .find_map(|v| walk(&v).into_iter().find_map(|x| x.get("Next")).map(|n| n[0]["event"].clone()))
+        .expect("the event in hand");
+    assert!(next["text"].as_str().unwrap().contains("commit"), "{next}");
+    // Chained again from there, as a history edited with care would be: each line's chain (the
+    // first field) covers the rest of the line and the chain before.
+    let mut prev = mindfleet_store::history::chain(0, lines[0].as_bytes());
+    for line in &mut lines[1..] {
+        let rest = line[line.find("\",").unwrap() + 2..].to_string();
+        prev = mindfleet_store::history::chain(prev, rest.as_bytes());
+        *line = format!("{{\"chain\":\"{prev:016x}\",{rest}");
+    }
+    let edited = dir.path().join("edited.jsonl");
+    std::fs::write(&edited, lines.join("\n") + "\n").unwrap();
+
+    let data = imported(&edited, dir.path());
+    let (code, report, stderr) = replay(&data, &["--persona", "reviewer"]);
+    assert_eq!((code, report["outcome"].as_str()), (Some(1), Some("diverged")), "{report}\n{stderr}");
+    assert_eq!(report["event"], next["id"], "{report}");
+    assert!(report["diff"].to_string().contains("Drop the retry backoff"), "the diff shows the edit: {report}");
+}
