@@ -460,12 +460,27 @@ fn the_example_history_with_a_tool_s_answer_edited_diverges_at_the_event_that_qu
     let at = lines.iter().position(|l| answer(l)).expect("git's answer to the reviewer");
     lines[at] = lines[at].replace("Cap the retry backoff", "Drop the retry backoff");
     // The event in hand: the one the reviewer took from its inbox last, which asked for a commit.
-    let next = lines[1..at]
+    // (Handed over by its seq alone when it was delivered earlier in the run.)
+    let reviewer: Vec<Value> = lines[1..at]
         .iter()
-        .rev()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v["persona"] == "reviewer")
-        .find_map(|v| walk(&v).into_iter().find_map(|x| x.get("Next")).map(|n| n[0]["event"].clone()))
+        .collect();
+    let delivered = |seq: &Value| {
+        reviewer.iter().rev().find_map(|v| {
+            walk(v).into_iter().find_map(|x| x.get("Deliver")).filter(|d| d["seq"] == *seq).map(|d| d["event"].clone())
+        })
+    };
+    let next = reviewer
+        .iter()
+        .rev()
+        .find_map(|v| {
+            walk(v).into_iter().find_map(|x| {
+                x.get("Next")
+                    .map(|n| n[0]["event"].clone())
+                    .or_else(|| x.get("Handed").and_then(|h| delivered(&h["seq"])))
+            })
+        })
         .expect("the event in hand");
     assert!(next["text"].as_str().unwrap().contains("commit"), "{next}");
     // Chained again from there, as a history edited with care would be: each line's chain (the
