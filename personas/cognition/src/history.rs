@@ -297,8 +297,15 @@ impl Reading {
                 Entry::Begin(b)
             }
             Stored::Fed { at, input } => {
-                if let Input::Deliver(d) = &input {
-                    self.delivered.insert(d.seq, d.clone());
+                // As the recorder keeps them: a delivery until it is handed over.
+                match &input {
+                    Input::Deliver(d) => {
+                        self.delivered.insert(d.seq, d.clone());
+                    }
+                    Input::Next(d, _) => {
+                        self.delivered.remove(&d.seq);
+                    }
+                    _ => {}
                 }
                 Entry::Fed { at, input }
             }
@@ -346,18 +353,6 @@ pub fn digest(c: &PersonaCommit) -> u64 {
     let mut h = HashWriter(twox_hash::XxHash3_64::with_seed(0));
     serde_json::to_writer(&mut h, &(c.seq, &c.decision, &c.plan, &reply, &c.defer)).expect("plain data");
     h.0.finish()
-}
-
-impl Entry {
-    /// What kind of entry it is, for messages.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Entry::Begin(_) => "begin",
-            Entry::Fed { .. } => "input",
-            Entry::Changed(_) => "self-state change",
-            Entry::Committed(_) => "commit",
-        }
-    }
 }
 
 #[cfg(test)]
