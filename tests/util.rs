@@ -227,12 +227,15 @@ pub fn two_files() -> tempfile::TempDir {
     src
 }
 
-/// A fixture of texts with llama.cpp's token ids for them (`tests/fixtures/NAME`, written by the
-/// script of `scripts/` its note names).
-pub fn token_fixture(name: &str) -> Vec<(String, Vec<u32>)> {
+/// Checks `tok` against the fixture `tests/fixtures/NAME` (texts with llama.cpp's ids for them,
+/// made by its script in `scripts/`): every text encodes to its ids and decodes back, and the
+/// chat item (the one starting with `chat_start`) is the model's template rendered for [system,
+/// user], whose rendering and encoding give the same text and ids. Returns the chat item's ids.
+pub fn tokens_match_fixture(tok: &mindfleet_models::llama::GgufTokenizer, name: &str, chat_start: &str) -> Vec<u32> {
+    use mindfleet_models::llama::ChatMessage;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    v["items"]
+    let items: Vec<(String, Vec<u32>)> = v["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -240,5 +243,18 @@ pub fn token_fixture(name: &str) -> Vec<(String, Vec<u32>)> {
             let ids = i["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
             (i["text"].as_str().unwrap().to_string(), ids)
         })
-        .collect()
+        .collect();
+    assert_eq!(items.len(), 7);
+    for (text, ids) in &items {
+        assert_eq!(&tok.encode(text).unwrap(), ids, "{text:?}");
+        assert_eq!(&tok.decode(ids).unwrap(), text, "{text:?}");
+    }
+    let messages = [
+        ChatMessage::system("You are a helpful assistant that answers briefly."),
+        ChatMessage::user("What is the capital of France?"),
+    ];
+    let (text, ids) = items.iter().find(|(t, _)| t.starts_with(chat_start)).unwrap();
+    assert_eq!(&tok.render_chat(&messages), text);
+    assert_eq!(&tok.encode_chat(&messages).unwrap(), ids);
+    ids.clone()
 }

@@ -49,21 +49,12 @@ fn sizes(data_dir: &Path) -> anyhow::Result<Value> {
             for entry in row.entries().map_err(anyhow::Error::msg)? {
                 json_bytes += entry.len() as u64;
                 let v: Value = serde_json::from_slice(&entry)?;
-                let kind = match &v {
-                    Value::Object(o) => match o.iter().next() {
-                        Some((k, inner)) if k == "Fed" => match &inner["input"] {
-                            Value::String(s) => s.clone(),
-                            Value::Object(i) => i.keys().next().cloned().unwrap_or_default(),
-                            _ => String::new(),
-                        },
-                        Some((k, _)) => k.clone(),
-                        None => String::new(),
-                    },
-                    Value::String(s) => s.clone(),
-                    _ => String::new(),
+                let kind = match variant(&v) {
+                    "Fed" => variant(&v["Fed"]["input"]),
+                    k => k,
                 };
                 events += u64::from(kind == "Deliver");
-                *kinds.entry(kind).or_default() += entry.len() as u64;
+                *kinds.entry(kind.to_string()).or_default() += entry.len() as u64;
             }
         }
     }
@@ -74,6 +65,15 @@ fn sizes(data_dir: &Path) -> anyhow::Result<Value> {
         "stored_per_event": per(stored),
         "json_per_event_by_kind": kinds.into_iter().map(|(k, b)| (k, json!(per(b)))).collect::<serde_json::Map<_, _>>(),
     }))
+}
+
+/// The variant of an enum value as serde writes it (its name, or the one key of its object).
+fn variant(v: &Value) -> &str {
+    match v {
+        Value::String(s) => s,
+        Value::Object(o) => o.keys().next().map_or("", String::as_str),
+        _ => "",
+    }
 }
 
 /// `rounds` of `bench inject` (`clients`, `events`, 8 personas) with recording on and off,
