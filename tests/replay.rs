@@ -128,7 +128,7 @@ async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_inpu
         for (i, (n, row)) in rows.iter().enumerate() {
             let mut entries = RecordBatch::unpack(&row[8..]).unwrap();
             for bytes in &mut entries {
-                let mut entry: Value = serde_json::from_slice(bytes).unwrap();
+                let mut entry: Value = serde_json::from_slice(&mindfleet_replay::to_json(bytes).unwrap()).unwrap();
                 // Where it was delivered, and where the inbox handed it over when that names
                 // more than its seq.
                 for at in ["/Fed/input/Deliver/event", "/Fed/input/Next/0/event"] {

@@ -49,7 +49,7 @@ pub fn run(Args { cmd }: Args) -> ExitCode {
                 Err(e) => return fail(1, format!("{}: {e}", out.display())),
             };
             let mut w = std::io::BufWriter::new(file);
-            let written = reader.export(&mut w, persona.as_deref()).and_then(|c| {
+            let written = reader.export(&mut w, persona.as_deref(), mindfleet_replay::to_json).and_then(|c| {
                 use std::io::Write;
                 w.flush().map(|_| c).map_err(|source| mindfleet_store::StorageError::Io { path: out.clone(), source })
             });

@@ -4,9 +4,13 @@
 //! and their times are all it depends on; what it asks the world for (a model's answer, a tool's
 //! result, a grant, a timer) comes back as an input and is recorded as one.
 //!
-//! Entries are JSON (`[storage] record`, table `record`, packed a batch to a row): readable in
-//! an exported history, and an older entry still reads when a type gains a field with a
-//! default. Floats round-trip exactly.
+//! Entries are stored (`[storage] record`, table `record`, packed a batch to a row) in binary
+//! when they come often and their types are stored that way already (deliveries, grants,
+//! working memory, self-state changes; `RecordBatch::BINARY`, bincode as the journal's rows),
+//! the others as JSON (model answers, tool results, what a run begins with: their types are
+//! not all bincode's). An exported history is all JSON ([`to_json`]): readable, and an older
+//! entry still reads when a type gains a field with a default. Floats round-trip exactly in
+//! both.
 //!
 //! ```text
 //! Begin        the lifecycle was built (a start or a restart): what it was given
@@ -54,8 +58,9 @@ pub struct Begin {
     pub deferred: Vec<(Delivery, Deferral)>,
 }
 
-/// An entry as stored (JSON).
-#[derive(Deserialize)]
+/// An entry as stored. Binary entries are this enum's bincode, so [`StoredRef`] lists the same
+/// variants in the same order.
+#[derive(Serialize, Deserialize)]
 enum Stored {
     Begin(Box<Begin>),
     Fed { at: i64, input: Input },
@@ -77,23 +82,85 @@ enum StoredRef<'a> {
     Kept(&'a [Preoccupied]),
 }
 
-/// A self-state view as what changed since the one before it (a field left out is as it was).
-#[derive(Debug, Default, Serialize, Deserialize)]
+impl StoredRef<'_> {
+    /// Whether it is stored in binary: it comes often, and its types are bincode's (checked
+    /// by a round trip of each in the tests).
+    fn binary(&self) -> bool {
+        match self {
+            StoredRef::Begin(_) => false,
+            StoredRef::Fed { input, .. } => matches!(
+                input,
+                Input::Start
+                    | Input::Deliver(_)
+                    | Input::Next(..)
+                    | Input::Enriched { .. }
+                    | Input::StepEnriched { .. }
+                    | Input::Granted { .. }
+                    | Input::WorkingMemory { .. }
+                    | Input::LongTermRecalled { .. }
+                    | Input::RedundancyChecked { .. }
+                    | Input::StudyNoted { .. }
+                    | Input::ApprovalAnswered(_)
+                    | Input::TurnOverdue(_)
+                    | Input::CoordinatorGone(_)
+                    | Input::DeferralsDue
+                    | Input::InboxRestarted
+            ),
+            StoredRef::Viewed { .. } | StoredRef::Handed { .. } | StoredRef::Changed(_) | StoredRef::Kept(_) => true,
+        }
+    }
+}
+
+impl Stored {
+    /// The entry `bytes` hold: binary (by its tag) or JSON.
+    fn of(bytes: &[u8]) -> Result<Stored, String> {
+        match bytes.split_first() {
+            Some((&RecordBatch::BINARY, fields)) => mindfleet_core::stored::decode(fields).map_err(|e| e.to_string()),
+            Some((&RecordBatch::COMMITTED, fields)) => {
+                mindfleet_core::stored::decode(fields).map(Stored::Committed).map_err(|e| e.to_string())
+            }
+            _ => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// A self-state view as what changed since the one before it (a field left out, or `None`, is
+/// as it was).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct ViewChange {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     focus: Option<Focus>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     preoccupations: Option<Vec<Preoccupied>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     load: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     capacity: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     mood: Option<Mood>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     dormant: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     spoke_in: Option<BTreeMap<String, i64>>,
+}
+
+/// JSON leaves out what did not change; binary, not self-describing, writes every field.
+impl Serialize for ViewChange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        fn field<S: SerializeStruct, T: Serialize>(
+            st: &mut S,
+            all: bool,
+            name: &'static str,
+            v: &Option<T>,
+        ) -> Result<(), S::Error> {
+            if all || v.is_some() { st.serialize_field(name, v) } else { st.skip_field(name) }
+        }
+        let all = !s.is_human_readable();
+        let mut st = s.serialize_struct("ViewChange", 7)?;
+        field(&mut st, all, "focus", &self.focus)?;
+        field(&mut st, all, "preoccupations", &self.preoccupations)?;
+        field(&mut st, all, "load", &self.load)?;
+        field(&mut st, all, "capacity", &self.capacity)?;
+        field(&mut st, all, "mood", &self.mood)?;
+        field(&mut st, all, "dormant", &self.dormant)?;
+        field(&mut st, all, "spoke_in", &self.spoke_in)?;
+        st.end()
+    }
 }
 
 /// A stretch of a new preoccupation list: the one before's from `.0`, `.1` long, or a new one.
@@ -191,8 +258,8 @@ const DELIVERED_KEPT: usize = 1024;
 
 /// Writes a run of a lifecycle as history entries.
 pub struct Recorder {
-    /// The entries held, as lines.
-    lines: Vec<u8>,
+    /// The entries held, framed (`RecordBatch::frame`).
+    frames: Vec<u8>,
     held: u64,
     /// The last self-state view fed in the run (the default before the first).
     view: SelfView,
@@ -206,7 +273,7 @@ impl Recorder {
     /// A run of the lifecycle built from `begin`.
     pub fn begin(begin: &Begin) -> Recorder {
         let mut r = Recorder {
-            lines: Vec::new(),
+            frames: Vec::new(),
             held: 0,
             view: SelfView::default(),
             delivered: BTreeMap::new(),
@@ -257,17 +324,21 @@ impl Recorder {
 
     /// The entries it holds, packed and handed over (its run goes on).
     pub fn take(&mut self) -> RecordBatch {
-        let batch = RecordBatch::from_lines(&self.lines, self.held);
-        self.lines.clear();
+        let batch = RecordBatch::from_frames(&self.frames, self.held);
+        self.frames.clear();
         self.held = 0;
         batch
     }
 
     fn write(&mut self, e: &StoredRef<'_>) {
-        if self.held > 0 {
-            self.lines.push(b'\n');
-        }
-        serde_json::to_writer(&mut self.lines, e).expect("a recorded entry is plain data");
+        RecordBatch::frame(&mut self.frames, |f| {
+            if e.binary() {
+                f.push(RecordBatch::BINARY);
+                mindfleet_core::stored::encode_to(e, f);
+            } else {
+                serde_json::to_writer(f, e).expect("a recorded entry is plain data");
+            }
+        });
         self.held += 1;
     }
 }
@@ -287,7 +358,7 @@ impl Reading {
     /// The next entry, from its bytes; `None` for an entry that stands for what its run recorded
     /// before and whose run's beginning was not read (retention forgot it).
     pub fn read(&mut self, bytes: &[u8]) -> Result<Option<Entry>, String> {
-        let stored: Stored = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let stored = Stored::of(bytes)?;
         if !self.begun && matches!(stored, Stored::Viewed { .. } | Stored::Handed { .. } | Stored::Kept(_)) {
             return Ok(None);
         }
@@ -345,14 +416,22 @@ impl std::io::Write for HashWriter {
     }
 }
 
-/// The digest of what commit `c` says (its delivery, decision, plan, reply and deferral; the
-/// reply's id is given after, outside the lifecycle): what a replay checks each commit by, its
-/// journal rows or not.
+/// The digest of what commit `c` says (its delivery, decision, plan, reply and deferral, as
+/// the journal stores them; the reply's id is given after, outside the lifecycle): what a
+/// replay checks each commit by, its journal rows or not.
 pub fn digest(c: &PersonaCommit) -> u64 {
     let reply = c.reply.as_ref().map(|(entry, _)| OutboxEntry { event_id: String::new(), ..entry.clone() });
     let mut h = HashWriter(twox_hash::XxHash3_64::with_seed(0));
-    serde_json::to_writer(&mut h, &(c.seq, &c.decision, &c.plan, &reply, &c.defer)).expect("plain data");
+    mindfleet_core::stored::encode_to(&(c.seq, &c.decision, &c.plan, &reply, &c.defer), &mut h);
     h.0.finish()
+}
+
+/// An entry as stored, as JSON (as an exported history holds it).
+pub fn to_json(entry: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    match entry.first() {
+        Some(&b'{') => Ok(entry.into()),
+        _ => Ok(serde_json::to_vec(&Stored::of(entry)?).map_err(|e| e.to_string())?.into()),
+    }
 }
 
 #[cfg(test)]
@@ -361,6 +440,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::mind::Activity;
 
     fn preoccupation(i: u8) -> Preoccupation {
         Preoccupation {
@@ -456,7 +536,7 @@ mod tests {
         let kinds: Vec<String> = entries[1..]
             .iter()
             .map(|e| {
-                serde_json::from_slice::<serde_json::Value>(e)
+                serde_json::from_slice::<serde_json::Value>(&to_json(e).expect("transcodes"))
                     .expect("json")
                     .as_object()
                     .expect("an object")
@@ -468,7 +548,7 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["Fed", "Viewed", "Handed", "Viewed", "Fed", "Fed", "Fed", "Fed", "Viewed"]);
         // A view keeps what the one before had by position.
-        let second = String::from_utf8_lossy(&entries[4]);
+        let second = String::from_utf8_lossy(&to_json(&entries[4]).expect("transcodes")).into_owned();
         assert!(second.contains(r#"{"Kept":[1,1]}"#) && second.contains(r#"{"Kept":[2,1]}"#), "{second}");
         assert!(!second.contains("load"), "{second}");
     }
@@ -486,7 +566,8 @@ mod tests {
             r.changed(u);
         }
         let entries = RecordBatch::unpack(&r.take().stored).expect("unpacks");
-        assert!(String::from_utf8_lossy(&entries[3]).starts_with(r#"{"Kept":[{"Kept":[1,2]},{"New""#));
+        let third = to_json(&entries[3]).expect("transcodes");
+        assert!(String::from_utf8_lossy(&third).starts_with(r#"{"Kept":[{"Kept":[1,2]},{"New""#));
         let mut reading = Reading::default();
         let read: Vec<_> = entries
             .iter()
@@ -516,6 +597,81 @@ mod tests {
         assert!(e.contains("preoccupations 0..2 of a list of 0"), "{e}");
     }
 
+    /// Each input stored in binary reads back as it was fed, its optional parts there or not,
+    /// and exports as the JSON it would have been stored as.
+    #[test]
+    fn binary_entries_read_back_and_export_as_json() {
+        let wm = r#"{"id":3,"domain":"chat","kind":"observation","text":"t","importance":0.5,"event_id":null,
+            "relevance":0.25,"created_us":1,"last_access_us":2,"access_count":3,"expires_us":4}"#;
+        let memory = r#"{"experiences":[{"item":{"domain":"chat","task":"t","trajectory":["a"],"success":true,
+            "learnings":[],"event_id":null,"at_us":5},"score":0.5}],"procedures":[{"name":"n","domain":"chat",
+            "steps":["recall_memory"],"success_rate":0.75,"times_used":2,"updated_us":6}],"profile":{"user":"u",
+            "topics":[["x",1]],"preferences":[],"technical_level":"expert","confidence":0.5,"messages":1,
+            "updated_us":7},"knowledge":[],"by_words":"no vectors","adapter":null}"#;
+        let enrichment = r#"{"matches":[{"id":"r","via":"tag","matched":["x"],"score":1.0}],"semantic_off":null}"#;
+        let grant = r#"{"task":4,"slot":"cheap","class":"urgent","waited_us":7,"outcome":"Run",
+            "deadline_missed":false,"budget_left":0.1}"#;
+        let inputs = [
+            r#""Start""#.to_string(),
+            format!(r#"{{"Enriched":{{"seq":1,"enrichment":{enrichment}}}}}"#),
+            r#"{"StepEnriched":{"task":2,"enrichment":{"matches":[],"semantic_off":"off"}}}"#.into(),
+            format!(r#"{{"Granted":{{"grant":{grant},"failure":null}}}}"#),
+            format!(r#"{{"Granted":{{"grant":{grant},"failure":"timeout"}}}}"#),
+            format!(r#"{{"WorkingMemory":{{"task":5,"answer":{{"Ok":[{wm}]}}}}}}"#),
+            r#"{"WorkingMemory":{"task":5,"answer":{"Err":"gone"}}}"#.into(),
+            format!(r#"{{"LongTermRecalled":{{"event_id":"e","memory":{memory},"note":"n"}}}}"#),
+            r#"{"RedundancyChecked":{"task":7,"answer":{"Ok":{"similarity":0.9,"threshold":0.8,"reason":"r"}}}}"#
+                .into(),
+            r#"{"RedundancyChecked":{"task":7,"answer":{"Ok":null}}}"#.into(),
+            r#"{"StudyNoted":{"task":8,"topic":"t","noted":true}}"#.into(),
+            r#"{"ApprovalAnswered":"a1"}"#.into(),
+            r#"{"TurnOverdue":"e1"}"#.into(),
+            r#"{"CoordinatorGone":"e2"}"#.into(),
+            r#""DeferralsDue""#.into(),
+            r#""InboxRestarted""#.into(),
+        ];
+        let mut inputs: Vec<Input> = inputs.iter().map(|j| serde_json::from_str(j).expect(j)).collect();
+        inputs.push(Input::Deliver(delivery(9, "nine")));
+        inputs.push(Input::Next(delivery(10, "ten"), 2));
+        let (read, entries) = round_trip(&inputs);
+        let fed: Vec<_> = inputs.iter().map(|i| serde_json::to_value(i).expect("json")).collect();
+        assert_eq!(read, fed);
+        for (e, input) in entries[1..].iter().zip(&fed) {
+            assert_eq!(e[0], RecordBatch::BINARY, "{input}");
+            let json: serde_json::Value = serde_json::from_slice(&to_json(e).expect("transcodes")).expect("json");
+            assert_eq!(json["Fed"]["input"], *input);
+        }
+        // Self-state changes too, and a commit's note as storage writes it.
+        let activity = Activity { engaged: Some(("chat".into(), "o".into(), 0.5)), ..Activity::default() };
+        let changes = [
+            Update::Focus(Box::new(activity.clone())),
+            Update::Activity(Box::new(Activity { thought: Some("t".into()), ..activity })),
+            Update::SetFocus { objective: "o".into(), intensity: 0.25 },
+            Update::ClearFocus("c".into()),
+            Update::Tick,
+        ];
+        let mut r = Recorder::begin(&begin());
+        for u in &changes {
+            r.changed(u);
+        }
+        let mut entries = RecordBatch::unpack(&r.take().stored).expect("unpacks");
+        let note = Committed { seq: 1, decision: Some(2), plan: None, outbox: Some(3), digest: 4 };
+        entries.push(note.entry());
+        let mut reading = Reading::default();
+        let read: Vec<_> = entries.iter().filter_map(|e| reading.read(e).expect("reads")).collect();
+        let read: Vec<_> = read
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Changed(u) => Some(serde_json::to_value(u).expect("json")),
+                _ => None,
+            })
+            .collect();
+        let wanted: Vec<_> = changes.iter().map(|u| serde_json::to_value(u).expect("json")).collect();
+        assert_eq!(read, wanted);
+        assert!(matches!(reading.read(&note.entry()), Ok(Some(Entry::Committed(c))) if c == note));
+        assert_eq!(Committed::of_entry(&to_json(&note.entry()).expect("transcodes")), Some(note));
+    }
+
     proptest! {
         #[test]
         fn a_view_change_gives_back_the_view(
@@ -526,10 +682,16 @@ mod tests {
             let (before, now) = (view(&a, 0.0, None), view(&b, load, Some("x")));
             let change = ViewChange::between(&before, &now);
             let json = serde_json::to_vec(&change).expect("json");
-            let back = serde_json::from_slice::<ViewChange>(&json).expect("reads").apply(&before).expect("applies");
-            prop_assert_eq!(back.preoccupations, now.preoccupations);
-            prop_assert_eq!(back.cognitive_load.to_bits(), now.cognitive_load.to_bits());
-            prop_assert_eq!(back.spoke_in, now.spoke_in);
+            let binary = mindfleet_core::stored::encode(&change);
+            for back in [
+                serde_json::from_slice::<ViewChange>(&json).expect("reads"),
+                mindfleet_core::stored::decode::<ViewChange>(&binary).expect("reads"),
+            ] {
+                let back = back.apply(&before).expect("applies");
+                prop_assert_eq!(&back.preoccupations, &now.preoccupations);
+                prop_assert_eq!(back.cognitive_load.to_bits(), now.cognitive_load.to_bits());
+                prop_assert_eq!(&back.spoke_in, &now.spoke_in);
+            }
         }
     }
 }

@@ -157,6 +157,11 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(v, bincode::config::standard()).expect("in-memory encoding cannot fail")
 }
 
+/// `v` encoded as [`encode`] does, written to `w` (a buffer grown in place, a hasher).
+pub fn encode_to<T: Serialize>(v: &T, w: &mut impl std::io::Write) {
+    bincode::serde::encode_into_std_write(v, w, bincode::config::standard()).expect("in-memory encoding cannot fail");
+}
+
 /// A stored record, or why it cannot be read.
 pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, DecodeError> {
     decode_as(b, "record")

@@ -23,6 +23,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+/// An entry of a history as JSON, as an export writes it (`HistoryReader::export`).
+pub use mindfleet_cognition::history::to_json;
 use mindfleet_cognition::history::{Entry, Reading};
 use mindfleet_cognition::lifecycle::{Effect, Input, Lifecycle};
 use mindfleet_cognition::mind::Update;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
 
-use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
+use mindfleet_core::record::{Committed, Decision, OutboxEntry, PlanRecord};
 
 use crate::schema::{DECISION_LOG, DECISIONS, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
 use crate::{StorageError, dec, upgrade};
@@ -31,7 +31,7 @@ impl Row {
         self.n == before.n + entries && self.chain == chain(before.chain, &self.stored)
     }
 
-    /// Its entries, as JSON.
+    /// Its entries, as stored (JSON or binary: see `RecordBatch`).
     pub fn entries(&self) -> Result<Vec<Vec<u8>>, String> {
         mindfleet_core::record::RecordBatch::unpack(&self.stored)
     }
@@ -245,16 +245,17 @@ struct Line {
     journal: Option<JournalRows>,
 }
 
-/// A commit's note, read from its row.
-#[derive(serde::Deserialize)]
-enum Noted {
-    Committed(mindfleet_core::record::Committed),
-}
-
 impl HistoryReader {
     /// Writes the histories (each persona's, or `persona`'s) as JSON lines, each commit's note
-    /// with the journal rows it wrote, each line chained to the one before.
-    pub fn export(&self, out: &mut impl std::io::Write, persona: Option<&str>) -> Result<Carried, StorageError> {
+    /// with the journal rows it wrote, each line chained to the one before; `json` gives an
+    /// entry as JSON (`mindfleet_cognition::history::to_json`: binary entries are the
+    /// lifecycle's types).
+    pub fn export(
+        &self,
+        out: &mut impl std::io::Write,
+        persona: Option<&str>,
+        json: impl Fn(&[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String>,
+    ) -> Result<Carried, StorageError> {
         let io = |source| StorageError::Io { path: self.path.clone(), source };
         let mut carried = Carried::default();
         let mut prev = 0u64;
@@ -269,11 +270,12 @@ impl HistoryReader {
             });
             for entry in entries {
                 let (n, row) = entry.map_err(|e| self.err(redb::Error::Corrupted(e)))?;
-                let text = std::str::from_utf8(&row)
-                    .map_err(|e| self.err(redb::Error::Corrupted(format!("record entry {name}/{n}: {e}"))))?;
+                let corrupted = |e: String| self.err(redb::Error::Corrupted(format!("record entry {name}/{n}: {e}")));
+                let text = json(&row).map_err(corrupted)?;
+                let text = std::str::from_utf8(&text).map_err(|e| corrupted(e.to_string()))?;
                 let mut rest =
                     format!("\"persona\":{},\"row\":{n},\"entry\":{text}", serde_json::Value::String(name.clone()));
-                if let Ok(Noted::Committed(c)) = serde_json::from_slice::<Noted>(&row) {
+                if let Some(c) = Committed::of_entry(&row) {
                     let rows = JournalRows {
                         decision: c.decision.map(|k| self.decision(&name, k)).transpose()?.flatten(),
                         plan: c.plan.map(|k| self.plan(&name, k)).transpose()?.flatten(),
@@ -389,8 +391,7 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
             (at, value) = chained(at, &batch.stored);
             record.insert((l.persona.as_str(), l.row), value.as_slice())?;
             carried.rows += 1;
-            let (Ok(Noted::Committed(c)), Some(rows)) = (serde_json::from_str::<Noted>(l.entry.get()), &l.journal)
-            else {
+            let (Some(c), Some(rows)) = (Committed::of_entry(l.entry.get().as_bytes()), &l.journal) else {
                 continue;
             };
             if let (Some(k), Some(d)) = (c.decision, &rows.decision) {

@@ -46,6 +46,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migrate_9_to_10,
     migrate_10_to_11,
     migrate_11_to_12,
+    migrate_12_to_13,
 ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
@@ -415,4 +416,10 @@ pub(crate) fn migrate_10_to_11(_: &WriteTransaction) -> Result<(), redb::Error> 
 pub(crate) fn migrate_11_to_12(txn: &WriteTransaction) -> Result<(), redb::Error> {
     txn.open_table(RECORD)?.retain(|_, _| false)?;
     Ok(())
+}
+
+/// Version 13 frames `record` entries by length and digests commits from their stored encoding,
+/// so a history of 12 would not replay: it is forgotten, as at 12 (the journal stays).
+pub(crate) fn migrate_12_to_13(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    migrate_11_to_12(txn)
 }

@@ -19,8 +19,10 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// step keeps its call and what became of it; adds `tool_calls` (calls waiting for approval,
 /// and the journal of calls that may not run twice). 11: adds `record` (each persona's recorded
 /// history, for `mindfleet replay`). 12: `record` chained and its commits digested with xxh3,
-/// some entries written shorter (the histories of 11 are forgotten).
-pub const SCHEMA_VERSION: u64 = 12;
+/// some entries written shorter (the histories of 11 are forgotten). 13: `record` entries
+/// framed by length, the hot ones binary, each commit's note in its batch's row, commits
+/// digested from their stored encoding (the histories of 12 are forgotten).
+pub const SCHEMA_VERSION: u64 = 13;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");

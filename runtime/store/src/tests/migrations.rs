@@ -277,22 +277,25 @@ async fn a_newer_schema_is_refused_with_both_versions() {
 }
 
 #[tokio::test]
-async fn a_version_11_database_forgets_its_histories_and_keeps_its_journal() {
-    let dir = tempfile::tempdir().unwrap();
-    {
+async fn a_version_11_or_12_database_forgets_its_histories_and_keeps_its_journal() {
+    // 11: chained with FNV-1a; 12: JSON lines, digests over JSON. This version reads neither.
+    let row_12 = [&[0u8; 8][..], &[2], br#"{"Begin":{}}"#].concat();
+    for (version, row) in [(11, vec![7u8; 12]), (12, row_12)] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Database::create(dir.path().join("fleet.redb")).unwrap();
+            let txn = db.begin_write().unwrap();
+            Tables::open(&txn).unwrap();
+            txn.open_table(META).unwrap().insert("schema_version", version).unwrap();
+            txn.open_table(RECORD).unwrap().insert(("helper", 0), row.as_slice()).unwrap();
+            txn.open_table(EVENTS).unwrap().insert(1, enc(&event("kept")).as_slice()).unwrap();
+            txn.commit().unwrap();
+        }
+        Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
-        let txn = db.begin_write().unwrap();
-        Tables::open(&txn).unwrap();
-        txn.open_table(META).unwrap().insert("schema_version", 11).unwrap();
-        // A history chained with FNV-1a, which this version does not read.
-        txn.open_table(RECORD).unwrap().insert(("helper", 0), [7u8; 12].as_slice()).unwrap();
-        txn.open_table(EVENTS).unwrap().insert(1, enc(&event("kept")).as_slice()).unwrap();
-        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+        assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().unwrap().value(), SCHEMA_VERSION);
+        assert_eq!(txn.open_table(RECORD).unwrap().iter().unwrap().count(), 0, "version {version}");
+        assert!(txn.open_table(EVENTS).unwrap().get(1).unwrap().is_some());
     }
-    Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
-    let db = Database::create(dir.path().join("fleet.redb")).unwrap();
-    let txn = db.begin_read().unwrap();
-    assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().unwrap().value(), SCHEMA_VERSION);
-    assert_eq!(txn.open_table(RECORD).unwrap().iter().unwrap().count(), 0);
-    assert!(txn.open_table(EVENTS).unwrap().get(1).unwrap().is_some());
 }

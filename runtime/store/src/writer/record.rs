@@ -1,6 +1,6 @@
 //! Each persona's recorded history (`record`): batches of entries appended in the order the
-//! persona sent them, a commit's batch in the commit's transaction followed by a note of the
-//! journal rows it wrote, and the oldest runs of a lifecycle forgotten past `record_rows`. A
+//! persona sent them, a commit's batch in the commit's transaction noted with the journal rows
+//! it wrote (one row), and the oldest runs of a lifecycle forgotten past `record_rows`. A
 //! row is a batch under the number of its first entry, stored behind its chain (8 bytes): a
 //! batch missing, moved or edited breaks the chain of the next.
 
@@ -32,18 +32,8 @@ pub(crate) struct RecordCount {
     chain: u64,
 }
 
-/// The note of a commit: `{"Committed": {...}}`, as `mindfleet_cognition::history::Entry` reads
-/// it.
-fn committed_entry(c: Committed) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    enum Entry {
-        Committed(Committed),
-    }
-    serde_json::to_vec(&Entry::Committed(c)).expect("plain data")
-}
-
 impl Writer {
-    /// Appends `batch` to the history of `persona`, then the note of `committed`.
+    /// Appends `batch` to the history of `persona`, noted with `committed` (one row).
     pub(crate) fn put_record(
         &mut self,
         t: &mut Tables<'_>,
@@ -51,25 +41,33 @@ impl Writer {
         batch: RecordBatch,
         committed: Option<Committed>,
     ) -> Result<(), redb::Error> {
+        let entries = batch.entries + u64::from(committed.is_some());
+        if entries == 0 {
+            return Ok(());
+        }
         if !self.records.contains_key(persona) {
             let count = count_rows(t, persona)?;
             self.records.insert(persona.clone(), count);
         }
         let count = self.records.get_mut(persona).expect("inserted above");
-        let note = committed.map(|c| RecordBatch::pack(&[committed_entry(c)]));
-        for b in std::iter::once(batch).chain(note).filter(|b| b.entries > 0) {
-            if RecordBatch::begins(&b.stored) {
-                count.begins.push_back(count.next);
-            }
-            if count.entries == 0 {
-                count.first = count.next;
-            }
-            let value;
-            (count.chain, value) = history::chained(count.chain, &b.stored);
-            t.record.insert((&**persona, count.next), value.as_slice())?;
-            count.next += b.entries;
-            count.entries += b.entries;
+        if RecordBatch::begins(&batch.stored) {
+            count.begins.push_back(count.next);
         }
+        if count.entries == 0 {
+            count.first = count.next;
+        }
+        // The row: its chain, then the batch as stored.
+        let mut row = Vec::with_capacity(8 + batch.stored.len() + 32);
+        row.extend_from_slice(&[0; 8]);
+        match committed {
+            Some(c) => RecordBatch::noted(&batch.stored, &c, &mut row),
+            None => row.extend_from_slice(&batch.stored),
+        }
+        count.chain = history::chain(count.chain, &row[8..]);
+        row[..8].copy_from_slice(&count.chain.to_le_bytes());
+        t.record.insert((&**persona, count.next), row.as_slice())?;
+        count.next += entries;
+        count.entries += entries;
         trim(t, persona, count, self.cfg.record_rows)
     }
 }
