@@ -294,6 +294,10 @@ pub async fn inject_with(
         "decision_p50_ms": round(stats.decision_p50_ms, 2),
         "decision_p99_ms": round(stats.decision_p99_ms, 2),
         "cpu_us_per_event": round(cpu_us_per_event, 1),
+        // What the personas made of the events, and the writer's work for them.
+        "decisions_by_verdict": stats.decisions_by_verdict,
+        "writer_requests": stats.requests,
+        "writer_commits": stats.commits,
         "record": record,
     });
     Ok((figures, dir))

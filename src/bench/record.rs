@@ -16,6 +16,10 @@ struct Side {
     decision_p50_ms: Vec<f64>,
     decision_p99_ms: Vec<f64>,
     cpu_us_per_event: Vec<f64>,
+    /// Over the rounds: what the personas decided, and the writer's requests and commits.
+    verdicts: BTreeMap<String, u64>,
+    writer_requests: u64,
+    writer_commits: u64,
 }
 
 impl Side {
@@ -25,6 +29,11 @@ impl Side {
         self.decision_p50_ms.push(f("decision_p50_ms"));
         self.decision_p99_ms.push(f("decision_p99_ms"));
         self.cpu_us_per_event.push(f("cpu_us_per_event"));
+        for (verdict, n) in v["decisions_by_verdict"].as_object().into_iter().flatten() {
+            *self.verdicts.entry(verdict.clone()).or_default() += n.as_u64().unwrap_or(0);
+        }
+        self.writer_requests += v["writer_requests"].as_u64().unwrap_or(0);
+        self.writer_commits += v["writer_commits"].as_u64().unwrap_or(0);
     }
 
     fn figures(&self) -> Value {
@@ -34,36 +43,50 @@ impl Side {
             "decision_p99_ms": round(median(self.decision_p99_ms.clone()), 2),
             "cpu_us_per_event": round(median(self.cpu_us_per_event.clone()), 1),
             "acked_per_s_rounds": self.acked_per_s,
+            "decisions_by_verdict": self.verdicts,
+            "writer_requests": self.writer_requests,
+            "writer_commits": self.writer_commits,
         })
     }
 }
 
-/// What a recorded history holds, in bytes an event delivered: its entries as JSON by kind (an
-/// input by its variant), and as stored (packed, lz4).
+/// What a recorded history holds, in bytes an event delivered: its entries by kind (an input by
+/// its variant) as stored before packing (binary or JSON) and as exported (JSON), and its rows
+/// as stored (packed, lz4).
 fn sizes(data_dir: &Path) -> anyhow::Result<Value> {
     let reader = mindfleet_replay::HistoryReader::open(data_dir)?;
-    let (mut kinds, mut stored, mut json_bytes, mut events) = (BTreeMap::<String, u64>::new(), 0u64, 0u64, 0u64);
+    let mut kinds = BTreeMap::<String, (u64, u64)>::new();
+    let (mut stored, mut entry_bytes, mut json_bytes, mut events) = (0u64, 0u64, 0u64, 0u64);
     for persona in reader.personas()? {
         for row in reader.rows(&persona)? {
             stored += row.stored.len() as u64;
             for entry in row.entries().map_err(anyhow::Error::msg)? {
-                json_bytes += entry.len() as u64;
-                let v: Value = serde_json::from_slice(&entry)?;
+                let json = mindfleet_replay::to_json(&entry).map_err(anyhow::Error::msg)?;
+                entry_bytes += entry.len() as u64;
+                json_bytes += json.len() as u64;
+                let v: Value = serde_json::from_slice(&json)?;
                 let kind = match variant(&v) {
                     "Fed" => variant(&v["Fed"]["input"]),
                     k => k,
                 };
                 events += u64::from(kind == "Deliver");
-                *kinds.entry(kind.to_string()).or_default() += entry.len() as u64;
+                let k = kinds.entry(kind.to_string()).or_default();
+                k.0 += entry.len() as u64;
+                k.1 += json.len() as u64;
             }
         }
     }
     let per = |b: u64| round(b as f64 / events.max(1) as f64, 0);
+    let by_kind = |f: fn(&(u64, u64)) -> u64| {
+        kinds.iter().map(|(k, b)| (k.clone(), json!(per(f(b))))).collect::<serde_json::Map<_, _>>()
+    };
     Ok(json!({
         "events": events,
+        "entry_per_event": per(entry_bytes),
         "json_per_event": per(json_bytes),
         "stored_per_event": per(stored),
-        "json_per_event_by_kind": kinds.into_iter().map(|(k, b)| (k, json!(per(b)))).collect::<serde_json::Map<_, _>>(),
+        "entry_per_event_by_kind": by_kind(|b| b.0),
+        "json_per_event_by_kind": by_kind(|b| b.1),
     }))
 }
 
@@ -88,6 +111,9 @@ pub async fn record(
 ) -> anyhow::Result<Value> {
     let (mut on, mut off) = (Side::default(), Side::default());
     let mut replay = Value::Null;
+    // A warm-up, not counted: the first fleet of the process pays for a cold heap and the
+    // clients' first connections, which would fall on the first side measured.
+    inject_with(clients, events, 8, false).await?;
     for r in 0..rounds {
         for record in if r % 2 == 0 { [true, false] } else { [false, true] } {
             let (v, dir) = inject_with(clients, events, 8, record).await?;
@@ -102,7 +128,10 @@ pub async fn record(
             }
         }
     }
-    let ratio = |a: &[f64], b: &[f64]| round(median(a.to_vec()) / median(b.to_vec()), 3);
+    // Each round's two runs (back to back) as a ratio, and the median of those: the machine's
+    // pace drifts over a process's many fleets by more than recording changes it, so a ratio of
+    // the sides' medians would weigh rounds far apart against each other.
+    let ratio = |a: &[f64], b: &[f64]| round(median(a.iter().zip(b).map(|(x, y)| x / y).collect()), 3);
     let inject = json!({
         "clients": clients,
         "events": events,
