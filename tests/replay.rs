@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use mindfleet_core::config::StorageConfig;
-use mindfleet_core::record::RecordBatch;
+use mindfleet_core::history::RecordBatch;
 use mindfleet_store::Storage;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;

@@ -33,8 +33,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use mindfleet_core::history::{Committed, RecordBatch};
 use mindfleet_core::messages::{Deferral, Delivery, PersonaCommit};
-use mindfleet_core::record::{Committed, Focus, Learning, Mood, OutboxEntry, Preoccupation, RecordBatch, SelfView};
+use mindfleet_core::record::{Focus, Learning, Mood, OutboxEntry, Preoccupation, SelfView};
 
 use crate::lifecycle::{Input, Setup};
 use crate::mind::Update;

@@ -17,6 +17,7 @@ pub mod embedding;
 pub mod event;
 #[cfg(feature = "actors")]
 pub mod fleet;
+pub mod history;
 pub mod knowledge;
 pub mod llm;
 pub mod messages;

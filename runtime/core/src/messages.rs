@@ -276,7 +276,7 @@ pub struct PersonaCommit {
 #[derive(Debug, Clone, Default)]
 pub struct Recorded {
     /// The entries up to the input that made the commit.
-    pub rows: crate::record::RecordBatch,
+    pub rows: crate::history::RecordBatch,
     /// The digest of what the commit says (`mindfleet_cognition::history::digest`).
     pub digest: u64,
 }
@@ -328,7 +328,7 @@ pub enum AdminMsg {
     /// A persona finished an event (routed on to storage with the room's reply targets).
     Commit(Box<PersonaCommit>),
     /// Entries of a persona's recorded history (routed on to storage after its commits before).
-    Record(Arc<str>, crate::record::RecordBatch),
+    Record(Arc<str>, crate::history::RecordBatch),
     /// From the fleet supervisor: a persona's actor, status and restart count.
     PersonaUp {
         name: String,

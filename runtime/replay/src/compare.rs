@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use mindfleet_cognition::history;
+use mindfleet_core::history::Committed;
 use mindfleet_core::messages::PersonaCommit;
-use mindfleet_core::record::Committed;
 use mindfleet_store::StorageError;
 
 use crate::HistoryReader;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
 
-use mindfleet_core::record::{Committed, Decision, OutboxEntry, PlanRecord};
+use mindfleet_core::history::{Committed, RecordBatch};
+use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
 
 use crate::schema::{DECISION_LOG, DECISIONS, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
 use crate::{StorageError, dec, upgrade};
@@ -33,7 +34,7 @@ impl Row {
 
     /// Its entries, as stored (JSON or binary: see `RecordBatch`).
     pub fn entries(&self) -> Result<Vec<Vec<u8>>, String> {
-        mindfleet_core::record::RecordBatch::unpack(&self.stored)
+        RecordBatch::unpack(&self.stored)
     }
 }
 
@@ -43,13 +44,13 @@ pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
     twox_hash::XxHash3_64::oneshot_with_seed(prev, bytes)
 }
 
-/// The row that stores batch `stored` after a row of chain `prev`: its chain, and its value (the
-/// chain, then the batch).
-pub(crate) fn chained(prev: u64, stored: &[u8]) -> (u64, Vec<u8>) {
-    let at = chain(prev, stored);
-    let mut value = Vec::with_capacity(8 + stored.len());
-    value.extend_from_slice(&at.to_le_bytes());
-    value.extend_from_slice(stored);
+/// The row after a row of chain `prev` that stores what `write` writes: its chain, and its value
+/// (the chain, then what was written).
+pub(crate) fn chained(prev: u64, write: impl FnOnce(&mut Vec<u8>)) -> (u64, Vec<u8>) {
+    let mut value = vec![0; 8];
+    write(&mut value);
+    let at = chain(prev, &value[8..]);
+    value[..8].copy_from_slice(&at.to_le_bytes());
     (at, value)
 }
 
@@ -386,9 +387,9 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
             }
             // A row of one entry each, chained again as the writer chains them (the file's chain
             // covered them).
-            let batch = mindfleet_core::record::RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
+            let batch = RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
             let value;
-            (at, value) = chained(at, &batch.stored);
+            (at, value) = chained(at, |v| v.extend_from_slice(&batch.stored));
             record.insert((l.persona.as_str(), l.row), value.as_slice())?;
             carried.rows += 1;
             let (Some(c), Some(rows)) = (Committed::of_entry(l.entry.get().as_bytes()), &l.journal) else {

@@ -65,10 +65,11 @@ use writer::Writer;
 use mindfleet_core::config::StorageConfig;
 use mindfleet_core::conversation::{Observation, Said, SaidMarks};
 use mindfleet_core::event::Event;
+use mindfleet_core::history::RecordBatch;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit, PersonaMsg};
 use mindfleet_core::record::{
-    Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, RecordBatch, SelfStateData,
-    StudySession, UserProfile, WmEntry,
+    Consolidation, ConsolidationReport, Eviction, Experience, Knowledge, Procedure, SelfStateData, StudySession,
+    UserProfile, WmEntry,
 };
 use mindfleet_core::refs::RefMatch;
 

@@ -8,8 +8,9 @@ use tokio::sync::{Notify, oneshot};
 
 use mindfleet_core::conversation::SaidMarks;
 use mindfleet_core::event::Event;
+use mindfleet_core::history::RecordBatch;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
-use mindfleet_core::record::{Consolidation, Eviction, Knowledge, RecordBatch, SelfStateData, StudySession, WmEntry};
+use mindfleet_core::record::{Consolidation, Eviction, Knowledge, SelfStateData, StudySession, WmEntry};
 use mindfleet_core::refs::RefMatch;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, StorageStats};
 use mindfleet_core::tools::CallJournal;

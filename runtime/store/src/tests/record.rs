@@ -1,7 +1,7 @@
 //! Each persona's recorded history as the writer keeps it: numbered on across restarts, chained
 //! row to row, its oldest runs forgotten whole past `record_rows`.
 
-use mindfleet_core::record::RecordBatch;
+use mindfleet_core::history::RecordBatch;
 
 use super::*;
 use crate::history::HistoryReader;

@@ -8,8 +8,9 @@ use redb::ReadableTable;
 use tokio::sync::oneshot;
 
 use mindfleet_core::event::Event;
+use mindfleet_core::history::Committed;
 use mindfleet_core::messages::{Deferral, Delivery, InjectAck, InjectError, PersonaCommit};
-use mindfleet_core::record::{Committed, DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
+use mindfleet_core::record::{DeadLetter, Decision, SelfStateData, Verdict, WmEntry};
 use mindfleet_core::stored::HandOff;
 use mindfleet_core::time::now_us;
 use mindfleet_core::webhook::{HookDelivery, HookKind};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use mindfleet_core::record::{Committed, RecordBatch};
+use mindfleet_core::history::{Committed, RecordBatch};
 
 use crate::history;
 use crate::schema::Tables;
@@ -56,15 +56,11 @@ impl Writer {
         if count.entries == 0 {
             count.first = count.next;
         }
-        // The row: its chain, then the batch as stored.
-        let mut row = Vec::with_capacity(8 + batch.stored.len() + 32);
-        row.extend_from_slice(&[0; 8]);
-        match committed {
-            Some(c) => RecordBatch::noted(&batch.stored, &c, &mut row),
+        let row;
+        (count.chain, row) = history::chained(count.chain, |row| match committed {
+            Some(c) => RecordBatch::noted(&batch.stored, &c, row),
             None => row.extend_from_slice(&batch.stored),
-        }
-        count.chain = history::chain(count.chain, &row[8..]);
-        row[..8].copy_from_slice(&count.chain.to_le_bytes());
+        });
         t.record.insert((&**persona, count.next), row.as_slice())?;
         count.next += entries;
         count.entries += entries;
