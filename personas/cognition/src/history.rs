@@ -262,8 +262,9 @@ pub struct Recorder {
     /// The entries held, framed (`RecordBatch::frame`).
     frames: Vec<u8>,
     held: u64,
-    /// The last self-state view fed in the run (the default before the first).
-    view: SelfView,
+    /// Whether the run was fed a self-state view yet: its first is written against the
+    /// default view, every later one against the lifecycle's (the view fed before it).
+    viewed: bool,
     /// Deliveries fed in the run and not handed over yet, by seq.
     delivered: BTreeMap<u64, Delivery>,
     /// The preoccupations of the run's last change of them.
@@ -276,7 +277,7 @@ impl Recorder {
         let mut r = Recorder {
             frames: Vec::new(),
             held: 0,
-            view: SelfView::default(),
+            viewed: false,
             delivered: BTreeMap::new(),
             preoccupations: Vec::new(),
         };
@@ -284,12 +285,16 @@ impl Recorder {
         r
     }
 
-    /// `input`, fed at `at`.
-    pub fn fed(&mut self, at: i64, input: &Input) {
+    /// `input`, fed at `at` to a lifecycle whose view of its self-state is `before`
+    /// ([`Lifecycle::snapshot`](crate::lifecycle::Lifecycle::snapshot), before it takes `input`).
+    pub fn fed(&mut self, at: i64, input: &Input, before: &SelfView) {
         match input {
             Input::SelfState(view) => {
-                let change = ViewChange::between(&self.view, view);
-                self.view = (**view).clone();
+                let change = if std::mem::replace(&mut self.viewed, true) {
+                    ViewChange::between(before, view)
+                } else {
+                    ViewChange::between(&SelfView::default(), view)
+                };
                 self.write(&StoredRef::Viewed { at, view: &change });
             }
             Input::Next(d, left) if self.delivered.remove(&d.seq).is_some_and(|was| same(&was, d)) => {
@@ -501,8 +506,14 @@ mod tests {
     /// What `inputs` read back as, recorded by a recorder, and the recorded entries.
     fn round_trip(inputs: &[Input]) -> (Vec<serde_json::Value>, Vec<Vec<u8>>) {
         let mut r = Recorder::begin(&begin());
+        // What a lifecycle's view is before each input: the last one fed, and before the
+        // first the config's dormancy (which the first view is not written against).
+        let mut before = SelfView { dormant: true, ..SelfView::default() };
         for (i, input) in inputs.iter().enumerate() {
-            r.fed(i as i64, input);
+            r.fed(i as i64, input, &before);
+            if let Input::SelfState(view) = input {
+                before = (**view).clone();
+            }
         }
         let entries = RecordBatch::unpack(&r.take().stored).expect("unpacks");
         let mut reading = Reading::default();
@@ -521,7 +532,7 @@ mod tests {
         let (d1, d2) = (delivery(1, "one"), delivery(2, "two"));
         let inputs = vec![
             Input::Deliver(d1.clone()),
-            Input::SelfState(Box::new(view(&[1, 2, 3], 0.5, Some("r")))),
+            Input::SelfState(Box::new(SelfView { dormant: true, ..view(&[1, 2, 3], 0.5, Some("r")) })),
             Input::Next(d1.clone(), 0),
             Input::SelfState(Box::new(view(&[2, 4, 3], 0.5, Some("r")))),
             // Handed over again, or never delivered in the run, or changed since: whole.

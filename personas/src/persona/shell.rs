@@ -44,7 +44,7 @@ impl PersonaState {
         while let Some(input) = inputs.pop_front() {
             let now = now_us();
             if let Some(r) = &mut self.recorded {
-                r.fed(now, &input);
+                r.fed(now, &input, self.life.snapshot());
             }
             for effect in self.life.handle(input, now) {
                 inputs.extend(self.carry_out(effect).await);
