@@ -72,11 +72,12 @@ pub(crate) fn commit(
 
 /// `recorded` against `replayed`, field by field: `path: recorded X, replayed Y`.
 pub(crate) fn diff(recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
-    // Most are the same: their JSON says so without building either's tree.
-    match (serde_json::to_vec(recorded), serde_json::to_vec(replayed)) {
-        (Ok(a), Ok(b)) if a == b => Vec::new(),
-        _ => prefixed("", recorded, replayed),
+    // Most are the same: their encodings say so without building either's JSON tree (and
+    // the same values in other bits, as -0.0 and 0.0, show no field that differs).
+    if mindfleet_core::stored::encode(recorded) == mindfleet_core::stored::encode(replayed) {
+        return Vec::new();
     }
+    prefixed("", recorded, replayed)
 }
 
 fn prefixed(root: &str, recorded: &impl Serialize, replayed: &impl Serialize) -> Vec<String> {
@@ -126,8 +127,7 @@ fn cut(s: &str, max: usize) -> String {
     }
 }
 
-/// An input in a line a person reads (formatted no further than the line shows: every input
-/// is, in case it is the one a replay stops at).
+/// An input in a line a person reads (formatted no further than the line shows).
 pub(crate) fn short(input: &impl std::fmt::Debug) -> String {
     /// A string that takes `left` more characters, then refuses the rest.
     struct Upto {

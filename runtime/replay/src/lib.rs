@@ -179,9 +179,10 @@ struct Replay<'r> {
     /// The last input's time in this run, and the run's first.
     last_at: Option<i64>,
     first_at: Option<i64>,
-    /// The row being handled, and a short form of the last input.
+    /// The row being handled, and the row of the last input fed (shown, read again, when the
+    /// replay stops: formatting every input in case it is that one cost more than feeding it).
     row: u64,
-    input: String,
+    input: Option<u64>,
     /// The history's entries read back.
     reading: Reading,
 }
@@ -202,7 +203,7 @@ impl<'r> Replay<'r> {
             last_at: None,
             first_at: None,
             row: 0,
-            input: String::new(),
+            input: None,
             reading: Reading::default(),
         }
     }
@@ -271,6 +272,9 @@ impl<'r> Replay<'r> {
         if matches!(outcome, Outcome::Identical) && until.is_none() {
             outcome = self.end_run().err().unwrap_or(Outcome::Identical);
         }
+        if let (Outcome::Diverged(d), Some(n)) = (&mut outcome, self.input) {
+            d.input = input_at(&rows, n);
+        }
         self.close_span();
         self.report.replay_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(outcome)
@@ -325,14 +329,14 @@ impl<'r> Replay<'r> {
             && !self.asked.contains(&task)
         {
             // The recorded lifecycle asked for it: this one took another path before.
-            self.input = compare::short(&input);
+            self.input = Some(self.row);
             let what = format!("the recorded input answers task {task}, which the replay never asked for");
             return Err(self.diverge(self.row, None, what, Vec::new()));
         }
         self.first_at.get_or_insert(at);
         self.last_at = Some(at);
         self.report.inputs += 1;
-        self.input = compare::short(&input);
+        self.input = Some(self.row);
         if let (Some(kept), Input::Deliver(d) | Input::Next(d, _)) = (self.kept.as_deref_mut(), &input)
             && d.event.sender_kind != SenderKind::Persona
         {
@@ -408,7 +412,7 @@ impl<'r> Replay<'r> {
             persona: self.report.persona.clone(),
             row,
             event,
-            input: self.input.clone(),
+            input: String::new(),
             what,
             diff,
         }))
@@ -417,4 +421,21 @@ impl<'r> Replay<'r> {
     fn refuse(&self, reason: String) -> Outcome {
         Outcome::Refused(Refusal { persona: self.report.persona.clone(), row: self.row, reason })
     }
+}
+
+/// The input fed at row `n` of `rows`, in a line a person reads (the history read again from
+/// its start: a reading of an entry depends on the entries before it).
+fn input_at(rows: &[Row], n: u64) -> String {
+    let mut reading = Reading::default();
+    for row in rows.iter().take_while(|r| r.n <= n) {
+        let Ok(entries) = row.entries() else { break };
+        for (at, bytes) in (row.n..).zip(&entries) {
+            match reading.read(bytes) {
+                Ok(Some(Entry::Fed { input, .. })) if at == n => return compare::short(&input),
+                Ok(_) if at < n => {}
+                _ => return String::new(),
+            }
+        }
+    }
+    String::new()
 }
