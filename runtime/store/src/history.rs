@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadOnlyDatabase, ReadableDatabase};
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 
 use mindfleet_core::history::{Committed, RecordBatch};
 use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
 
-use crate::schema::{DECISION_LOG, DECISIONS, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
+use crate::schema::{DECISION_LOG, DECISIONS, HISTORY_SINCE, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
 use crate::{StorageError, dec, upgrade};
 
 /// One row of a persona's history: a batch of its entries.
@@ -98,6 +98,9 @@ impl HistoryReader {
                 SCHEMA_VERSION => return Ok(HistoryReader { db: Db::ReadOnly(db), path, copied: None }),
                 v if v > SCHEMA_VERSION => {
                     return Err(StorageError::NewerSchema { path, found: v, supported: SCHEMA_VERSION });
+                }
+                v if v < HISTORY_SINCE && has_history(&db, &path)? => {
+                    return Err(StorageError::OlderHistory { path, found: v, since: HISTORY_SINCE });
                 }
                 v => format!("schema version {v} migrated to {SCHEMA_VERSION} in a copy"),
             },
@@ -193,6 +196,17 @@ fn schema_of(db: &ReadOnlyDatabase, path: &Path) -> Result<u64, StorageError> {
     let txn = db.begin_read().map_err(|e| err(e.into()))?;
     let meta = txn.open_table(META).map_err(|e| err(e.into()))?;
     Ok(meta.get("schema_version").map_err(|e| err(e.into()))?.map_or(SCHEMA_VERSION, |g| g.value()))
+}
+
+/// Whether `db` holds a recorded history (a database older than `record` holds none).
+fn has_history(db: &ReadOnlyDatabase, path: &Path) -> Result<bool, StorageError> {
+    let err = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
+    let txn = db.begin_read().map_err(|e| err(e.into()))?;
+    match txn.open_table(RECORD) {
+        Ok(t) => Ok(t.first().map_err(|e| err(e.into()))?.is_some()),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
+        Err(e) => Err(err(e.into())),
+    }
 }
 
 /// A number no other copy of this process uses.

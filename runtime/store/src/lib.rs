@@ -82,6 +82,11 @@ pub enum StorageError {
         "{path}: schema version {found} is not one this mindfleet can open (it supports 1..={supported}); use a newer mindfleet"
     )]
     NewerSchema { path: PathBuf, found: u64, supported: u64 },
+    /// A replay refused: the data dir's history is of a schema this build does not read.
+    #[error(
+        "{path}: its recorded history is of schema version {found}, which this mindfleet cannot replay (it reads histories of schema {since} and later, and forgets older ones when it opens a data dir); replay it with the mindfleet that recorded it"
+    )]
+    OlderHistory { path: PathBuf, found: u64, since: u64 },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     /// The database refused an operation; redb's error is the source.

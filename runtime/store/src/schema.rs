@@ -23,6 +23,9 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// framed by length, the hot ones binary, each commit's note in its batch's row, commits
 /// digested from their stored encoding (the histories of 12 are forgotten).
 pub const SCHEMA_VERSION: u64 = 13;
+/// The oldest schema whose recorded histories this build replays: an older data dir's are
+/// forgotten when it is opened (each later schema keeps them, migrated, or moves this on).
+pub const HISTORY_SINCE: u64 = 13;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");

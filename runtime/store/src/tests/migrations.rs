@@ -277,7 +277,7 @@ async fn a_newer_schema_is_refused_with_both_versions() {
 }
 
 #[tokio::test]
-async fn a_version_11_or_12_database_forgets_its_histories_and_keeps_its_journal() {
+async fn a_version_11_or_12_database_refuses_a_replay_then_forgets_its_histories_and_keeps_its_journal() {
     // 11: chained with FNV-1a; 12: JSON lines, digests over JSON. This version reads neither.
     let row_12 = [&[0u8; 8][..], &[2], br#"{"Begin":{}}"#].concat();
     for (version, row) in [(11, vec![7u8; 12]), (12, row_12)] {
@@ -291,6 +291,12 @@ async fn a_version_11_or_12_database_forgets_its_histories_and_keeps_its_journal
             txn.open_table(EVENTS).unwrap().insert(1, enc(&event("kept")).as_slice()).unwrap();
             txn.commit().unwrap();
         }
+        // A replay of it is refused, with the reason.
+        let err = crate::history::HistoryReader::open(dir.path()).err().expect("refused").to_string();
+        assert!(
+            err.contains(&format!("history is of schema version {version}, which this mindfleet cannot replay")),
+            "{err}"
+        );
         Storage::open(&cfg(dir.path())).unwrap().close().await.unwrap();
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
         let txn = db.begin_read().unwrap();
