@@ -9,7 +9,11 @@ use super::local_config;
 use crate::util::{chat, decision, dump, poll};
 
 async fn reply_to(fleet: &mindfleet::Fleet, event_id: &str) -> mindfleet_core::record::OutboxEntry {
-    poll("the reply", || async { dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id) }).await
+    // A model's reply: a loaded machine slows it most.
+    crate::util::poll_within("the reply", 5 * crate::util::DEADLINE, || async {
+        dump(fleet).await.outbox.into_iter().find(|o| o.in_reply_to == event_id)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
