@@ -408,7 +408,7 @@ impl Reading {
     }
 }
 
-/// A hasher that JSON is written into, so that a digest needs no buffer.
+/// A hasher that an encoding is written into, so that a digest needs no buffer.
 struct HashWriter(twox_hash::XxHash3_64);
 
 impl std::io::Write for HashWriter {
