@@ -558,6 +558,11 @@ fn swiglu(out: &mut [f32], gate: &[f32], up: &[f32]) {
         // SAFETY: the CPU has the features `swiglu_wide` is compiled for.
         return unsafe { swiglu_wide(out, gate, up) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if super::q8::wide::fused() {
+        // SAFETY: the CPU has the features `swiglu_fused` is compiled for.
+        return unsafe { swiglu_fused(out, gate, up) };
+    }
     swiglu_plain(out, gate, up)
 }
 
@@ -575,6 +580,17 @@ fn swiglu_plain(out: &mut [f32], gate: &[f32], up: &[f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx2")]
 unsafe fn swiglu_wide(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    swiglu_plain(out, gate, up)
+}
+
+/// [`swiglu_plain`] for AVX2 and FMA: `exp`'s fused multiply-adds in instructions instead of
+/// calls to `fmaf` (the same results).
+///
+/// # Safety
+/// The CPU must have the features [`super::q8::wide::fused`] checks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn swiglu_fused(out: &mut [f32], gate: &[f32], up: &[f32]) {
     swiglu_plain(out, gate, up)
 }
 

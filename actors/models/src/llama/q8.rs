@@ -9,8 +9,9 @@
 //! broadcast, by the panel's 16 rows' 4 values. It takes unsigned bytes on one side, so
 //! activations are stored with 128 added, and each weight block carries the `-128 * sum` that
 //! takes it back out. Where the CPU has AMX (Intel since Sapphire Rapids), products of 32 rows
-//! or more run on its tiles, 32 rows by 2 panels a block at a time. Elsewhere a portable loop
-//! computes the same sums. All of them give the same bits (see [`matmul`]).
+//! or more run on its tiles, 32 rows by 2 panels a block at a time. On x86-64 without VNNI,
+//! AVX2 computes them 8 rows of a panel at a time ([`avx2`]). Elsewhere a portable loop computes
+//! the same sums. All of them give the same bits (see [`matmul`]).
 //!
 //! A product cuts the panels into shares small enough to stay in a core's cache while every
 //! activation row passes over them; the threads of a [`Team`] take shares until none is left.
@@ -223,6 +224,11 @@ impl Q8Rows {
             // SAFETY: the CPU has the features `quantize_rows_wide` is compiled for.
             return unsafe { wide::quantize_rows(x, &mut self.quants, &mut self.scales) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if wide::fused() {
+            // SAFETY: the CPU has the features `quantize_rows_fused` is compiled for.
+            return unsafe { wide::quantize_rows_fused(x, &mut self.quants, &mut self.scales) };
+        }
         quantize_rows(x, &mut self.quants, &mut self.scales);
     }
 }
@@ -280,6 +286,23 @@ pub mod wide {
                 && std::arch::is_x86_feature_detected!("avx512bw")
                 && std::arch::is_x86_feature_detected!("avx2")
         })
+    }
+
+    /// Whether the CPU has AVX2 and fused multiply-adds, the x86-64 baseline of the last decade
+    /// (where it lacks AVX-512, [`available`] is false): loops compiled for them round and fuse
+    /// in one instruction where the baseline calls the C library (`roundf`, `fmaf`).
+    pub fn fused() -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    }
+
+    /// [`super::quantize_rows`] compiled for AVX2 and FMA: the same quants and scales.
+    ///
+    /// # Safety
+    /// The CPU must have the features [`fused`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_rows_fused(x: &[f32], quants: &mut [u8], scales: &mut Vec<f32>) {
+        super::quantize_rows(x, quants, scales)
     }
 
     /// [`super::quantize_rows`], for AVX-512: a block in two registers, rounded half away from
@@ -358,7 +381,7 @@ pub fn matmul(team: &Team, x: &Q8Rows, w: &Q8Matrix, out: &mut [f32]) {
     });
 }
 
-/// The kernels products of many rows run on here: `amx`, `avx512-vnni` or `portable`.
+/// The kernels products of many rows run on here: `amx`, `avx512-vnni`, `avx2` or `portable`.
 pub fn kernel() -> &'static str {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     if vnni::available() && amx::available() {
@@ -367,6 +390,10 @@ pub fn kernel() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     if vnni::available() {
         return "avx512-vnni";
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        return "avx2";
     }
     "portable"
 }
@@ -417,6 +444,12 @@ fn product(x: &Q8Rows, w: &Q8Matrix, panels: std::ops::Range<usize>, out: Out) {
             m += r;
         }
         return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2, the panels are within w and their columns of out this
+        // thread's alone.
+        return unsafe { avx2::product(x, w, panels, out) };
     }
     for m in 0..x.rows {
         for n in panels.start * PANEL..(panels.end * PANEL).min(w.rows) {
@@ -588,6 +621,10 @@ mod vnni {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod amx;
 
+/// Products on x86-64 without AVX-512 VNNI: the same sums, eight weight rows to a register.
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,6 +691,15 @@ mod tests {
             for (i, (g, r)) in got.iter().zip(&want).enumerate() {
                 assert!((g - r).abs() <= 1e-4 * r.abs().max(1.0), "{rows}x{wrows}x{cols} [{i}]: {g} vs {r}");
             }
+            // The AVX2 kernel (where a faster one ran above) gives the same bits.
+            #[cfg(target_arch = "x86_64")]
+            if avx2::available() {
+                let mut on_avx2 = vec![f32::NAN; want.len()];
+                // SAFETY: the CPU has AVX2; all panels, on this thread.
+                unsafe { avx2::product(&x, &w, 0..wrows.div_ceil(PANEL), Out::new(&mut on_avx2, wrows)) };
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&on_avx2), bits(&got), "{rows}x{wrows}x{cols} avx2");
+            }
             // The portable kernel, the definition, gives the same bits, and so does each row
             // multiplied alone.
             for m in 0..rows {
@@ -666,6 +712,33 @@ mod tests {
                     assert_eq!(g.to_bits(), dot(&x, m, &w, n).to_bits(), "{rows}x{wrows}x{cols} portable [{m},{n}]");
                     assert_eq!(g.to_bits(), alone[n].to_bits(), "{rows}x{wrows}x{cols} alone [{m},{n}]");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_weight_of_minus_128_from_a_file_multiplies_as_any_other() {
+        // Quantizing never writes -128, but a GGUF file may hold it: every kernel takes it
+        // whole (AVX2's magnitude of it is 128 unsigned) against the largest activations.
+        let (rows, cols) = (3, 64);
+        let mut bytes = Vec::new();
+        for r in 0..rows * cols / BLOCK {
+            bytes.extend(f16::from_f32(0.5 + r as f32).to_le_bytes());
+            bytes.extend((0..BLOCK).map(|k| if k % 3 == r % 3 { 0x80 } else { (k as u8).wrapping_mul(37) }));
+        }
+        let w = Q8Matrix::from_ggml(&bytes, rows, cols).unwrap();
+        let mut v = values(5 * cols, 7);
+        v.iter_mut().step_by(5).for_each(|x| *x = -9.0);
+        let mut x = Q8Rows::default();
+        x.quantize(&v, cols);
+        let mut got = vec![f32::NAN; 5 * rows];
+        matmul(&Team::new(1, "test").unwrap(), &x, &w, &mut got);
+        let want = reference(&x, &w);
+        for m in 0..5 {
+            for n in 0..rows {
+                let g = got[m * rows + n];
+                assert_eq!(g.to_bits(), dot(&x, m, &w, n).to_bits(), "[{m},{n}]");
+                assert!((g - want[m * rows + n]).abs() <= 1e-4 * want[m * rows + n].abs().max(1.0), "[{m},{n}]");
             }
         }
     }
@@ -686,6 +759,13 @@ mod tests {
             let (mut fast, mut fast_scales) = (vec![0u8; v.len()], Vec::new());
             // SAFETY: the CPU has the features.
             unsafe { wide::quantize_rows(&v, &mut fast, &mut fast_scales) };
+            assert_eq!(plain, fast);
+            assert_eq!(plain_scales, fast_scales);
+        }
+        if wide::fused() {
+            let (mut fast, mut fast_scales) = (vec![0u8; v.len()], Vec::new());
+            // SAFETY: the CPU has the features.
+            unsafe { wide::quantize_rows_fused(&v, &mut fast, &mut fast_scales) };
             assert_eq!(plain, fast);
             assert_eq!(plain_scales, fast_scales);
         }

@@ -222,8 +222,7 @@ mod fused {
     use super::*;
 
     pub fn available() -> bool {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+        crate::llama::q8::wide::fused()
     }
 
     /// # Safety
