@@ -16,6 +16,9 @@ struct Side {
     decision_p50_ms: Vec<f64>,
     decision_p99_ms: Vec<f64>,
     cpu_us_per_event: Vec<f64>,
+    /// The writer's commits and their fsyncs (the disk's share of an acknowledgement's wait).
+    commit_p50_ms: Vec<f64>,
+    fsync_p50_ms: Vec<f64>,
     /// Over the rounds: what the personas decided, and the writer's requests and commits.
     verdicts: BTreeMap<String, u64>,
     writer_requests: u64,
@@ -29,6 +32,8 @@ impl Side {
         self.decision_p50_ms.push(f("decision_p50_ms"));
         self.decision_p99_ms.push(f("decision_p99_ms"));
         self.cpu_us_per_event.push(f("cpu_us_per_event"));
+        self.commit_p50_ms.push(f("commit_p50_ms"));
+        self.fsync_p50_ms.push(f("fsync_p50_ms"));
         for (verdict, n) in v["decisions_by_verdict"].as_object().into_iter().flatten() {
             *self.verdicts.entry(verdict.clone()).or_default() += n.as_u64().unwrap_or(0);
         }
@@ -42,6 +47,8 @@ impl Side {
             "decision_p50_ms": round(median(self.decision_p50_ms.clone()), 2),
             "decision_p99_ms": round(median(self.decision_p99_ms.clone()), 2),
             "cpu_us_per_event": round(median(self.cpu_us_per_event.clone()), 1),
+            "commit_p50_ms": round(median(self.commit_p50_ms.clone()), 3),
+            "fsync_p50_ms": round(median(self.fsync_p50_ms.clone()), 3),
             "acked_per_s_rounds": self.acked_per_s,
             "decisions_by_verdict": self.verdicts,
             "writer_requests": self.writer_requests,
