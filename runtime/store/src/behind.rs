@@ -30,6 +30,17 @@ impl Held {
     }
 }
 
+/// A persona's held state, memory and evictions that a hand-off took out of [`Behind`] to write
+/// in its transaction: put back if that transaction fails, so the hand-off tried again writes
+/// them (its held decisions come back from `decision_log`, which a failed transaction leaves as
+/// it was).
+pub(crate) struct Unheld {
+    pub(crate) persona: Arc<str>,
+    pub(crate) state: Option<Box<SelfStateData>>,
+    pub(crate) memory: Vec<(u64, Option<Box<WmEntry>>)>,
+    pub(crate) evictions: Vec<Eviction>,
+}
+
 /// The held writes in groups of personas (by a hash of the name). Each `write_behind / GROUPS`
 /// the next group is committed, so each persona's rows are written about once per
 /// `write_behind`, and that work is spread over the interval instead of stalling one commit.
@@ -96,6 +107,37 @@ impl Behind {
             self.next = (self.next + 1) % Self::GROUPS;
         }
         self.next_at = (self.len() > 0).then(|| Instant::now() + write_behind / Self::GROUPS as u32);
+    }
+
+    /// Takes the held state, memory and evictions of `persona` out (see [`Unheld`]).
+    pub(crate) fn take_of(&mut self, persona: &Arc<str>) -> Unheld {
+        let held = &mut self.groups[Self::group(persona)];
+        let ids: Vec<u64> = held.memory_of(persona).map(|(id, _)| *id).collect();
+        let memory =
+            ids.into_iter().filter_map(|id| held.memory.remove(&(persona.clone(), id)).map(|e| (id, e))).collect();
+        let (evictions, others): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut held.evictions).into_iter().partition(|(p, _)| p == persona);
+        held.evictions = others;
+        Unheld {
+            persona: persona.clone(),
+            state: held.states.remove(persona),
+            memory,
+            evictions: evictions.into_iter().map(|(_, e)| e).collect(),
+        }
+    }
+
+    /// Puts back what [`Behind::take_of`] took, under any write of the persona held since.
+    pub(crate) fn put_back(&mut self, u: Unheld, write_behind: Duration) {
+        let held = self.of(&u.persona, write_behind);
+        if let Some(state) = u.state {
+            held.states.entry(u.persona.clone()).or_insert(state);
+        }
+        for (id, e) in u.memory {
+            held.memory.entry((u.persona.clone(), id)).or_insert(e);
+        }
+        // Before the evictions held since: they came later.
+        let since = std::mem::take(&mut held.evictions);
+        held.evictions = u.evictions.into_iter().map(|e| (u.persona.clone(), e)).chain(since).collect();
     }
 
     /// Puts the decisions of `decision_log` (oldest first) back in their groups.

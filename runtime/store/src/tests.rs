@@ -641,3 +641,43 @@ async fn the_outbox_since_a_time_is_read_newest_first_and_stops_at_the_first_old
     assert_eq!(s.recent_outbox_since(2, 0).unwrap().len(), 2, "at most n");
     s.close().await.unwrap();
 }
+
+#[test]
+fn held_writes_a_hand_off_takes_out_go_back_under_newer_ones_when_its_transaction_fails() {
+    use crate::behind::Behind;
+    let wb = Duration::from_secs(1);
+    let (ada, bob): (Arc<str>, Arc<str>) = ("ada".into(), "bob".into());
+    let eviction = |id| Eviction {
+        entry_id: id,
+        domain: "chat".into(),
+        text: format!("entry {id}"),
+        reason: "capacity".into(),
+        retention: 0.1,
+        at_us: id as i64,
+    };
+    let mut behind = Behind::new();
+    for p in [&ada, &bob] {
+        let held = behind.of(p, wb);
+        held.states.insert(p.clone(), Box::new(state(0.3)));
+        held.memory.insert((p.clone(), 1), Some(Box::new(entry(1))));
+        held.memory.insert((p.clone(), 2), None);
+        held.evictions.push((p.clone(), eviction(7)));
+    }
+    let before = behind.len();
+    let taken = behind.take_of(&ada);
+    assert_eq!((taken.state.as_ref().map(|s| s.energy), taken.memory.len(), taken.evictions.len()), (Some(0.3), 2, 1));
+    // Nothing of ada's is held any more; bob's is untouched.
+    assert_eq!(behind.len(), before - 4);
+    assert!(!behind.get("ada").states.contains_key("ada") && behind.get("bob").states.contains_key("bob"));
+    // Written meanwhile (a retried request of the failed batch): newer than what comes back.
+    let held = behind.of(&ada, wb);
+    held.states.insert(ada.clone(), Box::new(state(0.9)));
+    held.evictions.push((ada.clone(), eviction(8)));
+    behind.put_back(taken, wb);
+    let held = behind.get("ada");
+    assert_eq!(held.states["ada"].energy, 0.9);
+    assert_eq!(held.memory_of(&ada).map(|(id, e)| (*id, e.is_some())).collect::<Vec<_>>(), [(1, true), (2, false)]);
+    let ids: Vec<_> = held.evictions.iter().filter(|(p, _)| *p == ada).map(|(_, e)| e.entry_id).collect();
+    assert_eq!(ids, [7, 8], "the evictions in the order they came");
+    assert_eq!(behind.len(), before + 1);
+}

@@ -26,7 +26,7 @@ use mindfleet_core::event::Event;
 use mindfleet_core::messages::{InjectAck, InjectError};
 use mindfleet_core::stored::StorageStats;
 
-use crate::behind::Behind;
+use crate::behind::{Behind, Unheld};
 use crate::disk::{self, DbSlot, Health, Kind};
 use crate::histogram::{LogHistogram, Samples};
 use crate::op::Op;
@@ -107,6 +107,8 @@ pub(crate) struct Writer {
     pub(crate) decision_ms: Samples,
     pub(crate) decision_all: LogHistogram,
     pub(crate) held: Behind,
+    /// Held writes a hand-off took out in the transaction being applied (see [`Unheld`]).
+    pub(crate) unheld: Vec<Unheld>,
     /// Each persona's hot journals (see `trim_journal`).
     pub(crate) journal_counts: HashMap<String, [JournalCount; 3]>,
     /// Each persona's recorded history, once read (see `record.rs`).
@@ -145,6 +147,7 @@ impl Writer {
             decision_ms: Samples::default(),
             decision_all: LogHistogram { counts: Vec::new(), total: 0, max: 0.0 },
             held,
+            unheld: Vec::new(),
             journal_counts: HashMap::new(),
             records: HashMap::new(),
             pending_of,
@@ -271,6 +274,7 @@ impl Writer {
         self.stats.busy_s += started.elapsed().as_secs_f64();
         match result {
             Ok(dirty) => {
+                self.unheld.clear();
                 if !wrote_held.is_empty() {
                     self.held.written(&wrote_held, self.cfg.write_behind);
                 }
@@ -297,8 +301,12 @@ impl Writer {
                     },
                     kind,
                 };
-                // The transaction is gone: reload the counters and the index it may have changed.
+                // The transaction is gone: reload the counters and the index it may have changed,
+                // and hold again what a hand-off in it took out to write.
                 self.wake_hooks(false);
+                for u in std::mem::take(&mut self.unheld) {
+                    self.held.put_back(u, self.cfg.write_behind);
+                }
                 self.reload();
                 let mut again: Vec<Op> = Vec::new();
                 if not.retried() {

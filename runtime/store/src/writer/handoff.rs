@@ -10,6 +10,7 @@ use redb::ReadableTable;
 use mindfleet_core::event::Event;
 use mindfleet_core::stored::{HandOff, PersonaSnapshot, Rows};
 
+use crate::behind::Unheld;
 use crate::schema::Tables;
 use crate::writer::Writer;
 use crate::{dec, enc};
@@ -213,38 +214,41 @@ impl Writer {
     }
 
     /// Writes the held writes of `persona` now, and drops its decisions from `decision_log`.
+    /// What it takes out of `held` waits in `unheld` until the transaction ends.
     fn write_held_of(&mut self, t: &mut Tables<'_>, persona: &Arc<str>) -> Result<(), redb::Error> {
+        let unheld = self.held.take_of(persona);
         let held = self.held.of(persona, self.cfg.write_behind);
-        let state = held.states.remove(persona);
-        let memory: Vec<_> = held.memory_of(persona).map(|(id, e)| (*id, e.clone())).collect();
-        for (id, _) in &memory {
-            held.memory.remove(&(persona.clone(), *id));
-        }
-        let (evictions, others): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut held.evictions).into_iter().partition(|(p, _)| p == persona);
-        held.evictions = others;
         let (decisions, others): (Vec<_>, Vec<_>) =
             std::mem::take(&mut held.decisions).into_iter().partition(|(p, _, _)| p == persona);
         held.decisions = others;
+        let result = write_unheld(&mut self.meta.next_eviction, t, &unheld);
+        self.unheld.push(unheld);
+        result?;
         let p: &str = persona;
-        if let Some(state) = state {
-            t.self_state.insert(p, enc(&*state).as_slice())?;
-        }
-        for (id, e) in memory {
-            match e {
-                Some(e) => t.memory.insert((p, id), enc(&*e).as_slice())?,
-                None => t.memory.remove((p, id))?,
-            };
-        }
-        for (_, ev) in evictions {
-            let key = self.meta.next_eviction;
-            self.meta.next_eviction += 1;
-            t.evictions.insert((p, key), enc(&ev).as_slice())?;
-        }
         for (_, key, d) in decisions {
             t.decisions.insert((p, key), enc(&d).as_slice())?;
             t.decision_log.remove(key)?;
         }
         Ok(())
     }
+}
+
+/// Writes a persona's held state, memory and evictions taken out for a hand-off.
+fn write_unheld(next_eviction: &mut u64, t: &mut Tables<'_>, u: &Unheld) -> Result<(), redb::Error> {
+    let p: &str = &u.persona;
+    if let Some(state) = &u.state {
+        t.self_state.insert(p, enc(&**state).as_slice())?;
+    }
+    for (id, e) in &u.memory {
+        match e {
+            Some(e) => t.memory.insert((p, *id), enc(&**e).as_slice())?,
+            None => t.memory.remove((p, *id))?,
+        };
+    }
+    for ev in &u.evictions {
+        let key = *next_eviction;
+        *next_eviction += 1;
+        t.evictions.insert((p, key), enc(ev).as_slice())?;
+    }
+    Ok(())
 }
