@@ -58,6 +58,13 @@ pub fn cpu_s() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
+/// Bytes this process has had written to storage so far (Linux's `/proc/self/io`; 0 where it
+/// cannot be read).
+pub fn written_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines().find_map(|l| l.strip_prefix("write_bytes: ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
 /// The `p`-quantile of `xs` (nearest rank; sorts them); 0 for none: the fleet's one percentile.
 pub use mindfleet_core::quantile::percentile;
 
@@ -234,6 +241,7 @@ pub async fn inject_with(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let t = Instant::now();
     let cpu = cpu_s();
+    let written = written_bytes();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             let url = url.clone();
@@ -273,6 +281,7 @@ pub async fn inject_with(
     anyhow::ensure!(fleet.wait_idle(Duration::from_secs(120)).await, "fleet did not finish the events");
     // What the events cost the process (the clients included) until every one was decided.
     let cpu_us_per_event = (cpu_s() - cpu) * 1e6 / events.max(1) as f64;
+    let written_per_event = written_bytes().saturating_sub(written) as f64 / events.max(1) as f64;
     let stats = fleet.storage.stats().await?;
     fleet.shutdown(Duration::from_secs(5)).await;
     lat.sort_by(f64::total_cmp);
@@ -294,6 +303,7 @@ pub async fn inject_with(
         "decision_p50_ms": round(stats.decision_p50_ms, 2),
         "decision_p99_ms": round(stats.decision_p99_ms, 2),
         "cpu_us_per_event": round(cpu_us_per_event, 1),
+        "written_bytes_per_event": written_per_event.round(),
         // What the personas made of the events, and the writer's work for them.
         "decisions_by_verdict": stats.decisions_by_verdict,
         "writer_requests": stats.requests,

@@ -16,6 +16,8 @@ struct Side {
     decision_p50_ms: Vec<f64>,
     decision_p99_ms: Vec<f64>,
     cpu_us_per_event: Vec<f64>,
+    /// Bytes written to the disk an event.
+    written_bytes_per_event: Vec<f64>,
     /// The writer's commits and their fsyncs (the disk's share of an acknowledgement's wait).
     commit_p50_ms: Vec<f64>,
     fsync_p50_ms: Vec<f64>,
@@ -32,6 +34,7 @@ impl Side {
         self.decision_p50_ms.push(f("decision_p50_ms"));
         self.decision_p99_ms.push(f("decision_p99_ms"));
         self.cpu_us_per_event.push(f("cpu_us_per_event"));
+        self.written_bytes_per_event.push(f("written_bytes_per_event"));
         self.commit_p50_ms.push(f("commit_p50_ms"));
         self.fsync_p50_ms.push(f("fsync_p50_ms"));
         for (verdict, n) in v["decisions_by_verdict"].as_object().into_iter().flatten() {
@@ -47,6 +50,7 @@ impl Side {
             "decision_p50_ms": round(median(self.decision_p50_ms.clone()), 2),
             "decision_p99_ms": round(median(self.decision_p99_ms.clone()), 2),
             "cpu_us_per_event": round(median(self.cpu_us_per_event.clone()), 1),
+            "written_bytes_per_event": round(median(self.written_bytes_per_event.clone()), 0),
             "commit_p50_ms": round(median(self.commit_p50_ms.clone()), 3),
             "fsync_p50_ms": round(median(self.fsync_p50_ms.clone()), 3),
             "acked_per_s_rounds": self.acked_per_s,
@@ -150,6 +154,7 @@ pub async fn record(
         "decision_p99_ratio": ratio(&on.decision_p99_ms, &off.decision_p99_ms),
         // The process's CPU time an event (less sensitive to what else the machine runs).
         "cpu_ratio": ratio(&on.cpu_us_per_event, &off.cpu_us_per_event),
+        "written_ratio": ratio(&on.written_bytes_per_event, &off.written_bytes_per_event),
         // One recording round's history replayed: the rules brain at full load.
         "replay": replay,
     });
