@@ -10,13 +10,23 @@ use std::time::Duration;
 use mindfleet_core::config::StorageConfig;
 use mindfleet_core::history::RecordBatch;
 use mindfleet_store::Storage;
+use mindfleet_store::history::RecordRow;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 
 use crate::util::*;
 
-const RECORD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
-type RecordTable<'t> = redb::Table<'t, (&'static str, u64), &'static [u8]>;
+const RECORDED: TableDefinition<u64, &[u8]> = TableDefinition::new("recorded");
+type RecordTable<'t> = redb::Table<'t, u64, &'static [u8]>;
+
+/// The rows of `persona`'s history in `t`: each row's place, and the row (its bytes).
+fn rows_of(t: &impl ReadableTable<u64, &'static [u8]>, persona: &str) -> Vec<(u64, Vec<u8>)> {
+    t.iter()
+        .unwrap()
+        .map(|r| r.map(|(k, v)| (k.value(), v.value().to_vec())).unwrap())
+        .filter(|(_, v)| RecordRow::of(v, persona))
+        .collect()
+}
 
 fn mindfleet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mindfleet")).args(args).output().unwrap()
@@ -117,16 +127,13 @@ async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_inpu
     let db = redb::Database::open(data.join("fleet.redb")).unwrap();
     let txn = db.begin_write().unwrap();
     let event = {
-        let mut t = txn.open_table(RECORD).unwrap();
-        let rows: Vec<(u64, Vec<u8>)> = t
-            .range(("reviewer", 0)..=("reviewer", u64::MAX))
-            .unwrap()
-            .map(|r| r.map(|(k, v)| (k.value().1, v.value().to_vec())).unwrap())
-            .collect();
+        let mut t = txn.open_table(RECORDED).unwrap();
+        let rows = rows_of(&t, "reviewer");
         let mut chain = 0;
         let mut event = None;
-        for (i, (n, row)) in rows.iter().enumerate() {
-            let mut entries = RecordBatch::unpack(&row[8..]).unwrap();
+        for (i, (at, value)) in rows.iter().enumerate() {
+            let row = RecordRow::parse(value).unwrap();
+            let mut entries = RecordBatch::unpack(row.stored).unwrap();
             for bytes in &mut entries {
                 let mut entry: Value = serde_json::from_slice(&mindfleet_replay::to_json(bytes).unwrap()).unwrap();
                 // Where it was delivered, and where the inbox handed it over when that names
@@ -142,15 +149,9 @@ async fn a_lifecycle_that_decides_otherwise_diverges_at_that_event_with_its_inpu
                     }
                 }
             }
-            let stored = if event.is_some() { RecordBatch::pack(&entries).stored } else { row[8..].to_vec() };
-            chain = if i == 0 {
-                u64::from_le_bytes(row[..8].try_into().unwrap())
-            } else {
-                mindfleet_store::history::chain(chain, &stored)
-            };
-            let mut value = chain.to_le_bytes().to_vec();
-            value.extend_from_slice(&stored);
-            t.insert(("reviewer", *n), value.as_slice()).unwrap();
+            let stored = if event.is_some() { RecordBatch::pack(&entries).stored } else { row.stored.to_vec() };
+            chain = if i == 0 { row.chain } else { mindfleet_store::history::chain(chain, &stored) };
+            t.insert(*at, RecordRow { chain, stored: &stored, ..row }.value().as_slice()).unwrap();
         }
         event.expect("the reviewer was handed the message")
     };
@@ -177,23 +178,24 @@ async fn a_history_with_a_row_edited_or_missing_is_refused_at_that_row() {
         std::fs::copy(data.join("fleet.redb"), to.join("fleet.redb")).unwrap();
         let db = redb::Database::open(to.join("fleet.redb")).unwrap();
         let txn = db.begin_write().unwrap();
-        f(&mut txn.open_table(RECORD).unwrap());
+        f(&mut txn.open_table(RECORDED).unwrap());
         txn.commit().unwrap();
         to
     };
-    // The helper's rows (each a batch of entries, under its first entry's number).
-    let keys: Vec<u64> = {
+    // The helper's rows (each a batch of entries): their places, and their first entries'
+    // numbers (a report names a row by its number).
+    let (places, keys): (Vec<u64>, Vec<u64>) = {
         let db = redb::Database::open(data.join("fleet.redb")).unwrap();
         let txn = db.begin_read().unwrap();
-        let t = txn.open_table(RECORD).unwrap();
-        t.range(("helper", 0)..=("helper", u64::MAX)).unwrap().map(|r| r.unwrap().0.value().1).collect()
+        let t = txn.open_table(RECORDED).unwrap();
+        rows_of(&t, "helper").iter().map(|(at, v)| (*at, RecordRow::parse(v).unwrap().n)).unzip()
     };
     assert!(keys.len() > 8, "{keys:?}");
     // A row changed (a byte more), its chain kept: the chain no longer covers it.
     let edited = edit("edited", &|t| {
-        let mut row = t.get(("helper", keys[3])).unwrap().unwrap().value().to_vec();
+        let mut row = t.get(places[3]).unwrap().unwrap().value().to_vec();
         row.push(b' ');
-        t.insert(("helper", keys[3]), row.as_slice()).unwrap();
+        t.insert(places[3], row.as_slice()).unwrap();
     });
     let (code, report, _) = replay(&edited, &["--persona", "helper"]);
     assert_eq!((code, report["outcome"].as_str()), (Some(2), Some("refused")), "{report}");
@@ -202,7 +204,7 @@ async fn a_history_with_a_row_edited_or_missing_is_refused_at_that_row() {
     assert!(report["reason"].as_str().unwrap().contains(&reason), "{report}");
 
     let missing = edit("missing", &|t| {
-        t.remove(("helper", keys[5])).unwrap();
+        t.remove(places[5]).unwrap();
     });
     let (code, report, _) = replay(&missing, &["--persona", "helper"]);
     assert_eq!(code, Some(2), "{report}");
@@ -211,8 +213,8 @@ async fn a_history_with_a_row_edited_or_missing_is_refused_at_that_row() {
     assert!(report["reason"].as_str().unwrap().contains(&reason), "{report}");
 
     let cut = edit("cut", &|t| {
-        let row = t.get(("helper", keys[1])).unwrap().unwrap().value().to_vec();
-        t.insert(("helper", keys[1]), &row[..row.len() / 2]).unwrap();
+        let row = t.get(places[1]).unwrap().unwrap().value().to_vec();
+        t.insert(places[1], &row[..row.len() / 2]).unwrap();
     });
     let (code, report, _) = replay(&cut, &["--persona", "helper"]);
     assert_eq!(code, Some(2), "{report}");

@@ -10,7 +10,7 @@ use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 use mindfleet_core::history::{Committed, RecordBatch};
 use mindfleet_core::record::{Decision, OutboxEntry, PlanRecord};
 
-use crate::schema::{DECISION_LOG, DECISIONS, HISTORY_SINCE, META, OUTBOX, PLANS, RECORD, SCHEMA_VERSION};
+use crate::schema::{DECISION_LOG, DECISIONS, HISTORY_SINCE, META, OUTBOX, PLANS, RECORDED, SCHEMA_VERSION};
 use crate::{StorageError, dec, upgrade};
 
 /// One row of a persona's history: a batch of its entries.
@@ -44,22 +44,64 @@ pub fn chain(prev: u64, bytes: &[u8]) -> u64 {
     twox_hash::XxHash3_64::oneshot_with_seed(prev, bytes)
 }
 
-/// The row after a row of chain `prev` that stores what `write` writes: its chain, and its value
-/// (the chain, then what was written).
-pub(crate) fn chained(prev: u64, write: impl FnOnce(&mut Vec<u8>)) -> (u64, Vec<u8>) {
-    let mut value = vec![0; 8];
-    write(&mut value);
-    let at = chain(prev, &value[8..]);
-    value[..8].copy_from_slice(&at.to_le_bytes());
-    (at, value)
+/// A row of `recorded` as stored: its chain, its first entry's number, its persona, then its
+/// batch (`RecordBatch::stored`, with its commit's note when it has one). In bytes: the chain
+/// (8, little-endian), the number (8), the persona's length (2) and name, the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRow<'a> {
+    pub persona: &'a str,
+    pub n: u64,
+    pub chain: u64,
+    pub stored: &'a [u8],
 }
 
-/// A stored row's chain and entry.
-pub(crate) fn split(stored: &[u8]) -> Result<(u64, &[u8]), redb::Error> {
-    match stored.split_first_chunk::<8>() {
-        Some((chain, entry)) => Ok((u64::from_le_bytes(*chain), entry)),
-        None => Err(redb::Error::Corrupted(format!("a record row of {} bytes has no chain", stored.len()))),
+impl<'a> RecordRow<'a> {
+    /// The row `value` holds.
+    pub fn parse(value: &'a [u8]) -> Result<RecordRow<'a>, String> {
+        let cut = || format!("a record row of {} bytes is cut short", value.len());
+        let (chain, rest) = value.split_first_chunk::<8>().ok_or_else(cut)?;
+        let (n, rest) = rest.split_first_chunk::<8>().ok_or_else(cut)?;
+        let (len, rest) = rest.split_first_chunk::<2>().ok_or_else(cut)?;
+        let (persona, stored) = rest.split_at_checked(u16::from_le_bytes(*len).into()).ok_or_else(cut)?;
+        let persona = std::str::from_utf8(persona).map_err(|e| format!("a record row's persona: {e}"))?;
+        Ok(RecordRow { persona, n: u64::from_le_bytes(*n), chain: u64::from_le_bytes(*chain), stored })
     }
+
+    /// Its stored bytes.
+    pub fn value(&self) -> Vec<u8> {
+        let mut v = head(self.chain, self.persona, self.n);
+        v.extend_from_slice(self.stored);
+        v
+    }
+
+    /// The value of the row of `persona` from entry `n` after a row of chain `prev`, whose batch
+    /// `write` writes, and its chain.
+    pub fn chained(prev: u64, persona: &str, n: u64, write: impl FnOnce(&mut Vec<u8>)) -> (u64, Vec<u8>) {
+        let mut value = head(0, persona, n);
+        let at = value.len();
+        write(&mut value);
+        let c = chain(prev, &value[at..]);
+        value[..8].copy_from_slice(&c.to_le_bytes());
+        (c, value)
+    }
+
+    /// Whether `value` is a row of `persona` (read without the rest of it).
+    pub fn of(value: &[u8], persona: &str) -> bool {
+        let name = persona.as_bytes();
+        value.get(16..18).is_some_and(|len| usize::from(u16::from_le_bytes([len[0], len[1]])) == name.len())
+            && value.get(18..18 + name.len()) == Some(name)
+    }
+}
+
+/// A row's bytes before its batch.
+fn head(chain: u64, persona: &str, n: u64) -> Vec<u8> {
+    let name = &persona.as_bytes()[..persona.len().min(usize::from(u16::MAX))];
+    let mut v = Vec::with_capacity(18 + name.len());
+    v.extend_from_slice(&chain.to_le_bytes());
+    v.extend_from_slice(&n.to_le_bytes());
+    v.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    v.extend_from_slice(name);
+    v
 }
 
 /// A data dir's database, open for reading its histories and the journal rows they name.
@@ -132,37 +174,31 @@ impl HistoryReader {
     /// The personas with a recorded history, by name.
     pub fn personas(&self) -> Result<Vec<String>, StorageError> {
         self.read(|txn| {
-            let t = txn.open_table(RECORD)?;
-            let mut names: Vec<String> = Vec::new();
-            let mut from = String::new();
-            loop {
-                let next = match names.last() {
-                    None => t.range((from.as_str(), 0)..)?.next(),
-                    Some(last) => {
-                        from = last.clone();
-                        t.range((from.as_str(), u64::MAX)..)?
-                            .find(|r| r.as_ref().map_or(true, |(k, _)| k.value().0 != from))
-                    }
-                };
-                match next {
-                    Some(r) => names.push(r?.0.value().0.to_string()),
-                    None => return Ok(names),
+            let mut names = std::collections::BTreeSet::new();
+            for r in txn.open_table(RECORDED)?.iter()? {
+                let (_, v) = r?;
+                let row = RecordRow::parse(v.value()).map_err(redb::Error::Corrupted)?;
+                if !names.contains(row.persona) {
+                    names.insert(row.persona.to_string());
                 }
             }
+            Ok(names.into_iter().collect())
         })
     }
 
-    /// The rows of the history of `persona`, in order.
+    /// The rows of the history of `persona`, in order (every persona's rows are read past: they
+    /// are stored in the order they were committed).
     pub fn rows(&self, persona: &str) -> Result<Vec<Row>, StorageError> {
         self.read(|txn| {
-            let t = txn.open_table(RECORD)?;
-            t.range((persona, 0)..=(persona, u64::MAX))?
-                .map(|r| {
-                    let (k, v) = r?;
-                    let (chain, stored) = split(v.value())?;
-                    Ok(Row { n: k.value().1, chain, stored: stored.to_vec() })
-                })
-                .collect()
+            let mut rows = Vec::new();
+            for r in txn.open_table(RECORDED)?.iter()? {
+                let (_, v) = r?;
+                if RecordRow::of(v.value(), persona) {
+                    let row = RecordRow::parse(v.value()).map_err(redb::Error::Corrupted)?;
+                    rows.push(Row { n: row.n, chain: row.chain, stored: row.stored.to_vec() });
+                }
+            }
+            Ok(rows)
         })
     }
 
@@ -198,11 +234,12 @@ fn schema_of(db: &ReadOnlyDatabase, path: &Path) -> Result<u64, StorageError> {
     Ok(meta.get("schema_version").map_err(|e| err(e.into()))?.map_or(SCHEMA_VERSION, |g| g.value()))
 }
 
-/// Whether `db` holds a recorded history (a database older than `record` holds none).
+/// Whether `db`, of a schema older than [`HISTORY_SINCE`], holds a recorded history (one older
+/// than `record` holds none).
 fn has_history(db: &ReadOnlyDatabase, path: &Path) -> Result<bool, StorageError> {
     let err = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
     let txn = db.begin_read().map_err(|e| err(e.into()))?;
-    match txn.open_table(RECORD) {
+    match txn.open_table(crate::legacy::RECORD_V13) {
         Ok(t) => Ok(t.first().map_err(|e| err(e.into()))?.is_some()),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
         Err(e) => Err(err(e.into())),
@@ -218,6 +255,9 @@ fn unique() -> u64 {
 
 /// The first line of an exported history.
 const EXPORT_HEADER: &str = "mindfleet history";
+/// The oldest schema whose exported histories this build imports: their lines have been the
+/// same since (14 changed only how the rows are stored).
+const EXPORTED_SINCE: u64 = 13;
 /// `{"chain":"` + 16 hex digits + `",`: what precedes the part of a line its chain covers.
 const CHAIN_PREFIX: usize = 28;
 
@@ -340,11 +380,13 @@ pub fn import(file: &Path, data_dir: &Path) -> Result<Carried, ImportError> {
             let v: serde_json::Value =
                 serde_json::from_str(&text).map_err(|e| bad(1, format!("not a history file: {e}")))?;
             match v.get(EXPORT_HEADER).and_then(serde_json::Value::as_u64) {
-                Some(SCHEMA_VERSION) => {}
+                Some(EXPORTED_SINCE..=SCHEMA_VERSION) => {}
                 Some(v) => {
                     return Err(bad(
                         1,
-                        format!("exported at schema version {v}; this mindfleet reads {SCHEMA_VERSION}"),
+                        format!(
+                            "exported at schema version {v}; this mindfleet reads {EXPORTED_SINCE} to {SCHEMA_VERSION}"
+                        ),
                     ));
                 }
                 None => return Err(bad(1, format!("not a history file: no {EXPORT_HEADER:?} header"))),
@@ -387,7 +429,7 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
     let mut carried = Carried::default();
     let txn = db.begin_write()?;
     {
-        let mut record = txn.open_table(RECORD)?;
+        let mut recorded = txn.open_table(RECORDED)?;
         let mut decisions = txn.open_table(DECISIONS)?;
         let mut plans = txn.open_table(PLANS)?;
         let mut outbox = txn.open_table(OUTBOX)?;
@@ -403,8 +445,8 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
             // covered them).
             let batch = RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
             let value;
-            (at, value) = chained(at, |v| v.extend_from_slice(&batch.stored));
-            record.insert((l.persona.as_str(), l.row), value.as_slice())?;
+            (at, value) = RecordRow::chained(at, &l.persona, l.row, |v| v.extend_from_slice(&batch.stored));
+            recorded.insert(carried.rows, value.as_slice())?;
             carried.rows += 1;
             let (Some(c), Some(rows)) = (Committed::of_entry(l.entry.get().as_bytes()), &l.journal) else {
                 continue;

@@ -12,11 +12,17 @@ use mindfleet_core::record::{
 };
 use mindfleet_core::refs::RefMatch;
 
-use crate::schema::{CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, RECORD, ROOMS, Tables};
+use crate::schema::{
+    CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, RECORDED, ROOMS, Tables,
+};
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
 pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
+
+/// Before version 14: each persona's recorded history under (persona, first entry's number),
+/// a row its chain then its batch.
+pub(crate) const RECORD_V13: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
 
 /// Rows of a table keyed by (persona, number), with their keys.
 type Rows<T> = Vec<((String, u64), T)>;
@@ -47,6 +53,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     migrate_10_to_11,
     migrate_11_to_12,
     migrate_12_to_13,
+    migrate_13_to_14,
 ];
 
 /// Version 1 kept room memberships made by directed events in memory only: rebuild them
@@ -414,7 +421,7 @@ pub(crate) fn migrate_10_to_11(_: &WriteTransaction) -> Result<(), redb::Error> 
 /// writes some entries shorter: the histories of version 11 are forgotten (a history starts with
 /// the first run after the upgrade).
 pub(crate) fn migrate_11_to_12(txn: &WriteTransaction) -> Result<(), redb::Error> {
-    txn.open_table(RECORD)?.retain(|_, _| false)?;
+    txn.open_table(RECORD_V13)?.retain(|_, _| false)?;
     Ok(())
 }
 
@@ -422,4 +429,25 @@ pub(crate) fn migrate_11_to_12(txn: &WriteTransaction) -> Result<(), redb::Error
 /// so a history of 12 would not replay: it is forgotten, as at 12 (the journal stays).
 pub(crate) fn migrate_12_to_13(txn: &WriteTransaction) -> Result<(), redb::Error> {
     migrate_11_to_12(txn)
+}
+
+/// Version 14 stores every persona's history rows in one sequence, in the order they were
+/// committed (`recorded`): the rows of 13 are moved there as they were, a persona's after
+/// another's, and `record` is dropped.
+pub(crate) fn migrate_13_to_14(txn: &WriteTransaction) -> Result<(), redb::Error> {
+    {
+        let old = txn.open_table(RECORD_V13)?;
+        let mut new = txn.open_table(RECORDED)?;
+        let from = new.last()?.map_or(0, |(k, _)| k.value() + 1);
+        for (at, r) in (from..).zip(old.iter()?) {
+            let (k, v) = r?;
+            let ((persona, n), v) = (k.value(), v.value());
+            // A row cut shorter than its chain is moved as it is (a replay refuses it there).
+            let (chain, stored) = v.split_first_chunk::<8>().map_or((0, v), |(c, s)| (u64::from_le_bytes(*c), s));
+            let row = crate::history::RecordRow { persona, n, chain, stored };
+            new.insert(at, row.value().as_slice())?;
+        }
+    }
+    txn.delete_table(RECORD_V13)?;
+    Ok(())
 }

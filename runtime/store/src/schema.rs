@@ -21,8 +21,10 @@ use redb::{Database, ReadableDatabase, TableDefinition, WriteTransaction};
 /// history, for `mindfleet replay`). 12: `record` chained and its commits digested with xxh3,
 /// some entries written shorter (the histories of 11 are forgotten). 13: `record` entries
 /// framed by length, the hot ones binary, each commit's note in its batch's row, commits
-/// digested from their stored encoding (the histories of 12 are forgotten).
-pub const SCHEMA_VERSION: u64 = 13;
+/// digested from their stored encoding (the histories of 12 are forgotten). 14: `record` becomes
+/// `recorded`, every persona's rows in one sequence in the order they were committed (a
+/// commit's rows together on the disk), each naming its persona (the histories of 13 kept).
+pub const SCHEMA_VERSION: u64 = 14;
 /// The oldest schema whose recorded histories this build replays: an older data dir's are
 /// forgotten when it is opened (each later schema keeps them, migrated, or moves this on).
 pub const HISTORY_SINCE: u64 = 13;
@@ -73,9 +75,11 @@ pub(crate) const HOOK_DEAD: TableDefinition<(&str, u64), &[u8]> = TableDefinitio
 pub(crate) const TOOL_CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("tool_calls");
 /// A fleet across nodes: where each persona that moved runs, persona -> (node, version).
 pub(crate) const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new("placement");
-/// Each persona's recorded history, row by row: (persona, n) -> a JSON entry
-/// (`mindfleet_cognition::history`).
-pub(crate) const RECORD: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
+/// Every persona's recorded history, row by row in the order they were committed: place ->
+/// the row (`crate::history::RecordRow`: whose, its first entry's number, its chain and its
+/// batch of entries). A commit's rows go in together, so each commit writes to one end of
+/// the table rather than to a page of each persona's.
+pub(crate) const RECORDED: TableDefinition<u64, &[u8]> = TableDefinition::new("recorded");
 
 /// Evictions kept per persona.
 pub(crate) const EVICTIONS_KEPT: u64 = 1000;
@@ -134,7 +138,7 @@ pub(crate) struct Tables<'t> {
     pub(crate) hook_queue: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) hook_dead: redb::Table<'t, (&'static str, u64), &'static [u8]>,
     pub(crate) tool_calls: redb::Table<'t, (&'static str, &'static str), &'static [u8]>,
-    pub(crate) record: redb::Table<'t, (&'static str, u64), &'static [u8]>,
+    pub(crate) recorded: redb::Table<'t, u64, &'static [u8]>,
 }
 
 impl<'t> Tables<'t> {
@@ -171,7 +175,7 @@ impl<'t> Tables<'t> {
             hook_queue: txn.open_table(HOOK_QUEUE)?,
             hook_dead: txn.open_table(HOOK_DEAD)?,
             tool_calls: txn.open_table(TOOL_CALLS)?,
-            record: txn.open_table(RECORD)?,
+            recorded: txn.open_table(RECORDED)?,
         })
     }
 }

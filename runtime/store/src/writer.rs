@@ -111,8 +111,8 @@ pub(crate) struct Writer {
     pub(crate) unheld: Vec<Unheld>,
     /// Each persona's hot journals (see `trim_journal`).
     pub(crate) journal_counts: HashMap<String, [JournalCount; 3]>,
-    /// Each persona's recorded history, once read (see `record.rs`).
-    pub(crate) records: HashMap<Arc<str>, record::RecordCount>,
+    /// The recorded histories, once read (see `record.rs`).
+    pub(crate) records: Option<record::Recorded>,
     /// The sequence numbers of each persona's pending deliveries: the `pending` table by
     /// persona, for restores (kept in step with the table, reloaded if a commit fails).
     pub(crate) pending_of: HashMap<Arc<str>, BTreeSet<u64>>,
@@ -149,7 +149,7 @@ impl Writer {
             held,
             unheld: Vec::new(),
             journal_counts: HashMap::new(),
-            records: HashMap::new(),
+            records: None,
             pending_of,
             routes: Vec::new(),
         })
@@ -346,7 +346,7 @@ impl Writer {
             let _ = self.count_hooks(&queue, &dead);
         }
         self.journal_counts.clear();
-        self.records.clear();
+        self.records = None;
     }
 
     pub(crate) fn data_dir(&self) -> &Path {

@@ -287,7 +287,7 @@ async fn a_version_11_or_12_database_refuses_a_replay_then_forgets_its_histories
             let txn = db.begin_write().unwrap();
             Tables::open(&txn).unwrap();
             txn.open_table(META).unwrap().insert("schema_version", version).unwrap();
-            txn.open_table(RECORD).unwrap().insert(("helper", 0), row.as_slice()).unwrap();
+            txn.open_table(crate::legacy::RECORD_V13).unwrap().insert(("helper", 0), row.as_slice()).unwrap();
             txn.open_table(EVENTS).unwrap().insert(1, enc(&event("kept")).as_slice()).unwrap();
             txn.commit().unwrap();
         }
@@ -301,7 +301,8 @@ async fn a_version_11_or_12_database_refuses_a_replay_then_forgets_its_histories
         let db = Database::create(dir.path().join("fleet.redb")).unwrap();
         let txn = db.begin_read().unwrap();
         assert_eq!(txn.open_table(META).unwrap().get("schema_version").unwrap().unwrap().value(), SCHEMA_VERSION);
-        assert_eq!(txn.open_table(RECORD).unwrap().iter().unwrap().count(), 0, "version {version}");
+        assert_eq!(txn.open_table(RECORDED).unwrap().iter().unwrap().count(), 0, "version {version}");
+        assert!(txn.list_tables().unwrap().all(|t| redb::TableHandle::name(&t) != "record"), "version {version}");
         assert!(txn.open_table(EVENTS).unwrap().get(1).unwrap().is_some());
     }
 }
