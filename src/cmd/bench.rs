@@ -382,7 +382,10 @@ enum Which {
     /// `bench cognition` with `[storage] record` on and off, taking turns; and a recorded
     /// history's replay against the time it took.
     Record {
-        #[arg(long, default_value_t = 4)]
+        /// Rounds of `bench inject` on and off, taking turns: the machine's pace drifts from
+        /// round to round by more than recording changes it, so the median needs many (odd, so
+        /// it is one round's ratio).
+        #[arg(long, default_value_t = 15)]
         rounds: usize,
         #[arg(long, default_value_t = 64)]
         clients: usize,
