@@ -73,9 +73,16 @@ pub struct RespondContext<'a> {
     /// What the persona recalled of its long-term memory for the event (the sender's profile
     /// and knowledge shape the reply).
     pub memory: &'a Recollection,
+    /// What the event asks: see [`RespondContext::ask`] (empty when made).
+    pub ask: std::cell::OnceCell<reply::Ask>,
 }
 
 impl RespondContext<'_> {
+    /// What the event asks ([`reply::Ask::of`]), worked out the first time it is asked for.
+    pub fn ask(&self) -> &reply::Ask {
+        self.ask.get_or_init(|| reply::Ask::of(&self.event.text, &self.event.domain, self.persona))
+    }
+
     /// What the reply is built from ([`crate::reply`]).
     pub fn reply(&self) -> reply::Input<'_> {
         reply::Input {
@@ -87,6 +94,7 @@ impl RespondContext<'_> {
             personas: self.personas,
             found: self.found,
             knowledge: self.memory.knowledge.iter().map(|k| (k.item.topic.as_str(), k.item.summary.as_str())).collect(),
+            ask: std::borrow::Cow::Borrowed(self.ask()),
         }
     }
 }
@@ -499,8 +507,8 @@ impl Brain for RulesBrain {
     /// The grounded reply: the material that bears on the question, quoted and cited.
     fn respond(&self, ctx: &RespondContext) -> String {
         let input = ctx.reply();
-        let (ask, pieces) = reply::ground(&input);
-        reply::grounded(&input, &ask, &pieces) + &recall::rules_additions(ctx.memory)
+        let pieces = reply::ground(&input);
+        reply::grounded(&input, &input.ask, &pieces) + &recall::rules_additions(ctx.memory)
     }
 }
 

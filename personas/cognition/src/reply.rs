@@ -41,13 +41,13 @@ pub struct Input<'a> {
     pub found: &'a [Source],
     /// What long-term memory knows of topics near the message: (topic, summary).
     pub knowledge: Vec<(&'a str, &'a str)>,
+    /// What the message asks (`Ask::of` its text).
+    pub ask: std::borrow::Cow<'a, Ask>,
 }
 
-/// What `ctx`'s event asks, and the material that bears on it, best first.
-pub fn ground(ctx: &Input) -> (Ask, Vec<Piece>) {
-    let ask = Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
-    let pieces = gather(ctx, &ask);
-    (ask, pieces)
+/// The material that bears on what `ctx`'s event asks, best first.
+pub fn ground(ctx: &Input) -> Vec<Piece> {
+    gather(ctx, &ctx.ask)
 }
 
 /// Checks a model's `draft` for `ctx` against the material `pieces`; `open`: the model may

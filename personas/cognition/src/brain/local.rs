@@ -303,7 +303,7 @@ impl Brain for LocalBrain {
     /// The model is asked to phrase the material that bears on the question, and nothing else:
     /// a small model given every recalled line answers the latest one, or invents.
     fn reply_request(&self, ctx: &RespondContext) -> Option<GenerateRequest> {
-        let (_, pieces) = reply::ground(&ctx.reply());
+        let pieces = reply::ground(&ctx.reply());
         let mut system = format!("You are {}, the team's {}, in a group chat.", ctx.persona, ctx.role);
         if pieces.is_empty() {
             system.push_str("\nYou found nothing on this. Say in one sentence what you would need to answer it.");

@@ -51,6 +51,7 @@ fn respond<'a>(e: &'a Event, state: &'a GateState, memory: &'a Recollection, hin
         hints,
         state,
         memory,
+        ask: Default::default(),
     }
 }
 

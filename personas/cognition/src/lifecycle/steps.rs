@@ -57,8 +57,7 @@ impl Lifecycle {
             Action::AskClarifyingQuestion => {
                 let hints = self.hints();
                 let ctx = self.respond_context(f, &hints);
-                let ask = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona);
-                f.draft = Some(reply::clarify(&ctx.reply(), &ask));
+                f.draft = Some(reply::clarify(&ctx.reply(), ctx.ask()));
                 f.answer = None;
                 Ok(StepRun::Done(None))
             }
@@ -175,8 +174,8 @@ impl Lifecycle {
         // And what a tool call returned is quoted as it came, not retold: a small model's retelling
         // drops what was asked (a commit's subject for its date), and a result is data to quote,
         // never a prompt to follow.
-        let exact = reply::Ask::of(&ctx.event.text, &ctx.event.domain, ctx.persona).exact()
-            || f.found.iter().any(|s| matches!(s.kind.as_str(), TOOL_KIND | TOOL_FAILED_KIND));
+        let exact =
+            ctx.ask().exact() || f.found.iter().any(|s| matches!(s.kind.as_str(), TOOL_KIND | TOOL_FAILED_KIND));
         let request = if rules_only || exact { None } else { self.brain.reply_request(&ctx) };
         let Some(mut req) = request else {
             let brain: &dyn Brain = if rules_only || exact { &RulesBrain } else { self.brain.as_ref() };
@@ -218,6 +217,7 @@ impl Lifecycle {
             hints,
             state: &f.gated.seen.state,
             memory: &f.memory,
+            ask: Default::default(),
         }
     }
 
@@ -409,7 +409,7 @@ impl Lifecycle {
         let hints = self.hints();
         let ctx = self.respond_context(f, &hints);
         let input = ctx.reply();
-        let (_, pieces) = reply::ground(&input);
+        let pieces = reply::ground(&input);
         // A draft made with an adapter trained on the topic carries what the persona studied:
         // like a model that knows things, it may answer without material.
         let open = self.setup.open_answers || f.memory.adapter.is_some();

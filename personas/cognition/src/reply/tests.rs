@@ -51,13 +51,14 @@ fn ctx<'a>(e: &'a Event, room: &'a [Said], found: &'a [Source], recalled: &'a [W
         personas: &[],
         found,
         knowledge: Vec::new(),
+        ask: std::borrow::Cow::Owned(Ask::of(&e.text, &e.domain, "helper")),
     }
 }
 
 fn reply_to(e: &Event, room: &[Said], found: &[Source]) -> String {
     let c = ctx(e, room, found, &[]);
-    let (ask, pieces) = ground(&c);
-    grounded(&c, &ask, &pieces)
+    let pieces = ground(&c);
+    grounded(&c, &c.ask, &pieces)
 }
 
 #[test]
@@ -109,8 +110,8 @@ fn the_persona_own_notes_never_reach_a_reply() {
         note(EntryKind::Observation, "frank in #ops: the deploy of 2.3 went out at noon"),
     ];
     let c = ctx(&e, &[], &[], &recalled);
-    let (ask, pieces) = ground(&c);
-    let r = grounded(&c, &ask, &pieces);
+    let pieces = ground(&c);
+    let r = grounded(&c, &c.ask, &pieces);
     assert!(r.contains("the deploy of 2.3 went out at noon"), "{r}");
     assert!(!r.contains("reflection") && !r.contains("recall_memory") && !r.contains("decision:"), "{r}");
 }
@@ -179,7 +180,7 @@ fn recalled_lines_count_once_and_questions_and_quotes_are_not_answers() {
         score: 1.0,
     }];
     let c = Input { conversation: &recalled, ..ctx(&e, &lines, &[], &[]) };
-    let (_, pieces) = ground(&c);
+    let pieces = ground(&c);
     let said: Vec<u64> =
         pieces.iter().filter_map(|p| if let Piece::Said(s) = p { Some(s.seq) } else { None }).collect();
     // Bob's line has the timeout (`statement_timeout`) and was recalled by its meaning too.
