@@ -68,8 +68,8 @@ fn sizes(data_dir: &Path) -> anyhow::Result<Value> {
     let reader = mindfleet_replay::HistoryReader::open(data_dir)?;
     let mut kinds = BTreeMap::<String, (u64, u64)>::new();
     let (mut stored, mut entry_bytes, mut json_bytes, mut events) = (0u64, 0u64, 0u64, 0u64);
-    for persona in reader.personas()? {
-        for row in reader.rows(&persona)? {
+    for (_, rows) in reader.histories(None)? {
+        for row in rows {
             stored += row.stored.len() as u64;
             for entry in row.entries().map_err(anyhow::Error::msg)? {
                 let json = mindfleet_replay::to_json(&entry).map_err(anyhow::Error::msg)?;

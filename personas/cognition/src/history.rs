@@ -4,7 +4,7 @@
 //! and their times are all it depends on; what it asks the world for (a model's answer, a tool's
 //! result, a grant, a timer) comes back as an input and is recorded as one.
 //!
-//! Entries are stored (`[storage] record`, table `record`, packed a batch to a row) in binary
+//! Entries are stored (`[storage] record`, table `recorded`, packed a batch to a row) in binary
 //! when they come often and their types are stored that way already (deliveries, grants,
 //! working memory, self-state changes; `RecordBatch::BINARY`, bincode as the journal's rows),
 //! the others as JSON (model answers, tool results, what a run begins with: their types are
@@ -43,11 +43,55 @@ use crate::references::RefBook;
 
 /// One entry of a persona's recorded history, as a [`Reading`] gives it back.
 #[derive(Debug)]
-pub enum Entry {
+pub enum Entry<'a> {
     Begin(Box<Begin>),
     Fed { at: i64, input: Input },
-    Changed(Update),
+    Changed(Change<'a>),
     Committed(Committed),
+}
+
+/// A self-state change as a history holds it.
+#[derive(Debug)]
+pub enum Change<'a> {
+    /// As stored in binary: checked against a change by its encoding, read only to show how it
+    /// differs (a replay checks every change the lifecycle asks for, and most are the same).
+    Stored(&'a [u8]),
+    Read(Update),
+}
+
+/// How a binary `Changed` entry begins: its tag, then the variant's index in [`Stored`]
+/// (bincode writes an index under 251 as one byte).
+const CHANGED: [u8; 2] = [RecordBatch::BINARY, 4];
+
+impl Change<'_> {
+    /// Whether `u` is this change, bit for bit (`scratch`: room for `u`'s encoding).
+    pub fn is(&self, u: &Update, scratch: &mut Vec<u8>) -> bool {
+        scratch.clear();
+        match self {
+            Change::Stored(bytes) => {
+                scratch.push(RecordBatch::BINARY);
+                mindfleet_core::stored::encode_to(&StoredRef::Changed(u), scratch);
+                scratch == bytes
+            }
+            Change::Read(recorded) => {
+                mindfleet_core::stored::encode_to(recorded, scratch);
+                let at = scratch.len();
+                mindfleet_core::stored::encode_to(u, scratch);
+                scratch[..at] == scratch[at..]
+            }
+        }
+    }
+
+    /// The change.
+    pub fn read(self) -> Result<Update, String> {
+        match self {
+            Change::Stored(bytes) => match Stored::of(bytes)? {
+                Stored::Changed(u) => Ok(u),
+                _ => Err("not a self-state change".into()),
+            },
+            Change::Read(u) => Ok(u),
+        }
+    }
 }
 
 /// What a lifecycle is built from ([`crate::lifecycle::Lifecycle::new`]).
@@ -191,20 +235,20 @@ impl ViewChange {
         }
     }
 
-    /// `before` changed by it.
-    fn apply(self, before: &SelfView) -> Result<SelfView, String> {
+    /// `before` changed by it (what did not change is moved over, not copied).
+    fn apply(self, before: SelfView) -> Result<SelfView, String> {
         let preoccupations = match self.preoccupations {
-            None => before.preoccupations.clone(),
+            None => before.preoccupations,
             Some(parts) => unstretch(&before.preoccupations, parts)?,
         };
         Ok(SelfView {
-            focus: self.focus.unwrap_or_else(|| before.focus.clone()),
+            focus: self.focus.unwrap_or(before.focus),
             preoccupations,
             cognitive_load: self.load.unwrap_or(before.cognitive_load),
             available_capacity: self.capacity.unwrap_or(before.available_capacity),
             mood: self.mood.unwrap_or(before.mood),
             dormant: self.dormant.unwrap_or(before.dormant),
-            spoke_in: self.spoke_in.unwrap_or_else(|| before.spoke_in.clone()),
+            spoke_in: self.spoke_in.unwrap_or(before.spoke_in),
         })
     }
 }
@@ -363,7 +407,10 @@ pub struct Reading {
 impl Reading {
     /// The next entry, from its bytes; `None` for an entry that stands for what its run recorded
     /// before and whose run's beginning was not read (retention forgot it).
-    pub fn read(&mut self, bytes: &[u8]) -> Result<Option<Entry>, String> {
+    pub fn read<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<Entry<'a>>, String> {
+        if bytes.starts_with(&CHANGED) {
+            return Ok(Some(Entry::Changed(Change::Stored(bytes))));
+        }
         let stored = Stored::of(bytes)?;
         if !self.begun && matches!(stored, Stored::Viewed { .. } | Stored::Handed { .. } | Stored::Kept(_)) {
             return Ok(None);
@@ -387,7 +434,8 @@ impl Reading {
                 Entry::Fed { at, input }
             }
             Stored::Viewed { at, view } => {
-                self.view = view.apply(&self.view).map_err(|e| format!("a self-state view: {e}"))?;
+                self.view =
+                    view.apply(std::mem::take(&mut self.view)).map_err(|e| format!("a self-state view: {e}"))?;
                 Entry::Fed { at, input: Input::SelfState(Box::new(self.view.clone())) }
             }
             Stored::Handed { at, seq, left } => {
@@ -396,12 +444,12 @@ impl Reading {
                 })?;
                 Entry::Fed { at, input: Input::Next(d, left) }
             }
-            Stored::Changed(u) => Entry::Changed(u),
+            Stored::Changed(u) => Entry::Changed(Change::Read(u)),
             Stored::Kept(parts) => {
                 let now =
                     unstretch(&self.preoccupations, parts).map_err(|e| format!("a change of preoccupations: {e}"))?;
                 self.preoccupations.clone_from(&now);
-                Entry::Changed(Update::Preoccupations(now))
+                Entry::Changed(Change::Read(Update::Preoccupations(now)))
             }
             Stored::Committed(c) => Entry::Committed(c),
         }))
@@ -584,7 +632,7 @@ mod tests {
         let read: Vec<_> = entries
             .iter()
             .filter_map(|e| match reading.read(e).expect("reads").expect("its run begun") {
-                Entry::Changed(u) => Some(serde_json::to_value(&u).expect("json")),
+                Entry::Changed(u) => Some(serde_json::to_value(u.read().expect("a change")).expect("json")),
                 _ => None,
             })
             .collect();
@@ -671,10 +719,22 @@ mod tests {
         entries.push(note.entry());
         let mut reading = Reading::default();
         let read: Vec<_> = entries.iter().filter_map(|e| reading.read(e).expect("reads")).collect();
-        let read: Vec<_> = read
+        // Each is checked as itself, by its encoding, without reading it, and not as another
+        // (the next one, or one a bit of a float away).
+        let mut scratch = Vec::new();
+        let other = Update::SetFocus { objective: "o".into(), intensity: f64::from_bits(0.25f64.to_bits() + 1) };
+        let read = &read[1..=changes.len()]; // after the run's beginning, before the note
+        for (i, e) in read.iter().enumerate() {
+            let Entry::Changed(c) = e else { panic!("a change: {e:?}") };
+            assert!(matches!(c, Change::Stored(_)), "{c:?}");
+            assert!(c.is(&changes[i], &mut scratch));
+            assert!(!c.is(&changes[(i + 1) % changes.len()], &mut scratch));
+            assert!(!c.is(&other, &mut scratch));
+        }
+        let read: Vec<_> = entries
             .iter()
-            .filter_map(|e| match e {
-                Entry::Changed(u) => Some(serde_json::to_value(u).expect("json")),
+            .filter_map(|e| match Reading::default().read(e).expect("reads") {
+                Some(Entry::Changed(u)) => Some(serde_json::to_value(u.read().expect("a change")).expect("json")),
                 _ => None,
             })
             .collect();
@@ -699,7 +759,7 @@ mod tests {
                 serde_json::from_slice::<ViewChange>(&json).expect("reads"),
                 mindfleet_core::stored::decode::<ViewChange>(&binary).expect("reads"),
             ] {
-                let back = back.apply(&before).expect("applies");
+                let back = back.apply(before.clone()).expect("applies");
                 prop_assert_eq!(&back.preoccupations, &now.preoccupations);
                 prop_assert_eq!(back.cognitive_load.to_bits(), now.cognitive_load.to_bits());
                 prop_assert_eq!(&back.spoke_in, &now.spoke_in);

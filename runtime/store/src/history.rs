@@ -171,35 +171,51 @@ impl HistoryReader {
         StorageError::Db { path: self.path.clone(), source: e.into() }
     }
 
-    /// The personas with a recorded history, by name.
-    pub fn personas(&self) -> Result<Vec<String>, StorageError> {
-        self.read(|txn| {
-            let mut names = std::collections::BTreeSet::new();
-            for r in txn.open_table(RECORDED)?.iter()? {
-                let (_, v) = r?;
-                let row = RecordRow::parse(v.value()).map_err(redb::Error::Corrupted)?;
-                if !names.contains(row.persona) {
-                    names.insert(row.persona.to_string());
+    /// The histories (every persona's, or `persona`'s), each persona's rows in order, by name:
+    /// one pass over the table, which holds every persona's rows in the order they were
+    /// committed.
+    pub fn histories(&self, persona: Option<&str>) -> Result<Vec<(String, Vec<Row>)>, StorageError> {
+        let mut by_name = std::collections::BTreeMap::<String, Vec<Row>>::new();
+        self.each_row(persona, |name, row| {
+            match by_name.get_mut(name) {
+                Some(rows) => rows.push(row),
+                None => {
+                    by_name.insert(name.to_string(), vec![row]);
                 }
             }
-            Ok(names.into_iter().collect())
-        })
+            Ok(())
+        })?;
+        Ok(by_name.into_iter().collect())
     }
 
-    /// The rows of the history of `persona`, in order (every persona's rows are read past: they
-    /// are stored in the order they were committed).
+    /// The rows of the history of `persona`, in order.
     pub fn rows(&self, persona: &str) -> Result<Vec<Row>, StorageError> {
-        self.read(|txn| {
-            let mut rows = Vec::new();
-            for r in txn.open_table(RECORDED)?.iter()? {
-                let (_, v) = r?;
-                if RecordRow::of(v.value(), persona) {
-                    let row = RecordRow::parse(v.value()).map_err(redb::Error::Corrupted)?;
-                    rows.push(Row { n: row.n, chain: row.chain, stored: row.stored.to_vec() });
-                }
+        Ok(self.histories(Some(persona))?.pop().map(|(_, rows)| rows).unwrap_or_default())
+    }
+
+    /// Calls `f` with each row (every persona's, or `persona`'s) and its persona, in the order
+    /// the rows were committed.
+    fn each_row(
+        &self,
+        persona: Option<&str>,
+        mut f: impl FnMut(&str, Row) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        let txn = match &self.db {
+            Db::ReadOnly(db) => db.begin_read(),
+            Db::Copy(db, _) => db.begin_read(),
+        };
+        let txn = txn.map_err(|e| self.err(e))?;
+        let t = txn.open_table(RECORDED).map_err(|e| self.err(e))?;
+        for r in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = r.map_err(|e| self.err(e))?;
+            if persona.is_some_and(|p| !RecordRow::of(v.value(), p)) {
+                continue;
             }
-            Ok(rows)
-        })
+            let row = RecordRow::parse(v.value())
+                .map_err(|e| self.err(redb::Error::Corrupted(format!("record row {}: {e}", k.value()))))?;
+            f(row.persona, Row { n: row.n, chain: row.chain, stored: row.stored.to_vec() })?;
+        }
+        Ok(())
     }
 
     /// The decision the journal keeps under `key` for `persona` (none: forgotten since).
@@ -301,7 +317,8 @@ struct Line {
 }
 
 impl HistoryReader {
-    /// Writes the histories (each persona's, or `persona`'s) as JSON lines, each commit's note
+    /// Writes the histories (each persona's, or `persona`'s) as JSON lines, in the order they
+    /// were committed (a line names its persona and its entry's number), each commit's note
     /// with the journal rows it wrote, each line chained to the one before; `json` gives an
     /// entry as JSON (`mindfleet_cognition::history::to_json`: binary entries are the
     /// lifecycle's types).
@@ -317,23 +334,23 @@ impl HistoryReader {
         let header = format!("{{\"{EXPORT_HEADER}\":{SCHEMA_VERSION}}}");
         writeln!(out, "{header}").map_err(io)?;
         prev = chain(prev, header.as_bytes());
-        for name in self.personas()?.into_iter().filter(|n| persona.is_none_or(|p| p == n)) {
-            carried.personas += 1;
-            let entries = self.rows(&name)?.into_iter().flat_map(|r| match r.entries() {
-                Ok(es) => es.into_iter().enumerate().map(|(i, e)| Ok((r.n + i as u64, e))).collect::<Vec<_>>(),
-                Err(e) => vec![Err(format!("record row {name}/{}: {e}", r.n))],
-            });
-            for entry in entries {
-                let (n, row) = entry.map_err(|e| self.err(redb::Error::Corrupted(e)))?;
+        let mut names = std::collections::BTreeSet::new();
+        self.each_row(persona, |name, r| {
+            if !names.contains(name) {
+                names.insert(name.to_string());
+            }
+            let entries =
+                r.entries().map_err(|e| self.err(redb::Error::Corrupted(format!("record row {name}/{}: {e}", r.n))))?;
+            for (n, row) in (r.n..).zip(entries) {
                 let corrupted = |e: String| self.err(redb::Error::Corrupted(format!("record entry {name}/{n}: {e}")));
                 let text = json(&row).map_err(corrupted)?;
                 let text = std::str::from_utf8(&text).map_err(|e| corrupted(e.to_string()))?;
                 let mut rest =
-                    format!("\"persona\":{},\"row\":{n},\"entry\":{text}", serde_json::Value::String(name.clone()));
+                    format!("\"persona\":{},\"row\":{n},\"entry\":{text}", serde_json::Value::String(name.into()));
                 if let Some(c) = Committed::of_entry(&row) {
                     let rows = JournalRows {
-                        decision: c.decision.map(|k| self.decision(&name, k)).transpose()?.flatten(),
-                        plan: c.plan.map(|k| self.plan(&name, k)).transpose()?.flatten(),
+                        decision: c.decision.map(|k| self.decision(name, k)).transpose()?.flatten(),
+                        plan: c.plan.map(|k| self.plan(name, k)).transpose()?.flatten(),
                         reply: c.outbox.map(|k| self.reply(k)).transpose()?.flatten(),
                     };
                     carried.journal_rows += u64::from(rows.decision.is_some())
@@ -346,7 +363,9 @@ impl HistoryReader {
                 writeln!(out, "{{\"chain\":\"{prev:016x}\",{rest}").map_err(io)?;
                 carried.rows += 1;
             }
-        }
+            Ok(())
+        })?;
+        carried.personas = names.len() as u64;
         Ok(carried)
     }
 }
@@ -433,19 +452,16 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
         let mut decisions = txn.open_table(DECISIONS)?;
         let mut plans = txn.open_table(PLANS)?;
         let mut outbox = txn.open_table(OUTBOX)?;
-        let mut last: Option<&str> = None;
-        let mut at = 0u64;
+        // Each persona's chain (an export of 13 lists a persona's lines after another's, a later
+        // one in the order they were committed).
+        let mut chains = std::collections::HashMap::<&str, u64>::new();
         for l in lines {
-            if last != Some(l.persona.as_str()) {
-                carried.personas += 1;
-                last = Some(&l.persona);
-                at = 0;
-            }
+            let at = chains.entry(l.persona.as_str()).or_default();
             // A row of one entry each, chained again as the writer chains them (the file's chain
             // covered them).
             let batch = RecordBatch::pack(&[l.entry.get().as_bytes().to_vec()]);
             let value;
-            (at, value) = RecordRow::chained(at, &l.persona, l.row, |v| v.extend_from_slice(&batch.stored));
+            (*at, value) = RecordRow::chained(*at, &l.persona, l.row, |v| v.extend_from_slice(&batch.stored));
             recorded.insert(carried.rows, value.as_slice())?;
             carried.rows += 1;
             let (Some(c), Some(rows)) = (Committed::of_entry(l.entry.get().as_bytes()), &l.journal) else {
@@ -464,6 +480,7 @@ fn write_imported(db: &Database, lines: &[Line]) -> Result<Carried, redb::Error>
                 carried.journal_rows += 1;
             }
         }
+        carried.personas = chains.len() as u64;
     }
     txn.commit()?;
     Ok(carried)

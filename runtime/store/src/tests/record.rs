@@ -80,7 +80,8 @@ async fn histories_interleaved_on_disk_trim_one_persona_and_leave_the_other_whol
     assert_eq!(q.len(), 6);
     assert_eq!(q[5], (11, false));
     let reader = HistoryReader::open(dir.path()).unwrap();
-    assert_eq!(reader.personas().unwrap(), ["p", "q"]);
+    let names: Vec<String> = reader.histories(None).unwrap().into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["p", "q"]);
 }
 
 #[tokio::test]
