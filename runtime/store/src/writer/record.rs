@@ -126,17 +126,17 @@ fn trim(t: &mut Tables<'_>, persona: &str, count: &mut RecordCount, limit: u64) 
     let last = count.begins[count.begins.len() - 1];
     let (keep_from, keep_row) = count.begins.iter().copied().find(|(b, _)| count.next - b <= limit).unwrap_or(last);
     let mut gone = Vec::new();
+    // Where this trim stops reading: the run kept, unless it stops short of it.
     let mut read_to = keep_row;
-    for r in t.recorded.range(count.first_row..keep_row)?.take(TRIM_SCAN_PER_COMMIT) {
+    for (read, r) in (1..).zip(t.recorded.range(count.first_row..keep_row)?) {
         let (k, v) = r?;
         if RecordRow::of(v.value(), persona) {
             gone.push(k.value());
-            if gone.len() == TRIM_PER_COMMIT {
-                read_to = k.value() + 1;
-                break;
-            }
         }
-        read_to = k.value() + 1;
+        if gone.len() == TRIM_PER_COMMIT || read == TRIM_SCAN_PER_COMMIT {
+            read_to = k.value() + 1;
+            break;
+        }
     }
     for at in &gone {
         t.recorded.remove(*at)?;
