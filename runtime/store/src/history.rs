@@ -255,7 +255,7 @@ fn schema_of(db: &ReadOnlyDatabase, path: &Path) -> Result<u64, StorageError> {
 fn has_history(db: &ReadOnlyDatabase, path: &Path) -> Result<bool, StorageError> {
     let err = |e: redb::Error| StorageError::Db { path: path.to_path_buf(), source: e };
     let txn = db.begin_read().map_err(|e| err(e.into()))?;
-    match txn.open_table(crate::legacy::RECORD_V13) {
+    match txn.open_table(crate::schema::RECORD_V13) {
         Ok(t) => Ok(t.first().map_err(|e| err(e.into()))?.is_some()),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
         Err(e) => Err(err(e.into())),

@@ -13,16 +13,12 @@ use mindfleet_core::record::{
 use mindfleet_core::refs::RefMatch;
 
 use crate::schema::{
-    CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, RECORDED, ROOMS, Tables,
+    CONVERSATION, DECISION_LOG, DECISIONS, EVENT_IDS, EVENTS, PENDING, PLANS, RECORD_V13, RECORDED, ROOMS, Tables,
 };
 use crate::{dec, enc};
 
 /// Before version 4: pending deliveries keyed by persona first.
 pub(crate) const DELIVERIES_V3: TableDefinition<(&str, u64), u32> = TableDefinition::new("deliveries");
-
-/// Before version 14: each persona's recorded history under (persona, first entry's number),
-/// a row its chain then its batch.
-pub(crate) const RECORD_V13: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
 
 /// Rows of a table keyed by (persona, number), with their keys.
 type Rows<T> = Vec<((String, u64), T)>;

@@ -80,6 +80,10 @@ pub(crate) const PLACEMENT: TableDefinition<&str, &[u8]> = TableDefinition::new(
 /// batch of entries). A commit's rows go in together, so each commit writes to one end of
 /// the table rather than to a page of each persona's.
 pub(crate) const RECORDED: TableDefinition<u64, &[u8]> = TableDefinition::new("recorded");
+/// Before version 14: each persona's recorded history under (persona, first entry's number), a
+/// row its chain then its batch. The migration to 14 moves its rows; a replay of an older data
+/// dir looks in it for a history it cannot read.
+pub(crate) const RECORD_V13: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("record");
 
 /// Evictions kept per persona.
 pub(crate) const EVICTIONS_KEPT: u64 = 1000;

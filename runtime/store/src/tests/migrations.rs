@@ -287,7 +287,7 @@ async fn a_version_11_or_12_database_refuses_a_replay_then_forgets_its_histories
             let txn = db.begin_write().unwrap();
             Tables::open(&txn).unwrap();
             txn.open_table(META).unwrap().insert("schema_version", version).unwrap();
-            txn.open_table(crate::legacy::RECORD_V13).unwrap().insert(("helper", 0), row.as_slice()).unwrap();
+            txn.open_table(RECORD_V13).unwrap().insert(("helper", 0), row.as_slice()).unwrap();
             txn.open_table(EVENTS).unwrap().insert(1, enc(&event("kept")).as_slice()).unwrap();
             txn.commit().unwrap();
         }

@@ -93,7 +93,7 @@ async fn a_version_13_history_is_moved_into_one_sequence_and_goes_on_from_where_
         let txn = db.begin_write().unwrap();
         Tables::open(&txn).unwrap();
         txn.open_table(META).unwrap().insert("schema_version", 13).unwrap();
-        let mut t = txn.open_table(crate::legacy::RECORD_V13).unwrap();
+        let mut t = txn.open_table(RECORD_V13).unwrap();
         for persona in ["p", "q"] {
             let mut chain = 0;
             for (n, b) in [(0, batch(true, 4)), (4, batch(false, 3))] {
